@@ -1,0 +1,194 @@
+//! Model configuration: the columns of Table 3 (§6.2) plus the few choices the paper leaves open,
+//! and a literal preset for every row of the table.
+
+use crate::error::{Error, Result};
+use serde::{Deserialize, Serialize};
+
+/// How positions enter the model (§3.5; Table 3 row E).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Positions {
+    /// Fixed sinusoids, `PE(pos, 2i) = sin(pos / 10000^(2i/d))`, `PE(pos, 2i+1) = cos(…)`.
+    Sinusoidal,
+    /// A learned (max_positions, d_model) table, initialised N(0, d_model^-0.5).
+    Learned,
+}
+
+/// The hyper-parameters of one encoder–decoder Transformer.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ModelConfig {
+    /// N: layers in the encoder and, equally many, in the decoder.
+    pub n_layers: usize,
+    /// d_model: width of every sub-layer output and embedding.
+    pub d_model: usize,
+    /// d_ff: inner width of the position-wise FFN (Eq. 2).
+    pub d_ff: usize,
+    /// h: attention heads.
+    pub n_heads: usize,
+    /// d_k: query/key width per head.
+    pub d_k: usize,
+    /// d_v: value width per head.
+    pub d_v: usize,
+    /// P_drop: residual dropout on sub-layer outputs and on embeddings + positions (§5.4).
+    pub dropout: f32,
+    /// Dropout on attention weights (named in §6.3; 0.0 in the base model, as in tensor2tensor).
+    pub attention_dropout: f32,
+    /// ε_ls: label smoothing of the training loss (§5.4).
+    pub label_smoothing: f32,
+    /// Sinusoidal or learned positions.
+    pub positions: Positions,
+    /// Longest sequence (source or target, including BOS/EOS) the model accepts.
+    pub max_positions: usize,
+    /// Size of the one shared source–target vocabulary (§3.4).
+    pub vocab_size: usize,
+    /// ε inside LayerNorm (1e-6 as in tensor2tensor; the paper is silent).
+    pub layer_norm_eps: f32,
+}
+
+/// The paper's vocabulary for WMT14 En–De (§5.1), used by the presets.
+pub const PAPER_VOCAB: usize = 37000;
+
+/// Every named row of Table 3, in the table's order.
+pub const PRESET_NAMES: [&str; 20] = [
+    "base", "a1", "a2", "a3", "a4", "b1", "b2", "c1", "c2", "c3", "c4", "c5", "c6", "c7", "d1", "d2", "d3",
+    "d4", "e", "big",
+];
+
+/// One row of Table 3, every column spelled out. The rest are the paper's defaults.
+#[allow(clippy::too_many_arguments)]
+const fn row(
+    n_layers: usize,
+    d_model: usize,
+    d_ff: usize,
+    n_heads: usize,
+    d_k: usize,
+    d_v: usize,
+    dropout: f32,
+    label_smoothing: f32,
+    positions: Positions,
+) -> ModelConfig {
+    ModelConfig {
+        n_layers,
+        d_model,
+        d_ff,
+        n_heads,
+        d_k,
+        d_v,
+        dropout,
+        attention_dropout: 0.0,
+        label_smoothing,
+        positions,
+        max_positions: 1024,
+        vocab_size: PAPER_VOCAB,
+        layer_norm_eps: 1e-6,
+    }
+}
+
+use Positions::{Learned as L, Sinusoidal as S};
+
+impl ModelConfig {
+    /// Table 3 "base": N=6, d_model=512, d_ff=2048, h=8, d_k=d_v=64, P_drop=0.1, ε_ls=0.1.
+    pub const fn base() -> Self {
+        row(6, 512, 2048, 8, 64, 64, 0.1, 0.1, S)
+    }
+    /// Table 3 "big": N=6, d_model=1024, d_ff=4096, h=16, d_k=d_v=64, P_drop=0.3.
+    pub const fn big() -> Self {
+        row(6, 1024, 4096, 16, 64, 64, 0.3, 0.1, S)
+    }
+
+    /// The preset of a Table 3 row by name (see [`PRESET_NAMES`]), at the paper's vocabulary.
+    pub fn preset(name: &str) -> Result<Self> {
+        Ok(match name {
+            "base" => Self::base(),
+            // (A) heads and key/value widths at constant computation.
+            "a1" => row(6, 512, 2048, 1, 512, 512, 0.1, 0.1, S),
+            "a2" => row(6, 512, 2048, 4, 128, 128, 0.1, 0.1, S),
+            "a3" => row(6, 512, 2048, 16, 32, 32, 0.1, 0.1, S),
+            "a4" => row(6, 512, 2048, 32, 16, 16, 0.1, 0.1, S),
+            // (B) smaller key width only.
+            "b1" => row(6, 512, 2048, 8, 16, 64, 0.1, 0.1, S),
+            "b2" => row(6, 512, 2048, 8, 32, 64, 0.1, 0.1, S),
+            // (C) model size.
+            "c1" => row(2, 512, 2048, 8, 64, 64, 0.1, 0.1, S),
+            "c2" => row(4, 512, 2048, 8, 64, 64, 0.1, 0.1, S),
+            "c3" => row(8, 512, 2048, 8, 64, 64, 0.1, 0.1, S),
+            "c4" => row(6, 256, 2048, 8, 32, 32, 0.1, 0.1, S),
+            "c5" => row(6, 1024, 2048, 8, 128, 128, 0.1, 0.1, S),
+            "c6" => row(6, 512, 1024, 8, 64, 64, 0.1, 0.1, S),
+            "c7" => row(6, 512, 4096, 8, 64, 64, 0.1, 0.1, S),
+            // (D) regularisation.
+            "d1" => row(6, 512, 2048, 8, 64, 64, 0.0, 0.1, S),
+            "d2" => row(6, 512, 2048, 8, 64, 64, 0.2, 0.1, S),
+            "d3" => row(6, 512, 2048, 8, 64, 64, 0.1, 0.0, S),
+            "d4" => row(6, 512, 2048, 8, 64, 64, 0.1, 0.2, S),
+            // (E) learned positional embeddings.
+            "e" => row(6, 512, 2048, 8, 64, 64, 0.1, 0.1, L),
+            "big" => Self::big(),
+            other => {
+                return Err(Error::Config(format!(
+                    "unknown preset '{other}'; choose one of {}",
+                    PRESET_NAMES.join(", ")
+                )))
+            }
+        })
+    }
+
+    /// The paper's parameter count for a preset (Table 3, ×10^6 at vocabulary 37000), where listed.
+    pub fn paper_params_millions(name: &str) -> Option<f64> {
+        Some(match name {
+            "base" => 65.0,
+            "b1" => 58.0,
+            "b2" => 60.0,
+            "c1" => 36.0,
+            "c2" => 50.0,
+            "c3" => 80.0,
+            "c4" => 28.0,
+            "c5" => 168.0,
+            "c6" => 53.0,
+            "c7" => 90.0,
+            "big" => 213.0,
+            _ => return None,
+        })
+    }
+
+    /// Checks that every field is in range, naming the first that is not.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |m: String| Err(Error::Config(m));
+        for (name, v) in [
+            ("n_layers", self.n_layers),
+            ("d_model", self.d_model),
+            ("d_ff", self.d_ff),
+            ("n_heads", self.n_heads),
+            ("d_k", self.d_k),
+            ("d_v", self.d_v),
+            ("max_positions", self.max_positions),
+        ] {
+            if v == 0 {
+                return bad(format!("{name} must be at least 1"));
+            }
+        }
+        if self.vocab_size < crate::SPECIAL_TOKENS {
+            return bad(format!(
+                "vocab_size {} is smaller than the {} special tokens",
+                self.vocab_size,
+                crate::SPECIAL_TOKENS
+            ));
+        }
+        for (name, p) in [
+            ("dropout", self.dropout),
+            ("attention_dropout", self.attention_dropout),
+            ("label_smoothing", self.label_smoothing),
+        ] {
+            if !(0.0..1.0).contains(&p) {
+                return bad(format!("{name} = {p} must lie in [0, 1)"));
+            }
+        }
+        if self.positions == Positions::Sinusoidal && self.d_model % 2 != 0 {
+            return bad(format!("sinusoidal positions need an even d_model, got {}", self.d_model));
+        }
+        if !(self.layer_norm_eps > 0.0) {
+            return bad(format!("layer_norm_eps must be positive, got {}", self.layer_norm_eps));
+        }
+        Ok(())
+    }
+}

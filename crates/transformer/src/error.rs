@@ -1,0 +1,57 @@
+//! The library's error type: every variant carries the context a user needs to act on it.
+
+use std::path::PathBuf;
+
+/// Errors the library reports to its callers. Programmer bugs inside kernels are `assert!`s instead.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Reading or writing a file failed.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file involved.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A checkpoint file is truncated, corrupt or not a checkpoint of this project.
+    #[error("{path}: not a valid checkpoint: {reason}. Re-create it or pick another checkpoint file")]
+    CorruptCheckpoint {
+        /// The checkpoint file.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A checkpoint does not fit the model it is loaded into.
+    #[error(
+        "{path}: checkpoint does not match the model: {what}: checkpoint has {found}, model expects {expected}. \
+         Load it with the configuration it was trained with"
+    )]
+    CheckpointMismatch {
+        /// The checkpoint file.
+        path: PathBuf,
+        /// Which field or tensor differs.
+        what: String,
+        /// What the model expects.
+        expected: String,
+        /// What the checkpoint holds.
+        found: String,
+    },
+    /// A configuration value is out of range or inconsistent.
+    #[error("invalid configuration: {0}")]
+    Config(String),
+    /// A batch cannot be fed to the model.
+    #[error("invalid batch: {0}")]
+    Batch(String),
+    /// Training produced a non-finite loss.
+    #[error("loss is {loss} at step {step}: training diverged. Lower the learning rate (lr_scale) or raise warmup")]
+    NonFiniteLoss {
+        /// The update step at which it happened.
+        step: u64,
+        /// The loss value (NaN or ±inf).
+        loss: f32,
+    },
+}
+
+/// Shorthand for `Result<T, Error>`.
+pub type Result<T> = std::result::Result<T, Error>;

@@ -1,0 +1,119 @@
+//! §3.4–3.5 Token embeddings scaled by √d_model plus positions, with dropout; the backward scatters
+//! into the one shared embedding matrix (tied three ways).
+
+use crate::rng::DropoutMask;
+use rayon::prelude::*;
+
+/// out (B·L, D) = Dropout(table[tokens] · scale + positions[l]) for row b·L + l.
+/// `positions` is (≥ L, D): the sinusoid table or the learned one.
+pub fn embedding_forward(
+    out: &mut [f32],
+    tokens: &[u32],
+    table: &[f32],
+    positions: &[f32],
+    seq_len: usize,
+    scale: f32,
+    dropout: Option<DropoutMask>,
+) {
+    let d = out.len() / tokens.len().max(1);
+    assert_eq!(out.len(), tokens.len() * d);
+    assert!(positions.len() >= seq_len * d, "position table shorter than the sequence");
+    out.par_chunks_mut(d).enumerate().for_each(|(r, o)| {
+        let tok = tokens[r] as usize;
+        let e = &table[tok * d..(tok + 1) * d];
+        let p = &positions[(r % seq_len) * d..(r % seq_len + 1) * d];
+        for j in 0..d {
+            o[j] = e[j] * scale + p[j];
+        }
+        if let Some(mask) = dropout {
+            for (j, o) in o.iter_mut().enumerate() {
+                *o *= mask.factor(r * d + j);
+            }
+        }
+    });
+}
+
+/// dtable += scatter(tokens, dout · mask · scale); dpositions (if learned) += Σ_b dout · mask.
+/// Tasks own column blocks and visit rows in order, so repeated tokens add up deterministically.
+#[allow(clippy::too_many_arguments)]
+pub fn embedding_backward(
+    dtable: &mut [f32],
+    dpositions: Option<&mut [f32]>,
+    dout: &[f32],
+    tokens: &[u32],
+    seq_len: usize,
+    d: usize,
+    scale: f32,
+    dropout: Option<DropoutMask>,
+) {
+    const CB: usize = 64;
+    assert_eq!(dout.len(), tokens.len() * d);
+    let vocab = dtable.len() / d;
+    for &t in tokens {
+        assert!((t as usize) < vocab, "token id {t} outside the vocabulary of {vocab}");
+    }
+    let table = SharedMut(dtable.as_mut_ptr());
+    let positions = dpositions.map(|p| {
+        assert!(p.len() >= seq_len * d, "position table shorter than the sequence");
+        SharedMut(p.as_mut_ptr())
+    });
+    (0..d.div_ceil(CB)).into_par_iter().for_each(|cb| {
+        let (c0, w) = (cb * CB, CB.min(d - cb * CB));
+        // SAFETY: task cb writes only columns [c0, c0 + w) of each row, disjoint from every other
+        // task; token ids and positions were checked against the buffer sizes above.
+        unsafe {
+            scatter_block(&table, dout, tokens, d, c0, w, scale, dropout, |r| tokens[r] as usize);
+            if let Some(pos) = &positions {
+                scatter_block(pos, dout, tokens, d, c0, w, 1.0, dropout, |r| r % seq_len);
+            }
+        }
+    });
+}
+
+/// A raw pointer handed to rayon tasks that write disjoint column blocks.
+struct SharedMut(*mut f32);
+// SAFETY: see embedding_backward: tasks write disjoint elements.
+unsafe impl Sync for SharedMut {}
+
+/// dst[row_of(r)][c0..c0+w] += dout[r][c0..c0+w] · mask · scale for every row r.
+///
+/// # Safety
+/// `dst` must be valid for every row `row_of` returns, and no other task may touch these columns.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn scatter_block(
+    dst: &SharedMut,
+    dout: &[f32],
+    tokens: &[u32],
+    d: usize,
+    c0: usize,
+    w: usize,
+    scale: f32,
+    dropout: Option<DropoutMask>,
+    row_of: impl Fn(usize) -> usize,
+) {
+    for r in 0..tokens.len() {
+        let dst = dst.0.add(row_of(r) * d + c0);
+        let src = &dout[r * d + c0..r * d + c0 + w];
+        for (j, g) in src.iter().enumerate() {
+            let f = match dropout {
+                Some(mask) => mask.factor(r * d + c0 + j),
+                None => 1.0,
+            };
+            *dst.add(j) += g * f * scale;
+        }
+    }
+}
+
+/// The §3.5 sinusoid table (max_len, d): PE(pos, 2i) = sin(pos/10000^(2i/d)), PE(pos, 2i+1) = cos(…).
+pub fn sinusoid_table(max_len: usize, d: usize) -> Vec<f32> {
+    let mut t = vec![0f32; max_len * d];
+    for pos in 0..max_len {
+        for i in 0..d / 2 {
+            let angle = pos as f64 / 10000f64.powf(2.0 * i as f64 / d as f64);
+            t[pos * d + 2 * i] = angle.sin() as f32;
+            t[pos * d + 2 * i + 1] = angle.cos() as f32;
+        }
+    }
+    t
+}

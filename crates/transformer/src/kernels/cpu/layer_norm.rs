@@ -1,0 +1,172 @@
+//! §3.1 Residual connection, dropout and layer normalisation, fused: out = LN(x + Dropout(y)).
+
+use super::ROW_BLOCK;
+use crate::rng::DropoutMask;
+use multiversion::multiversion;
+use rayon::prelude::*;
+
+/// Forward. Saves for the backward: `s` (M, D) the normalised sum, `mean` (M) and `rstd` (M).
+///
+/// x (M, D) is the residual input, y (M, D) the sub-layer output; `dropout` masks y, its element
+/// index being the flat index into (M, D).
+#[allow(clippy::too_many_arguments)]
+pub fn residual_layer_norm_forward(
+    out: &mut [f32],
+    s: &mut [f32],
+    mean: &mut [f32],
+    rstd: &mut [f32],
+    x: &[f32],
+    y: &[f32],
+    gamma: &[f32],
+    beta: &[f32],
+    eps: f32,
+    dropout: Option<DropoutMask>,
+) {
+    let d = gamma.len();
+    let m = mean.len();
+    assert!(out.len() == m * d && s.len() == m * d && x.len() == m * d && y.len() == m * d);
+    assert!(rstd.len() == m && beta.len() == d);
+    let rb = ROW_BLOCK * d;
+    out.par_chunks_mut(rb)
+        .zip(s.par_chunks_mut(rb))
+        .zip(mean.par_chunks_mut(ROW_BLOCK).zip(rstd.par_chunks_mut(ROW_BLOCK)))
+        .enumerate()
+        .for_each(|(blk, ((out, s), (mean, rstd)))| {
+            let r0 = blk * ROW_BLOCK;
+            ln_forward_rows(out, s, mean, rstd, &x[r0 * d..], &y[r0 * d..], gamma, beta, eps, dropout, r0 * d);
+        });
+}
+
+#[multiversion(targets = "simd")]
+#[allow(clippy::too_many_arguments)]
+fn ln_forward_rows(
+    out: &mut [f32],
+    s: &mut [f32],
+    mean: &mut [f32],
+    rstd: &mut [f32],
+    x: &[f32],
+    y: &[f32],
+    gamma: &[f32],
+    beta: &[f32],
+    eps: f32,
+    dropout: Option<DropoutMask>,
+    base: usize,
+) {
+    let d = gamma.len();
+    for (r, (o, sr)) in out.chunks_exact_mut(d).zip(s.chunks_exact_mut(d)).enumerate() {
+        let xr = &x[r * d..(r + 1) * d];
+        let yr = &y[r * d..(r + 1) * d];
+        match dropout {
+            Some(mask) => {
+                let i0 = base + r * d;
+                for j in 0..d {
+                    sr[j] = xr[j] + yr[j] * mask.factor(i0 + j);
+                }
+            }
+            None => {
+                for j in 0..d {
+                    sr[j] = xr[j] + yr[j];
+                }
+            }
+        }
+        let mu = sr.iter().sum::<f32>() / d as f32;
+        let mut var = 0.0f32;
+        for v in sr.iter() {
+            var += (v - mu) * (v - mu);
+        }
+        let rs = 1.0 / (var / d as f32 + eps).sqrt();
+        for j in 0..d {
+            o[j] = (sr[j] - mu) * rs * gamma[j] + beta[j];
+        }
+        mean[r] = mu;
+        rstd[r] = rs;
+    }
+}
+
+/// Backward. Writes dx (M, D) (overwrite: the residual path's gradient) and dy (M, D) (overwrite: the
+/// sub-layer output's gradient, through the dropout mask); accumulates dgamma, dbeta.
+#[allow(clippy::too_many_arguments)]
+pub fn residual_layer_norm_backward(
+    dx: &mut [f32],
+    dy: &mut [f32],
+    dgamma: &mut [f32],
+    dbeta: &mut [f32],
+    dout: &[f32],
+    s: &[f32],
+    mean: &[f32],
+    rstd: &[f32],
+    gamma: &[f32],
+    dropout: Option<DropoutMask>,
+) {
+    let d = gamma.len();
+    let m = mean.len();
+    assert!(dx.len() == m * d && dy.len() == m * d && dout.len() == m * d && s.len() == m * d);
+    let rb = ROW_BLOCK * d;
+    dx.par_chunks_mut(rb).zip(dy.par_chunks_mut(rb)).enumerate().for_each(|(blk, (dx, dy))| {
+        let r0 = blk * ROW_BLOCK;
+        ln_backward_rows(dx, dy, &dout[r0 * d..], &s[r0 * d..], &mean[r0..], &rstd[r0..], gamma, dropout, r0 * d);
+    });
+    // Parameter gradients: column blocks, rows summed in order (deterministic).
+    dgamma.par_chunks_mut(64).zip(dbeta.par_chunks_mut(64)).enumerate().for_each(|(cb, (dg, db))| {
+        ln_param_grads(dg, db, dout, s, mean, rstd, d, cb * 64);
+    });
+}
+
+#[multiversion(targets = "simd")]
+#[allow(clippy::too_many_arguments)]
+fn ln_backward_rows(
+    dx: &mut [f32],
+    dy: &mut [f32],
+    dout: &[f32],
+    s: &[f32],
+    mean: &[f32],
+    rstd: &[f32],
+    gamma: &[f32],
+    dropout: Option<DropoutMask>,
+    base: usize,
+) {
+    let d = gamma.len();
+    let inv_d = 1.0 / d as f32;
+    for (r, (dxr, dyr)) in dx.chunks_exact_mut(d).zip(dy.chunks_exact_mut(d)).enumerate() {
+        let g = &dout[r * d..(r + 1) * d];
+        let sr = &s[r * d..(r + 1) * d];
+        let (mu, rs) = (mean[r], rstd[r]);
+        // dxhat = dout·gamma; ds = rstd·(dxhat − mean(dxhat) − xhat·mean(dxhat·xhat)).
+        let mut sum_g = 0.0f32;
+        let mut sum_gx = 0.0f32;
+        for j in 0..d {
+            let gj = g[j] * gamma[j];
+            sum_g += gj;
+            sum_gx += gj * (sr[j] - mu) * rs;
+        }
+        let (mg, mgx) = (sum_g * inv_d, sum_gx * inv_d);
+        for j in 0..d {
+            let xhat = (sr[j] - mu) * rs;
+            dxr[j] = rs * (g[j] * gamma[j] - mg - xhat * mgx);
+        }
+        match dropout {
+            Some(mask) => {
+                let i0 = base + r * d;
+                for j in 0..d {
+                    dyr[j] = dxr[j] * mask.factor(i0 + j);
+                }
+            }
+            None => dyr.copy_from_slice(dxr),
+        }
+    }
+}
+
+#[multiversion(targets = "simd")]
+#[allow(clippy::too_many_arguments)]
+fn ln_param_grads(dg: &mut [f32], db: &mut [f32], dout: &[f32], s: &[f32], mean: &[f32], rstd: &[f32], d: usize, c0: usize) {
+    let w = dg.len();
+    for r in 0..mean.len() {
+        let (mu, rs) = (mean[r], rstd[r]);
+        let g = &dout[r * d + c0..r * d + c0 + w];
+        let sr = &s[r * d + c0..r * d + c0 + w];
+        for j in 0..w {
+            dg[j] += g[j] * (sr[j] - mu) * rs;
+            db[j] += g[j];
+        }
+    }
+}

@@ -1,0 +1,287 @@
+//! Naive f64 twins of every CPU kernel: plain loops written straight from the equations, for tests
+//! (finite-difference gradient checks, fused-vs-naive comparisons) and benchmarks only.
+//!
+//! Layouts match the fast kernels, but buffers are dense: q (B·T, H·K), k (B·S, H·K), v (B·S, H·V).
+//! Dropout is an explicit multiplier array (0 or 1/(1−p)) so gradients can be checked through it.
+
+use super::AttnDims;
+
+/// C (m, n) = A (m, k) · B (k, n), all row-major.
+pub fn matmul(a: &[f64], b: &[f64], m: usize, n: usize, k: usize) -> Vec<f64> {
+    let mut c = vec![0.0; m * n];
+    for i in 0..m {
+        for j in 0..n {
+            let mut s = 0.0;
+            for p in 0..k {
+                s += a[i * k + p] * b[p * n + j];
+            }
+            c[i * n + j] = s;
+        }
+    }
+    c
+}
+
+/// The transpose of a (rows, cols) matrix.
+pub fn transpose(a: &[f64], rows: usize, cols: usize) -> Vec<f64> {
+    let mut t = vec![0.0; a.len()];
+    for i in 0..rows {
+        for j in 0..cols {
+            t[j * rows + i] = a[i * cols + j];
+        }
+    }
+    t
+}
+
+/// y (m, n) = x (m, k) Wᵀ + b, W stored (n, k).
+pub fn linear_forward(x: &[f64], w: &[f64], b: &[f64], m: usize, n: usize, k: usize) -> Vec<f64> {
+    let mut y = matmul(x, &transpose(w, n, k), m, n, k);
+    for i in 0..m {
+        for j in 0..n {
+            y[i * n + j] += b[j];
+        }
+    }
+    y
+}
+
+/// Gradients of [`linear_forward`]: (dx (m, k), dW (n, k), db (n)).
+pub fn linear_backward(dy: &[f64], x: &[f64], w: &[f64], m: usize, n: usize, k: usize) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
+    let dx = matmul(dy, w, m, k, n);
+    let dw = matmul(&transpose(dy, m, n), x, n, k, m);
+    let mut db = vec![0.0; n];
+    for i in 0..m {
+        for j in 0..n {
+            db[j] += dy[i * n + j];
+        }
+    }
+    (dx, dw, db)
+}
+
+/// Saved values of [`residual_layer_norm_forward`].
+pub struct LnSaved {
+    /// The sum x + mask·y (M, D).
+    pub s: Vec<f64>,
+    /// Row means (M).
+    pub mean: Vec<f64>,
+    /// Row 1/√(var + ε) (M).
+    pub rstd: Vec<f64>,
+}
+
+/// out = LN(x + mask ⊙ y) · gamma + beta, rows of width D.
+pub fn residual_layer_norm_forward(
+    x: &[f64],
+    y: &[f64],
+    mask: Option<&[f64]>,
+    gamma: &[f64],
+    beta: &[f64],
+    eps: f64,
+) -> (Vec<f64>, LnSaved) {
+    let d = gamma.len();
+    let m = x.len() / d;
+    let s: Vec<f64> = (0..m * d).map(|i| x[i] + y[i] * mask.map_or(1.0, |mk| mk[i])).collect();
+    let mut out = vec![0.0; m * d];
+    let (mut mean, mut rstd) = (vec![0.0; m], vec![0.0; m]);
+    for r in 0..m {
+        let row = &s[r * d..(r + 1) * d];
+        let mu = row.iter().sum::<f64>() / d as f64;
+        let var = row.iter().map(|v| (v - mu) * (v - mu)).sum::<f64>() / d as f64;
+        let rs = 1.0 / (var + eps).sqrt();
+        for j in 0..d {
+            out[r * d + j] = (row[j] - mu) * rs * gamma[j] + beta[j];
+        }
+        mean[r] = mu;
+        rstd[r] = rs;
+    }
+    (out, LnSaved { s, mean, rstd })
+}
+
+/// Gradients of [`residual_layer_norm_forward`]: (dx, dy, dgamma, dbeta).
+pub fn residual_layer_norm_backward(
+    dout: &[f64],
+    saved: &LnSaved,
+    mask: Option<&[f64]>,
+    gamma: &[f64],
+) -> (Vec<f64>, Vec<f64>, Vec<f64>, Vec<f64>) {
+    let d = gamma.len();
+    let m = dout.len() / d;
+    let mut dx = vec![0.0; m * d];
+    let (mut dg, mut db) = (vec![0.0; d], vec![0.0; d]);
+    for r in 0..m {
+        let (mu, rs) = (saved.mean[r], saved.rstd[r]);
+        let xhat: Vec<f64> = (0..d).map(|j| (saved.s[r * d + j] - mu) * rs).collect();
+        let g: Vec<f64> = (0..d).map(|j| dout[r * d + j] * gamma[j]).collect();
+        let mg = g.iter().sum::<f64>() / d as f64;
+        let mgx = g.iter().zip(&xhat).map(|(a, b)| a * b).sum::<f64>() / d as f64;
+        for j in 0..d {
+            dx[r * d + j] = rs * (g[j] - mg - xhat[j] * mgx);
+            dg[j] += dout[r * d + j] * xhat[j];
+            db[j] += dout[r * d + j];
+        }
+    }
+    let dy = (0..m * d).map(|i| dx[i] * mask.map_or(1.0, |mk| mk[i])).collect();
+    (dx, dy, dg, db)
+}
+
+fn visible(key_len: usize, causal: bool, i: usize) -> usize {
+    if causal {
+        key_len.min(i + 1)
+    } else {
+        key_len
+    }
+}
+
+/// Attention forward: (out (B·T, H·V), probs (B, H, T, S)). `mask` (B, H, T, S) multiplies the weights.
+#[allow(clippy::too_many_arguments)]
+pub fn attention_forward(
+    q: &[f64],
+    k: &[f64],
+    v: &[f64],
+    key_lens: &[usize],
+    causal: bool,
+    mask: Option<&[f64]>,
+    d: AttnDims,
+) -> (Vec<f64>, Vec<f64>) {
+    let (hk, hv) = (d.h * d.k, d.h * d.v);
+    let scale = 1.0 / (d.k as f64).sqrt();
+    let mut out = vec![0.0; d.b * d.t * hv];
+    let mut probs = vec![0.0; d.b * d.h * d.t * d.s];
+    for b in 0..d.b {
+        for h in 0..d.h {
+            for i in 0..d.t {
+                let n = visible(key_lens[b], causal, i);
+                if n == 0 {
+                    continue;
+                }
+                let scores: Vec<f64> = (0..n)
+                    .map(|j| (0..d.k).map(|c| q[(b * d.t + i) * hk + h * d.k + c] * k[(b * d.s + j) * hk + h * d.k + c]).sum::<f64>() * scale)
+                    .collect();
+                let max = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                let z: f64 = scores.iter().map(|s| (s - max).exp()).sum();
+                let base = ((b * d.h + h) * d.t + i) * d.s;
+                for j in 0..n {
+                    let p = (scores[j] - max).exp() / z;
+                    probs[base + j] = p;
+                    let pm = p * mask.map_or(1.0, |m| m[base + j]);
+                    for c in 0..d.v {
+                        out[(b * d.t + i) * hv + h * d.v + c] += pm * v[(b * d.s + j) * hv + h * d.v + c];
+                    }
+                }
+            }
+        }
+    }
+    (out, probs)
+}
+
+/// Attention backward: (dq, dk, dv) in the layouts of q, k, v.
+#[allow(clippy::too_many_arguments)]
+pub fn attention_backward(
+    dout: &[f64],
+    probs: &[f64],
+    q: &[f64],
+    k: &[f64],
+    v: &[f64],
+    key_lens: &[usize],
+    causal: bool,
+    mask: Option<&[f64]>,
+    d: AttnDims,
+) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
+    let (hk, hv) = (d.h * d.k, d.h * d.v);
+    let scale = 1.0 / (d.k as f64).sqrt();
+    let (mut dq, mut dk, mut dv) = (vec![0.0; q.len()], vec![0.0; k.len()], vec![0.0; v.len()]);
+    for b in 0..d.b {
+        for h in 0..d.h {
+            for i in 0..d.t {
+                let n = visible(key_lens[b], causal, i);
+                let base = ((b * d.h + h) * d.t + i) * d.s;
+                let go = |c: usize| dout[(b * d.t + i) * hv + h * d.v + c];
+                let mut dp = vec![0.0; n];
+                for j in 0..n {
+                    let m = mask.map_or(1.0, |mk| mk[base + j]);
+                    dp[j] = (0..d.v).map(|c| go(c) * v[(b * d.s + j) * hv + h * d.v + c]).sum::<f64>() * m;
+                    for c in 0..d.v {
+                        dv[(b * d.s + j) * hv + h * d.v + c] += probs[base + j] * m * go(c);
+                    }
+                }
+                let sum: f64 = (0..n).map(|j| dp[j] * probs[base + j]).sum();
+                for j in 0..n {
+                    let ds = probs[base + j] * (dp[j] - sum) * scale;
+                    for c in 0..d.k {
+                        dq[(b * d.t + i) * hk + h * d.k + c] += ds * k[(b * d.s + j) * hk + h * d.k + c];
+                        dk[(b * d.s + j) * hk + h * d.k + c] += ds * q[(b * d.t + i) * hk + h * d.k + c];
+                    }
+                }
+            }
+        }
+    }
+    (dq, dk, dv)
+}
+
+/// Label-smoothed cross-entropy summed over non-padding rows, and ∂/∂logits of that sum:
+/// (loss, nll, grad (M, V)). See the fast kernel for the definition.
+pub fn softmax_xent(logits: &[f64], targets: &[u32], pad: u32, epsilon: f64, vocab: usize) -> (f64, f64, Vec<f64>) {
+    let mut grad = vec![0.0; logits.len()];
+    let (mut loss, mut nll) = (0.0, 0.0);
+    for (r, &y) in targets.iter().enumerate() {
+        if y == pad {
+            continue;
+        }
+        let z = &logits[r * vocab..(r + 1) * vocab];
+        let max = z.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        let lse = max + z.iter().map(|v| (v - max).exp()).sum::<f64>().ln();
+        for vv in 0..vocab {
+            let lp = z[vv] - lse;
+            let q = epsilon / vocab as f64 + if vv == y as usize { 1.0 - epsilon } else { 0.0 };
+            loss -= q * lp;
+            grad[r * vocab + vv] = lp.exp() - q;
+        }
+        nll -= z[y as usize] - lse;
+    }
+    (loss, nll, grad)
+}
+
+/// out (B·L, D) = mask ⊙ (table[tokens] · scale + positions[l]).
+pub fn embedding_forward(tokens: &[u32], table: &[f64], positions: &[f64], seq_len: usize, d: usize, scale: f64, mask: Option<&[f64]>) -> Vec<f64> {
+    let mut out = vec![0.0; tokens.len() * d];
+    for (r, &t) in tokens.iter().enumerate() {
+        for j in 0..d {
+            let m = mask.map_or(1.0, |mk| mk[r * d + j]);
+            out[r * d + j] = m * (table[t as usize * d + j] * scale + positions[(r % seq_len) * d + j]);
+        }
+    }
+    out
+}
+
+/// Gradients of [`embedding_forward`]: (dtable, dpositions) with the shapes of table and positions.
+#[allow(clippy::too_many_arguments)]
+pub fn embedding_backward(dout: &[f64], tokens: &[u32], vocab: usize, pos_rows: usize, seq_len: usize, d: usize, scale: f64, mask: Option<&[f64]>) -> (Vec<f64>, Vec<f64>) {
+    let (mut dt, mut dp) = (vec![0.0; vocab * d], vec![0.0; pos_rows * d]);
+    for (r, &t) in tokens.iter().enumerate() {
+        for j in 0..d {
+            let g = dout[r * d + j] * mask.map_or(1.0, |mk| mk[r * d + j]);
+            dt[t as usize * d + j] += g * scale;
+            dp[(r % seq_len) * d + j] += g;
+        }
+    }
+    (dt, dp)
+}
+
+/// max(x, 0) and its backward.
+pub fn relu_forward(x: &[f64]) -> Vec<f64> {
+    x.iter().map(|v| v.max(0.0)).collect()
+}
+
+/// dh ⊙ [h > 0].
+pub fn relu_backward(dh: &[f64], h: &[f64]) -> Vec<f64> {
+    dh.iter().zip(h).map(|(d, h)| if *h > 0.0 { *d } else { 0.0 }).collect()
+}
+
+/// One Adam step in f64, as textbook: m̂ = m/(1−β1^t), v̂ = v/(1−β2^t), p −= lr·m̂/(√v̂ + ε).
+#[allow(clippy::too_many_arguments)]
+pub fn adam_update(p: &mut [f64], g: &[f64], m: &mut [f64], v: &mut [f64], beta1: f64, beta2: f64, eps: f64, lr: f64, t: u64) {
+    for i in 0..p.len() {
+        m[i] = beta1 * m[i] + (1.0 - beta1) * g[i];
+        v[i] = beta2 * v[i] + (1.0 - beta2) * g[i] * g[i];
+        let mh = m[i] / (1.0 - beta1.powi(t as i32));
+        let vh = v[i] / (1.0 - beta2.powi(t as i32));
+        p[i] -= lr * mh / (vh.sqrt() + eps);
+    }
+}

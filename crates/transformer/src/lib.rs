@@ -1,0 +1,48 @@
+//! # transformer
+//!
+//! "Attention Is All You Need" (Vaswani et al., 2017) on an own CPU engine: explicit forward and
+//! backward kernels over flat parameter, gradient and Adam buffers, in the manner of llm.c.
+//!
+//! ## Dimension legend (used in every shape comment)
+//! | letter | meaning |
+//! |---|---|
+//! | B | sentences in a batch |
+//! | S | source positions (padded) |
+//! | T | target positions (padded) |
+//! | M | rows of a flattened activation, B·S or B·T |
+//! | D | d_model |
+//! | H | heads |
+//! | K | d_k, query/key width per head |
+//! | V | d_v, value width per head (in attention); vocabulary size elsewhere |
+//! | F | d_ff |
+//!
+//! ## Modules
+//! - [`config`]: Table 3 columns and a preset per row.
+//! - [`params`]: the named flat layout and initialisation.
+//! - [`kernels`]: fused CPU kernels ([`kernels::cpu`]) and their naive twins ([`kernels::reference`]).
+//! - [`model`]: wiring of the encoder–decoder (§3).
+//! - [`train`]: learning-rate schedule (Eq. 3), Adam (§5.3), the training step, checkpoints.
+//! - [`rng`]: counter-based dropout masks and the initialisation generator.
+
+pub mod config;
+pub mod error;
+pub mod kernels;
+pub mod model;
+pub mod params;
+pub mod rng;
+pub mod train;
+
+pub use config::{ModelConfig, Positions};
+pub use error::{Error, Result};
+pub use model::{Batch, DropoutCtx, Transformer, Workspace};
+
+/// Padding id (fixed for every vocabulary).
+pub const PAD: u32 = 0;
+/// Beginning-of-sentence id: the decoder's first input.
+pub const BOS: u32 = 1;
+/// End-of-sentence id.
+pub const EOS: u32 = 2;
+/// Unknown-token id.
+pub const UNK: u32 = 3;
+/// Number of reserved special ids (pad, bos, eos, unk).
+pub const SPECIAL_TOKENS: usize = 4;

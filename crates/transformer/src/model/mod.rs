@@ -1,0 +1,315 @@
+//! §3 The encoder–decoder Transformer: wiring only. Kernels do the arithmetic; this module puts them
+//! in order over one flat parameter buffer and one flat gradient buffer.
+
+mod attention;
+mod feed_forward;
+mod workspace;
+
+pub use workspace::Workspace;
+
+use crate::config::ModelConfig;
+use crate::error::{Error, Result};
+use crate::kernels::cpu::embedding::{embedding_backward, embedding_forward, sinusoid_table};
+use crate::kernels::cpu::matmul::{matmul, Op};
+use crate::kernels::cpu::softmax_xent::{softmax_xent_forward_backward, XentSums};
+use crate::params::ParamLayout;
+use crate::rng::DropoutMask;
+use crate::PAD;
+
+/// A padded batch of sentence pairs (B sentences, source length S, target length T), right-padded
+/// with [`PAD`]. The decoder reads `tgt_in` (BOS y1 … yn) and is trained to predict `tgt_out`
+/// (y1 … yn EOS).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Batch {
+    /// B.
+    pub b: usize,
+    /// S (source positions, padded).
+    pub s: usize,
+    /// T (target positions, padded).
+    pub t: usize,
+    /// (B, S) source ids.
+    pub src: Vec<u32>,
+    /// (B) source lengths (non-padding tokens, a prefix of each row).
+    pub src_lens: Vec<usize>,
+    /// (B, T) decoder input ids.
+    pub tgt_in: Vec<u32>,
+    /// (B, T) decoder target ids; PAD where there is nothing to predict.
+    pub tgt_out: Vec<u32>,
+    /// (B) target lengths.
+    pub tgt_lens: Vec<usize>,
+}
+
+impl Batch {
+    /// A batch from token sequences: `src[i]` as is, `tgt[i]` as BOS·tgt → tgt·EOS. Sequences are
+    /// right-padded to the longest in the batch.
+    pub fn from_pairs(pairs: &[(Vec<u32>, Vec<u32>)]) -> Self {
+        let b = pairs.len();
+        let s = pairs.iter().map(|p| p.0.len()).max().unwrap_or(0);
+        let t = pairs.iter().map(|p| p.1.len() + 1).max().unwrap_or(0);
+        let mut batch = Batch {
+            b,
+            s,
+            t,
+            src: vec![PAD; b * s],
+            src_lens: Vec::with_capacity(b),
+            tgt_in: vec![PAD; b * t],
+            tgt_out: vec![PAD; b * t],
+            tgt_lens: Vec::with_capacity(b),
+        };
+        for (i, (src, tgt)) in pairs.iter().enumerate() {
+            batch.src[i * s..i * s + src.len()].copy_from_slice(src);
+            batch.src_lens.push(src.len());
+            batch.tgt_in[i * t] = crate::BOS;
+            batch.tgt_in[i * t + 1..i * t + 1 + tgt.len()].copy_from_slice(tgt);
+            batch.tgt_out[i * t..i * t + tgt.len()].copy_from_slice(tgt);
+            batch.tgt_out[i * t + tgt.len()] = crate::EOS;
+            batch.tgt_lens.push(tgt.len() + 1);
+        }
+        batch
+    }
+
+    /// Non-padding target tokens: the loss's normaliser.
+    pub fn target_tokens(&self) -> usize {
+        self.tgt_out.iter().filter(|&&t| t != PAD).count()
+    }
+
+    /// Checks shapes and ids against a model configuration.
+    pub fn validate(&self, c: &ModelConfig) -> Result<()> {
+        let bad = |m: String| Err(Error::Batch(m));
+        if self.src.len() != self.b * self.s || self.tgt_in.len() != self.b * self.t || self.tgt_out.len() != self.b * self.t {
+            return bad(format!("token buffers do not match B={} S={} T={}", self.b, self.s, self.t));
+        }
+        if self.src_lens.len() != self.b || self.tgt_lens.len() != self.b {
+            return bad("one length per sentence expected".into());
+        }
+        if self.s > c.max_positions || self.t > c.max_positions {
+            return bad(format!(
+                "sequence of {} positions exceeds max_positions = {}; raise max_positions or split the sentence",
+                self.s.max(self.t),
+                c.max_positions
+            ));
+        }
+        if let Some(&id) = self.src.iter().chain(&self.tgt_in).chain(&self.tgt_out).find(|&&id| id as usize >= c.vocab_size) {
+            return bad(format!("token id {id} outside the vocabulary of {}", c.vocab_size));
+        }
+        if self.src_lens.iter().any(|&l| l > self.s) || self.tgt_lens.iter().any(|&l| l > self.t) {
+            return bad("a length exceeds the padded width".into());
+        }
+        Ok(())
+    }
+}
+
+/// Seeds dropout for one forward/backward pass. `counter` must differ between passes (the update
+/// step times the accumulation count plus the micro-batch, say); the same (seed, counter) gives the
+/// same masks whatever the thread count.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DropoutCtx {
+    /// The run's seed.
+    pub seed: u64,
+    /// The pass's counter.
+    pub counter: u64,
+}
+
+/// Dropout site numbers (mixed into the mask key).
+pub(crate) mod site {
+    pub const ENC_EMBED: u64 = 1;
+    pub const DEC_EMBED: u64 = 2;
+    /// Sub-layer `k` of encoder layer `l`; `+ ATTN` for its attention weights.
+    pub fn enc(l: usize, k: u64) -> u64 {
+        100 + 10 * l as u64 + k
+    }
+    /// Sub-layer `k` of decoder layer `l`.
+    pub fn dec(l: usize, k: u64) -> u64 {
+        100_000 + 10 * l as u64 + k
+    }
+    pub const ATTN: u64 = 5;
+}
+
+/// The model: configuration, layout and the flat parameter buffer.
+#[derive(Clone, Debug)]
+pub struct Transformer {
+    /// Hyper-parameters.
+    pub config: ModelConfig,
+    /// Names, shapes and offsets of the parameters.
+    pub layout: ParamLayout,
+    /// All parameters, laid out by `layout`.
+    pub params: Vec<f32>,
+    /// (max_positions, D) sinusoids (empty with learned positions).
+    sinusoids: Vec<f32>,
+}
+
+/// Loss sums of one batch.
+pub type LossSums = XentSums;
+
+impl Transformer {
+    /// A freshly initialised model.
+    pub fn new(config: ModelConfig, seed: u64) -> Result<Self> {
+        config.validate()?;
+        let layout = ParamLayout::new(&config);
+        let params = layout.init(seed);
+        Self::from_params(config, params)
+    }
+
+    /// A model over given parameters (laid out by `ParamLayout::new(&config)`).
+    pub fn from_params(config: ModelConfig, params: Vec<f32>) -> Result<Self> {
+        config.validate()?;
+        let layout = ParamLayout::new(&config);
+        if params.len() != layout.total() {
+            return Err(Error::Config(format!(
+                "{} parameters given, the configuration needs {}",
+                params.len(),
+                layout.total()
+            )));
+        }
+        let sinusoids = match config.positions {
+            crate::config::Positions::Sinusoidal => sinusoid_table(config.max_positions, config.d_model),
+            crate::config::Positions::Learned => Vec::new(),
+        };
+        Ok(Transformer { config, layout, params, sinusoids })
+    }
+
+    fn positions(&self) -> &[f32] {
+        match self.layout.offsets.positions {
+            Some(off) => &self.params[off..off + self.config.max_positions * self.config.d_model],
+            None => &self.sinusoids,
+        }
+    }
+
+    fn mask(&self, ctx: Option<DropoutCtx>, p: f32, site: u64) -> Option<DropoutMask> {
+        match ctx {
+            Some(c) if p > 0.0 => Some(DropoutMask::new(p, c.seed, c.counter, site)),
+            _ => None,
+        }
+    }
+
+    /// Forward pass: fills `ws.logits` (B·T, V) and the activations the backward needs. Dropout is
+    /// applied when `dropout` is given (training), skipped otherwise.
+    pub fn forward(&self, batch: &Batch, ws: &mut Workspace, dropout: Option<DropoutCtx>) -> Result<()> {
+        batch.validate(&self.config)?;
+        ws.prepare(&self.config, batch.b, batch.s, batch.t);
+        let c = &self.config;
+        let (d, v) = (c.d_model, c.vocab_size);
+        let p = &self.params;
+        let o = &self.layout.offsets;
+        let emb = &p[o.embed..o.embed + v * d];
+        let scale = (d as f32).sqrt();
+        embedding_forward(&mut ws.enc_in, &batch.src, emb, self.positions(), batch.s, scale, self.mask(dropout, c.dropout, site::ENC_EMBED));
+        embedding_forward(&mut ws.dec_in, &batch.tgt_in, emb, self.positions(), batch.t, scale, self.mask(dropout, c.dropout, site::DEC_EMBED));
+
+        for l in 0..c.n_layers {
+            let lo = &o.encoder[l];
+            let (prev, rest) = ws.enc.split_at_mut(l);
+            let x: &[f32] = if l == 0 { &ws.enc_in } else { &prev[l - 1].ffn.norm.out };
+            let acts = &mut rest[0];
+            let dims = ws.dims;
+            attention::self_forward(self, p, &lo.self_attn, &lo.self_attn_norm, x, &mut acts.self_attn, &mut ws.y, &batch.src_lens, false, dims.b, dims.s,
+                self.mask(dropout, c.dropout, site::enc(l, 0)), self.mask(dropout, c.attention_dropout, site::enc(l, site::ATTN)));
+            feed_forward::forward(self, p, &lo.ffn, &lo.ffn_norm, &mut acts.ffn, &acts.self_attn.norm.out, &mut ws.y, self.mask(dropout, c.dropout, site::enc(l, 1)));
+        }
+        let enc_out: &[f32] = if c.n_layers == 0 { &ws.enc_in } else { &ws.enc[c.n_layers - 1].ffn.norm.out };
+        for l in 0..c.n_layers {
+            let lo = &o.decoder[l];
+            let (prev, rest) = ws.dec.split_at_mut(l);
+            let x: &[f32] = if l == 0 { &ws.dec_in } else { &prev[l - 1].ffn.norm.out };
+            let acts = &mut rest[0];
+            let dims = ws.dims;
+            attention::self_forward(self, p, &lo.self_attn, &lo.self_attn_norm, x, &mut acts.self_attn, &mut ws.y, &batch.tgt_lens, true, dims.b, dims.t,
+                self.mask(dropout, c.dropout, site::dec(l, 0)), self.mask(dropout, c.attention_dropout, site::dec(l, site::ATTN)));
+            attention::cross_forward(self, p, &lo.cross_attn, &lo.cross_attn_norm, &acts.self_attn.norm.out, enc_out, &mut acts.cross_attn, &mut ws.y, &batch.src_lens, dims,
+                self.mask(dropout, c.dropout, site::dec(l, 1)), self.mask(dropout, c.attention_dropout, site::dec(l, site::ATTN + 1)));
+            feed_forward::forward(self, p, &lo.ffn, &lo.ffn_norm, &mut acts.ffn, &acts.cross_attn.norm.out, &mut ws.y, self.mask(dropout, c.dropout, site::dec(l, 2)));
+        }
+        let dec_out: &[f32] = if c.n_layers == 0 { &ws.dec_in } else { &ws.dec[c.n_layers - 1].ffn.norm.out };
+        // §3.4: the pre-softmax projection is the shared embedding, logits = h Eᵀ.
+        matmul(&mut ws.logits, dec_out, Op::N, emb, Op::T, batch.b * batch.t, v, d, false);
+        Ok(())
+    }
+
+    /// After [`Transformer::forward`]: the label-smoothed loss over non-padding targets, replacing
+    /// `ws.logits` by `grad_scale · ∂loss/∂logits` (pass 1/tokens for the per-token mean).
+    pub fn loss(&self, batch: &Batch, ws: &mut Workspace, label_smoothing: f32, grad_scale: f32) -> LossSums {
+        softmax_xent_forward_backward(
+            &mut ws.logits,
+            &mut ws.row_loss,
+            &mut ws.row_nll,
+            &batch.tgt_out,
+            PAD,
+            label_smoothing,
+            grad_scale,
+            self.config.vocab_size,
+        )
+    }
+
+    /// Backward pass after [`Transformer::forward`] and [`Transformer::loss`] on the same batch,
+    /// workspace and dropout context. Accumulates (`+=`) parameter gradients into `grads`.
+    pub fn backward(&self, batch: &Batch, ws: &mut Workspace, dropout: Option<DropoutCtx>, grads: &mut [f32]) {
+        assert_eq!(grads.len(), self.params.len(), "gradient buffer does not match the layout");
+        let c = &self.config;
+        let (d, v, n) = (c.d_model, c.vocab_size, c.n_layers);
+        let p = &self.params;
+        let o = &self.layout.offsets;
+        let dims = ws.dims;
+        let (ms, mt) = (dims.b * dims.s, dims.b * dims.t);
+        let emb = &p[o.embed..o.embed + v * d];
+        let scale = (d as f32).sqrt();
+
+        // Pre-softmax projection: d(dec_out) = dlogits E; dE += dlogitsᵀ dec_out.
+        {
+            let dec_out: &[f32] = if n == 0 { &ws.dec_in } else { &ws.dec[n - 1].ffn.norm.out };
+            matmul(&mut ws.g_a[..mt * d], &ws.logits, Op::N, emb, Op::N, mt, d, v, false);
+            matmul(&mut grads[o.embed..o.embed + v * d], &ws.logits, Op::T, dec_out, Op::N, v, d, mt, true);
+        }
+        ws.d_enc[..ms * d].fill(0.0);
+        for l in (0..n).rev() {
+            let lo = &o.decoder[l];
+            let (prev, rest) = ws.dec.split_at(l);
+            let x: &[f32] = if l == 0 { &ws.dec_in } else { &prev[l - 1].ffn.norm.out };
+            let acts = &rest[0];
+            let enc_out: &[f32] = if n == 0 { &ws.enc_in } else { &ws.enc[n - 1].ffn.norm.out };
+            let g = &mut ws.grad;
+            feed_forward::backward(p, grads, &lo.ffn, &lo.ffn_norm, &acts.ffn, &acts.cross_attn.norm.out, &ws.g_a[..mt * d], &mut ws.g_b[..mt * d], g, d, c.d_ff, self.mask(dropout, c.dropout, site::dec(l, 2)));
+            attention::cross_backward(self, p, grads, &lo.cross_attn, &lo.cross_attn_norm, &acts.cross_attn, &acts.self_attn.norm.out, enc_out, &ws.g_b[..mt * d], &mut ws.g_a[..mt * d], &mut ws.d_enc[..ms * d], g, &batch.src_lens, dims,
+                self.mask(dropout, c.dropout, site::dec(l, 1)), self.mask(dropout, c.attention_dropout, site::dec(l, site::ATTN + 1)));
+            attention::self_backward(self, p, grads, &lo.self_attn, &lo.self_attn_norm, &acts.self_attn, x, &ws.g_a[..mt * d], &mut ws.g_b[..mt * d], g, &batch.tgt_lens, true, dims.b, dims.t,
+                self.mask(dropout, c.dropout, site::dec(l, 0)), self.mask(dropout, c.attention_dropout, site::dec(l, site::ATTN)));
+            std::mem::swap(&mut ws.g_a, &mut ws.g_b);
+        }
+        // g_a holds d(dec_in). With no decoder layers the encoder output is unused.
+        let (emb_g, pos_g) = embedding_grads(grads, o.embed, v * d, o.positions, c.max_positions * d);
+        embedding_backward(emb_g, pos_g, &ws.g_a[..mt * d], &batch.tgt_in, dims.t, d, scale, self.mask(dropout, c.dropout, site::DEC_EMBED));
+
+        std::mem::swap(&mut ws.g_a, &mut ws.d_enc);
+        for l in (0..n).rev() {
+            let lo = &o.encoder[l];
+            let (prev, rest) = ws.enc.split_at(l);
+            let x: &[f32] = if l == 0 { &ws.enc_in } else { &prev[l - 1].ffn.norm.out };
+            let acts = &rest[0];
+            let g = &mut ws.grad;
+            feed_forward::backward(p, grads, &lo.ffn, &lo.ffn_norm, &acts.ffn, &acts.self_attn.norm.out, &ws.g_a[..ms * d], &mut ws.g_b[..ms * d], g, d, c.d_ff, self.mask(dropout, c.dropout, site::enc(l, 1)));
+            attention::self_backward(self, p, grads, &lo.self_attn, &lo.self_attn_norm, &acts.self_attn, x, &ws.g_b[..ms * d], &mut ws.g_a[..ms * d], g, &batch.src_lens, false, dims.b, dims.s,
+                self.mask(dropout, c.dropout, site::enc(l, 0)), self.mask(dropout, c.attention_dropout, site::enc(l, site::ATTN)));
+        }
+        let (emb_g, pos_g) = embedding_grads(grads, o.embed, v * d, o.positions, c.max_positions * d);
+        embedding_backward(emb_g, pos_g, &ws.g_a[..ms * d], &batch.src, dims.s, d, scale, self.mask(dropout, c.dropout, site::ENC_EMBED));
+        std::mem::swap(&mut ws.g_a, &mut ws.d_enc);
+    }
+}
+
+/// The embedding's gradient slice and, with learned positions, the positions' (which follow it).
+fn embedding_grads(grads: &mut [f32], embed: usize, embed_len: usize, positions: Option<usize>, pos_len: usize) -> (&mut [f32], Option<&mut [f32]>) {
+    let (head, tail) = grads[embed..].split_at_mut(embed_len);
+    match positions {
+        Some(off) => {
+            assert_eq!(off, embed + embed_len, "learned positions must follow the embedding");
+            (head, Some(&mut tail[..pos_len]))
+        }
+        None => (head, None),
+    }
+}
+
+/// Two disjoint mutable sub-slices `[a, a+la)` and `[b, b+lb)` of `buf`, with `a + la <= b`.
+pub(crate) fn two_mut(buf: &mut [f32], a: usize, la: usize, b: usize, lb: usize) -> (&mut [f32], &mut [f32]) {
+    assert!(a + la <= b, "two_mut: ranges overlap or are out of order");
+    let (x, y) = buf.split_at_mut(b);
+    (&mut x[a..a + la], &mut y[..lb])
+}

@@ -1,0 +1,181 @@
+//! Activations saved by the forward pass for the backward, and scratch, sized per batch shape and
+//! reused across steps (buffers only grow).
+
+use crate::config::ModelConfig;
+
+/// Batch shape the workspace is prepared for.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Dims {
+    /// B.
+    pub b: usize,
+    /// S.
+    pub s: usize,
+    /// T.
+    pub t: usize,
+}
+
+/// Saved values of one residual + LayerNorm.
+#[derive(Default, Debug)]
+pub struct NormActs {
+    /// (M, D) LN input x + Dropout(y).
+    pub s: Vec<f32>,
+    /// (M) row means.
+    pub mean: Vec<f32>,
+    /// (M) row 1/σ.
+    pub rstd: Vec<f32>,
+    /// (M, D) LN output: the sub-layer block's output.
+    pub out: Vec<f32>,
+}
+
+/// Saved values of one attention sub-layer.
+#[derive(Default, Debug)]
+pub struct AttnActs {
+    /// Self-attention: (M, 2·H·K + H·V) fused Q|K|V. Encoder–decoder: (B·T, H·K) Q.
+    pub q: Vec<f32>,
+    /// Encoder–decoder only: (B·S, H·K + H·V) K|V of the encoder output.
+    pub kv: Vec<f32>,
+    /// (B, H, T, S) attention weights before dropout.
+    pub probs: Vec<f32>,
+    /// (M, H·V) concatenated heads, before W^O.
+    pub ctx: Vec<f32>,
+    /// Residual + LayerNorm.
+    pub norm: NormActs,
+}
+
+/// Saved values of one FFN sub-layer.
+#[derive(Default, Debug)]
+pub struct FfnActs {
+    /// (M, F) ReLU output.
+    pub h: Vec<f32>,
+    /// Residual + LayerNorm.
+    pub norm: NormActs,
+}
+
+/// One encoder layer's saved values.
+#[derive(Default, Debug)]
+pub struct EncoderActs {
+    /// Self-attention.
+    pub self_attn: AttnActs,
+    /// FFN.
+    pub ffn: FfnActs,
+}
+
+/// One decoder layer's saved values.
+#[derive(Default, Debug)]
+pub struct DecoderActs {
+    /// Causal self-attention.
+    pub self_attn: AttnActs,
+    /// Encoder–decoder attention.
+    pub cross_attn: AttnActs,
+    /// FFN.
+    pub ffn: FfnActs,
+}
+
+/// Backward scratch for intermediate gradients (sized for the larger of source and target).
+#[derive(Default, Debug)]
+pub struct GradScratch {
+    /// (M, D) gradient of a sub-layer output.
+    pub dy: Vec<f32>,
+    /// (M, H·V) gradient of the concatenated heads.
+    pub d_ctx: Vec<f32>,
+    /// (M, 2·H·K + H·V) gradient of Q|K|V (or of Q alone).
+    pub d_qkv: Vec<f32>,
+    /// (B·S, H·K + H·V) gradient of the encoder–decoder K|V.
+    pub d_kv: Vec<f32>,
+    /// (M, F) gradient of the FFN hidden layer.
+    pub d_h: Vec<f32>,
+    /// (B, H, T, S) gradient of attention scores.
+    pub dscores: Vec<f32>,
+}
+
+/// Everything one forward/backward pass writes besides parameter gradients.
+#[derive(Default, Debug)]
+pub struct Workspace {
+    /// The shape prepared for.
+    pub dims: Dims,
+    /// (B·S, D) encoder input: dropout(embedding·√D + positions).
+    pub enc_in: Vec<f32>,
+    /// (B·T, D) decoder input.
+    pub dec_in: Vec<f32>,
+    /// Encoder layers' saved values.
+    pub enc: Vec<EncoderActs>,
+    /// Decoder layers' saved values.
+    pub dec: Vec<DecoderActs>,
+    /// (B·T, V) logits; after the loss, their gradient.
+    pub logits: Vec<f32>,
+    /// (B·T) per-token smoothed loss.
+    pub row_loss: Vec<f32>,
+    /// (B·T) per-token negative log-likelihood.
+    pub row_nll: Vec<f32>,
+    /// (M, D) sub-layer output scratch.
+    pub y: Vec<f32>,
+    /// (M, D) activation-gradient ping-pong buffers.
+    pub g_a: Vec<f32>,
+    /// (M, D).
+    pub g_b: Vec<f32>,
+    /// (M, D) gradient of the encoder output, summed over decoder layers.
+    pub d_enc: Vec<f32>,
+    /// Intermediate gradients.
+    pub grad: GradScratch,
+}
+
+fn fit(v: &mut Vec<f32>, n: usize) {
+    v.resize(n, 0.0);
+}
+
+fn fit_attn(a: &mut AttnActs, q: usize, kv: usize, probs: usize, ctx: usize, m: usize, d: usize) {
+    fit(&mut a.q, q);
+    fit(&mut a.kv, kv);
+    fit(&mut a.probs, probs);
+    fit(&mut a.ctx, ctx);
+    fit_norm(&mut a.norm, m, d);
+}
+
+fn fit_norm(n: &mut NormActs, m: usize, d: usize) {
+    fit(&mut n.s, m * d);
+    fit(&mut n.mean, m);
+    fit(&mut n.rstd, m);
+    fit(&mut n.out, m * d);
+}
+
+impl Workspace {
+    /// An empty workspace; buffers are sized by the first pass.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sizes every buffer for a batch of shape (b, s, t).
+    pub fn prepare(&mut self, c: &ModelConfig, b: usize, s: usize, t: usize) {
+        self.dims = Dims { b, s, t };
+        let (d, h, f) = (c.d_model, c.n_heads, c.d_ff);
+        let (hk, hv) = (h * c.d_k, h * c.d_v);
+        let (ms, mt) = (b * s, b * t);
+        let mx = ms.max(mt);
+        fit(&mut self.enc_in, ms * d);
+        fit(&mut self.dec_in, mt * d);
+        self.enc.resize_with(c.n_layers, Default::default);
+        self.dec.resize_with(c.n_layers, Default::default);
+        for e in &mut self.enc {
+            fit_attn(&mut e.self_attn, ms * (2 * hk + hv), 0, b * h * s * s, ms * hv, ms, d);
+            fit(&mut e.ffn.h, ms * f);
+            fit_norm(&mut e.ffn.norm, ms, d);
+        }
+        for e in &mut self.dec {
+            fit_attn(&mut e.self_attn, mt * (2 * hk + hv), 0, b * h * t * t, mt * hv, mt, d);
+            fit_attn(&mut e.cross_attn, mt * hk, ms * (hk + hv), b * h * t * s, mt * hv, mt, d);
+            fit(&mut e.ffn.h, mt * f);
+            fit_norm(&mut e.ffn.norm, mt, d);
+        }
+        fit(&mut self.logits, mt * c.vocab_size);
+        fit(&mut self.row_loss, mt);
+        fit(&mut self.row_nll, mt);
+        for v in [&mut self.y, &mut self.g_a, &mut self.g_b, &mut self.d_enc, &mut self.grad.dy] {
+            fit(v, mx * d);
+        }
+        fit(&mut self.grad.d_ctx, mx * hv);
+        fit(&mut self.grad.d_qkv, mx * (2 * hk + hv));
+        fit(&mut self.grad.d_kv, ms * (hk + hv));
+        fit(&mut self.grad.d_h, mx * f);
+        fit(&mut self.grad.dscores, b * h * t.max(s) * t.max(s));
+    }
+}

@@ -1,0 +1,187 @@
+//! Checkpoints in safetensors: one tensor per layout name, optional flat Adam moments, and metadata
+//! (format and version, the resolved config, step, vocabulary hash, trainer state). Written to a
+//! temporary file, synced and renamed, so a crash never leaves a half-written checkpoint.
+
+use crate::config::ModelConfig;
+use crate::error::{Error, Result};
+use crate::params::ParamLayout;
+use safetensors::tensor::{Dtype, TensorView};
+use safetensors::SafeTensors;
+use std::collections::{BTreeMap, HashMap};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// The `format` metadata value of our checkpoints.
+pub const FORMAT: &str = "transformer-checkpoint";
+/// The current format version.
+pub const FORMAT_VERSION: u32 = 1;
+const ADAM_M: &str = "optimizer.adam_m";
+const ADAM_V: &str = "optimizer.adam_v";
+
+/// Everything a checkpoint holds.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Checkpoint {
+    /// The model's resolved configuration.
+    pub config: ModelConfig,
+    /// Updates done.
+    pub step: u64,
+    /// Hash of the vocabulary the model was trained with ("" if none).
+    pub vocab_hash: String,
+    /// Parameters in layout order.
+    pub params: Vec<f32>,
+    /// Adam's first and second moments, when saved for resuming.
+    pub adam: Option<(Vec<f32>, Vec<f32>)>,
+    /// Further string metadata (trainer state and the like).
+    pub extra: BTreeMap<String, String>,
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
+    move |source| Error::Io { path: path.to_path_buf(), source }
+}
+
+fn le_bytes(v: &[f32]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(v.len() * 4);
+    for x in v {
+        out.extend_from_slice(&x.to_le_bytes());
+    }
+    out
+}
+
+/// Writes `ckpt` to `path` atomically (temporary file in the same directory, fsync, rename).
+pub fn save(path: &Path, ckpt: &Checkpoint) -> Result<()> {
+    let layout = ParamLayout::new(&ckpt.config);
+    if ckpt.params.len() != layout.total() {
+        return Err(Error::Config(format!(
+            "checkpoint has {} parameters, its config needs {}",
+            ckpt.params.len(),
+            layout.total()
+        )));
+    }
+    let bytes: Vec<(String, Vec<u8>, Vec<usize>)> = layout
+        .entries()
+        .iter()
+        .map(|e| (e.name.clone(), le_bytes(&ckpt.params[e.range()]), e.shape.clone()))
+        .chain(ckpt.adam.iter().flat_map(|(m, v)| {
+            [(ADAM_M.to_string(), le_bytes(m), vec![m.len()]), (ADAM_V.to_string(), le_bytes(v), vec![v.len()])]
+        }))
+        .collect();
+    let views = bytes
+        .iter()
+        .map(|(name, data, shape)| {
+            let view = TensorView::new(Dtype::F32, shape.clone(), data).map_err(|e| Error::Config(format!("tensor {name}: {e}")))?;
+            Ok((name.clone(), view))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let mut meta: HashMap<String, String> = ckpt.extra.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    meta.insert("format".into(), FORMAT.into());
+    meta.insert("format_version".into(), FORMAT_VERSION.to_string());
+    meta.insert("config".into(), serde_json::to_string(&ckpt.config).expect("config serialises"));
+    meta.insert("step".into(), ckpt.step.to_string());
+    meta.insert("vocab_hash".into(), ckpt.vocab_hash.clone());
+    let data = safetensors::tensor::serialize(views, &Some(meta)).map_err(|e| Error::Config(format!("serialising checkpoint: {e}")))?;
+    write_atomically(path, &data)
+}
+
+/// Writes `data` to `path` through a temporary file and a rename.
+pub fn write_atomically(path: &Path, data: &[u8]) -> Result<()> {
+    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let tmp: PathBuf = dir.join(format!(".{name}.tmp.{}", std::process::id()));
+    let result = (|| {
+        let mut f = std::fs::File::create(&tmp).map_err(io(&tmp))?;
+        f.write_all(data).map_err(io(&tmp))?;
+        f.sync_all().map_err(io(&tmp))?;
+        std::fs::rename(&tmp, path).map_err(io(path))?;
+        if let Ok(d) = std::fs::File::open(dir) {
+            let _ = d.sync_all();
+        }
+        Ok(())
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
+/// Reads a checkpoint, checking that it is one of ours and that every tensor matches the layout of
+/// its own stored config. Never panics on a corrupt file.
+pub fn load(path: &Path) -> Result<Checkpoint> {
+    let bytes = std::fs::read(path).map_err(io(path))?;
+    let corrupt = |reason: String| Error::CorruptCheckpoint { path: path.to_path_buf(), reason };
+    let (_, header) = SafeTensors::read_metadata(&bytes).map_err(|e| corrupt(format!("unreadable safetensors header ({e})")))?;
+    let st = SafeTensors::deserialize(&bytes).map_err(|e| corrupt(format!("{e}")))?;
+    let meta = header.metadata().clone().unwrap_or_default();
+    let field = |k: &str| meta.get(k).cloned().ok_or_else(|| corrupt(format!("metadata has no '{k}'")));
+    if field("format")? != FORMAT {
+        return Err(corrupt("not a transformer checkpoint (metadata 'format' differs)".into()));
+    }
+    let version: u32 = field("format_version")?.parse().map_err(|_| corrupt("bad format_version".into()))?;
+    if version != FORMAT_VERSION {
+        return Err(corrupt(format!("format version {version}, this build reads version {FORMAT_VERSION}")));
+    }
+    let config: ModelConfig = serde_json::from_str(&field("config")?).map_err(|e| corrupt(format!("bad config metadata ({e})")))?;
+    config.validate().map_err(|e| corrupt(format!("stored config invalid: {e}")))?;
+    let step: u64 = field("step")?.parse().map_err(|_| corrupt("bad step".into()))?;
+    let vocab_hash = field("vocab_hash")?;
+    let layout = ParamLayout::new(&config);
+    let mut params = vec![0f32; layout.total()];
+    for e in layout.entries() {
+        let t = st.tensor(&e.name).map_err(|_| corrupt(format!("tensor '{}' is missing", e.name)))?;
+        if t.dtype() != Dtype::F32 || t.shape() != e.shape.as_slice() {
+            return Err(corrupt(format!(
+                "tensor '{}' is {:?} {:?}, its config implies F32 {:?}",
+                e.name,
+                t.dtype(),
+                t.shape(),
+                e.shape
+            )));
+        }
+        read_f32(t.data(), &mut params[e.range()]);
+    }
+    let adam = match (st.tensor(ADAM_M), st.tensor(ADAM_V)) {
+        (Ok(m), Ok(v)) => {
+            let n = layout.total();
+            if m.shape() != [n] || v.shape() != [n] || m.dtype() != Dtype::F32 || v.dtype() != Dtype::F32 {
+                return Err(corrupt("optimizer moments do not match the parameter count".into()));
+            }
+            let (mut am, mut av) = (vec![0f32; n], vec![0f32; n]);
+            read_f32(m.data(), &mut am);
+            read_f32(v.data(), &mut av);
+            Some((am, av))
+        }
+        _ => None,
+    };
+    let extra = meta
+        .into_iter()
+        .filter(|(k, _)| !["format", "format_version", "config", "step", "vocab_hash"].contains(&k.as_str()))
+        .collect();
+    Ok(Checkpoint { config, step, vocab_hash, params, adam, extra })
+}
+
+/// Reads a checkpoint for a model configured as `expected`; a different config is an error naming
+/// the first differing field with both values.
+pub fn load_for(path: &Path, expected: &ModelConfig) -> Result<Checkpoint> {
+    let ckpt = load(path)?;
+    let a = serde_json::to_value(expected).expect("config serialises");
+    let b = serde_json::to_value(&ckpt.config).expect("config serialises");
+    if let (Some(a), Some(b)) = (a.as_object(), b.as_object()) {
+        for (k, va) in a {
+            let vb = b.get(k).cloned().unwrap_or(serde_json::Value::Null);
+            if *va != vb {
+                return Err(Error::CheckpointMismatch {
+                    path: path.to_path_buf(),
+                    what: format!("config field '{k}'"),
+                    expected: va.to_string(),
+                    found: vb.to_string(),
+                });
+            }
+        }
+    }
+    Ok(ckpt)
+}
+
+fn read_f32(bytes: &[u8], dst: &mut [f32]) {
+    for (d, c) in dst.iter_mut().zip(bytes.chunks_exact(4)) {
+        *d = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+    }
+}

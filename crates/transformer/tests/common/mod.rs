@@ -1,0 +1,58 @@
+//! Shared test helpers: random data and closeness checks that report the worst element.
+#![allow(dead_code)]
+
+use transformer::rng::Rng;
+
+/// `n` values uniform in (-scale, scale).
+pub fn rand_vec(rng: &mut Rng, n: usize, scale: f64) -> Vec<f64> {
+    (0..n).map(|_| (rng.uniform() * 2.0 - 1.0) * scale).collect()
+}
+
+pub fn to_f32(v: &[f64]) -> Vec<f32> {
+    v.iter().map(|&x| x as f32).collect()
+}
+
+pub fn to_f64(v: &[f32]) -> Vec<f64> {
+    v.iter().map(|&x| x as f64).collect()
+}
+
+/// Asserts |got − want| ≤ atol + rtol·|want| elementwise; on failure names the first bad index and
+/// the max abs/rel errors.
+pub fn assert_close(what: &str, got: &[f64], want: &[f64], atol: f64, rtol: f64) {
+    assert_eq!(got.len(), want.len(), "{what}: length {} vs {}", got.len(), want.len());
+    let mut first_bad = None;
+    let (mut max_abs, mut max_rel) = (0.0f64, 0.0f64);
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        let err = (g - w).abs();
+        max_abs = max_abs.max(err);
+        if w.abs() > 1e-12 {
+            max_rel = max_rel.max(err / w.abs());
+        }
+        if !(err <= atol + rtol * w.abs()) && first_bad.is_none() {
+            first_bad = Some((i, *g, *w));
+        }
+    }
+    if let Some((i, g, w)) = first_bad {
+        panic!("{what}: element {i}: got {g}, want {w} (max abs err {max_abs:.3e}, max rel err {max_rel:.3e}, atol {atol:e}, rtol {rtol:e})");
+    }
+}
+
+/// Central-difference gradient of the scalar `f` at `x` (f64, step h).
+pub fn numeric_grad(x: &[f64], h: f64, mut f: impl FnMut(&[f64]) -> f64) -> Vec<f64> {
+    let mut x = x.to_vec();
+    (0..x.len())
+        .map(|i| {
+            let orig = x[i];
+            x[i] = orig + h;
+            let fp = f(&x);
+            x[i] = orig - h;
+            let fm = f(&x);
+            x[i] = orig;
+            (fp - fm) / (2.0 * h)
+        })
+        .collect()
+}
+
+pub fn weighted_sum(y: &[f64], g: &[f64]) -> f64 {
+    y.iter().zip(g).map(|(a, b)| a * b).sum()
+}
