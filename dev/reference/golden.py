@@ -18,7 +18,8 @@ Each file holds, for one fixed hand-written batch:
 * the gradient of the per-token label-smoothed loss (`grad.<name>`),
 * a 5-step Adam run with the paper's learning-rate schedule (`adam.losses`, `after.<name>`),
 
-plus string metadata (`config`, `warmup`, `lr_scale`, `generator`).
+plus string metadata (`config`, `warmup`, `lr_scale`, `generator`). Re-running the script
+reproduces the files byte for byte.
 
 All arithmetic is float64; tensors are rounded to float32 only when stored. The model is
 written as plain functions over an ordered dict of parameters so that the names, shapes and
@@ -35,7 +36,6 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from safetensors.torch import save_file
 
 # --------------------------------------------------------------------------------------------
 # Configuration
@@ -191,7 +191,9 @@ def init_params(cfg) -> "OrderedDict[str, torch.Tensor]":
     params = OrderedDict()
     for name, shape, _ in param_layout(cfg):
         assert tuple(values[name].shape) == shape, name
-        params[name] = values[name].clone().requires_grad_(True)
+        # Round to float32 first: the fixture stores float32, and the reference must compute from
+        # exactly the values the Rust side loads.
+        params[name] = values[name].to(torch.float32).to(DTYPE).clone().requires_grad_(True)
     return params
 
 
@@ -334,6 +336,35 @@ def learning_rate(step: int, d_model: int) -> float:
     return LR_SCALE * d_model**-0.5 * min(step**-0.5, step * WARMUP**-1.5)
 
 
+def write_safetensors(path: Path, tensors, metadata) -> None:
+    """Write a safetensors file with a deterministic byte layout.
+
+    `safetensors.torch.save_file` emits the metadata in hash-map order, so two runs give
+    different bytes for identical content. The format is simple enough to write directly:
+    an 8-byte little-endian header length, a JSON header (space-padded to a multiple of 8)
+    mapping each name to dtype/shape/byte range, then the raw little-endian data.
+    Tensors are laid out in insertion order.
+    """
+    dtype_names = {torch.float32: "F32", torch.int64: "I64"}
+    header = {"__metadata__": dict(sorted(metadata.items()))}
+    blobs, offset = [], 0
+    for name, t in tensors.items():
+        arr = t.contiguous().numpy()
+        data = arr.astype(arr.dtype.newbyteorder("<"), copy=False).tobytes()  # little-endian
+        header[name] = {"dtype": dtype_names[t.dtype], "shape": list(t.shape),
+                        "data_offsets": [offset, offset + len(data)]}
+        blobs.append(data)
+        offset += len(data)
+    head = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    head += b" " * (-len(head) % 8)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(len(head).to_bytes(8, "little"))
+        f.write(head)
+        for data in blobs:
+            f.write(data)
+
+
 def build_fixture(cfg, path: Path) -> None:
     batch = make_batch()
     src, src_lens, tgt_in, tgt_out, tgt_lens = batch
@@ -384,13 +415,12 @@ def build_fixture(cfg, path: Path) -> None:
         tensors[f"after.{name}"] = f32(p)
 
     metadata = {
-        "config": json.dumps(cfg),
+        "config": json.dumps(cfg, separators=(",", ":")),
         "warmup": str(WARMUP),
         "lr_scale": str(LR_SCALE),
         "generator": "dev/reference/golden.py",
     }
-    path.parent.mkdir(parents=True, exist_ok=True)
-    save_file(dict(tensors), str(path), metadata=metadata)
+    write_safetensors(path, tensors, metadata)
 
     print(f"{path.relative_to(REPO_ROOT)}  ({path.stat().st_size} bytes, "
           f"{sum(v.numel() for v in initial.values())} parameters)")

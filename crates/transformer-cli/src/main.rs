@@ -1,1 +1,289 @@
-fn main() {}
+//! The `transformer` command-line tool.
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+use std::time::Instant;
+use transformer::config::{param_count, ModelConfig, PAPER_VOCAB, PRESET_NAMES};
+use transformer::rng::Rng;
+use transformer::synthetic::{self, Task};
+use transformer::train::{checkpoint, Schedule, Trainer};
+use transformer::{Batch, Transformer};
+
+#[derive(Parser)]
+#[command(name = "transformer", version, about = "Attention Is All You Need: train, decode and evaluate Transformers on CPU")]
+struct Cli {
+    /// Worker threads (default: all cores).
+    #[arg(long, global = true)]
+    threads: Option<usize>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Print the exact parameter count of a Table 3 preset (or all presets with --all).
+    Params {
+        /// Preset name: base, a1..a4, b1, b2, c1..c7, d1..d4, e, big.
+        #[arg(long, default_value = "base")]
+        preset: String,
+        /// Shared vocabulary size.
+        #[arg(long, default_value_t = PAPER_VOCAB)]
+        vocab: usize,
+        /// Every preset, one per line.
+        #[arg(long)]
+        all: bool,
+        /// Machine-readable JSON output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Train a small model on a synthetic copy/reverse task and report held-out token accuracy.
+    Synthetic {
+        /// copy or reverse.
+        #[arg(long, default_value = "reverse")]
+        task: String,
+        /// Updates.
+        #[arg(long, default_value_t = 600)]
+        steps: u64,
+        /// Random seed.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Write the final checkpoint here.
+        #[arg(long)]
+        save: Option<std::path::PathBuf>,
+    },
+    /// Benchmarks.
+    Bench {
+        #[command(subcommand)]
+        which: BenchCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum BenchCommand {
+    /// Time full training steps (forward + backward + Adam) of the benchmark model.
+    TrainStep {
+        /// Timed steps.
+        #[arg(long, default_value_t = 10)]
+        steps: usize,
+        /// Untimed warm-up steps.
+        #[arg(long, default_value_t = 3)]
+        warmup: usize,
+        /// Print one JSON line.
+        #[arg(long)]
+        json: bool,
+    },
+    /// GFLOP/s of f32 matrix products at the shapes of a training step (and square ones).
+    Matmul {
+        /// Repetitions per shape (median reported).
+        #[arg(long, default_value_t = 10)]
+        reps: usize,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    if let Some(n) = cli.threads {
+        if let Err(e) = rayon::ThreadPoolBuilder::new().num_threads(n).build_global() {
+            eprintln!("error: cannot start {n} threads: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
+    match run(cli.command) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cmd: Command) -> Result<()> {
+    match cmd {
+        Command::Params { preset, vocab, all, json } => params(&preset, vocab, all, json),
+        Command::Synthetic { task, steps, seed, save } => synthetic_task(&task, steps, seed, save),
+        Command::Bench { which: BenchCommand::TrainStep { steps, warmup, json } } => bench_train_step(steps, warmup, json),
+        Command::Bench { which: BenchCommand::Matmul { reps } } => bench_matmul(reps),
+    }
+}
+
+fn params(preset: &str, vocab: usize, all: bool, json: bool) -> Result<()> {
+    let names: Vec<&str> = if all { PRESET_NAMES.to_vec() } else { vec![preset] };
+    let mut rows = Vec::new();
+    for name in names {
+        let mut c = ModelConfig::preset(name)?;
+        c.vocab_size = vocab;
+        c.validate()?;
+        let count = param_count(&c);
+        let paper = if vocab == PAPER_VOCAB { ModelConfig::paper_params_millions(name) } else { None };
+        rows.push((name, c, count, paper));
+    }
+    for (name, c, count, paper) in rows {
+        if json {
+            let v = serde_json::json!({ "preset": name, "vocab": vocab, "params": count, "paper_params_millions": paper, "config": c });
+            println!("{v}");
+        } else {
+            let paper = paper.map(|p| format!(" (paper: {p}M, {:+.1}%)", (count as f64 / 1e6 / p - 1.0) * 100.0)).unwrap_or_default();
+            println!("{name:<5} {count:>11} parameters = {:.1}M{paper}", count as f64 / 1e6);
+        }
+    }
+    Ok(())
+}
+
+/// The small model used for synthetic tasks.
+fn synthetic_config(symbols: usize) -> ModelConfig {
+    ModelConfig {
+        n_layers: 2,
+        d_model: 64,
+        d_ff: 256,
+        n_heads: 4,
+        d_k: 16,
+        d_v: 16,
+        dropout: 0.0,
+        attention_dropout: 0.0,
+        label_smoothing: 0.0,
+        positions: transformer::Positions::Sinusoidal,
+        max_positions: 64,
+        vocab_size: transformer::SPECIAL_TOKENS + symbols,
+        layer_norm_eps: 1e-6,
+    }
+}
+
+fn synthetic_task(task: &str, steps: u64, seed: u64, save: Option<std::path::PathBuf>) -> Result<()> {
+    let task = match task {
+        "copy" => Task::Copy,
+        "reverse" => Task::Reverse,
+        other => bail!("unknown task '{other}': use copy or reverse"),
+    };
+    let symbols = 20;
+    let cfg = synthetic_config(symbols);
+    let model = Transformer::new(cfg.clone(), seed)?;
+    let mut trainer = Trainer::new(model, Schedule { d_model: cfg.d_model, warmup: 200, lr_scale: 1.0 }, seed);
+    let mut rng = Rng::new(seed ^ 0xdead_beef);
+    let start = Instant::now();
+    for step in 1..=steps {
+        let batch = Batch::from_pairs(&synthetic::pairs(task, &mut rng, 64, symbols, 4, 12));
+        let s = trainer.train_step(&[batch])?;
+        if step % 100 == 0 || step == steps {
+            eprintln!("step {step:>5}  loss {:.4}  lr {:.2e}  {:.1}s", s.loss, s.lr, start.elapsed().as_secs_f64());
+        }
+    }
+    let mut held_out = Rng::new(seed ^ 0x1234_5678);
+    let batch = Batch::from_pairs(&synthetic::pairs(task, &mut held_out, 500, symbols, 4, 12));
+    trainer.model.forward(&batch, &mut trainer.workspace, None)?;
+    let (ok, total) = synthetic::token_accuracy(&trainer.workspace.logits, &batch, cfg.vocab_size);
+    println!("held-out token accuracy: {:.2}% ({ok}/{total})", 100.0 * ok as f64 / total as f64);
+    if let Some(path) = save {
+        let ckpt = checkpoint::Checkpoint {
+            config: cfg,
+            step: trainer.step,
+            vocab_hash: String::new(),
+            params: trainer.model.params.clone(),
+            adam: Some((trainer.adam_m.clone(), trainer.adam_v.clone())),
+            extra: Default::default(),
+        };
+        checkpoint::save(&path, &ckpt).with_context(|| format!("saving {}", path.display()))?;
+        eprintln!("saved {}", path.display());
+    }
+    Ok(())
+}
+
+/// The benchmark model of issue "engine": d 512, h 8, d_ff 2048, 2+2 layers, vocabulary 8000.
+fn bench_config() -> ModelConfig {
+    ModelConfig {
+        n_layers: 2,
+        d_model: 512,
+        d_ff: 2048,
+        n_heads: 8,
+        d_k: 64,
+        d_v: 64,
+        dropout: 0.1,
+        attention_dropout: 0.0,
+        label_smoothing: 0.1,
+        positions: transformer::Positions::Sinusoidal,
+        max_positions: 1024,
+        vocab_size: 8000,
+        layer_norm_eps: 1e-6,
+    }
+}
+
+/// Peak resident set size of this process, from /proc (Linux), in bytes.
+fn peak_rss_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+fn bench_train_step(steps: usize, warmup: usize, json: bool) -> Result<()> {
+    let cfg = bench_config();
+    let (b, s, t) = (64, 32, 32);
+    let model = Transformer::new(cfg.clone(), 1)?;
+    let mut trainer = Trainer::new(model, Schedule::paper(cfg.d_model), 1);
+    let mut rng = Rng::new(7);
+    let special = transformer::SPECIAL_TOKENS as u64;
+    let mut tok = || (special + rng.below(cfg.vocab_size as u64 - special)) as u32;
+    // Every sentence is exactly 32 source and 32 target positions (decoder input BOS + 31 tokens).
+    let pairs: Vec<(Vec<u32>, Vec<u32>)> = (0..b).map(|_| ((0..s).map(|_| tok()).collect(), (0..t - 1).map(|_| tok()).collect())).collect();
+    let batch = Batch::from_pairs(&pairs);
+    assert_eq!((batch.s, batch.t), (s, t));
+    let mut times = Vec::new();
+    for i in 0..warmup + steps {
+        let start = Instant::now();
+        let stats = trainer.train_step(std::slice::from_ref(&batch))?;
+        let dt = start.elapsed().as_secs_f64();
+        if i >= warmup {
+            times.push(dt);
+        }
+        if !json {
+            eprintln!("step {:>3}: {:.3} s  loss {:.4}{}", i + 1, dt, stats.loss, if i < warmup { " (warm-up)" } else { "" });
+        }
+    }
+    let mut sorted = times.clone();
+    sorted.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    let median = sorted[sorted.len() / 2];
+    let threads = rayon::current_num_threads();
+    let rss = peak_rss_bytes();
+    if json {
+        let v = serde_json::json!({ "impl": "transformer", "threads": threads, "step_times_s": times, "median_s": median, "peak_rss_bytes": rss, "params": trainer.model.params.len() });
+        println!("{v}");
+    } else {
+        println!("median step {median:.3} s over {steps} steps, {threads} threads, peak RSS {:.2} GB", rss.unwrap_or(0) as f64 / 1e9);
+    }
+    Ok(())
+}
+
+fn bench_matmul(reps: usize) -> Result<()> {
+    use transformer::kernels::cpu::matmul::{matmul, Op};
+    // (m, n, k, op_a, op_b, what)
+    let shapes = [
+        (512, 512, 512, Op::N, Op::N, "square 512"),
+        (1024, 1024, 1024, Op::N, Op::N, "square 1024"),
+        (2048, 2048, 2048, Op::N, Op::N, "square 2048"),
+        (2048, 1536, 512, Op::N, Op::T, "QKV fwd  X·Wᵀ"),
+        (2048, 2048, 512, Op::N, Op::T, "FFN1 fwd X·W1ᵀ"),
+        (2048, 512, 2048, Op::N, Op::T, "FFN2 fwd H·W2ᵀ"),
+        (2048, 8000, 512, Op::N, Op::T, "logits   H·Eᵀ"),
+        (2048, 512, 8000, Op::N, Op::N, "dlogits·E"),
+        (8000, 512, 2048, Op::T, Op::N, "dE = dlogitsᵀ·H"),
+        (2048, 512, 2048, Op::T, Op::N, "dW1 = dHᵀ·X"),
+        (512, 2048, 2048, Op::T, Op::N, "dW2 = dYᵀ·H"),
+    ];
+    let mut rng = Rng::new(3);
+    for (m, n, k, oa, ob, what) in shapes {
+        let a: Vec<f32> = (0..m * k).map(|_| rng.uniform() as f32 - 0.5).collect();
+        let b: Vec<f32> = (0..k * n).map(|_| rng.uniform() as f32 - 0.5).collect();
+        let mut c = vec![0f32; m * n];
+        let mut times = Vec::new();
+        for _ in 0..reps + 1 {
+            let t0 = Instant::now();
+            matmul(&mut c, &a, oa, &b, ob, m, n, k, true);
+            times.push(t0.elapsed().as_secs_f64());
+        }
+        times.remove(0);
+        times.sort_by(|x, y| x.partial_cmp(y).unwrap());
+        let med = times[times.len() / 2];
+        println!("{what:<18} {m:>5}x{n:>5}x{k:>5} {oa:?}{ob:?}  {:>7.2} ms  {:>6.1} GFLOP/s", med * 1e3, 2.0 * (m * n * k) as f64 / med / 1e9);
+    }
+    Ok(())
+}

@@ -30,6 +30,7 @@ pub mod kernels;
 pub mod model;
 pub mod params;
 pub mod rng;
+pub mod synthetic;
 pub mod train;
 
 pub use config::{ModelConfig, Positions};

@@ -39,7 +39,7 @@ pub fn adam_update(params: &mut [f32], grads: &[f32], m: &mut [f32], v: &mut [f3
         .for_each(|((p, g), (m, v))| adam_chunk(p, g, m, v, cfg, step, inv_sqrt_bc2));
 }
 
-#[multiversion(targets = "simd")]
+#[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl+avx2+fma+bmi1+bmi2+lzcnt+popcnt", "x86_64+avx2+fma"))]
 fn adam_chunk(p: &mut [f32], g: &[f32], m: &mut [f32], v: &mut [f32], cfg: AdamConfig, step: f32, inv_sqrt_bc2: f32) {
     let (b1, b2) = (cfg.beta1, cfg.beta2);
     for i in 0..p.len() {

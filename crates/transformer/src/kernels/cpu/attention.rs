@@ -6,7 +6,8 @@
 //! projection feeds this kernel without transposes. Padding is given as the number of valid keys of
 //! each sentence (batches are right-padded). A query with no valid key gets zero weights and output.
 
-use super::elementwise::{axpy, dot, exp_approx};
+use super::elementwise::{axpy, dot, exp_shift_sum, max};
+use std::cell::RefCell;
 use crate::kernels::AttnDims;
 use crate::rng::DropoutMask;
 use multiversion::multiversion;
@@ -28,6 +29,24 @@ impl<'a> Heads<'a> {
     fn row(&self, r: usize, h: usize, width: usize) -> &'a [f32] {
         let s = r * self.ld + self.off + h * width;
         &self.data[s..s + width]
+    }
+}
+
+thread_local! {
+    /// Per-thread scratch for one head's keys or values transposed to (width, S): scores and
+    /// dP rows are then sums of contiguous rows (vectorised across keys), with no horizontal
+    /// reductions. Grows once, then is reused.
+    static TRANSPOSED: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// dst (width, n) = the first n rows of head h of `src` for sentence b, transposed.
+#[inline(always)]
+fn transpose_head(dst: &mut [f32], src: Heads, base_row: usize, h: usize, width: usize, n: usize) {
+    for j in 0..n {
+        let row = src.row(base_row + j, h, width);
+        for (c, &x) in row.iter().enumerate() {
+            dst[c * n + j] = x;
+        }
     }
 }
 
@@ -68,7 +87,7 @@ pub fn attention_forward(
         .for_each(|(b, (out, probs))| attend_sentence(out, probs, q, k, v, key_lens[b], causal, dropout, d, b));
 }
 
-#[multiversion(targets = "simd")]
+#[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl+avx2+fma+bmi1+bmi2+lzcnt+popcnt", "x86_64+avx2+fma"))]
 #[allow(clippy::too_many_arguments)]
 fn attend_sentence(
     out: &mut [f32],
@@ -84,43 +103,45 @@ fn attend_sentence(
 ) {
     let scale = 1.0 / (d.k as f32).sqrt();
     let hv = d.h * d.v;
-    for h in 0..d.h {
-        for i in 0..d.t {
-            let row = &mut probs[(h * d.t + i) * d.s..(h * d.t + i + 1) * d.s];
-            let o = &mut out[i * hv + h * d.v..i * hv + (h + 1) * d.v];
-            o.fill(0.0);
-            let n = visible(key_len, causal, i);
-            if n == 0 {
-                row.fill(0.0);
-                continue;
-            }
-            let qi = q.row(b * d.t + i, h, d.k);
-            let mut max = f32::NEG_INFINITY;
-            for j in 0..n {
-                let sc = dot(qi, k.row(b * d.s + j, h, d.k)) * scale;
-                row[j] = sc;
-                max = max.max(sc);
-            }
-            let mut sum = 0.0;
-            for x in row[..n].iter_mut() {
-                *x = exp_approx(*x - max);
-                sum += *x;
-            }
-            let inv = 1.0 / sum;
-            for x in row[..n].iter_mut() {
-                *x *= inv;
-            }
-            row[n..].fill(0.0);
-            let base = ((b * d.h + h) * d.t + i) * d.s;
-            for j in 0..n {
-                let p = match dropout {
-                    Some(mask) => row[j] * mask.factor(base + j),
-                    None => row[j],
-                };
-                axpy(o, p, v.row(b * d.s + j, h, d.v));
+    let n_all = key_len;
+    TRANSPOSED.with(|kt| {
+        let mut kt = kt.borrow_mut();
+        if kt.len() < d.k * n_all {
+            kt.resize(d.k * n_all, 0.0);
+        }
+        for h in 0..d.h {
+            transpose_head(&mut kt, k, b * d.s, h, d.k, n_all);
+            for i in 0..d.t {
+                let row = &mut probs[(h * d.t + i) * d.s..(h * d.t + i + 1) * d.s];
+                let o = &mut out[i * hv + h * d.v..i * hv + (h + 1) * d.v];
+                o.fill(0.0);
+                let n = visible(key_len, causal, i);
+                row[n..].fill(0.0);
+                if n == 0 {
+                    continue;
+                }
+                // Scores of all visible keys at once: q_i · Kᵀ, over the first n columns.
+                let qi = q.row(b * d.t + i, h, d.k);
+                row[..n].fill(0.0);
+                for (c, &qc) in qi.iter().enumerate() {
+                    axpy(&mut row[..n], qc * scale, &kt[c * n_all..c * n_all + n]);
+                }
+                let mx = max(&row[..n]);
+                let inv = 1.0 / exp_shift_sum(&mut row[..n], mx);
+                for x in row[..n].iter_mut() {
+                    *x *= inv;
+                }
+                let base = ((b * d.h + h) * d.t + i) * d.s;
+                for j in 0..n {
+                    let p = match dropout {
+                        Some(mask) => row[j] * mask.factor(base + j),
+                        None => row[j],
+                    };
+                    axpy(o, p, v.row(b * d.s + j, h, d.v));
+                }
             }
         }
-    }
+    });
 }
 
 /// Where the backward writes dQ, dK, dV (overwriting): one buffer with all three (self-attention,
@@ -204,7 +225,7 @@ pub fn attention_backward(
 
 /// dscores = scale · P ⊙ (dP − rowsum(P ⊙ dP)), dP = (dO Vᵀ) ⊙ mask: the gradient of the pre-softmax
 /// scores, with the 1/√d_k folded in.
-#[multiversion(targets = "simd")]
+#[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl+avx2+fma+bmi1+bmi2+lzcnt+popcnt", "x86_64+avx2+fma"))]
 #[allow(clippy::too_many_arguments)]
 fn score_grads(
     ds: &mut [f32],
@@ -219,33 +240,46 @@ fn score_grads(
 ) {
     let scale = 1.0 / (d.k as f32).sqrt();
     let hv = d.h * d.v;
-    for h in 0..d.h {
-        for i in 0..d.t {
-            let off = (h * d.t + i) * d.s;
-            let row = &mut ds[off..off + d.s];
-            let p = &probs[off..off + d.s];
-            let n = visible(key_len, causal, i);
-            let go = &dout[(b * d.t + i) * hv + h * d.v..(b * d.t + i) * hv + (h + 1) * d.v];
-            let base = b * d.h * d.t * d.s + off;
-            let mut sum = 0.0;
-            for j in 0..n {
-                let mut dp = dot(go, v.row(b * d.s + j, h, d.v));
-                if let Some(mask) = dropout {
-                    dp *= mask.factor(base + j);
-                }
-                row[j] = dp;
-                sum += dp * p[j];
-            }
-            for j in 0..n {
-                row[j] = scale * p[j] * (row[j] - sum);
-            }
-            row[n..].fill(0.0);
+    let n_all = key_len;
+    TRANSPOSED.with(|vt| {
+        let mut vt = vt.borrow_mut();
+        if vt.len() < d.v * n_all {
+            vt.resize(d.v * n_all, 0.0);
         }
-    }
+        for h in 0..d.h {
+            transpose_head(&mut vt, v, b * d.s, h, d.v, n_all);
+            for i in 0..d.t {
+                let off = (h * d.t + i) * d.s;
+                let row = &mut ds[off..off + d.s];
+                let p = &probs[off..off + d.s];
+                let n = visible(key_len, causal, i);
+                row[n..].fill(0.0);
+                if n == 0 {
+                    continue;
+                }
+                let go = &dout[(b * d.t + i) * hv + h * d.v..(b * d.t + i) * hv + (h + 1) * d.v];
+                // dP over the visible keys: dO_i · Vᵀ.
+                row[..n].fill(0.0);
+                for (c, &gc) in go.iter().enumerate() {
+                    axpy(&mut row[..n], gc, &vt[c * n_all..c * n_all + n]);
+                }
+                if let Some(mask) = dropout {
+                    let base = b * d.h * d.t * d.s + off;
+                    for (j, x) in row[..n].iter_mut().enumerate() {
+                        *x *= mask.factor(base + j);
+                    }
+                }
+                let sum = dot(&row[..n], &p[..n]);
+                for j in 0..n {
+                    row[j] = scale * p[j] * (row[j] - sum);
+                }
+            }
+        }
+    });
 }
 
 /// dQ_i = Σ_j dscores_ij K_j (overwrite), into rows of sentence b (`g` starts at its first row).
-#[multiversion(targets = "simd")]
+#[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl+avx2+fma+bmi1+bmi2+lzcnt+popcnt", "x86_64+avx2+fma"))]
 fn query_grads(g: &mut [f32], ld: usize, qoff: usize, ds: &[f32], k: Heads, d: AttnDims, b: usize) {
     for i in 0..d.t {
         for h in 0..d.h {
@@ -262,7 +296,7 @@ fn query_grads(g: &mut [f32], ld: usize, qoff: usize, ds: &[f32], k: Heads, d: A
 }
 
 /// dK_j = Σ_i dscores_ij Q_i and dV_j = Σ_i (P ⊙ mask)_ij dO_i (overwrite), into sentence b's rows.
-#[multiversion(targets = "simd")]
+#[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl+avx2+fma+bmi1+bmi2+lzcnt+popcnt", "x86_64+avx2+fma"))]
 #[allow(clippy::too_many_arguments)]
 fn key_value_grads(
     g: &mut [f32],

@@ -28,6 +28,71 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     s + tail
 }
 
+/// Σ x[i] with 16 independent partial sums (a serial f32 sum cannot be vectorised).
+#[inline(always)]
+pub fn sum(x: &[f32]) -> f32 {
+    let mut acc = [0f32; 16];
+    let chunks = x.chunks_exact(16);
+    let mut tail = 0.0;
+    for v in chunks.remainder() {
+        tail += v;
+    }
+    for c in chunks {
+        for l in 0..16 {
+            acc[l] += c[l];
+        }
+    }
+    let mut s = 0.0;
+    for v in acc {
+        s += v;
+    }
+    s + tail
+}
+
+/// max x[i] (−∞ for an empty slice), vectorisable.
+#[inline(always)]
+pub fn max(x: &[f32]) -> f32 {
+    let mut acc = [f32::NEG_INFINITY; 16];
+    let chunks = x.chunks_exact(16);
+    let mut m = f32::NEG_INFINITY;
+    for v in chunks.remainder() {
+        m = if *v > m { *v } else { m };
+    }
+    for c in chunks {
+        for l in 0..16 {
+            acc[l] = if c[l] > acc[l] { c[l] } else { acc[l] };
+        }
+    }
+    for v in acc {
+        m = if v > m { v } else { m };
+    }
+    m
+}
+
+/// In place x[i] = e^(x[i] − shift); returns Σ of the results.
+#[inline(always)]
+pub fn exp_shift_sum(x: &mut [f32], shift: f32) -> f32 {
+    let mut acc = [0f32; 16];
+    let mut chunks = x.chunks_exact_mut(16);
+    for c in &mut chunks {
+        for l in 0..16 {
+            let e = exp_approx(c[l] - shift);
+            c[l] = e;
+            acc[l] += e;
+        }
+    }
+    let mut tail = 0.0;
+    for v in chunks.into_remainder() {
+        *v = exp_approx(*v - shift);
+        tail += *v;
+    }
+    let mut s = 0.0;
+    for v in acc {
+        s += v;
+    }
+    s + tail
+}
+
 /// y[i] += alpha · x[i].
 #[inline(always)]
 pub fn axpy(y: &mut [f32], alpha: f32, x: &[f32]) {
@@ -41,7 +106,8 @@ pub fn axpy(y: &mut [f32], alpha: f32, x: &[f32]) {
 #[inline(always)]
 pub fn exp_approx(x: f32) -> f32 {
     let x = x.clamp(-87.3, 88.7);
-    let n = (x * std::f32::consts::LOG2_E).round();
+    // floor(· + 0.5) rather than round(): it maps to one vector instruction.
+    let n = (x * std::f32::consts::LOG2_E + 0.5).floor();
     // Cody–Waite split of ln 2 keeps r exact enough.
     let r = x - n * 0.693_145_75 - n * 1.428_606_8e-6;
     let p = 1.0
@@ -86,7 +152,7 @@ pub fn column_sum_add(db: &mut [f32], dy: &[f32], n: usize) {
     });
 }
 
-#[multiversion(targets = "simd")]
+#[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl+avx2+fma+bmi1+bmi2+lzcnt+popcnt", "x86_64+avx2+fma"))]
 fn column_sum_block(out: &mut [f32], dy: &[f32], n: usize, c0: usize) {
     let w = out.len();
     for row in dy.chunks_exact(n) {

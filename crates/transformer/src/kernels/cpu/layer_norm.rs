@@ -1,5 +1,6 @@
 //! §3.1 Residual connection, dropout and layer normalisation, fused: out = LN(x + Dropout(y)).
 
+use super::elementwise::sum;
 use super::ROW_BLOCK;
 use crate::rng::DropoutMask;
 use multiversion::multiversion;
@@ -37,7 +38,7 @@ pub fn residual_layer_norm_forward(
         });
 }
 
-#[multiversion(targets = "simd")]
+#[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl+avx2+fma+bmi1+bmi2+lzcnt+popcnt", "x86_64+avx2+fma"))]
 #[allow(clippy::too_many_arguments)]
 fn ln_forward_rows(
     out: &mut [f32],
@@ -69,11 +70,12 @@ fn ln_forward_rows(
                 }
             }
         }
-        let mu = sr.iter().sum::<f32>() / d as f32;
-        let mut var = 0.0f32;
-        for v in sr.iter() {
-            var += (v - mu) * (v - mu);
+        let mu = sum(sr) / d as f32;
+        // Centred second pass for accuracy; o holds (s − μ)² as scratch.
+        for j in 0..d {
+            o[j] = (sr[j] - mu) * (sr[j] - mu);
         }
+        let var = sum(o);
         let rs = 1.0 / (var / d as f32 + eps).sqrt();
         for j in 0..d {
             o[j] = (sr[j] - mu) * rs * gamma[j] + beta[j];
@@ -112,7 +114,7 @@ pub fn residual_layer_norm_backward(
     });
 }
 
-#[multiversion(targets = "simd")]
+#[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl+avx2+fma+bmi1+bmi2+lzcnt+popcnt", "x86_64+avx2+fma"))]
 #[allow(clippy::too_many_arguments)]
 fn ln_backward_rows(
     dx: &mut [f32],
@@ -132,13 +134,12 @@ fn ln_backward_rows(
         let sr = &s[r * d..(r + 1) * d];
         let (mu, rs) = (mean[r], rstd[r]);
         // dxhat = dout·gamma; ds = rstd·(dxhat − mean(dxhat) − xhat·mean(dxhat·xhat)).
-        let mut sum_g = 0.0f32;
-        let mut sum_gx = 0.0f32;
+        // dyr holds dout·gamma and dxr holds dout·gamma·xhat as scratch for the two sums.
         for j in 0..d {
-            let gj = g[j] * gamma[j];
-            sum_g += gj;
-            sum_gx += gj * (sr[j] - mu) * rs;
+            dyr[j] = g[j] * gamma[j];
+            dxr[j] = dyr[j] * (sr[j] - mu) * rs;
         }
+        let (sum_g, sum_gx) = (sum(dyr), sum(dxr));
         let (mg, mgx) = (sum_g * inv_d, sum_gx * inv_d);
         for j in 0..d {
             let xhat = (sr[j] - mu) * rs;
@@ -156,7 +157,7 @@ fn ln_backward_rows(
     }
 }
 
-#[multiversion(targets = "simd")]
+#[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl+avx2+fma+bmi1+bmi2+lzcnt+popcnt", "x86_64+avx2+fma"))]
 #[allow(clippy::too_many_arguments)]
 fn ln_param_grads(dg: &mut [f32], db: &mut [f32], dout: &[f32], s: &[f32], mean: &[f32], rstd: &[f32], d: usize, c0: usize) {
     let w = dg.len();

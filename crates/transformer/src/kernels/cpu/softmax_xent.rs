@@ -4,7 +4,7 @@
 //! + ε/V on every entry. Per token: loss = −Σ_v q_v log p_v; nll = −log p_y. Rows whose target is the
 //! padding id contribute nothing and get zero gradient.
 
-use super::elementwise::exp_approx;
+use super::elementwise::{exp_shift_sum, max, sum};
 use super::ROW_BLOCK;
 use multiversion::multiversion;
 use rayon::prelude::*;
@@ -52,7 +52,7 @@ pub fn softmax_xent_forward_backward(
     sums
 }
 
-#[multiversion(targets = "simd")]
+#[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl+avx2+fma+bmi1+bmi2+lzcnt+popcnt", "x86_64+avx2+fma"))]
 #[allow(clippy::too_many_arguments)]
 fn xent_rows(
     z: &mut [f32],
@@ -75,20 +75,11 @@ fn xent_rows(
         }
         let y = y as usize;
         assert!(y < vocab, "target id {y} outside the vocabulary of {vocab}");
-        let mut max = f32::NEG_INFINITY;
-        let mut sum_z = 0.0f32;
-        for v in row.iter() {
-            max = max.max(*v);
-            sum_z += *v;
-        }
+        let mx = max(row);
+        let sum_z = sum(row);
         let zy = row[y];
-        let mut sum_e = 0.0f32;
-        for v in row.iter_mut() {
-            let e = exp_approx(*v - max);
-            *v = e;
-            sum_e += e;
-        }
-        let lse = max + sum_e.ln();
+        let sum_e = exp_shift_sum(row, mx);
+        let lse = mx + sum_e.ln();
         let lp_y = zy - lse;
         let sum_lp = sum_z - vocab as f32 * lse;
         row_nll[r] = -lp_y;
