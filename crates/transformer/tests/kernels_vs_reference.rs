@@ -156,6 +156,11 @@ fn attention_self_fused_dropout() {
 }
 
 #[test]
+fn attention_self_fused_causal_dropout() {
+    check_attention(AttnDims { b: 3, h: 2, t: 6, s: 6, k: 7, v: 5 }, &[6, 4, 1], true, 0.3, true, 25);
+}
+
+#[test]
 fn attention_cross_split() {
     check_attention(AttnDims { b: 4, h: 2, t: 3, s: 9, k: 17, v: 6 }, &[9, 1, 0, 5], false, 0.0, false, 22);
 }
