@@ -11,7 +11,11 @@ use transformer::train::{checkpoint, Schedule, Trainer};
 use transformer::{Batch, Transformer};
 
 #[derive(Parser)]
-#[command(name = "transformer", version, about = "Attention Is All You Need: train, decode and evaluate Transformers on CPU")]
+#[command(
+    name = "transformer",
+    version,
+    about = "Attention Is All You Need: train, decode and evaluate Transformers on CPU"
+)]
 struct Cli {
     /// Worker threads (default: all cores).
     #[arg(long, global = true)]
@@ -43,7 +47,7 @@ enum Command {
         #[arg(long, default_value = "reverse")]
         task: String,
         /// Updates.
-        #[arg(long, default_value_t = 600)]
+        #[arg(long, default_value_t = 1500)]
         steps: u64,
         /// Random seed.
         #[arg(long, default_value_t = 1)]
@@ -84,7 +88,10 @@ enum BenchCommand {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     if let Some(n) = cli.threads {
-        if let Err(e) = rayon::ThreadPoolBuilder::new().num_threads(n).build_global() {
+        if let Err(e) = rayon::ThreadPoolBuilder::new()
+            .num_threads(n)
+            .build_global()
+        {
             eprintln!("error: cannot start {n} threads: {e}");
             return ExitCode::FAILURE;
         }
@@ -100,22 +107,49 @@ fn main() -> ExitCode {
 
 fn run(cmd: Command) -> Result<()> {
     match cmd {
-        Command::Params { preset, vocab, all, json } => params(&preset, vocab, all, json),
-        Command::Synthetic { task, steps, seed, save } => synthetic_task(&task, steps, seed, save),
-        Command::Bench { which: BenchCommand::TrainStep { steps, warmup, json } } => bench_train_step(steps, warmup, json),
-        Command::Bench { which: BenchCommand::Matmul { reps } } => bench_matmul(reps),
+        Command::Params {
+            preset,
+            vocab,
+            all,
+            json,
+        } => params(&preset, vocab, all, json),
+        Command::Synthetic {
+            task,
+            steps,
+            seed,
+            save,
+        } => synthetic_task(&task, steps, seed, save),
+        Command::Bench {
+            which:
+                BenchCommand::TrainStep {
+                    steps,
+                    warmup,
+                    json,
+                },
+        } => bench_train_step(steps, warmup, json),
+        Command::Bench {
+            which: BenchCommand::Matmul { reps },
+        } => bench_matmul(reps),
     }
 }
 
 fn params(preset: &str, vocab: usize, all: bool, json: bool) -> Result<()> {
-    let names: Vec<&str> = if all { PRESET_NAMES.to_vec() } else { vec![preset] };
+    let names: Vec<&str> = if all {
+        PRESET_NAMES.to_vec()
+    } else {
+        vec![preset]
+    };
     let mut rows = Vec::new();
     for name in names {
         let mut c = ModelConfig::preset(name)?;
         c.vocab_size = vocab;
         c.validate()?;
         let count = param_count(&c);
-        let paper = if vocab == PAPER_VOCAB { ModelConfig::paper_params_millions(name) } else { None };
+        let paper = if vocab == PAPER_VOCAB {
+            ModelConfig::paper_params_millions(name)
+        } else {
+            None
+        };
         rows.push((name, c, count, paper));
     }
     for (name, c, count, paper) in rows {
@@ -123,8 +157,18 @@ fn params(preset: &str, vocab: usize, all: bool, json: bool) -> Result<()> {
             let v = serde_json::json!({ "preset": name, "vocab": vocab, "params": count, "paper_params_millions": paper, "config": c });
             println!("{v}");
         } else {
-            let paper = paper.map(|p| format!(" (paper: {p}M, {:+.1}%)", (count as f64 / 1e6 / p - 1.0) * 100.0)).unwrap_or_default();
-            println!("{name:<5} {count:>11} parameters = {:.1}M{paper}", count as f64 / 1e6);
+            let paper = paper
+                .map(|p| {
+                    format!(
+                        " (paper: {p}M, {:+.1}%)",
+                        (count as f64 / 1e6 / p - 1.0) * 100.0
+                    )
+                })
+                .unwrap_or_default();
+            println!(
+                "{name:<5} {count:>11} parameters = {:.1}M{paper}",
+                count as f64 / 1e6
+            );
         }
     }
     Ok(())
@@ -149,7 +193,12 @@ fn synthetic_config(symbols: usize) -> ModelConfig {
     }
 }
 
-fn synthetic_task(task: &str, steps: u64, seed: u64, save: Option<std::path::PathBuf>) -> Result<()> {
+fn synthetic_task(
+    task: &str,
+    steps: u64,
+    seed: u64,
+    save: Option<std::path::PathBuf>,
+) -> Result<()> {
     let task = match task {
         "copy" => Task::Copy,
         "reverse" => Task::Reverse,
@@ -158,21 +207,39 @@ fn synthetic_task(task: &str, steps: u64, seed: u64, save: Option<std::path::Pat
     let symbols = 20;
     let cfg = synthetic_config(symbols);
     let model = Transformer::new(cfg.clone(), seed)?;
-    let mut trainer = Trainer::new(model, Schedule { d_model: cfg.d_model, warmup: 200, lr_scale: 1.0 }, seed);
+    let mut trainer = Trainer::new(
+        model,
+        Schedule {
+            d_model: cfg.d_model,
+            warmup: 400,
+            lr_scale: 0.5,
+        },
+        seed,
+    );
     let mut rng = Rng::new(seed ^ 0xdead_beef);
     let start = Instant::now();
     for step in 1..=steps {
         let batch = Batch::from_pairs(&synthetic::pairs(task, &mut rng, 64, symbols, 4, 12));
         let s = trainer.train_step(&[batch])?;
         if step % 100 == 0 || step == steps {
-            eprintln!("step {step:>5}  loss {:.4}  lr {:.2e}  {:.1}s", s.loss, s.lr, start.elapsed().as_secs_f64());
+            eprintln!(
+                "step {step:>5}  loss {:.4}  lr {:.2e}  {:.1}s",
+                s.loss,
+                s.lr,
+                start.elapsed().as_secs_f64()
+            );
         }
     }
     let mut held_out = Rng::new(seed ^ 0x1234_5678);
     let batch = Batch::from_pairs(&synthetic::pairs(task, &mut held_out, 500, symbols, 4, 12));
-    trainer.model.forward(&batch, &mut trainer.workspace, None)?;
+    trainer
+        .model
+        .forward(&batch, &mut trainer.workspace, None)?;
     let (ok, total) = synthetic::token_accuracy(&trainer.workspace.logits, &batch, cfg.vocab_size);
-    println!("held-out token accuracy: {:.2}% ({ok}/{total})", 100.0 * ok as f64 / total as f64);
+    println!(
+        "held-out token accuracy: {:.2}% ({ok}/{total})",
+        100.0 * ok as f64 / total as f64
+    );
     if let Some(path) = save {
         let ckpt = checkpoint::Checkpoint {
             config: cfg,
@@ -224,7 +291,14 @@ fn bench_train_step(steps: usize, warmup: usize, json: bool) -> Result<()> {
     let special = transformer::SPECIAL_TOKENS as u64;
     let mut tok = || (special + rng.below(cfg.vocab_size as u64 - special)) as u32;
     // Every sentence is exactly 32 source and 32 target positions (decoder input BOS + 31 tokens).
-    let pairs: Vec<(Vec<u32>, Vec<u32>)> = (0..b).map(|_| ((0..s).map(|_| tok()).collect(), (0..t - 1).map(|_| tok()).collect())).collect();
+    let pairs: Vec<(Vec<u32>, Vec<u32>)> = (0..b)
+        .map(|_| {
+            (
+                (0..s).map(|_| tok()).collect(),
+                (0..t - 1).map(|_| tok()).collect(),
+            )
+        })
+        .collect();
     let batch = Batch::from_pairs(&pairs);
     assert_eq!((batch.s, batch.t), (s, t));
     let mut times = Vec::new();
@@ -236,7 +310,13 @@ fn bench_train_step(steps: usize, warmup: usize, json: bool) -> Result<()> {
             times.push(dt);
         }
         if !json {
-            eprintln!("step {:>3}: {:.3} s  loss {:.4}{}", i + 1, dt, stats.loss, if i < warmup { " (warm-up)" } else { "" });
+            eprintln!(
+                "step {:>3}: {:.3} s  loss {:.4}{}",
+                i + 1,
+                dt,
+                stats.loss,
+                if i < warmup { " (warm-up)" } else { "" }
+            );
         }
     }
     let mut sorted = times.clone();
@@ -248,7 +328,10 @@ fn bench_train_step(steps: usize, warmup: usize, json: bool) -> Result<()> {
         let v = serde_json::json!({ "impl": "transformer", "threads": threads, "step_times_s": times, "median_s": median, "peak_rss_bytes": rss, "params": trainer.model.params.len() });
         println!("{v}");
     } else {
-        println!("median step {median:.3} s over {steps} steps, {threads} threads, peak RSS {:.2} GB", rss.unwrap_or(0) as f64 / 1e9);
+        println!(
+            "median step {median:.3} s over {steps} steps, {threads} threads, peak RSS {:.2} GB",
+            rss.unwrap_or(0) as f64 / 1e9
+        );
     }
     Ok(())
 }
@@ -283,7 +366,11 @@ fn bench_matmul(reps: usize) -> Result<()> {
         times.remove(0);
         times.sort_by(|x, y| x.partial_cmp(y).unwrap());
         let med = times[times.len() / 2];
-        println!("{what:<18} {m:>5}x{n:>5}x{k:>5} {oa:?}{ob:?}  {:>7.2} ms  {:>6.1} GFLOP/s", med * 1e3, 2.0 * (m * n * k) as f64 / med / 1e9);
+        println!(
+            "{what:<18} {m:>5}x{n:>5}x{k:>5} {oa:?}{ob:?}  {:>7.2} ms  {:>6.1} GFLOP/s",
+            med * 1e3,
+            2.0 * (m * n * k) as f64 / med / 1e9
+        );
     }
     Ok(())
 }

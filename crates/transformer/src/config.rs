@@ -50,8 +50,8 @@ pub const PAPER_VOCAB: usize = 37000;
 
 /// Every named row of Table 3, in the table's order.
 pub const PRESET_NAMES: [&str; 20] = [
-    "base", "a1", "a2", "a3", "a4", "b1", "b2", "c1", "c2", "c3", "c4", "c5", "c6", "c7", "d1", "d2", "d3",
-    "d4", "e", "big",
+    "base", "a1", "a2", "a3", "a4", "b1", "b2", "c1", "c2", "c3", "c4", "c5", "c6", "c7", "d1",
+    "d2", "d3", "d4", "e", "big",
 ];
 
 /// One row of Table 3, every column spelled out. The rest are the paper's defaults.
@@ -184,10 +184,16 @@ impl ModelConfig {
             }
         }
         if self.positions == Positions::Sinusoidal && self.d_model % 2 != 0 {
-            return bad(format!("sinusoidal positions need an even d_model, got {}", self.d_model));
+            return bad(format!(
+                "sinusoidal positions need an even d_model, got {}",
+                self.d_model
+            ));
         }
-        if !(self.layer_norm_eps > 0.0) {
-            return bad(format!("layer_norm_eps must be positive, got {}", self.layer_norm_eps));
+        if self.layer_norm_eps.is_nan() || self.layer_norm_eps <= 0.0 {
+            return bad(format!(
+                "layer_norm_eps must be positive, got {}",
+                self.layer_norm_eps
+            ));
         }
         Ok(())
     }

@@ -24,6 +24,9 @@
 //! - [`train`]: learning-rate schedule (Eq. 3), Adam (§5.3), the training step, checkpoints.
 //! - [`rng`]: counter-based dropout masks and the initialisation generator.
 
+// Numeric kernels index several slices with one loop variable; iterator chains would obscure them.
+#![allow(clippy::needless_range_loop)]
+
 pub mod config;
 pub mod error;
 pub mod kernels;

@@ -22,17 +22,37 @@ pub struct DropoutMask {
 impl DropoutMask {
     /// A mask for dropout probability `p` keyed by (seed, step, site). `p` must lie in [0, 1).
     pub fn new(p: f32, seed: u64, step: u64, site: u64) -> Self {
-        assert!((0.0..1.0).contains(&p), "dropout probability {p} outside [0, 1)");
-        let key = mix64(mix64(seed ^ 0x5851_f42d_4c95_7f2d).wrapping_add(step).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ mix64(site));
-        DropoutMask { key, threshold: (p as f64 * 4294967296.0).round() as u32, scale: 1.0 / (1.0 - p) }
+        assert!(
+            (0.0..1.0).contains(&p),
+            "dropout probability {p} outside [0, 1)"
+        );
+        let key = mix64(
+            mix64(seed ^ 0x5851_f42d_4c95_7f2d)
+                .wrapping_add(step)
+                .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+                ^ mix64(site),
+        );
+        DropoutMask {
+            key,
+            threshold: (p as f64 * 4294967296.0).round() as u32,
+            scale: 1.0 / (1.0 - p),
+        }
     }
 
     /// The multiplier of element `i`: 0 if dropped, `scale` if kept.
     #[inline(always)]
     pub fn factor(&self, i: usize) -> f32 {
         let r = mix64(self.key ^ (i as u64 >> 1).wrapping_mul(0x9e37_79b9_7f4a_7c15));
-        let draw = if i & 1 == 0 { r as u32 } else { (r >> 32) as u32 };
-        if draw < self.threshold { 0.0 } else { self.scale }
+        let draw = if i & 1 == 0 {
+            r as u32
+        } else {
+            (r >> 32) as u32
+        };
+        if draw < self.threshold {
+            0.0
+        } else {
+            self.scale
+        }
     }
 }
 

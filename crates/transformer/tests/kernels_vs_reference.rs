@@ -6,7 +6,9 @@
 
 mod common;
 use common::*;
-use transformer::kernels::cpu::{adam, attention, elementwise, embedding, layer_norm, matmul, softmax_xent};
+use transformer::kernels::cpu::{
+    adam, attention, elementwise, embedding, layer_norm, matmul, softmax_xent,
+};
 use transformer::kernels::reference as r;
 use transformer::kernels::AttnDims;
 use transformer::rng::{DropoutMask, Rng};
@@ -26,13 +28,45 @@ fn matmul_all_transpositions_and_accumulate() {
         let b = rand_vec(&mut rng, k * n, 1.0);
         let c0 = rand_vec(&mut rng, m * n, 1.0);
         let want = r::matmul(&a, &b, m, n, k);
-        for (op_a, a_st) in [(matmul::Op::N, a.clone()), (matmul::Op::T, r::transpose(&a, m, k))] {
-            for (op_b, b_st) in [(matmul::Op::N, b.clone()), (matmul::Op::T, r::transpose(&b, k, n))] {
+        for (op_a, a_st) in [
+            (matmul::Op::N, a.clone()),
+            (matmul::Op::T, r::transpose(&a, m, k)),
+        ] {
+            for (op_b, b_st) in [
+                (matmul::Op::N, b.clone()),
+                (matmul::Op::T, r::transpose(&b, k, n)),
+            ] {
                 let mut c = to_f32(&c0);
-                matmul::matmul(&mut c, &to_f32(&a_st), op_a, &to_f32(&b_st), op_b, m, n, k, false);
-                assert_close(&format!("{m}x{n}x{k} {op_a:?}{op_b:?}"), &to_f64(&c), &want, ATOL, RTOL);
+                matmul::matmul(
+                    &mut c,
+                    &to_f32(&a_st),
+                    op_a,
+                    &to_f32(&b_st),
+                    op_b,
+                    m,
+                    n,
+                    k,
+                    false,
+                );
+                assert_close(
+                    &format!("{m}x{n}x{k} {op_a:?}{op_b:?}"),
+                    &to_f64(&c),
+                    &want,
+                    ATOL,
+                    RTOL,
+                );
                 let mut c = to_f32(&c0);
-                matmul::matmul(&mut c, &to_f32(&a_st), op_a, &to_f32(&b_st), op_b, m, n, k, true);
+                matmul::matmul(
+                    &mut c,
+                    &to_f32(&a_st),
+                    op_a,
+                    &to_f32(&b_st),
+                    op_b,
+                    m,
+                    n,
+                    k,
+                    true,
+                );
                 let acc: Vec<f64> = want.iter().zip(&c0).map(|(w, c)| w + c).collect();
                 assert_close("accumulate", &to_f64(&c), &acc, ATOL, RTOL);
             }
@@ -44,14 +78,35 @@ fn matmul_all_transpositions_and_accumulate() {
 fn linear_forward_backward() {
     let mut rng = Rng::new(11);
     let (m, n, k) = (19, 23, 37);
-    let (x, w, b) = (rand_vec(&mut rng, m * k, 1.0), rand_vec(&mut rng, n * k, 1.0), rand_vec(&mut rng, n, 1.0));
+    let (x, w, b) = (
+        rand_vec(&mut rng, m * k, 1.0),
+        rand_vec(&mut rng, n * k, 1.0),
+        rand_vec(&mut rng, n, 1.0),
+    );
     let mut y = vec![0f32; m * n];
     matmul::linear_forward(&mut y, &to_f32(&x), &to_f32(&w), Some(&to_f32(&b)), m, n, k);
-    assert_close("y", &to_f64(&y), &r::linear_forward(&x, &w, &b, m, n, k), ATOL, RTOL);
+    assert_close(
+        "y",
+        &to_f64(&y),
+        &r::linear_forward(&x, &w, &b, m, n, k),
+        ATOL,
+        RTOL,
+    );
     let g = rand_vec(&mut rng, m * n, 1.0);
     let (dx, dw, db) = r::linear_backward(&g, &x, &w, m, n, k);
     let (mut fdx, mut fdw, mut fdb) = (vec![0f32; m * k], vec![0f32; n * k], vec![0f32; n]);
-    matmul::linear_backward(Some(&mut fdx), false, &mut fdw, Some(&mut fdb), &to_f32(&g), &to_f32(&x), &to_f32(&w), m, n, k);
+    matmul::linear_backward(
+        Some(&mut fdx),
+        false,
+        &mut fdw,
+        Some(&mut fdb),
+        &to_f32(&g),
+        &to_f32(&x),
+        &to_f32(&w),
+        m,
+        n,
+        k,
+    );
     assert_close("dx", &to_f64(&fdx), &dx, ATOL, RTOL);
     assert_close("dw", &to_f64(&fdw), &dw, ATOL, RTOL);
     assert_close("db", &to_f64(&fdb), &db, ATOL, RTOL);
@@ -61,21 +116,52 @@ fn linear_forward_backward() {
 fn residual_layer_norm() {
     for &(m, d, p) in &[(1, 1, 0.0), (5, 13, 0.0), (70, 37, 0.3), (33, 512, 0.1)] {
         let mut rng = Rng::new(12 + d as u64);
-        let (x, y) = (rand_vec(&mut rng, m * d, 2.0), rand_vec(&mut rng, m * d, 2.0));
+        let (x, y) = (
+            rand_vec(&mut rng, m * d, 2.0),
+            rand_vec(&mut rng, m * d, 2.0),
+        );
         let gamma: Vec<f64> = rand_vec(&mut rng, d, 0.5).iter().map(|v| v + 1.0).collect();
         let beta = rand_vec(&mut rng, d, 0.5);
         let dm = (p > 0.0).then(|| DropoutMask::new(p, 9, 3, 77));
         let mask = mask_array(dm, m * d);
-        let (want, saved) = r::residual_layer_norm_forward(&x, &y, mask.as_deref(), &gamma, &beta, 1e-6);
-        let (mut out, mut s, mut mean, mut rstd) = (vec![0f32; m * d], vec![0f32; m * d], vec![0f32; m], vec![0f32; m]);
-        layer_norm::residual_layer_norm_forward(&mut out, &mut s, &mut mean, &mut rstd, &to_f32(&x), &to_f32(&y), &to_f32(&gamma), &to_f32(&beta), 1e-6, dm);
+        let (want, saved) =
+            r::residual_layer_norm_forward(&x, &y, mask.as_deref(), &gamma, &beta, 1e-6);
+        let (mut out, mut s, mut mean, mut rstd) = (
+            vec![0f32; m * d],
+            vec![0f32; m * d],
+            vec![0f32; m],
+            vec![0f32; m],
+        );
+        layer_norm::residual_layer_norm_forward(
+            &mut out,
+            &mut s,
+            &mut mean,
+            &mut rstd,
+            &to_f32(&x),
+            &to_f32(&y),
+            &to_f32(&gamma),
+            &to_f32(&beta),
+            1e-6,
+            dm,
+        );
         // d = 1: every row normalises to 0 and the output is beta.
         assert_close(&format!("ln fwd d={d}"), &to_f64(&out), &want, ATOL, RTOL);
         let g = rand_vec(&mut rng, m * d, 1.0);
         let (dx, dy, dg, db) = r::residual_layer_norm_backward(&g, &saved, mask.as_deref(), &gamma);
         let (mut fdx, mut fdy) = (vec![0f32; m * d], vec![0f32; m * d]);
         let (mut fdg, mut fdb) = (vec![0.5f32; d], vec![-0.5f32; d]); // accumulate onto these
-        layer_norm::residual_layer_norm_backward(&mut fdx, &mut fdy, &mut fdg, &mut fdb, &to_f32(&g), &s, &mean, &rstd, &to_f32(&gamma), dm);
+        layer_norm::residual_layer_norm_backward(
+            &mut fdx,
+            &mut fdy,
+            &mut fdg,
+            &mut fdb,
+            &to_f32(&g),
+            &s,
+            &mean,
+            &rstd,
+            &to_f32(&gamma),
+            dm,
+        );
         // With d = 1 the gradient is ~0 up to rounding; use an absolute floor there.
         let atol = if d == 1 { 1e-3 } else { 1e-5 };
         assert_close("ln dx", &to_f64(&fdx), &dx, atol, 1e-4);
@@ -98,7 +184,8 @@ fn check_attention(d: AttnDims, key_lens: &[usize], causal: bool, p: f32, fused:
     let mask = mask_array(dm, d.b * d.h * d.t * d.s);
     let (want, probs) = r::attention_forward(&q, &k, &v, key_lens, causal, mask.as_deref(), d);
     let g = rand_vec(&mut rng, d.b * d.t * hv, 1.0);
-    let (dq, dk, dv) = r::attention_backward(&g, &probs, &q, &k, &v, key_lens, causal, mask.as_deref(), d);
+    let (dq, dk, dv) =
+        r::attention_backward(&g, &probs, &q, &k, &v, key_lens, causal, mask.as_deref(), d);
 
     let mut out = vec![0f32; d.b * d.t * hv];
     let mut fprobs = vec![0f32; d.b * d.h * d.t * d.s];
@@ -118,25 +205,114 @@ fn check_attention(d: AttnDims, key_lens: &[usize], causal: bool, p: f32, fused:
                 qkv[r_ * ld + 2 * hk + c] = v[r_ * hv + c] as f32;
             }
         }
-        let heads = |off| attention::Heads { data: &qkv, ld, off };
-        attention::attention_forward(&mut out, &mut fprobs, heads(0), heads(hk), heads(2 * hk), key_lens, causal, dm, d);
+        let heads = |off| attention::Heads {
+            data: &qkv,
+            ld,
+            off,
+        };
+        attention::attention_forward(
+            &mut out,
+            &mut fprobs,
+            heads(0),
+            heads(hk),
+            heads(2 * hk),
+            key_lens,
+            causal,
+            dm,
+            d,
+        );
         let mut dqkv = vec![f32::NAN; d.b * d.t * ld];
-        attention::attention_backward(attention::AttnGrads::Fused { dqkv: &mut dqkv, ld, offs: [0, hk, 2 * hk] }, &mut ds, &g32, &fprobs, heads(0), heads(hk), heads(2 * hk), key_lens, causal, dm, d);
-        let col = |off: usize, w: usize| -> Vec<f64> { (0..d.b * d.t).flat_map(|r_| (0..w).map(move |c| (r_, c))).map(|(r_, c)| dqkv[r_ * ld + off + c] as f64).collect() };
+        attention::attention_backward(
+            attention::AttnGrads::Fused {
+                dqkv: &mut dqkv,
+                ld,
+                offs: [0, hk, 2 * hk],
+            },
+            &mut ds,
+            &g32,
+            &fprobs,
+            heads(0),
+            heads(hk),
+            heads(2 * hk),
+            key_lens,
+            causal,
+            dm,
+            d,
+        );
+        let col = |off: usize, w: usize| -> Vec<f64> {
+            (0..d.b * d.t)
+                .flat_map(|r_| (0..w).map(move |c| (r_, c)))
+                .map(|(r_, c)| dqkv[r_ * ld + off + c] as f64)
+                .collect()
+        };
         got_dq = col(0, hk);
         got_dk = col(hk, hk);
         got_dv = col(2 * hk, hv);
     } else {
-        let (q32, kv32): (Vec<f32>, Vec<f32>) = (to_f32(&q), (0..d.b * d.s).flat_map(|r_| k[r_ * hk..(r_ + 1) * hk].iter().chain(&v[r_ * hv..(r_ + 1) * hv]).map(|&x| x as f32).collect::<Vec<_>>()).collect());
-        let qh = attention::Heads { data: &q32, ld: hk, off: 0 };
-        let kvh = |off| attention::Heads { data: &kv32, ld: hk + hv, off };
-        attention::attention_forward(&mut out, &mut fprobs, qh, kvh(0), kvh(hk), key_lens, causal, dm, d);
+        let (q32, kv32): (Vec<f32>, Vec<f32>) = (
+            to_f32(&q),
+            (0..d.b * d.s)
+                .flat_map(|r_| {
+                    k[r_ * hk..(r_ + 1) * hk]
+                        .iter()
+                        .chain(&v[r_ * hv..(r_ + 1) * hv])
+                        .map(|&x| x as f32)
+                        .collect::<Vec<_>>()
+                })
+                .collect(),
+        );
+        let qh = attention::Heads {
+            data: &q32,
+            ld: hk,
+            off: 0,
+        };
+        let kvh = |off| attention::Heads {
+            data: &kv32,
+            ld: hk + hv,
+            off,
+        };
+        attention::attention_forward(
+            &mut out,
+            &mut fprobs,
+            qh,
+            kvh(0),
+            kvh(hk),
+            key_lens,
+            causal,
+            dm,
+            d,
+        );
         let mut fdq = vec![f32::NAN; d.b * d.t * hk];
         let mut fdkv = vec![f32::NAN; d.b * d.s * (hk + hv)];
-        attention::attention_backward(attention::AttnGrads::Split { dq: &mut fdq, ldq: hk, qoff: 0, dkv: &mut fdkv, ldkv: hk + hv, offs: [0, hk] }, &mut ds, &g32, &fprobs, qh, kvh(0), kvh(hk), key_lens, causal, dm, d);
+        attention::attention_backward(
+            attention::AttnGrads::Split {
+                dq: &mut fdq,
+                ldq: hk,
+                qoff: 0,
+                dkv: &mut fdkv,
+                ldkv: hk + hv,
+                offs: [0, hk],
+            },
+            &mut ds,
+            &g32,
+            &fprobs,
+            qh,
+            kvh(0),
+            kvh(hk),
+            key_lens,
+            causal,
+            dm,
+            d,
+        );
         got_dq = to_f64(&fdq);
-        got_dk = (0..d.b * d.s).flat_map(|r_| fdkv[r_ * (hk + hv)..r_ * (hk + hv) + hk].to_vec()).map(|x| x as f64).collect();
-        got_dv = (0..d.b * d.s).flat_map(|r_| fdkv[r_ * (hk + hv) + hk..(r_ + 1) * (hk + hv)].to_vec()).map(|x| x as f64).collect();
+        got_dk = (0..d.b * d.s)
+            .flat_map(|r_| fdkv[r_ * (hk + hv)..r_ * (hk + hv) + hk].to_vec())
+            .map(|x| x as f64)
+            .collect();
+        got_dv = (0..d.b * d.s)
+            .flat_map(|r_| fdkv[r_ * (hk + hv) + hk..(r_ + 1) * (hk + hv)].to_vec())
+            .map(|x| x as f64)
+            .collect();
     }
     assert_close("attn out", &to_f64(&out), &want, ATOL, RTOL);
     assert_close("attn probs", &to_f64(&fprobs), &probs, ATOL, RTOL);
@@ -147,28 +323,112 @@ fn check_attention(d: AttnDims, key_lens: &[usize], causal: bool, p: f32, fused:
 
 #[test]
 fn attention_self_fused_causal_with_padding() {
-    check_attention(AttnDims { b: 3, h: 3, t: 7, s: 7, k: 13, v: 5 }, &[7, 4, 0], true, 0.0, true, 20);
+    check_attention(
+        AttnDims {
+            b: 3,
+            h: 3,
+            t: 7,
+            s: 7,
+            k: 13,
+            v: 5,
+        },
+        &[7, 4, 0],
+        true,
+        0.0,
+        true,
+        20,
+    );
 }
 
 #[test]
 fn attention_self_fused_dropout() {
-    check_attention(AttnDims { b: 2, h: 2, t: 5, s: 5, k: 8, v: 8 }, &[5, 2], false, 0.2, true, 21);
+    check_attention(
+        AttnDims {
+            b: 2,
+            h: 2,
+            t: 5,
+            s: 5,
+            k: 8,
+            v: 8,
+        },
+        &[5, 2],
+        false,
+        0.2,
+        true,
+        21,
+    );
 }
 
 #[test]
 fn attention_self_fused_causal_dropout() {
-    check_attention(AttnDims { b: 3, h: 2, t: 6, s: 6, k: 7, v: 5 }, &[6, 4, 1], true, 0.3, true, 25);
+    check_attention(
+        AttnDims {
+            b: 3,
+            h: 2,
+            t: 6,
+            s: 6,
+            k: 7,
+            v: 5,
+        },
+        &[6, 4, 1],
+        true,
+        0.3,
+        true,
+        25,
+    );
 }
 
 #[test]
 fn attention_cross_split() {
-    check_attention(AttnDims { b: 4, h: 2, t: 3, s: 9, k: 17, v: 6 }, &[9, 1, 0, 5], false, 0.0, false, 22);
+    check_attention(
+        AttnDims {
+            b: 4,
+            h: 2,
+            t: 3,
+            s: 9,
+            k: 17,
+            v: 6,
+        },
+        &[9, 1, 0, 5],
+        false,
+        0.0,
+        false,
+        22,
+    );
 }
 
 #[test]
 fn attention_single_query_and_wide_heads() {
-    check_attention(AttnDims { b: 2, h: 8, t: 1, s: 6, k: 64, v: 64 }, &[6, 3], false, 0.1, false, 23);
-    check_attention(AttnDims { b: 1, h: 1, t: 1, s: 1, k: 1, v: 1 }, &[1], true, 0.0, true, 24);
+    check_attention(
+        AttnDims {
+            b: 2,
+            h: 8,
+            t: 1,
+            s: 6,
+            k: 64,
+            v: 64,
+        },
+        &[6, 3],
+        false,
+        0.1,
+        false,
+        23,
+    );
+    check_attention(
+        AttnDims {
+            b: 1,
+            h: 1,
+            t: 1,
+            s: 1,
+            k: 1,
+            v: 1,
+        },
+        &[1],
+        true,
+        0.0,
+        true,
+        24,
+    );
 }
 
 #[test]
@@ -176,11 +436,21 @@ fn softmax_xent_matches_reference() {
     let mut rng = Rng::new(30);
     for &(m, v, eps) in &[(6, 37, 0.1f32), (4, 1000, 0.0), (3, 5, 0.2)] {
         let z = rand_vec(&mut rng, m * v, 4.0);
-        let targets: Vec<u32> = (0..m).map(|i| if i == 1 { 0 } else { 1 + rng.below(v as u64 - 1) as u32 }).collect();
+        let targets: Vec<u32> = (0..m)
+            .map(|i| {
+                if i == 1 {
+                    0
+                } else {
+                    1 + rng.below(v as u64 - 1) as u32
+                }
+            })
+            .collect();
         let (loss, nll, grad) = r::softmax_xent(&z, &targets, 0, eps as f64, v);
         let mut z32 = to_f32(&z);
         let (mut rl, mut rn) = (vec![0f32; m], vec![0f32; m]);
-        let sums = softmax_xent::softmax_xent_forward_backward(&mut z32, &mut rl, &mut rn, &targets, 0, eps, 0.5, v);
+        let sums = softmax_xent::softmax_xent_forward_backward(
+            &mut z32, &mut rl, &mut rn, &targets, 0, eps, 0.5, v,
+        );
         assert_eq!(sums.tokens, m - 1);
         assert_close("loss", &[sums.loss], &[loss], 1e-5, 1e-6);
         assert_close("nll", &[sums.nll], &[nll], 1e-5, 1e-6);
@@ -196,13 +466,27 @@ fn label_smoothing_zero_is_nll() {
     let z = to_f32(&rand_vec(&mut rng, m * v, 3.0));
     let targets = [5u32, 9, 0, 49, 4];
     let (mut rl, mut rn) = (vec![0f32; m], vec![0f32; m]);
-    let sums = softmax_xent::softmax_xent_forward_backward(&mut z.clone(), &mut rl, &mut rn, &targets, 0, 0.0, 1.0, v);
+    let sums = softmax_xent::softmax_xent_forward_backward(
+        &mut z.clone(),
+        &mut rl,
+        &mut rn,
+        &targets,
+        0,
+        0.0,
+        1.0,
+        v,
+    );
     assert_eq!(sums.loss, sums.nll);
-    let direct: f64 = targets.iter().enumerate().filter(|(_, &t)| t != 0).map(|(i, &t)| {
-        let row = &z[i * v..(i + 1) * v];
-        let lse = row.iter().map(|&x| (x as f64).exp()).sum::<f64>().ln();
-        lse - row[t as usize] as f64
-    }).sum();
+    let direct: f64 = targets
+        .iter()
+        .enumerate()
+        .filter(|(_, &t)| t != 0)
+        .map(|(i, &t)| {
+            let row = &z[i * v..(i + 1) * v];
+            let lse = row.iter().map(|&x| (x as f64).exp()).sum::<f64>().ln();
+            lse - row[t as usize] as f64
+        })
+        .sum();
     assert_close("nll", &[sums.nll], &[direct], 1e-5, 1e-6);
 }
 
@@ -210,7 +494,15 @@ fn label_smoothing_zero_is_nll() {
 fn embedding_matches_reference() {
     let mut rng = Rng::new(40);
     for &(vocab, d, seq, b, p) in &[(11, 70, 3, 4, 0.1f32), (5, 3, 1, 2, 0.0)] {
-        let tokens: Vec<u32> = (0..b * seq).map(|i| if i % 3 == 0 { 2 } else { rng.below(vocab as u64) as u32 }).collect();
+        let tokens: Vec<u32> = (0..b * seq)
+            .map(|i| {
+                if i % 3 == 0 {
+                    2
+                } else {
+                    rng.below(vocab as u64) as u32
+                }
+            })
+            .collect();
         let table = rand_vec(&mut rng, vocab * d, 1.0);
         let pos = rand_vec(&mut rng, (seq + 2) * d, 1.0);
         let dm = (p > 0.0).then(|| DropoutMask::new(p, 1, 2, 3));
@@ -218,12 +510,30 @@ fn embedding_matches_reference() {
         let scale = (d as f64).sqrt();
         let want = r::embedding_forward(&tokens, &table, &pos, seq, d, scale, mask.as_deref());
         let mut out = vec![0f32; b * seq * d];
-        embedding::embedding_forward(&mut out, &tokens, &to_f32(&table), &to_f32(&pos), seq, scale as f32, dm);
+        embedding::embedding_forward(
+            &mut out,
+            &tokens,
+            &to_f32(&table),
+            &to_f32(&pos),
+            seq,
+            scale as f32,
+            dm,
+        );
         assert_close("emb fwd", &to_f64(&out), &want, ATOL, RTOL);
         let g = rand_vec(&mut rng, b * seq * d, 1.0);
-        let (dt, dp) = r::embedding_backward(&g, &tokens, vocab, seq + 2, seq, d, scale, mask.as_deref());
+        let (dt, dp) =
+            r::embedding_backward(&g, &tokens, vocab, seq + 2, seq, d, scale, mask.as_deref());
         let (mut fdt, mut fdp) = (vec![0f32; vocab * d], vec![0f32; (seq + 2) * d]);
-        embedding::embedding_backward(&mut fdt, Some(&mut fdp), &to_f32(&g), &tokens, seq, d, scale as f32, dm);
+        embedding::embedding_backward(
+            &mut fdt,
+            Some(&mut fdp),
+            &to_f32(&g),
+            &tokens,
+            seq,
+            d,
+            scale as f32,
+            dm,
+        );
         assert_close("emb dtable", &to_f64(&fdt), &dt, ATOL, RTOL);
         assert_close("emb dpos", &to_f64(&fdp), &dp, ATOL, RTOL);
     }
@@ -239,7 +549,13 @@ fn relu_matches_reference() {
     let g = rand_vec(&mut rng, 10_000, 1.0);
     let mut dh = to_f32(&g);
     elementwise::relu_backward(&mut dh, &h);
-    assert_close("drelu", &to_f64(&dh), &r::relu_backward(&g, &r::relu_forward(&x)), 0.0, 1e-7);
+    assert_close(
+        "drelu",
+        &to_f64(&dh),
+        &r::relu_backward(&g, &r::relu_forward(&x)),
+        0.0,
+        1e-7,
+    );
 }
 
 #[test]
@@ -249,7 +565,9 @@ fn column_sum_matches_reference() {
     let dy = rand_vec(&mut rng, m * n, 1.0);
     let mut db = vec![1f32; n];
     elementwise::column_sum_add(&mut db, &to_f32(&dy), n);
-    let want: Vec<f64> = (0..n).map(|j| 1.0 + (0..m).map(|i| dy[i * n + j]).sum::<f64>()).collect();
+    let want: Vec<f64> = (0..n)
+        .map(|j| 1.0 + (0..m).map(|i| dy[i * n + j]).sum::<f64>())
+        .collect();
     assert_close("colsum", &to_f64(&db), &want, 1e-5, 1e-5);
 }
 
@@ -281,7 +599,15 @@ fn adam_matches_reference_over_steps() {
         let g = rand_vec(&mut rng, n, 0.1);
         let lr = 1e-3 * t as f64;
         r::adam_update(&mut p64, &g, &mut m64, &mut v64, 0.9, 0.98, 1e-9, lr, t);
-        adam::adam_update(&mut p32, &to_f32(&g), &mut m32, &mut v32, adam::AdamConfig::paper(), lr as f32, t);
+        adam::adam_update(
+            &mut p32,
+            &to_f32(&g),
+            &mut m32,
+            &mut v32,
+            adam::AdamConfig::paper(),
+            lr as f32,
+            t,
+        );
     }
     assert_close("adam params", &to_f64(&p32), &p64, 1e-6, 1e-5);
     assert_close("adam m", &to_f64(&m32), &m64, 1e-7, 1e-5);

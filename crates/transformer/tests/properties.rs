@@ -8,7 +8,12 @@ use transformer::rng::Rng;
 use transformer::synthetic::{pairs, Task};
 use transformer::{Batch, DropoutCtx, ModelConfig, Positions, Transformer, Workspace, PAD};
 
-fn tiny(dropout: f32, attention_dropout: f32, label_smoothing: f32, positions: Positions) -> ModelConfig {
+fn tiny(
+    dropout: f32,
+    attention_dropout: f32,
+    label_smoothing: f32,
+    positions: Positions,
+) -> ModelConfig {
     ModelConfig {
         n_layers: 2,
         d_model: 20,
@@ -31,7 +36,11 @@ fn sample_pairs(seed: u64, n: usize) -> Vec<(Vec<u32>, Vec<u32>)> {
 }
 
 /// (loss sums, gradients) of one batch.
-fn loss_and_grads(model: &Transformer, batch: &Batch, ctx: Option<DropoutCtx>) -> (transformer::model::LossSums, Vec<f32>) {
+fn loss_and_grads(
+    model: &Transformer,
+    batch: &Batch,
+    ctx: Option<DropoutCtx>,
+) -> (transformer::model::LossSums, Vec<f32>) {
     let mut ws = Workspace::new();
     model.forward(batch, &mut ws, ctx).unwrap();
     let sums = model.loss(batch, &mut ws, model.config.label_smoothing, 1.0);
@@ -43,7 +52,16 @@ fn loss_and_grads(model: &Transformer, batch: &Batch, ctx: Option<DropoutCtx>) -
 /// The same batch with `extra` more padding positions on both sides.
 fn pad_more(b: &Batch, extra: usize) -> Batch {
     let (s2, t2) = (b.s + extra, b.t + extra);
-    let mut out = Batch { b: b.b, s: s2, t: t2, src: vec![PAD; b.b * s2], src_lens: b.src_lens.clone(), tgt_in: vec![PAD; b.b * t2], tgt_out: vec![PAD; b.b * t2], tgt_lens: b.tgt_lens.clone() };
+    let mut out = Batch {
+        b: b.b,
+        s: s2,
+        t: t2,
+        src: vec![PAD; b.b * s2],
+        src_lens: b.src_lens.clone(),
+        tgt_in: vec![PAD; b.b * t2],
+        tgt_out: vec![PAD; b.b * t2],
+        tgt_lens: b.tgt_lens.clone(),
+    };
     for i in 0..b.b {
         out.src[i * s2..i * s2 + b.s].copy_from_slice(&b.src[i * b.s..(i + 1) * b.s]);
         out.tgt_in[i * t2..i * t2 + b.t].copy_from_slice(&b.tgt_in[i * b.t..(i + 1) * b.t]);
@@ -69,7 +87,10 @@ fn padding_changes_nothing() {
 fn backward_twice_doubles_gradients() {
     let model = Transformer::new(tiny(0.1, 0.1, 0.1, Positions::Learned), 4).unwrap();
     let batch = Batch::from_pairs(&sample_pairs(2, 4));
-    let ctx = Some(DropoutCtx { seed: 5, counter: 9 });
+    let ctx = Some(DropoutCtx {
+        seed: 5,
+        counter: 9,
+    });
     let mut ws = Workspace::new();
     let mut g = vec![0f32; model.params.len()];
     model.forward(&batch, &mut ws, ctx).unwrap();
@@ -127,12 +148,21 @@ fn dropout_backward_matches_finite_difference() {
         let mut model = Transformer::new(tiny(p, pa, 0.1, Positions::Learned), 7).unwrap();
         // Keep every ReLU unit active: a finite step that moves a pre-activation across 0 measures
         // the kink, not the gradient (seen here as errors of several percent in the tiny FFN).
-        let b1: Vec<_> = model.layout.entries().iter().filter(|e| e.name.ends_with("ffn.b_1")).map(|e| e.range()).collect();
+        let b1: Vec<_> = model
+            .layout
+            .entries()
+            .iter()
+            .filter(|e| e.name.ends_with("ffn.b_1"))
+            .map(|e| e.range())
+            .collect();
         for r in b1 {
             model.params[r].fill(4.0);
         }
         let batch = Batch::from_pairs(&sample_pairs(5, 4));
-        let ctx = Some(DropoutCtx { seed: 11, counter: 3 });
+        let ctx = Some(DropoutCtx {
+            seed: 11,
+            counter: 3,
+        });
         let (_, g) = loss_and_grads(&model, &batch, ctx);
         // Per tensor, along that tensor's unit gradient the directional derivative is |g_tensor|,
         // large enough to stand above f32 noise; a wrong backward points g elsewhere and the true
@@ -149,16 +179,29 @@ fn dropout_backward_matches_finite_difference() {
         };
         let mut checked = 0;
         for e in model.layout.entries() {
-            let norm = g[e.range()].iter().map(|&x| x as f64 * x as f64).sum::<f64>().sqrt();
+            let norm = g[e.range()]
+                .iter()
+                .map(|&x| x as f64 * x as f64)
+                .sum::<f64>()
+                .sqrt();
             if norm < 0.05 {
                 continue; // key biases (exactly 0) and unused position rows
             }
-            let dir: Vec<(usize, f32)> = e.range().map(|i| (i, (g[i] as f64 / norm) as f32)).collect();
+            let dir: Vec<(usize, f32)> = e
+                .range()
+                .map(|i| (i, (g[i] as f64 / norm) as f32))
+                .collect();
             let h = 1e-2;
             let numeric = (loss_at(&dir, h) - loss_at(&dir, -h)) / (2.0 * h as f64);
             // f32 losses of ~80 carry ~1e-5 rounding (~1e-3 in the quotient) and curvature adds
             // O(h²); a backward that ignored a dropout mask is off by O(norm).
-            assert_close(&format!("{} slope p={p} pa={pa}", e.name), &[numeric], &[norm], 3e-3, 3e-3);
+            assert_close(
+                &format!("{} slope p={p} pa={pa}", e.name),
+                &[numeric],
+                &[norm],
+                3e-3,
+                3e-3,
+            );
             checked += 1;
         }
         assert!(checked > 30, "only {checked} tensors checked");
@@ -171,7 +214,14 @@ fn deterministic_for_seed() {
     let batch = Batch::from_pairs(&sample_pairs(6, 5));
     let run = || {
         let model = Transformer::new(cfg.clone(), 9).unwrap();
-        loss_and_grads(&model, &batch, Some(DropoutCtx { seed: 1, counter: 2 }))
+        loss_and_grads(
+            &model,
+            &batch,
+            Some(DropoutCtx {
+                seed: 1,
+                counter: 2,
+            }),
+        )
     };
     let (a, ga) = run();
     let (b, gb) = run();
@@ -179,7 +229,14 @@ fn deterministic_for_seed() {
     assert!(ga == gb, "gradients differ between identical runs");
     // A different dropout counter gives different masks.
     let model = Transformer::new(cfg, 9).unwrap();
-    let (c, _) = loss_and_grads(&model, &batch, Some(DropoutCtx { seed: 1, counter: 3 }));
+    let (c, _) = loss_and_grads(
+        &model,
+        &batch,
+        Some(DropoutCtx {
+            seed: 1,
+            counter: 3,
+        }),
+    );
     assert_ne!(a.loss, c.loss);
 }
 
@@ -202,6 +259,12 @@ fn batch_errors_are_clear() {
     let err = model.forward(&long, &mut ws, None).unwrap_err().to_string();
     assert!(err.contains("exceeds max_positions = 32"), "{err}");
     let bad_id = Batch::from_pairs(&[(vec![99], vec![6])]);
-    let err = model.forward(&bad_id, &mut ws, None).unwrap_err().to_string();
-    assert!(err.contains("token id 99 outside the vocabulary of 30"), "{err}");
+    let err = model
+        .forward(&bad_id, &mut ws, None)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("token id 99 outside the vocabulary of 30"),
+        "{err}"
+    );
 }

@@ -44,7 +44,14 @@ pub fn linear_forward(x: &[f64], w: &[f64], b: &[f64], m: usize, n: usize, k: us
 }
 
 /// Gradients of [`linear_forward`]: (dx (m, k), dW (n, k), db (n)).
-pub fn linear_backward(dy: &[f64], x: &[f64], w: &[f64], m: usize, n: usize, k: usize) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
+pub fn linear_backward(
+    dy: &[f64],
+    x: &[f64],
+    w: &[f64],
+    m: usize,
+    n: usize,
+    k: usize,
+) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
     let dx = matmul(dy, w, m, k, n);
     let dw = matmul(&transpose(dy, m, n), x, n, k, m);
     let mut db = vec![0.0; n];
@@ -77,7 +84,9 @@ pub fn residual_layer_norm_forward(
 ) -> (Vec<f64>, LnSaved) {
     let d = gamma.len();
     let m = x.len() / d;
-    let s: Vec<f64> = (0..m * d).map(|i| x[i] + y[i] * mask.map_or(1.0, |mk| mk[i])).collect();
+    let s: Vec<f64> = (0..m * d)
+        .map(|i| x[i] + y[i] * mask.map_or(1.0, |mk| mk[i]))
+        .collect();
     let mut out = vec![0.0; m * d];
     let (mut mean, mut rstd) = (vec![0.0; m], vec![0.0; m]);
     for r in 0..m {
@@ -117,7 +126,9 @@ pub fn residual_layer_norm_backward(
             db[j] += dout[r * d + j];
         }
     }
-    let dy = (0..m * d).map(|i| dx[i] * mask.map_or(1.0, |mk| mk[i])).collect();
+    let dy = (0..m * d)
+        .map(|i| dx[i] * mask.map_or(1.0, |mk| mk[i]))
+        .collect();
     (dx, dy, dg, db)
 }
 
@@ -152,7 +163,15 @@ pub fn attention_forward(
                     continue;
                 }
                 let scores: Vec<f64> = (0..n)
-                    .map(|j| (0..d.k).map(|c| q[(b * d.t + i) * hk + h * d.k + c] * k[(b * d.s + j) * hk + h * d.k + c]).sum::<f64>() * scale)
+                    .map(|j| {
+                        (0..d.k)
+                            .map(|c| {
+                                q[(b * d.t + i) * hk + h * d.k + c]
+                                    * k[(b * d.s + j) * hk + h * d.k + c]
+                            })
+                            .sum::<f64>()
+                            * scale
+                    })
                     .collect();
                 let max = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
                 let z: f64 = scores.iter().map(|s| (s - max).exp()).sum();
@@ -162,7 +181,8 @@ pub fn attention_forward(
                     probs[base + j] = p;
                     let pm = p * mask.map_or(1.0, |m| m[base + j]);
                     for c in 0..d.v {
-                        out[(b * d.t + i) * hv + h * d.v + c] += pm * v[(b * d.s + j) * hv + h * d.v + c];
+                        out[(b * d.t + i) * hv + h * d.v + c] +=
+                            pm * v[(b * d.s + j) * hv + h * d.v + c];
                     }
                 }
             }
@@ -196,7 +216,10 @@ pub fn attention_backward(
                 let mut dp = vec![0.0; n];
                 for j in 0..n {
                     let m = mask.map_or(1.0, |mk| mk[base + j]);
-                    dp[j] = (0..d.v).map(|c| go(c) * v[(b * d.s + j) * hv + h * d.v + c]).sum::<f64>() * m;
+                    dp[j] = (0..d.v)
+                        .map(|c| go(c) * v[(b * d.s + j) * hv + h * d.v + c])
+                        .sum::<f64>()
+                        * m;
                     for c in 0..d.v {
                         dv[(b * d.s + j) * hv + h * d.v + c] += probs[base + j] * m * go(c);
                     }
@@ -205,8 +228,10 @@ pub fn attention_backward(
                 for j in 0..n {
                     let ds = probs[base + j] * (dp[j] - sum) * scale;
                     for c in 0..d.k {
-                        dq[(b * d.t + i) * hk + h * d.k + c] += ds * k[(b * d.s + j) * hk + h * d.k + c];
-                        dk[(b * d.s + j) * hk + h * d.k + c] += ds * q[(b * d.t + i) * hk + h * d.k + c];
+                        dq[(b * d.t + i) * hk + h * d.k + c] +=
+                            ds * k[(b * d.s + j) * hk + h * d.k + c];
+                        dk[(b * d.s + j) * hk + h * d.k + c] +=
+                            ds * q[(b * d.t + i) * hk + h * d.k + c];
                     }
                 }
             }
@@ -217,7 +242,13 @@ pub fn attention_backward(
 
 /// Label-smoothed cross-entropy summed over non-padding rows, and ∂/∂logits of that sum:
 /// (loss, nll, grad (M, V)). See the fast kernel for the definition.
-pub fn softmax_xent(logits: &[f64], targets: &[u32], pad: u32, epsilon: f64, vocab: usize) -> (f64, f64, Vec<f64>) {
+pub fn softmax_xent(
+    logits: &[f64],
+    targets: &[u32],
+    pad: u32,
+    epsilon: f64,
+    vocab: usize,
+) -> (f64, f64, Vec<f64>) {
     let mut grad = vec![0.0; logits.len()];
     let (mut loss, mut nll) = (0.0, 0.0);
     for (r, &y) in targets.iter().enumerate() {
@@ -239,12 +270,21 @@ pub fn softmax_xent(logits: &[f64], targets: &[u32], pad: u32, epsilon: f64, voc
 }
 
 /// out (B·L, D) = mask ⊙ (table[tokens] · scale + positions[l]).
-pub fn embedding_forward(tokens: &[u32], table: &[f64], positions: &[f64], seq_len: usize, d: usize, scale: f64, mask: Option<&[f64]>) -> Vec<f64> {
+pub fn embedding_forward(
+    tokens: &[u32],
+    table: &[f64],
+    positions: &[f64],
+    seq_len: usize,
+    d: usize,
+    scale: f64,
+    mask: Option<&[f64]>,
+) -> Vec<f64> {
     let mut out = vec![0.0; tokens.len() * d];
     for (r, &t) in tokens.iter().enumerate() {
         for j in 0..d {
             let m = mask.map_or(1.0, |mk| mk[r * d + j]);
-            out[r * d + j] = m * (table[t as usize * d + j] * scale + positions[(r % seq_len) * d + j]);
+            out[r * d + j] =
+                m * (table[t as usize * d + j] * scale + positions[(r % seq_len) * d + j]);
         }
     }
     out
@@ -252,7 +292,16 @@ pub fn embedding_forward(tokens: &[u32], table: &[f64], positions: &[f64], seq_l
 
 /// Gradients of [`embedding_forward`]: (dtable, dpositions) with the shapes of table and positions.
 #[allow(clippy::too_many_arguments)]
-pub fn embedding_backward(dout: &[f64], tokens: &[u32], vocab: usize, pos_rows: usize, seq_len: usize, d: usize, scale: f64, mask: Option<&[f64]>) -> (Vec<f64>, Vec<f64>) {
+pub fn embedding_backward(
+    dout: &[f64],
+    tokens: &[u32],
+    vocab: usize,
+    pos_rows: usize,
+    seq_len: usize,
+    d: usize,
+    scale: f64,
+    mask: Option<&[f64]>,
+) -> (Vec<f64>, Vec<f64>) {
     let (mut dt, mut dp) = (vec![0.0; vocab * d], vec![0.0; pos_rows * d]);
     for (r, &t) in tokens.iter().enumerate() {
         for j in 0..d {
@@ -271,12 +320,25 @@ pub fn relu_forward(x: &[f64]) -> Vec<f64> {
 
 /// dh ⊙ [h > 0].
 pub fn relu_backward(dh: &[f64], h: &[f64]) -> Vec<f64> {
-    dh.iter().zip(h).map(|(d, h)| if *h > 0.0 { *d } else { 0.0 }).collect()
+    dh.iter()
+        .zip(h)
+        .map(|(d, h)| if *h > 0.0 { *d } else { 0.0 })
+        .collect()
 }
 
 /// One Adam step in f64, as textbook: m̂ = m/(1−β1^t), v̂ = v/(1−β2^t), p −= lr·m̂/(√v̂ + ε).
 #[allow(clippy::too_many_arguments)]
-pub fn adam_update(p: &mut [f64], g: &[f64], m: &mut [f64], v: &mut [f64], beta1: f64, beta2: f64, eps: f64, lr: f64, t: u64) {
+pub fn adam_update(
+    p: &mut [f64],
+    g: &[f64],
+    m: &mut [f64],
+    v: &mut [f64],
+    beta1: f64,
+    beta2: f64,
+    eps: f64,
+    lr: f64,
+    t: u64,
+) {
     for i in 0..p.len() {
         m[i] = beta1 * m[i] + (1.0 - beta1) * g[i];
         v[i] = beta2 * v[i] + (1.0 - beta2) * g[i] * g[i];

@@ -17,23 +17,86 @@ fn widths(m: &Transformer) -> (usize, usize, usize) {
 
 /// Output projection W^O and residual LayerNorm, shared by both kinds of attention.
 #[allow(clippy::too_many_arguments)]
-fn project_and_norm(m: &Transformer, p: &[f32], ao: &AttnOffsets, no: &NormOffsets, x: &[f32], acts: &mut AttnActs, y: &mut [f32], rows: usize, drop: Option<DropoutMask>) {
+fn project_and_norm(
+    m: &Transformer,
+    p: &[f32],
+    ao: &AttnOffsets,
+    no: &NormOffsets,
+    x: &[f32],
+    acts: &mut AttnActs,
+    y: &mut [f32],
+    rows: usize,
+    drop: Option<DropoutMask>,
+) {
     let (d, _, hv) = widths(m);
     let y = &mut y[..rows * d];
-    linear_forward(y, &acts.ctx, &p[ao.w_o..ao.w_o + d * hv], Some(&p[ao.b_o..ao.b_o + d]), rows, d, hv);
+    linear_forward(
+        y,
+        &acts.ctx,
+        &p[ao.w_o..ao.w_o + d * hv],
+        Some(&p[ao.b_o..ao.b_o + d]),
+        rows,
+        d,
+        hv,
+    );
     let n = &mut acts.norm;
-    residual_layer_norm_forward(&mut n.out, &mut n.s, &mut n.mean, &mut n.rstd, x, y, &p[no.gamma..no.gamma + d], &p[no.beta..no.beta + d], m.config.layer_norm_eps, drop);
+    residual_layer_norm_forward(
+        &mut n.out,
+        &mut n.s,
+        &mut n.mean,
+        &mut n.rstd,
+        x,
+        y,
+        &p[no.gamma..no.gamma + d],
+        &p[no.beta..no.beta + d],
+        m.config.layer_norm_eps,
+        drop,
+    );
 }
 
 /// Backward of [`project_and_norm`]: writes dx (residual path), leaves d(ctx) in `gs.d_ctx`.
 #[allow(clippy::too_many_arguments)]
-fn project_and_norm_backward(m: &Transformer, p: &[f32], grads: &mut [f32], ao: &AttnOffsets, no: &NormOffsets, acts: &AttnActs, dout: &[f32], dx: &mut [f32], gs: &mut GradScratch, rows: usize, drop: Option<DropoutMask>) {
+fn project_and_norm_backward(
+    m: &Transformer,
+    p: &[f32],
+    grads: &mut [f32],
+    ao: &AttnOffsets,
+    no: &NormOffsets,
+    acts: &AttnActs,
+    dout: &[f32],
+    dx: &mut [f32],
+    gs: &mut GradScratch,
+    rows: usize,
+    drop: Option<DropoutMask>,
+) {
     let (d, _, hv) = widths(m);
     let dy = &mut gs.dy[..rows * d];
     let (dg, db) = two_mut(grads, no.gamma, d, no.beta, d);
-    residual_layer_norm_backward(dx, dy, dg, db, dout, &acts.norm.s, &acts.norm.mean, &acts.norm.rstd, &p[no.gamma..no.gamma + d], drop);
+    residual_layer_norm_backward(
+        dx,
+        dy,
+        dg,
+        db,
+        dout,
+        &acts.norm.s,
+        &acts.norm.mean,
+        &acts.norm.rstd,
+        &p[no.gamma..no.gamma + d],
+        drop,
+    );
     let (dw, db) = two_mut(grads, ao.w_o, d * hv, ao.b_o, d);
-    linear_backward(Some(&mut gs.d_ctx[..rows * hv]), false, dw, Some(db), dy, &acts.ctx, &p[ao.w_o..ao.w_o + d * hv], rows, d, hv);
+    linear_backward(
+        Some(&mut gs.d_ctx[..rows * hv]),
+        false,
+        dw,
+        Some(db),
+        dy,
+        &acts.ctx,
+        &p[ao.w_o..ao.w_o + d * hv],
+        rows,
+        d,
+        hv,
+    );
 }
 
 /// Self-attention block over x (B·T, D): Q, K, V from one fused projection.
@@ -56,10 +119,39 @@ pub(super) fn self_forward(
     let (d, hk, hv) = widths(m);
     let nq = 2 * hk + hv;
     let rows = b * t;
-    linear_forward(&mut acts.q, x, &p[ao.w_qkv..ao.w_qkv + nq * d], Some(&p[ao.b_qkv..ao.b_qkv + nq]), rows, nq, d);
-    let dims = AttnDims { b, h: m.config.n_heads, t, s: t, k: m.config.d_k, v: m.config.d_v };
-    let head = |off| Heads { data: &acts.q, ld: nq, off };
-    attention_forward(&mut acts.ctx, &mut acts.probs, head(0), head(hk), head(2 * hk), key_lens, causal, drop_attn, dims);
+    linear_forward(
+        &mut acts.q,
+        x,
+        &p[ao.w_qkv..ao.w_qkv + nq * d],
+        Some(&p[ao.b_qkv..ao.b_qkv + nq]),
+        rows,
+        nq,
+        d,
+    );
+    let dims = AttnDims {
+        b,
+        h: m.config.n_heads,
+        t,
+        s: t,
+        k: m.config.d_k,
+        v: m.config.d_v,
+    };
+    let head = |off| Heads {
+        data: &acts.q,
+        ld: nq,
+        off,
+    };
+    attention_forward(
+        &mut acts.ctx,
+        &mut acts.probs,
+        head(0),
+        head(hk),
+        head(2 * hk),
+        key_lens,
+        causal,
+        drop_attn,
+        dims,
+    );
     project_and_norm(m, p, ao, no, x, acts, y, rows, drop);
 }
 
@@ -87,10 +179,25 @@ pub(super) fn self_backward(
     let nq = 2 * hk + hv;
     let rows = b * t;
     project_and_norm_backward(m, p, grads, ao, no, acts, dout, dx, gs, rows, drop);
-    let dims = AttnDims { b, h: m.config.n_heads, t, s: t, k: m.config.d_k, v: m.config.d_v };
-    let head = |off| Heads { data: &acts.q, ld: nq, off };
+    let dims = AttnDims {
+        b,
+        h: m.config.n_heads,
+        t,
+        s: t,
+        k: m.config.d_k,
+        v: m.config.d_v,
+    };
+    let head = |off| Heads {
+        data: &acts.q,
+        ld: nq,
+        off,
+    };
     attention_backward(
-        AttnGrads::Fused { dqkv: &mut gs.d_qkv[..rows * nq], ld: nq, offs: [0, hk, 2 * hk] },
+        AttnGrads::Fused {
+            dqkv: &mut gs.d_qkv[..rows * nq],
+            ld: nq,
+            offs: [0, hk, 2 * hk],
+        },
         &mut gs.dscores[..b * dims.h * t * t],
         &gs.d_ctx[..rows * hv],
         &acts.probs,
@@ -103,7 +210,18 @@ pub(super) fn self_backward(
         dims,
     );
     let (dw, db) = two_mut(grads, ao.w_qkv, nq * d, ao.b_qkv, nq);
-    linear_backward(Some(dx), true, dw, Some(db), &gs.d_qkv[..rows * nq], x, &p[ao.w_qkv..ao.w_qkv + nq * d], rows, nq, d);
+    linear_backward(
+        Some(dx),
+        true,
+        dw,
+        Some(db),
+        &gs.d_qkv[..rows * nq],
+        x,
+        &p[ao.w_qkv..ao.w_qkv + nq * d],
+        rows,
+        nq,
+        d,
+    );
 }
 
 /// Encoder–decoder attention block: queries from the decoder state x (B·T, D), keys and values
@@ -127,12 +245,53 @@ pub(super) fn cross_forward(
     let (mt, ms) = (dims.b * dims.t, dims.b * dims.s);
     let (wq, wkv) = (ao.w_qkv, ao.w_qkv + hk * d);
     let (bq, bkv) = (ao.b_qkv, ao.b_qkv + hk);
-    linear_forward(&mut acts.q, x, &p[wq..wq + hk * d], Some(&p[bq..bq + hk]), mt, hk, d);
-    linear_forward(&mut acts.kv, enc, &p[wkv..wkv + (hk + hv) * d], Some(&p[bkv..bkv + hk + hv]), ms, hk + hv, d);
-    let ad = AttnDims { b: dims.b, h: m.config.n_heads, t: dims.t, s: dims.s, k: m.config.d_k, v: m.config.d_v };
-    let q = Heads { data: &acts.q, ld: hk, off: 0 };
-    let kv = |off| Heads { data: &acts.kv, ld: hk + hv, off };
-    attention_forward(&mut acts.ctx, &mut acts.probs, q, kv(0), kv(hk), src_lens, false, drop_attn, ad);
+    linear_forward(
+        &mut acts.q,
+        x,
+        &p[wq..wq + hk * d],
+        Some(&p[bq..bq + hk]),
+        mt,
+        hk,
+        d,
+    );
+    linear_forward(
+        &mut acts.kv,
+        enc,
+        &p[wkv..wkv + (hk + hv) * d],
+        Some(&p[bkv..bkv + hk + hv]),
+        ms,
+        hk + hv,
+        d,
+    );
+    let ad = AttnDims {
+        b: dims.b,
+        h: m.config.n_heads,
+        t: dims.t,
+        s: dims.s,
+        k: m.config.d_k,
+        v: m.config.d_v,
+    };
+    let q = Heads {
+        data: &acts.q,
+        ld: hk,
+        off: 0,
+    };
+    let kv = |off| Heads {
+        data: &acts.kv,
+        ld: hk + hv,
+        off,
+    };
+    attention_forward(
+        &mut acts.ctx,
+        &mut acts.probs,
+        q,
+        kv(0),
+        kv(hk),
+        src_lens,
+        false,
+        drop_attn,
+        ad,
+    );
     project_and_norm(m, p, ao, no, x, acts, y, mt, drop);
 }
 
@@ -159,11 +318,33 @@ pub(super) fn cross_backward(
     let (d, hk, hv) = widths(m);
     let (mt, ms) = (dims.b * dims.t, dims.b * dims.s);
     project_and_norm_backward(m, p, grads, ao, no, acts, dout, dx, gs, mt, drop);
-    let ad = AttnDims { b: dims.b, h: m.config.n_heads, t: dims.t, s: dims.s, k: m.config.d_k, v: m.config.d_v };
-    let q = Heads { data: &acts.q, ld: hk, off: 0 };
-    let kv = |off| Heads { data: &acts.kv, ld: hk + hv, off };
+    let ad = AttnDims {
+        b: dims.b,
+        h: m.config.n_heads,
+        t: dims.t,
+        s: dims.s,
+        k: m.config.d_k,
+        v: m.config.d_v,
+    };
+    let q = Heads {
+        data: &acts.q,
+        ld: hk,
+        off: 0,
+    };
+    let kv = |off| Heads {
+        data: &acts.kv,
+        ld: hk + hv,
+        off,
+    };
     attention_backward(
-        AttnGrads::Split { dq: &mut gs.d_qkv[..mt * hk], ldq: hk, qoff: 0, dkv: &mut gs.d_kv[..ms * (hk + hv)], ldkv: hk + hv, offs: [0, hk] },
+        AttnGrads::Split {
+            dq: &mut gs.d_qkv[..mt * hk],
+            ldq: hk,
+            qoff: 0,
+            dkv: &mut gs.d_kv[..ms * (hk + hv)],
+            ldkv: hk + hv,
+            offs: [0, hk],
+        },
         &mut gs.dscores[..ad.b * ad.h * ad.t * ad.s],
         &gs.d_ctx[..mt * hv],
         &acts.probs,
@@ -180,6 +361,28 @@ pub(super) fn cross_backward(
     let (dw_all, db_all) = two_mut(grads, wq, (2 * hk + hv) * d, bq, 2 * hk + hv);
     let (dwq, dwkv) = dw_all.split_at_mut(hk * d);
     let (dbq, dbkv) = db_all.split_at_mut(hk);
-    linear_backward(Some(dx), true, dwq, Some(dbq), &gs.d_qkv[..mt * hk], x, &p[wq..wq + hk * d], mt, hk, d);
-    linear_backward(Some(d_enc), true, dwkv, Some(dbkv), &gs.d_kv[..ms * (hk + hv)], enc, &p[wkv..wkv + (hk + hv) * d], ms, hk + hv, d);
+    linear_backward(
+        Some(dx),
+        true,
+        dwq,
+        Some(dbq),
+        &gs.d_qkv[..mt * hk],
+        x,
+        &p[wq..wq + hk * d],
+        mt,
+        hk,
+        d,
+    );
+    linear_backward(
+        Some(d_enc),
+        true,
+        dwkv,
+        Some(dbkv),
+        &gs.d_kv[..ms * (hk + hv)],
+        enc,
+        &p[wkv..wkv + (hk + hv) * d],
+        ms,
+        hk + hv,
+        d,
+    );
 }

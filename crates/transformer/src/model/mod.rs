@@ -76,8 +76,14 @@ impl Batch {
     /// Checks shapes and ids against a model configuration.
     pub fn validate(&self, c: &ModelConfig) -> Result<()> {
         let bad = |m: String| Err(Error::Batch(m));
-        if self.src.len() != self.b * self.s || self.tgt_in.len() != self.b * self.t || self.tgt_out.len() != self.b * self.t {
-            return bad(format!("token buffers do not match B={} S={} T={}", self.b, self.s, self.t));
+        if self.src.len() != self.b * self.s
+            || self.tgt_in.len() != self.b * self.t
+            || self.tgt_out.len() != self.b * self.t
+        {
+            return bad(format!(
+                "token buffers do not match B={} S={} T={}",
+                self.b, self.s, self.t
+            ));
         }
         if self.src_lens.len() != self.b || self.tgt_lens.len() != self.b {
             return bad("one length per sentence expected".into());
@@ -89,8 +95,17 @@ impl Batch {
                 c.max_positions
             ));
         }
-        if let Some(&id) = self.src.iter().chain(&self.tgt_in).chain(&self.tgt_out).find(|&&id| id as usize >= c.vocab_size) {
-            return bad(format!("token id {id} outside the vocabulary of {}", c.vocab_size));
+        if let Some(&id) = self
+            .src
+            .iter()
+            .chain(&self.tgt_in)
+            .chain(&self.tgt_out)
+            .find(|&&id| id as usize >= c.vocab_size)
+        {
+            return bad(format!(
+                "token id {id} outside the vocabulary of {}",
+                c.vocab_size
+            ));
         }
         if self.src_lens.iter().any(|&l| l > self.s) || self.tgt_lens.iter().any(|&l| l > self.t) {
             return bad("a length exceeds the padded width".into());
@@ -162,10 +177,17 @@ impl Transformer {
             )));
         }
         let sinusoids = match config.positions {
-            crate::config::Positions::Sinusoidal => sinusoid_table(config.max_positions, config.d_model),
+            crate::config::Positions::Sinusoidal => {
+                sinusoid_table(config.max_positions, config.d_model)
+            }
             crate::config::Positions::Learned => Vec::new(),
         };
-        Ok(Transformer { config, layout, params, sinusoids })
+        Ok(Transformer {
+            config,
+            layout,
+            params,
+            sinusoids,
+        })
     }
 
     fn positions(&self) -> &[f32] {
@@ -184,7 +206,12 @@ impl Transformer {
 
     /// Forward pass: fills `ws.logits` (B·T, V) and the activations the backward needs. Dropout is
     /// applied when `dropout` is given (training), skipped otherwise.
-    pub fn forward(&self, batch: &Batch, ws: &mut Workspace, dropout: Option<DropoutCtx>) -> Result<()> {
+    pub fn forward(
+        &self,
+        batch: &Batch,
+        ws: &mut Workspace,
+        dropout: Option<DropoutCtx>,
+    ) -> Result<()> {
         batch.validate(&self.config)?;
         ws.prepare(&self.config, batch.b, batch.s, batch.t);
         let c = &self.config;
@@ -193,41 +220,145 @@ impl Transformer {
         let o = &self.layout.offsets;
         let emb = &p[o.embed..o.embed + v * d];
         let scale = (d as f32).sqrt();
-        embedding_forward(&mut ws.enc_in, &batch.src, emb, self.positions(), batch.s, scale, self.mask(dropout, c.dropout, site::ENC_EMBED));
-        embedding_forward(&mut ws.dec_in, &batch.tgt_in, emb, self.positions(), batch.t, scale, self.mask(dropout, c.dropout, site::DEC_EMBED));
+        embedding_forward(
+            &mut ws.enc_in,
+            &batch.src,
+            emb,
+            self.positions(),
+            batch.s,
+            scale,
+            self.mask(dropout, c.dropout, site::ENC_EMBED),
+        );
+        embedding_forward(
+            &mut ws.dec_in,
+            &batch.tgt_in,
+            emb,
+            self.positions(),
+            batch.t,
+            scale,
+            self.mask(dropout, c.dropout, site::DEC_EMBED),
+        );
 
         for l in 0..c.n_layers {
             let lo = &o.encoder[l];
             let (prev, rest) = ws.enc.split_at_mut(l);
-            let x: &[f32] = if l == 0 { &ws.enc_in } else { &prev[l - 1].ffn.norm.out };
+            let x: &[f32] = if l == 0 {
+                &ws.enc_in
+            } else {
+                &prev[l - 1].ffn.norm.out
+            };
             let acts = &mut rest[0];
             let dims = ws.dims;
-            attention::self_forward(self, p, &lo.self_attn, &lo.self_attn_norm, x, &mut acts.self_attn, &mut ws.y, &batch.src_lens, false, dims.b, dims.s,
-                self.mask(dropout, c.dropout, site::enc(l, 0)), self.mask(dropout, c.attention_dropout, site::enc(l, site::ATTN)));
-            feed_forward::forward(self, p, &lo.ffn, &lo.ffn_norm, &mut acts.ffn, &acts.self_attn.norm.out, &mut ws.y, self.mask(dropout, c.dropout, site::enc(l, 1)));
+            attention::self_forward(
+                self,
+                p,
+                &lo.self_attn,
+                &lo.self_attn_norm,
+                x,
+                &mut acts.self_attn,
+                &mut ws.y,
+                &batch.src_lens,
+                false,
+                dims.b,
+                dims.s,
+                self.mask(dropout, c.dropout, site::enc(l, 0)),
+                self.mask(dropout, c.attention_dropout, site::enc(l, site::ATTN)),
+            );
+            feed_forward::forward(
+                self,
+                p,
+                &lo.ffn,
+                &lo.ffn_norm,
+                &mut acts.ffn,
+                &acts.self_attn.norm.out,
+                &mut ws.y,
+                self.mask(dropout, c.dropout, site::enc(l, 1)),
+            );
         }
-        let enc_out: &[f32] = if c.n_layers == 0 { &ws.enc_in } else { &ws.enc[c.n_layers - 1].ffn.norm.out };
+        let enc_out: &[f32] = if c.n_layers == 0 {
+            &ws.enc_in
+        } else {
+            &ws.enc[c.n_layers - 1].ffn.norm.out
+        };
         for l in 0..c.n_layers {
             let lo = &o.decoder[l];
             let (prev, rest) = ws.dec.split_at_mut(l);
-            let x: &[f32] = if l == 0 { &ws.dec_in } else { &prev[l - 1].ffn.norm.out };
+            let x: &[f32] = if l == 0 {
+                &ws.dec_in
+            } else {
+                &prev[l - 1].ffn.norm.out
+            };
             let acts = &mut rest[0];
             let dims = ws.dims;
-            attention::self_forward(self, p, &lo.self_attn, &lo.self_attn_norm, x, &mut acts.self_attn, &mut ws.y, &batch.tgt_lens, true, dims.b, dims.t,
-                self.mask(dropout, c.dropout, site::dec(l, 0)), self.mask(dropout, c.attention_dropout, site::dec(l, site::ATTN)));
-            attention::cross_forward(self, p, &lo.cross_attn, &lo.cross_attn_norm, &acts.self_attn.norm.out, enc_out, &mut acts.cross_attn, &mut ws.y, &batch.src_lens, dims,
-                self.mask(dropout, c.dropout, site::dec(l, 1)), self.mask(dropout, c.attention_dropout, site::dec(l, site::ATTN + 1)));
-            feed_forward::forward(self, p, &lo.ffn, &lo.ffn_norm, &mut acts.ffn, &acts.cross_attn.norm.out, &mut ws.y, self.mask(dropout, c.dropout, site::dec(l, 2)));
+            attention::self_forward(
+                self,
+                p,
+                &lo.self_attn,
+                &lo.self_attn_norm,
+                x,
+                &mut acts.self_attn,
+                &mut ws.y,
+                &batch.tgt_lens,
+                true,
+                dims.b,
+                dims.t,
+                self.mask(dropout, c.dropout, site::dec(l, 0)),
+                self.mask(dropout, c.attention_dropout, site::dec(l, site::ATTN)),
+            );
+            attention::cross_forward(
+                self,
+                p,
+                &lo.cross_attn,
+                &lo.cross_attn_norm,
+                &acts.self_attn.norm.out,
+                enc_out,
+                &mut acts.cross_attn,
+                &mut ws.y,
+                &batch.src_lens,
+                dims,
+                self.mask(dropout, c.dropout, site::dec(l, 1)),
+                self.mask(dropout, c.attention_dropout, site::dec(l, site::ATTN + 1)),
+            );
+            feed_forward::forward(
+                self,
+                p,
+                &lo.ffn,
+                &lo.ffn_norm,
+                &mut acts.ffn,
+                &acts.cross_attn.norm.out,
+                &mut ws.y,
+                self.mask(dropout, c.dropout, site::dec(l, 2)),
+            );
         }
-        let dec_out: &[f32] = if c.n_layers == 0 { &ws.dec_in } else { &ws.dec[c.n_layers - 1].ffn.norm.out };
+        let dec_out: &[f32] = if c.n_layers == 0 {
+            &ws.dec_in
+        } else {
+            &ws.dec[c.n_layers - 1].ffn.norm.out
+        };
         // §3.4: the pre-softmax projection is the shared embedding, logits = h Eᵀ.
-        matmul(&mut ws.logits, dec_out, Op::N, emb, Op::T, batch.b * batch.t, v, d, false);
+        matmul(
+            &mut ws.logits,
+            dec_out,
+            Op::N,
+            emb,
+            Op::T,
+            batch.b * batch.t,
+            v,
+            d,
+            false,
+        );
         Ok(())
     }
 
     /// After [`Transformer::forward`]: the label-smoothed loss over non-padding targets, replacing
     /// `ws.logits` by `grad_scale · ∂loss/∂logits` (pass 1/tokens for the per-token mean).
-    pub fn loss(&self, batch: &Batch, ws: &mut Workspace, label_smoothing: f32, grad_scale: f32) -> LossSums {
+    pub fn loss(
+        &self,
+        batch: &Batch,
+        ws: &mut Workspace,
+        label_smoothing: f32,
+        grad_scale: f32,
+    ) -> LossSums {
         softmax_xent_forward_backward(
             &mut ws.logits,
             &mut ws.row_loss,
@@ -242,8 +373,18 @@ impl Transformer {
 
     /// Backward pass after [`Transformer::forward`] and [`Transformer::loss`] on the same batch,
     /// workspace and dropout context. Accumulates (`+=`) parameter gradients into `grads`.
-    pub fn backward(&self, batch: &Batch, ws: &mut Workspace, dropout: Option<DropoutCtx>, grads: &mut [f32]) {
-        assert_eq!(grads.len(), self.params.len(), "gradient buffer does not match the layout");
+    pub fn backward(
+        &self,
+        batch: &Batch,
+        ws: &mut Workspace,
+        dropout: Option<DropoutCtx>,
+        grads: &mut [f32],
+    ) {
+        assert_eq!(
+            grads.len(),
+            self.params.len(),
+            "gradient buffer does not match the layout"
+        );
         let c = &self.config;
         let (d, v, n) = (c.d_model, c.vocab_size, c.n_layers);
         let p = &self.params;
@@ -255,52 +396,192 @@ impl Transformer {
 
         // Pre-softmax projection: d(dec_out) = dlogits E; dE += dlogitsᵀ dec_out.
         {
-            let dec_out: &[f32] = if n == 0 { &ws.dec_in } else { &ws.dec[n - 1].ffn.norm.out };
-            matmul(&mut ws.g_a[..mt * d], &ws.logits, Op::N, emb, Op::N, mt, d, v, false);
-            matmul(&mut grads[o.embed..o.embed + v * d], &ws.logits, Op::T, dec_out, Op::N, v, d, mt, true);
+            let dec_out: &[f32] = if n == 0 {
+                &ws.dec_in
+            } else {
+                &ws.dec[n - 1].ffn.norm.out
+            };
+            matmul(
+                &mut ws.g_a[..mt * d],
+                &ws.logits,
+                Op::N,
+                emb,
+                Op::N,
+                mt,
+                d,
+                v,
+                false,
+            );
+            matmul(
+                &mut grads[o.embed..o.embed + v * d],
+                &ws.logits,
+                Op::T,
+                dec_out,
+                Op::N,
+                v,
+                d,
+                mt,
+                true,
+            );
         }
         ws.d_enc[..ms * d].fill(0.0);
         for l in (0..n).rev() {
             let lo = &o.decoder[l];
             let (prev, rest) = ws.dec.split_at(l);
-            let x: &[f32] = if l == 0 { &ws.dec_in } else { &prev[l - 1].ffn.norm.out };
+            let x: &[f32] = if l == 0 {
+                &ws.dec_in
+            } else {
+                &prev[l - 1].ffn.norm.out
+            };
             let acts = &rest[0];
-            let enc_out: &[f32] = if n == 0 { &ws.enc_in } else { &ws.enc[n - 1].ffn.norm.out };
+            let enc_out: &[f32] = if n == 0 {
+                &ws.enc_in
+            } else {
+                &ws.enc[n - 1].ffn.norm.out
+            };
             let g = &mut ws.grad;
-            feed_forward::backward(p, grads, &lo.ffn, &lo.ffn_norm, &acts.ffn, &acts.cross_attn.norm.out, &ws.g_a[..mt * d], &mut ws.g_b[..mt * d], g, d, c.d_ff, self.mask(dropout, c.dropout, site::dec(l, 2)));
-            attention::cross_backward(self, p, grads, &lo.cross_attn, &lo.cross_attn_norm, &acts.cross_attn, &acts.self_attn.norm.out, enc_out, &ws.g_b[..mt * d], &mut ws.g_a[..mt * d], &mut ws.d_enc[..ms * d], g, &batch.src_lens, dims,
-                self.mask(dropout, c.dropout, site::dec(l, 1)), self.mask(dropout, c.attention_dropout, site::dec(l, site::ATTN + 1)));
-            attention::self_backward(self, p, grads, &lo.self_attn, &lo.self_attn_norm, &acts.self_attn, x, &ws.g_a[..mt * d], &mut ws.g_b[..mt * d], g, &batch.tgt_lens, true, dims.b, dims.t,
-                self.mask(dropout, c.dropout, site::dec(l, 0)), self.mask(dropout, c.attention_dropout, site::dec(l, site::ATTN)));
+            feed_forward::backward(
+                p,
+                grads,
+                &lo.ffn,
+                &lo.ffn_norm,
+                &acts.ffn,
+                &acts.cross_attn.norm.out,
+                &ws.g_a[..mt * d],
+                &mut ws.g_b[..mt * d],
+                g,
+                d,
+                c.d_ff,
+                self.mask(dropout, c.dropout, site::dec(l, 2)),
+            );
+            attention::cross_backward(
+                self,
+                p,
+                grads,
+                &lo.cross_attn,
+                &lo.cross_attn_norm,
+                &acts.cross_attn,
+                &acts.self_attn.norm.out,
+                enc_out,
+                &ws.g_b[..mt * d],
+                &mut ws.g_a[..mt * d],
+                &mut ws.d_enc[..ms * d],
+                g,
+                &batch.src_lens,
+                dims,
+                self.mask(dropout, c.dropout, site::dec(l, 1)),
+                self.mask(dropout, c.attention_dropout, site::dec(l, site::ATTN + 1)),
+            );
+            attention::self_backward(
+                self,
+                p,
+                grads,
+                &lo.self_attn,
+                &lo.self_attn_norm,
+                &acts.self_attn,
+                x,
+                &ws.g_a[..mt * d],
+                &mut ws.g_b[..mt * d],
+                g,
+                &batch.tgt_lens,
+                true,
+                dims.b,
+                dims.t,
+                self.mask(dropout, c.dropout, site::dec(l, 0)),
+                self.mask(dropout, c.attention_dropout, site::dec(l, site::ATTN)),
+            );
             std::mem::swap(&mut ws.g_a, &mut ws.g_b);
         }
         // g_a holds d(dec_in). With no decoder layers the encoder output is unused.
-        let (emb_g, pos_g) = embedding_grads(grads, o.embed, v * d, o.positions, c.max_positions * d);
-        embedding_backward(emb_g, pos_g, &ws.g_a[..mt * d], &batch.tgt_in, dims.t, d, scale, self.mask(dropout, c.dropout, site::DEC_EMBED));
+        let (emb_g, pos_g) =
+            embedding_grads(grads, o.embed, v * d, o.positions, c.max_positions * d);
+        embedding_backward(
+            emb_g,
+            pos_g,
+            &ws.g_a[..mt * d],
+            &batch.tgt_in,
+            dims.t,
+            d,
+            scale,
+            self.mask(dropout, c.dropout, site::DEC_EMBED),
+        );
 
         std::mem::swap(&mut ws.g_a, &mut ws.d_enc);
         for l in (0..n).rev() {
             let lo = &o.encoder[l];
             let (prev, rest) = ws.enc.split_at(l);
-            let x: &[f32] = if l == 0 { &ws.enc_in } else { &prev[l - 1].ffn.norm.out };
+            let x: &[f32] = if l == 0 {
+                &ws.enc_in
+            } else {
+                &prev[l - 1].ffn.norm.out
+            };
             let acts = &rest[0];
             let g = &mut ws.grad;
-            feed_forward::backward(p, grads, &lo.ffn, &lo.ffn_norm, &acts.ffn, &acts.self_attn.norm.out, &ws.g_a[..ms * d], &mut ws.g_b[..ms * d], g, d, c.d_ff, self.mask(dropout, c.dropout, site::enc(l, 1)));
-            attention::self_backward(self, p, grads, &lo.self_attn, &lo.self_attn_norm, &acts.self_attn, x, &ws.g_b[..ms * d], &mut ws.g_a[..ms * d], g, &batch.src_lens, false, dims.b, dims.s,
-                self.mask(dropout, c.dropout, site::enc(l, 0)), self.mask(dropout, c.attention_dropout, site::enc(l, site::ATTN)));
+            feed_forward::backward(
+                p,
+                grads,
+                &lo.ffn,
+                &lo.ffn_norm,
+                &acts.ffn,
+                &acts.self_attn.norm.out,
+                &ws.g_a[..ms * d],
+                &mut ws.g_b[..ms * d],
+                g,
+                d,
+                c.d_ff,
+                self.mask(dropout, c.dropout, site::enc(l, 1)),
+            );
+            attention::self_backward(
+                self,
+                p,
+                grads,
+                &lo.self_attn,
+                &lo.self_attn_norm,
+                &acts.self_attn,
+                x,
+                &ws.g_b[..ms * d],
+                &mut ws.g_a[..ms * d],
+                g,
+                &batch.src_lens,
+                false,
+                dims.b,
+                dims.s,
+                self.mask(dropout, c.dropout, site::enc(l, 0)),
+                self.mask(dropout, c.attention_dropout, site::enc(l, site::ATTN)),
+            );
         }
-        let (emb_g, pos_g) = embedding_grads(grads, o.embed, v * d, o.positions, c.max_positions * d);
-        embedding_backward(emb_g, pos_g, &ws.g_a[..ms * d], &batch.src, dims.s, d, scale, self.mask(dropout, c.dropout, site::ENC_EMBED));
+        let (emb_g, pos_g) =
+            embedding_grads(grads, o.embed, v * d, o.positions, c.max_positions * d);
+        embedding_backward(
+            emb_g,
+            pos_g,
+            &ws.g_a[..ms * d],
+            &batch.src,
+            dims.s,
+            d,
+            scale,
+            self.mask(dropout, c.dropout, site::ENC_EMBED),
+        );
         std::mem::swap(&mut ws.g_a, &mut ws.d_enc);
     }
 }
 
 /// The embedding's gradient slice and, with learned positions, the positions' (which follow it).
-fn embedding_grads(grads: &mut [f32], embed: usize, embed_len: usize, positions: Option<usize>, pos_len: usize) -> (&mut [f32], Option<&mut [f32]>) {
+fn embedding_grads(
+    grads: &mut [f32],
+    embed: usize,
+    embed_len: usize,
+    positions: Option<usize>,
+    pos_len: usize,
+) -> (&mut [f32], Option<&mut [f32]>) {
     let (head, tail) = grads[embed..].split_at_mut(embed_len);
     match positions {
         Some(off) => {
-            assert_eq!(off, embed + embed_len, "learned positions must follow the embedding");
+            assert_eq!(
+                off,
+                embed + embed_len,
+                "learned positions must follow the embedding"
+            );
             (head, Some(&mut tail[..pos_len]))
         }
         None => (head, None),
@@ -308,7 +589,13 @@ fn embedding_grads(grads: &mut [f32], embed: usize, embed_len: usize, positions:
 }
 
 /// Two disjoint mutable sub-slices `[a, a+la)` and `[b, b+lb)` of `buf`, with `a + la <= b`.
-pub(crate) fn two_mut(buf: &mut [f32], a: usize, la: usize, b: usize, lb: usize) -> (&mut [f32], &mut [f32]) {
+pub(crate) fn two_mut(
+    buf: &mut [f32],
+    a: usize,
+    la: usize,
+    b: usize,
+    lb: usize,
+) -> (&mut [f32], &mut [f32]) {
     assert!(a + la <= b, "two_mut: ranges overlap or are out of order");
     let (x, y) = buf.split_at_mut(b);
     (&mut x[a..a + la], &mut y[..lb])

@@ -7,11 +7,11 @@
 //! each sentence (batches are right-padded). A query with no valid key gets zero weights and output.
 
 use super::elementwise::{axpy, dot, exp_shift_sum, max};
-use std::cell::RefCell;
 use crate::kernels::AttnDims;
 use crate::rng::DropoutMask;
 use multiversion::multiversion;
 use rayon::prelude::*;
+use std::cell::RefCell;
 
 /// A read-only view of heads in a (rows, ld) buffer, head h at columns `off + h·width`.
 #[derive(Clone, Copy, Debug)]
@@ -77,17 +77,26 @@ pub fn attention_forward(
     assert_eq!(out.len(), d.b * d.t * d.h * d.v);
     assert_eq!(probs.len(), d.b * d.h * d.t * d.s);
     assert_eq!(key_lens.len(), d.b);
-    assert!(key_lens.iter().all(|&l| l <= d.s), "a key length exceeds S = {}", d.s);
+    assert!(
+        key_lens.iter().all(|&l| l <= d.s),
+        "a key length exceeds S = {}",
+        d.s
+    );
     if d.b == 0 || d.t == 0 {
         return;
     }
     out.par_chunks_mut(d.t * d.h * d.v)
         .zip(probs.par_chunks_mut(d.h * d.t * d.s))
         .enumerate()
-        .for_each(|(b, (out, probs))| attend_sentence(out, probs, q, k, v, key_lens[b], causal, dropout, d, b));
+        .for_each(|(b, (out, probs))| {
+            attend_sentence(out, probs, q, k, v, key_lens[b], causal, dropout, d, b)
+        });
 }
 
-#[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl+avx2+fma+bmi1+bmi2+lzcnt+popcnt", "x86_64+avx2+fma"))]
+#[multiversion(targets(
+    "x86_64+avx512f+avx512bw+avx512dq+avx512vl+avx2+fma+bmi1+bmi2+lzcnt+popcnt",
+    "x86_64+avx2+fma"
+))]
 #[allow(clippy::too_many_arguments)]
 fn attend_sentence(
     out: &mut [f32],
@@ -199,14 +208,24 @@ pub fn attention_backward(
         AttnGrads::Fused { dqkv, ld, offs } => {
             assert_eq!(d.t, d.s, "fused attention gradients need T == S");
             assert_eq!(dqkv.len(), d.b * d.t * ld);
-            dqkv.par_chunks_mut(d.t * ld).zip(dscores.par_chunks_mut(per)).enumerate().for_each(|(b, (g, ds))| {
-                let p = &probs[b * per..(b + 1) * per];
-                score_grads(ds, p, dout, v, key_lens[b], causal, dropout, d, b);
-                query_grads(g, ld, offs[0], ds, k, d, b);
-                key_value_grads(g, ld, [offs[1], offs[2]], ds, p, dout, q, dropout, d, b);
-            });
+            dqkv.par_chunks_mut(d.t * ld)
+                .zip(dscores.par_chunks_mut(per))
+                .enumerate()
+                .for_each(|(b, (g, ds))| {
+                    let p = &probs[b * per..(b + 1) * per];
+                    score_grads(ds, p, dout, v, key_lens[b], causal, dropout, d, b);
+                    query_grads(g, ld, offs[0], ds, k, d, b);
+                    key_value_grads(g, ld, [offs[1], offs[2]], ds, p, dout, q, dropout, d, b);
+                });
         }
-        AttnGrads::Split { dq, ldq, qoff, dkv, ldkv, offs } => {
+        AttnGrads::Split {
+            dq,
+            ldq,
+            qoff,
+            dkv,
+            ldkv,
+            offs,
+        } => {
             assert_eq!(dq.len(), d.b * d.t * ldq);
             assert_eq!(dkv.len(), d.b * d.s * ldkv);
             dq.par_chunks_mut(d.t * ldq)
@@ -225,7 +244,10 @@ pub fn attention_backward(
 
 /// dscores = scale · P ⊙ (dP − rowsum(P ⊙ dP)), dP = (dO Vᵀ) ⊙ mask: the gradient of the pre-softmax
 /// scores, with the 1/√d_k folded in.
-#[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl+avx2+fma+bmi1+bmi2+lzcnt+popcnt", "x86_64+avx2+fma"))]
+#[multiversion(targets(
+    "x86_64+avx512f+avx512bw+avx512dq+avx512vl+avx2+fma+bmi1+bmi2+lzcnt+popcnt",
+    "x86_64+avx2+fma"
+))]
 #[allow(clippy::too_many_arguments)]
 fn score_grads(
     ds: &mut [f32],
@@ -279,7 +301,10 @@ fn score_grads(
 }
 
 /// dQ_i = Σ_j dscores_ij K_j (overwrite), into rows of sentence b (`g` starts at its first row).
-#[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl+avx2+fma+bmi1+bmi2+lzcnt+popcnt", "x86_64+avx2+fma"))]
+#[multiversion(targets(
+    "x86_64+avx512f+avx512bw+avx512dq+avx512vl+avx2+fma+bmi1+bmi2+lzcnt+popcnt",
+    "x86_64+avx2+fma"
+))]
 fn query_grads(g: &mut [f32], ld: usize, qoff: usize, ds: &[f32], k: Heads, d: AttnDims, b: usize) {
     for i in 0..d.t {
         for h in 0..d.h {
@@ -296,7 +321,10 @@ fn query_grads(g: &mut [f32], ld: usize, qoff: usize, ds: &[f32], k: Heads, d: A
 }
 
 /// dK_j = Σ_i dscores_ij Q_i and dV_j = Σ_i (P ⊙ mask)_ij dO_i (overwrite), into sentence b's rows.
-#[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl+avx2+fma+bmi1+bmi2+lzcnt+popcnt", "x86_64+avx2+fma"))]
+#[multiversion(targets(
+    "x86_64+avx512f+avx512bw+avx512dq+avx512vl+avx2+fma+bmi1+bmi2+lzcnt+popcnt",
+    "x86_64+avx2+fma"
+))]
 #[allow(clippy::too_many_arguments)]
 fn key_value_grads(
     g: &mut [f32],
@@ -330,10 +358,18 @@ fn key_value_grads(
                     _ => probs[off + j],
                 };
                 if w != 0.0 {
-                    axpy(&mut g[j * ld + offs[0] + h * d.k..j * ld + offs[0] + (h + 1) * d.k], w, qi);
+                    axpy(
+                        &mut g[j * ld + offs[0] + h * d.k..j * ld + offs[0] + (h + 1) * d.k],
+                        w,
+                        qi,
+                    );
                 }
                 if p != 0.0 {
-                    axpy(&mut g[j * ld + offs[1] + h * d.v..j * ld + offs[1] + (h + 1) * d.v], p, go);
+                    axpy(
+                        &mut g[j * ld + offs[1] + h * d.v..j * ld + offs[1] + (h + 1) * d.v],
+                        p,
+                        go,
+                    );
                 }
             }
         }

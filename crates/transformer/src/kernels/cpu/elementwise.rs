@@ -113,7 +113,9 @@ pub fn exp_approx(x: f32) -> f32 {
     let p = 1.0
         + r * (1.0
             + r * (0.5
-                + r * (0.166_666_67 + r * (0.041_666_668 + r * (0.008_333_334 + r * (0.001_388_889 + r * 0.000_198_412_7))))));
+                + r * (0.166_666_67
+                    + r * (0.041_666_668
+                        + r * (0.008_333_334 + r * (0.001_388_889 + r * 0.000_198_412_7))))));
     let bits = ((n as i32 + 127) as u32) << 23;
     p * f32::from_bits(bits)
 }
@@ -130,13 +132,15 @@ pub fn relu_forward(x: &mut [f32]) {
 /// In place: dh = dh · [h > 0], with `h` the ReLU output saved by the forward pass.
 pub fn relu_backward(dh: &mut [f32], h: &[f32]) {
     assert_eq!(dh.len(), h.len());
-    dh.par_chunks_mut(ROW_BLOCK * 256).zip(h.par_chunks(ROW_BLOCK * 256)).for_each(|(d, h)| {
-        for (d, h) in d.iter_mut().zip(h) {
-            if *h <= 0.0 {
-                *d = 0.0;
+    dh.par_chunks_mut(ROW_BLOCK * 256)
+        .zip(h.par_chunks(ROW_BLOCK * 256))
+        .for_each(|(d, h)| {
+            for (d, h) in d.iter_mut().zip(h) {
+                if *h <= 0.0 {
+                    *d = 0.0;
+                }
             }
-        }
-    });
+        });
 }
 
 /// Columns per task in column reductions.
@@ -147,12 +151,17 @@ const COL_BLOCK: usize = 64;
 pub fn column_sum_add(db: &mut [f32], dy: &[f32], n: usize) {
     assert_eq!(db.len(), n);
     assert_eq!(dy.len() % n.max(1), 0);
-    db.par_chunks_mut(COL_BLOCK).enumerate().for_each(|(cb, out)| {
-        column_sum_block(out, dy, n, cb * COL_BLOCK);
-    });
+    db.par_chunks_mut(COL_BLOCK)
+        .enumerate()
+        .for_each(|(cb, out)| {
+            column_sum_block(out, dy, n, cb * COL_BLOCK);
+        });
 }
 
-#[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl+avx2+fma+bmi1+bmi2+lzcnt+popcnt", "x86_64+avx2+fma"))]
+#[multiversion(targets(
+    "x86_64+avx512f+avx512bw+avx512dq+avx512vl+avx2+fma+bmi1+bmi2+lzcnt+popcnt",
+    "x86_64+avx2+fma"
+))]
 fn column_sum_block(out: &mut [f32], dy: &[f32], n: usize, c0: usize) {
     let w = out.len();
     for row in dy.chunks_exact(n) {

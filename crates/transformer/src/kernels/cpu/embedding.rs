@@ -17,7 +17,10 @@ pub fn embedding_forward(
 ) {
     let d = out.len() / tokens.len().max(1);
     assert_eq!(out.len(), tokens.len() * d);
-    assert!(positions.len() >= seq_len * d, "position table shorter than the sequence");
+    assert!(
+        positions.len() >= seq_len * d,
+        "position table shorter than the sequence"
+    );
     out.par_chunks_mut(d).enumerate().for_each(|(r, o)| {
         let tok = tokens[r] as usize;
         let e = &table[tok * d..(tok + 1) * d];
@@ -50,11 +53,17 @@ pub fn embedding_backward(
     assert_eq!(dout.len(), tokens.len() * d);
     let vocab = dtable.len() / d;
     for &t in tokens {
-        assert!((t as usize) < vocab, "token id {t} outside the vocabulary of {vocab}");
+        assert!(
+            (t as usize) < vocab,
+            "token id {t} outside the vocabulary of {vocab}"
+        );
     }
     let table = SharedMut(dtable.as_mut_ptr());
     let positions = dpositions.map(|p| {
-        assert!(p.len() >= seq_len * d, "position table shorter than the sequence");
+        assert!(
+            p.len() >= seq_len * d,
+            "position table shorter than the sequence"
+        );
         SharedMut(p.as_mut_ptr())
     });
     (0..d.div_ceil(CB)).into_par_iter().for_each(|cb| {
@@ -62,7 +71,9 @@ pub fn embedding_backward(
         // SAFETY: task cb writes only columns [c0, c0 + w) of each row, disjoint from every other
         // task; token ids and positions were checked against the buffer sizes above.
         unsafe {
-            scatter_block(&table, dout, tokens, d, c0, w, scale, dropout, |r| tokens[r] as usize);
+            scatter_block(&table, dout, tokens, d, c0, w, scale, dropout, |r| {
+                tokens[r] as usize
+            });
             if let Some(pos) = &positions {
                 scatter_block(pos, dout, tokens, d, c0, w, 1.0, dropout, |r| r % seq_len);
             }

@@ -30,15 +30,33 @@ pub fn residual_layer_norm_forward(
     let rb = ROW_BLOCK * d;
     out.par_chunks_mut(rb)
         .zip(s.par_chunks_mut(rb))
-        .zip(mean.par_chunks_mut(ROW_BLOCK).zip(rstd.par_chunks_mut(ROW_BLOCK)))
+        .zip(
+            mean.par_chunks_mut(ROW_BLOCK)
+                .zip(rstd.par_chunks_mut(ROW_BLOCK)),
+        )
         .enumerate()
         .for_each(|(blk, ((out, s), (mean, rstd)))| {
             let r0 = blk * ROW_BLOCK;
-            ln_forward_rows(out, s, mean, rstd, &x[r0 * d..], &y[r0 * d..], gamma, beta, eps, dropout, r0 * d);
+            ln_forward_rows(
+                out,
+                s,
+                mean,
+                rstd,
+                &x[r0 * d..],
+                &y[r0 * d..],
+                gamma,
+                beta,
+                eps,
+                dropout,
+                r0 * d,
+            );
         });
 }
 
-#[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl+avx2+fma+bmi1+bmi2+lzcnt+popcnt", "x86_64+avx2+fma"))]
+#[multiversion(targets(
+    "x86_64+avx512f+avx512bw+avx512dq+avx512vl+avx2+fma+bmi1+bmi2+lzcnt+popcnt",
+    "x86_64+avx2+fma"
+))]
 #[allow(clippy::too_many_arguments)]
 fn ln_forward_rows(
     out: &mut [f32],
@@ -54,7 +72,11 @@ fn ln_forward_rows(
     base: usize,
 ) {
     let d = gamma.len();
-    for (r, (o, sr)) in out.chunks_exact_mut(d).zip(s.chunks_exact_mut(d)).enumerate() {
+    for (r, (o, sr)) in out
+        .chunks_exact_mut(d)
+        .zip(s.chunks_exact_mut(d))
+        .enumerate()
+    {
         let xr = &x[r * d..(r + 1) * d];
         let yr = &y[r * d..(r + 1) * d];
         match dropout {
@@ -104,17 +126,37 @@ pub fn residual_layer_norm_backward(
     let m = mean.len();
     assert!(dx.len() == m * d && dy.len() == m * d && dout.len() == m * d && s.len() == m * d);
     let rb = ROW_BLOCK * d;
-    dx.par_chunks_mut(rb).zip(dy.par_chunks_mut(rb)).enumerate().for_each(|(blk, (dx, dy))| {
-        let r0 = blk * ROW_BLOCK;
-        ln_backward_rows(dx, dy, &dout[r0 * d..], &s[r0 * d..], &mean[r0..], &rstd[r0..], gamma, dropout, r0 * d);
-    });
+    dx.par_chunks_mut(rb)
+        .zip(dy.par_chunks_mut(rb))
+        .enumerate()
+        .for_each(|(blk, (dx, dy))| {
+            let r0 = blk * ROW_BLOCK;
+            ln_backward_rows(
+                dx,
+                dy,
+                &dout[r0 * d..],
+                &s[r0 * d..],
+                &mean[r0..],
+                &rstd[r0..],
+                gamma,
+                dropout,
+                r0 * d,
+            );
+        });
     // Parameter gradients: column blocks, rows summed in order (deterministic).
-    dgamma.par_chunks_mut(64).zip(dbeta.par_chunks_mut(64)).enumerate().for_each(|(cb, (dg, db))| {
-        ln_param_grads(dg, db, dout, s, mean, rstd, d, cb * 64);
-    });
+    dgamma
+        .par_chunks_mut(64)
+        .zip(dbeta.par_chunks_mut(64))
+        .enumerate()
+        .for_each(|(cb, (dg, db))| {
+            ln_param_grads(dg, db, dout, s, mean, rstd, d, cb * 64);
+        });
 }
 
-#[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl+avx2+fma+bmi1+bmi2+lzcnt+popcnt", "x86_64+avx2+fma"))]
+#[multiversion(targets(
+    "x86_64+avx512f+avx512bw+avx512dq+avx512vl+avx2+fma+bmi1+bmi2+lzcnt+popcnt",
+    "x86_64+avx2+fma"
+))]
 #[allow(clippy::too_many_arguments)]
 fn ln_backward_rows(
     dx: &mut [f32],
@@ -129,7 +171,11 @@ fn ln_backward_rows(
 ) {
     let d = gamma.len();
     let inv_d = 1.0 / d as f32;
-    for (r, (dxr, dyr)) in dx.chunks_exact_mut(d).zip(dy.chunks_exact_mut(d)).enumerate() {
+    for (r, (dxr, dyr)) in dx
+        .chunks_exact_mut(d)
+        .zip(dy.chunks_exact_mut(d))
+        .enumerate()
+    {
         let g = &dout[r * d..(r + 1) * d];
         let sr = &s[r * d..(r + 1) * d];
         let (mu, rs) = (mean[r], rstd[r]);
@@ -157,9 +203,21 @@ fn ln_backward_rows(
     }
 }
 
-#[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl+avx2+fma+bmi1+bmi2+lzcnt+popcnt", "x86_64+avx2+fma"))]
+#[multiversion(targets(
+    "x86_64+avx512f+avx512bw+avx512dq+avx512vl+avx2+fma+bmi1+bmi2+lzcnt+popcnt",
+    "x86_64+avx2+fma"
+))]
 #[allow(clippy::too_many_arguments)]
-fn ln_param_grads(dg: &mut [f32], db: &mut [f32], dout: &[f32], s: &[f32], mean: &[f32], rstd: &[f32], d: usize, c0: usize) {
+fn ln_param_grads(
+    dg: &mut [f32],
+    db: &mut [f32],
+    dout: &[f32],
+    s: &[f32],
+    mean: &[f32],
+    rstd: &[f32],
+    d: usize,
+    c0: usize,
+) {
     let w = dg.len();
     for r in 0..mean.len() {
         let (mu, rs) = (mean[r], rstd[r]);

@@ -27,9 +27,24 @@ pub fn matmul(
     k: usize,
     accumulate: bool,
 ) {
-    assert_eq!(c.len(), m * n, "matmul: C has {} elements, expected {m}x{n}", c.len());
-    assert_eq!(a.len(), m * k, "matmul: A has {} elements, expected {m}x{k}", a.len());
-    assert_eq!(b.len(), k * n, "matmul: B has {} elements, expected {k}x{n}", b.len());
+    assert_eq!(
+        c.len(),
+        m * n,
+        "matmul: C has {} elements, expected {m}x{n}",
+        c.len()
+    );
+    assert_eq!(
+        a.len(),
+        m * k,
+        "matmul: A has {} elements, expected {m}x{k}",
+        a.len()
+    );
+    assert_eq!(
+        b.len(),
+        k * n,
+        "matmul: B has {} elements, expected {k}x{n}",
+        b.len()
+    );
     if m == 0 || n == 0 {
         return;
     }
@@ -83,7 +98,15 @@ pub fn matmul(
 }
 
 /// Y (m, n) = X (m, k) · Wᵀ + bias, with W stored (n, k) like PyTorch's `nn.Linear`.
-pub fn linear_forward(y: &mut [f32], x: &[f32], w: &[f32], bias: Option<&[f32]>, m: usize, n: usize, k: usize) {
+pub fn linear_forward(
+    y: &mut [f32],
+    x: &[f32],
+    w: &[f32],
+    bias: Option<&[f32]>,
+    m: usize,
+    n: usize,
+    k: usize,
+) {
     match bias {
         Some(bias) => {
             assert_eq!(bias.len(), n);

@@ -3,8 +3,8 @@
 
 pub mod adam;
 pub mod attention;
-pub mod embedding;
 pub mod elementwise;
+pub mod embedding;
 pub mod layer_norm;
 pub mod matmul;
 pub mod softmax_xent;

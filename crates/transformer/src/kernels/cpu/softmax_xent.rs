@@ -1,7 +1,7 @@
 //! §5.4 Pre-softmax logits → log-softmax → label-smoothed cross-entropy, fused with its gradient.
 //!
-//! Smoothed target distribution (as PyTorch's `cross_entropy(label_smoothing=ε)`): q = (1 − ε)·onehot(y)
-//! + ε/V on every entry. Per token: loss = −Σ_v q_v log p_v; nll = −log p_y. Rows whose target is the
+//! Smoothed target distribution (as PyTorch's `cross_entropy(label_smoothing=ε)`):
+//! q = (1 − ε)·onehot(y) + ε/V on every entry. Per token: loss = −Σ_v q_v log p_v; nll = −log p_y. Rows whose target is the
 //! padding id contribute nothing and get zero gradient.
 
 use super::elementwise::{exp_shift_sum, max, sum};
@@ -38,7 +38,11 @@ pub fn softmax_xent_forward_backward(
     assert!(row_loss.len() == m && row_nll.len() == m);
     logits
         .par_chunks_mut(vocab * ROW_BLOCK / 4)
-        .zip(row_loss.par_chunks_mut(ROW_BLOCK / 4).zip(row_nll.par_chunks_mut(ROW_BLOCK / 4)))
+        .zip(
+            row_loss
+                .par_chunks_mut(ROW_BLOCK / 4)
+                .zip(row_nll.par_chunks_mut(ROW_BLOCK / 4)),
+        )
         .zip(targets.par_chunks(ROW_BLOCK / 4))
         .for_each(|((z, (rl, rn)), t)| xent_rows(z, rl, rn, t, pad, epsilon, grad_scale, vocab));
     let mut sums = XentSums::default();
@@ -52,7 +56,10 @@ pub fn softmax_xent_forward_backward(
     sums
 }
 
-#[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl+avx2+fma+bmi1+bmi2+lzcnt+popcnt", "x86_64+avx2+fma"))]
+#[multiversion(targets(
+    "x86_64+avx512f+avx512bw+avx512dq+avx512vl+avx2+fma+bmi1+bmi2+lzcnt+popcnt",
+    "x86_64+avx2+fma"
+))]
 #[allow(clippy::too_many_arguments)]
 fn xent_rows(
     z: &mut [f32],

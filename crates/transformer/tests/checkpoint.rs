@@ -1,0 +1,187 @@
+//! Checkpoints: round trip with layout names and metadata, atomic writes, clear errors on mismatched
+//! configs and on truncated or corrupt files (never a panic).
+
+use std::path::PathBuf;
+use transformer::train::checkpoint::{self, Checkpoint};
+use transformer::{Error, ModelConfig, Positions, Transformer};
+
+fn cfg() -> ModelConfig {
+    ModelConfig {
+        n_layers: 1,
+        d_model: 8,
+        d_ff: 16,
+        n_heads: 2,
+        d_k: 4,
+        d_v: 4,
+        dropout: 0.1,
+        attention_dropout: 0.0,
+        label_smoothing: 0.1,
+        positions: Positions::Learned,
+        max_positions: 16,
+        vocab_size: 20,
+        layer_norm_eps: 1e-6,
+    }
+}
+
+fn tmpdir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("transformer-ckpt-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn sample() -> Checkpoint {
+    let model = Transformer::new(cfg(), 3).unwrap();
+    let n = model.params.len();
+    Checkpoint {
+        config: cfg(),
+        step: 1234,
+        vocab_hash: "sha256:abc".into(),
+        params: model.params,
+        adam: Some((
+            (0..n).map(|i| i as f32 * 1e-3).collect(),
+            (0..n).map(|i| i as f32 * 1e-6).collect(),
+        )),
+        extra: [("trainer".to_string(), "{\"seed\":5}".to_string())]
+            .into_iter()
+            .collect(),
+    }
+}
+
+#[test]
+fn round_trip_keeps_everything() {
+    let dir = tmpdir("roundtrip");
+    let path = dir.join("model.safetensors");
+    let ck = sample();
+    checkpoint::save(&path, &ck).unwrap();
+    let back = checkpoint::load(&path).unwrap();
+    assert_eq!(back, ck);
+    // Tensors carry the layout's names and shapes.
+    let bytes = std::fs::read(&path).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    assert_eq!(
+        st.tensor("decoder.layers.0.cross_attn.w_q")
+            .unwrap()
+            .shape(),
+        &[8, 8]
+    );
+    assert_eq!(st.tensor("embed.positions").unwrap().shape(), &[16, 8]);
+    // No temporary file is left behind.
+    let names: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names.len(), 1, "{names:?}");
+}
+
+#[test]
+fn mismatched_config_names_both_values() {
+    let dir = tmpdir("mismatch");
+    let path = dir.join("m.safetensors");
+    checkpoint::save(&path, &sample()).unwrap();
+    let mut other = cfg();
+    other.d_ff = 32;
+    let err = checkpoint::load_for(&path, &other).unwrap_err();
+    assert!(matches!(err, Error::CheckpointMismatch { .. }));
+    let msg = err.to_string();
+    assert!(
+        msg.contains("d_ff") && msg.contains("32") && msg.contains("16"),
+        "{msg}"
+    );
+    assert!(msg.contains("m.safetensors"), "{msg}");
+}
+
+#[test]
+fn truncated_or_corrupt_files_are_errors_not_panics() {
+    let dir = tmpdir("corrupt");
+    let good = dir.join("good.safetensors");
+    checkpoint::save(&good, &sample()).unwrap();
+    let bytes = std::fs::read(&good).unwrap();
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        ("empty", vec![]),
+        ("header only", bytes[..8].to_vec()),
+        ("truncated header", bytes[..40].to_vec()),
+        ("truncated data", bytes[..bytes.len() - 100].to_vec()),
+        ("half", bytes[..bytes.len() / 2].to_vec()),
+        (
+            "garbage",
+            (0..5000u32).map(|i| (i * 7919 % 251) as u8).collect(),
+        ),
+        ("huge header length", {
+            let mut b = bytes.clone();
+            b[..8].copy_from_slice(&u64::MAX.to_le_bytes());
+            b
+        }),
+        ("corrupt json", {
+            let mut b = bytes.clone();
+            b[9] = b'#';
+            b
+        }),
+    ];
+    for (what, data) in cases {
+        let p = dir.join(format!("{}.safetensors", what.replace(' ', "_")));
+        std::fs::write(&p, &data).unwrap();
+        let err = checkpoint::load(&p).expect_err(what);
+        assert!(
+            matches!(err, Error::CorruptCheckpoint { .. }),
+            "{what}: {err}"
+        );
+        assert!(
+            err.to_string().contains(&p.display().to_string()),
+            "{what}: {err}"
+        );
+    }
+    let missing = checkpoint::load(&dir.join("nope.safetensors")).unwrap_err();
+    assert!(
+        matches!(missing, Error::Io { .. }) && missing.to_string().contains("nope.safetensors")
+    );
+}
+
+#[test]
+fn foreign_safetensors_and_wrong_shapes_are_refused() {
+    let dir = tmpdir("foreign");
+    // A valid safetensors file that is not ours.
+    let data = vec![0u8; 16];
+    let view =
+        safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![4], &data).unwrap();
+    let p = dir.join("foreign.safetensors");
+    std::fs::write(
+        &p,
+        safetensors::tensor::serialize([("x", view)], &None).unwrap(),
+    )
+    .unwrap();
+    let err = checkpoint::load(&p).unwrap_err().to_string();
+    assert!(err.contains("format"), "{err}");
+    // Ours, but the metadata config does not fit the tensors.
+    let good = dir.join("good.safetensors");
+    checkpoint::save(&good, &sample()).unwrap();
+    let bytes = std::fs::read(&good).unwrap();
+    let text = String::from_utf8_lossy(&bytes[..2000]).to_string();
+    assert!(text.contains("\\\"d_ff\\\":16"));
+    let hacked: Vec<u8> = {
+        let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+        let header = String::from_utf8(bytes[8..8 + n].to_vec())
+            .unwrap()
+            .replace("\\\"d_ff\\\":16", "\\\"d_ff\\\":15");
+        assert_eq!(header.len(), n);
+        [&bytes[..8], header.as_bytes(), &bytes[8 + n..]].concat()
+    };
+    let p = dir.join("hacked.safetensors");
+    std::fs::write(&p, hacked).unwrap();
+    let err = checkpoint::load(&p).unwrap_err().to_string();
+    assert!(err.contains("ffn.w_1") && err.contains("[15, 8]"), "{err}");
+}
+
+#[test]
+fn atomic_write_replaces_whole_file() {
+    let dir = tmpdir("atomic");
+    let path = dir.join("c.safetensors");
+    let mut ck = sample();
+    checkpoint::save(&path, &ck).unwrap();
+    ck.step = 99;
+    checkpoint::save(&path, &ck).unwrap();
+    assert_eq!(checkpoint::load(&path).unwrap().step, 99);
+    // Writing into a directory that does not exist fails cleanly and leaves nothing behind.
+    let err = checkpoint::save(&dir.join("missing/c.safetensors"), &ck).unwrap_err();
+    assert!(matches!(err, Error::Io { .. }), "{err}");
+}
