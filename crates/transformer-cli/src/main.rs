@@ -301,31 +301,45 @@ fn bench_train_step(steps: usize, warmup: usize, json: bool) -> Result<()> {
         .collect();
     let batch = Batch::from_pairs(&pairs);
     assert_eq!((batch.s, batch.t), (s, t));
+    use transformer::kernels::cpu::matmul::{set_profiling, take_profile};
     let mut times = Vec::new();
+    let mut matmul_s = Vec::new();
+    let mut matmul_flops = 0;
+    set_profiling(true);
     for i in 0..warmup + steps {
+        take_profile();
         let start = Instant::now();
         let stats = trainer.train_step(std::slice::from_ref(&batch))?;
         let dt = start.elapsed().as_secs_f64();
+        let (mm_s, mm_flops) = take_profile();
         if i >= warmup {
             times.push(dt);
+            matmul_s.push(mm_s);
+            matmul_flops = mm_flops;
         }
         if !json {
             eprintln!(
-                "step {:>3}: {:.3} s  loss {:.4}{}",
+                "step {:>3}: {:.3} s  loss {:.4}  matmuls {:.3} s ({:.0} GFLOP/s){}",
                 i + 1,
                 dt,
                 stats.loss,
+                mm_s,
+                mm_flops as f64 / mm_s / 1e9,
                 if i < warmup { " (warm-up)" } else { "" }
             );
         }
     }
+    set_profiling(false);
+    matmul_s.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    let matmul_median = matmul_s[matmul_s.len() / 2];
     let mut sorted = times.clone();
     sorted.sort_by(|a, b| a.partial_cmp(b).unwrap());
     let median = sorted[sorted.len() / 2];
     let threads = rayon::current_num_threads();
     let rss = peak_rss_bytes();
     if json {
-        let v = serde_json::json!({ "impl": "transformer", "threads": threads, "step_times_s": times, "median_s": median, "peak_rss_bytes": rss, "params": trainer.model.params.len() });
+        let v = serde_json::json!({ "impl": "transformer", "threads": threads, "step_times_s": times, "median_s": median, "peak_rss_bytes": rss, "params": trainer.model.params.len(),
+            "matmul_median_s": matmul_median, "matmul_gflop": matmul_flops as f64 / 1e9 });
         println!("{v}");
     } else {
         println!(

@@ -100,10 +100,18 @@ fn backward_twice_doubles_gradients() {
     model.forward(&batch, &mut ws, ctx).unwrap();
     model.loss(&batch, &mut ws, 0.1, 1.0);
     model.backward(&batch, &mut ws, ctx, &mut g);
-    let twice: Vec<f64> = once.iter().map(|&x| 2.0 * x as f64).collect();
-    // Parameter gradients accumulate; activations are recomputed identically, so the only
-    // difference is the rounding of the second addition.
-    assert_close("2x grads", &to_f64(&g), &twice, 1e-7, 1e-6);
+    // Parameter gradients accumulate and activations are recomputed identically (no tensor differs
+    // between two passes into zeroed buffers). What remains is accumulation order: the second pass
+    // adds each row's contribution onto G, (G + r1) + r2 + ..., rather than G + (r1 + r2 + ...), so
+    // rounding is relative to a tensor's largest entries, not to each (possibly cancelling) element.
+    // The key biases' exact gradient is 0 (a softmax ignores a shift shared by all keys), so their
+    // entries are pure rounding noise: a floor of 1e-7 of the model's largest gradient covers them.
+    let global = once.iter().fold(0f64, |a, &b| a.max(2.0 * b.abs() as f64));
+    for e in model.layout.entries() {
+        let twice: Vec<f64> = once[e.range()].iter().map(|&x| 2.0 * x as f64).collect();
+        let scale = twice.iter().fold(0f64, |a, b| a.max(b.abs()));
+        assert_close(&format!("2x grads {}", e.name), &to_f64(&g[e.range()]), &twice, 1e-6 * scale + 1e-7 * global, 1e-6);
+    }
     assert!(once.iter().any(|&x| x != 0.0));
 }
 

@@ -3,10 +3,15 @@
 //!
 //! Queries, keys and values are read in place from the projection outputs: row r of a (rows, ld)
 //! buffer holds every head, head h at columns `off + h·K` (`off + h·V` for values), so the fused QKV
-//! projection feeds this kernel without transposes. Padding is given as the number of valid keys of
+//! projection feeds this kernel without copies. Padding is given as the number of valid keys of
 //! each sentence (batches are right-padded). A query with no valid key gets zero weights and output.
+//!
+//! Work is parallel over sentences. Per sentence and head, the four products (QKᵀ, PV and, backward,
+//! dO·Vᵀ, dS·K, dSᵀ·Q, Pᵀ·dO) are small single-threaded GEMMs on strided views; masking, softmax and
+//! dropout are row loops in between.
 
-use super::elementwise::{axpy, dot, exp_shift_sum, max};
+use super::elementwise::{dot, exp_shift_sum, max};
+use super::matmul::{gemm_small, MatRef};
 use crate::kernels::AttnDims;
 use crate::rng::DropoutMask;
 use multiversion::multiversion;
@@ -25,29 +30,16 @@ pub struct Heads<'a> {
 }
 
 impl<'a> Heads<'a> {
+    /// Rows [r0, r0 + rows) of head h, `width` columns wide, as a matrix view.
     #[inline(always)]
-    fn row(&self, r: usize, h: usize, width: usize) -> &'a [f32] {
-        let s = r * self.ld + self.off + h * width;
-        &self.data[s..s + width]
+    fn head(&self, r0: usize, rows: usize, h: usize, width: usize) -> MatRef<'a> {
+        MatRef::rows(self.data, r0 * self.ld + self.off + h * width, rows, width, self.ld)
     }
 }
 
 thread_local! {
-    /// Per-thread scratch for one head's keys or values transposed to (width, S): scores and
-    /// dP rows are then sums of contiguous rows (vectorised across keys), with no horizontal
-    /// reductions. Grows once, then is reused.
-    static TRANSPOSED: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
-}
-
-/// dst (width, n) = the first n rows of head h of `src` for sentence b, transposed.
-#[inline(always)]
-fn transpose_head(dst: &mut [f32], src: Heads, base_row: usize, h: usize, width: usize, n: usize) {
-    for j in 0..n {
-        let row = src.row(base_row + j, h, width);
-        for (c, &x) in row.iter().enumerate() {
-            dst[c * n + j] = x;
-        }
-    }
+    /// Per-thread scratch for one head's dropped-out weights P ⊙ mask, (T, S). Grows once.
+    static DROPPED: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Which keys query i of sentence b may see: [0, n) with n from the key length and causality.
@@ -57,6 +49,20 @@ fn visible(key_len: usize, causal: bool, i: usize) -> usize {
         key_len.min(i + 1)
     } else {
         key_len
+    }
+}
+
+/// Runs `f` with the weights of head h as used in the weighted sum: `probs` itself without dropout,
+/// or P ⊙ mask in thread-local scratch. `base` is the flat (B, H, T, S) index of the head's (0, 0).
+fn with_dropped<R>(probs: &[f32], dropout: Option<DropoutMask>, base: usize, f: impl FnOnce(&[f32]) -> R) -> R {
+    match dropout {
+        None => f(probs),
+        Some(mask) => DROPPED.with(|s| {
+            let mut s = s.borrow_mut();
+            s.clear();
+            s.extend(probs.iter().enumerate().map(|(i, &p)| if p == 0.0 { 0.0 } else { p * mask.factor(base + i) }));
+            f(&s)
+        }),
     }
 }
 
@@ -77,26 +83,16 @@ pub fn attention_forward(
     assert_eq!(out.len(), d.b * d.t * d.h * d.v);
     assert_eq!(probs.len(), d.b * d.h * d.t * d.s);
     assert_eq!(key_lens.len(), d.b);
-    assert!(
-        key_lens.iter().all(|&l| l <= d.s),
-        "a key length exceeds S = {}",
-        d.s
-    );
+    assert!(key_lens.iter().all(|&l| l <= d.s), "a key length exceeds S = {}", d.s);
     if d.b == 0 || d.t == 0 {
         return;
     }
     out.par_chunks_mut(d.t * d.h * d.v)
         .zip(probs.par_chunks_mut(d.h * d.t * d.s))
         .enumerate()
-        .for_each(|(b, (out, probs))| {
-            attend_sentence(out, probs, q, k, v, key_lens[b], causal, dropout, d, b)
-        });
+        .for_each(|(b, (out, probs))| attend_sentence(out, probs, q, k, v, key_lens[b], causal, dropout, d, b));
 }
 
-#[multiversion(targets(
-    "x86_64+avx512f+avx512bw+avx512dq+avx512vl+avx2+fma+bmi1+bmi2+lzcnt+popcnt",
-    "x86_64+avx2+fma"
-))]
 #[allow(clippy::too_many_arguments)]
 fn attend_sentence(
     out: &mut [f32],
@@ -111,46 +107,42 @@ fn attend_sentence(
     b: usize,
 ) {
     let scale = 1.0 / (d.k as f32).sqrt();
-    let hv = d.h * d.v;
-    let n_all = key_len;
-    TRANSPOSED.with(|kt| {
-        let mut kt = kt.borrow_mut();
-        if kt.len() < d.k * n_all {
-            kt.resize(d.k * n_all, 0.0);
-        }
-        for h in 0..d.h {
-            transpose_head(&mut kt, k, b * d.s, h, d.k, n_all);
+    let (hv, n) = (d.h * d.v, key_len);
+    for h in 0..d.h {
+        let ph = &mut probs[h * d.t * d.s..(h + 1) * d.t * d.s];
+        if n == 0 {
+            ph.fill(0.0);
             for i in 0..d.t {
-                let row = &mut probs[(h * d.t + i) * d.s..(h * d.t + i + 1) * d.s];
-                let o = &mut out[i * hv + h * d.v..i * hv + (h + 1) * d.v];
-                o.fill(0.0);
-                let n = visible(key_len, causal, i);
-                row[n..].fill(0.0);
-                if n == 0 {
-                    continue;
-                }
-                // Scores of all visible keys at once: q_i · Kᵀ, over the first n columns.
-                let qi = q.row(b * d.t + i, h, d.k);
-                row[..n].fill(0.0);
-                for (c, &qc) in qi.iter().enumerate() {
-                    axpy(&mut row[..n], qc * scale, &kt[c * n_all..c * n_all + n]);
-                }
-                let mx = max(&row[..n]);
-                let inv = 1.0 / exp_shift_sum(&mut row[..n], mx);
-                for x in row[..n].iter_mut() {
-                    *x *= inv;
-                }
-                let base = ((b * d.h + h) * d.t + i) * d.s;
-                for j in 0..n {
-                    let p = match dropout {
-                        Some(mask) => row[j] * mask.factor(base + j),
-                        None => row[j],
-                    };
-                    axpy(o, p, v.row(b * d.s + j, h, d.v));
-                }
+                out[i * hv + h * d.v..i * hv + (h + 1) * d.v].fill(0.0);
             }
+            continue;
         }
-    });
+        // Scores of the valid keys: (T, n) = scale · Q_h K_hᵀ, into the first n columns of probs.
+        gemm_small(ph, 0, d.s, q.head(b * d.t, d.t, h, d.k), k.head(b * d.s, n, h, d.k).t(), scale, false);
+        softmax_rows(ph, key_len, causal, d);
+        let base = (b * d.h + h) * d.t * d.s;
+        with_dropped(ph, dropout, base, |p| {
+            // (T, V) = P (T, n) · V_h (n, V), into head h's columns of the output.
+            gemm_small(out, h * d.v, hv, MatRef::rows(p, 0, d.t, n, d.s), v.head(b * d.s, n, h, d.v), 1.0, false);
+        });
+    }
+}
+
+/// Row-wise softmax over each query's visible keys; zero on the rest of the row.
+#[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl+avx2+fma+bmi1+bmi2+lzcnt+popcnt", "x86_64+avx2+fma"))]
+fn softmax_rows(ph: &mut [f32], key_len: usize, causal: bool, d: AttnDims) {
+    for (i, row) in ph.chunks_exact_mut(d.s).enumerate() {
+        let n = visible(key_len, causal, i);
+        row[n..].fill(0.0);
+        if n == 0 {
+            continue;
+        }
+        let mx = max(&row[..n]);
+        let inv = 1.0 / exp_shift_sum(&mut row[..n], mx);
+        for x in row[..n].iter_mut() {
+            *x *= inv;
+        }
+    }
 }
 
 /// Where the backward writes dQ, dK, dV (overwriting): one buffer with all three (self-attention,
@@ -200,32 +192,28 @@ pub fn attention_backward(
     assert_eq!(dout.len(), d.b * d.t * d.h * d.v);
     assert_eq!(probs.len(), d.b * d.h * d.t * d.s);
     assert_eq!(dscores.len(), probs.len());
+    assert_eq!(key_lens.len(), d.b);
     if d.b == 0 || d.t == 0 {
         return;
     }
     let per = d.h * d.t * d.s;
+    let dout_heads = Heads { data: dout, ld: d.h * d.v, off: 0 };
     match grads {
         AttnGrads::Fused { dqkv, ld, offs } => {
             assert_eq!(d.t, d.s, "fused attention gradients need T == S");
             assert_eq!(dqkv.len(), d.b * d.t * ld);
-            dqkv.par_chunks_mut(d.t * ld)
-                .zip(dscores.par_chunks_mut(per))
-                .enumerate()
-                .for_each(|(b, (g, ds))| {
-                    let p = &probs[b * per..(b + 1) * per];
-                    score_grads(ds, p, dout, v, key_lens[b], causal, dropout, d, b);
-                    query_grads(g, ld, offs[0], ds, k, d, b);
-                    key_value_grads(g, ld, [offs[1], offs[2]], ds, p, dout, q, dropout, d, b);
-                });
+            dqkv.par_chunks_mut(d.t * ld).zip(dscores.par_chunks_mut(per)).enumerate().for_each(|(b, (g, ds))| {
+                let p = &probs[b * per..(b + 1) * per];
+                let n = key_lens[b];
+                for h in 0..d.h {
+                    let (dsh, ph) = (&mut ds[h * d.t * d.s..(h + 1) * d.t * d.s], &p[h * d.t * d.s..(h + 1) * d.t * d.s]);
+                    score_grads(dsh, ph, dout_heads, v, n, causal, dropout, d, b, h);
+                    query_grads(g, ld, offs[0], dsh, k, n, d, b, h);
+                    key_value_grads(g, ld, [offs[1], offs[2]], dsh, ph, dout_heads, q, n, dropout, d, b, h);
+                }
+            });
         }
-        AttnGrads::Split {
-            dq,
-            ldq,
-            qoff,
-            dkv,
-            ldkv,
-            offs,
-        } => {
+        AttnGrads::Split { dq, ldq, qoff, dkv, ldkv, offs } => {
             assert_eq!(dq.len(), d.b * d.t * ldq);
             assert_eq!(dkv.len(), d.b * d.s * ldkv);
             dq.par_chunks_mut(d.t * ldq)
@@ -234,97 +222,76 @@ pub fn attention_backward(
                 .enumerate()
                 .for_each(|(b, ((gq, gkv), ds))| {
                     let p = &probs[b * per..(b + 1) * per];
-                    score_grads(ds, p, dout, v, key_lens[b], causal, dropout, d, b);
-                    query_grads(gq, ldq, qoff, ds, k, d, b);
-                    key_value_grads(gkv, ldkv, offs, ds, p, dout, q, dropout, d, b);
+                    let n = key_lens[b];
+                    for h in 0..d.h {
+                        let (dsh, ph) = (&mut ds[h * d.t * d.s..(h + 1) * d.t * d.s], &p[h * d.t * d.s..(h + 1) * d.t * d.s]);
+                        score_grads(dsh, ph, dout_heads, v, n, causal, dropout, d, b, h);
+                        query_grads(gq, ldq, qoff, dsh, k, n, d, b, h);
+                        key_value_grads(gkv, ldkv, offs, dsh, ph, dout_heads, q, n, dropout, d, b, h);
+                    }
                 });
         }
     }
 }
 
-/// dscores = scale · P ⊙ (dP − rowsum(P ⊙ dP)), dP = (dO Vᵀ) ⊙ mask: the gradient of the pre-softmax
-/// scores, with the 1/√d_k folded in.
-#[multiversion(targets(
-    "x86_64+avx512f+avx512bw+avx512dq+avx512vl+avx2+fma+bmi1+bmi2+lzcnt+popcnt",
-    "x86_64+avx2+fma"
-))]
+/// dscores (T, S) of head h = scale · P ⊙ (dP − rowsum(P ⊙ dP)), dP = (dO Vᵀ) ⊙ mask: the gradient of
+/// the pre-softmax scores, with the 1/√d_k folded in. Zero outside each query's visible keys.
 #[allow(clippy::too_many_arguments)]
 fn score_grads(
     ds: &mut [f32],
     probs: &[f32],
-    dout: &[f32],
+    dout: Heads,
     v: Heads,
     key_len: usize,
     causal: bool,
     dropout: Option<DropoutMask>,
     d: AttnDims,
     b: usize,
+    h: usize,
 ) {
-    let scale = 1.0 / (d.k as f32).sqrt();
-    let hv = d.h * d.v;
-    let n_all = key_len;
-    TRANSPOSED.with(|vt| {
-        let mut vt = vt.borrow_mut();
-        if vt.len() < d.v * n_all {
-            vt.resize(d.v * n_all, 0.0);
-        }
-        for h in 0..d.h {
-            transpose_head(&mut vt, v, b * d.s, h, d.v, n_all);
-            for i in 0..d.t {
-                let off = (h * d.t + i) * d.s;
-                let row = &mut ds[off..off + d.s];
-                let p = &probs[off..off + d.s];
-                let n = visible(key_len, causal, i);
-                row[n..].fill(0.0);
-                if n == 0 {
-                    continue;
-                }
-                let go = &dout[(b * d.t + i) * hv + h * d.v..(b * d.t + i) * hv + (h + 1) * d.v];
-                // dP over the visible keys: dO_i · Vᵀ.
-                row[..n].fill(0.0);
-                for (c, &gc) in go.iter().enumerate() {
-                    axpy(&mut row[..n], gc, &vt[c * n_all..c * n_all + n]);
-                }
-                if let Some(mask) = dropout {
-                    let base = b * d.h * d.t * d.s + off;
-                    for (j, x) in row[..n].iter_mut().enumerate() {
-                        *x *= mask.factor(base + j);
-                    }
-                }
-                let sum = dot(&row[..n], &p[..n]);
-                for j in 0..n {
-                    row[j] = scale * p[j] * (row[j] - sum);
-                }
-            }
-        }
-    });
+    if key_len == 0 {
+        ds.fill(0.0);
+        return;
+    }
+    // dP over the valid keys: (T, n) = dO_h (T, V) · V_hᵀ (V, n).
+    gemm_small(ds, 0, d.s, dout.head(b * d.t, d.t, h, d.v), v.head(b * d.s, key_len, h, d.v).t(), 1.0, false);
+    let base = (b * d.h + h) * d.t * d.s;
+    softmax_backward_rows(ds, probs, key_len, causal, dropout, base, d);
 }
 
-/// dQ_i = Σ_j dscores_ij K_j (overwrite), into rows of sentence b (`g` starts at its first row).
-#[multiversion(targets(
-    "x86_64+avx512f+avx512bw+avx512dq+avx512vl+avx2+fma+bmi1+bmi2+lzcnt+popcnt",
-    "x86_64+avx2+fma"
-))]
-fn query_grads(g: &mut [f32], ld: usize, qoff: usize, ds: &[f32], k: Heads, d: AttnDims, b: usize) {
-    for i in 0..d.t {
-        for h in 0..d.h {
-            let dq = &mut g[i * ld + qoff + h * d.k..i * ld + qoff + (h + 1) * d.k];
-            dq.fill(0.0);
-            let row = &ds[(h * d.t + i) * d.s..(h * d.t + i + 1) * d.s];
-            for (j, &w) in row.iter().enumerate() {
-                if w != 0.0 {
-                    axpy(dq, w, k.row(b * d.s + j, h, d.k));
-                }
+#[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl+avx2+fma+bmi1+bmi2+lzcnt+popcnt", "x86_64+avx2+fma"))]
+fn softmax_backward_rows(ds: &mut [f32], probs: &[f32], key_len: usize, causal: bool, dropout: Option<DropoutMask>, base: usize, d: AttnDims) {
+    let scale = 1.0 / (d.k as f32).sqrt();
+    for (i, (row, p)) in ds.chunks_exact_mut(d.s).zip(probs.chunks_exact(d.s)).enumerate() {
+        let n = visible(key_len, causal, i);
+        row[n..].fill(0.0);
+        if let Some(mask) = dropout {
+            for (j, x) in row[..n].iter_mut().enumerate() {
+                *x *= mask.factor(base + i * d.s + j);
             }
+        }
+        let sum = dot(&row[..n], &p[..n]);
+        for j in 0..n {
+            row[j] = scale * p[j] * (row[j] - sum);
         }
     }
 }
 
-/// dK_j = Σ_i dscores_ij Q_i and dV_j = Σ_i (P ⊙ mask)_ij dO_i (overwrite), into sentence b's rows.
-#[multiversion(targets(
-    "x86_64+avx512f+avx512bw+avx512dq+avx512vl+avx2+fma+bmi1+bmi2+lzcnt+popcnt",
-    "x86_64+avx2+fma"
-))]
+/// dQ_h (T, K) = dscores (T, n) · K_h (n, K), overwriting head h's columns of sentence b's rows of `g`.
+#[allow(clippy::too_many_arguments)]
+fn query_grads(g: &mut [f32], ld: usize, qoff: usize, ds: &[f32], k: Heads, key_len: usize, d: AttnDims, b: usize, h: usize) {
+    let off = qoff + h * d.k;
+    if key_len == 0 {
+        for i in 0..d.t {
+            g[i * ld + off..i * ld + off + d.k].fill(0.0);
+        }
+        return;
+    }
+    gemm_small(g, off, ld, MatRef::rows(ds, 0, d.t, key_len, d.s), k.head(b * d.s, key_len, h, d.k), 1.0, false);
+}
+
+/// dK_h (n, K) = dscoresᵀ · Q_h and dV_h (n, V) = (P ⊙ mask)ᵀ · dO_h, overwriting head h's columns of
+/// sentence b's key rows of `g`; padding keys get zero.
 #[allow(clippy::too_many_arguments)]
 fn key_value_grads(
     g: &mut [f32],
@@ -332,46 +299,25 @@ fn key_value_grads(
     offs: [usize; 2],
     ds: &[f32],
     probs: &[f32],
-    dout: &[f32],
+    dout: Heads,
     q: Heads,
+    key_len: usize,
     dropout: Option<DropoutMask>,
     d: AttnDims,
     b: usize,
+    h: usize,
 ) {
-    let hv = d.h * d.v;
-    for j in 0..d.s {
-        for h in 0..d.h {
-            g[j * ld + offs[0] + h * d.k..j * ld + offs[0] + (h + 1) * d.k].fill(0.0);
-            g[j * ld + offs[1] + h * d.v..j * ld + offs[1] + (h + 1) * d.v].fill(0.0);
-        }
+    let (koff, voff) = (offs[0] + h * d.k, offs[1] + h * d.v);
+    for j in key_len..d.s {
+        g[j * ld + koff..j * ld + koff + d.k].fill(0.0);
+        g[j * ld + voff..j * ld + voff + d.v].fill(0.0);
     }
-    for h in 0..d.h {
-        for i in 0..d.t {
-            let off = (h * d.t + i) * d.s;
-            let qi = q.row(b * d.t + i, h, d.k);
-            let go = &dout[(b * d.t + i) * hv + h * d.v..(b * d.t + i) * hv + (h + 1) * d.v];
-            let base = b * d.h * d.t * d.s + off;
-            for j in 0..d.s {
-                let w = ds[off + j];
-                let p = match dropout {
-                    Some(mask) if probs[off + j] != 0.0 => probs[off + j] * mask.factor(base + j),
-                    _ => probs[off + j],
-                };
-                if w != 0.0 {
-                    axpy(
-                        &mut g[j * ld + offs[0] + h * d.k..j * ld + offs[0] + (h + 1) * d.k],
-                        w,
-                        qi,
-                    );
-                }
-                if p != 0.0 {
-                    axpy(
-                        &mut g[j * ld + offs[1] + h * d.v..j * ld + offs[1] + (h + 1) * d.v],
-                        p,
-                        go,
-                    );
-                }
-            }
-        }
+    if key_len == 0 {
+        return;
     }
+    gemm_small(g, koff, ld, MatRef::rows(ds, 0, d.t, key_len, d.s).t(), q.head(b * d.t, d.t, h, d.k), 1.0, false);
+    let base = (b * d.h + h) * d.t * d.s;
+    with_dropped(probs, dropout, base, |p| {
+        gemm_small(g, voff, ld, MatRef::rows(p, 0, d.t, key_len, d.s).t(), dout.head(b * d.t, d.t, h, d.v), 1.0, false);
+    });
 }

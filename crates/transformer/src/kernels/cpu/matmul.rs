@@ -1,6 +1,22 @@
 //! Matrix products for every linear map of the model, on the `gemm` crate (runtime-dispatched
 //! AVX-512/AVX2/SSE micro-kernels, rayon-parallel).
 
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+static PROFILE: AtomicBool = AtomicBool::new(false);
+static NANOS: AtomicU64 = AtomicU64::new(0);
+static FLOPS: AtomicU64 = AtomicU64::new(0);
+
+/// Starts (or stops) accumulating the wall time and FLOPs of every [`matmul`] call, for benchmarks.
+pub fn set_profiling(on: bool) {
+    PROFILE.store(on, Ordering::Relaxed);
+}
+
+/// (seconds, FLOPs) accumulated since the last call, resetting both.
+pub fn take_profile() -> (f64, u64) {
+    (NANOS.swap(0, Ordering::Relaxed) as f64 * 1e-9, FLOPS.swap(0, Ordering::Relaxed))
+}
+
 /// Whether an operand is used as stored (row-major) or transposed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Op {
@@ -69,6 +85,7 @@ pub fn matmul(
     } else {
         gemm::Parallelism::None
     };
+    let start = PROFILE.load(Ordering::Relaxed).then(std::time::Instant::now);
     // SAFETY: the asserts above guarantee every index op(A)[i][p], op(B)[p][j], C[i][j] for i < m,
     // j < n, p < k lies inside its slice with the strides computed above; C does not alias A or B
     // (it is borrowed mutably).
@@ -94,6 +111,10 @@ pub fn matmul(
             false,
             par,
         );
+    }
+    if let Some(t) = start {
+        NANOS.fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        FLOPS.fetch_add(2 * (m * n * k) as u64, Ordering::Relaxed);
     }
 }
 
@@ -139,5 +160,87 @@ pub fn linear_backward(
     }
     if let Some(dx) = dx {
         matmul(dx, dy, Op::N, w, Op::N, m, k, n, accumulate_dx);
+    }
+}
+
+/// A read-only strided matrix view: element (i, j) is `data[off + i·rs + j·cs]`.
+#[derive(Clone, Copy, Debug)]
+pub struct MatRef<'a> {
+    /// Backing buffer.
+    pub data: &'a [f32],
+    /// Index of element (0, 0).
+    pub off: usize,
+    /// Rows.
+    pub rows: usize,
+    /// Columns.
+    pub cols: usize,
+    /// Row stride.
+    pub rs: usize,
+    /// Column stride.
+    pub cs: usize,
+}
+
+impl<'a> MatRef<'a> {
+    /// A row-major view of `rows` × `cols` starting at `off`, rows `ld` apart.
+    pub fn rows(data: &'a [f32], off: usize, rows: usize, cols: usize, ld: usize) -> Self {
+        MatRef { data, off, rows, cols, rs: ld, cs: 1 }
+    }
+    /// The transposed view (no copy).
+    pub fn t(self) -> Self {
+        MatRef { rows: self.cols, cols: self.rows, rs: self.cs, cs: self.rs, ..self }
+    }
+    fn check(&self, what: &str) {
+        if self.rows > 0 && self.cols > 0 {
+            let last = self.off + (self.rows - 1) * self.rs + (self.cols - 1) * self.cs;
+            assert!(last < self.data.len(), "{what}: view reaches index {last} of {}", self.data.len());
+        }
+    }
+}
+
+/// C = [C +] alpha · A · B on strided views, single-threaded: for the many small per-head products
+/// inside attention, which is itself parallel over sentences. C is row-major with row stride `ldc`.
+#[allow(clippy::too_many_arguments)]
+pub fn gemm_small(c: &mut [f32], c_off: usize, ldc: usize, a: MatRef, b: MatRef, alpha: f32, accumulate: bool) {
+    let (m, n, k) = (a.rows, b.cols, a.cols);
+    assert_eq!(b.rows, k, "gemm_small: inner dimensions {k} and {}", b.rows);
+    if m == 0 || n == 0 {
+        return;
+    }
+    let last = c_off + (m - 1) * ldc + n - 1;
+    assert!(last < c.len(), "gemm_small: C view reaches index {last} of {}", c.len());
+    if k == 0 {
+        if !accumulate {
+            for i in 0..m {
+                c[c_off + i * ldc..c_off + i * ldc + n].fill(0.0);
+            }
+        }
+        return;
+    }
+    a.check("gemm_small A");
+    b.check("gemm_small B");
+    // SAFETY: every element of the three views was bounds-checked above (the last index of each view
+    // is inside its slice and strides are non-negative); C is borrowed mutably, A and B shared.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            c.as_mut_ptr().add(c_off),
+            1,
+            ldc as isize,
+            accumulate,
+            a.data.as_ptr().add(a.off),
+            a.cs as isize,
+            a.rs as isize,
+            b.data.as_ptr().add(b.off),
+            b.cs as isize,
+            b.rs as isize,
+            1.0,
+            alpha,
+            false,
+            false,
+            false,
+            gemm::Parallelism::None,
+        );
     }
 }
