@@ -330,6 +330,7 @@ fn bench_train_step(steps: usize, warmup: usize, json: bool) -> Result<()> {
         }
     }
     set_profiling(false);
+    let matmul_s_unsorted = matmul_s.clone();
     matmul_s.sort_by(|a, b| a.partial_cmp(b).unwrap());
     let matmul_median = matmul_s[matmul_s.len() / 2];
     let mut sorted = times.clone();
@@ -342,9 +343,18 @@ fn bench_train_step(steps: usize, warmup: usize, json: bool) -> Result<()> {
             "matmul_median_s": matmul_median, "matmul_gflop": matmul_flops as f64 / 1e9 });
         println!("{v}");
     } else {
+        let mut other: Vec<f64> = times
+            .iter()
+            .zip(&matmul_s_unsorted)
+            .map(|(t, m)| t - m)
+            .collect();
+        other.sort_by(|a, b| a.partial_cmp(b).unwrap());
         println!(
-            "median step {median:.3} s over {steps} steps, {threads} threads, peak RSS {:.2} GB",
-            rss.unwrap_or(0) as f64 / 1e9
+            "median step {median:.3} s over {steps} steps, {threads} threads, peak RSS {:.2} GB; matmuls {matmul_median:.3} s ({:.1} GFLOP, {:.0} GFLOP/s), everything else {:.3} s",
+            rss.unwrap_or(0) as f64 / 1e9,
+            matmul_flops as f64 / 1e9,
+            matmul_flops as f64 / matmul_median / 1e9,
+            other[other.len() / 2]
         );
     }
     Ok(())

@@ -612,3 +612,20 @@ fn adam_matches_reference_over_steps() {
     assert_close("adam params", &to_f64(&p32), &p64, 1e-6, 1e-5);
     assert_close("adam m", &to_f64(&m32), &m64, 1e-7, 1e-5);
 }
+
+#[test]
+fn all_finite_detects_nan_and_inf_anywhere() {
+    let mut x = vec![1.5f32; 200_003];
+    assert!(elementwise::all_finite(&x));
+    for (i, bad) in [
+        (0, f32::NAN),
+        (70_001, f32::INFINITY),
+        (200_002, f32::NEG_INFINITY),
+        (17, f32::NAN),
+    ] {
+        x[i] = bad;
+        assert!(!elementwise::all_finite(&x), "missed {bad} at {i}");
+        x[i] = 1.5;
+    }
+    assert!(elementwise::all_finite(&[f32::MAX, -f32::MAX, 0.0]));
+}

@@ -110,7 +110,13 @@ fn backward_twice_doubles_gradients() {
     for e in model.layout.entries() {
         let twice: Vec<f64> = once[e.range()].iter().map(|&x| 2.0 * x as f64).collect();
         let scale = twice.iter().fold(0f64, |a, b| a.max(b.abs()));
-        assert_close(&format!("2x grads {}", e.name), &to_f64(&g[e.range()]), &twice, 1e-6 * scale + 1e-7 * global, 1e-6);
+        assert_close(
+            &format!("2x grads {}", e.name),
+            &to_f64(&g[e.range()]),
+            &twice,
+            1e-6 * scale + 1e-7 * global,
+            1e-6,
+        );
     }
     assert!(once.iter().any(|&x| x != 0.0));
 }

@@ -4,7 +4,9 @@
 use super::schedule::Schedule;
 use crate::error::{Error, Result};
 use crate::kernels::cpu::adam::{adam_update, AdamConfig};
+use crate::kernels::cpu::elementwise::all_finite;
 use crate::model::{Batch, DropoutCtx, Transformer, Workspace};
+use rayon::prelude::*;
 
 /// What one update reports.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -90,7 +92,7 @@ impl Trainer {
         if tokens == 0 {
             return Err(Error::Batch("the update has no target tokens".into()));
         }
-        self.grads.fill(0.0);
+        self.grads.par_chunks_mut(1 << 16).for_each(|c| c.fill(0.0));
         let (mut loss, mut nll) = (0.0, 0.0);
         for b in batches {
             let s = self.accumulate(b, 1.0 / tokens as f32)?;
@@ -98,7 +100,7 @@ impl Trainer {
             nll += s.nll;
         }
         let step = self.step + 1;
-        if !loss.is_finite() || !self.grads.iter().all(|g| g.is_finite()) {
+        if !loss.is_finite() || !all_finite(&self.grads) {
             return Err(Error::NonFiniteLoss {
                 step,
                 loss: loss as f32,

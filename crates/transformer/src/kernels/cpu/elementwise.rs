@@ -170,3 +170,28 @@ fn column_sum_block(out: &mut [f32], dy: &[f32], n: usize, c0: usize) {
         }
     }
 }
+
+/// Whether every element is finite. Σ (x − x) is 0 for finite x and NaN for ±∞ or NaN, and unlike a
+/// short-circuiting search it vectorises; chunks run in parallel.
+pub fn all_finite(x: &[f32]) -> bool {
+    x.par_chunks(1 << 16).all(|c| !finite_probe(c).is_nan())
+}
+
+#[multiversion(targets(
+    "x86_64+avx512f+avx512bw+avx512dq+avx512vl+avx2+fma+bmi1+bmi2+lzcnt+popcnt",
+    "x86_64+avx2+fma"
+))]
+fn finite_probe(x: &[f32]) -> f32 {
+    let mut acc = [0f32; 16];
+    let chunks = x.chunks_exact(16);
+    let mut tail = 0.0;
+    for v in chunks.remainder() {
+        tail += v - v;
+    }
+    for c in chunks {
+        for l in 0..16 {
+            acc[l] += c[l] - c[l];
+        }
+    }
+    acc.iter().sum::<f32>() + tail
+}

@@ -14,7 +14,10 @@ pub fn set_profiling(on: bool) {
 
 /// (seconds, FLOPs) accumulated since the last call, resetting both.
 pub fn take_profile() -> (f64, u64) {
-    (NANOS.swap(0, Ordering::Relaxed) as f64 * 1e-9, FLOPS.swap(0, Ordering::Relaxed))
+    (
+        NANOS.swap(0, Ordering::Relaxed) as f64 * 1e-9,
+        FLOPS.swap(0, Ordering::Relaxed),
+    )
 }
 
 /// Whether an operand is used as stored (row-major) or transposed.
@@ -85,7 +88,9 @@ pub fn matmul(
     } else {
         gemm::Parallelism::None
     };
-    let start = PROFILE.load(Ordering::Relaxed).then(std::time::Instant::now);
+    let start = PROFILE
+        .load(Ordering::Relaxed)
+        .then(std::time::Instant::now);
     // SAFETY: the asserts above guarantee every index op(A)[i][p], op(B)[p][j], C[i][j] for i < m,
     // j < n, p < k lies inside its slice with the strides computed above; C does not alias A or B
     // (it is borrowed mutably).
@@ -183,16 +188,33 @@ pub struct MatRef<'a> {
 impl<'a> MatRef<'a> {
     /// A row-major view of `rows` × `cols` starting at `off`, rows `ld` apart.
     pub fn rows(data: &'a [f32], off: usize, rows: usize, cols: usize, ld: usize) -> Self {
-        MatRef { data, off, rows, cols, rs: ld, cs: 1 }
+        MatRef {
+            data,
+            off,
+            rows,
+            cols,
+            rs: ld,
+            cs: 1,
+        }
     }
     /// The transposed view (no copy).
     pub fn t(self) -> Self {
-        MatRef { rows: self.cols, cols: self.rows, rs: self.cs, cs: self.rs, ..self }
+        MatRef {
+            rows: self.cols,
+            cols: self.rows,
+            rs: self.cs,
+            cs: self.rs,
+            ..self
+        }
     }
     fn check(&self, what: &str) {
         if self.rows > 0 && self.cols > 0 {
             let last = self.off + (self.rows - 1) * self.rs + (self.cols - 1) * self.cs;
-            assert!(last < self.data.len(), "{what}: view reaches index {last} of {}", self.data.len());
+            assert!(
+                last < self.data.len(),
+                "{what}: view reaches index {last} of {}",
+                self.data.len()
+            );
         }
     }
 }
@@ -200,14 +222,26 @@ impl<'a> MatRef<'a> {
 /// C = [C +] alpha · A · B on strided views, single-threaded: for the many small per-head products
 /// inside attention, which is itself parallel over sentences. C is row-major with row stride `ldc`.
 #[allow(clippy::too_many_arguments)]
-pub fn gemm_small(c: &mut [f32], c_off: usize, ldc: usize, a: MatRef, b: MatRef, alpha: f32, accumulate: bool) {
+pub fn gemm_small(
+    c: &mut [f32],
+    c_off: usize,
+    ldc: usize,
+    a: MatRef,
+    b: MatRef,
+    alpha: f32,
+    accumulate: bool,
+) {
     let (m, n, k) = (a.rows, b.cols, a.cols);
     assert_eq!(b.rows, k, "gemm_small: inner dimensions {k} and {}", b.rows);
     if m == 0 || n == 0 {
         return;
     }
     let last = c_off + (m - 1) * ldc + n - 1;
-    assert!(last < c.len(), "gemm_small: C view reaches index {last} of {}", c.len());
+    assert!(
+        last < c.len(),
+        "gemm_small: C view reaches index {last} of {}",
+        c.len()
+    );
     if k == 0 {
         if !accumulate {
             for i in 0..m {
