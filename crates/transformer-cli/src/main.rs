@@ -301,61 +301,83 @@ fn bench_train_step(steps: usize, warmup: usize, json: bool) -> Result<()> {
         .collect();
     let batch = Batch::from_pairs(&pairs);
     assert_eq!((batch.s, batch.t), (s, t));
-    use transformer::kernels::cpu::matmul::{set_profiling, take_profile};
+    use transformer::kernels::cpu::profile;
     let mut times = Vec::new();
-    let mut matmul_s = Vec::new();
+    let mut slots: Vec<Vec<(&str, f64)>> = Vec::new();
     let mut matmul_flops = 0;
-    set_profiling(true);
+    profile::enable(true);
     for i in 0..warmup + steps {
-        take_profile();
+        profile::take();
         let start = Instant::now();
         let stats = trainer.train_step(std::slice::from_ref(&batch))?;
         let dt = start.elapsed().as_secs_f64();
-        let (mm_s, mm_flops) = take_profile();
+        let (slot_times, flops) = profile::take();
         if i >= warmup {
             times.push(dt);
-            matmul_s.push(mm_s);
-            matmul_flops = mm_flops;
+            slots.push(slot_times);
+            matmul_flops = flops;
         }
         if !json {
             eprintln!(
-                "step {:>3}: {:.3} s  loss {:.4}  matmuls {:.3} s ({:.0} GFLOP/s){}",
+                "step {:>3}: {:.3} s  loss {:.4}{}",
                 i + 1,
                 dt,
                 stats.loss,
-                mm_s,
-                mm_flops as f64 / mm_s / 1e9,
                 if i < warmup { " (warm-up)" } else { "" }
             );
         }
     }
-    set_profiling(false);
-    let matmul_s_unsorted = matmul_s.clone();
-    matmul_s.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    let matmul_median = matmul_s[matmul_s.len() / 2];
-    let mut sorted = times.clone();
-    sorted.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    let median = sorted[sorted.len() / 2];
+    profile::enable(false);
+    let median_of = |mut v: Vec<f64>| {
+        v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        v[v.len() / 2]
+    };
+    let median = median_of(times.clone());
+    // Per kernel family: the median over steps; "other" is the step minus all accounted time.
+    let names: Vec<&str> = slots[0].iter().map(|s| s.0).collect();
+    let mut breakdown: Vec<(String, f64)> = names
+        .iter()
+        .enumerate()
+        .map(|(k, n)| {
+            (
+                n.to_string(),
+                median_of(slots.iter().map(|s| s[k].1).collect()),
+            )
+        })
+        .collect();
+    let other = median_of(
+        times
+            .iter()
+            .zip(&slots)
+            .map(|(t, s)| t - s.iter().map(|x| x.1).sum::<f64>())
+            .collect(),
+    );
+    breakdown.push(("other (wiring, rayon waits)".into(), other));
+    let matmul_median = breakdown[0].1;
     let threads = rayon::current_num_threads();
     let rss = peak_rss_bytes();
     if json {
-        let v = serde_json::json!({ "impl": "transformer", "threads": threads, "step_times_s": times, "median_s": median, "peak_rss_bytes": rss, "params": trainer.model.params.len(),
-            "matmul_median_s": matmul_median, "matmul_gflop": matmul_flops as f64 / 1e9 });
+        let v = serde_json::json!({ "impl": "transformer", "threads": threads, "step_times_s": times, "median_s": median, "peak_rss_bytes": rss,
+            "params": trainer.model.params.len(), "matmul_gflop": matmul_flops as f64 / 1e9,
+            "breakdown_s": breakdown.iter().map(|(n, t)| (n.clone(), *t)).collect::<std::collections::BTreeMap<_, _>>() });
         println!("{v}");
     } else {
-        let mut other: Vec<f64> = times
-            .iter()
-            .zip(&matmul_s_unsorted)
-            .map(|(t, m)| t - m)
-            .collect();
-        other.sort_by(|a, b| a.partial_cmp(b).unwrap());
         println!(
-            "median step {median:.3} s over {steps} steps, {threads} threads, peak RSS {:.2} GB; matmuls {matmul_median:.3} s ({:.1} GFLOP, {:.0} GFLOP/s), everything else {:.3} s",
-            rss.unwrap_or(0) as f64 / 1e9,
-            matmul_flops as f64 / 1e9,
-            matmul_flops as f64 / matmul_median / 1e9,
-            other[other.len() / 2]
+            "median step {median:.3} s over {steps} steps, {threads} threads, peak RSS {:.2} GB",
+            rss.unwrap_or(0) as f64 / 1e9
         );
+        println!(
+            "matmuls: {:.1} GFLOP at {:.0} GFLOP/s",
+            matmul_flops as f64 / 1e9,
+            matmul_flops as f64 / matmul_median / 1e9
+        );
+        for (name, t) in &breakdown {
+            println!(
+                "  {name:<28} {:>7.1} ms  {:>5.1}%",
+                t * 1e3,
+                100.0 * t / median
+            );
+        }
     }
     Ok(())
 }

@@ -92,7 +92,12 @@ impl Trainer {
         if tokens == 0 {
             return Err(Error::Batch("the update has no target tokens".into()));
         }
-        self.grads.par_chunks_mut(1 << 16).for_each(|c| c.fill(0.0));
+        {
+            let _t = crate::kernels::cpu::profile::scope(
+                crate::kernels::cpu::profile::Slot::Elementwise,
+            );
+            self.grads.par_chunks_mut(1 << 16).for_each(|c| c.fill(0.0));
+        }
         let (mut loss, mut nll) = (0.0, 0.0);
         for b in batches {
             let s = self.accumulate(b, 1.0 / tokens as f32)?;

@@ -36,6 +36,7 @@ pub fn adam_update(
     lr: f32,
     t: u64,
 ) {
+    let _t = super::profile::scope(super::profile::Slot::Adam);
     assert!(t >= 1);
     let n = params.len();
     assert!(grads.len() == n && m.len() == n && v.len() == n);

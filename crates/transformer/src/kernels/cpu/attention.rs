@@ -97,6 +97,7 @@ pub fn attention_forward(
     dropout: Option<DropoutMask>,
     d: AttnDims,
 ) {
+    let _t = super::profile::scope(super::profile::Slot::Attention);
     assert_eq!(out.len(), d.b * d.t * d.h * d.v);
     assert_eq!(probs.len(), d.b * d.h * d.t * d.s);
     assert_eq!(key_lens.len(), d.b);
@@ -231,6 +232,7 @@ pub fn attention_backward(
     dropout: Option<DropoutMask>,
     d: AttnDims,
 ) {
+    let _t = super::profile::scope(super::profile::Slot::AttentionBackward);
     assert_eq!(dout.len(), d.b * d.t * d.h * d.v);
     assert_eq!(probs.len(), d.b * d.h * d.t * d.s);
     assert_eq!(dscores.len(), probs.len());

@@ -122,25 +122,37 @@ pub fn exp_approx(x: f32) -> f32 {
 
 /// In place: x = max(x, 0).
 pub fn relu_forward(x: &mut [f32]) {
-    x.par_chunks_mut(ROW_BLOCK * 256).for_each(|c| {
-        for v in c {
-            *v = v.max(0.0);
-        }
-    });
+    let _t = super::profile::scope(super::profile::Slot::Relu);
+    x.par_chunks_mut(ROW_BLOCK * 1024).for_each(relu_chunk);
+}
+
+#[multiversion(targets(
+    "x86_64+avx512f+avx512bw+avx512dq+avx512vl+avx2+fma+bmi1+bmi2+lzcnt+popcnt",
+    "x86_64+avx2+fma"
+))]
+fn relu_chunk(x: &mut [f32]) {
+    for v in x.iter_mut() {
+        *v = if *v > 0.0 { *v } else { 0.0 };
+    }
 }
 
 /// In place: dh = dh · [h > 0], with `h` the ReLU output saved by the forward pass.
 pub fn relu_backward(dh: &mut [f32], h: &[f32]) {
+    let _t = super::profile::scope(super::profile::Slot::Relu);
     assert_eq!(dh.len(), h.len());
-    dh.par_chunks_mut(ROW_BLOCK * 256)
-        .zip(h.par_chunks(ROW_BLOCK * 256))
-        .for_each(|(d, h)| {
-            for (d, h) in d.iter_mut().zip(h) {
-                if *h <= 0.0 {
-                    *d = 0.0;
-                }
-            }
-        });
+    dh.par_chunks_mut(ROW_BLOCK * 1024)
+        .zip(h.par_chunks(ROW_BLOCK * 1024))
+        .for_each(|(d, h)| relu_backward_chunk(d, h));
+}
+
+#[multiversion(targets(
+    "x86_64+avx512f+avx512bw+avx512dq+avx512vl+avx2+fma+bmi1+bmi2+lzcnt+popcnt",
+    "x86_64+avx2+fma"
+))]
+fn relu_backward_chunk(d: &mut [f32], h: &[f32]) {
+    for (d, h) in d.iter_mut().zip(h) {
+        *d = if *h > 0.0 { *d } else { 0.0 };
+    }
 }
 
 /// Columns per task in column reductions.
@@ -149,6 +161,7 @@ const COL_BLOCK: usize = 64;
 /// db (n) += Σ over rows of dy (m, n). Each task owns a block of columns and sums rows in order, so
 /// the result does not depend on the thread count.
 pub fn column_sum_add(db: &mut [f32], dy: &[f32], n: usize) {
+    let _t = super::profile::scope(super::profile::Slot::BiasGrad);
     assert_eq!(db.len(), n);
     assert_eq!(dy.len() % n.max(1), 0);
     db.par_chunks_mut(COL_BLOCK)
@@ -174,6 +187,7 @@ fn column_sum_block(out: &mut [f32], dy: &[f32], n: usize, c0: usize) {
 /// Whether every element is finite. Σ (x − x) is 0 for finite x and NaN for ±∞ or NaN, and unlike a
 /// short-circuiting search it vectorises; chunks run in parallel.
 pub fn all_finite(x: &[f32]) -> bool {
+    let _t = super::profile::scope(super::profile::Slot::Elementwise);
     x.par_chunks(1 << 16).all(|c| !finite_probe(c).is_nan())
 }
 

@@ -15,6 +15,7 @@ pub fn embedding_forward(
     scale: f32,
     dropout: Option<DropoutMask>,
 ) {
+    let _t = super::profile::scope(super::profile::Slot::Embedding);
     let d = out.len() / tokens.len().max(1);
     assert_eq!(out.len(), tokens.len() * d);
     assert!(
@@ -49,6 +50,7 @@ pub fn embedding_backward(
     scale: f32,
     dropout: Option<DropoutMask>,
 ) {
+    let _t = super::profile::scope(super::profile::Slot::Embedding);
     const CB: usize = 64;
     assert_eq!(dout.len(), tokens.len() * d);
     let vocab = dtable.len() / d;

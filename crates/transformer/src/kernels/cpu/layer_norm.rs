@@ -23,6 +23,7 @@ pub fn residual_layer_norm_forward(
     eps: f32,
     dropout: Option<DropoutMask>,
 ) {
+    let _t = super::profile::scope(super::profile::Slot::LayerNorm);
     let d = gamma.len();
     let m = mean.len();
     assert!(out.len() == m * d && s.len() == m * d && x.len() == m * d && y.len() == m * d);
@@ -122,6 +123,7 @@ pub fn residual_layer_norm_backward(
     gamma: &[f32],
     dropout: Option<DropoutMask>,
 ) {
+    let _t = super::profile::scope(super::profile::Slot::LayerNorm);
     let d = gamma.len();
     let m = mean.len();
     assert!(dx.len() == m * d && dy.len() == m * d && dout.len() == m * d && s.len() == m * d);

@@ -1,25 +1,6 @@
 //! Matrix products for every linear map of the model, on the `gemm` crate (runtime-dispatched
 //! AVX-512/AVX2/SSE micro-kernels, rayon-parallel).
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-
-static PROFILE: AtomicBool = AtomicBool::new(false);
-static NANOS: AtomicU64 = AtomicU64::new(0);
-static FLOPS: AtomicU64 = AtomicU64::new(0);
-
-/// Starts (or stops) accumulating the wall time and FLOPs of every [`matmul`] call, for benchmarks.
-pub fn set_profiling(on: bool) {
-    PROFILE.store(on, Ordering::Relaxed);
-}
-
-/// (seconds, FLOPs) accumulated since the last call, resetting both.
-pub fn take_profile() -> (f64, u64) {
-    (
-        NANOS.swap(0, Ordering::Relaxed) as f64 * 1e-9,
-        FLOPS.swap(0, Ordering::Relaxed),
-    )
-}
-
 /// Whether an operand is used as stored (row-major) or transposed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Op {
@@ -88,9 +69,8 @@ pub fn matmul(
     } else {
         gemm::Parallelism::None
     };
-    let start = PROFILE
-        .load(Ordering::Relaxed)
-        .then(std::time::Instant::now);
+    let _t = super::profile::scope(super::profile::Slot::Matmul);
+    super::profile::add_matmul_flops(2 * (m * n * k) as u64);
     // SAFETY: the asserts above guarantee every index op(A)[i][p], op(B)[p][j], C[i][j] for i < m,
     // j < n, p < k lies inside its slice with the strides computed above; C does not alias A or B
     // (it is borrowed mutably).
@@ -116,10 +96,6 @@ pub fn matmul(
             false,
             par,
         );
-    }
-    if let Some(t) = start {
-        NANOS.fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
-        FLOPS.fetch_add(2 * (m * n * k) as u64, Ordering::Relaxed);
     }
 }
 

@@ -7,6 +7,7 @@ pub mod elementwise;
 pub mod embedding;
 pub mod layer_norm;
 pub mod matmul;
+pub mod profile;
 pub mod softmax_xent;
 
 /// Rows per task in row-parallel kernels, and per partial sum in column reductions. Fixed, so that

@@ -33,6 +33,7 @@ pub fn softmax_xent_forward_backward(
     grad_scale: f32,
     vocab: usize,
 ) -> XentSums {
+    let _t = super::profile::scope(super::profile::Slot::Loss);
     let m = targets.len();
     assert_eq!(logits.len(), m * vocab);
     assert!(row_loss.len() == m && row_nll.len() == m);
