@@ -184,7 +184,7 @@ fn column_sum_block(out: &mut [f32], dy: &[f32], n: usize, c0: usize) {
     }
 }
 
-/// Whether every element is finite. Σ (x − x) is 0 for finite x and NaN for ±∞ or NaN, and unlike a
+/// Whether every element is finite. Σ x·0 is 0 for finite x and NaN for ±∞ or NaN, and unlike a
 /// short-circuiting search it vectorises; chunks run in parallel.
 pub fn all_finite(x: &[f32]) -> bool {
     let _t = super::profile::scope(super::profile::Slot::Elementwise);
@@ -200,11 +200,11 @@ fn finite_probe(x: &[f32]) -> f32 {
     let chunks = x.chunks_exact(16);
     let mut tail = 0.0;
     for v in chunks.remainder() {
-        tail += v - v;
+        tail += v * 0.0;
     }
     for c in chunks {
         for l in 0..16 {
-            acc[l] += c[l] - c[l];
+            acc[l] += c[l] * 0.0;
         }
     }
     acc.iter().sum::<f32>() + tail
