@@ -264,7 +264,10 @@ fn bench_config() -> ModelConfig {
         n_heads: 8,
         d_k: 64,
         d_v: 64,
-        dropout: 0.1,
+        dropout: std::env::var("BENCH_DROPOUT")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.1),
         attention_dropout: 0.0,
         label_smoothing: 0.1,
         positions: transformer::Positions::Sinusoidal,

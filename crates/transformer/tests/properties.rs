@@ -266,6 +266,21 @@ fn dropout_rate_and_scale() {
 }
 
 #[test]
+fn dropout_fill_agrees_with_factor() {
+    let m = transformer::rng::DropoutMask::new(0.3, 4, 5, 6);
+    for (i0, n) in [(0, 64), (3, 70), (1, 1), (8, 3), (5, 130), (1024, 512)] {
+        let mut out = vec![f32::NAN; n];
+        m.fill(i0, &mut out);
+        let want: Vec<f32> = (i0..i0 + n).map(|i| m.factor(i)).collect();
+        assert_eq!(out, want, "fill({i0}, {n})");
+        let mut chunks = vec![f32::NAN; n];
+        m.for_chunks(i0, n, |j, f| chunks[j..j + f.len()].copy_from_slice(f));
+        assert_eq!(chunks, want, "for_chunks({i0}, {n})");
+    }
+    assert!((m.effective_p() - 0.3).abs() < 1e-5);
+}
+
+#[test]
 fn batch_errors_are_clear() {
     let model = Transformer::new(tiny(0.0, 0.0, 0.1, Positions::Sinusoidal), 1).unwrap();
     let mut ws = Workspace::new();

@@ -30,9 +30,11 @@ pub fn embedding_forward(
             o[j] = e[j] * scale + p[j];
         }
         if let Some(mask) = dropout {
-            for (j, o) in o.iter_mut().enumerate() {
-                *o *= mask.factor(r * d + j);
-            }
+            mask.for_chunks(r * d, d, |j0, f| {
+                for (t, &f) in f.iter().enumerate() {
+                    o[j0 + t] *= f;
+                }
+            });
         }
     });
 }
@@ -108,12 +110,17 @@ unsafe fn scatter_block(
     for r in 0..tokens.len() {
         let dst = dst.0.add(row_of(r) * d + c0);
         let src = &dout[r * d + c0..r * d + c0 + w];
-        for (j, g) in src.iter().enumerate() {
-            let f = match dropout {
-                Some(mask) => mask.factor(r * d + c0 + j),
-                None => 1.0,
-            };
-            *dst.add(j) += g * f * scale;
+        match dropout {
+            Some(mask) => mask.for_chunks(r * d + c0, w, |j0, f| {
+                for (t, &f) in f.iter().enumerate() {
+                    *dst.add(j0 + t) += src[j0 + t] * f * scale;
+                }
+            }),
+            None => {
+                for (j, g) in src.iter().enumerate() {
+                    *dst.add(j) += g * scale;
+                }
+            }
         }
     }
 }

@@ -81,12 +81,11 @@ fn ln_forward_rows(
         let xr = &x[r * d..(r + 1) * d];
         let yr = &y[r * d..(r + 1) * d];
         match dropout {
-            Some(mask) => {
-                let i0 = base + r * d;
-                for j in 0..d {
-                    sr[j] = xr[j] + yr[j] * mask.factor(i0 + j);
+            Some(mask) => mask.for_chunks(base + r * d, d, |j0, f| {
+                for (t, &f) in f.iter().enumerate() {
+                    sr[j0 + t] = xr[j0 + t] + yr[j0 + t] * f;
                 }
-            }
+            }),
             None => {
                 for j in 0..d {
                     sr[j] = xr[j] + yr[j];
@@ -194,12 +193,11 @@ fn ln_backward_rows(
             dxr[j] = rs * (g[j] * gamma[j] - mg - xhat * mgx);
         }
         match dropout {
-            Some(mask) => {
-                let i0 = base + r * d;
-                for j in 0..d {
-                    dyr[j] = dxr[j] * mask.factor(i0 + j);
+            Some(mask) => mask.for_chunks(base + r * d, d, |j0, f| {
+                for (t, &f) in f.iter().enumerate() {
+                    dyr[j0 + t] = dxr[j0 + t] * f;
                 }
-            }
+            }),
             None => dyr.copy_from_slice(dxr),
         }
     }
