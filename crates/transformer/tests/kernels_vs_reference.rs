@@ -114,24 +114,36 @@ fn linear_forward_backward() {
 
 #[test]
 fn residual_layer_norm() {
-    for &(m, d, p) in &[(1, 1, 0.0), (5, 13, 0.0), (70, 37, 0.3), (33, 512, 0.1)] {
+    for &(m, d, p, with_bias) in &[
+        (1, 1, 0.0, false),
+        (5, 13, 0.0, true),
+        (70, 37, 0.3, true),
+        (33, 512, 0.1, false),
+    ] {
         let mut rng = Rng::new(12 + d as u64);
         let (x, y) = (
             rand_vec(&mut rng, m * d, 2.0),
             rand_vec(&mut rng, m * d, 2.0),
         );
+        let bias = rand_vec(&mut rng, d, 1.0);
         let gamma: Vec<f64> = rand_vec(&mut rng, d, 0.5).iter().map(|v| v + 1.0).collect();
         let beta = rand_vec(&mut rng, d, 0.5);
         let dm = (p > 0.0).then(|| DropoutMask::new(p, 9, 3, 77));
         let mask = mask_array(dm, m * d);
+        // The fused kernel adds the sub-layer bias to y; the reference takes y + b.
+        let yb: Vec<f64> = (0..m * d)
+            .map(|i| y[i] + if with_bias { bias[i % d] } else { 0.0 })
+            .collect();
         let (want, saved) =
-            r::residual_layer_norm_forward(&x, &y, mask.as_deref(), &gamma, &beta, 1e-6);
+            r::residual_layer_norm_forward(&x, &yb, mask.as_deref(), &gamma, &beta, 1e-6);
         let (mut out, mut s, mut mean, mut rstd) = (
             vec![0f32; m * d],
             vec![0f32; m * d],
             vec![0f32; m],
             vec![0f32; m],
         );
+        let bias32 = to_f32(&bias);
+        let yb32 = with_bias.then_some(&bias32[..]);
         layer_norm::residual_layer_norm_forward(
             &mut out,
             &mut s,
@@ -139,6 +151,7 @@ fn residual_layer_norm() {
             &mut rstd,
             &to_f32(&x),
             &to_f32(&y),
+            yb32,
             &to_f32(&gamma),
             &to_f32(&beta),
             1e-6,
@@ -149,12 +162,16 @@ fn residual_layer_norm() {
         let g = rand_vec(&mut rng, m * d, 1.0);
         let (dx, dy, dg, db) = r::residual_layer_norm_backward(&g, &saved, mask.as_deref(), &gamma);
         let (mut fdx, mut fdy) = (vec![0f32; m * d], vec![0f32; m * d]);
-        let (mut fdg, mut fdb) = (vec![0.5f32; d], vec![-0.5f32; d]); // accumulate onto these
+        let (mut fdg, mut fdb, mut fdbias) = (vec![0.5f32; d], vec![-0.5f32; d], vec![0.25f32; d]); // accumulate onto these
+        let mut partials = vec![f32::NAN; m.div_ceil(transformer::kernels::cpu::ROW_BLOCK) * 3 * d];
+        let dbias = with_bias.then_some(&mut fdbias[..]);
         layer_norm::residual_layer_norm_backward(
             &mut fdx,
             &mut fdy,
             &mut fdg,
             &mut fdb,
+            dbias,
+            &mut partials,
             &to_f32(&g),
             &s,
             &mean,
@@ -170,7 +187,40 @@ fn residual_layer_norm() {
         let db: Vec<f64> = db.iter().map(|v| v - 0.5).collect();
         assert_close("ln dgamma", &to_f64(&fdg), &dg, 1e-5, 1e-4);
         assert_close("ln dbeta", &to_f64(&fdb), &db, 1e-5, 1e-4);
+        let want_dbias: Vec<f64> = (0..d)
+            .map(|j| {
+                0.25 + if with_bias {
+                    (0..m).map(|i| dy[i * d + j]).sum::<f64>()
+                } else {
+                    0.0
+                }
+            })
+            .collect();
+        assert_close("ln dbias", &to_f64(&fdbias), &want_dbias, 1e-5, 1e-4);
     }
+}
+
+#[test]
+fn bias_relu_matches_reference() {
+    let mut rng = Rng::new(13);
+    let (m, f) = (77, 45);
+    let x = rand_vec(&mut rng, m * f, 1.0);
+    let bias = rand_vec(&mut rng, f, 0.5);
+    let xb: Vec<f64> = (0..m * f).map(|i| x[i] + bias[i % f]).collect();
+    let mut h = to_f32(&x);
+    elementwise::bias_relu_forward(&mut h, &to_f32(&bias));
+    assert_close("bias relu", &to_f64(&h), &r::relu_forward(&xb), 1e-6, 1e-6);
+    let g = rand_vec(&mut rng, m * f, 1.0);
+    let dh_want = r::relu_backward(&g, &r::relu_forward(&xb));
+    let mut dh = to_f32(&g);
+    let mut db = vec![1f32; f];
+    let mut partials = vec![f32::NAN; m.div_ceil(transformer::kernels::cpu::ROW_BLOCK) * f];
+    elementwise::bias_relu_backward(&mut dh, &h, &mut db, &mut partials);
+    assert_close("bias relu dh", &to_f64(&dh), &dh_want, 0.0, 1e-7);
+    let db_want: Vec<f64> = (0..f)
+        .map(|j| 1.0 + (0..m).map(|i| dh_want[i * f + j]).sum::<f64>())
+        .collect();
+    assert_close("bias relu db", &to_f64(&db), &db_want, 1e-5, 1e-5);
 }
 
 /// Runs the fused attention with Q|K|V packed in one buffer (self) or Q apart from K|V (cross).

@@ -2,7 +2,7 @@
 //! (encoder; causal in the decoder) and encoder–decoder attention.
 
 use super::workspace::{AttnActs, Dims, GradScratch};
-use super::{two_mut, Transformer};
+use super::{three_mut, two_mut, Transformer};
 use crate::kernels::cpu::attention::{attention_backward, attention_forward, AttnGrads, Heads};
 use crate::kernels::cpu::layer_norm::{residual_layer_norm_backward, residual_layer_norm_forward};
 use crate::kernels::cpu::matmul::{linear_backward, linear_forward};
@@ -15,7 +15,8 @@ fn widths(m: &Transformer) -> (usize, usize, usize) {
     (c.d_model, c.n_heads * c.d_k, c.n_heads * c.d_v)
 }
 
-/// Output projection W^O and residual LayerNorm, shared by both kinds of attention.
+/// Output projection W^O and residual LayerNorm, shared by both kinds of attention. b^O is added
+/// inside the fused residual + LayerNorm.
 #[allow(clippy::too_many_arguments)]
 fn project_and_norm(
     m: &Transformer,
@@ -30,16 +31,13 @@ fn project_and_norm(
 ) {
     let (d, _, hv) = widths(m);
     let y = &mut y[..rows * d];
-    linear_forward(
-        y,
-        &acts.ctx,
-        &p[ao.w_o..ao.w_o + d * hv],
-        Some(&p[ao.b_o..ao.b_o + d]),
-        rows,
-        d,
-        hv,
-    );
+    linear_forward(y, &acts.ctx, &p[ao.w_o..ao.w_o + d * hv], None, rows, d, hv);
     let n = &mut acts.norm;
+    let (gamma, beta, bo) = (
+        &p[no.gamma..no.gamma + d],
+        &p[no.beta..no.beta + d],
+        &p[ao.b_o..ao.b_o + d],
+    );
     residual_layer_norm_forward(
         &mut n.out,
         &mut n.s,
@@ -47,8 +45,9 @@ fn project_and_norm(
         &mut n.rstd,
         x,
         y,
-        &p[no.gamma..no.gamma + d],
-        &p[no.beta..no.beta + d],
+        Some(bo),
+        gamma,
+        beta,
         m.config.layer_norm_eps,
         drop,
     );
@@ -71,28 +70,31 @@ fn project_and_norm_backward(
 ) {
     let (d, _, hv) = widths(m);
     let dy = &mut gs.dy[..rows * d];
-    let (dg, db) = two_mut(grads, no.gamma, d, no.beta, d);
+    let (dbo, dg, db) = three_mut(grads, ao.b_o, d, no.gamma, d, no.beta, d);
+    let n = &acts.norm;
     residual_layer_norm_backward(
         dx,
         dy,
         dg,
         db,
+        Some(dbo),
+        &mut gs.partials,
         dout,
-        &acts.norm.s,
-        &acts.norm.mean,
-        &acts.norm.rstd,
+        &n.s,
+        &n.mean,
+        &n.rstd,
         &p[no.gamma..no.gamma + d],
         drop,
     );
-    let (dw, db) = two_mut(grads, ao.w_o, d * hv, ao.b_o, d);
+    let wo = &p[ao.w_o..ao.w_o + d * hv];
     linear_backward(
         Some(&mut gs.d_ctx[..rows * hv]),
         false,
-        dw,
-        Some(db),
+        &mut grads[ao.w_o..ao.w_o + d * hv],
+        None,
         dy,
         &acts.ctx,
-        &p[ao.w_o..ao.w_o + d * hv],
+        wo,
         rows,
         d,
         hv,

@@ -1,9 +1,10 @@
 //! §3.3 Position-wise feed-forward network, Eq. 2: FFN(x) = max(0, x W_1 + b_1) W_2 + b_2, with its
-//! residual + LayerNorm.
+//! residual + LayerNorm. b_1 is fused with the ReLU, b_2 with the residual LayerNorm.
 
+use super::three_mut;
 use super::workspace::{FfnActs, GradScratch};
-use super::{two_mut, Transformer};
-use crate::kernels::cpu::elementwise::{relu_backward, relu_forward};
+use super::Transformer;
+use crate::kernels::cpu::elementwise::{bias_relu_backward, bias_relu_forward};
 use crate::kernels::cpu::layer_norm::{residual_layer_norm_backward, residual_layer_norm_forward};
 use crate::kernels::cpu::matmul::{linear_backward, linear_forward};
 use crate::params::{FfnOffsets, NormOffsets};
@@ -23,27 +24,16 @@ pub(super) fn forward(
 ) {
     let (d, f) = (m.config.d_model, m.config.d_ff);
     let rows = x.len() / d;
-    linear_forward(
-        &mut acts.h,
-        x,
-        &p[fo.w_1..fo.w_1 + f * d],
-        Some(&p[fo.b_1..fo.b_1 + f]),
-        rows,
-        f,
-        d,
-    );
-    relu_forward(&mut acts.h);
+    linear_forward(&mut acts.h, x, &p[fo.w_1..fo.w_1 + f * d], None, rows, f, d);
+    bias_relu_forward(&mut acts.h, &p[fo.b_1..fo.b_1 + f]);
     let y = &mut y[..rows * d];
-    linear_forward(
-        y,
-        &acts.h,
-        &p[fo.w_2..fo.w_2 + d * f],
-        Some(&p[fo.b_2..fo.b_2 + d]),
-        rows,
-        d,
-        f,
-    );
+    linear_forward(y, &acts.h, &p[fo.w_2..fo.w_2 + d * f], None, rows, d, f);
     let n = &mut acts.norm;
+    let (gamma, beta, b2) = (
+        &p[no.gamma..no.gamma + d],
+        &p[no.beta..no.beta + d],
+        &p[fo.b_2..fo.b_2 + d],
+    );
     residual_layer_norm_forward(
         &mut n.out,
         &mut n.s,
@@ -51,8 +41,9 @@ pub(super) fn forward(
         &mut n.rstd,
         x,
         y,
-        &p[no.gamma..no.gamma + d],
-        &p[no.beta..no.beta + d],
+        Some(b2),
+        gamma,
+        beta,
         m.config.layer_norm_eps,
         drop,
     );
@@ -76,43 +67,51 @@ pub(super) fn backward(
 ) {
     let rows = x.len() / d;
     let dy = &mut gs.dy[..rows * d];
-    let (dg, db) = two_mut(grads, no.gamma, d, no.beta, d);
+    let (db2, dg, db) = three_mut(grads, fo.b_2, d, no.gamma, d, no.beta, d);
+    let n = &acts.norm;
     residual_layer_norm_backward(
         dx,
         dy,
         dg,
         db,
+        Some(db2),
+        &mut gs.partials,
         dout,
-        &acts.norm.s,
-        &acts.norm.mean,
-        &acts.norm.rstd,
+        &n.s,
+        &n.mean,
+        &n.rstd,
         &p[no.gamma..no.gamma + d],
         drop,
     );
     let dh = &mut gs.d_h[..rows * f];
-    let (dw, db) = two_mut(grads, fo.w_2, d * f, fo.b_2, d);
+    let w2 = &p[fo.w_2..fo.w_2 + d * f];
     linear_backward(
         Some(&mut *dh),
         false,
-        dw,
-        Some(db),
+        &mut grads[fo.w_2..fo.w_2 + d * f],
+        None,
         dy,
         &acts.h,
-        &p[fo.w_2..fo.w_2 + d * f],
+        w2,
         rows,
         d,
         f,
     );
-    relu_backward(dh, &acts.h);
-    let (dw, db) = two_mut(grads, fo.w_1, f * d, fo.b_1, f);
+    bias_relu_backward(
+        dh,
+        &acts.h,
+        &mut grads[fo.b_1..fo.b_1 + f],
+        &mut gs.partials,
+    );
+    let w1 = &p[fo.w_1..fo.w_1 + f * d];
     linear_backward(
         Some(dx),
         true,
-        dw,
-        Some(db),
+        &mut grads[fo.w_1..fo.w_1 + f * d],
+        None,
         dh,
         x,
-        &p[fo.w_1..fo.w_1 + f * d],
+        w1,
         rows,
         f,
         d,

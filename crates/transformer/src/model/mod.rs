@@ -588,6 +588,25 @@ fn embedding_grads(
     }
 }
 
+/// Three disjoint mutable sub-slices `[a, a+la)`, `[b, b+lb)`, `[c, c+lc)` of `buf`, in that order.
+pub(crate) fn three_mut(
+    buf: &mut [f32],
+    a: usize,
+    la: usize,
+    b: usize,
+    lb: usize,
+    c: usize,
+    lc: usize,
+) -> (&mut [f32], &mut [f32], &mut [f32]) {
+    assert!(
+        a + la <= b && b + lb <= c,
+        "three_mut: ranges overlap or are out of order"
+    );
+    let (x, rest) = buf.split_at_mut(b);
+    let (y, z) = rest.split_at_mut(c - b);
+    (&mut x[a..a + la], &mut y[..lb], &mut z[..lc])
+}
+
 /// Two disjoint mutable sub-slices `[a, a+la)` and `[b, b+lb)` of `buf`, with `a + la <= b`.
 pub(crate) fn two_mut(
     buf: &mut [f32],

@@ -86,6 +86,8 @@ pub struct GradScratch {
     pub d_h: Vec<f32>,
     /// (B, H, T, S) gradient of attention scores.
     pub dscores: Vec<f32>,
+    /// Per-row-block partial sums of parameter gradients (LayerNorm, biases).
+    pub partials: Vec<f32>,
 }
 
 /// Everything one forward/backward pass writes besides parameter gradients.
@@ -207,5 +209,10 @@ impl Workspace {
         fit(&mut self.grad.d_kv, ms * (hk + hv));
         fit(&mut self.grad.d_h, mx * f);
         fit(&mut self.grad.dscores, b * h * t.max(s) * t.max(s));
+        let blocks = mx.div_ceil(crate::kernels::cpu::ROW_BLOCK);
+        fit(
+            &mut self.grad.partials,
+            blocks * crate::kernels::cpu::layer_norm::PARTIAL_ROWS * d.max(f),
+        );
     }
 }

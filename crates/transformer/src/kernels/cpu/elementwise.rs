@@ -136,6 +136,28 @@ fn relu_chunk(x: &mut [f32]) {
     }
 }
 
+/// In place over rows of width `bias.len()`: h = max(h + bias, 0) (§3.3, Eq. 2's inner layer).
+pub fn bias_relu_forward(h: &mut [f32], bias: &[f32]) {
+    let _t = super::profile::scope(super::profile::Slot::Relu);
+    let f = bias.len();
+    assert_eq!(h.len() % f.max(1), 0);
+    h.par_chunks_mut(ROW_BLOCK * f)
+        .for_each(|rows| bias_relu_rows(rows, bias));
+}
+
+#[multiversion(targets(
+    "x86_64+avx512f+avx512bw+avx512dq+avx512vl+avx2+fma+bmi1+bmi2+lzcnt+popcnt",
+    "x86_64+avx2+fma"
+))]
+fn bias_relu_rows(rows: &mut [f32], bias: &[f32]) {
+    for row in rows.chunks_exact_mut(bias.len()) {
+        for (v, b) in row.iter_mut().zip(bias) {
+            let x = *v + b;
+            *v = if x > 0.0 { x } else { 0.0 };
+        }
+    }
+}
+
 /// In place: dh = dh · [h > 0], with `h` the ReLU output saved by the forward pass.
 pub fn relu_backward(dh: &mut [f32], h: &[f32]) {
     let _t = super::profile::scope(super::profile::Slot::Relu);
@@ -153,6 +175,56 @@ fn relu_backward_chunk(d: &mut [f32], h: &[f32]) {
     for (d, h) in d.iter_mut().zip(h) {
         *d = if *h > 0.0 { *d } else { 0.0 };
     }
+}
+
+/// Backward of [`bias_relu_forward`]: dh = dh · [h > 0] in place (rows of width F = dbias.len()),
+/// and dbias += Σ_rows dh. `partials` is workspace of at least ⌈M / ROW_BLOCK⌉ · F.
+pub fn bias_relu_backward(dh: &mut [f32], h: &[f32], dbias: &mut [f32], partials: &mut [f32]) {
+    let _t = super::profile::scope(super::profile::Slot::Relu);
+    let f = dbias.len();
+    assert_eq!(dh.len(), h.len());
+    let blocks = (dh.len() / f).div_ceil(ROW_BLOCK);
+    let partials = &mut partials[..blocks * f];
+    dh.par_chunks_mut(ROW_BLOCK * f)
+        .zip(h.par_chunks(ROW_BLOCK * f))
+        .zip(partials.par_chunks_mut(f))
+        .for_each(|((d, h), p)| bias_relu_backward_rows(d, h, p));
+    reduce_partials(dbias, partials, 1, 0);
+}
+
+#[multiversion(targets(
+    "x86_64+avx512f+avx512bw+avx512dq+avx512vl+avx2+fma+bmi1+bmi2+lzcnt+popcnt",
+    "x86_64+avx2+fma"
+))]
+fn bias_relu_backward_rows(d: &mut [f32], h: &[f32], p: &mut [f32]) {
+    let f = p.len();
+    p.fill(0.0);
+    for (dr, hr) in d.chunks_exact_mut(f).zip(h.chunks_exact(f)) {
+        for j in 0..f {
+            let g = if hr[j] > 0.0 { dr[j] } else { 0.0 };
+            dr[j] = g;
+            p[j] += g;
+        }
+    }
+}
+
+/// dst[j] += Σ_blocks partials[(blk · stride + row) · D + j] in block order, parallel over columns
+/// (D = dst.len()): the deterministic reduction of per-row-block partial sums.
+pub fn reduce_partials(dst: &mut [f32], partials: &[f32], stride: usize, row: usize) {
+    let d = dst.len();
+    let blocks = partials.len() / (stride * d);
+    dst.par_chunks_mut(COL_BLOCK)
+        .enumerate()
+        .for_each(|(cb, out)| {
+            let c0 = cb * COL_BLOCK;
+            for blk in 0..blocks {
+                let src = &partials
+                    [(blk * stride + row) * d + c0..(blk * stride + row) * d + c0 + out.len()];
+                for (o, v) in out.iter_mut().zip(src) {
+                    *o += v;
+                }
+            }
+        });
 }
 
 /// Columns per task in column reductions.

@@ -1,6 +1,7 @@
-//! §3.1 Residual connection, dropout and layer normalisation, fused: out = LN(x + Dropout(y)).
+//! §3.1 Residual connection, dropout and layer normalisation, fused with the bias of the sub-layer's
+//! last linear map: out = LN(x + Dropout(y + b)).
 
-use super::elementwise::sum;
+use super::elementwise::{reduce_partials, sum};
 use super::ROW_BLOCK;
 use crate::rng::DropoutMask;
 use multiversion::multiversion;
@@ -8,8 +9,8 @@ use rayon::prelude::*;
 
 /// Forward. Saves for the backward: `s` (M, D) the normalised sum, `mean` (M) and `rstd` (M).
 ///
-/// x (M, D) is the residual input, y (M, D) the sub-layer output; `dropout` masks y, its element
-/// index being the flat index into (M, D).
+/// x (M, D) is the residual input, y (M, D) the sub-layer output before its bias `y_bias` (D);
+/// `dropout` masks y + b, its element index being the flat index into (M, D).
 #[allow(clippy::too_many_arguments)]
 pub fn residual_layer_norm_forward(
     out: &mut [f32],
@@ -18,6 +19,7 @@ pub fn residual_layer_norm_forward(
     rstd: &mut [f32],
     x: &[f32],
     y: &[f32],
+    y_bias: Option<&[f32]>,
     gamma: &[f32],
     beta: &[f32],
     eps: f32,
@@ -27,7 +29,7 @@ pub fn residual_layer_norm_forward(
     let d = gamma.len();
     let m = mean.len();
     assert!(out.len() == m * d && s.len() == m * d && x.len() == m * d && y.len() == m * d);
-    assert!(rstd.len() == m && beta.len() == d);
+    assert!(rstd.len() == m && beta.len() == d && y_bias.is_none_or(|b| b.len() == d));
     let rb = ROW_BLOCK * d;
     out.par_chunks_mut(rb)
         .zip(s.par_chunks_mut(rb))
@@ -45,6 +47,7 @@ pub fn residual_layer_norm_forward(
                 rstd,
                 &x[r0 * d..],
                 &y[r0 * d..],
+                y_bias,
                 gamma,
                 beta,
                 eps,
@@ -66,6 +69,7 @@ fn ln_forward_rows(
     rstd: &mut [f32],
     x: &[f32],
     y: &[f32],
+    y_bias: Option<&[f32]>,
     gamma: &[f32],
     beta: &[f32],
     eps: f32,
@@ -80,15 +84,24 @@ fn ln_forward_rows(
     {
         let xr = &x[r * d..(r + 1) * d];
         let yr = &y[r * d..(r + 1) * d];
+        // o holds y + b as scratch.
+        match y_bias {
+            Some(b) => {
+                for j in 0..d {
+                    o[j] = yr[j] + b[j];
+                }
+            }
+            None => o.copy_from_slice(yr),
+        }
         match dropout {
             Some(mask) => mask.for_chunks(base + r * d, d, |j0, f| {
                 for (t, &f) in f.iter().enumerate() {
-                    sr[j0 + t] = xr[j0 + t] + yr[j0 + t] * f;
+                    sr[j0 + t] = xr[j0 + t] + o[j0 + t] * f;
                 }
             }),
             None => {
                 for j in 0..d {
-                    sr[j] = xr[j] + yr[j];
+                    sr[j] = xr[j] + o[j];
                 }
             }
         }
@@ -107,14 +120,21 @@ fn ln_forward_rows(
     }
 }
 
+/// Rows of `partials` per row block: dgamma, dbeta, d(bias).
+pub const PARTIAL_ROWS: usize = 3;
+
 /// Backward. Writes dx (M, D) (overwrite: the residual path's gradient) and dy (M, D) (overwrite: the
-/// sub-layer output's gradient, through the dropout mask); accumulates dgamma, dbeta.
+/// sub-layer output's gradient, through the dropout mask); accumulates dgamma, dbeta and, if given,
+/// the sub-layer bias's gradient Σ_rows dy. `partials` is workspace of at least
+/// ⌈M / ROW_BLOCK⌉ · 3 · D: per-row-block sums, reduced in block order (deterministic).
 #[allow(clippy::too_many_arguments)]
 pub fn residual_layer_norm_backward(
     dx: &mut [f32],
     dy: &mut [f32],
     dgamma: &mut [f32],
     dbeta: &mut [f32],
+    dbias: Option<&mut [f32]>,
+    partials: &mut [f32],
     dout: &[f32],
     s: &[f32],
     mean: &[f32],
@@ -126,15 +146,19 @@ pub fn residual_layer_norm_backward(
     let d = gamma.len();
     let m = mean.len();
     assert!(dx.len() == m * d && dy.len() == m * d && dout.len() == m * d && s.len() == m * d);
+    let blocks = m.div_ceil(ROW_BLOCK);
+    let partials = &mut partials[..blocks * PARTIAL_ROWS * d];
     let rb = ROW_BLOCK * d;
     dx.par_chunks_mut(rb)
         .zip(dy.par_chunks_mut(rb))
+        .zip(partials.par_chunks_mut(PARTIAL_ROWS * d))
         .enumerate()
-        .for_each(|(blk, (dx, dy))| {
+        .for_each(|(blk, ((dx, dy), part))| {
             let r0 = blk * ROW_BLOCK;
             ln_backward_rows(
                 dx,
                 dy,
+                part,
                 &dout[r0 * d..],
                 &s[r0 * d..],
                 &mean[r0..],
@@ -144,14 +168,11 @@ pub fn residual_layer_norm_backward(
                 r0 * d,
             );
         });
-    // Parameter gradients: column blocks, rows summed in order (deterministic).
-    dgamma
-        .par_chunks_mut(64)
-        .zip(dbeta.par_chunks_mut(64))
-        .enumerate()
-        .for_each(|(cb, (dg, db))| {
-            ln_param_grads(dg, db, dout, s, mean, rstd, d, cb * 64);
-        });
+    reduce_partials(dgamma, partials, PARTIAL_ROWS, 0);
+    reduce_partials(dbeta, partials, PARTIAL_ROWS, 1);
+    if let Some(db) = dbias {
+        reduce_partials(db, partials, PARTIAL_ROWS, 2);
+    }
 }
 
 #[multiversion(targets(
@@ -162,6 +183,7 @@ pub fn residual_layer_norm_backward(
 fn ln_backward_rows(
     dx: &mut [f32],
     dy: &mut [f32],
+    part: &mut [f32],
     dout: &[f32],
     s: &[f32],
     mean: &[f32],
@@ -172,6 +194,9 @@ fn ln_backward_rows(
 ) {
     let d = gamma.len();
     let inv_d = 1.0 / d as f32;
+    part.fill(0.0);
+    let (pg, rest) = part.split_at_mut(d);
+    let (pb, pbias) = rest.split_at_mut(d);
     for (r, (dxr, dyr)) in dx
         .chunks_exact_mut(d)
         .zip(dy.chunks_exact_mut(d))
@@ -183,11 +208,13 @@ fn ln_backward_rows(
         // dxhat = dout·gamma; ds = rstd·(dxhat − mean(dxhat) − xhat·mean(dxhat·xhat)).
         // dyr holds dout·gamma and dxr holds dout·gamma·xhat as scratch for the two sums.
         for j in 0..d {
+            let xhat = (sr[j] - mu) * rs;
             dyr[j] = g[j] * gamma[j];
-            dxr[j] = dyr[j] * (sr[j] - mu) * rs;
+            dxr[j] = dyr[j] * xhat;
+            pg[j] += g[j] * xhat;
+            pb[j] += g[j];
         }
-        let (sum_g, sum_gx) = (sum(dyr), sum(dxr));
-        let (mg, mgx) = (sum_g * inv_d, sum_gx * inv_d);
+        let (mg, mgx) = (sum(dyr) * inv_d, sum(dxr) * inv_d);
         for j in 0..d {
             let xhat = (sr[j] - mu) * rs;
             dxr[j] = rs * (g[j] * gamma[j] - mg - xhat * mgx);
@@ -200,32 +227,8 @@ fn ln_backward_rows(
             }),
             None => dyr.copy_from_slice(dxr),
         }
-    }
-}
-
-#[multiversion(targets(
-    "x86_64+avx512f+avx512bw+avx512dq+avx512vl+avx2+fma+bmi1+bmi2+lzcnt+popcnt",
-    "x86_64+avx2+fma"
-))]
-#[allow(clippy::too_many_arguments)]
-fn ln_param_grads(
-    dg: &mut [f32],
-    db: &mut [f32],
-    dout: &[f32],
-    s: &[f32],
-    mean: &[f32],
-    rstd: &[f32],
-    d: usize,
-    c0: usize,
-) {
-    let w = dg.len();
-    for r in 0..mean.len() {
-        let (mu, rs) = (mean[r], rstd[r]);
-        let g = &dout[r * d + c0..r * d + c0 + w];
-        let sr = &s[r * d + c0..r * d + c0 + w];
-        for j in 0..w {
-            dg[j] += g[j] * (sr[j] - mu) * rs;
-            db[j] += g[j];
+        for j in 0..d {
+            pbias[j] += dyr[j];
         }
     }
 }
