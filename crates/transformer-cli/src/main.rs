@@ -174,25 +174,6 @@ fn params(preset: &str, vocab: usize, all: bool, json: bool) -> Result<()> {
     Ok(())
 }
 
-/// The small model used for synthetic tasks.
-fn synthetic_config(symbols: usize) -> ModelConfig {
-    ModelConfig {
-        n_layers: 2,
-        d_model: 64,
-        d_ff: 256,
-        n_heads: 4,
-        d_k: 16,
-        d_v: 16,
-        dropout: 0.0,
-        attention_dropout: 0.0,
-        label_smoothing: 0.0,
-        positions: transformer::Positions::Sinusoidal,
-        max_positions: 64,
-        vocab_size: transformer::SPECIAL_TOKENS + symbols,
-        layer_norm_eps: 1e-6,
-    }
-}
-
 fn synthetic_task(
     task: &str,
     steps: u64,
@@ -205,7 +186,7 @@ fn synthetic_task(
         other => bail!("unknown task '{other}': use copy or reverse"),
     };
     let symbols = 20;
-    let cfg = synthetic_config(symbols);
+    let cfg = synthetic::model_config(symbols);
     let model = Transformer::new(cfg.clone(), seed)?;
     let mut trainer = Trainer::new(
         model,

@@ -1,5 +1,6 @@
 //! Synthetic tasks for smoke-testing learning: copy and reverse a random symbol sequence.
 
+use crate::config::{ModelConfig, Positions};
 use crate::model::Batch;
 use crate::rng::Rng;
 use crate::SPECIAL_TOKENS;
@@ -11,6 +12,26 @@ pub enum Task {
     Copy,
     /// Target = source reversed.
     Reverse,
+}
+
+/// The small model used for synthetic tasks: 2+2 layers, d_model 64, 4 heads, no dropout or label
+/// smoothing, over `symbols` symbols plus the special tokens.
+pub fn model_config(symbols: usize) -> ModelConfig {
+    ModelConfig {
+        n_layers: 2,
+        d_model: 64,
+        d_ff: 256,
+        n_heads: 4,
+        d_k: 16,
+        d_v: 16,
+        dropout: 0.0,
+        attention_dropout: 0.0,
+        label_smoothing: 0.0,
+        positions: Positions::Sinusoidal,
+        max_positions: 64,
+        vocab_size: SPECIAL_TOKENS + symbols,
+        layer_norm_eps: 1e-6,
+    }
 }
 
 /// Random (source, target) pairs over `symbols` symbols (ids SPECIAL_TOKENS..) with lengths in

@@ -1,28 +1,14 @@
 //! It learns: a reverse task trained from scratch reaches ≥ 99% held-out token accuracy.
 
 use transformer::rng::Rng;
-use transformer::synthetic::{pairs, token_accuracy, Task};
+use transformer::synthetic::{model_config, pairs, token_accuracy, Task};
 use transformer::train::{Schedule, Trainer};
-use transformer::{Batch, ModelConfig, Positions, Transformer};
+use transformer::{Batch, Transformer};
 
 #[test]
 fn reverse_task_reaches_99_percent() {
     let symbols = 20;
-    let cfg = ModelConfig {
-        n_layers: 2,
-        d_model: 64,
-        d_ff: 256,
-        n_heads: 4,
-        d_k: 16,
-        d_v: 16,
-        dropout: 0.0,
-        attention_dropout: 0.0,
-        label_smoothing: 0.0,
-        positions: Positions::Sinusoidal,
-        max_positions: 64,
-        vocab_size: transformer::SPECIAL_TOKENS + symbols,
-        layer_norm_eps: 1e-6,
-    };
+    let cfg = model_config(symbols);
     let mut trainer = Trainer::new(
         Transformer::new(cfg.clone(), 1).unwrap(),
         Schedule {
