@@ -74,8 +74,10 @@ WARMUP = 3
 LR_SCALE = 1.0
 
 # The fixed batch: 3 sentence pairs, token ids in 4..36 (0..3 are PAD/BOS/EOS/UNK).
+# The longest source (7) is longer than the decoder side (T = 5), so S != T and a mix-up of the
+# two in the encoder-decoder attention cannot pass unnoticed.
 SOURCES = [
-    [5, 17, 9, 30, 12],
+    [5, 17, 9, 30, 12, 21, 16],
     [22, 4, 36],
     [8],
 ]

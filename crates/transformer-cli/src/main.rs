@@ -47,7 +47,7 @@ enum Command {
         #[arg(long, default_value = "reverse")]
         task: String,
         /// Updates.
-        #[arg(long, default_value_t = 1500)]
+        #[arg(long, default_value_t = 1500, value_parser = clap::value_parser!(u64).range(1..))]
         steps: u64,
         /// Random seed.
         #[arg(long, default_value_t = 1)]
@@ -68,8 +68,8 @@ enum BenchCommand {
     /// Time full training steps (forward + backward + Adam) of the benchmark model.
     TrainStep {
         /// Timed steps.
-        #[arg(long, default_value_t = 10)]
-        steps: usize,
+        #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..))]
+        steps: u32,
         /// Untimed warm-up steps.
         #[arg(long, default_value_t = 3)]
         warmup: usize,
@@ -80,8 +80,8 @@ enum BenchCommand {
     /// GFLOP/s of f32 matrix products at the shapes of a training step (and square ones).
     Matmul {
         /// Repetitions per shape (median reported).
-        #[arg(long, default_value_t = 10)]
-        reps: usize,
+        #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..))]
+        reps: u32,
     },
 }
 
@@ -126,10 +126,10 @@ fn run(cmd: Command) -> Result<()> {
                     warmup,
                     json,
                 },
-        } => bench_train_step(steps, warmup, json),
+        } => bench_train_step(steps as usize, warmup, json),
         Command::Bench {
             which: BenchCommand::Matmul { reps },
-        } => bench_matmul(reps),
+        } => bench_matmul(reps as usize),
     }
 }
 

@@ -195,6 +195,37 @@ impl ModelConfig {
                 self.layer_norm_eps
             ));
         }
+        // Upper bounds keep every size computable without overflow and reject corrupt configs
+        // (from a damaged checkpoint, say) before they ask for absurd allocations.
+        for (name, v, max) in [
+            ("n_layers", self.n_layers, 1 << 10),
+            ("d_model", self.d_model, 1 << 16),
+            ("d_ff", self.d_ff, 1 << 18),
+            (
+                "n_heads · d_k",
+                self.n_heads.saturating_mul(self.d_k),
+                1 << 16,
+            ),
+            (
+                "n_heads · d_v",
+                self.n_heads.saturating_mul(self.d_v),
+                1 << 16,
+            ),
+            ("vocab_size", self.vocab_size, 1 << 24),
+            ("max_positions", self.max_positions, 1 << 20),
+        ] {
+            if v > max {
+                return bad(format!(
+                    "{name} = {v} exceeds the supported maximum of {max}"
+                ));
+            }
+        }
+        if self.max_positions * self.d_model > 1 << 28 {
+            return bad(format!(
+                "max_positions · d_model = {} exceeds 2^28 (the position table would not fit in memory)",
+                self.max_positions * self.d_model
+            ));
+        }
         Ok(())
     }
 }

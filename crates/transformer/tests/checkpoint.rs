@@ -172,6 +172,54 @@ fn foreign_safetensors_and_wrong_shapes_are_refused() {
     assert!(err.contains("ffn.w_1") && err.contains("[15, 8]"), "{err}");
 }
 
+/// A config in the metadata that implies a huge model is refused before anything is allocated.
+#[test]
+fn huge_config_in_metadata_is_refused_without_allocating() {
+    let dir = tmpdir("huge");
+    let good = dir.join("good.safetensors");
+    checkpoint::save(&good, &sample()).unwrap();
+    let bytes = std::fs::read(&good).unwrap();
+    let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let header = String::from_utf8(bytes[8..8 + n].to_vec()).unwrap();
+    for (from, to, why) in [
+        (
+            "\\\"vocab_size\\\":20",
+            "\\\"vocab_size\\\":9999999",
+            "but the file has",
+        ),
+        (
+            "\\\"vocab_size\\\":20",
+            "\\\"vocab_size\\\":99999999",
+            "exceeds the supported maximum",
+        ),
+        (
+            "\\\"max_positions\\\":16",
+            "\\\"max_positions\\\":99999999",
+            "exceeds the supported maximum",
+        ),
+    ] {
+        assert!(header.contains(from), "{from}");
+        let hacked = header.replace(from, to);
+        // Keep the header length: pad with spaces (valid JSON whitespace) or skip if longer.
+        let padded = format!("{hacked:<n$}");
+        if padded.len() != n {
+            let mut b = (padded.len() as u64).to_le_bytes().to_vec();
+            b.extend_from_slice(padded.as_bytes());
+            b.extend_from_slice(&bytes[8 + n..]);
+            std::fs::write(dir.join("h.safetensors"), b).unwrap();
+        } else {
+            std::fs::write(
+                dir.join("h.safetensors"),
+                [&bytes[..8], padded.as_bytes(), &bytes[8 + n..]].concat(),
+            )
+            .unwrap();
+        }
+        let err = checkpoint::load(&dir.join("h.safetensors")).unwrap_err();
+        assert!(matches!(err, Error::CorruptCheckpoint { .. }), "{err}");
+        assert!(err.to_string().contains(why), "{why}: {err}");
+    }
+}
+
 #[test]
 fn atomic_write_replaces_whole_file() {
     let dir = tmpdir("atomic");

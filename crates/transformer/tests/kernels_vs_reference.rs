@@ -566,6 +566,7 @@ fn embedding_matches_reference() {
             &to_f32(&table),
             &to_f32(&pos),
             seq,
+            d,
             scale as f32,
             dm,
         );
@@ -678,4 +679,71 @@ fn all_finite_detects_nan_and_inf_anywhere() {
         x[i] = 1.5;
     }
     assert!(elementwise::all_finite(&[f32::MAX, -f32::MAX, 0.0]));
+}
+
+#[test]
+#[should_panic(expected = "matmul: C has")]
+fn matmul_sizes_that_overflow_panic_instead_of_writing() {
+    matmul::matmul(
+        &mut [],
+        &[],
+        matmul::Op::N,
+        &[],
+        matmul::Op::N,
+        1 << 32,
+        1 << 32,
+        1 << 32,
+        false,
+    );
+}
+
+#[test]
+#[should_panic(expected = "row stride")]
+fn gemm_small_with_wrapping_stride_panics() {
+    let a = [1f32; 4];
+    let v = matmul::MatRef::rows(&a, 0, 2, 2, 2);
+    let mut c = [0f32; 4];
+    matmul::gemm_small(&mut c, 0, usize::MAX, v, v, 1.0, false);
+}
+
+#[test]
+#[should_panic(expected = "view exceeds its buffer")]
+fn matref_with_wrapping_offset_panics() {
+    let a = [1f32; 4];
+    let v = matmul::MatRef {
+        data: &a,
+        off: usize::MAX,
+        rows: 2,
+        cols: 2,
+        rs: 2,
+        cs: 1,
+    };
+    let mut c = [0f32; 4];
+    matmul::gemm_small(
+        &mut c,
+        0,
+        2,
+        v,
+        matmul::MatRef::rows(&a, 0, 2, 2, 2),
+        1.0,
+        false,
+    );
+}
+
+/// A sequence length whose product with D wraps is refused before any raw-pointer write.
+#[test]
+#[should_panic(expected = "rows not a multiple of the sequence length")]
+fn embedding_scatter_with_wrapping_length_panics() {
+    let mut table = [0f32; 8];
+    let mut pos = [0f32; 0];
+    embedding::embedding_backward(
+        &mut table,
+        Some(&mut pos),
+        &[1.0, 1.0],
+        &[0],
+        1 << 63,
+        2,
+        1.0,
+        None,
+    );
 }

@@ -192,6 +192,7 @@ fn dropout_backward_matches_finite_difference() {
             m.loss(&batch, &mut ws, 0.1, 1.0).loss
         };
         let mut checked = 0;
+        let mut rng = Rng::new(17);
         for e in model.layout.entries() {
             let norm = g[e.range()]
                 .iter()
@@ -201,10 +202,17 @@ fn dropout_backward_matches_finite_difference() {
             if norm < 0.05 {
                 continue; // key biases (exactly 0) and unused position rows
             }
+            // Direction: the unit gradient plus a random unit vector. The gradient part keeps the
+            // slope well above f32 noise; the random part makes the check first-order sensitive to
+            // an error orthogonal to the gradient (along ĝ alone it would be second-order).
+            let r: Vec<f64> = e.range().map(|_| rng.normal()).collect();
+            let rn = r.iter().map(|x| x * x).sum::<f64>().sqrt();
             let dir: Vec<(usize, f32)> = e
                 .range()
-                .map(|i| (i, (g[i] as f64 / norm) as f32))
+                .zip(&r)
+                .map(|(i, ri)| (i, (g[i] as f64 / norm + ri / rn) as f32))
                 .collect();
+            let analytic: f64 = dir.iter().map(|&(i, d)| g[i] as f64 * d as f64).sum();
             let h = 1e-2;
             let numeric = (loss_at(&dir, h) - loss_at(&dir, -h)) / (2.0 * h as f64);
             // f32 losses of ~80 carry ~1e-5 rounding (~1e-3 in the quotient) and curvature adds
@@ -212,7 +220,7 @@ fn dropout_backward_matches_finite_difference() {
             assert_close(
                 &format!("{} slope p={p} pa={pa}", e.name),
                 &[numeric],
-                &[norm],
+                &[analytic],
                 3e-3,
                 3e-3,
             );
@@ -278,6 +286,41 @@ fn dropout_fill_agrees_with_factor() {
         assert_eq!(chunks, want, "for_chunks({i0}, {n})");
     }
     assert!((m.effective_p() - 0.3).abs() < 1e-5);
+}
+
+#[test]
+fn workspace_reuse_across_shapes_matches_fresh() {
+    let model = Transformer::new(tiny(0.1, 0.1, 0.1, Positions::Learned), 12).unwrap();
+    let mut shared = Workspace::new();
+    let shapes = [(5, 1, 9), (1, 1, 1), (7, 3, 4), (2, 8, 8), (6, 2, 9)];
+    for (k, &(n, lo, hi)) in shapes.iter().enumerate() {
+        let batch = Batch::from_pairs(&pairs(
+            Task::Reverse,
+            &mut Rng::new(k as u64),
+            n,
+            26,
+            lo,
+            hi,
+        ));
+        let ctx = Some(DropoutCtx {
+            seed: 3,
+            counter: k as u64,
+        });
+        let run = |ws: &mut Workspace| {
+            let mut g = vec![0f32; model.params.len()];
+            model.forward(&batch, ws, ctx).unwrap();
+            let s = model.loss(&batch, ws, 0.1, 1.0);
+            model.backward(&batch, ws, ctx, &mut g);
+            (s, g)
+        };
+        let (a, ga) = run(&mut shared);
+        let (b, gb) = run(&mut Workspace::new());
+        assert_eq!(a, b, "shape {k}");
+        assert!(
+            ga == gb,
+            "gradients differ for shape {k} with a reused workspace"
+        );
+    }
 }
 
 #[test]

@@ -73,12 +73,20 @@ impl Batch {
         self.tgt_out.iter().filter(|&&t| t != PAD).count()
     }
 
-    /// Checks shapes and ids against a model configuration.
+    /// Checks shapes, lengths and ids against a model configuration: B, S and T at least 1, every
+    /// row exactly its length of non-padding ids followed by padding, ids inside the vocabulary.
     pub fn validate(&self, c: &ModelConfig) -> Result<()> {
         let bad = |m: String| Err(Error::Batch(m));
-        if self.src.len() != self.b * self.s
-            || self.tgt_in.len() != self.b * self.t
-            || self.tgt_out.len() != self.b * self.t
+        if self.b == 0 || self.s == 0 || self.t == 0 {
+            return bad(format!(
+                "empty batch (B={} S={} T={}): every batch needs a sentence with a source and a target token",
+                self.b, self.s, self.t
+            ));
+        }
+        let expect = |len: usize, width: usize| self.b.checked_mul(width) == Some(len);
+        if !expect(self.src.len(), self.s)
+            || !expect(self.tgt_in.len(), self.t)
+            || !expect(self.tgt_out.len(), self.t)
         {
             return bad(format!(
                 "token buffers do not match B={} S={} T={}",
@@ -95,20 +103,36 @@ impl Batch {
                 c.max_positions
             ));
         }
-        if let Some(&id) = self
-            .src
-            .iter()
-            .chain(&self.tgt_in)
-            .chain(&self.tgt_out)
-            .find(|&&id| id as usize >= c.vocab_size)
-        {
+        let ids = self.src.iter().chain(&self.tgt_in).chain(&self.tgt_out);
+        if let Some(&id) = ids.clone().find(|&&id| id as usize >= c.vocab_size) {
             return bad(format!(
                 "token id {id} outside the vocabulary of {}",
                 c.vocab_size
             ));
         }
-        if self.src_lens.iter().any(|&l| l > self.s) || self.tgt_lens.iter().any(|&l| l > self.t) {
-            return bad("a length exceeds the padded width".into());
+        for (name, tokens, lens, width) in [
+            ("source", &self.src, &self.src_lens, self.s),
+            ("decoder input", &self.tgt_in, &self.tgt_lens, self.t),
+            ("target", &self.tgt_out, &self.tgt_lens, self.t),
+        ] {
+            for (i, (row, &len)) in tokens.chunks_exact(width).zip(lens.iter()).enumerate() {
+                if len > width {
+                    return bad(format!(
+                        "{name} {i}: length {len} exceeds the padded width {width}"
+                    ));
+                }
+                if let Some(j) = row[..len].iter().position(|&t| t == PAD) {
+                    return bad(format!(
+                        "{name} {i}: padding id at position {j}, inside its length {len}"
+                    ));
+                }
+                if let Some(j) = row[len..].iter().position(|&t| t != PAD) {
+                    return bad(format!(
+                        "{name} {i}: token at position {} after its length {len}",
+                        len + j
+                    ));
+                }
+            }
         }
         Ok(())
     }
@@ -226,6 +250,7 @@ impl Transformer {
             emb,
             self.positions(),
             batch.s,
+            d,
             scale,
             self.mask(dropout, c.dropout, site::ENC_EMBED),
         );
@@ -235,6 +260,7 @@ impl Transformer {
             emb,
             self.positions(),
             batch.t,
+            d,
             scale,
             self.mask(dropout, c.dropout, site::DEC_EMBED),
         );

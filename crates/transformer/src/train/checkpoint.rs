@@ -170,7 +170,16 @@ pub fn load(path: &Path) -> Result<Checkpoint> {
         .map_err(|_| corrupt("bad step".into()))?;
     let vocab_hash = field("vocab_hash")?;
     let layout = ParamLayout::new(&config);
-    let mut params = vec![0f32; layout.total()];
+    // Shapes first, allocation after: a config that does not fit the file is refused without
+    // asking for memory it implies.
+    if layout.total().saturating_mul(4) > bytes.len() {
+        return Err(corrupt(format!(
+            "its config needs {} parameters ({} bytes) but the file has {} bytes",
+            layout.total(),
+            layout.total().saturating_mul(4),
+            bytes.len()
+        )));
+    }
     for e in layout.entries() {
         let t = st
             .tensor(&e.name)
@@ -184,6 +193,12 @@ pub fn load(path: &Path) -> Result<Checkpoint> {
                 e.shape
             )));
         }
+    }
+    let mut params = vec![0f32; layout.total()];
+    for e in layout.entries() {
+        let t = st
+            .tensor(&e.name)
+            .map_err(|_| corrupt(format!("tensor '{}' is missing", e.name)))?;
         read_f32(t.data(), &mut params[e.range()]);
     }
     let adam = match (st.tensor(ADAM_M), st.tensor(ADAM_V)) {

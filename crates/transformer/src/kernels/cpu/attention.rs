@@ -237,6 +237,11 @@ pub fn attention_backward(
     assert_eq!(probs.len(), d.b * d.h * d.t * d.s);
     assert_eq!(dscores.len(), probs.len());
     assert_eq!(key_lens.len(), d.b);
+    assert!(
+        key_lens.iter().all(|&l| l <= d.s),
+        "a key length exceeds S = {}",
+        d.s
+    );
     if d.b == 0 || d.t == 0 {
         return;
     }

@@ -6,21 +6,32 @@ use rayon::prelude::*;
 
 /// out (B·L, D) = Dropout(table[tokens] · scale + positions[l]) for row b·L + l.
 /// `positions` is (≥ L, D): the sinusoid table or the learned one.
+#[allow(clippy::too_many_arguments)]
 pub fn embedding_forward(
     out: &mut [f32],
     tokens: &[u32],
     table: &[f32],
     positions: &[f32],
     seq_len: usize,
+    d: usize,
     scale: f32,
     dropout: Option<DropoutMask>,
 ) {
     let _t = super::profile::scope(super::profile::Slot::Embedding);
-    let d = out.len() / tokens.len().max(1);
-    assert_eq!(out.len(), tokens.len() * d);
+    assert!(d > 0, "embedding_forward: zero width");
+    assert_eq!(Some(out.len()), tokens.len().checked_mul(d));
+    if tokens.is_empty() {
+        return;
+    }
+    let needed = seq_len.checked_mul(d);
     assert!(
-        positions.len() >= seq_len * d,
+        seq_len > 0 && needed.is_some_and(|n| positions.len() >= n),
         "position table shorter than the sequence"
+    );
+    let vocab = table.len() / d;
+    assert!(
+        tokens.iter().all(|&t| (t as usize) < vocab),
+        "a token id is outside the vocabulary of {vocab}"
     );
     out.par_chunks_mut(d).enumerate().for_each(|(r, o)| {
         let tok = tokens[r] as usize;
@@ -54,7 +65,17 @@ pub fn embedding_backward(
 ) {
     let _t = super::profile::scope(super::profile::Slot::Embedding);
     const CB: usize = 64;
-    assert_eq!(dout.len(), tokens.len() * d);
+    assert!(
+        d > 0 && seq_len > 0,
+        "embedding_backward: empty width or sequence"
+    );
+    assert_eq!(Some(dout.len()), tokens.len().checked_mul(d));
+    assert_eq!(dtable.len() % d, 0);
+    assert_eq!(
+        tokens.len() % seq_len,
+        0,
+        "embedding_backward: rows not a multiple of the sequence length"
+    );
     let vocab = dtable.len() / d;
     for &t in tokens {
         assert!(
@@ -65,7 +86,7 @@ pub fn embedding_backward(
     let table = SharedMut(dtable.as_mut_ptr());
     let positions = dpositions.map(|p| {
         assert!(
-            p.len() >= seq_len * d,
+            seq_len.checked_mul(d).is_some_and(|n| p.len() >= n),
             "position table shorter than the sequence"
         );
         SharedMut(p.as_mut_ptr())

@@ -27,21 +27,23 @@ pub fn matmul(
     k: usize,
     accumulate: bool,
 ) {
+    // Checked products: a wrapped size could otherwise pass these asserts.
+    let size = |r: usize, c: usize| r.checked_mul(c).filter(|&x| x <= isize::MAX as usize);
     assert_eq!(
-        c.len(),
-        m * n,
+        Some(c.len()),
+        size(m, n),
         "matmul: C has {} elements, expected {m}x{n}",
         c.len()
     );
     assert_eq!(
-        a.len(),
-        m * k,
+        Some(a.len()),
+        size(m, k),
         "matmul: A has {} elements, expected {m}x{k}",
         a.len()
     );
     assert_eq!(
-        b.len(),
-        k * n,
+        Some(b.len()),
+        size(k, n),
         "matmul: B has {} elements, expected {k}x{n}",
         b.len()
     );
@@ -183,16 +185,26 @@ impl<'a> MatRef<'a> {
             ..self
         }
     }
+    /// Asserts that every element of the (non-empty) view lies inside `data`, with checked
+    /// arithmetic and strides small enough for the signed strides gemm takes.
     fn check(&self, what: &str) {
-        if self.rows > 0 && self.cols > 0 {
-            let last = self.off + (self.rows - 1) * self.rs + (self.cols - 1) * self.cs;
-            assert!(
-                last < self.data.len(),
-                "{what}: view reaches index {last} of {}",
-                self.data.len()
-            );
-        }
+        assert!(
+            self.rs <= isize::MAX as usize && self.cs <= isize::MAX as usize,
+            "{what}: stride too large"
+        );
+        let last = last_index(self.off, self.rows, self.rs, self.cols, self.cs);
+        assert!(
+            last.is_some_and(|l| l < self.data.len()),
+            "{what}: view exceeds its buffer of {}",
+            self.data.len()
+        );
     }
+}
+
+/// off + (rows − 1)·rs + (cols − 1)·cs without overflow, for rows, cols ≥ 1.
+fn last_index(off: usize, rows: usize, rs: usize, cols: usize, cs: usize) -> Option<usize> {
+    off.checked_add((rows - 1).checked_mul(rs)?)?
+        .checked_add((cols - 1).checked_mul(cs)?)
 }
 
 /// C = [C +] alpha · A · B on strided views, single-threaded: for the many small per-head products
@@ -212,10 +224,14 @@ pub fn gemm_small(
     if m == 0 || n == 0 {
         return;
     }
-    let last = c_off + (m - 1) * ldc + n - 1;
     assert!(
-        last < c.len(),
-        "gemm_small: C view reaches index {last} of {}",
+        ldc >= n && ldc <= isize::MAX as usize,
+        "gemm_small: row stride {ldc} for {n} columns"
+    );
+    let last = last_index(c_off, m, ldc, n, 1);
+    assert!(
+        last.is_some_and(|l| l < c.len()),
+        "gemm_small: C view exceeds its buffer of {}",
         c.len()
     );
     if k == 0 {
