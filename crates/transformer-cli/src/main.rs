@@ -56,6 +56,33 @@ enum Command {
         #[arg(long)]
         save: Option<std::path::PathBuf>,
     },
+    /// Score translations: corpus BLEU and/or chrF exactly as sacreBLEU 2.x computes them.
+    Bleu {
+        /// Reference file (one sentence a line); repeat for multiple references.
+        #[arg(long = "ref", required = true, num_args = 1..)]
+        refs: Vec<std::path::PathBuf>,
+        /// Hypothesis file, line-aligned with the references.
+        #[arg(long)]
+        hyp: std::path::PathBuf,
+        /// Tokenizer: 13a (sacreBLEU's default, WMT), intl, char or none.
+        #[arg(long, default_value = "13a")]
+        tokenize: String,
+        /// Lowercase before scoring.
+        #[arg(long)]
+        lowercase: bool,
+        /// BLEU smoothing: exp (default), floor, add-k or none.
+        #[arg(long, default_value = "exp")]
+        smooth: String,
+        /// Value for floor (default 0.1) or add-k (default 1).
+        #[arg(long)]
+        smooth_value: Option<f64>,
+        /// Metrics to print, comma-separated: bleu, chrf.
+        #[arg(long, default_value = "bleu", value_delimiter = ',')]
+        metrics: Vec<String>,
+        /// Print only the number(s).
+        #[arg(long)]
+        score_only: bool,
+    },
     /// Benchmarks.
     Bench {
         #[command(subcommand)]
@@ -88,10 +115,7 @@ enum BenchCommand {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     if let Some(n) = cli.threads {
-        if let Err(e) = rayon::ThreadPoolBuilder::new()
-            .num_threads(n)
-            .build_global()
-        {
+        if let Err(e) = rayon::ThreadPoolBuilder::new().num_threads(n).build_global() {
             eprintln!("error: cannot start {n} threads: {e}");
             return ExitCode::FAILURE;
         }
@@ -107,49 +131,27 @@ fn main() -> ExitCode {
 
 fn run(cmd: Command) -> Result<()> {
     match cmd {
-        Command::Params {
-            preset,
-            vocab,
-            all,
-            json,
-        } => params(&preset, vocab, all, json),
-        Command::Synthetic {
-            task,
-            steps,
-            seed,
-            save,
-        } => synthetic_task(&task, steps, seed, save),
-        Command::Bench {
-            which:
-                BenchCommand::TrainStep {
-                    steps,
-                    warmup,
-                    json,
-                },
-        } => bench_train_step(steps as usize, warmup, json),
-        Command::Bench {
-            which: BenchCommand::Matmul { reps },
-        } => bench_matmul(reps as usize),
+        Command::Params { preset, vocab, all, json } => params(&preset, vocab, all, json),
+        Command::Synthetic { task, steps, seed, save } => synthetic_task(&task, steps, seed, save),
+        Command::Bleu { refs, hyp, tokenize, lowercase, smooth, smooth_value, metrics, score_only } => {
+            bleu(&refs, &hyp, &tokenize, lowercase, &smooth, smooth_value, &metrics, score_only)
+        }
+        Command::Bench { which: BenchCommand::TrainStep { steps, warmup, json } } => {
+            bench_train_step(steps as usize, warmup, json)
+        }
+        Command::Bench { which: BenchCommand::Matmul { reps } } => bench_matmul(reps as usize),
     }
 }
 
 fn params(preset: &str, vocab: usize, all: bool, json: bool) -> Result<()> {
-    let names: Vec<&str> = if all {
-        PRESET_NAMES.to_vec()
-    } else {
-        vec![preset]
-    };
+    let names: Vec<&str> = if all { PRESET_NAMES.to_vec() } else { vec![preset] };
     let mut rows = Vec::new();
     for name in names {
         let mut c = ModelConfig::preset(name)?;
         c.vocab_size = vocab;
         c.validate()?;
         let count = param_count(&c);
-        let paper = if vocab == PAPER_VOCAB {
-            ModelConfig::paper_params_millions(name)
-        } else {
-            None
-        };
+        let paper = if vocab == PAPER_VOCAB { ModelConfig::paper_params_millions(name) } else { None };
         rows.push((name, c, count, paper));
     }
     for (name, c, count, paper) in rows {
@@ -158,28 +160,15 @@ fn params(preset: &str, vocab: usize, all: bool, json: bool) -> Result<()> {
             println!("{v}");
         } else {
             let paper = paper
-                .map(|p| {
-                    format!(
-                        " (paper: {p}M, {:+.1}%)",
-                        (count as f64 / 1e6 / p - 1.0) * 100.0
-                    )
-                })
+                .map(|p| format!(" (paper: {p}M, {:+.1}%)", (count as f64 / 1e6 / p - 1.0) * 100.0))
                 .unwrap_or_default();
-            println!(
-                "{name:<5} {count:>11} parameters = {:.1}M{paper}",
-                count as f64 / 1e6
-            );
+            println!("{name:<5} {count:>11} parameters = {:.1}M{paper}", count as f64 / 1e6);
         }
     }
     Ok(())
 }
 
-fn synthetic_task(
-    task: &str,
-    steps: u64,
-    seed: u64,
-    save: Option<std::path::PathBuf>,
-) -> Result<()> {
+fn synthetic_task(task: &str, steps: u64, seed: u64, save: Option<std::path::PathBuf>) -> Result<()> {
     let task = match task {
         "copy" => Task::Copy,
         "reverse" => Task::Reverse,
@@ -188,39 +177,21 @@ fn synthetic_task(
     let symbols = 20;
     let cfg = synthetic::model_config(symbols);
     let model = Transformer::new(cfg.clone(), seed)?;
-    let mut trainer = Trainer::new(
-        model,
-        Schedule {
-            d_model: cfg.d_model,
-            warmup: 400,
-            lr_scale: 0.5,
-        },
-        seed,
-    );
+    let mut trainer = Trainer::new(model, Schedule { d_model: cfg.d_model, warmup: 400, lr_scale: 0.5 }, seed);
     let mut rng = Rng::new(seed ^ 0xdead_beef);
     let start = Instant::now();
     for step in 1..=steps {
         let batch = Batch::from_pairs(&synthetic::pairs(task, &mut rng, 64, symbols, 4, 12));
         let s = trainer.train_step(&[batch])?;
         if step % 100 == 0 || step == steps {
-            eprintln!(
-                "step {step:>5}  loss {:.4}  lr {:.2e}  {:.1}s",
-                s.loss,
-                s.lr,
-                start.elapsed().as_secs_f64()
-            );
+            eprintln!("step {step:>5}  loss {:.4}  lr {:.2e}  {:.1}s", s.loss, s.lr, start.elapsed().as_secs_f64());
         }
     }
     let mut held_out = Rng::new(seed ^ 0x1234_5678);
     let batch = Batch::from_pairs(&synthetic::pairs(task, &mut held_out, 500, symbols, 4, 12));
-    trainer
-        .model
-        .forward(&batch, &mut trainer.workspace, None)?;
+    trainer.model.forward(&batch, &mut trainer.workspace, None)?;
     let (ok, total) = synthetic::token_accuracy(&trainer.workspace.logits, &batch, cfg.vocab_size);
-    println!(
-        "held-out token accuracy: {:.2}% ({ok}/{total})",
-        100.0 * ok as f64 / total as f64
-    );
+    println!("held-out token accuracy: {:.2}% ({ok}/{total})", 100.0 * ok as f64 / total as f64);
     if let Some(path) = save {
         let ckpt = checkpoint::Checkpoint {
             config: cfg,
@@ -245,10 +216,7 @@ fn bench_config() -> ModelConfig {
         n_heads: 8,
         d_k: 64,
         d_v: 64,
-        dropout: std::env::var("BENCH_DROPOUT")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0.1),
+        dropout: std::env::var("BENCH_DROPOUT").ok().and_then(|v| v.parse().ok()).unwrap_or(0.1),
         attention_dropout: 0.0,
         label_smoothing: 0.1,
         positions: transformer::Positions::Sinusoidal,
@@ -275,14 +243,8 @@ fn bench_train_step(steps: usize, warmup: usize, json: bool) -> Result<()> {
     let special = transformer::SPECIAL_TOKENS as u64;
     let mut tok = || (special + rng.below(cfg.vocab_size as u64 - special)) as u32;
     // Every sentence is exactly 32 source and 32 target positions (decoder input BOS + 31 tokens).
-    let pairs: Vec<(Vec<u32>, Vec<u32>)> = (0..b)
-        .map(|_| {
-            (
-                (0..s).map(|_| tok()).collect(),
-                (0..t - 1).map(|_| tok()).collect(),
-            )
-        })
-        .collect();
+    let pairs: Vec<(Vec<u32>, Vec<u32>)> =
+        (0..b).map(|_| ((0..s).map(|_| tok()).collect(), (0..t - 1).map(|_| tok()).collect())).collect();
     let batch = Batch::from_pairs(&pairs);
     assert_eq!((batch.s, batch.t), (s, t));
     use transformer::kernels::cpu::profile;
@@ -322,20 +284,9 @@ fn bench_train_step(steps: usize, warmup: usize, json: bool) -> Result<()> {
     let mut breakdown: Vec<(String, f64)> = names
         .iter()
         .enumerate()
-        .map(|(k, n)| {
-            (
-                n.to_string(),
-                median_of(slots.iter().map(|s| s[k].1).collect()),
-            )
-        })
+        .map(|(k, n)| (n.to_string(), median_of(slots.iter().map(|s| s[k].1).collect())))
         .collect();
-    let other = median_of(
-        times
-            .iter()
-            .zip(&slots)
-            .map(|(t, s)| t - s.iter().map(|x| x.1).sum::<f64>())
-            .collect(),
-    );
+    let other = median_of(times.iter().zip(&slots).map(|(t, s)| t - s.iter().map(|x| x.1).sum::<f64>()).collect());
     breakdown.push(("other (wiring, rayon waits)".into(), other));
     let matmul_median = breakdown[0].1;
     let threads = rayon::current_num_threads();
@@ -356,11 +307,7 @@ fn bench_train_step(steps: usize, warmup: usize, json: bool) -> Result<()> {
             matmul_flops as f64 / matmul_median / 1e9
         );
         for (name, t) in &breakdown {
-            println!(
-                "  {name:<28} {:>7.1} ms  {:>5.1}%",
-                t * 1e3,
-                100.0 * t / median
-            );
+            println!("  {name:<28} {:>7.1} ms  {:>5.1}%", t * 1e3, 100.0 * t / median);
         }
     }
     Ok(())
@@ -401,6 +348,83 @@ fn bench_matmul(reps: usize) -> Result<()> {
             med * 1e3,
             2.0 * (m * n * k) as f64 / med / 1e9
         );
+    }
+    Ok(())
+}
+
+/// The lines of a UTF-8 text file without their line endings; errors name the file and line.
+fn read_lines(path: &std::path::Path) -> Result<Vec<String>> {
+    let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let mut lines = Vec::new();
+    for (i, raw) in bytes.split(|&b| b == b'\n').enumerate() {
+        let raw = raw.strip_suffix(b"\r").unwrap_or(raw);
+        let line = std::str::from_utf8(raw).map_err(|e| {
+            anyhow::anyhow!(
+                "{}:{}: invalid UTF-8 at byte {} of the line; convert the file to UTF-8",
+                path.display(),
+                i + 1,
+                e.valid_up_to()
+            )
+        })?;
+        lines.push(line.to_string());
+    }
+    // A final newline ends the last line rather than starting an empty one.
+    if bytes.ends_with(b"\n") {
+        lines.pop();
+    }
+    Ok(lines)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn bleu(
+    ref_paths: &[std::path::PathBuf],
+    hyp_path: &std::path::Path,
+    tokenize: &str,
+    lowercase: bool,
+    smooth: &str,
+    smooth_value: Option<f64>,
+    metrics: &[String],
+    score_only: bool,
+) -> Result<()> {
+    use transformer::eval::{bleu, chrf, tokenize::Tokenizer};
+    let tokenizer = Tokenizer::from_name(tokenize)
+        .with_context(|| format!("unknown tokenizer '{tokenize}': use 13a, intl, char or none"))?;
+    let smooth = bleu::Smooth::from_name(smooth, smooth_value)
+        .with_context(|| format!("unknown smoothing '{smooth}': use exp, floor, add-k or none"))?;
+    let hyps = read_lines(hyp_path)?;
+    let mut refs = Vec::new();
+    for p in ref_paths {
+        let r = read_lines(p)?;
+        if r.len() != hyps.len() {
+            bail!(
+                "{} has {} lines but {} has {}: references and hypotheses must be line-aligned",
+                p.display(),
+                r.len(),
+                hyp_path.display(),
+                hyps.len()
+            );
+        }
+        refs.push(r);
+    }
+    for m in metrics {
+        let (line, score) = match m.as_str() {
+            "bleu" => {
+                let cfg = bleu::BleuConfig { tokenizer, lowercase, smooth, effective_order: false };
+                let s = bleu::corpus_bleu(&hyps, &refs, &cfg);
+                (s.line(), s.score)
+            }
+            "chrf" => {
+                let cfg = chrf::ChrfConfig { lowercase, ..chrf::ChrfConfig::default() };
+                let s = chrf::corpus_chrf(&hyps, &refs, &cfg);
+                (s.line(), s.score)
+            }
+            other => bail!("unknown metric '{other}': use bleu or chrf"),
+        };
+        if score_only {
+            println!("{score:.2}");
+        } else {
+            println!("{line}");
+        }
     }
     Ok(())
 }

@@ -3,10 +3,7 @@
 use std::process::Command;
 
 fn transformer(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_transformer"))
-        .args(args)
-        .output()
-        .expect("runs");
+    let out = Command::new(env!("CARGO_BIN_EXE_transformer")).args(args).output().expect("runs");
     (
         out.status.success(),
         String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -21,10 +18,7 @@ fn params_prints_exact_counts_and_json() {
     assert!(out.contains("63082496"), "{out}");
     let (ok, out, _) = transformer(&["params", "--all", "--json"]);
     assert!(ok);
-    let rows: Vec<serde_json::Value> = out
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let rows: Vec<serde_json::Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     assert_eq!(rows.len(), 20);
     let big = rows.iter().find(|r| r["preset"] == "big").unwrap();
     assert_eq!(big["params"], 214245376);
@@ -36,8 +30,43 @@ fn params_prints_exact_counts_and_json() {
 fn unknown_preset_is_a_clear_error() {
     let (ok, _, err) = transformer(&["params", "--preset", "huge"]);
     assert!(!ok);
+    assert!(err.contains("unknown preset 'huge'") && err.contains("base, a1"), "{err}");
+}
+
+fn tmp(name: &str, bytes: &[u8]) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("transformer-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join(name);
+    std::fs::write(&p, bytes).unwrap();
+    p
+}
+
+#[test]
+fn bleu_prints_sacrebleu_lines() {
+    let r = tmp("ref.txt", "The cat sat on the mat.\nA man is riding a bicycle down the street.\n".as_bytes());
+    let h = tmp("hyp.txt", "The cat sat on a mat.\nA man rides a bike down the street.\n".as_bytes());
+    let (ok, out, err) =
+        transformer(&["bleu", "--ref", r.to_str().unwrap(), "--hyp", h.to_str().unwrap(), "--metrics", "bleu,chrf"]);
+    assert!(ok, "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    // Values from sacrebleu 2.6.0 on the same two lines.
+    assert_eq!(lines[0], "BLEU|nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0 = 39.40 81.2/57.1/33.3/20.0 (BP = 0.939 ratio = 0.941 hyp_len = 16 ref_len = 17)");
     assert!(
-        err.contains("unknown preset 'huge'") && err.contains("base, a1"),
-        "{err}"
+        lines[1].starts_with("chrF2|nrefs:1|case:mixed|eff:yes|nc:6|nw:0|space:no|version:2.6.0 = "),
+        "{}",
+        lines[1]
     );
+}
+
+#[test]
+fn bleu_reports_misaligned_and_non_utf8_files() {
+    let r = tmp("ref2.txt", b"one\ntwo\n");
+    let h = tmp("hyp2.txt", b"one\n");
+    let (ok, _, err) = transformer(&["bleu", "--ref", r.to_str().unwrap(), "--hyp", h.to_str().unwrap()]);
+    assert!(!ok);
+    assert!(err.contains("ref2.txt has 2 lines but") && err.contains("hyp2.txt has 1"), "{err}");
+    let bad = tmp("bad.txt", b"fine\nbro\xffken\n");
+    let (ok, _, err) = transformer(&["bleu", "--ref", bad.to_str().unwrap(), "--hyp", bad.to_str().unwrap()]);
+    assert!(!ok);
+    assert!(err.contains("bad.txt:2: invalid UTF-8"), "{err}");
 }

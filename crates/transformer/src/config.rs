@@ -50,8 +50,8 @@ pub const PAPER_VOCAB: usize = 37000;
 
 /// Every named row of Table 3, in the table's order.
 pub const PRESET_NAMES: [&str; 20] = [
-    "base", "a1", "a2", "a3", "a4", "b1", "b2", "c1", "c2", "c3", "c4", "c5", "c6", "c7", "d1",
-    "d2", "d3", "d4", "e", "big",
+    "base", "a1", "a2", "a3", "a4", "b1", "b2", "c1", "c2", "c3", "c4", "c5", "c6", "c7", "d1", "d2", "d3", "d4", "e",
+    "big",
 ];
 
 /// One row of Table 3, every column spelled out. The rest are the paper's defaults.
@@ -184,16 +184,10 @@ impl ModelConfig {
             }
         }
         if self.positions == Positions::Sinusoidal && self.d_model % 2 != 0 {
-            return bad(format!(
-                "sinusoidal positions need an even d_model, got {}",
-                self.d_model
-            ));
+            return bad(format!("sinusoidal positions need an even d_model, got {}", self.d_model));
         }
         if self.layer_norm_eps.is_nan() || self.layer_norm_eps <= 0.0 {
-            return bad(format!(
-                "layer_norm_eps must be positive, got {}",
-                self.layer_norm_eps
-            ));
+            return bad(format!("layer_norm_eps must be positive, got {}", self.layer_norm_eps));
         }
         // Upper bounds keep every size computable without overflow and reject corrupt configs
         // (from a damaged checkpoint, say) before they ask for absurd allocations.
@@ -201,23 +195,13 @@ impl ModelConfig {
             ("n_layers", self.n_layers, 1 << 10),
             ("d_model", self.d_model, 1 << 16),
             ("d_ff", self.d_ff, 1 << 18),
-            (
-                "n_heads · d_k",
-                self.n_heads.saturating_mul(self.d_k),
-                1 << 16,
-            ),
-            (
-                "n_heads · d_v",
-                self.n_heads.saturating_mul(self.d_v),
-                1 << 16,
-            ),
+            ("n_heads · d_k", self.n_heads.saturating_mul(self.d_k), 1 << 16),
+            ("n_heads · d_v", self.n_heads.saturating_mul(self.d_v), 1 << 16),
             ("vocab_size", self.vocab_size, 1 << 24),
             ("max_positions", self.max_positions, 1 << 20),
         ] {
             if v > max {
-                return bad(format!(
-                    "{name} = {v} exceeds the supported maximum of {max}"
-                ));
+                return bad(format!("{name} = {v} exceeds the supported maximum of {max}"));
             }
         }
         if self.max_positions * self.d_model > 1 << 28 {

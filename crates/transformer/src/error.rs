@@ -15,9 +15,7 @@ pub enum Error {
         source: std::io::Error,
     },
     /// A checkpoint file is truncated, corrupt or not a checkpoint of this project.
-    #[error(
-        "{path}: not a valid checkpoint: {reason}. Re-create it or pick another checkpoint file"
-    )]
+    #[error("{path}: not a valid checkpoint: {reason}. Re-create it or pick another checkpoint file")]
     CorruptCheckpoint {
         /// The checkpoint file.
         path: PathBuf,

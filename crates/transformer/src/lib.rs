@@ -29,6 +29,7 @@
 
 pub mod config;
 pub mod error;
+pub mod eval;
 pub mod kernels;
 pub mod model;
 pub mod params;

@@ -150,12 +150,7 @@ impl Builder {
     fn add(&mut self, name: String, shape: &[usize], init: Init) -> usize {
         let offset = self.total;
         self.total += shape.iter().product::<usize>();
-        self.entries.push(ParamEntry {
-            name,
-            shape: shape.to_vec(),
-            offset,
-            init,
-        });
+        self.entries.push(ParamEntry { name, shape: shape.to_vec(), offset, init });
         offset
     }
 
@@ -169,12 +164,7 @@ impl Builder {
         self.add(format!("{p}.b_v"), &[hv], Init::Zeros);
         let w_o = self.add(format!("{p}.w_o"), &[d, hv], Init::XavierUniform);
         let b_o = self.add(format!("{p}.b_o"), &[d], Init::Zeros);
-        AttnOffsets {
-            w_qkv,
-            b_qkv,
-            w_o,
-            b_o,
-        }
+        AttnOffsets { w_qkv, b_qkv, w_o, b_o }
     }
 
     fn norm(&mut self, p: &str, d: usize) -> NormOffsets {
@@ -184,17 +174,9 @@ impl Builder {
     }
 
     fn ffn(&mut self, p: &str, c: &ModelConfig) -> FfnOffsets {
-        let w_1 = self.add(
-            format!("{p}.w_1"),
-            &[c.d_ff, c.d_model],
-            Init::XavierUniform,
-        );
+        let w_1 = self.add(format!("{p}.w_1"), &[c.d_ff, c.d_model], Init::XavierUniform);
         let b_1 = self.add(format!("{p}.b_1"), &[c.d_ff], Init::Zeros);
-        let w_2 = self.add(
-            format!("{p}.w_2"),
-            &[c.d_model, c.d_ff],
-            Init::XavierUniform,
-        );
+        let w_2 = self.add(format!("{p}.w_2"), &[c.d_model, c.d_ff], Init::XavierUniform);
         let b_2 = self.add(format!("{p}.b_2"), &[c.d_model], Init::Zeros);
         FfnOffsets { w_1, b_1, w_2, b_2 }
     }
@@ -203,22 +185,13 @@ impl Builder {
 impl ParamLayout {
     /// The layout of a model with configuration `c`.
     pub fn new(c: &ModelConfig) -> Self {
-        let mut b = Builder {
-            entries: Vec::new(),
-            total: 0,
-        };
+        let mut b = Builder { entries: Vec::new(), total: 0 };
         let std = (c.d_model as f32).powf(-0.5);
-        let embed = b.add(
-            "embed.weight".into(),
-            &[c.vocab_size, c.d_model],
-            Init::Normal(std),
-        );
+        let embed = b.add("embed.weight".into(), &[c.vocab_size, c.d_model], Init::Normal(std));
         let positions = match c.positions {
-            Positions::Learned => Some(b.add(
-                "embed.positions".into(),
-                &[c.max_positions, c.d_model],
-                Init::Normal(std),
-            )),
+            Positions::Learned => {
+                Some(b.add("embed.positions".into(), &[c.max_positions, c.d_model], Init::Normal(std)))
+            }
             Positions::Sinusoidal => None,
         };
         let encoder = (0..c.n_layers)
@@ -245,22 +218,12 @@ impl ParamLayout {
                 }
             })
             .collect();
-        let index = b
-            .entries
-            .iter()
-            .enumerate()
-            .map(|(i, e)| (e.name.clone(), i))
-            .collect();
+        let index = b.entries.iter().enumerate().map(|(i, e)| (e.name.clone(), i)).collect();
         ParamLayout {
             entries: b.entries,
             index,
             total: b.total,
-            offsets: ModelOffsets {
-                embed,
-                positions,
-                encoder,
-                decoder,
-            },
+            offsets: ModelOffsets { embed, positions, encoder, decoder },
         }
     }
 

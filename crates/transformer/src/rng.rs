@@ -27,21 +27,9 @@ const GOLDEN: u64 = 0x9e37_79b9_7f4a_7c15;
 impl DropoutMask {
     /// A mask for dropout probability `p` keyed by (seed, step, site). `p` must lie in [0, 1).
     pub fn new(p: f32, seed: u64, step: u64, site: u64) -> Self {
-        assert!(
-            (0.0..1.0).contains(&p),
-            "dropout probability {p} outside [0, 1)"
-        );
-        let key = mix64(
-            mix64(seed ^ 0x5851_f42d_4c95_7f2d)
-                .wrapping_add(step)
-                .wrapping_mul(GOLDEN)
-                ^ mix64(site),
-        );
-        DropoutMask {
-            key,
-            threshold: (p as f64 * 65536.0).round() as u32,
-            scale: 1.0 / (1.0 - p),
-        }
+        assert!((0.0..1.0).contains(&p), "dropout probability {p} outside [0, 1)");
+        let key = mix64(mix64(seed ^ 0x5851_f42d_4c95_7f2d).wrapping_add(step).wrapping_mul(GOLDEN) ^ mix64(site));
+        DropoutMask { key, threshold: (p as f64 * 65536.0).round() as u32, scale: 1.0 / (1.0 - p) }
     }
 
     /// The probability actually applied: p quantised to 1/65536.

@@ -47,9 +47,7 @@ pub fn pairs(
     (0..n)
         .map(|_| {
             let len = min_len + rng.below((max_len - min_len + 1) as u64) as usize;
-            let src: Vec<u32> = (0..len)
-                .map(|_| (SPECIAL_TOKENS as u64 + rng.below(symbols as u64)) as u32)
-                .collect();
+            let src: Vec<u32> = (0..len).map(|_| (SPECIAL_TOKENS as u64 + rng.below(symbols as u64)) as u32).collect();
             let tgt = match task {
                 Task::Copy => src.clone(),
                 Task::Reverse => src.iter().rev().cloned().collect(),
@@ -72,13 +70,7 @@ pub fn token_accuracy(logits: &[f32], batch: &Batch, vocab: usize) -> (usize, us
         let arg = row
             .iter()
             .enumerate()
-            .fold((0, f32::NEG_INFINITY), |best, (i, &v)| {
-                if v > best.1 {
-                    (i, v)
-                } else {
-                    best
-                }
-            })
+            .fold((0, f32::NEG_INFINITY), |best, (i, &v)| if v > best.1 { (i, v) } else { best })
             .0;
         correct += (arg as u32 == t) as usize;
         total += 1;

@@ -38,13 +38,8 @@ fn sample() -> Checkpoint {
         step: 1234,
         vocab_hash: "sha256:abc".into(),
         params: model.params,
-        adam: Some((
-            (0..n).map(|i| i as f32 * 1e-3).collect(),
-            (0..n).map(|i| i as f32 * 1e-6).collect(),
-        )),
-        extra: [("trainer".to_string(), "{\"seed\":5}".to_string())]
-            .into_iter()
-            .collect(),
+        adam: Some(((0..n).map(|i| i as f32 * 1e-3).collect(), (0..n).map(|i| i as f32 * 1e-6).collect())),
+        extra: [("trainer".to_string(), "{\"seed\":5}".to_string())].into_iter().collect(),
     }
 }
 
@@ -59,18 +54,10 @@ fn round_trip_keeps_everything() {
     // Tensors carry the layout's names and shapes.
     let bytes = std::fs::read(&path).unwrap();
     let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
-    assert_eq!(
-        st.tensor("decoder.layers.0.cross_attn.w_q")
-            .unwrap()
-            .shape(),
-        &[8, 8]
-    );
+    assert_eq!(st.tensor("decoder.layers.0.cross_attn.w_q").unwrap().shape(), &[8, 8]);
     assert_eq!(st.tensor("embed.positions").unwrap().shape(), &[16, 8]);
     // No temporary file is left behind.
-    let names: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name())
-        .collect();
+    let names: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert_eq!(names.len(), 1, "{names:?}");
 }
 
@@ -84,10 +71,7 @@ fn mismatched_config_names_both_values() {
     let err = checkpoint::load_for(&path, &other).unwrap_err();
     assert!(matches!(err, Error::CheckpointMismatch { .. }));
     let msg = err.to_string();
-    assert!(
-        msg.contains("d_ff") && msg.contains("32") && msg.contains("16"),
-        "{msg}"
-    );
+    assert!(msg.contains("d_ff") && msg.contains("32") && msg.contains("16"), "{msg}");
     assert!(msg.contains("m.safetensors"), "{msg}");
 }
 
@@ -103,10 +87,7 @@ fn truncated_or_corrupt_files_are_errors_not_panics() {
         ("truncated header", bytes[..40].to_vec()),
         ("truncated data", bytes[..bytes.len() - 100].to_vec()),
         ("half", bytes[..bytes.len() / 2].to_vec()),
-        (
-            "garbage",
-            (0..5000u32).map(|i| (i * 7919 % 251) as u8).collect(),
-        ),
+        ("garbage", (0..5000u32).map(|i| (i * 7919 % 251) as u8).collect()),
         ("huge header length", {
             let mut b = bytes.clone();
             b[..8].copy_from_slice(&u64::MAX.to_le_bytes());
@@ -122,19 +103,11 @@ fn truncated_or_corrupt_files_are_errors_not_panics() {
         let p = dir.join(format!("{}.safetensors", what.replace(' ', "_")));
         std::fs::write(&p, &data).unwrap();
         let err = checkpoint::load(&p).expect_err(what);
-        assert!(
-            matches!(err, Error::CorruptCheckpoint { .. }),
-            "{what}: {err}"
-        );
-        assert!(
-            err.to_string().contains(&p.display().to_string()),
-            "{what}: {err}"
-        );
+        assert!(matches!(err, Error::CorruptCheckpoint { .. }), "{what}: {err}");
+        assert!(err.to_string().contains(&p.display().to_string()), "{what}: {err}");
     }
     let missing = checkpoint::load(&dir.join("nope.safetensors")).unwrap_err();
-    assert!(
-        matches!(missing, Error::Io { .. }) && missing.to_string().contains("nope.safetensors")
-    );
+    assert!(matches!(missing, Error::Io { .. }) && missing.to_string().contains("nope.safetensors"));
 }
 
 #[test]
@@ -142,14 +115,9 @@ fn foreign_safetensors_and_wrong_shapes_are_refused() {
     let dir = tmpdir("foreign");
     // A valid safetensors file that is not ours.
     let data = vec![0u8; 16];
-    let view =
-        safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![4], &data).unwrap();
+    let view = safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![4], &data).unwrap();
     let p = dir.join("foreign.safetensors");
-    std::fs::write(
-        &p,
-        safetensors::tensor::serialize([("x", view)], &None).unwrap(),
-    )
-    .unwrap();
+    std::fs::write(&p, safetensors::tensor::serialize([("x", view)], &None).unwrap()).unwrap();
     let err = checkpoint::load(&p).unwrap_err().to_string();
     assert!(err.contains("format"), "{err}");
     // Ours, but the metadata config does not fit the tensors.
@@ -160,9 +128,7 @@ fn foreign_safetensors_and_wrong_shapes_are_refused() {
     assert!(text.contains("\\\"d_ff\\\":16"));
     let hacked: Vec<u8> = {
         let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
-        let header = String::from_utf8(bytes[8..8 + n].to_vec())
-            .unwrap()
-            .replace("\\\"d_ff\\\":16", "\\\"d_ff\\\":15");
+        let header = String::from_utf8(bytes[8..8 + n].to_vec()).unwrap().replace("\\\"d_ff\\\":16", "\\\"d_ff\\\":15");
         assert_eq!(header.len(), n);
         [&bytes[..8], header.as_bytes(), &bytes[8 + n..]].concat()
     };
@@ -182,21 +148,9 @@ fn huge_config_in_metadata_is_refused_without_allocating() {
     let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
     let header = String::from_utf8(bytes[8..8 + n].to_vec()).unwrap();
     for (from, to, why) in [
-        (
-            "\\\"vocab_size\\\":20",
-            "\\\"vocab_size\\\":9999999",
-            "but the file has",
-        ),
-        (
-            "\\\"vocab_size\\\":20",
-            "\\\"vocab_size\\\":99999999",
-            "exceeds the supported maximum",
-        ),
-        (
-            "\\\"max_positions\\\":16",
-            "\\\"max_positions\\\":99999999",
-            "exceeds the supported maximum",
-        ),
+        ("\\\"vocab_size\\\":20", "\\\"vocab_size\\\":9999999", "but the file has"),
+        ("\\\"vocab_size\\\":20", "\\\"vocab_size\\\":99999999", "exceeds the supported maximum"),
+        ("\\\"max_positions\\\":16", "\\\"max_positions\\\":99999999", "exceeds the supported maximum"),
     ] {
         assert!(header.contains(from), "{from}");
         let hacked = header.replace(from, to);
@@ -208,11 +162,8 @@ fn huge_config_in_metadata_is_refused_without_allocating() {
             b.extend_from_slice(&bytes[8 + n..]);
             std::fs::write(dir.join("h.safetensors"), b).unwrap();
         } else {
-            std::fs::write(
-                dir.join("h.safetensors"),
-                [&bytes[..8], padded.as_bytes(), &bytes[8 + n..]].concat(),
-            )
-            .unwrap();
+            std::fs::write(dir.join("h.safetensors"), [&bytes[..8], padded.as_bytes(), &bytes[8 + n..]].concat())
+                .unwrap();
         }
         let err = checkpoint::load(&dir.join("h.safetensors")).unwrap_err();
         assert!(matches!(err, Error::CorruptCheckpoint { .. }), "{err}");

@@ -15,10 +15,7 @@ struct Fixture {
 impl Fixture {
     fn open(name: &str) -> Self {
         let path = format!("{}/tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR"));
-        Fixture {
-            bytes: std::fs::read(&path)
-                .unwrap_or_else(|e| panic!("{path}: {e} (run dev/reference/golden.py)")),
-        }
+        Fixture { bytes: std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e} (run dev/reference/golden.py)")) }
     }
     fn st(&self) -> SafeTensors<'_> {
         SafeTensors::deserialize(&self.bytes).expect("fixture parses")
@@ -32,25 +29,15 @@ impl Fixture {
     }
     fn f32s(&self, name: &str) -> Vec<f32> {
         let st = self.st();
-        let t = st
-            .tensor(name)
-            .unwrap_or_else(|_| panic!("fixture lacks {name}"));
+        let t = st.tensor(name).unwrap_or_else(|_| panic!("fixture lacks {name}"));
         assert_eq!(t.dtype(), Dtype::F32, "{name}");
-        t.data()
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect()
+        t.data().chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
     }
     fn i64s(&self, name: &str) -> Vec<i64> {
         let st = self.st();
-        let t = st
-            .tensor(name)
-            .unwrap_or_else(|_| panic!("fixture lacks {name}"));
+        let t = st.tensor(name).unwrap_or_else(|_| panic!("fixture lacks {name}"));
         assert_eq!(t.dtype(), Dtype::I64, "{name}");
-        t.data()
-            .chunks_exact(8)
-            .map(|c| i64::from_le_bytes(c.try_into().unwrap()))
-            .collect()
+        t.data().chunks_exact(8).map(|c| i64::from_le_bytes(c.try_into().unwrap())).collect()
     }
     fn config(&self) -> ModelConfig {
         serde_json::from_str(&self.meta("config")).expect("config metadata")
@@ -68,37 +55,12 @@ impl Fixture {
     }
     fn batch(&self) -> Batch {
         let src: Vec<u32> = self.i64s("input.src").iter().map(|&x| x as u32).collect();
-        let tgt_in: Vec<u32> = self
-            .i64s("input.tgt_in")
-            .iter()
-            .map(|&x| x as u32)
-            .collect();
-        let tgt_out: Vec<u32> = self
-            .i64s("input.tgt_out")
-            .iter()
-            .map(|&x| x as u32)
-            .collect();
-        let src_lens: Vec<usize> = self
-            .i64s("input.src_lens")
-            .iter()
-            .map(|&x| x as usize)
-            .collect();
-        let tgt_lens: Vec<usize> = self
-            .i64s("input.tgt_lens")
-            .iter()
-            .map(|&x| x as usize)
-            .collect();
+        let tgt_in: Vec<u32> = self.i64s("input.tgt_in").iter().map(|&x| x as u32).collect();
+        let tgt_out: Vec<u32> = self.i64s("input.tgt_out").iter().map(|&x| x as u32).collect();
+        let src_lens: Vec<usize> = self.i64s("input.src_lens").iter().map(|&x| x as usize).collect();
+        let tgt_lens: Vec<usize> = self.i64s("input.tgt_lens").iter().map(|&x| x as usize).collect();
         let b = src_lens.len();
-        Batch {
-            b,
-            s: src.len() / b,
-            t: tgt_in.len() / b,
-            src,
-            src_lens,
-            tgt_in,
-            tgt_out,
-            tgt_lens,
-        }
+        Batch { b, s: src.len() / b, t: tgt_in.len() / b, src, src_lens, tgt_in, tgt_out, tgt_lens }
     }
 }
 
@@ -122,13 +84,7 @@ fn check_tensors(
         }
         let want = to_f64(&want[e.range()]);
         let scale = want.iter().fold(0f64, |a, b| a.max(b.abs()));
-        assert_close(
-            &format!("{what} {}", e.name),
-            &to_f64(&got[e.range()]),
-            &want,
-            atol + scale_tol * scale,
-            0.0,
-        );
+        assert_close(&format!("{what} {}", e.name), &to_f64(&got[e.range()]), &want, atol + scale_tol * scale, 0.0);
     }
 }
 
@@ -149,29 +105,11 @@ fn golden(file: &str) {
     // Logits and loss.
     let mut ws = Workspace::new();
     model.forward(&batch, &mut ws, None).unwrap();
-    assert_close(
-        "logits",
-        &to_f64(&ws.logits),
-        &to_f64(&fx.f32s("out.logits")),
-        2e-5,
-        2e-5,
-    );
+    assert_close("logits", &to_f64(&ws.logits), &to_f64(&fx.f32s("out.logits")), 2e-5, 2e-5);
     let tokens = batch.target_tokens();
     let sums = model.loss(&batch, &mut ws, c.label_smoothing, 1.0 / tokens as f32);
-    assert_close(
-        "loss",
-        &[sums.loss / tokens as f64],
-        &to_f64(&fx.f32s("out.loss")),
-        1e-6,
-        1e-6,
-    );
-    assert_close(
-        "nll",
-        &[sums.nll / tokens as f64],
-        &to_f64(&fx.f32s("out.nll")),
-        1e-6,
-        1e-6,
-    );
+    assert_close("loss", &[sums.loss / tokens as f64], &to_f64(&fx.f32s("out.loss")), 1e-6, 1e-6);
+    assert_close("nll", &[sums.nll / tokens as f64], &to_f64(&fx.f32s("out.nll")), 1e-6, 1e-6);
 
     // Every gradient.
     let mut grads = vec![0f32; params.len()];
@@ -181,11 +119,7 @@ fn golden(file: &str) {
     check_tensors("grad", &c, &grads, &want, 0.0, 3e-5, is_key_bias);
     let layout = transformer::params::ParamLayout::new(&c);
     for e in layout.entries().iter().filter(|e| is_key_bias(&e.name)) {
-        assert!(
-            grads[e.range()].iter().all(|g| g.abs() < 1e-6),
-            "{}: gradient should be ~0",
-            e.name
-        );
+        assert!(grads[e.range()].iter().all(|g| g.abs() < 1e-6), "{}: gradient should be ~0", e.name);
     }
 
     // Five Adam steps with Eq. 3 (warmup and lr_scale from the fixture), no dropout.
@@ -197,20 +131,9 @@ fn golden(file: &str) {
     let mut trainer = Trainer::new(model, schedule, 0);
     let mut losses = Vec::new();
     for _ in 0..5 {
-        losses.push(
-            trainer
-                .train_step(std::slice::from_ref(&batch))
-                .unwrap()
-                .loss,
-        );
+        losses.push(trainer.train_step(std::slice::from_ref(&batch)).unwrap().loss);
     }
-    assert_close(
-        "adam losses",
-        &losses,
-        &to_f64(&fx.f32s("adam.losses")),
-        1e-5,
-        1e-5,
-    );
+    assert_close("adam losses", &losses, &to_f64(&fx.f32s("adam.losses")), 1e-5, 1e-5);
     // Adam's step is scale-invariant, so an element whose gradient is only rounding noise moves by a
     // fraction of lr (≈ 0.04 here) differently in f32 and f64. Such elements exist beyond the key
     // biases: a softmax ignores score shifts shared by all keys, and the LayerNorm outputs that feed
@@ -219,27 +142,12 @@ fn golden(file: &str) {
     // tensor's median error within 1e-6 (anything systematic moves the median by O(lr); the few
     // ill-conditioned elements cannot). The key biases are left out.
     let after = fx.flat(&c, "after.");
-    check_tensors(
-        "after 5 Adam steps",
-        &c,
-        &trainer.model.params,
-        &after,
-        1e-3,
-        0.0,
-        is_key_bias,
-    );
+    check_tensors("after 5 Adam steps", &c, &trainer.model.params, &after, 1e-3, 0.0, is_key_bias);
     for e in layout.entries().iter().filter(|e| !is_key_bias(&e.name)) {
-        let mut errs: Vec<f32> = e
-            .range()
-            .map(|i| (trainer.model.params[i] - after[i]).abs())
-            .collect();
+        let mut errs: Vec<f32> = e.range().map(|i| (trainer.model.params[i] - after[i]).abs()).collect();
         errs.sort_by(|a, b| a.partial_cmp(b).unwrap());
         let median = errs[errs.len() / 2];
-        assert!(
-            median <= 1e-6,
-            "after 5 Adam steps {}: median error {median:e} > 1e-6",
-            e.name
-        );
+        assert!(median <= 1e-6, "after 5 Adam steps {}: median error {median:e} > 1e-6", e.name);
     }
 }
 

@@ -17,37 +17,27 @@ const RTOL: f64 = 1e-6;
 fn linear() {
     let mut rng = Rng::new(1);
     let (m, n, k) = (3, 5, 7);
-    let (x, w, b) = (
-        rand_vec(&mut rng, m * k, 1.0),
-        rand_vec(&mut rng, n * k, 1.0),
-        rand_vec(&mut rng, n, 1.0),
-    );
+    let (x, w, b) = (rand_vec(&mut rng, m * k, 1.0), rand_vec(&mut rng, n * k, 1.0), rand_vec(&mut rng, n, 1.0));
     let g = rand_vec(&mut rng, m * n, 1.0);
     let (dx, dw, db) = r::linear_backward(&g, &x, &w, m, n, k);
     assert_close(
         "dx",
         &dx,
-        &numeric_grad(&x, H, |x| {
-            weighted_sum(&r::linear_forward(x, &w, &b, m, n, k), &g)
-        }),
+        &numeric_grad(&x, H, |x| weighted_sum(&r::linear_forward(x, &w, &b, m, n, k), &g)),
         ATOL,
         RTOL,
     );
     assert_close(
         "dw",
         &dw,
-        &numeric_grad(&w, H, |w| {
-            weighted_sum(&r::linear_forward(&x, w, &b, m, n, k), &g)
-        }),
+        &numeric_grad(&w, H, |w| weighted_sum(&r::linear_forward(&x, w, &b, m, n, k), &g)),
         ATOL,
         RTOL,
     );
     assert_close(
         "db",
         &db,
-        &numeric_grad(&b, H, |b| {
-            weighted_sum(&r::linear_forward(&x, &w, b, m, n, k), &g)
-        }),
+        &numeric_grad(&b, H, |b| weighted_sum(&r::linear_forward(&x, &w, b, m, n, k), &g)),
         ATOL,
         RTOL,
     );
@@ -61,47 +51,18 @@ fn residual_layer_norm_with_dropout() {
     let y = rand_vec(&mut rng, m * d, 1.0);
     let gamma: Vec<f64> = rand_vec(&mut rng, d, 0.5).iter().map(|v| v + 1.0).collect();
     let beta = rand_vec(&mut rng, d, 0.5);
-    let mask: Vec<f64> = (0..m * d)
-        .map(|_| if rng.uniform() < 0.3 { 0.0 } else { 1.0 / 0.7 })
-        .collect();
+    let mask: Vec<f64> = (0..m * d).map(|_| if rng.uniform() < 0.3 { 0.0 } else { 1.0 / 0.7 }).collect();
     let g = rand_vec(&mut rng, m * d, 1.0);
     let eps = 1e-6;
     let f = |x: &[f64], y: &[f64], ga: &[f64], be: &[f64]| {
-        weighted_sum(
-            &r::residual_layer_norm_forward(x, y, Some(&mask), ga, be, eps).0,
-            &g,
-        )
+        weighted_sum(&r::residual_layer_norm_forward(x, y, Some(&mask), ga, be, eps).0, &g)
     };
     let (_, saved) = r::residual_layer_norm_forward(&x, &y, Some(&mask), &gamma, &beta, eps);
     let (dx, dy, dg, db) = r::residual_layer_norm_backward(&g, &saved, Some(&mask), &gamma);
-    assert_close(
-        "dx",
-        &dx,
-        &numeric_grad(&x, H, |v| f(v, &y, &gamma, &beta)),
-        ATOL,
-        RTOL,
-    );
-    assert_close(
-        "dy",
-        &dy,
-        &numeric_grad(&y, H, |v| f(&x, v, &gamma, &beta)),
-        ATOL,
-        RTOL,
-    );
-    assert_close(
-        "dgamma",
-        &dg,
-        &numeric_grad(&gamma, H, |v| f(&x, &y, v, &beta)),
-        ATOL,
-        RTOL,
-    );
-    assert_close(
-        "dbeta",
-        &db,
-        &numeric_grad(&beta, H, |v| f(&x, &y, &gamma, v)),
-        ATOL,
-        RTOL,
-    );
+    assert_close("dx", &dx, &numeric_grad(&x, H, |v| f(v, &y, &gamma, &beta)), ATOL, RTOL);
+    assert_close("dy", &dy, &numeric_grad(&y, H, |v| f(&x, v, &gamma, &beta)), ATOL, RTOL);
+    assert_close("dgamma", &dg, &numeric_grad(&gamma, H, |v| f(&x, &y, v, &beta)), ATOL, RTOL);
+    assert_close("dbeta", &db, &numeric_grad(&beta, H, |v| f(&x, &y, &gamma, v)), ATOL, RTOL);
 }
 
 fn check_attention(d: AttnDims, key_lens: &[usize], causal: bool, dropout: bool, seed: u64) {
@@ -109,103 +70,33 @@ fn check_attention(d: AttnDims, key_lens: &[usize], causal: bool, dropout: bool,
     let q = rand_vec(&mut rng, d.b * d.t * d.h * d.k, 1.0);
     let k = rand_vec(&mut rng, d.b * d.s * d.h * d.k, 1.0);
     let v = rand_vec(&mut rng, d.b * d.s * d.h * d.v, 1.0);
-    let mask: Option<Vec<f64>> = dropout.then(|| {
-        (0..d.b * d.h * d.t * d.s)
-            .map(|_| {
-                if rng.uniform() < 0.25 {
-                    0.0
-                } else {
-                    1.0 / 0.75
-                }
-            })
-            .collect()
-    });
+    let mask: Option<Vec<f64>> = dropout
+        .then(|| (0..d.b * d.h * d.t * d.s).map(|_| if rng.uniform() < 0.25 { 0.0 } else { 1.0 / 0.75 }).collect());
     let mask = mask.as_deref();
     let g = rand_vec(&mut rng, d.b * d.t * d.h * d.v, 1.0);
-    let f = |q: &[f64], k: &[f64], v: &[f64]| {
-        weighted_sum(
-            &r::attention_forward(q, k, v, key_lens, causal, mask, d).0,
-            &g,
-        )
-    };
+    let f =
+        |q: &[f64], k: &[f64], v: &[f64]| weighted_sum(&r::attention_forward(q, k, v, key_lens, causal, mask, d).0, &g);
     let (_, probs) = r::attention_forward(&q, &k, &v, key_lens, causal, mask, d);
     let (dq, dk, dv) = r::attention_backward(&g, &probs, &q, &k, &v, key_lens, causal, mask, d);
-    assert_close(
-        "dq",
-        &dq,
-        &numeric_grad(&q, H, |x| f(x, &k, &v)),
-        ATOL,
-        RTOL,
-    );
-    assert_close(
-        "dk",
-        &dk,
-        &numeric_grad(&k, H, |x| f(&q, x, &v)),
-        ATOL,
-        RTOL,
-    );
-    assert_close(
-        "dv",
-        &dv,
-        &numeric_grad(&v, H, |x| f(&q, &k, x)),
-        ATOL,
-        RTOL,
-    );
+    assert_close("dq", &dq, &numeric_grad(&q, H, |x| f(x, &k, &v)), ATOL, RTOL);
+    assert_close("dk", &dk, &numeric_grad(&k, H, |x| f(&q, x, &v)), ATOL, RTOL);
+    assert_close("dv", &dv, &numeric_grad(&v, H, |x| f(&q, &k, x)), ATOL, RTOL);
 }
 
 #[test]
 fn attention_padding_mask() {
     // Sentence 1 has no valid key at all: its queries must get zero output and gradient.
-    check_attention(
-        AttnDims {
-            b: 3,
-            h: 2,
-            t: 3,
-            s: 4,
-            k: 5,
-            v: 3,
-        },
-        &[4, 0, 2],
-        false,
-        false,
-        3,
-    );
+    check_attention(AttnDims { b: 3, h: 2, t: 3, s: 4, k: 5, v: 3 }, &[4, 0, 2], false, false, 3);
 }
 
 #[test]
 fn attention_causal() {
-    check_attention(
-        AttnDims {
-            b: 2,
-            h: 2,
-            t: 4,
-            s: 4,
-            k: 3,
-            v: 5,
-        },
-        &[4, 3],
-        true,
-        false,
-        4,
-    );
+    check_attention(AttnDims { b: 2, h: 2, t: 4, s: 4, k: 3, v: 5 }, &[4, 3], true, false, 4);
 }
 
 #[test]
 fn attention_with_dropout() {
-    check_attention(
-        AttnDims {
-            b: 2,
-            h: 3,
-            t: 3,
-            s: 5,
-            k: 4,
-            v: 2,
-        },
-        &[5, 3],
-        false,
-        true,
-        5,
-    );
+    check_attention(AttnDims { b: 2, h: 3, t: 3, s: 5, k: 4, v: 2 }, &[5, 3], false, true, 5);
 }
 
 #[test]
@@ -217,10 +108,7 @@ fn softmax_cross_entropy_label_smoothed() {
     let (_, _, grad) = r::softmax_xent(&z, &targets, 0, 0.1, v);
     let num = numeric_grad(&z, H, |z| r::softmax_xent(z, &targets, 0, 0.1, v).0);
     assert_close("dlogits", &grad, &num, ATOL, RTOL);
-    assert!(
-        grad[v..2 * v].iter().all(|&g| g == 0.0),
-        "padding row must have zero gradient"
-    );
+    assert!(grad[v..2 * v].iter().all(|&g| g == 0.0), "padding row must have zero gradient");
 }
 
 #[test]
@@ -230,23 +118,15 @@ fn embedding_scaled_with_positions_and_dropout() {
     let tokens = [1u32, 5, 5, 0, 8, 2, 5, 3];
     let table = rand_vec(&mut rng, vocab * d, 1.0);
     let pos = rand_vec(&mut rng, 6 * d, 1.0);
-    let mask: Vec<f64> = (0..b * seq * d)
-        .map(|_| if rng.uniform() < 0.2 { 0.0 } else { 1.25 })
-        .collect();
+    let mask: Vec<f64> = (0..b * seq * d).map(|_| if rng.uniform() < 0.2 { 0.0 } else { 1.25 }).collect();
     let g = rand_vec(&mut rng, b * seq * d, 1.0);
     let scale = (d as f64).sqrt();
     let (dt, dp) = r::embedding_backward(&g, &tokens, vocab, 6, seq, d, scale, Some(&mask));
     let nt = numeric_grad(&table, H, |t| {
-        weighted_sum(
-            &r::embedding_forward(&tokens, t, &pos, seq, d, scale, Some(&mask)),
-            &g,
-        )
+        weighted_sum(&r::embedding_forward(&tokens, t, &pos, seq, d, scale, Some(&mask)), &g)
     });
     let np = numeric_grad(&pos, H, |p| {
-        weighted_sum(
-            &r::embedding_forward(&tokens, &table, p, seq, d, scale, Some(&mask)),
-            &g,
-        )
+        weighted_sum(&r::embedding_forward(&tokens, &table, p, seq, d, scale, Some(&mask)), &g)
     });
     assert_close("dtable", &dt, &nt, ATOL, RTOL);
     assert_close("dpositions", &dp, &np, ATOL, RTOL);
@@ -256,10 +136,7 @@ fn embedding_scaled_with_positions_and_dropout() {
 fn relu() {
     let mut rng = Rng::new(8);
     // Keep inputs away from the kink at 0, where the derivative is undefined.
-    let x: Vec<f64> = rand_vec(&mut rng, 20, 1.0)
-        .iter()
-        .map(|v| if v.abs() < 0.1 { v + 0.2 } else { *v })
-        .collect();
+    let x: Vec<f64> = rand_vec(&mut rng, 20, 1.0).iter().map(|v| if v.abs() < 0.1 { v + 0.2 } else { *v }).collect();
     let g = rand_vec(&mut rng, 20, 1.0);
     let h = r::relu_forward(&x);
     assert_close(
@@ -278,10 +155,6 @@ fn adam_first_step_closed_form() {
     let g = vec![0.3, -0.01, 2.0];
     let (mut m, mut v) = (vec![0.0; 3], vec![0.0; 3]);
     r::adam_update(&mut p, &g, &mut m, &mut v, 0.9, 0.98, 1e-9, 0.01, 1);
-    let want: Vec<f64> = [1.0, -2.0, 0.5]
-        .iter()
-        .zip(&g)
-        .map(|(p, g)| p - 0.01 * g / (g.abs() + 1e-9))
-        .collect();
+    let want: Vec<f64> = [1.0, -2.0, 0.5].iter().zip(&g).map(|(p, g)| p - 0.01 * g / (g.abs() + 1e-9)).collect();
     assert_close("adam", &p, &want, 1e-12, 1e-12);
 }

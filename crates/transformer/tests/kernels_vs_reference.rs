@@ -6,9 +6,7 @@
 
 mod common;
 use common::*;
-use transformer::kernels::cpu::{
-    adam, attention, elementwise, embedding, layer_norm, matmul, softmax_xent,
-};
+use transformer::kernels::cpu::{adam, attention, elementwise, embedding, layer_norm, matmul, softmax_xent};
 use transformer::kernels::reference as r;
 use transformer::kernels::AttnDims;
 use transformer::rng::{DropoutMask, Rng};
@@ -28,45 +26,13 @@ fn matmul_all_transpositions_and_accumulate() {
         let b = rand_vec(&mut rng, k * n, 1.0);
         let c0 = rand_vec(&mut rng, m * n, 1.0);
         let want = r::matmul(&a, &b, m, n, k);
-        for (op_a, a_st) in [
-            (matmul::Op::N, a.clone()),
-            (matmul::Op::T, r::transpose(&a, m, k)),
-        ] {
-            for (op_b, b_st) in [
-                (matmul::Op::N, b.clone()),
-                (matmul::Op::T, r::transpose(&b, k, n)),
-            ] {
+        for (op_a, a_st) in [(matmul::Op::N, a.clone()), (matmul::Op::T, r::transpose(&a, m, k))] {
+            for (op_b, b_st) in [(matmul::Op::N, b.clone()), (matmul::Op::T, r::transpose(&b, k, n))] {
                 let mut c = to_f32(&c0);
-                matmul::matmul(
-                    &mut c,
-                    &to_f32(&a_st),
-                    op_a,
-                    &to_f32(&b_st),
-                    op_b,
-                    m,
-                    n,
-                    k,
-                    false,
-                );
-                assert_close(
-                    &format!("{m}x{n}x{k} {op_a:?}{op_b:?}"),
-                    &to_f64(&c),
-                    &want,
-                    ATOL,
-                    RTOL,
-                );
+                matmul::matmul(&mut c, &to_f32(&a_st), op_a, &to_f32(&b_st), op_b, m, n, k, false);
+                assert_close(&format!("{m}x{n}x{k} {op_a:?}{op_b:?}"), &to_f64(&c), &want, ATOL, RTOL);
                 let mut c = to_f32(&c0);
-                matmul::matmul(
-                    &mut c,
-                    &to_f32(&a_st),
-                    op_a,
-                    &to_f32(&b_st),
-                    op_b,
-                    m,
-                    n,
-                    k,
-                    true,
-                );
+                matmul::matmul(&mut c, &to_f32(&a_st), op_a, &to_f32(&b_st), op_b, m, n, k, true);
                 let acc: Vec<f64> = want.iter().zip(&c0).map(|(w, c)| w + c).collect();
                 assert_close("accumulate", &to_f64(&c), &acc, ATOL, RTOL);
             }
@@ -78,20 +44,10 @@ fn matmul_all_transpositions_and_accumulate() {
 fn linear_forward_backward() {
     let mut rng = Rng::new(11);
     let (m, n, k) = (19, 23, 37);
-    let (x, w, b) = (
-        rand_vec(&mut rng, m * k, 1.0),
-        rand_vec(&mut rng, n * k, 1.0),
-        rand_vec(&mut rng, n, 1.0),
-    );
+    let (x, w, b) = (rand_vec(&mut rng, m * k, 1.0), rand_vec(&mut rng, n * k, 1.0), rand_vec(&mut rng, n, 1.0));
     let mut y = vec![0f32; m * n];
     matmul::linear_forward(&mut y, &to_f32(&x), &to_f32(&w), Some(&to_f32(&b)), m, n, k);
-    assert_close(
-        "y",
-        &to_f64(&y),
-        &r::linear_forward(&x, &w, &b, m, n, k),
-        ATOL,
-        RTOL,
-    );
+    assert_close("y", &to_f64(&y), &r::linear_forward(&x, &w, &b, m, n, k), ATOL, RTOL);
     let g = rand_vec(&mut rng, m * n, 1.0);
     let (dx, dw, db) = r::linear_backward(&g, &x, &w, m, n, k);
     let (mut fdx, mut fdw, mut fdb) = (vec![0f32; m * k], vec![0f32; n * k], vec![0f32; n]);
@@ -114,34 +70,18 @@ fn linear_forward_backward() {
 
 #[test]
 fn residual_layer_norm() {
-    for &(m, d, p, with_bias) in &[
-        (1, 1, 0.0, false),
-        (5, 13, 0.0, true),
-        (70, 37, 0.3, true),
-        (33, 512, 0.1, false),
-    ] {
+    for &(m, d, p, with_bias) in &[(1, 1, 0.0, false), (5, 13, 0.0, true), (70, 37, 0.3, true), (33, 512, 0.1, false)] {
         let mut rng = Rng::new(12 + d as u64);
-        let (x, y) = (
-            rand_vec(&mut rng, m * d, 2.0),
-            rand_vec(&mut rng, m * d, 2.0),
-        );
+        let (x, y) = (rand_vec(&mut rng, m * d, 2.0), rand_vec(&mut rng, m * d, 2.0));
         let bias = rand_vec(&mut rng, d, 1.0);
         let gamma: Vec<f64> = rand_vec(&mut rng, d, 0.5).iter().map(|v| v + 1.0).collect();
         let beta = rand_vec(&mut rng, d, 0.5);
         let dm = (p > 0.0).then(|| DropoutMask::new(p, 9, 3, 77));
         let mask = mask_array(dm, m * d);
         // The fused kernel adds the sub-layer bias to y; the reference takes y + b.
-        let yb: Vec<f64> = (0..m * d)
-            .map(|i| y[i] + if with_bias { bias[i % d] } else { 0.0 })
-            .collect();
-        let (want, saved) =
-            r::residual_layer_norm_forward(&x, &yb, mask.as_deref(), &gamma, &beta, 1e-6);
-        let (mut out, mut s, mut mean, mut rstd) = (
-            vec![0f32; m * d],
-            vec![0f32; m * d],
-            vec![0f32; m],
-            vec![0f32; m],
-        );
+        let yb: Vec<f64> = (0..m * d).map(|i| y[i] + if with_bias { bias[i % d] } else { 0.0 }).collect();
+        let (want, saved) = r::residual_layer_norm_forward(&x, &yb, mask.as_deref(), &gamma, &beta, 1e-6);
+        let (mut out, mut s, mut mean, mut rstd) = (vec![0f32; m * d], vec![0f32; m * d], vec![0f32; m], vec![0f32; m]);
         let bias32 = to_f32(&bias);
         let yb32 = with_bias.then_some(&bias32[..]);
         layer_norm::residual_layer_norm_forward(
@@ -187,15 +127,8 @@ fn residual_layer_norm() {
         let db: Vec<f64> = db.iter().map(|v| v - 0.5).collect();
         assert_close("ln dgamma", &to_f64(&fdg), &dg, 1e-5, 1e-4);
         assert_close("ln dbeta", &to_f64(&fdb), &db, 1e-5, 1e-4);
-        let want_dbias: Vec<f64> = (0..d)
-            .map(|j| {
-                0.25 + if with_bias {
-                    (0..m).map(|i| dy[i * d + j]).sum::<f64>()
-                } else {
-                    0.0
-                }
-            })
-            .collect();
+        let want_dbias: Vec<f64> =
+            (0..d).map(|j| 0.25 + if with_bias { (0..m).map(|i| dy[i * d + j]).sum::<f64>() } else { 0.0 }).collect();
         assert_close("ln dbias", &to_f64(&fdbias), &want_dbias, 1e-5, 1e-4);
     }
 }
@@ -217,9 +150,7 @@ fn bias_relu_matches_reference() {
     let mut partials = vec![f32::NAN; m.div_ceil(transformer::kernels::cpu::ROW_BLOCK) * f];
     elementwise::bias_relu_backward(&mut dh, &h, &mut db, &mut partials);
     assert_close("bias relu dh", &to_f64(&dh), &dh_want, 0.0, 1e-7);
-    let db_want: Vec<f64> = (0..f)
-        .map(|j| 1.0 + (0..m).map(|i| dh_want[i * f + j]).sum::<f64>())
-        .collect();
+    let db_want: Vec<f64> = (0..f).map(|j| 1.0 + (0..m).map(|i| dh_want[i * f + j]).sum::<f64>()).collect();
     assert_close("bias relu db", &to_f64(&db), &db_want, 1e-5, 1e-5);
 }
 
@@ -234,8 +165,7 @@ fn check_attention(d: AttnDims, key_lens: &[usize], causal: bool, p: f32, fused:
     let mask = mask_array(dm, d.b * d.h * d.t * d.s);
     let (want, probs) = r::attention_forward(&q, &k, &v, key_lens, causal, mask.as_deref(), d);
     let g = rand_vec(&mut rng, d.b * d.t * hv, 1.0);
-    let (dq, dk, dv) =
-        r::attention_backward(&g, &probs, &q, &k, &v, key_lens, causal, mask.as_deref(), d);
+    let (dq, dk, dv) = r::attention_backward(&g, &probs, &q, &k, &v, key_lens, causal, mask.as_deref(), d);
 
     let mut out = vec![0f32; d.b * d.t * hv];
     let mut fprobs = vec![0f32; d.b * d.h * d.t * d.s];
@@ -255,11 +185,7 @@ fn check_attention(d: AttnDims, key_lens: &[usize], causal: bool, p: f32, fused:
                 qkv[r_ * ld + 2 * hk + c] = v[r_ * hv + c] as f32;
             }
         }
-        let heads = |off| attention::Heads {
-            data: &qkv,
-            ld,
-            off,
-        };
+        let heads = |off| attention::Heads { data: &qkv, ld, off };
         attention::attention_forward(
             &mut out,
             &mut fprobs,
@@ -273,11 +199,7 @@ fn check_attention(d: AttnDims, key_lens: &[usize], causal: bool, p: f32, fused:
         );
         let mut dqkv = vec![f32::NAN; d.b * d.t * ld];
         attention::attention_backward(
-            attention::AttnGrads::Fused {
-                dqkv: &mut dqkv,
-                ld,
-                offs: [0, hk, 2 * hk],
-            },
+            attention::AttnGrads::Fused { dqkv: &mut dqkv, ld, offs: [0, hk, 2 * hk] },
             &mut ds,
             &g32,
             &fprobs,
@@ -311,27 +233,9 @@ fn check_attention(d: AttnDims, key_lens: &[usize], causal: bool, p: f32, fused:
                 })
                 .collect(),
         );
-        let qh = attention::Heads {
-            data: &q32,
-            ld: hk,
-            off: 0,
-        };
-        let kvh = |off| attention::Heads {
-            data: &kv32,
-            ld: hk + hv,
-            off,
-        };
-        attention::attention_forward(
-            &mut out,
-            &mut fprobs,
-            qh,
-            kvh(0),
-            kvh(hk),
-            key_lens,
-            causal,
-            dm,
-            d,
-        );
+        let qh = attention::Heads { data: &q32, ld: hk, off: 0 };
+        let kvh = |off| attention::Heads { data: &kv32, ld: hk + hv, off };
+        attention::attention_forward(&mut out, &mut fprobs, qh, kvh(0), kvh(hk), key_lens, causal, dm, d);
         let mut fdq = vec![f32::NAN; d.b * d.t * hk];
         let mut fdkv = vec![f32::NAN; d.b * d.s * (hk + hv)];
         attention::attention_backward(
@@ -373,112 +277,28 @@ fn check_attention(d: AttnDims, key_lens: &[usize], causal: bool, p: f32, fused:
 
 #[test]
 fn attention_self_fused_causal_with_padding() {
-    check_attention(
-        AttnDims {
-            b: 3,
-            h: 3,
-            t: 7,
-            s: 7,
-            k: 13,
-            v: 5,
-        },
-        &[7, 4, 0],
-        true,
-        0.0,
-        true,
-        20,
-    );
+    check_attention(AttnDims { b: 3, h: 3, t: 7, s: 7, k: 13, v: 5 }, &[7, 4, 0], true, 0.0, true, 20);
 }
 
 #[test]
 fn attention_self_fused_dropout() {
-    check_attention(
-        AttnDims {
-            b: 2,
-            h: 2,
-            t: 5,
-            s: 5,
-            k: 8,
-            v: 8,
-        },
-        &[5, 2],
-        false,
-        0.2,
-        true,
-        21,
-    );
+    check_attention(AttnDims { b: 2, h: 2, t: 5, s: 5, k: 8, v: 8 }, &[5, 2], false, 0.2, true, 21);
 }
 
 #[test]
 fn attention_self_fused_causal_dropout() {
-    check_attention(
-        AttnDims {
-            b: 3,
-            h: 2,
-            t: 6,
-            s: 6,
-            k: 7,
-            v: 5,
-        },
-        &[6, 4, 1],
-        true,
-        0.3,
-        true,
-        25,
-    );
+    check_attention(AttnDims { b: 3, h: 2, t: 6, s: 6, k: 7, v: 5 }, &[6, 4, 1], true, 0.3, true, 25);
 }
 
 #[test]
 fn attention_cross_split() {
-    check_attention(
-        AttnDims {
-            b: 4,
-            h: 2,
-            t: 3,
-            s: 9,
-            k: 17,
-            v: 6,
-        },
-        &[9, 1, 0, 5],
-        false,
-        0.0,
-        false,
-        22,
-    );
+    check_attention(AttnDims { b: 4, h: 2, t: 3, s: 9, k: 17, v: 6 }, &[9, 1, 0, 5], false, 0.0, false, 22);
 }
 
 #[test]
 fn attention_single_query_and_wide_heads() {
-    check_attention(
-        AttnDims {
-            b: 2,
-            h: 8,
-            t: 1,
-            s: 6,
-            k: 64,
-            v: 64,
-        },
-        &[6, 3],
-        false,
-        0.1,
-        false,
-        23,
-    );
-    check_attention(
-        AttnDims {
-            b: 1,
-            h: 1,
-            t: 1,
-            s: 1,
-            k: 1,
-            v: 1,
-        },
-        &[1],
-        true,
-        0.0,
-        true,
-        24,
-    );
+    check_attention(AttnDims { b: 2, h: 8, t: 1, s: 6, k: 64, v: 64 }, &[6, 3], false, 0.1, false, 23);
+    check_attention(AttnDims { b: 1, h: 1, t: 1, s: 1, k: 1, v: 1 }, &[1], true, 0.0, true, 24);
 }
 
 #[test]
@@ -486,21 +306,11 @@ fn softmax_xent_matches_reference() {
     let mut rng = Rng::new(30);
     for &(m, v, eps) in &[(6, 37, 0.1f32), (4, 1000, 0.0), (3, 5, 0.2)] {
         let z = rand_vec(&mut rng, m * v, 4.0);
-        let targets: Vec<u32> = (0..m)
-            .map(|i| {
-                if i == 1 {
-                    0
-                } else {
-                    1 + rng.below(v as u64 - 1) as u32
-                }
-            })
-            .collect();
+        let targets: Vec<u32> = (0..m).map(|i| if i == 1 { 0 } else { 1 + rng.below(v as u64 - 1) as u32 }).collect();
         let (loss, nll, grad) = r::softmax_xent(&z, &targets, 0, eps as f64, v);
         let mut z32 = to_f32(&z);
         let (mut rl, mut rn) = (vec![0f32; m], vec![0f32; m]);
-        let sums = softmax_xent::softmax_xent_forward_backward(
-            &mut z32, &mut rl, &mut rn, &targets, 0, eps, 0.5, v,
-        );
+        let sums = softmax_xent::softmax_xent_forward_backward(&mut z32, &mut rl, &mut rn, &targets, 0, eps, 0.5, v);
         assert_eq!(sums.tokens, m - 1);
         assert_close("loss", &[sums.loss], &[loss], 1e-5, 1e-6);
         assert_close("nll", &[sums.nll], &[nll], 1e-5, 1e-6);
@@ -516,16 +326,7 @@ fn label_smoothing_zero_is_nll() {
     let z = to_f32(&rand_vec(&mut rng, m * v, 3.0));
     let targets = [5u32, 9, 0, 49, 4];
     let (mut rl, mut rn) = (vec![0f32; m], vec![0f32; m]);
-    let sums = softmax_xent::softmax_xent_forward_backward(
-        &mut z.clone(),
-        &mut rl,
-        &mut rn,
-        &targets,
-        0,
-        0.0,
-        1.0,
-        v,
-    );
+    let sums = softmax_xent::softmax_xent_forward_backward(&mut z.clone(), &mut rl, &mut rn, &targets, 0, 0.0, 1.0, v);
     assert_eq!(sums.loss, sums.nll);
     let direct: f64 = targets
         .iter()
@@ -544,15 +345,8 @@ fn label_smoothing_zero_is_nll() {
 fn embedding_matches_reference() {
     let mut rng = Rng::new(40);
     for &(vocab, d, seq, b, p) in &[(11, 70, 3, 4, 0.1f32), (5, 3, 1, 2, 0.0)] {
-        let tokens: Vec<u32> = (0..b * seq)
-            .map(|i| {
-                if i % 3 == 0 {
-                    2
-                } else {
-                    rng.below(vocab as u64) as u32
-                }
-            })
-            .collect();
+        let tokens: Vec<u32> =
+            (0..b * seq).map(|i| if i % 3 == 0 { 2 } else { rng.below(vocab as u64) as u32 }).collect();
         let table = rand_vec(&mut rng, vocab * d, 1.0);
         let pos = rand_vec(&mut rng, (seq + 2) * d, 1.0);
         let dm = (p > 0.0).then(|| DropoutMask::new(p, 1, 2, 3));
@@ -560,31 +354,12 @@ fn embedding_matches_reference() {
         let scale = (d as f64).sqrt();
         let want = r::embedding_forward(&tokens, &table, &pos, seq, d, scale, mask.as_deref());
         let mut out = vec![0f32; b * seq * d];
-        embedding::embedding_forward(
-            &mut out,
-            &tokens,
-            &to_f32(&table),
-            &to_f32(&pos),
-            seq,
-            d,
-            scale as f32,
-            dm,
-        );
+        embedding::embedding_forward(&mut out, &tokens, &to_f32(&table), &to_f32(&pos), seq, d, scale as f32, dm);
         assert_close("emb fwd", &to_f64(&out), &want, ATOL, RTOL);
         let g = rand_vec(&mut rng, b * seq * d, 1.0);
-        let (dt, dp) =
-            r::embedding_backward(&g, &tokens, vocab, seq + 2, seq, d, scale, mask.as_deref());
+        let (dt, dp) = r::embedding_backward(&g, &tokens, vocab, seq + 2, seq, d, scale, mask.as_deref());
         let (mut fdt, mut fdp) = (vec![0f32; vocab * d], vec![0f32; (seq + 2) * d]);
-        embedding::embedding_backward(
-            &mut fdt,
-            Some(&mut fdp),
-            &to_f32(&g),
-            &tokens,
-            seq,
-            d,
-            scale as f32,
-            dm,
-        );
+        embedding::embedding_backward(&mut fdt, Some(&mut fdp), &to_f32(&g), &tokens, seq, d, scale as f32, dm);
         assert_close("emb dtable", &to_f64(&fdt), &dt, ATOL, RTOL);
         assert_close("emb dpos", &to_f64(&fdp), &dp, ATOL, RTOL);
     }
@@ -600,13 +375,7 @@ fn relu_matches_reference() {
     let g = rand_vec(&mut rng, 10_000, 1.0);
     let mut dh = to_f32(&g);
     elementwise::relu_backward(&mut dh, &h);
-    assert_close(
-        "drelu",
-        &to_f64(&dh),
-        &r::relu_backward(&g, &r::relu_forward(&x)),
-        0.0,
-        1e-7,
-    );
+    assert_close("drelu", &to_f64(&dh), &r::relu_backward(&g, &r::relu_forward(&x)), 0.0, 1e-7);
 }
 
 #[test]
@@ -616,9 +385,7 @@ fn column_sum_matches_reference() {
     let dy = rand_vec(&mut rng, m * n, 1.0);
     let mut db = vec![1f32; n];
     elementwise::column_sum_add(&mut db, &to_f32(&dy), n);
-    let want: Vec<f64> = (0..n)
-        .map(|j| 1.0 + (0..m).map(|i| dy[i * n + j]).sum::<f64>())
-        .collect();
+    let want: Vec<f64> = (0..n).map(|j| 1.0 + (0..m).map(|i| dy[i * n + j]).sum::<f64>()).collect();
     assert_close("colsum", &to_f64(&db), &want, 1e-5, 1e-5);
 }
 
@@ -650,15 +417,7 @@ fn adam_matches_reference_over_steps() {
         let g = rand_vec(&mut rng, n, 0.1);
         let lr = 1e-3 * t as f64;
         r::adam_update(&mut p64, &g, &mut m64, &mut v64, 0.9, 0.98, 1e-9, lr, t);
-        adam::adam_update(
-            &mut p32,
-            &to_f32(&g),
-            &mut m32,
-            &mut v32,
-            adam::AdamConfig::paper(),
-            lr as f32,
-            t,
-        );
+        adam::adam_update(&mut p32, &to_f32(&g), &mut m32, &mut v32, adam::AdamConfig::paper(), lr as f32, t);
     }
     assert_close("adam params", &to_f64(&p32), &p64, 1e-6, 1e-5);
     assert_close("adam m", &to_f64(&m32), &m64, 1e-7, 1e-5);
@@ -668,12 +427,7 @@ fn adam_matches_reference_over_steps() {
 fn all_finite_detects_nan_and_inf_anywhere() {
     let mut x = vec![1.5f32; 200_003];
     assert!(elementwise::all_finite(&x));
-    for (i, bad) in [
-        (0, f32::NAN),
-        (70_001, f32::INFINITY),
-        (200_002, f32::NEG_INFINITY),
-        (17, f32::NAN),
-    ] {
+    for (i, bad) in [(0, f32::NAN), (70_001, f32::INFINITY), (200_002, f32::NEG_INFINITY), (17, f32::NAN)] {
         x[i] = bad;
         assert!(!elementwise::all_finite(&x), "missed {bad} at {i}");
         x[i] = 1.5;
@@ -684,17 +438,7 @@ fn all_finite_detects_nan_and_inf_anywhere() {
 #[test]
 #[should_panic(expected = "matmul: C has")]
 fn matmul_sizes_that_overflow_panic_instead_of_writing() {
-    matmul::matmul(
-        &mut [],
-        &[],
-        matmul::Op::N,
-        &[],
-        matmul::Op::N,
-        1 << 32,
-        1 << 32,
-        1 << 32,
-        false,
-    );
+    matmul::matmul(&mut [], &[], matmul::Op::N, &[], matmul::Op::N, 1 << 32, 1 << 32, 1 << 32, false);
 }
 
 #[test]
@@ -710,24 +454,9 @@ fn gemm_small_with_wrapping_stride_panics() {
 #[should_panic(expected = "view exceeds its buffer")]
 fn matref_with_wrapping_offset_panics() {
     let a = [1f32; 4];
-    let v = matmul::MatRef {
-        data: &a,
-        off: usize::MAX,
-        rows: 2,
-        cols: 2,
-        rs: 2,
-        cs: 1,
-    };
+    let v = matmul::MatRef { data: &a, off: usize::MAX, rows: 2, cols: 2, rs: 2, cs: 1 };
     let mut c = [0f32; 4];
-    matmul::gemm_small(
-        &mut c,
-        0,
-        2,
-        v,
-        matmul::MatRef::rows(&a, 0, 2, 2, 2),
-        1.0,
-        false,
-    );
+    matmul::gemm_small(&mut c, 0, 2, v, matmul::MatRef::rows(&a, 0, 2, 2, 2), 1.0, false);
 }
 
 /// A sequence length whose product with D wraps is refused before any raw-pointer write.
@@ -736,14 +465,5 @@ fn matref_with_wrapping_offset_panics() {
 fn embedding_scatter_with_wrapping_length_panics() {
     let mut table = [0f32; 8];
     let mut pos = [0f32; 0];
-    embedding::embedding_backward(
-        &mut table,
-        Some(&mut pos),
-        &[1.0, 1.0],
-        &[0],
-        1 << 63,
-        2,
-        1.0,
-        None,
-    );
+    embedding::embedding_backward(&mut table, Some(&mut pos), &[1.0, 1.0], &[0], 1 << 63, 2, 1.0, None);
 }

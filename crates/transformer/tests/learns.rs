@@ -11,11 +11,7 @@ fn reverse_task_reaches_99_percent() {
     let cfg = model_config(symbols);
     let mut trainer = Trainer::new(
         Transformer::new(cfg.clone(), 1).unwrap(),
-        Schedule {
-            d_model: 64,
-            warmup: 400,
-            lr_scale: 0.5,
-        },
+        Schedule { d_model: 64, warmup: 400, lr_scale: 0.5 },
         1,
     );
     let mut rng = Rng::new(2);
@@ -25,27 +21,10 @@ fn reverse_task_reaches_99_percent() {
         last = trainer.train_step(&[batch]).unwrap().loss;
     }
     // Held-out sentences from a different seed.
-    let held_out = Batch::from_pairs(&pairs(
-        Task::Reverse,
-        &mut Rng::new(99),
-        500,
-        symbols,
-        4,
-        12,
-    ));
-    trainer
-        .model
-        .forward(&held_out, &mut trainer.workspace, None)
-        .unwrap();
+    let held_out = Batch::from_pairs(&pairs(Task::Reverse, &mut Rng::new(99), 500, symbols, 4, 12));
+    trainer.model.forward(&held_out, &mut trainer.workspace, None).unwrap();
     let (ok, total) = token_accuracy(&trainer.workspace.logits, &held_out, cfg.vocab_size);
     let acc = ok as f64 / total as f64;
-    eprintln!(
-        "held-out token accuracy {:.2}% ({ok}/{total}), final training loss {last:.4}",
-        acc * 100.0
-    );
-    assert!(
-        acc >= 0.99,
-        "held-out token accuracy {:.2}% (final training loss {last:.4})",
-        acc * 100.0
-    );
+    eprintln!("held-out token accuracy {:.2}% ({ok}/{total}), final training loss {last:.4}", acc * 100.0);
+    assert!(acc >= 0.99, "held-out token accuracy {:.2}% (final training loss {last:.4})", acc * 100.0);
 }

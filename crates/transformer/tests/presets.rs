@@ -24,11 +24,9 @@ fn every_row_matches_the_papers_params_column() {
                 assert_eq!(count, *exact, "{name}");
                 assert!(rel < 0.07, "{name}: {count} vs paper {paper}M");
             }
-            None => assert!(
-                rel <= 0.05,
-                "{name}: {count} parameters vs the paper's {paper}M ({:.1}% off)",
-                rel * 100.0
-            ),
+            None => {
+                assert!(rel <= 0.05, "{name}: {count} parameters vs the paper's {paper}M ({:.1}% off)", rel * 100.0)
+            }
         }
         checked += 1;
     }
@@ -43,17 +41,11 @@ fn base_count_is_exact_by_hand() {
     let ffn = 2 * 512 * 2048 + 2048 + 512;
     let enc = attn + ffn + 2 * 1024;
     let dec = 2 * attn + ffn + 3 * 1024;
-    assert_eq!(
-        param_count(&ModelConfig::base()),
-        37000 * 512 + 6 * (enc + dec)
-    );
+    assert_eq!(param_count(&ModelConfig::base()), 37000 * 512 + 6 * (enc + dec));
     // Row B: d_k = 16 shrinks W^Q and W^K only (d_v stays 64).
     let b1 = ModelConfig::preset("b1").unwrap();
     let shrink = 2 * (512 * 512 + 512 - (512 * 128 + 128));
-    assert_eq!(
-        param_count(&b1),
-        param_count(&ModelConfig::base()) - 18 * shrink
-    );
+    assert_eq!(param_count(&b1), param_count(&ModelConfig::base()) - 18 * shrink);
 }
 
 #[test]
@@ -63,26 +55,8 @@ fn rows_differ_from_base_only_where_table_3_says() {
     assert_eq!((a1.n_heads, a1.d_k, a1.d_v), (1, 512, 512));
     let e = ModelConfig::preset("e").unwrap();
     assert_eq!(e.positions, transformer::Positions::Learned);
-    assert_eq!(
-        ModelConfig {
-            positions: base.positions,
-            ..e
-        },
-        base
-    );
+    assert_eq!(ModelConfig { positions: base.positions, ..e }, base);
     let big = ModelConfig::big();
-    assert_eq!(
-        (
-            big.n_layers,
-            big.d_model,
-            big.d_ff,
-            big.n_heads,
-            big.dropout
-        ),
-        (6, 1024, 4096, 16, 0.3)
-    );
-    assert!(ModelConfig::preset("z9")
-        .unwrap_err()
-        .to_string()
-        .contains("unknown preset 'z9'"));
+    assert_eq!((big.n_layers, big.d_model, big.d_ff, big.n_heads, big.dropout), (6, 1024, 4096, 16, 0.3));
+    assert!(ModelConfig::preset("z9").unwrap_err().to_string().contains("unknown preset 'z9'"));
 }

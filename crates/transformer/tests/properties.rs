@@ -8,12 +8,7 @@ use transformer::rng::Rng;
 use transformer::synthetic::{pairs, Task};
 use transformer::{Batch, DropoutCtx, ModelConfig, Positions, Transformer, Workspace, PAD};
 
-fn tiny(
-    dropout: f32,
-    attention_dropout: f32,
-    label_smoothing: f32,
-    positions: Positions,
-) -> ModelConfig {
+fn tiny(dropout: f32, attention_dropout: f32, label_smoothing: f32, positions: Positions) -> ModelConfig {
     ModelConfig {
         n_layers: 2,
         d_model: 20,
@@ -87,10 +82,7 @@ fn padding_changes_nothing() {
 fn backward_twice_doubles_gradients() {
     let model = Transformer::new(tiny(0.1, 0.1, 0.1, Positions::Learned), 4).unwrap();
     let batch = Batch::from_pairs(&sample_pairs(2, 4));
-    let ctx = Some(DropoutCtx {
-        seed: 5,
-        counter: 9,
-    });
+    let ctx = Some(DropoutCtx { seed: 5, counter: 9 });
     let mut ws = Workspace::new();
     let mut g = vec![0f32; model.params.len()];
     model.forward(&batch, &mut ws, ctx).unwrap();
@@ -162,21 +154,13 @@ fn dropout_backward_matches_finite_difference() {
         let mut model = Transformer::new(tiny(p, pa, 0.1, Positions::Learned), 7).unwrap();
         // Keep every ReLU unit active: a finite step that moves a pre-activation across 0 measures
         // the kink, not the gradient (seen here as errors of several percent in the tiny FFN).
-        let b1: Vec<_> = model
-            .layout
-            .entries()
-            .iter()
-            .filter(|e| e.name.ends_with("ffn.b_1"))
-            .map(|e| e.range())
-            .collect();
+        let b1: Vec<_> =
+            model.layout.entries().iter().filter(|e| e.name.ends_with("ffn.b_1")).map(|e| e.range()).collect();
         for r in b1 {
             model.params[r].fill(4.0);
         }
         let batch = Batch::from_pairs(&sample_pairs(5, 4));
-        let ctx = Some(DropoutCtx {
-            seed: 11,
-            counter: 3,
-        });
+        let ctx = Some(DropoutCtx { seed: 11, counter: 3 });
         let (_, g) = loss_and_grads(&model, &batch, ctx);
         // Per tensor, along that tensor's unit gradient the directional derivative is |g_tensor|,
         // large enough to stand above f32 noise; a wrong backward points g elsewhere and the true
@@ -194,11 +178,7 @@ fn dropout_backward_matches_finite_difference() {
         let mut checked = 0;
         let mut rng = Rng::new(17);
         for e in model.layout.entries() {
-            let norm = g[e.range()]
-                .iter()
-                .map(|&x| x as f64 * x as f64)
-                .sum::<f64>()
-                .sqrt();
+            let norm = g[e.range()].iter().map(|&x| x as f64 * x as f64).sum::<f64>().sqrt();
             if norm < 0.05 {
                 continue; // key biases (exactly 0) and unused position rows
             }
@@ -207,23 +187,14 @@ fn dropout_backward_matches_finite_difference() {
             // an error orthogonal to the gradient (along ĝ alone it would be second-order).
             let r: Vec<f64> = e.range().map(|_| rng.normal()).collect();
             let rn = r.iter().map(|x| x * x).sum::<f64>().sqrt();
-            let dir: Vec<(usize, f32)> = e
-                .range()
-                .zip(&r)
-                .map(|(i, ri)| (i, (g[i] as f64 / norm + ri / rn) as f32))
-                .collect();
+            let dir: Vec<(usize, f32)> =
+                e.range().zip(&r).map(|(i, ri)| (i, (g[i] as f64 / norm + ri / rn) as f32)).collect();
             let analytic: f64 = dir.iter().map(|&(i, d)| g[i] as f64 * d as f64).sum();
             let h = 1e-2;
             let numeric = (loss_at(&dir, h) - loss_at(&dir, -h)) / (2.0 * h as f64);
             // f32 losses of ~80 carry ~1e-5 rounding (~1e-3 in the quotient) and curvature adds
             // O(h²); a backward that ignored a dropout mask is off by O(norm).
-            assert_close(
-                &format!("{} slope p={p} pa={pa}", e.name),
-                &[numeric],
-                &[analytic],
-                3e-3,
-                3e-3,
-            );
+            assert_close(&format!("{} slope p={p} pa={pa}", e.name), &[numeric], &[analytic], 3e-3, 3e-3);
             checked += 1;
         }
         assert!(checked > 30, "only {checked} tensors checked");
@@ -236,14 +207,7 @@ fn deterministic_for_seed() {
     let batch = Batch::from_pairs(&sample_pairs(6, 5));
     let run = || {
         let model = Transformer::new(cfg.clone(), 9).unwrap();
-        loss_and_grads(
-            &model,
-            &batch,
-            Some(DropoutCtx {
-                seed: 1,
-                counter: 2,
-            }),
-        )
+        loss_and_grads(&model, &batch, Some(DropoutCtx { seed: 1, counter: 2 }))
     };
     let (a, ga) = run();
     let (b, gb) = run();
@@ -251,14 +215,7 @@ fn deterministic_for_seed() {
     assert!(ga == gb, "gradients differ between identical runs");
     // A different dropout counter gives different masks.
     let model = Transformer::new(cfg, 9).unwrap();
-    let (c, _) = loss_and_grads(
-        &model,
-        &batch,
-        Some(DropoutCtx {
-            seed: 1,
-            counter: 3,
-        }),
-    );
+    let (c, _) = loss_and_grads(&model, &batch, Some(DropoutCtx { seed: 1, counter: 3 }));
     assert_ne!(a.loss, c.loss);
 }
 
@@ -294,18 +251,8 @@ fn workspace_reuse_across_shapes_matches_fresh() {
     let mut shared = Workspace::new();
     let shapes = [(5, 1, 9), (1, 1, 1), (7, 3, 4), (2, 8, 8), (6, 2, 9)];
     for (k, &(n, lo, hi)) in shapes.iter().enumerate() {
-        let batch = Batch::from_pairs(&pairs(
-            Task::Reverse,
-            &mut Rng::new(k as u64),
-            n,
-            26,
-            lo,
-            hi,
-        ));
-        let ctx = Some(DropoutCtx {
-            seed: 3,
-            counter: k as u64,
-        });
+        let batch = Batch::from_pairs(&pairs(Task::Reverse, &mut Rng::new(k as u64), n, 26, lo, hi));
+        let ctx = Some(DropoutCtx { seed: 3, counter: k as u64 });
         let run = |ws: &mut Workspace| {
             let mut g = vec![0f32; model.params.len()];
             model.forward(&batch, ws, ctx).unwrap();
@@ -316,10 +263,7 @@ fn workspace_reuse_across_shapes_matches_fresh() {
         let (a, ga) = run(&mut shared);
         let (b, gb) = run(&mut Workspace::new());
         assert_eq!(a, b, "shape {k}");
-        assert!(
-            ga == gb,
-            "gradients differ for shape {k} with a reused workspace"
-        );
+        assert!(ga == gb, "gradients differ for shape {k} with a reused workspace");
     }
 }
 
@@ -331,12 +275,6 @@ fn batch_errors_are_clear() {
     let err = model.forward(&long, &mut ws, None).unwrap_err().to_string();
     assert!(err.contains("exceeds max_positions = 32"), "{err}");
     let bad_id = Batch::from_pairs(&[(vec![99], vec![6])]);
-    let err = model
-        .forward(&bad_id, &mut ws, None)
-        .unwrap_err()
-        .to_string();
-    assert!(
-        err.contains("token id 99 outside the vocabulary of 30"),
-        "{err}"
-    );
+    let err = model.forward(&bad_id, &mut ws, None).unwrap_err().to_string();
+    assert!(err.contains("token id 99 outside the vocabulary of 30"), "{err}");
 }

@@ -84,9 +84,7 @@ pub fn residual_layer_norm_forward(
 ) -> (Vec<f64>, LnSaved) {
     let d = gamma.len();
     let m = x.len() / d;
-    let s: Vec<f64> = (0..m * d)
-        .map(|i| x[i] + y[i] * mask.map_or(1.0, |mk| mk[i]))
-        .collect();
+    let s: Vec<f64> = (0..m * d).map(|i| x[i] + y[i] * mask.map_or(1.0, |mk| mk[i])).collect();
     let mut out = vec![0.0; m * d];
     let (mut mean, mut rstd) = (vec![0.0; m], vec![0.0; m]);
     for r in 0..m {
@@ -126,9 +124,7 @@ pub fn residual_layer_norm_backward(
             db[j] += dout[r * d + j];
         }
     }
-    let dy = (0..m * d)
-        .map(|i| dx[i] * mask.map_or(1.0, |mk| mk[i]))
-        .collect();
+    let dy = (0..m * d).map(|i| dx[i] * mask.map_or(1.0, |mk| mk[i])).collect();
     (dx, dy, dg, db)
 }
 
@@ -165,10 +161,7 @@ pub fn attention_forward(
                 let scores: Vec<f64> = (0..n)
                     .map(|j| {
                         (0..d.k)
-                            .map(|c| {
-                                q[(b * d.t + i) * hk + h * d.k + c]
-                                    * k[(b * d.s + j) * hk + h * d.k + c]
-                            })
+                            .map(|c| q[(b * d.t + i) * hk + h * d.k + c] * k[(b * d.s + j) * hk + h * d.k + c])
                             .sum::<f64>()
                             * scale
                     })
@@ -181,8 +174,7 @@ pub fn attention_forward(
                     probs[base + j] = p;
                     let pm = p * mask.map_or(1.0, |m| m[base + j]);
                     for c in 0..d.v {
-                        out[(b * d.t + i) * hv + h * d.v + c] +=
-                            pm * v[(b * d.s + j) * hv + h * d.v + c];
+                        out[(b * d.t + i) * hv + h * d.v + c] += pm * v[(b * d.s + j) * hv + h * d.v + c];
                     }
                 }
             }
@@ -216,10 +208,7 @@ pub fn attention_backward(
                 let mut dp = vec![0.0; n];
                 for j in 0..n {
                     let m = mask.map_or(1.0, |mk| mk[base + j]);
-                    dp[j] = (0..d.v)
-                        .map(|c| go(c) * v[(b * d.s + j) * hv + h * d.v + c])
-                        .sum::<f64>()
-                        * m;
+                    dp[j] = (0..d.v).map(|c| go(c) * v[(b * d.s + j) * hv + h * d.v + c]).sum::<f64>() * m;
                     for c in 0..d.v {
                         dv[(b * d.s + j) * hv + h * d.v + c] += probs[base + j] * m * go(c);
                     }
@@ -228,10 +217,8 @@ pub fn attention_backward(
                 for j in 0..n {
                     let ds = probs[base + j] * (dp[j] - sum) * scale;
                     for c in 0..d.k {
-                        dq[(b * d.t + i) * hk + h * d.k + c] +=
-                            ds * k[(b * d.s + j) * hk + h * d.k + c];
-                        dk[(b * d.s + j) * hk + h * d.k + c] +=
-                            ds * q[(b * d.t + i) * hk + h * d.k + c];
+                        dq[(b * d.t + i) * hk + h * d.k + c] += ds * k[(b * d.s + j) * hk + h * d.k + c];
+                        dk[(b * d.s + j) * hk + h * d.k + c] += ds * q[(b * d.t + i) * hk + h * d.k + c];
                     }
                 }
             }
@@ -242,13 +229,7 @@ pub fn attention_backward(
 
 /// Label-smoothed cross-entropy summed over non-padding rows, and ∂/∂logits of that sum:
 /// (loss, nll, grad (M, V)). See the fast kernel for the definition.
-pub fn softmax_xent(
-    logits: &[f64],
-    targets: &[u32],
-    pad: u32,
-    epsilon: f64,
-    vocab: usize,
-) -> (f64, f64, Vec<f64>) {
+pub fn softmax_xent(logits: &[f64], targets: &[u32], pad: u32, epsilon: f64, vocab: usize) -> (f64, f64, Vec<f64>) {
     let mut grad = vec![0.0; logits.len()];
     let (mut loss, mut nll) = (0.0, 0.0);
     for (r, &y) in targets.iter().enumerate() {
@@ -283,8 +264,7 @@ pub fn embedding_forward(
     for (r, &t) in tokens.iter().enumerate() {
         for j in 0..d {
             let m = mask.map_or(1.0, |mk| mk[r * d + j]);
-            out[r * d + j] =
-                m * (table[t as usize * d + j] * scale + positions[(r % seq_len) * d + j]);
+            out[r * d + j] = m * (table[t as usize * d + j] * scale + positions[(r % seq_len) * d + j]);
         }
     }
     out
@@ -320,10 +300,7 @@ pub fn relu_forward(x: &[f64]) -> Vec<f64> {
 
 /// dh ⊙ [h > 0].
 pub fn relu_backward(dh: &[f64], h: &[f64]) -> Vec<f64> {
-    dh.iter()
-        .zip(h)
-        .map(|(d, h)| if *h > 0.0 { *d } else { 0.0 })
-        .collect()
+    dh.iter().zip(h).map(|(d, h)| if *h > 0.0 { *d } else { 0.0 }).collect()
 }
 
 /// One Adam step in f64, as textbook: m̂ = m/(1−β1^t), v̂ = v/(1−β2^t), p −= lr·m̂/(√v̂ + ε).

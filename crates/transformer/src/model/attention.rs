@@ -33,11 +33,7 @@ fn project_and_norm(
     let y = &mut y[..rows * d];
     linear_forward(y, &acts.ctx, &p[ao.w_o..ao.w_o + d * hv], None, rows, d, hv);
     let n = &mut acts.norm;
-    let (gamma, beta, bo) = (
-        &p[no.gamma..no.gamma + d],
-        &p[no.beta..no.beta + d],
-        &p[ao.b_o..ao.b_o + d],
-    );
+    let (gamma, beta, bo) = (&p[no.gamma..no.gamma + d], &p[no.beta..no.beta + d], &p[ao.b_o..ao.b_o + d]);
     residual_layer_norm_forward(
         &mut n.out,
         &mut n.s,
@@ -121,28 +117,9 @@ pub(super) fn self_forward(
     let (d, hk, hv) = widths(m);
     let nq = 2 * hk + hv;
     let rows = b * t;
-    linear_forward(
-        &mut acts.q,
-        x,
-        &p[ao.w_qkv..ao.w_qkv + nq * d],
-        Some(&p[ao.b_qkv..ao.b_qkv + nq]),
-        rows,
-        nq,
-        d,
-    );
-    let dims = AttnDims {
-        b,
-        h: m.config.n_heads,
-        t,
-        s: t,
-        k: m.config.d_k,
-        v: m.config.d_v,
-    };
-    let head = |off| Heads {
-        data: &acts.q,
-        ld: nq,
-        off,
-    };
+    linear_forward(&mut acts.q, x, &p[ao.w_qkv..ao.w_qkv + nq * d], Some(&p[ao.b_qkv..ao.b_qkv + nq]), rows, nq, d);
+    let dims = AttnDims { b, h: m.config.n_heads, t, s: t, k: m.config.d_k, v: m.config.d_v };
+    let head = |off| Heads { data: &acts.q, ld: nq, off };
     attention_forward(
         &mut acts.ctx,
         &mut acts.probs,
@@ -181,25 +158,10 @@ pub(super) fn self_backward(
     let nq = 2 * hk + hv;
     let rows = b * t;
     project_and_norm_backward(m, p, grads, ao, no, acts, dout, dx, gs, rows, drop);
-    let dims = AttnDims {
-        b,
-        h: m.config.n_heads,
-        t,
-        s: t,
-        k: m.config.d_k,
-        v: m.config.d_v,
-    };
-    let head = |off| Heads {
-        data: &acts.q,
-        ld: nq,
-        off,
-    };
+    let dims = AttnDims { b, h: m.config.n_heads, t, s: t, k: m.config.d_k, v: m.config.d_v };
+    let head = |off| Heads { data: &acts.q, ld: nq, off };
     attention_backward(
-        AttnGrads::Fused {
-            dqkv: &mut gs.d_qkv[..rows * nq],
-            ld: nq,
-            offs: [0, hk, 2 * hk],
-        },
+        AttnGrads::Fused { dqkv: &mut gs.d_qkv[..rows * nq], ld: nq, offs: [0, hk, 2 * hk] },
         &mut gs.dscores[..b * dims.h * t * t],
         &gs.d_ctx[..rows * hv],
         &acts.probs,
@@ -247,53 +209,12 @@ pub(super) fn cross_forward(
     let (mt, ms) = (dims.b * dims.t, dims.b * dims.s);
     let (wq, wkv) = (ao.w_qkv, ao.w_qkv + hk * d);
     let (bq, bkv) = (ao.b_qkv, ao.b_qkv + hk);
-    linear_forward(
-        &mut acts.q,
-        x,
-        &p[wq..wq + hk * d],
-        Some(&p[bq..bq + hk]),
-        mt,
-        hk,
-        d,
-    );
-    linear_forward(
-        &mut acts.kv,
-        enc,
-        &p[wkv..wkv + (hk + hv) * d],
-        Some(&p[bkv..bkv + hk + hv]),
-        ms,
-        hk + hv,
-        d,
-    );
-    let ad = AttnDims {
-        b: dims.b,
-        h: m.config.n_heads,
-        t: dims.t,
-        s: dims.s,
-        k: m.config.d_k,
-        v: m.config.d_v,
-    };
-    let q = Heads {
-        data: &acts.q,
-        ld: hk,
-        off: 0,
-    };
-    let kv = |off| Heads {
-        data: &acts.kv,
-        ld: hk + hv,
-        off,
-    };
-    attention_forward(
-        &mut acts.ctx,
-        &mut acts.probs,
-        q,
-        kv(0),
-        kv(hk),
-        src_lens,
-        false,
-        drop_attn,
-        ad,
-    );
+    linear_forward(&mut acts.q, x, &p[wq..wq + hk * d], Some(&p[bq..bq + hk]), mt, hk, d);
+    linear_forward(&mut acts.kv, enc, &p[wkv..wkv + (hk + hv) * d], Some(&p[bkv..bkv + hk + hv]), ms, hk + hv, d);
+    let ad = AttnDims { b: dims.b, h: m.config.n_heads, t: dims.t, s: dims.s, k: m.config.d_k, v: m.config.d_v };
+    let q = Heads { data: &acts.q, ld: hk, off: 0 };
+    let kv = |off| Heads { data: &acts.kv, ld: hk + hv, off };
+    attention_forward(&mut acts.ctx, &mut acts.probs, q, kv(0), kv(hk), src_lens, false, drop_attn, ad);
     project_and_norm(m, p, ao, no, x, acts, y, mt, drop);
 }
 
@@ -320,24 +241,9 @@ pub(super) fn cross_backward(
     let (d, hk, hv) = widths(m);
     let (mt, ms) = (dims.b * dims.t, dims.b * dims.s);
     project_and_norm_backward(m, p, grads, ao, no, acts, dout, dx, gs, mt, drop);
-    let ad = AttnDims {
-        b: dims.b,
-        h: m.config.n_heads,
-        t: dims.t,
-        s: dims.s,
-        k: m.config.d_k,
-        v: m.config.d_v,
-    };
-    let q = Heads {
-        data: &acts.q,
-        ld: hk,
-        off: 0,
-    };
-    let kv = |off| Heads {
-        data: &acts.kv,
-        ld: hk + hv,
-        off,
-    };
+    let ad = AttnDims { b: dims.b, h: m.config.n_heads, t: dims.t, s: dims.s, k: m.config.d_k, v: m.config.d_v };
+    let q = Heads { data: &acts.q, ld: hk, off: 0 };
+    let kv = |off| Heads { data: &acts.kv, ld: hk + hv, off };
     attention_backward(
         AttnGrads::Split {
             dq: &mut gs.d_qkv[..mt * hk],
@@ -363,18 +269,7 @@ pub(super) fn cross_backward(
     let (dw_all, db_all) = two_mut(grads, wq, (2 * hk + hv) * d, bq, 2 * hk + hv);
     let (dwq, dwkv) = dw_all.split_at_mut(hk * d);
     let (dbq, dbkv) = db_all.split_at_mut(hk);
-    linear_backward(
-        Some(dx),
-        true,
-        dwq,
-        Some(dbq),
-        &gs.d_qkv[..mt * hk],
-        x,
-        &p[wq..wq + hk * d],
-        mt,
-        hk,
-        d,
-    );
+    linear_backward(Some(dx), true, dwq, Some(dbq), &gs.d_qkv[..mt * hk], x, &p[wq..wq + hk * d], mt, hk, d);
     linear_backward(
         Some(d_enc),
         true,

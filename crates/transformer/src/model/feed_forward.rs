@@ -29,11 +29,7 @@ pub(super) fn forward(
     let y = &mut y[..rows * d];
     linear_forward(y, &acts.h, &p[fo.w_2..fo.w_2 + d * f], None, rows, d, f);
     let n = &mut acts.norm;
-    let (gamma, beta, b2) = (
-        &p[no.gamma..no.gamma + d],
-        &p[no.beta..no.beta + d],
-        &p[fo.b_2..fo.b_2 + d],
-    );
+    let (gamma, beta, b2) = (&p[no.gamma..no.gamma + d], &p[no.beta..no.beta + d], &p[fo.b_2..fo.b_2 + d]);
     residual_layer_norm_forward(
         &mut n.out,
         &mut n.s,
@@ -85,35 +81,8 @@ pub(super) fn backward(
     );
     let dh = &mut gs.d_h[..rows * f];
     let w2 = &p[fo.w_2..fo.w_2 + d * f];
-    linear_backward(
-        Some(&mut *dh),
-        false,
-        &mut grads[fo.w_2..fo.w_2 + d * f],
-        None,
-        dy,
-        &acts.h,
-        w2,
-        rows,
-        d,
-        f,
-    );
-    bias_relu_backward(
-        dh,
-        &acts.h,
-        &mut grads[fo.b_1..fo.b_1 + f],
-        &mut gs.partials,
-    );
+    linear_backward(Some(&mut *dh), false, &mut grads[fo.w_2..fo.w_2 + d * f], None, dy, &acts.h, w2, rows, d, f);
+    bias_relu_backward(dh, &acts.h, &mut grads[fo.b_1..fo.b_1 + f], &mut gs.partials);
     let w1 = &p[fo.w_1..fo.w_1 + f * d];
-    linear_backward(
-        Some(dx),
-        true,
-        &mut grads[fo.w_1..fo.w_1 + f * d],
-        None,
-        dh,
-        x,
-        w1,
-        rows,
-        f,
-        d,
-    );
+    linear_backward(Some(dx), true, &mut grads[fo.w_1..fo.w_1 + f * d], None, dh, x, w1, rows, f, d);
 }

@@ -84,14 +84,9 @@ impl Batch {
             ));
         }
         let expect = |len: usize, width: usize| self.b.checked_mul(width) == Some(len);
-        if !expect(self.src.len(), self.s)
-            || !expect(self.tgt_in.len(), self.t)
-            || !expect(self.tgt_out.len(), self.t)
+        if !expect(self.src.len(), self.s) || !expect(self.tgt_in.len(), self.t) || !expect(self.tgt_out.len(), self.t)
         {
-            return bad(format!(
-                "token buffers do not match B={} S={} T={}",
-                self.b, self.s, self.t
-            ));
+            return bad(format!("token buffers do not match B={} S={} T={}", self.b, self.s, self.t));
         }
         if self.src_lens.len() != self.b || self.tgt_lens.len() != self.b {
             return bad("one length per sentence expected".into());
@@ -105,10 +100,7 @@ impl Batch {
         }
         let ids = self.src.iter().chain(&self.tgt_in).chain(&self.tgt_out);
         if let Some(&id) = ids.clone().find(|&&id| id as usize >= c.vocab_size) {
-            return bad(format!(
-                "token id {id} outside the vocabulary of {}",
-                c.vocab_size
-            ));
+            return bad(format!("token id {id} outside the vocabulary of {}", c.vocab_size));
         }
         for (name, tokens, lens, width) in [
             ("source", &self.src, &self.src_lens, self.s),
@@ -117,20 +109,13 @@ impl Batch {
         ] {
             for (i, (row, &len)) in tokens.chunks_exact(width).zip(lens.iter()).enumerate() {
                 if len > width {
-                    return bad(format!(
-                        "{name} {i}: length {len} exceeds the padded width {width}"
-                    ));
+                    return bad(format!("{name} {i}: length {len} exceeds the padded width {width}"));
                 }
                 if let Some(j) = row[..len].iter().position(|&t| t == PAD) {
-                    return bad(format!(
-                        "{name} {i}: padding id at position {j}, inside its length {len}"
-                    ));
+                    return bad(format!("{name} {i}: padding id at position {j}, inside its length {len}"));
                 }
                 if let Some(j) = row[len..].iter().position(|&t| t != PAD) {
-                    return bad(format!(
-                        "{name} {i}: token at position {} after its length {len}",
-                        len + j
-                    ));
+                    return bad(format!("{name} {i}: token at position {} after its length {len}", len + j));
                 }
             }
         }
@@ -201,17 +186,10 @@ impl Transformer {
             )));
         }
         let sinusoids = match config.positions {
-            crate::config::Positions::Sinusoidal => {
-                sinusoid_table(config.max_positions, config.d_model)
-            }
+            crate::config::Positions::Sinusoidal => sinusoid_table(config.max_positions, config.d_model),
             crate::config::Positions::Learned => Vec::new(),
         };
-        Ok(Transformer {
-            config,
-            layout,
-            params,
-            sinusoids,
-        })
+        Ok(Transformer { config, layout, params, sinusoids })
     }
 
     fn positions(&self) -> &[f32] {
@@ -230,12 +208,7 @@ impl Transformer {
 
     /// Forward pass: fills `ws.logits` (B·T, V) and the activations the backward needs. Dropout is
     /// applied when `dropout` is given (training), skipped otherwise.
-    pub fn forward(
-        &self,
-        batch: &Batch,
-        ws: &mut Workspace,
-        dropout: Option<DropoutCtx>,
-    ) -> Result<()> {
+    pub fn forward(&self, batch: &Batch, ws: &mut Workspace, dropout: Option<DropoutCtx>) -> Result<()> {
         batch.validate(&self.config)?;
         ws.prepare(&self.config, batch.b, batch.s, batch.t);
         let c = &self.config;
@@ -268,11 +241,7 @@ impl Transformer {
         for l in 0..c.n_layers {
             let lo = &o.encoder[l];
             let (prev, rest) = ws.enc.split_at_mut(l);
-            let x: &[f32] = if l == 0 {
-                &ws.enc_in
-            } else {
-                &prev[l - 1].ffn.norm.out
-            };
+            let x: &[f32] = if l == 0 { &ws.enc_in } else { &prev[l - 1].ffn.norm.out };
             let acts = &mut rest[0];
             let dims = ws.dims;
             attention::self_forward(
@@ -301,19 +270,11 @@ impl Transformer {
                 self.mask(dropout, c.dropout, site::enc(l, 1)),
             );
         }
-        let enc_out: &[f32] = if c.n_layers == 0 {
-            &ws.enc_in
-        } else {
-            &ws.enc[c.n_layers - 1].ffn.norm.out
-        };
+        let enc_out: &[f32] = if c.n_layers == 0 { &ws.enc_in } else { &ws.enc[c.n_layers - 1].ffn.norm.out };
         for l in 0..c.n_layers {
             let lo = &o.decoder[l];
             let (prev, rest) = ws.dec.split_at_mut(l);
-            let x: &[f32] = if l == 0 {
-                &ws.dec_in
-            } else {
-                &prev[l - 1].ffn.norm.out
-            };
+            let x: &[f32] = if l == 0 { &ws.dec_in } else { &prev[l - 1].ffn.norm.out };
             let acts = &mut rest[0];
             let dims = ws.dims;
             attention::self_forward(
@@ -356,35 +317,15 @@ impl Transformer {
                 self.mask(dropout, c.dropout, site::dec(l, 2)),
             );
         }
-        let dec_out: &[f32] = if c.n_layers == 0 {
-            &ws.dec_in
-        } else {
-            &ws.dec[c.n_layers - 1].ffn.norm.out
-        };
+        let dec_out: &[f32] = if c.n_layers == 0 { &ws.dec_in } else { &ws.dec[c.n_layers - 1].ffn.norm.out };
         // §3.4: the pre-softmax projection is the shared embedding, logits = h Eᵀ.
-        matmul(
-            &mut ws.logits,
-            dec_out,
-            Op::N,
-            emb,
-            Op::T,
-            batch.b * batch.t,
-            v,
-            d,
-            false,
-        );
+        matmul(&mut ws.logits, dec_out, Op::N, emb, Op::T, batch.b * batch.t, v, d, false);
         Ok(())
     }
 
     /// After [`Transformer::forward`]: the label-smoothed loss over non-padding targets, replacing
     /// `ws.logits` by `grad_scale · ∂loss/∂logits` (pass 1/tokens for the per-token mean).
-    pub fn loss(
-        &self,
-        batch: &Batch,
-        ws: &mut Workspace,
-        label_smoothing: f32,
-        grad_scale: f32,
-    ) -> LossSums {
+    pub fn loss(&self, batch: &Batch, ws: &mut Workspace, label_smoothing: f32, grad_scale: f32) -> LossSums {
         softmax_xent_forward_backward(
             &mut ws.logits,
             &mut ws.row_loss,
@@ -399,18 +340,8 @@ impl Transformer {
 
     /// Backward pass after [`Transformer::forward`] and [`Transformer::loss`] on the same batch,
     /// workspace and dropout context. Accumulates (`+=`) parameter gradients into `grads`.
-    pub fn backward(
-        &self,
-        batch: &Batch,
-        ws: &mut Workspace,
-        dropout: Option<DropoutCtx>,
-        grads: &mut [f32],
-    ) {
-        assert_eq!(
-            grads.len(),
-            self.params.len(),
-            "gradient buffer does not match the layout"
-        );
+    pub fn backward(&self, batch: &Batch, ws: &mut Workspace, dropout: Option<DropoutCtx>, grads: &mut [f32]) {
+        assert_eq!(grads.len(), self.params.len(), "gradient buffer does not match the layout");
         let c = &self.config;
         let (d, v, n) = (c.d_model, c.vocab_size, c.n_layers);
         let p = &self.params;
@@ -422,49 +353,17 @@ impl Transformer {
 
         // Pre-softmax projection: d(dec_out) = dlogits E; dE += dlogitsᵀ dec_out.
         {
-            let dec_out: &[f32] = if n == 0 {
-                &ws.dec_in
-            } else {
-                &ws.dec[n - 1].ffn.norm.out
-            };
-            matmul(
-                &mut ws.g_a[..mt * d],
-                &ws.logits,
-                Op::N,
-                emb,
-                Op::N,
-                mt,
-                d,
-                v,
-                false,
-            );
-            matmul(
-                &mut grads[o.embed..o.embed + v * d],
-                &ws.logits,
-                Op::T,
-                dec_out,
-                Op::N,
-                v,
-                d,
-                mt,
-                true,
-            );
+            let dec_out: &[f32] = if n == 0 { &ws.dec_in } else { &ws.dec[n - 1].ffn.norm.out };
+            matmul(&mut ws.g_a[..mt * d], &ws.logits, Op::N, emb, Op::N, mt, d, v, false);
+            matmul(&mut grads[o.embed..o.embed + v * d], &ws.logits, Op::T, dec_out, Op::N, v, d, mt, true);
         }
         ws.d_enc[..ms * d].fill(0.0);
         for l in (0..n).rev() {
             let lo = &o.decoder[l];
             let (prev, rest) = ws.dec.split_at(l);
-            let x: &[f32] = if l == 0 {
-                &ws.dec_in
-            } else {
-                &prev[l - 1].ffn.norm.out
-            };
+            let x: &[f32] = if l == 0 { &ws.dec_in } else { &prev[l - 1].ffn.norm.out };
             let acts = &rest[0];
-            let enc_out: &[f32] = if n == 0 {
-                &ws.enc_in
-            } else {
-                &ws.enc[n - 1].ffn.norm.out
-            };
+            let enc_out: &[f32] = if n == 0 { &ws.enc_in } else { &ws.enc[n - 1].ffn.norm.out };
             let g = &mut ws.grad;
             feed_forward::backward(
                 p,
@@ -519,8 +418,7 @@ impl Transformer {
             std::mem::swap(&mut ws.g_a, &mut ws.g_b);
         }
         // g_a holds d(dec_in). With no decoder layers the encoder output is unused.
-        let (emb_g, pos_g) =
-            embedding_grads(grads, o.embed, v * d, o.positions, c.max_positions * d);
+        let (emb_g, pos_g) = embedding_grads(grads, o.embed, v * d, o.positions, c.max_positions * d);
         embedding_backward(
             emb_g,
             pos_g,
@@ -536,11 +434,7 @@ impl Transformer {
         for l in (0..n).rev() {
             let lo = &o.encoder[l];
             let (prev, rest) = ws.enc.split_at(l);
-            let x: &[f32] = if l == 0 {
-                &ws.enc_in
-            } else {
-                &prev[l - 1].ffn.norm.out
-            };
+            let x: &[f32] = if l == 0 { &ws.enc_in } else { &prev[l - 1].ffn.norm.out };
             let acts = &rest[0];
             let g = &mut ws.grad;
             feed_forward::backward(
@@ -576,8 +470,7 @@ impl Transformer {
                 self.mask(dropout, c.attention_dropout, site::enc(l, site::ATTN)),
             );
         }
-        let (emb_g, pos_g) =
-            embedding_grads(grads, o.embed, v * d, o.positions, c.max_positions * d);
+        let (emb_g, pos_g) = embedding_grads(grads, o.embed, v * d, o.positions, c.max_positions * d);
         embedding_backward(
             emb_g,
             pos_g,
@@ -603,11 +496,7 @@ fn embedding_grads(
     let (head, tail) = grads[embed..].split_at_mut(embed_len);
     match positions {
         Some(off) => {
-            assert_eq!(
-                off,
-                embed + embed_len,
-                "learned positions must follow the embedding"
-            );
+            assert_eq!(off, embed + embed_len, "learned positions must follow the embedding");
             (head, Some(&mut tail[..pos_len]))
         }
         None => (head, None),
@@ -624,23 +513,14 @@ pub(crate) fn three_mut(
     c: usize,
     lc: usize,
 ) -> (&mut [f32], &mut [f32], &mut [f32]) {
-    assert!(
-        a + la <= b && b + lb <= c,
-        "three_mut: ranges overlap or are out of order"
-    );
+    assert!(a + la <= b && b + lb <= c, "three_mut: ranges overlap or are out of order");
     let (x, rest) = buf.split_at_mut(b);
     let (y, z) = rest.split_at_mut(c - b);
     (&mut x[a..a + la], &mut y[..lb], &mut z[..lc])
 }
 
 /// Two disjoint mutable sub-slices `[a, a+la)` and `[b, b+lb)` of `buf`, with `a + la <= b`.
-pub(crate) fn two_mut(
-    buf: &mut [f32],
-    a: usize,
-    la: usize,
-    b: usize,
-    lb: usize,
-) -> (&mut [f32], &mut [f32]) {
+pub(crate) fn two_mut(buf: &mut [f32], a: usize, la: usize, b: usize, lb: usize) -> (&mut [f32], &mut [f32]) {
     assert!(a + la <= b, "two_mut: ranges overlap or are out of order");
     let (x, y) = buf.split_at_mut(b);
     (&mut x[a..a + la], &mut y[..lb])

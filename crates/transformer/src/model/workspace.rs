@@ -158,50 +158,20 @@ impl Workspace {
         self.enc.resize_with(c.n_layers, Default::default);
         self.dec.resize_with(c.n_layers, Default::default);
         for e in &mut self.enc {
-            fit_attn(
-                &mut e.self_attn,
-                ms * (2 * hk + hv),
-                0,
-                b * h * s * s,
-                ms * hv,
-                ms,
-                d,
-            );
+            fit_attn(&mut e.self_attn, ms * (2 * hk + hv), 0, b * h * s * s, ms * hv, ms, d);
             fit(&mut e.ffn.h, ms * f);
             fit_norm(&mut e.ffn.norm, ms, d);
         }
         for e in &mut self.dec {
-            fit_attn(
-                &mut e.self_attn,
-                mt * (2 * hk + hv),
-                0,
-                b * h * t * t,
-                mt * hv,
-                mt,
-                d,
-            );
-            fit_attn(
-                &mut e.cross_attn,
-                mt * hk,
-                ms * (hk + hv),
-                b * h * t * s,
-                mt * hv,
-                mt,
-                d,
-            );
+            fit_attn(&mut e.self_attn, mt * (2 * hk + hv), 0, b * h * t * t, mt * hv, mt, d);
+            fit_attn(&mut e.cross_attn, mt * hk, ms * (hk + hv), b * h * t * s, mt * hv, mt, d);
             fit(&mut e.ffn.h, mt * f);
             fit_norm(&mut e.ffn.norm, mt, d);
         }
         fit(&mut self.logits, mt * c.vocab_size);
         fit(&mut self.row_loss, mt);
         fit(&mut self.row_nll, mt);
-        for v in [
-            &mut self.y,
-            &mut self.g_a,
-            &mut self.g_b,
-            &mut self.d_enc,
-            &mut self.grad.dy,
-        ] {
+        for v in [&mut self.y, &mut self.g_a, &mut self.g_b, &mut self.d_enc, &mut self.grad.dy] {
             fit(v, mx * d);
         }
         fit(&mut self.grad.d_ctx, mx * hv);
@@ -210,9 +180,6 @@ impl Workspace {
         fit(&mut self.grad.d_h, mx * f);
         fit(&mut self.grad.dscores, b * h * t.max(s) * t.max(s));
         let blocks = mx.div_ceil(crate::kernels::cpu::ROW_BLOCK);
-        fit(
-            &mut self.grad.partials,
-            blocks * crate::kernels::cpu::layer_norm::PARTIAL_ROWS * d.max(f),
-        );
+        fit(&mut self.grad.partials, blocks * crate::kernels::cpu::layer_norm::PARTIAL_ROWS * d.max(f));
     }
 }

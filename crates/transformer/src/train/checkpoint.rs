@@ -36,10 +36,7 @@ pub struct Checkpoint {
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
-    move |source| Error::Io {
-        path: path.to_path_buf(),
-        source,
-    }
+    move |source| Error::Io { path: path.to_path_buf(), source }
 }
 
 fn le_bytes(v: &[f32]) -> Vec<u8> {
@@ -63,18 +60,9 @@ pub fn save(path: &Path, ckpt: &Checkpoint) -> Result<()> {
     let bytes: Vec<(String, Vec<u8>, Vec<usize>)> = layout
         .entries()
         .iter()
-        .map(|e| {
-            (
-                e.name.clone(),
-                le_bytes(&ckpt.params[e.range()]),
-                e.shape.clone(),
-            )
-        })
+        .map(|e| (e.name.clone(), le_bytes(&ckpt.params[e.range()]), e.shape.clone()))
         .chain(ckpt.adam.iter().flat_map(|(m, v)| {
-            [
-                (ADAM_M.to_string(), le_bytes(m), vec![m.len()]),
-                (ADAM_V.to_string(), le_bytes(v), vec![v.len()]),
-            ]
+            [(ADAM_M.to_string(), le_bytes(m), vec![m.len()]), (ADAM_V.to_string(), le_bytes(v), vec![v.len()])]
         }))
         .collect();
     let views = bytes
@@ -85,17 +73,10 @@ pub fn save(path: &Path, ckpt: &Checkpoint) -> Result<()> {
             Ok((name.clone(), view))
         })
         .collect::<Result<Vec<_>>>()?;
-    let mut meta: HashMap<String, String> = ckpt
-        .extra
-        .iter()
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
+    let mut meta: HashMap<String, String> = ckpt.extra.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
     meta.insert("format".into(), FORMAT.into());
     meta.insert("format_version".into(), FORMAT_VERSION.to_string());
-    meta.insert(
-        "config".into(),
-        serde_json::to_string(&ckpt.config).expect("config serialises"),
-    );
+    meta.insert("config".into(), serde_json::to_string(&ckpt.config).expect("config serialises"));
     meta.insert("step".into(), ckpt.step.to_string());
     meta.insert("vocab_hash".into(), ckpt.vocab_hash.clone());
     let data = safetensors::tensor::serialize(views, &Some(meta))
@@ -105,14 +86,8 @@ pub fn save(path: &Path, ckpt: &Checkpoint) -> Result<()> {
 
 /// Writes `data` to `path` through a temporary file and a rename.
 pub fn write_atomically(path: &Path, data: &[u8]) -> Result<()> {
-    let dir = path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
+    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let tmp: PathBuf = dir.join(format!(".{name}.tmp.{}", std::process::id()));
     let result = (|| {
         let mut f = std::fs::File::create(&tmp).map_err(io(&tmp))?;
@@ -134,40 +109,23 @@ pub fn write_atomically(path: &Path, data: &[u8]) -> Result<()> {
 /// its own stored config. Never panics on a corrupt file.
 pub fn load(path: &Path) -> Result<Checkpoint> {
     let bytes = std::fs::read(path).map_err(io(path))?;
-    let corrupt = |reason: String| Error::CorruptCheckpoint {
-        path: path.to_path_buf(),
-        reason,
-    };
-    let (_, header) = SafeTensors::read_metadata(&bytes)
-        .map_err(|e| corrupt(format!("unreadable safetensors header ({e})")))?;
+    let corrupt = |reason: String| Error::CorruptCheckpoint { path: path.to_path_buf(), reason };
+    let (_, header) =
+        SafeTensors::read_metadata(&bytes).map_err(|e| corrupt(format!("unreadable safetensors header ({e})")))?;
     let st = SafeTensors::deserialize(&bytes).map_err(|e| corrupt(format!("{e}")))?;
     let meta = header.metadata().clone().unwrap_or_default();
-    let field = |k: &str| {
-        meta.get(k)
-            .cloned()
-            .ok_or_else(|| corrupt(format!("metadata has no '{k}'")))
-    };
+    let field = |k: &str| meta.get(k).cloned().ok_or_else(|| corrupt(format!("metadata has no '{k}'")));
     if field("format")? != FORMAT {
-        return Err(corrupt(
-            "not a transformer checkpoint (metadata 'format' differs)".into(),
-        ));
+        return Err(corrupt("not a transformer checkpoint (metadata 'format' differs)".into()));
     }
-    let version: u32 = field("format_version")?
-        .parse()
-        .map_err(|_| corrupt("bad format_version".into()))?;
+    let version: u32 = field("format_version")?.parse().map_err(|_| corrupt("bad format_version".into()))?;
     if version != FORMAT_VERSION {
-        return Err(corrupt(format!(
-            "format version {version}, this build reads version {FORMAT_VERSION}"
-        )));
+        return Err(corrupt(format!("format version {version}, this build reads version {FORMAT_VERSION}")));
     }
-    let config: ModelConfig = serde_json::from_str(&field("config")?)
-        .map_err(|e| corrupt(format!("bad config metadata ({e})")))?;
-    config
-        .validate()
-        .map_err(|e| corrupt(format!("stored config invalid: {e}")))?;
-    let step: u64 = field("step")?
-        .parse()
-        .map_err(|_| corrupt("bad step".into()))?;
+    let config: ModelConfig =
+        serde_json::from_str(&field("config")?).map_err(|e| corrupt(format!("bad config metadata ({e})")))?;
+    config.validate().map_err(|e| corrupt(format!("stored config invalid: {e}")))?;
+    let step: u64 = field("step")?.parse().map_err(|_| corrupt("bad step".into()))?;
     let vocab_hash = field("vocab_hash")?;
     let layout = ParamLayout::new(&config);
     // Shapes first, allocation after: a config that does not fit the file is refused without
@@ -181,9 +139,7 @@ pub fn load(path: &Path) -> Result<Checkpoint> {
         )));
     }
     for e in layout.entries() {
-        let t = st
-            .tensor(&e.name)
-            .map_err(|_| corrupt(format!("tensor '{}' is missing", e.name)))?;
+        let t = st.tensor(&e.name).map_err(|_| corrupt(format!("tensor '{}' is missing", e.name)))?;
         if t.dtype() != Dtype::F32 || t.shape() != e.shape.as_slice() {
             return Err(corrupt(format!(
                 "tensor '{}' is {:?} {:?}, its config implies F32 {:?}",
@@ -196,22 +152,14 @@ pub fn load(path: &Path) -> Result<Checkpoint> {
     }
     let mut params = vec![0f32; layout.total()];
     for e in layout.entries() {
-        let t = st
-            .tensor(&e.name)
-            .map_err(|_| corrupt(format!("tensor '{}' is missing", e.name)))?;
+        let t = st.tensor(&e.name).map_err(|_| corrupt(format!("tensor '{}' is missing", e.name)))?;
         read_f32(t.data(), &mut params[e.range()]);
     }
     let adam = match (st.tensor(ADAM_M), st.tensor(ADAM_V)) {
         (Ok(m), Ok(v)) => {
             let n = layout.total();
-            if m.shape() != [n]
-                || v.shape() != [n]
-                || m.dtype() != Dtype::F32
-                || v.dtype() != Dtype::F32
-            {
-                return Err(corrupt(
-                    "optimizer moments do not match the parameter count".into(),
-                ));
+            if m.shape() != [n] || v.shape() != [n] || m.dtype() != Dtype::F32 || v.dtype() != Dtype::F32 {
+                return Err(corrupt("optimizer moments do not match the parameter count".into()));
             }
             let (mut am, mut av) = (vec![0f32; n], vec![0f32; n]);
             read_f32(m.data(), &mut am);
@@ -222,18 +170,9 @@ pub fn load(path: &Path) -> Result<Checkpoint> {
     };
     let extra = meta
         .into_iter()
-        .filter(|(k, _)| {
-            !["format", "format_version", "config", "step", "vocab_hash"].contains(&k.as_str())
-        })
+        .filter(|(k, _)| !["format", "format_version", "config", "step", "vocab_hash"].contains(&k.as_str()))
         .collect();
-    Ok(Checkpoint {
-        config,
-        step,
-        vocab_hash,
-        params,
-        adam,
-        extra,
-    })
+    Ok(Checkpoint { config, step, vocab_hash, params, adam, extra })
 }
 
 /// Reads a checkpoint for a model configured as `expected`; a different config is an error naming

@@ -17,19 +17,13 @@ pub struct Schedule {
 impl Schedule {
     /// The paper's schedule for a model of width `d_model`.
     pub fn paper(d_model: usize) -> Self {
-        Schedule {
-            d_model,
-            warmup: 4000,
-            lr_scale: 1.0,
-        }
+        Schedule { d_model, warmup: 4000, lr_scale: 1.0 }
     }
 
     /// The learning rate of update `step` (1-based).
     pub fn lr(&self, step: u64) -> f32 {
         let s = step.max(1) as f64;
         let w = self.warmup.max(1) as f64;
-        (self.lr_scale as f64
-            * (self.d_model as f64).powf(-0.5)
-            * s.powf(-0.5).min(s * w.powf(-1.5))) as f32
+        (self.lr_scale as f64 * (self.d_model as f64).powf(-0.5) * s.powf(-0.5).min(s * w.powf(-1.5))) as f32
     }
 }

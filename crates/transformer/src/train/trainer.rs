@@ -68,20 +68,11 @@ impl Trainer {
     /// Forward + backward of one (micro-)batch with dropout, accumulating gradients scaled by
     /// `grad_scale` (1 / target tokens of the whole update). Returns the loss sums.
     pub fn accumulate(&mut self, batch: &Batch, grad_scale: f32) -> Result<crate::model::LossSums> {
-        let ctx = DropoutCtx {
-            seed: self.seed,
-            counter: self.passes,
-        };
+        let ctx = DropoutCtx { seed: self.seed, counter: self.passes };
         self.passes += 1;
         self.model.forward(batch, &mut self.workspace, Some(ctx))?;
-        let sums = self.model.loss(
-            batch,
-            &mut self.workspace,
-            self.model.config.label_smoothing,
-            grad_scale,
-        );
-        self.model
-            .backward(batch, &mut self.workspace, Some(ctx), &mut self.grads);
+        let sums = self.model.loss(batch, &mut self.workspace, self.model.config.label_smoothing, grad_scale);
+        self.model.backward(batch, &mut self.workspace, Some(ctx), &mut self.grads);
         Ok(sums)
     }
 
@@ -93,9 +84,7 @@ impl Trainer {
             return Err(Error::Batch("the update has no target tokens".into()));
         }
         {
-            let _t = crate::kernels::cpu::profile::scope(
-                crate::kernels::cpu::profile::Slot::Elementwise,
-            );
+            let _t = crate::kernels::cpu::profile::scope(crate::kernels::cpu::profile::Slot::Elementwise);
             self.grads.par_chunks_mut(1 << 16).for_each(|c| c.fill(0.0));
         }
         let (mut loss, mut nll) = (0.0, 0.0);
@@ -106,39 +95,17 @@ impl Trainer {
         }
         let step = self.step + 1;
         if !loss.is_finite() || !all_finite(&self.grads) {
-            return Err(Error::NonFiniteLoss {
-                step,
-                loss: loss as f32,
-            });
+            return Err(Error::NonFiniteLoss { step, loss: loss as f32 });
         }
         let lr = self.schedule.lr(step);
-        adam_update(
-            &mut self.model.params,
-            &self.grads,
-            &mut self.adam_m,
-            &mut self.adam_v,
-            self.adam,
-            lr,
-            step,
-        );
+        adam_update(&mut self.model.params, &self.grads, &mut self.adam_m, &mut self.adam_v, self.adam, lr, step);
         self.step = step;
-        Ok(StepStats {
-            step,
-            loss: loss / tokens as f64,
-            nll: nll / tokens as f64,
-            tokens,
-            lr,
-        })
+        Ok(StepStats { step, loss: loss / tokens as f64, nll: nll / tokens as f64, tokens, lr })
     }
 
     /// Loss sums of `batch` without dropout and without touching gradients.
     pub fn evaluate(&mut self, batch: &Batch) -> Result<crate::model::LossSums> {
         self.model.forward(batch, &mut self.workspace, None)?;
-        Ok(self.model.loss(
-            batch,
-            &mut self.workspace,
-            self.model.config.label_smoothing,
-            0.0,
-        ))
+        Ok(self.model.loss(batch, &mut self.workspace, self.model.config.label_smoothing, 0.0))
     }
 }

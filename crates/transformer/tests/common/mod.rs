@@ -5,9 +5,7 @@ use transformer::rng::Rng;
 
 /// `n` values uniform in (-scale, scale).
 pub fn rand_vec(rng: &mut Rng, n: usize, scale: f64) -> Vec<f64> {
-    (0..n)
-        .map(|_| (rng.uniform() * 2.0 - 1.0) * scale)
-        .collect()
+    (0..n).map(|_| (rng.uniform() * 2.0 - 1.0) * scale).collect()
 }
 
 pub fn to_f32(v: &[f64]) -> Vec<f32> {
@@ -21,13 +19,7 @@ pub fn to_f64(v: &[f32]) -> Vec<f64> {
 /// Asserts |got − want| ≤ atol + rtol·|want| elementwise; on failure names the first bad index and
 /// the max abs/rel errors.
 pub fn assert_close(what: &str, got: &[f64], want: &[f64], atol: f64, rtol: f64) {
-    assert_eq!(
-        got.len(),
-        want.len(),
-        "{what}: length {} vs {}",
-        got.len(),
-        want.len()
-    );
+    assert_eq!(got.len(), want.len(), "{what}: length {} vs {}", got.len(), want.len());
     let mut first_bad = None;
     let (mut max_abs, mut max_rel) = (0.0f64, 0.0f64);
     for (i, (g, w)) in got.iter().zip(want).enumerate() {

@@ -17,25 +17,13 @@ pub struct AdamConfig {
 impl AdamConfig {
     /// The paper's values.
     pub const fn paper() -> Self {
-        AdamConfig {
-            beta1: 0.9,
-            beta2: 0.98,
-            eps: 1e-9,
-        }
+        AdamConfig { beta1: 0.9, beta2: 0.98, eps: 1e-9 }
     }
 }
 
 /// One Adam update of step `t` (1-based) at learning rate `lr`:
 /// m ← β1 m + (1−β1) g; v ← β2 v + (1−β2) g²; p ← p − lr/(1−β1^t) · m / (√v/√(1−β2^t) + ε).
-pub fn adam_update(
-    params: &mut [f32],
-    grads: &[f32],
-    m: &mut [f32],
-    v: &mut [f32],
-    cfg: AdamConfig,
-    lr: f32,
-    t: u64,
-) {
+pub fn adam_update(params: &mut [f32], grads: &[f32], m: &mut [f32], v: &mut [f32], cfg: AdamConfig, lr: f32, t: u64) {
     let _t = super::profile::scope(super::profile::Slot::Adam);
     assert!(t >= 1);
     let n = params.len();
@@ -56,15 +44,7 @@ pub fn adam_update(
     "x86_64+avx512f+avx512bw+avx512dq+avx512vl+avx2+fma+bmi1+bmi2+lzcnt+popcnt",
     "x86_64+avx2+fma"
 ))]
-fn adam_chunk(
-    p: &mut [f32],
-    g: &[f32],
-    m: &mut [f32],
-    v: &mut [f32],
-    cfg: AdamConfig,
-    step: f32,
-    inv_sqrt_bc2: f32,
-) {
+fn adam_chunk(p: &mut [f32], g: &[f32], m: &mut [f32], v: &mut [f32], cfg: AdamConfig, step: f32, inv_sqrt_bc2: f32) {
     let (b1, b2) = (cfg.beta1, cfg.beta2);
     for i in 0..p.len() {
         let gi = g[i];

@@ -33,13 +33,7 @@ impl<'a> Heads<'a> {
     /// Rows [r0, r0 + rows) of head h, `width` columns wide, as a matrix view.
     #[inline(always)]
     fn head(&self, r0: usize, rows: usize, h: usize, width: usize) -> MatRef<'a> {
-        MatRef::rows(
-            self.data,
-            r0 * self.ld + self.off + h * width,
-            rows,
-            width,
-            self.ld,
-        )
+        MatRef::rows(self.data, r0 * self.ld + self.off + h * width, rows, width, self.ld)
     }
 }
 
@@ -60,24 +54,13 @@ fn visible(key_len: usize, causal: bool, i: usize) -> usize {
 
 /// Runs `f` with the weights of head h as used in the weighted sum: `probs` itself without dropout,
 /// or P ⊙ mask in thread-local scratch. `base` is the flat (B, H, T, S) index of the head's (0, 0).
-fn with_dropped<R>(
-    probs: &[f32],
-    dropout: Option<DropoutMask>,
-    base: usize,
-    f: impl FnOnce(&[f32]) -> R,
-) -> R {
+fn with_dropped<R>(probs: &[f32], dropout: Option<DropoutMask>, base: usize, f: impl FnOnce(&[f32]) -> R) -> R {
     match dropout {
         None => f(probs),
         Some(mask) => DROPPED.with(|s| {
             let mut s = s.borrow_mut();
             s.clear();
-            s.extend(probs.iter().enumerate().map(|(i, &p)| {
-                if p == 0.0 {
-                    0.0
-                } else {
-                    p * mask.factor(base + i)
-                }
-            }));
+            s.extend(probs.iter().enumerate().map(|(i, &p)| if p == 0.0 { 0.0 } else { p * mask.factor(base + i) }));
             f(&s)
         }),
     }
@@ -101,20 +84,14 @@ pub fn attention_forward(
     assert_eq!(out.len(), d.b * d.t * d.h * d.v);
     assert_eq!(probs.len(), d.b * d.h * d.t * d.s);
     assert_eq!(key_lens.len(), d.b);
-    assert!(
-        key_lens.iter().all(|&l| l <= d.s),
-        "a key length exceeds S = {}",
-        d.s
-    );
+    assert!(key_lens.iter().all(|&l| l <= d.s), "a key length exceeds S = {}", d.s);
     if d.b == 0 || d.t == 0 {
         return;
     }
     out.par_chunks_mut(d.t * d.h * d.v)
         .zip(probs.par_chunks_mut(d.h * d.t * d.s))
         .enumerate()
-        .for_each(|(b, (out, probs))| {
-            attend_sentence(out, probs, q, k, v, key_lens[b], causal, dropout, d, b)
-        });
+        .for_each(|(b, (out, probs))| attend_sentence(out, probs, q, k, v, key_lens[b], causal, dropout, d, b));
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -142,28 +119,12 @@ fn attend_sentence(
             continue;
         }
         // Scores of the valid keys: (T, n) = scale · Q_h K_hᵀ, into the first n columns of probs.
-        gemm_small(
-            ph,
-            0,
-            d.s,
-            q.head(b * d.t, d.t, h, d.k),
-            k.head(b * d.s, n, h, d.k).t(),
-            scale,
-            false,
-        );
+        gemm_small(ph, 0, d.s, q.head(b * d.t, d.t, h, d.k), k.head(b * d.s, n, h, d.k).t(), scale, false);
         softmax_rows(ph, key_len, causal, d);
         let base = (b * d.h + h) * d.t * d.s;
         with_dropped(ph, dropout, base, |p| {
             // (T, V) = P (T, n) · V_h (n, V), into head h's columns of the output.
-            gemm_small(
-                out,
-                h * d.v,
-                hv,
-                MatRef::rows(p, 0, d.t, n, d.s),
-                v.head(b * d.s, n, h, d.v),
-                1.0,
-                false,
-            );
+            gemm_small(out, h * d.v, hv, MatRef::rows(p, 0, d.t, n, d.s), v.head(b * d.s, n, h, d.v), 1.0, false);
         });
     }
 }
@@ -237,62 +198,29 @@ pub fn attention_backward(
     assert_eq!(probs.len(), d.b * d.h * d.t * d.s);
     assert_eq!(dscores.len(), probs.len());
     assert_eq!(key_lens.len(), d.b);
-    assert!(
-        key_lens.iter().all(|&l| l <= d.s),
-        "a key length exceeds S = {}",
-        d.s
-    );
+    assert!(key_lens.iter().all(|&l| l <= d.s), "a key length exceeds S = {}", d.s);
     if d.b == 0 || d.t == 0 {
         return;
     }
     let per = d.h * d.t * d.s;
-    let dout_heads = Heads {
-        data: dout,
-        ld: d.h * d.v,
-        off: 0,
-    };
+    let dout_heads = Heads { data: dout, ld: d.h * d.v, off: 0 };
     match grads {
         AttnGrads::Fused { dqkv, ld, offs } => {
             assert_eq!(d.t, d.s, "fused attention gradients need T == S");
             assert_eq!(dqkv.len(), d.b * d.t * ld);
-            dqkv.par_chunks_mut(d.t * ld)
-                .zip(dscores.par_chunks_mut(per))
-                .enumerate()
-                .for_each(|(b, (g, ds))| {
-                    let p = &probs[b * per..(b + 1) * per];
-                    let n = key_lens[b];
-                    for h in 0..d.h {
-                        let (dsh, ph) = (
-                            &mut ds[h * d.t * d.s..(h + 1) * d.t * d.s],
-                            &p[h * d.t * d.s..(h + 1) * d.t * d.s],
-                        );
-                        score_grads(dsh, ph, dout_heads, v, n, causal, dropout, d, b, h);
-                        query_grads(g, ld, offs[0], dsh, k, n, d, b, h);
-                        key_value_grads(
-                            g,
-                            ld,
-                            [offs[1], offs[2]],
-                            dsh,
-                            ph,
-                            dout_heads,
-                            q,
-                            n,
-                            dropout,
-                            d,
-                            b,
-                            h,
-                        );
-                    }
-                });
+            dqkv.par_chunks_mut(d.t * ld).zip(dscores.par_chunks_mut(per)).enumerate().for_each(|(b, (g, ds))| {
+                let p = &probs[b * per..(b + 1) * per];
+                let n = key_lens[b];
+                for h in 0..d.h {
+                    let (dsh, ph) =
+                        (&mut ds[h * d.t * d.s..(h + 1) * d.t * d.s], &p[h * d.t * d.s..(h + 1) * d.t * d.s]);
+                    score_grads(dsh, ph, dout_heads, v, n, causal, dropout, d, b, h);
+                    query_grads(g, ld, offs[0], dsh, k, n, d, b, h);
+                    key_value_grads(g, ld, [offs[1], offs[2]], dsh, ph, dout_heads, q, n, dropout, d, b, h);
+                }
+            });
         }
-        AttnGrads::Split {
-            dq,
-            ldq,
-            qoff,
-            dkv,
-            ldkv,
-            offs,
-        } => {
+        AttnGrads::Split { dq, ldq, qoff, dkv, ldkv, offs } => {
             assert_eq!(dq.len(), d.b * d.t * ldq);
             assert_eq!(dkv.len(), d.b * d.s * ldkv);
             dq.par_chunks_mut(d.t * ldq)
@@ -303,15 +231,11 @@ pub fn attention_backward(
                     let p = &probs[b * per..(b + 1) * per];
                     let n = key_lens[b];
                     for h in 0..d.h {
-                        let (dsh, ph) = (
-                            &mut ds[h * d.t * d.s..(h + 1) * d.t * d.s],
-                            &p[h * d.t * d.s..(h + 1) * d.t * d.s],
-                        );
+                        let (dsh, ph) =
+                            (&mut ds[h * d.t * d.s..(h + 1) * d.t * d.s], &p[h * d.t * d.s..(h + 1) * d.t * d.s]);
                         score_grads(dsh, ph, dout_heads, v, n, causal, dropout, d, b, h);
                         query_grads(gq, ldq, qoff, dsh, k, n, d, b, h);
-                        key_value_grads(
-                            gkv, ldkv, offs, dsh, ph, dout_heads, q, n, dropout, d, b, h,
-                        );
+                        key_value_grads(gkv, ldkv, offs, dsh, ph, dout_heads, q, n, dropout, d, b, h);
                     }
                 });
         }
@@ -338,15 +262,7 @@ fn score_grads(
         return;
     }
     // dP over the valid keys: (T, n) = dO_h (T, V) · V_hᵀ (V, n).
-    gemm_small(
-        ds,
-        0,
-        d.s,
-        dout.head(b * d.t, d.t, h, d.v),
-        v.head(b * d.s, key_len, h, d.v).t(),
-        1.0,
-        false,
-    );
+    gemm_small(ds, 0, d.s, dout.head(b * d.t, d.t, h, d.v), v.head(b * d.s, key_len, h, d.v).t(), 1.0, false);
     let base = (b * d.h + h) * d.t * d.s;
     softmax_backward_rows(ds, probs, key_len, causal, dropout, base, d);
 }
@@ -365,11 +281,7 @@ fn softmax_backward_rows(
     d: AttnDims,
 ) {
     let scale = 1.0 / (d.k as f32).sqrt();
-    for (i, (row, p)) in ds
-        .chunks_exact_mut(d.s)
-        .zip(probs.chunks_exact(d.s))
-        .enumerate()
-    {
+    for (i, (row, p)) in ds.chunks_exact_mut(d.s).zip(probs.chunks_exact(d.s)).enumerate() {
         let n = visible(key_len, causal, i);
         row[n..].fill(0.0);
         if let Some(mask) = dropout {
@@ -404,15 +316,7 @@ fn query_grads(
         }
         return;
     }
-    gemm_small(
-        g,
-        off,
-        ld,
-        MatRef::rows(ds, 0, d.t, key_len, d.s),
-        k.head(b * d.s, key_len, h, d.k),
-        1.0,
-        false,
-    );
+    gemm_small(g, off, ld, MatRef::rows(ds, 0, d.t, key_len, d.s), k.head(b * d.s, key_len, h, d.k), 1.0, false);
 }
 
 /// dK_h (n, K) = dscoresᵀ · Q_h and dV_h (n, V) = (P ⊙ mask)ᵀ · dO_h, overwriting head h's columns of
@@ -440,25 +344,9 @@ fn key_value_grads(
     if key_len == 0 {
         return;
     }
-    gemm_small(
-        g,
-        koff,
-        ld,
-        MatRef::rows(ds, 0, d.t, key_len, d.s).t(),
-        q.head(b * d.t, d.t, h, d.k),
-        1.0,
-        false,
-    );
+    gemm_small(g, koff, ld, MatRef::rows(ds, 0, d.t, key_len, d.s).t(), q.head(b * d.t, d.t, h, d.k), 1.0, false);
     let base = (b * d.h + h) * d.t * d.s;
     with_dropped(probs, dropout, base, |p| {
-        gemm_small(
-            g,
-            voff,
-            ld,
-            MatRef::rows(p, 0, d.t, key_len, d.s).t(),
-            dout.head(b * d.t, d.t, h, d.v),
-            1.0,
-            false,
-        );
+        gemm_small(g, voff, ld, MatRef::rows(p, 0, d.t, key_len, d.s).t(), dout.head(b * d.t, d.t, h, d.v), 1.0, false);
     });
 }

@@ -116,8 +116,7 @@ pub fn exp_approx(x: f32) -> f32 {
         + r * (1.0
             + r * (0.5
                 + r * (0.166_666_67
-                    + r * (0.041_666_668
-                        + r * (0.008_333_334 + r * (0.001_388_889 + r * 0.000_198_412_7))))));
+                    + r * (0.041_666_668 + r * (0.008_333_334 + r * (0.001_388_889 + r * 0.000_198_412_7))))));
     let bits = ((n as i32 + 127) as u32) << 23;
     p * f32::from_bits(bits)
 }
@@ -143,8 +142,7 @@ pub fn bias_relu_forward(h: &mut [f32], bias: &[f32]) {
     let _t = super::profile::scope(super::profile::Slot::Relu);
     let f = bias.len();
     assert_eq!(h.len() % f.max(1), 0);
-    h.par_chunks_mut(ROW_BLOCK * f)
-        .for_each(|rows| bias_relu_rows(rows, bias));
+    h.par_chunks_mut(ROW_BLOCK * f).for_each(|rows| bias_relu_rows(rows, bias));
 }
 
 #[multiversion(targets(
@@ -215,18 +213,15 @@ fn bias_relu_backward_rows(d: &mut [f32], h: &[f32], p: &mut [f32]) {
 pub fn reduce_partials(dst: &mut [f32], partials: &[f32], stride: usize, row: usize) {
     let d = dst.len();
     let blocks = partials.len() / (stride * d);
-    dst.par_chunks_mut(COL_BLOCK)
-        .enumerate()
-        .for_each(|(cb, out)| {
-            let c0 = cb * COL_BLOCK;
-            for blk in 0..blocks {
-                let src = &partials
-                    [(blk * stride + row) * d + c0..(blk * stride + row) * d + c0 + out.len()];
-                for (o, v) in out.iter_mut().zip(src) {
-                    *o += v;
-                }
+    dst.par_chunks_mut(COL_BLOCK).enumerate().for_each(|(cb, out)| {
+        let c0 = cb * COL_BLOCK;
+        for blk in 0..blocks {
+            let src = &partials[(blk * stride + row) * d + c0..(blk * stride + row) * d + c0 + out.len()];
+            for (o, v) in out.iter_mut().zip(src) {
+                *o += v;
             }
-        });
+        }
+    });
 }
 
 /// Columns per task in column reductions.
@@ -238,11 +233,9 @@ pub fn column_sum_add(db: &mut [f32], dy: &[f32], n: usize) {
     let _t = super::profile::scope(super::profile::Slot::BiasGrad);
     assert_eq!(db.len(), n);
     assert_eq!(dy.len() % n.max(1), 0);
-    db.par_chunks_mut(COL_BLOCK)
-        .enumerate()
-        .for_each(|(cb, out)| {
-            column_sum_block(out, dy, n, cb * COL_BLOCK);
-        });
+    db.par_chunks_mut(COL_BLOCK).enumerate().for_each(|(cb, out)| {
+        column_sum_block(out, dy, n, cb * COL_BLOCK);
+    });
 }
 
 #[multiversion(targets(

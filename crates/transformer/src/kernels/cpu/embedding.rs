@@ -24,15 +24,9 @@ pub fn embedding_forward(
         return;
     }
     let needed = seq_len.checked_mul(d);
-    assert!(
-        seq_len > 0 && needed.is_some_and(|n| positions.len() >= n),
-        "position table shorter than the sequence"
-    );
+    assert!(seq_len > 0 && needed.is_some_and(|n| positions.len() >= n), "position table shorter than the sequence");
     let vocab = table.len() / d;
-    assert!(
-        tokens.iter().all(|&t| (t as usize) < vocab),
-        "a token id is outside the vocabulary of {vocab}"
-    );
+    assert!(tokens.iter().all(|&t| (t as usize) < vocab), "a token id is outside the vocabulary of {vocab}");
     out.par_chunks_mut(d).enumerate().for_each(|(r, o)| {
         let tok = tokens[r] as usize;
         let e = &table[tok * d..(tok + 1) * d];
@@ -65,30 +59,17 @@ pub fn embedding_backward(
 ) {
     let _t = super::profile::scope(super::profile::Slot::Embedding);
     const CB: usize = 64;
-    assert!(
-        d > 0 && seq_len > 0,
-        "embedding_backward: empty width or sequence"
-    );
+    assert!(d > 0 && seq_len > 0, "embedding_backward: empty width or sequence");
     assert_eq!(Some(dout.len()), tokens.len().checked_mul(d));
     assert_eq!(dtable.len() % d, 0);
-    assert_eq!(
-        tokens.len() % seq_len,
-        0,
-        "embedding_backward: rows not a multiple of the sequence length"
-    );
+    assert_eq!(tokens.len() % seq_len, 0, "embedding_backward: rows not a multiple of the sequence length");
     let vocab = dtable.len() / d;
     for &t in tokens {
-        assert!(
-            (t as usize) < vocab,
-            "token id {t} outside the vocabulary of {vocab}"
-        );
+        assert!((t as usize) < vocab, "token id {t} outside the vocabulary of {vocab}");
     }
     let table = SharedMut(dtable.as_mut_ptr());
     let positions = dpositions.map(|p| {
-        assert!(
-            seq_len.checked_mul(d).is_some_and(|n| p.len() >= n),
-            "position table shorter than the sequence"
-        );
+        assert!(seq_len.checked_mul(d).is_some_and(|n| p.len() >= n), "position table shorter than the sequence");
         SharedMut(p.as_mut_ptr())
     });
     (0..d.div_ceil(CB)).into_par_iter().for_each(|cb| {
@@ -96,9 +77,7 @@ pub fn embedding_backward(
         // SAFETY: task cb writes only columns [c0, c0 + w) of each row, disjoint from every other
         // task; token ids and positions were checked against the buffer sizes above.
         unsafe {
-            scatter_block(&table, dout, tokens, d, c0, w, scale, dropout, |r| {
-                tokens[r] as usize
-            });
+            scatter_block(&table, dout, tokens, d, c0, w, scale, dropout, |r| tokens[r] as usize);
             if let Some(pos) = &positions {
                 scatter_block(pos, dout, tokens, d, c0, w, 1.0, dropout, |r| r % seq_len);
             }

@@ -33,27 +33,11 @@ pub fn residual_layer_norm_forward(
     let rb = ROW_BLOCK * d;
     out.par_chunks_mut(rb)
         .zip(s.par_chunks_mut(rb))
-        .zip(
-            mean.par_chunks_mut(ROW_BLOCK)
-                .zip(rstd.par_chunks_mut(ROW_BLOCK)),
-        )
+        .zip(mean.par_chunks_mut(ROW_BLOCK).zip(rstd.par_chunks_mut(ROW_BLOCK)))
         .enumerate()
         .for_each(|(blk, ((out, s), (mean, rstd)))| {
             let r0 = blk * ROW_BLOCK;
-            ln_forward_rows(
-                out,
-                s,
-                mean,
-                rstd,
-                &x[r0 * d..],
-                &y[r0 * d..],
-                y_bias,
-                gamma,
-                beta,
-                eps,
-                dropout,
-                r0 * d,
-            );
+            ln_forward_rows(out, s, mean, rstd, &x[r0 * d..], &y[r0 * d..], y_bias, gamma, beta, eps, dropout, r0 * d);
         });
 }
 
@@ -77,11 +61,7 @@ fn ln_forward_rows(
     base: usize,
 ) {
     let d = gamma.len();
-    for (r, (o, sr)) in out
-        .chunks_exact_mut(d)
-        .zip(s.chunks_exact_mut(d))
-        .enumerate()
-    {
+    for (r, (o, sr)) in out.chunks_exact_mut(d).zip(s.chunks_exact_mut(d)).enumerate() {
         let xr = &x[r * d..(r + 1) * d];
         let yr = &y[r * d..(r + 1) * d];
         // o holds y + b as scratch.
@@ -197,11 +177,7 @@ fn ln_backward_rows(
     part.fill(0.0);
     let (pg, rest) = part.split_at_mut(d);
     let (pb, pbias) = rest.split_at_mut(d);
-    for (r, (dxr, dyr)) in dx
-        .chunks_exact_mut(d)
-        .zip(dy.chunks_exact_mut(d))
-        .enumerate()
-    {
+    for (r, (dxr, dyr)) in dx.chunks_exact_mut(d).zip(dy.chunks_exact_mut(d)).enumerate() {
         let g = &dout[r * d..(r + 1) * d];
         let sr = &s[r * d..(r + 1) * d];
         let (mu, rs) = (mean[r], rstd[r]);

@@ -16,37 +16,12 @@ pub enum Op {
 /// (k, n) for `Op::N`, (n, k) for `Op::T`. With `accumulate` the product is added to C, else C is
 /// overwritten.
 #[allow(clippy::too_many_arguments)]
-pub fn matmul(
-    c: &mut [f32],
-    a: &[f32],
-    op_a: Op,
-    b: &[f32],
-    op_b: Op,
-    m: usize,
-    n: usize,
-    k: usize,
-    accumulate: bool,
-) {
+pub fn matmul(c: &mut [f32], a: &[f32], op_a: Op, b: &[f32], op_b: Op, m: usize, n: usize, k: usize, accumulate: bool) {
     // Checked products: a wrapped size could otherwise pass these asserts.
     let size = |r: usize, c: usize| r.checked_mul(c).filter(|&x| x <= isize::MAX as usize);
-    assert_eq!(
-        Some(c.len()),
-        size(m, n),
-        "matmul: C has {} elements, expected {m}x{n}",
-        c.len()
-    );
-    assert_eq!(
-        Some(a.len()),
-        size(m, k),
-        "matmul: A has {} elements, expected {m}x{k}",
-        a.len()
-    );
-    assert_eq!(
-        Some(b.len()),
-        size(k, n),
-        "matmul: B has {} elements, expected {k}x{n}",
-        b.len()
-    );
+    assert_eq!(Some(c.len()), size(m, n), "matmul: C has {} elements, expected {m}x{n}", c.len());
+    assert_eq!(Some(a.len()), size(m, k), "matmul: A has {} elements, expected {m}x{k}", a.len());
+    assert_eq!(Some(b.len()), size(k, n), "matmul: B has {} elements, expected {k}x{n}", b.len());
     if m == 0 || n == 0 {
         return;
     }
@@ -102,15 +77,7 @@ pub fn matmul(
 }
 
 /// Y (m, n) = X (m, k) · Wᵀ + bias, with W stored (n, k) like PyTorch's `nn.Linear`.
-pub fn linear_forward(
-    y: &mut [f32],
-    x: &[f32],
-    w: &[f32],
-    bias: Option<&[f32]>,
-    m: usize,
-    n: usize,
-    k: usize,
-) {
+pub fn linear_forward(y: &mut [f32], x: &[f32], w: &[f32], bias: Option<&[f32]>, m: usize, n: usize, k: usize) {
     match bias {
         Some(bias) => {
             assert_eq!(bias.len(), n);
@@ -166,74 +133,38 @@ pub struct MatRef<'a> {
 impl<'a> MatRef<'a> {
     /// A row-major view of `rows` × `cols` starting at `off`, rows `ld` apart.
     pub fn rows(data: &'a [f32], off: usize, rows: usize, cols: usize, ld: usize) -> Self {
-        MatRef {
-            data,
-            off,
-            rows,
-            cols,
-            rs: ld,
-            cs: 1,
-        }
+        MatRef { data, off, rows, cols, rs: ld, cs: 1 }
     }
     /// The transposed view (no copy).
     pub fn t(self) -> Self {
-        MatRef {
-            rows: self.cols,
-            cols: self.rows,
-            rs: self.cs,
-            cs: self.rs,
-            ..self
-        }
+        MatRef { rows: self.cols, cols: self.rows, rs: self.cs, cs: self.rs, ..self }
     }
     /// Asserts that every element of the (non-empty) view lies inside `data`, with checked
     /// arithmetic and strides small enough for the signed strides gemm takes.
     fn check(&self, what: &str) {
-        assert!(
-            self.rs <= isize::MAX as usize && self.cs <= isize::MAX as usize,
-            "{what}: stride too large"
-        );
+        assert!(self.rs <= isize::MAX as usize && self.cs <= isize::MAX as usize, "{what}: stride too large");
         let last = last_index(self.off, self.rows, self.rs, self.cols, self.cs);
-        assert!(
-            last.is_some_and(|l| l < self.data.len()),
-            "{what}: view exceeds its buffer of {}",
-            self.data.len()
-        );
+        assert!(last.is_some_and(|l| l < self.data.len()), "{what}: view exceeds its buffer of {}", self.data.len());
     }
 }
 
 /// off + (rows − 1)·rs + (cols − 1)·cs without overflow, for rows, cols ≥ 1.
 fn last_index(off: usize, rows: usize, rs: usize, cols: usize, cs: usize) -> Option<usize> {
-    off.checked_add((rows - 1).checked_mul(rs)?)?
-        .checked_add((cols - 1).checked_mul(cs)?)
+    off.checked_add((rows - 1).checked_mul(rs)?)?.checked_add((cols - 1).checked_mul(cs)?)
 }
 
 /// C = [C +] alpha · A · B on strided views, single-threaded: for the many small per-head products
 /// inside attention, which is itself parallel over sentences. C is row-major with row stride `ldc`.
 #[allow(clippy::too_many_arguments)]
-pub fn gemm_small(
-    c: &mut [f32],
-    c_off: usize,
-    ldc: usize,
-    a: MatRef,
-    b: MatRef,
-    alpha: f32,
-    accumulate: bool,
-) {
+pub fn gemm_small(c: &mut [f32], c_off: usize, ldc: usize, a: MatRef, b: MatRef, alpha: f32, accumulate: bool) {
     let (m, n, k) = (a.rows, b.cols, a.cols);
     assert_eq!(b.rows, k, "gemm_small: inner dimensions {k} and {}", b.rows);
     if m == 0 || n == 0 {
         return;
     }
-    assert!(
-        ldc >= n && ldc <= isize::MAX as usize,
-        "gemm_small: row stride {ldc} for {n} columns"
-    );
+    assert!(ldc >= n && ldc <= isize::MAX as usize, "gemm_small: row stride {ldc} for {n} columns");
     let last = last_index(c_off, m, ldc, n, 1);
-    assert!(
-        last.is_some_and(|l| l < c.len()),
-        "gemm_small: C view exceeds its buffer of {}",
-        c.len()
-    );
+    assert!(last.is_some_and(|l| l < c.len()), "gemm_small: C view exceeds its buffer of {}", c.len());
     if k == 0 {
         if !accumulate {
             for i in 0..m {

@@ -58,10 +58,7 @@ pub struct Scope(Option<(usize, Instant)>);
 #[inline]
 pub fn scope(slot: Slot) -> Scope {
     if ENABLED.load(Ordering::Relaxed) {
-        Scope(Some((
-            SLOTS.iter().position(|s| s.0 == slot).unwrap(),
-            Instant::now(),
-        )))
+        Scope(Some((SLOTS.iter().position(|s| s.0 == slot).unwrap(), Instant::now())))
     } else {
         Scope(None)
     }

@@ -39,11 +39,7 @@ pub fn softmax_xent_forward_backward(
     assert!(row_loss.len() == m && row_nll.len() == m);
     logits
         .par_chunks_mut(vocab * ROW_BLOCK / 4)
-        .zip(
-            row_loss
-                .par_chunks_mut(ROW_BLOCK / 4)
-                .zip(row_nll.par_chunks_mut(ROW_BLOCK / 4)),
-        )
+        .zip(row_loss.par_chunks_mut(ROW_BLOCK / 4).zip(row_nll.par_chunks_mut(ROW_BLOCK / 4)))
         .zip(targets.par_chunks(ROW_BLOCK / 4))
         .for_each(|((z, (rl, rn)), t)| xent_rows(z, rl, rn, t, pad, epsilon, grad_scale, vocab));
     let mut sums = XentSums::default();

@@ -1,0 +1,26 @@
+//! Evaluation: corpus BLEU and chrF exactly as sacreBLEU 2.x computes them (every tokenizer and
+//! smoothing named in the signature), so the scores we print are the scores others print.
+
+pub mod bleu;
+pub mod chrf;
+pub mod tokenize;
+
+/// The sacreBLEU release whose results this module reproduces; it is tested against fixtures made
+/// with it (dev/reference/sacrebleu_fixtures.py) and stands in our signatures' `version:` field.
+pub const SACREBLEU_VERSION: &str = "2.6.0";
+
+/// Python's `str.isspace` for one character: Unicode White_Space plus U+001C–U+001F (information
+/// separators), which Python also treats as whitespace.
+pub(crate) fn is_python_space(c: char) -> bool {
+    c.is_whitespace() || ('\u{1c}'..='\u{1f}').contains(&c)
+}
+
+/// Python's `str.split()` without arguments.
+pub(crate) fn python_split(s: &str) -> impl Iterator<Item = &str> {
+    s.split(is_python_space).filter(|w| !w.is_empty())
+}
+
+/// Python's `str.rstrip()` without arguments.
+pub(crate) fn python_rstrip(s: &str) -> &str {
+    s.trim_end_matches(is_python_space)
+}
