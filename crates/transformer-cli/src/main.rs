@@ -56,6 +56,11 @@ enum Command {
         #[arg(long)]
         save: Option<std::path::PathBuf>,
     },
+    /// Byte-pair encoding: learn one shared vocabulary, apply it, restore text.
+    Bpe {
+        #[command(subcommand)]
+        which: BpeCommand,
+    },
     /// Score translations: corpus BLEU and/or chrF exactly as sacreBLEU 2.x computes them.
     Bleu {
         /// Reference file (one sentence a line); repeat for multiple references.
@@ -87,6 +92,43 @@ enum Command {
     Bench {
         #[command(subcommand)]
         which: BenchCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum BpeCommand {
+    /// Learn a joint vocabulary from source and target training text (plain or .gz files).
+    Learn {
+        /// Training text, one sentence a line (give both languages).
+        #[arg(long = "input", required = true, num_args = 1..)]
+        inputs: Vec<std::path::PathBuf>,
+        /// Vocabulary size (e.g. 8000 for Multi30k, 37000 for WMT14 En-De).
+        #[arg(long)]
+        vocab_size: usize,
+        /// Pairs seen fewer times are not merged.
+        #[arg(long, default_value_t = 2)]
+        min_frequency: u64,
+        /// Where to write the model (JSON).
+        #[arg(long)]
+        output: std::path::PathBuf,
+    },
+    /// Segment text into subword pieces (stdin, or --input), one line out per line in.
+    Apply {
+        /// The model from `bpe learn`.
+        #[arg(long)]
+        model: std::path::PathBuf,
+        /// Input file (default: stdin).
+        #[arg(long)]
+        input: Option<std::path::PathBuf>,
+    },
+    /// Restore text from subword pieces (the inverse of `apply`).
+    Decode {
+        /// The model from `bpe learn`.
+        #[arg(long)]
+        model: std::path::PathBuf,
+        /// Input file (default: stdin).
+        #[arg(long)]
+        input: Option<std::path::PathBuf>,
     },
 }
 
@@ -133,6 +175,7 @@ fn run(cmd: Command) -> Result<()> {
     match cmd {
         Command::Params { preset, vocab, all, json } => params(&preset, vocab, all, json),
         Command::Synthetic { task, steps, seed, save } => synthetic_task(&task, steps, seed, save),
+        Command::Bpe { which } => bpe(which),
         Command::Bleu { refs, hyp, tokenize, lowercase, smooth, smooth_value, metrics, score_only } => {
             bleu(&refs, &hyp, &tokenize, lowercase, &smooth, smooth_value, &metrics, score_only)
         }
@@ -352,27 +395,8 @@ fn bench_matmul(reps: usize) -> Result<()> {
     Ok(())
 }
 
-/// The lines of a UTF-8 text file without their line endings; errors name the file and line.
 fn read_lines(path: &std::path::Path) -> Result<Vec<String>> {
-    let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let mut lines = Vec::new();
-    for (i, raw) in bytes.split(|&b| b == b'\n').enumerate() {
-        let raw = raw.strip_suffix(b"\r").unwrap_or(raw);
-        let line = std::str::from_utf8(raw).map_err(|e| {
-            anyhow::anyhow!(
-                "{}:{}: invalid UTF-8 at byte {} of the line; convert the file to UTF-8",
-                path.display(),
-                i + 1,
-                e.valid_up_to()
-            )
-        })?;
-        lines.push(line.to_string());
-    }
-    // A final newline ends the last line rather than starting an empty one.
-    if bytes.ends_with(b"\n") {
-        lines.pop();
-    }
-    Ok(lines)
+    Ok(transformer::data::corpus::read_lines(path)?)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -427,4 +451,79 @@ fn bleu(
         }
     }
     Ok(())
+}
+
+fn bpe(cmd: BpeCommand) -> Result<()> {
+    use std::io::Write;
+    use transformer::data::bpe::Bpe;
+    match cmd {
+        BpeCommand::Learn { inputs, vocab_size, min_frequency, output } => {
+            let mut lines = Vec::new();
+            for p in &inputs {
+                lines.extend(read_lines(p)?);
+            }
+            let start = Instant::now();
+            let bpe = Bpe::learn(lines.iter(), vocab_size, min_frequency)?;
+            bpe.save(&output).with_context(|| format!("writing {}", output.display()))?;
+            eprintln!(
+                "learned {} entries from {} lines in {:.1}s -> {} ({})",
+                bpe.vocab_size(),
+                lines.len(),
+                start.elapsed().as_secs_f64(),
+                output.display(),
+                bpe.hash()
+            );
+        }
+        BpeCommand::Apply { model, input } => {
+            let bpe = Bpe::load(&model)?;
+            let out = std::io::stdout();
+            let mut out = std::io::BufWriter::new(out.lock());
+            for_each_input_line(input.as_deref(), |line| Ok(writeln!(out, "{}", bpe.pieces(line)?.join(" "))?))?;
+            out.flush()?;
+        }
+        BpeCommand::Decode { model, input } => {
+            let bpe = Bpe::load(&model)?;
+            let out = std::io::stdout();
+            let mut out = std::io::BufWriter::new(out.lock());
+            for_each_input_line(input.as_deref(), |line| {
+                let pieces: Vec<&str> = line.split(' ').filter(|p| !p.is_empty()).collect();
+                Ok(writeln!(out, "{}", bpe.decode_pieces(&pieces)?)?)
+            })?;
+            out.flush()?;
+        }
+    }
+    Ok(())
+}
+
+/// Runs `f` on every line of `input` (a plain or .gz file) or of stdin; errors name the file (or
+/// `<stdin>`) and the line.
+fn for_each_input_line(input: Option<&std::path::Path>, mut f: impl FnMut(&str) -> Result<()>) -> Result<()> {
+    use std::io::BufRead;
+    match input {
+        Some(p) => transformer::data::corpus::for_each_line(p, |n, line| {
+            f(line).with_context(|| format!("{}:{n}", p.display()))
+        }),
+        None => {
+            let stdin = std::io::stdin();
+            let mut buf = Vec::new();
+            let mut lock = stdin.lock();
+            let mut n = 0;
+            loop {
+                buf.clear();
+                if lock.read_until(b'\n', &mut buf)? == 0 {
+                    return Ok(());
+                }
+                n += 1;
+                if buf.ends_with(b"\n") {
+                    buf.pop();
+                    if buf.ends_with(b"\r") {
+                        buf.pop();
+                    }
+                }
+                let line = std::str::from_utf8(&buf)
+                    .map_err(|e| anyhow::anyhow!("<stdin>:{n}: invalid UTF-8 at byte {}", e.valid_up_to()))?;
+                f(line).with_context(|| format!("<stdin>:{n}"))?;
+            }
+        }
+    }
 }

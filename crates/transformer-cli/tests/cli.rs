@@ -70,3 +70,36 @@ fn bleu_reports_misaligned_and_non_utf8_files() {
     assert!(!ok);
     assert!(err.contains("bad.txt:2: invalid UTF-8"), "{err}");
 }
+
+#[test]
+fn bpe_learn_apply_decode_round_trip() {
+    let text = "Ein Mann fährt Fahrrad.\nA man rides a bicycle.\n  two  spaces \n\nÜnïcödé 日本語 😀\n";
+    let input = tmp("bpe-in.txt", text.as_bytes());
+    let model = input.with_file_name("bpe-model.json");
+    let (ok, _, err) = transformer(&[
+        "bpe",
+        "learn",
+        "--input",
+        input.to_str().unwrap(),
+        "--vocab-size",
+        "300",
+        "--min-frequency",
+        "1",
+        "--output",
+        model.to_str().unwrap(),
+    ]);
+    assert!(ok, "{err}");
+    let (ok, pieces, err) =
+        transformer(&["bpe", "apply", "--model", model.to_str().unwrap(), "--input", input.to_str().unwrap()]);
+    assert!(ok, "{err}");
+    assert_eq!(pieces.lines().count(), 5);
+    let piece_file = tmp("bpe-pieces.txt", pieces.as_bytes());
+    let (ok, restored, err) =
+        transformer(&["bpe", "decode", "--model", model.to_str().unwrap(), "--input", piece_file.to_str().unwrap()]);
+    assert!(ok, "{err}");
+    assert_eq!(restored, text);
+    let bad = tmp("bpe-bad.txt", b"ok\nbro\xffken\n");
+    let (ok, _, err) =
+        transformer(&["bpe", "apply", "--model", model.to_str().unwrap(), "--input", bad.to_str().unwrap()]);
+    assert!(!ok && err.contains("bpe-bad.txt:2: invalid UTF-8"), "{err}");
+}

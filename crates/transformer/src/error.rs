@@ -37,6 +37,19 @@ pub enum Error {
         /// What the checkpoint holds.
         found: String,
     },
+    /// A BPE model could not be learned, loaded or applied.
+    #[error("BPE: {0}")]
+    Bpe(String),
+    /// A corpus file is malformed (misaligned, not UTF-8, …).
+    #[error("{path}:{line}: {reason}")]
+    Corpus {
+        /// The file.
+        path: PathBuf,
+        /// 1-based line number.
+        line: usize,
+        /// What is wrong and what to do.
+        reason: String,
+    },
     /// A configuration value is out of range or inconsistent.
     #[error("invalid configuration: {0}")]
     Config(String),

@@ -28,6 +28,7 @@
 #![allow(clippy::needless_range_loop)]
 
 pub mod config;
+pub mod data;
 pub mod error;
 pub mod eval;
 pub mod kernels;

@@ -1,0 +1,132 @@
+//! §5.1 Byte-pair encoding (Sennrich et al., 2016) over one vocabulary shared by source and target,
+//! on the `tokenizers` crate: byte-level pre-tokenization, so every string (any Unicode, any
+//! whitespace) encodes without unknown tokens and decodes back to itself.
+//!
+//! The special tokens have fixed ids: `<pad>` 0, `<s>` 1, `</s>` 2, `<unk>` 3 ([`crate::PAD`] …).
+
+use crate::error::{Error, Result};
+use sha2::{Digest, Sha256};
+use std::path::Path;
+use tokenizers::models::bpe::{BpeTrainerBuilder, BPE};
+use tokenizers::models::TrainerWrapper;
+use tokenizers::pre_tokenizers::byte_level::ByteLevel;
+use tokenizers::{AddedToken, DecoderWrapper, ModelWrapper, PreTokenizerWrapper, Tokenizer};
+
+/// The special tokens, in id order.
+pub const SPECIALS: [&str; 4] = ["<pad>", "<s>", "</s>", "<unk>"];
+
+/// A learned BPE model.
+pub struct Bpe {
+    tokenizer: Tokenizer,
+    hash: String,
+}
+
+fn bpe_err(e: impl std::fmt::Display) -> Error {
+    Error::Bpe(e.to_string())
+}
+
+impl Bpe {
+    /// Learns a vocabulary of `vocab_size` entries (specials and the 256 byte symbols included)
+    /// from `lines` (source and target text together, for the shared vocabulary). Pairs seen fewer
+    /// than `min_frequency` times are not merged.
+    pub fn learn<I, S>(lines: I, vocab_size: usize, min_frequency: u64) -> Result<Bpe>
+    where
+        I: Iterator<Item = S> + Send,
+        S: AsRef<str> + Send,
+    {
+        let min_vocab = SPECIALS.len() + 256;
+        if vocab_size < min_vocab {
+            return Err(Error::Bpe(format!(
+                "vocabulary size {vocab_size} is below the {min_vocab} specials and byte symbols"
+            )));
+        }
+        let trainer = BpeTrainerBuilder::new()
+            .vocab_size(vocab_size)
+            .min_frequency(min_frequency)
+            .show_progress(false)
+            .special_tokens(SPECIALS.iter().map(|s| AddedToken::from(*s, true)).collect())
+            .initial_alphabet(ByteLevel::alphabet().into_iter().collect())
+            .build();
+        let mut tokenizer = Tokenizer::new(ModelWrapper::BPE(BPE::default()));
+        // No prefix space, byte-level trimming off, GPT-2 split regex: lossless in both directions.
+        tokenizer.with_pre_tokenizer(Some(PreTokenizerWrapper::ByteLevel(ByteLevel::new(false, false, true))));
+        tokenizer.with_decoder(Some(DecoderWrapper::ByteLevel(ByteLevel::new(false, false, true))));
+        let mut trainer = TrainerWrapper::BpeTrainer(trainer);
+        tokenizer.train(&mut trainer, lines.map(|l| l.as_ref().to_string())).map_err(bpe_err)?;
+        Self::from_tokenizer(tokenizer)
+    }
+
+    fn from_tokenizer(mut tokenizer: Tokenizer) -> Result<Bpe> {
+        // Text that spells a special token ("<s>") is ordinary text, never a control token.
+        tokenizer.set_encode_special_tokens(true);
+        for (id, s) in SPECIALS.iter().enumerate() {
+            if tokenizer.token_to_id(s) != Some(id as u32) {
+                return Err(Error::Bpe(format!(
+                    "special token {s} must have id {id}, found {:?}: re-learn the vocabulary with `transformer bpe learn`",
+                    tokenizer.token_to_id(s)
+                )));
+            }
+        }
+        let json = tokenizer.to_string(false).map_err(bpe_err)?;
+        let hash = format!("sha256:{:x}", Sha256::digest(json.as_bytes()));
+        Ok(Bpe { tokenizer, hash })
+    }
+
+    /// Writes the model (the `tokenizers` JSON format) atomically.
+    pub fn save(&self, path: &Path) -> Result<()> {
+        let json = self.tokenizer.to_string(true).map_err(bpe_err)?;
+        crate::train::checkpoint::write_atomically(path, json.as_bytes())
+    }
+
+    /// Reads a model written by [`Bpe::save`].
+    pub fn load(path: &Path) -> Result<Bpe> {
+        let text = std::fs::read_to_string(path).map_err(|source| Error::Io { path: path.to_path_buf(), source })?;
+        let tokenizer: Tokenizer = text.parse().map_err(|e| {
+            Error::Bpe(format!("{}: not a BPE model ({e}); create one with `transformer bpe learn`", path.display()))
+        })?;
+        Self::from_tokenizer(tokenizer)
+    }
+
+    /// Entries in the vocabulary (the model's `vocab_size`).
+    pub fn vocab_size(&self) -> usize {
+        self.tokenizer.get_vocab_size(true)
+    }
+
+    /// `sha256:…` of the model's canonical JSON: stored in checkpoints to catch a mismatched vocabulary.
+    pub fn hash(&self) -> &str {
+        &self.hash
+    }
+
+    /// The id of a vocabulary entry (a piece or a special token).
+    pub fn id_of(&self, piece: &str) -> Option<u32> {
+        self.tokenizer.token_to_id(piece)
+    }
+
+    /// Token ids of `line` (no BOS/EOS).
+    pub fn encode(&self, line: &str) -> Result<Vec<u32>> {
+        Ok(self.tokenizer.encode(line, false).map_err(bpe_err)?.get_ids().to_vec())
+    }
+
+    /// Subword pieces of `line`, as `bpe apply` prints them.
+    pub fn pieces(&self, line: &str) -> Result<Vec<String>> {
+        Ok(self.tokenizer.encode(line, false).map_err(bpe_err)?.get_tokens().to_vec())
+    }
+
+    /// The text of token ids (special tokens are dropped).
+    pub fn decode(&self, ids: &[u32]) -> Result<String> {
+        self.tokenizer.decode(ids, true).map_err(bpe_err)
+    }
+
+    /// The text of subword pieces; an unknown piece is an error naming it.
+    pub fn decode_pieces<S: AsRef<str>>(&self, pieces: &[S]) -> Result<String> {
+        let ids = pieces
+            .iter()
+            .map(|p| {
+                self.tokenizer
+                    .token_to_id(p.as_ref())
+                    .ok_or_else(|| Error::Bpe(format!("unknown piece {:?}", p.as_ref())))
+            })
+            .collect::<Result<Vec<u32>>>()?;
+        self.decode(&ids)
+    }
+}

@@ -1,0 +1,81 @@
+//! BPE on the real corpus (../shared/data/multi30k): learned jointly on source and target, fixed
+//! special ids, and lossless: decode(encode(x)) == x for every line of every split and language.
+
+use std::io::Read;
+use std::path::PathBuf;
+use transformer::data::bpe::Bpe;
+
+fn multi30k(name: &str) -> Vec<String> {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/multi30k").join(name);
+    let mut text = String::new();
+    flate2::read::GzDecoder::new(std::fs::File::open(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display())))
+        .read_to_string(&mut text)
+        .unwrap();
+    text.lines().map(str::to_string).collect()
+}
+
+#[test]
+fn learned_joint_vocabulary_round_trips_every_line() {
+    let (en, de) = (multi30k("train.en.gz"), multi30k("train.de.gz"));
+    let bpe = Bpe::learn(en.iter().chain(&de), 8000, 2).unwrap();
+    assert_eq!(bpe.vocab_size(), 8000);
+    // Source and target words share the one vocabulary.
+    assert!(bpe.encode("Ein Mann fährt Fahrrad.").unwrap().len() <= 6);
+    assert!(bpe.encode("A man rides a bicycle.").unwrap().len() <= 7);
+    let mut lines = 0;
+    let mut tokens = 0;
+    for split in ["train", "val", "test_2016_flickr"] {
+        for lang in ["en", "de", "fr", "cs"] {
+            for line in multi30k(&format!("{split}.{lang}.gz")) {
+                let ids = bpe.encode(&line).unwrap();
+                assert!(ids.iter().all(|&i| i >= 4 && (i as usize) < 8000), "special or out-of-range id in {line:?}");
+                assert_eq!(bpe.decode(&ids).unwrap(), line);
+                let pieces = bpe.pieces(&line).unwrap();
+                assert_eq!(bpe.decode_pieces(&pieces).unwrap(), line);
+                lines += 1;
+                tokens += ids.len();
+            }
+        }
+    }
+    assert!(lines > 120_000, "{lines}");
+    eprintln!("{lines} lines, {:.2} tokens per line", tokens as f64 / lines as f64);
+    for s in [
+        "",
+        " ",
+        "  two  spaces ",
+        "\ttab\t",
+        "日本語 😀 emoji",
+        "Ünïcödé — «quotes»",
+        "line\rreturn",
+        "<s> not special </s>",
+    ] {
+        assert_eq!(bpe.decode(&bpe.encode(s).unwrap()).unwrap(), s, "{s:?}");
+    }
+}
+
+#[test]
+fn special_ids_save_load_and_errors() {
+    let text = ["a b c d e f", "the cat sat on the mat", "ein Mann fährt"];
+    let bpe = Bpe::learn(text.iter(), 300, 1).unwrap();
+    for (i, s) in transformer::data::bpe::SPECIALS.iter().enumerate() {
+        assert_eq!(bpe.id_of(s), Some(i as u32), "{s}");
+        // Text spelling a special token is encoded as text.
+        assert!(!bpe.encode(s).unwrap().contains(&(i as u32)), "{s}");
+    }
+    assert_eq!((transformer::PAD, transformer::BOS, transformer::EOS, transformer::UNK), (0, 1, 2, 3));
+    let dir = std::env::temp_dir().join(format!("transformer-bpe-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("bpe.json");
+    bpe.save(&path).unwrap();
+    let back = Bpe::load(&path).unwrap();
+    assert_eq!(back.hash(), bpe.hash());
+    assert!(bpe.hash().starts_with("sha256:"));
+    assert_eq!(back.encode("the cat fährt").unwrap(), bpe.encode("the cat fährt").unwrap());
+    std::fs::write(dir.join("bad.json"), "{not json").unwrap();
+    let err = Bpe::load(&dir.join("bad.json")).err().unwrap().to_string();
+    assert!(err.contains("bad.json") && err.contains("not a BPE model"), "{err}");
+    let err = Bpe::learn(text.iter(), 100, 1).err().unwrap().to_string();
+    assert!(err.contains("below the 260"), "{err}");
+    let err = bpe.decode_pieces(&["nonexistent-piece"]).unwrap_err().to_string();
+    assert!(err.contains("unknown piece"), "{err}");
+}
