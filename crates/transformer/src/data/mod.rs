@@ -1,4 +1,6 @@
 //! §5.1 Data: one shared BPE vocabulary, parallel corpora, batches of similar length.
 
+pub mod batching;
 pub mod bpe;
 pub mod corpus;
+pub mod parallel;

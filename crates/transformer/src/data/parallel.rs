@@ -1,0 +1,97 @@
+//! Line-aligned parallel corpora: reading (misalignment is an error naming both files), BPE
+//! encoding, and filtering of empty and over-long pairs with every removal counted and reported.
+
+use super::bpe::Bpe;
+use super::corpus;
+use crate::error::{Error, Result};
+use std::path::Path;
+
+/// Which pairs are kept for training.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct FilterConfig {
+    /// Longest side, in BPE tokens (without BOS/EOS); longer pairs are removed, never truncated.
+    pub max_tokens: usize,
+    /// Largest ratio of the longer to the shorter side, in tokens.
+    pub max_ratio: f64,
+}
+
+impl Default for FilterConfig {
+    fn default() -> Self {
+        FilterConfig { max_tokens: 250, max_ratio: 3.0 }
+    }
+}
+
+/// What filtering did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FilterReport {
+    /// Pairs read.
+    pub read: usize,
+    /// Pairs kept.
+    pub kept: usize,
+    /// Removed: one side empty.
+    pub empty: usize,
+    /// Removed: a side longer than `max_tokens`.
+    pub too_long: usize,
+    /// Removed: length ratio above `max_ratio`.
+    pub bad_ratio: usize,
+}
+
+impl std::fmt::Display for FilterReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} pairs read, {} kept; removed {} with an empty side, {} too long, {} with a length ratio too large",
+            self.read, self.kept, self.empty, self.too_long, self.bad_ratio
+        )
+    }
+}
+
+/// Reads two line-aligned files; different line counts are an error naming both files and where
+/// the shorter one ended.
+pub fn read_parallel(src: &Path, tgt: &Path) -> Result<Vec<(String, String)>> {
+    let s = corpus::read_lines(src)?;
+    let t = corpus::read_lines(tgt)?;
+    if s.len() != t.len() {
+        let (short, long, n) = if s.len() < t.len() { (src, tgt, s.len()) } else { (tgt, src, t.len()) };
+        return Err(Error::Corpus {
+            path: long.to_path_buf(),
+            line: n + 1,
+            reason: format!(
+                "{} ends after {n} lines but this file goes on ({} vs {} lines): the corpora are not line-aligned",
+                short.display(),
+                s.len(),
+                t.len()
+            ),
+        });
+    }
+    Ok(s.into_iter().zip(t).collect())
+}
+
+/// BPE-encodes pairs and keeps those that pass `filter`.
+pub fn encode_and_filter(
+    pairs: &[(String, String)],
+    bpe: &Bpe,
+    filter: &FilterConfig,
+) -> Result<(Vec<(Vec<u32>, Vec<u32>)>, FilterReport)> {
+    let mut report = FilterReport { read: pairs.len(), ..Default::default() };
+    let mut kept = Vec::with_capacity(pairs.len());
+    for (s, t) in pairs {
+        if s.trim().is_empty() || t.trim().is_empty() {
+            report.empty += 1;
+            continue;
+        }
+        let (se, te) = (bpe.encode(s)?, bpe.encode(t)?);
+        if se.len() > filter.max_tokens || te.len() > filter.max_tokens {
+            report.too_long += 1;
+            continue;
+        }
+        let (a, b) = (se.len().max(te.len()) as f64, se.len().min(te.len()).max(1) as f64);
+        if a / b > filter.max_ratio {
+            report.bad_ratio += 1;
+            continue;
+        }
+        kept.push((se, te));
+    }
+    report.kept = kept.len();
+    Ok((kept, report))
+}

@@ -1,0 +1,118 @@
+//! Parallel corpora, filtering and token-budget batching.
+
+use std::path::PathBuf;
+use transformer::data::batching::{epoch_order, make_batches, BatchConfig};
+use transformer::data::bpe::Bpe;
+use transformer::data::parallel::{encode_and_filter, read_parallel, FilterConfig};
+use transformer::rng::Rng;
+
+fn tmpdir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("transformer-data-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn shared(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/multi30k").join(name)
+}
+
+#[test]
+fn misaligned_corpora_name_both_files_and_the_line() {
+    let d = tmpdir("misaligned");
+    std::fs::write(d.join("a.en"), "one\ntwo\nthree\n").unwrap();
+    std::fs::write(d.join("a.de"), "eins\nzwei\n").unwrap();
+    let err = read_parallel(&d.join("a.en"), &d.join("a.de")).unwrap_err().to_string();
+    assert!(err.contains("a.en:3") && err.contains("a.de ends after 2 lines") && err.contains("3 vs 2"), "{err}");
+    std::fs::write(d.join("b.de"), b"eins\nzw\xc3ei\ndrei\n").unwrap();
+    let err = read_parallel(&d.join("a.en"), &d.join("b.de")).unwrap_err().to_string();
+    assert!(err.contains("b.de:2: invalid UTF-8"), "{err}");
+    let ok = read_parallel(&d.join("a.en"), &d.join("a.en")).unwrap();
+    assert_eq!(ok.len(), 3);
+}
+
+#[test]
+fn filtering_counts_every_removal() {
+    let bpe = Bpe::learn(["a b c d e f g", "the cat sat on the mat"].iter(), 300, 1).unwrap();
+    // Digits never occur in the BPE training text, so each is its own token (two with the space).
+    let pairs: Vec<(String, String)> = vec![
+        ("the cat".into(), "the mat".into()),
+        ("".into(), "nonempty".into()),
+        ("   ".into(), "x".into()),
+        ("9 ".repeat(20), "8 ".repeat(20)),
+        ("5".into(), "5 6 5 6".into()),
+        ("4 4 4 4 4 4 4".into(), "4".into()),
+    ];
+    let filter = FilterConfig { max_tokens: 30, max_ratio: 3.0 };
+    let (kept, r) = encode_and_filter(&pairs, &bpe, &filter).unwrap();
+    assert_eq!((r.read, r.kept, r.empty, r.too_long, r.bad_ratio), (6, 1, 2, 1, 2), "{r}");
+    assert_eq!(kept.len(), 1);
+    assert!(r.to_string().contains("6 pairs read, 1 kept"));
+}
+
+#[test]
+fn multi30k_train_reads_and_filters() {
+    let pairs = read_parallel(&shared("train.en.gz"), &shared("train.de.gz")).unwrap();
+    assert_eq!(pairs.len(), 29000);
+    let bpe = Bpe::learn(pairs.iter().flat_map(|(s, t)| [s, t]), 8000, 2).unwrap();
+    let (kept, r) = encode_and_filter(&pairs, &bpe, &FilterConfig::default()).unwrap();
+    assert_eq!(r.read, r.kept + r.empty + r.too_long + r.bad_ratio);
+    assert!(r.kept > 28_500, "{r}");
+    assert_eq!(kept.len(), r.kept);
+}
+
+#[test]
+fn batches_respect_budgets_cover_everything_and_group_lengths() {
+    let mut rng = Rng::new(5);
+    let lengths: Vec<(usize, usize)> = (0..5000)
+        .map(|_| (1 + rng.below(60) as usize, 1 + rng.below(60) as usize))
+        .chain([(1500, 3), (2, 1500)])
+        .collect();
+    let cfg = BatchConfig { max_src_tokens: 1000, max_tgt_tokens: 1200 };
+    let batches = make_batches(&lengths, &cfg);
+    let mut seen = vec![0; lengths.len()];
+    for b in &batches {
+        let ms = b.iter().map(|&i| lengths[i].0).max().unwrap();
+        let mt = b.iter().map(|&i| lengths[i].1 + 1).max().unwrap();
+        // Within budget, unless a single pair exceeds it on its own (never cut, so it stands alone).
+        assert!(
+            b.len() == 1 || (b.len() * ms <= cfg.max_src_tokens && b.len() * mt <= cfg.max_tgt_tokens),
+            "{} x ({ms}, {mt})",
+            b.len()
+        );
+        // Lengths within a batch are close: sorted by target length.
+        let (lo, hi) = (b.iter().map(|&i| lengths[i].1).min().unwrap(), b.iter().map(|&i| lengths[i].1).max().unwrap());
+        assert!(hi - lo <= 2 || b.len() <= 2, "target lengths {lo}..{hi} in one batch");
+        for &i in b {
+            seen[i] += 1;
+        }
+    }
+    assert!(seen.iter().all(|&c| c == 1), "every pair in exactly one batch");
+    assert!(
+        batches.iter().any(|b| b == &vec![5000]) && batches.iter().any(|b| b == &vec![5001]),
+        "over-budget pairs stand alone"
+    );
+    // Batches fill most of whichever budget binds them.
+    let fill: f64 = batches
+        .iter()
+        .map(|b| {
+            let ms = b.iter().map(|&i| lengths[i].0).max().unwrap();
+            let mt = b.iter().map(|&i| lengths[i].1 + 1).max().unwrap();
+            ((b.len() * ms) as f64 / 1000.0).max((b.len() * mt) as f64 / 1200.0)
+        })
+        .sum::<f64>()
+        / batches.len() as f64;
+    assert!(fill > 0.8, "binding budget only {:.0}% used", fill * 100.0);
+    assert_eq!(make_batches(&lengths, &cfg), batches, "deterministic");
+}
+
+#[test]
+fn epoch_order_is_a_seeded_permutation() {
+    let a = epoch_order(1000, 7, 0);
+    let mut sorted = a.clone();
+    sorted.sort();
+    assert_eq!(sorted, (0..1000).collect::<Vec<_>>());
+    assert_eq!(a, epoch_order(1000, 7, 0));
+    assert_ne!(a, epoch_order(1000, 7, 1));
+    assert_ne!(a, epoch_order(1000, 8, 0));
+    assert!(epoch_order(0, 1, 1).is_empty());
+}
