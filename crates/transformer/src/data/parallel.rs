@@ -6,6 +6,9 @@ use super::corpus;
 use crate::error::{Error, Result};
 use std::path::Path;
 
+/// Sentence pairs as BPE token ids (source, target), without BOS/EOS.
+pub type TokenPairs = Vec<(Vec<u32>, Vec<u32>)>;
+
 /// Which pairs are kept for training.
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct FilterConfig {
@@ -72,7 +75,7 @@ pub fn encode_and_filter(
     pairs: &[(String, String)],
     bpe: &Bpe,
     filter: &FilterConfig,
-) -> Result<(Vec<(Vec<u32>, Vec<u32>)>, FilterReport)> {
+) -> Result<(TokenPairs, FilterReport)> {
     let mut report = FilterReport { read: pairs.len(), ..Default::default() };
     let mut kept = Vec::with_capacity(pairs.len());
     for (s, t) in pairs {
