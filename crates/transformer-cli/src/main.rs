@@ -56,6 +56,18 @@ enum Command {
         #[arg(long)]
         save: Option<std::path::PathBuf>,
     },
+    /// Train a model with the paper's recipe from a TOML configuration; rerun to resume.
+    Train {
+        /// The run configuration (see configs/).
+        #[arg(long)]
+        config: std::path::PathBuf,
+        /// Override a field: --set train.lr_scale=2 (repeatable).
+        #[arg(long = "set")]
+        overrides: Vec<String>,
+        /// Stop cleanly, with a checkpoint, after this many minutes.
+        #[arg(long)]
+        time_limit: Option<f64>,
+    },
     /// Byte-pair encoding: learn one shared vocabulary, apply it, restore text.
     Bpe {
         #[command(subcommand)]
@@ -176,6 +188,7 @@ fn run(cmd: Command) -> Result<()> {
         Command::Params { preset, vocab, all, json } => params(&preset, vocab, all, json),
         Command::Synthetic { task, steps, seed, save } => synthetic_task(&task, steps, seed, save),
         Command::Bpe { which } => bpe(which),
+        Command::Train { config, overrides, time_limit } => train(&config, overrides, time_limit),
         Command::Bleu { refs, hyp, tokenize, lowercase, smooth, smooth_value, metrics, score_only } => {
             bleu(&refs, &hyp, &tokenize, lowercase, &smooth, smooth_value, &metrics, score_only)
         }
@@ -526,4 +539,25 @@ fn for_each_input_line(input: Option<&std::path::Path>, mut f: impl FnMut(&str) 
             }
         }
     }
+}
+
+fn train(config: &std::path::Path, mut overrides: Vec<String>, time_limit: Option<f64>) -> Result<()> {
+    let text = std::fs::read_to_string(config).with_context(|| format!("cannot read {}", config.display()))?;
+    if let Some(m) = time_limit {
+        overrides.push(format!("train.time_limit_minutes={m}"));
+    }
+    let cfg = transformer::train::run::RunConfig::from_toml(&text, &config.display().to_string(), &overrides)?;
+    let start = Instant::now();
+    let summary =
+        transformer::train::run::run(&cfg, &mut |msg| eprintln!("[{:>7.1}s] {msg}", start.elapsed().as_secs_f64()))?;
+    println!(
+        "step {} epoch {}: {} ({:.0} s of training); valid perplexity {:.2}; {}",
+        summary.state.step,
+        summary.state.epoch + 1,
+        summary.stopped,
+        summary.state.elapsed_s,
+        summary.valid.1.exp(),
+        summary.checkpoint.display()
+    );
+    Ok(())
 }

@@ -1,6 +1,8 @@
 //! §5 Training: the learning-rate schedule (Eq. 3), the training step with Adam, and checkpoints.
 
 pub mod checkpoint;
+pub mod curve;
+pub mod run;
 pub mod schedule;
 pub mod trainer;
 

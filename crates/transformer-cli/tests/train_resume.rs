@@ -1,0 +1,139 @@
+//! Exact resume: a run killed with SIGKILL at an arbitrary moment and started again with the same
+//! command ends with the same parameters, Adam moments and loss curve as an uninterrupted run.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+use transformer::train::checkpoint;
+use transformer::train::run::list_checkpoints;
+
+fn shared(name: &str) -> String {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/multi30k").join(name).display().to_string()
+}
+
+fn config(dir: &Path, bpe: &Path) -> PathBuf {
+    let text = format!(
+        r#"
+[model]
+n_layers = 1
+d_model = 32
+d_ff = 64
+n_heads = 2
+d_k = 16
+d_v = 16
+dropout = 0.1
+attention_dropout = 0.1
+max_positions = 256
+
+[data]
+train_src = "{}"
+train_tgt = "{}"
+valid_src = "{}"
+valid_tgt = "{}"
+bpe = "{}"
+vocab_size = 1000
+
+[train]
+output_dir = "{}"
+seed = 11
+max_src_tokens = 600
+max_tgt_tokens = 600
+accumulate = 2
+warmup = 50
+max_steps = 240
+checkpoint_steps = 7
+keep_last = 100
+valid_steps = 50
+"#,
+        shared("val.en.gz"),
+        shared("val.de.gz"),
+        shared("test_2016_flickr.en.gz"),
+        shared("test_2016_flickr.de.gz"),
+        bpe.display(),
+        dir.join("out").display()
+    );
+    let p = dir.join("run.toml");
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+fn train_cmd(cfg: &Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_transformer"));
+    c.args(["--threads", "2", "train", "--config", cfg.to_str().unwrap()]);
+    c
+}
+
+/// The last record of each training step: (step, loss bits, nll bits).
+fn curve(dir: &Path) -> Vec<(u64, u64, u64)> {
+    let text = std::fs::read_to_string(dir.join("out/metrics.jsonl")).unwrap();
+    let mut by_step = std::collections::BTreeMap::new();
+    for line in text.lines() {
+        let v: serde_json::Value = serde_json::from_str(line).expect("every metrics line is complete JSON");
+        if v["kind"] == "train" {
+            by_step.insert(
+                v["step"].as_u64().unwrap(),
+                (v["loss"].as_f64().unwrap().to_bits(), v["nll"].as_f64().unwrap().to_bits()),
+            );
+        }
+    }
+    by_step.into_iter().map(|(s, (l, n))| (s, l, n)).collect()
+}
+
+#[test]
+fn sigkill_and_restart_equals_uninterrupted() {
+    let root = std::env::temp_dir().join(format!("transformer-resume-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let (a, b) = (root.join("a"), root.join("b"));
+    std::fs::create_dir_all(&a).unwrap();
+    std::fs::create_dir_all(&b).unwrap();
+    let bpe = root.join("bpe.json");
+
+    // Uninterrupted run (it also learns the shared BPE model).
+    let out = train_cmd(&config(&a, &bpe)).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+
+    // Interrupted run: SIGKILL once it is well past a few checkpoints, then the same command again.
+    let cfg_b = config(&b, &bpe);
+    let mut child =
+        train_cmd(&cfg_b).stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null()).spawn().unwrap();
+    let t0 = Instant::now();
+    loop {
+        let latest = list_checkpoints(&b.join("out")).unwrap().last().map_or(0, |c| c.0);
+        if latest >= 60 {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(120), "run b made no progress");
+        if child.try_wait().unwrap().is_some() {
+            panic!("run b finished before it could be killed; make the run longer");
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    child.kill().unwrap(); // SIGKILL on Unix
+    child.wait().unwrap();
+    let killed_at = list_checkpoints(&b.join("out")).unwrap().last().unwrap().0;
+    assert!(killed_at < 240, "killed after the end");
+    // Whatever the moment of the kill, every checkpoint on disk is complete.
+    for (_, p) in list_checkpoints(&b.join("out")).unwrap() {
+        checkpoint::load(&p).unwrap_or_else(|e| panic!("half-written checkpoint {}: {e}", p.display()));
+    }
+    let out = train_cmd(&cfg_b).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("resuming from"), "the second run must resume");
+
+    let last = |d: &Path| checkpoint::load(&list_checkpoints(&d.join("out")).unwrap().last().unwrap().1).unwrap();
+    let (ca, cb) = (last(&a), last(&b));
+    assert_eq!(ca.step, 240);
+    assert_eq!(cb.step, 240);
+    assert!(ca.params == cb.params, "final parameters differ after resume");
+    assert!(ca.adam == cb.adam, "final Adam moments differ after resume");
+    // The saved position in the data and the dropout counter agree too (wall time does not).
+    let state = |c: &checkpoint::Checkpoint| {
+        let v: serde_json::Value = serde_json::from_str(&c.extra["run_state"]).unwrap();
+        (v["step"].clone(), v["passes"].clone(), v["epoch"].clone(), v["cursor"].clone())
+    };
+    assert_eq!(state(&ca), state(&cb));
+    let (la, lb) = (curve(&a), curve(&b));
+    assert_eq!(la.len(), 240);
+    assert!(la == lb, "loss curves differ after resume");
+    let _ = std::fs::remove_dir_all(&root);
+}
