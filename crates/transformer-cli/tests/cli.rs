@@ -103,3 +103,44 @@ fn bpe_learn_apply_decode_round_trip() {
         transformer(&["bpe", "apply", "--model", model.to_str().unwrap(), "--input", bad.to_str().unwrap()]);
     assert!(!ok && err.contains("bpe-bad.txt:2: invalid UTF-8"), "{err}");
 }
+
+#[test]
+fn train_then_translate_keeps_line_order_and_empty_lines() {
+    let dir = std::env::temp_dir().join(format!("transformer-cli-translate-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let data = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/multi30k");
+    let cfg = dir.join("tiny.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[model]\nn_layers = 1\nd_model = 32\nd_ff = 64\nn_heads = 2\nd_k = 16\nd_v = 16\nmax_positions = 128\n\
+             [data]\ntrain_src = \"{0}/val.en.gz\"\ntrain_tgt = \"{0}/val.de.gz\"\nvalid_src = \"{0}/test_2016_flickr.en.gz\"\n\
+             valid_tgt = \"{0}/test_2016_flickr.de.gz\"\nbpe = \"{1}/bpe.json\"\nvocab_size = 600\n\
+             [train]\noutput_dir = \"{1}/out\"\nmax_steps = 20\nwarmup = 10\nmax_src_tokens = 1024\nmax_tgt_tokens = 1024\n",
+            data.display(),
+            dir.display()
+        ),
+    )
+    .unwrap();
+    let (ok, out, err) = transformer(&["train", "--config", cfg.to_str().unwrap()]);
+    assert!(ok, "{err}");
+    assert!(out.contains("reached 20 steps"), "{out}");
+    let ckpt = dir.join("out/ckpt-00000020.safetensors");
+    let input = tmp("translate-in.txt", b"A man is riding a bicycle.\n\nTwo dogs play.\n");
+    let bpe = dir.join("bpe.json");
+    let (ok, out, err) = transformer(&[
+        "translate",
+        "--checkpoint",
+        ckpt.to_str().unwrap(),
+        "--bpe",
+        bpe.to_str().unwrap(),
+        "--input",
+        input.to_str().unwrap(),
+    ]);
+    assert!(ok, "{err}");
+    let lines: Vec<&str> = out.split('\n').collect();
+    assert_eq!(lines.len(), 4, "three lines and the final newline: {out:?}");
+    assert!(!lines[0].is_empty() && lines[1].is_empty() && !lines[2].is_empty(), "{out:?}");
+    assert!(err.contains("translated 3 sentences"), "{err}");
+}

@@ -29,6 +29,7 @@
 
 pub mod config;
 pub mod data;
+pub mod decode;
 pub mod error;
 pub mod eval;
 pub mod kernels;
