@@ -86,6 +86,11 @@ enum Command {
         #[arg(long, default_value_t = 50)]
         max_len_b: usize,
     },
+    /// Download corpora, verifying SHA-256 checksums.
+    Data {
+        #[command(subcommand)]
+        which: DataCommand,
+    },
     /// Byte-pair encoding: learn one shared vocabulary, apply it, restore text.
     Bpe {
         #[command(subcommand)]
@@ -122,6 +127,22 @@ enum Command {
     Bench {
         #[command(subcommand)]
         which: BenchCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum DataCommand {
+    /// Multi30k task 1 raw text (train, val, test_2016_flickr; en, de, fr, cs).
+    Multi30k {
+        /// Where the verified files go.
+        #[arg(long, default_value = "data/multi30k")]
+        cache: std::path::PathBuf,
+        /// Copy from this local mirror instead of downloading (default: $TRANSFORMER_MULTI30K_MIRROR if set).
+        #[arg(long)]
+        from: Option<std::path::PathBuf>,
+        /// Download from this base URL.
+        #[arg(long, default_value = transformer::data::download::MULTI30K_URL)]
+        url: String,
     },
 }
 
@@ -206,6 +227,17 @@ fn run(cmd: Command) -> Result<()> {
         Command::Params { preset, vocab, all, json } => params(&preset, vocab, all, json),
         Command::Synthetic { task, steps, seed, save } => synthetic_task(&task, steps, seed, save),
         Command::Bpe { which } => bpe(which),
+        Command::Data { which: DataCommand::Multi30k { cache, from, url } } => {
+            use transformer::data::download::{fetch_verified, Source, MIRROR_ENV, MULTI30K_FILES};
+            let from = from.or_else(|| std::env::var_os(MIRROR_ENV).map(Into::into));
+            let source = match from {
+                Some(dir) => Source::Dir(dir),
+                None => Source::Url(url),
+            };
+            let paths = fetch_verified(&source, &MULTI30K_FILES, &cache, &mut |m| eprintln!("{m}"))?;
+            println!("{} files verified in {}", paths.len(), cache.display());
+            Ok(())
+        }
         Command::Translate { checkpoint, bpe, input, batch_size, max_len_b } => {
             translate(&checkpoint, &bpe, input.as_deref(), batch_size as usize, max_len_b)
         }

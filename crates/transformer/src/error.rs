@@ -50,6 +50,24 @@ pub enum Error {
         /// What is wrong and what to do.
         reason: String,
     },
+    /// A download failed.
+    #[error("downloading {url}: {reason}")]
+    Download {
+        /// What was fetched.
+        url: String,
+        /// Why it failed and what to do.
+        reason: String,
+    },
+    /// A file's SHA-256 differs from the expected one.
+    #[error("{file}: SHA-256 is {found}, expected {expected}: the file is corrupt or not the published one; it was not kept, fetch it again")]
+    Checksum {
+        /// The file.
+        file: String,
+        /// The published checksum.
+        expected: String,
+        /// What the file has.
+        found: String,
+    },
     /// A configuration value is out of range or inconsistent.
     #[error("invalid configuration: {0}")]
     Config(String),

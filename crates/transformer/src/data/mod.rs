@@ -3,4 +3,5 @@
 pub mod batching;
 pub mod bpe;
 pub mod corpus;
+pub mod download;
 pub mod parallel;

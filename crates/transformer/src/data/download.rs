@@ -1,0 +1,108 @@
+//! Downloading corpora with SHA-256 verification: Multi30k task 1 (Elliott et al., 2016), raw text,
+//! from the dataset's GitHub repository or from a local mirror. A file is kept in the cache only
+//! once its checksum matches; a cached file is checked again before it is reused.
+
+use crate::error::{Error, Result};
+use sha2::{Digest, Sha256};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Where Multi30k task 1 raw files are published.
+pub const MULTI30K_URL: &str = "https://github.com/multi30k/dataset/raw/master/data/task1/raw/";
+
+/// Environment variable naming a local mirror directory to use instead of the network.
+pub const MIRROR_ENV: &str = "TRANSFORMER_MULTI30K_MIRROR";
+
+/// Every Multi30k task 1 raw file with its SHA-256.
+pub const MULTI30K_FILES: [(&str, &str); 12] = [
+    ("train.en.gz", "d79cfa999dd4c51d2cb42499b6796d5a882c3a8a961923c25a898c90f8bbd56f"),
+    ("train.de.gz", "726e39b2fa9eb9ffb6dc763fb35a179f80fae06ffc5d28b6ace5faa883de28a6"),
+    ("train.fr.gz", "622e75069e9f4c577425c4f277116ce66e63a2401c0a2312d90073cb12379a3c"),
+    ("train.cs.gz", "a65adb8b32e3bc664f21ecba7a6e7f6950fd1f405e135f7c312faabdb6255077"),
+    ("val.en.gz", "14f7d25ddd868909a9213e361768460edcacdd6ab9d1e77b92560dc10c10dc28"),
+    ("val.de.gz", "f0cba2f995189cf5770f29a8a9a537a3ad3f51657ad873405082ff6863a5e75a"),
+    ("val.fr.gz", "ca3106f1a72390591d25f6c45cb4cd39dec4cd3f123e099748a3ce5256c160e9"),
+    ("val.cs.gz", "b63226e05c4bd5dd6a42897d74b86a1b9d2c31498252c572b1ea7f7996927fcc"),
+    ("test_2016_flickr.en.gz", "611d361c6334bc7246101d48097c13cf5c4413c5befc793cc629934359d532d9"),
+    ("test_2016_flickr.de.gz", "9204244e408ccb38d2a55cfcd344df15005fc42a07a6e55ca6c52b6ababb8cc8"),
+    ("test_2016_flickr.fr.gz", "6d326e188d259fb1d04ac19eae3af956559b3a0b93d7635e56c90987c40c8b90"),
+    ("test_2016_flickr.cs.gz", "200a4a74cc9560f051924abb9803be008d1908d77f747e9141aeb86dfd2797f1"),
+];
+
+/// Where files come from.
+#[derive(Clone, Debug)]
+pub enum Source {
+    /// A base URL; the file name is appended.
+    Url(String),
+    /// A local directory holding the files.
+    Dir(PathBuf),
+}
+
+/// SHA-256 of `bytes`, hex.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    format!("{:x}", Sha256::digest(bytes))
+}
+
+fn fetch(source: &Source, name: &str) -> Result<Vec<u8>> {
+    match source {
+        Source::Dir(dir) => {
+            let p = dir.join(name);
+            std::fs::read(&p).map_err(|source| Error::Io { path: p, source })
+        }
+        Source::Url(base) => {
+            let url = format!("{}{name}", if base.ends_with('/') { base.clone() } else { format!("{base}/") });
+            let agent = ureq::AgentBuilder::new()
+                .timeout_connect(Duration::from_secs(20))
+                .timeout_read(Duration::from_secs(60))
+                .build();
+            let resp = agent.get(&url).call().map_err(|e| Error::Download {
+                url: url.clone(),
+                reason: match e {
+                    ureq::Error::Status(code, _) => {
+                        format!("HTTP status {code}; check the URL or use a local mirror (--from DIR or ${MIRROR_ENV})")
+                    }
+                    other => format!("{other}; check the network or use a local mirror (--from DIR or ${MIRROR_ENV})"),
+                },
+            })?;
+            let mut bytes = Vec::new();
+            resp.into_reader()
+                .take(1 << 30)
+                .read_to_end(&mut bytes)
+                .map_err(|e| Error::Download { url, reason: e.to_string() })?;
+            Ok(bytes)
+        }
+    }
+}
+
+/// Makes every file of `files` present and verified in `cache`, fetching what is missing or
+/// corrupt from `source`. Returns the cached paths. `log` hears one line per file.
+pub fn fetch_verified(
+    source: &Source,
+    files: &[(&str, &str)],
+    cache: &Path,
+    log: &mut dyn FnMut(&str),
+) -> Result<Vec<PathBuf>> {
+    std::fs::create_dir_all(cache).map_err(|source| Error::Io { path: cache.to_path_buf(), source })?;
+    let mut out = Vec::with_capacity(files.len());
+    for &(name, sha) in files {
+        let dest = cache.join(name);
+        if let Ok(bytes) = std::fs::read(&dest) {
+            if sha256_hex(&bytes) == sha {
+                log(&format!("{name}: cached, checksum ok"));
+                out.push(dest);
+                continue;
+            }
+            log(&format!("{name}: cached copy is corrupt, fetching again"));
+        }
+        let bytes = fetch(source, name)?;
+        let found = sha256_hex(&bytes);
+        if found != sha {
+            return Err(Error::Checksum { file: name.to_string(), expected: sha.to_string(), found });
+        }
+        crate::train::checkpoint::write_atomically(&dest, &bytes)?;
+        log(&format!("{name}: {} bytes, checksum ok", bytes.len()));
+        out.push(dest);
+    }
+    Ok(out)
+}
