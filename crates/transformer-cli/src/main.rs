@@ -91,6 +91,27 @@ enum Command {
         #[command(subcommand)]
         which: DataCommand,
     },
+    /// Binarise a parallel corpus (BPE ids, filtered) into memory-mappable files for training.
+    Prepare {
+        /// Source text (plain or .gz).
+        #[arg(long)]
+        src: std::path::PathBuf,
+        /// Target text, line-aligned with the source.
+        #[arg(long)]
+        tgt: std::path::PathBuf,
+        /// The shared BPE model.
+        #[arg(long)]
+        bpe: std::path::PathBuf,
+        /// Output directory.
+        #[arg(long)]
+        out: std::path::PathBuf,
+        /// Longest side kept, in BPE tokens.
+        #[arg(long, default_value_t = 250)]
+        max_tokens: usize,
+        /// Largest length ratio kept.
+        #[arg(long, default_value_t = 3.0)]
+        max_ratio: f64,
+    },
     /// Byte-pair encoding: learn one shared vocabulary, apply it, restore text.
     Bpe {
         #[command(subcommand)]
@@ -185,6 +206,15 @@ enum BpeCommand {
 
 #[derive(Subcommand)]
 enum BenchCommand {
+    /// Iterate one epoch of batches of a prepared (binarised) corpus; reports time and peak RSS.
+    DataIter {
+        /// A directory from `transformer prepare`.
+        #[arg(long)]
+        data: std::path::PathBuf,
+        /// Source and target tokens per batch.
+        #[arg(long, default_value_t = 4096)]
+        max_tokens: usize,
+    },
     /// Time full training steps (forward + backward + Adam) of the benchmark model.
     TrainStep {
         /// Timed steps.
@@ -227,6 +257,20 @@ fn run(cmd: Command) -> Result<()> {
         Command::Params { preset, vocab, all, json } => params(&preset, vocab, all, json),
         Command::Synthetic { task, steps, seed, save } => synthetic_task(&task, steps, seed, save),
         Command::Bpe { which } => bpe(which),
+        Command::Prepare { src, tgt, bpe, out, max_tokens, max_ratio } => {
+            let model = transformer::data::bpe::Bpe::load(&bpe)?;
+            let filter = transformer::data::parallel::FilterConfig { max_tokens, max_ratio };
+            let start = Instant::now();
+            let report =
+                transformer::data::binarized::prepare(&src, &tgt, &model, &filter, &out, &mut |m| eprintln!("{m}"))?;
+            println!(
+                "{report} -> {} in {:.1} s, peak RSS {:.0} MB",
+                out.display(),
+                start.elapsed().as_secs_f64(),
+                peak_rss_bytes().unwrap_or(0) as f64 / 1e6
+            );
+            Ok(())
+        }
         Command::Data { which: DataCommand::Multi30k { cache, from, url } } => {
             use transformer::data::download::{fetch_verified, Source, MIRROR_ENV, MULTI30K_FILES};
             let from = from.or_else(|| std::env::var_os(MIRROR_ENV).map(Into::into));
@@ -247,6 +291,29 @@ fn run(cmd: Command) -> Result<()> {
         }
         Command::Bench { which: BenchCommand::TrainStep { steps, warmup, json } } => {
             bench_train_step(steps as usize, warmup, json)
+        }
+        Command::Bench { which: BenchCommand::DataIter { data, max_tokens } } => {
+            use transformer::data::batching::{epoch_order, make_batches, BatchConfig};
+            let start = Instant::now();
+            let corpus = transformer::data::binarized::Binarized::open(&data)?;
+            let lengths: Vec<(usize, usize)> = (0..corpus.len()).map(|i| corpus.lengths(i)).collect();
+            let batches =
+                make_batches(&lengths, &BatchConfig { max_src_tokens: max_tokens, max_tgt_tokens: max_tokens });
+            let (mut tokens, mut checksum) = (0usize, 0u64);
+            for b in epoch_order(batches.len(), 1, 0) {
+                let pairs: Vec<(Vec<u32>, Vec<u32>)> = batches[b].iter().map(|&i| corpus.pair(i)).collect();
+                let batch = Batch::from_pairs(&pairs);
+                tokens += batch.target_tokens();
+                checksum = checksum.wrapping_add(batch.tgt_out.iter().map(|&x| x as u64).sum::<u64>());
+            }
+            println!(
+                "{} pairs, {} batches, {tokens} target tokens (checksum {checksum}) in {:.1} s, peak RSS {:.0} MB",
+                corpus.len(),
+                batches.len(),
+                start.elapsed().as_secs_f64(),
+                peak_rss_bytes().unwrap_or(0) as f64 / 1e6
+            );
+            Ok(())
         }
         Command::Bench { which: BenchCommand::Matmul { reps } } => bench_matmul(reps as usize),
     }

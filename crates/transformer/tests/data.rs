@@ -116,3 +116,37 @@ fn epoch_order_is_a_seeded_permutation() {
     assert_ne!(a, epoch_order(1000, 8, 0));
     assert!(epoch_order(0, 1, 1).is_empty());
 }
+
+#[test]
+fn prepared_corpus_equals_in_memory_pairs_and_detects_truncation() {
+    use transformer::data::binarized::{prepare, Binarized};
+    let pairs = read_parallel(&shared("val.en.gz"), &shared("val.de.gz")).unwrap();
+    let bpe = Bpe::learn(pairs.iter().flat_map(|(s, t)| [s, t]), 1000, 2).unwrap();
+    let filter = FilterConfig { max_tokens: 40, max_ratio: 2.0 };
+    let (want, want_report) = encode_and_filter(&pairs, &bpe, &filter).unwrap();
+    let dir = tmpdir("prepared");
+    let report = prepare(&shared("val.en.gz"), &shared("val.de.gz"), &bpe, &filter, &dir, &mut |_| {}).unwrap();
+    assert_eq!(report, want_report);
+    assert!(report.kept < report.read, "the filter should remove something here: {report}");
+    let b = Binarized::open(&dir).unwrap();
+    assert_eq!(b.len(), want.len());
+    assert_eq!(b.vocab_hash, bpe.hash());
+    for (i, p) in want.iter().enumerate() {
+        assert_eq!(&b.pair(i), p, "pair {i}");
+        assert_eq!(b.lengths(i), (p.0.len(), p.1.len()));
+    }
+    drop(b);
+    // A truncated token file is refused with advice, not read out of bounds.
+    let bin = dir.join("tgt.bin");
+    let len = std::fs::metadata(&bin).unwrap().len();
+    std::fs::OpenOptions::new().write(true).open(&bin).unwrap().set_len(len - 8).unwrap();
+    let err = Binarized::open(&dir).err().unwrap().to_string();
+    assert!(err.contains("tgt.idx/tgt.bin do not match") && err.contains("transformer prepare"), "{err}");
+    // Misaligned inputs are an error naming both files.
+    let d2 = tmpdir("prepared-misaligned");
+    std::fs::write(d2.join("a"), "one\ntwo\n").unwrap();
+    std::fs::write(d2.join("b"), "eins\n").unwrap();
+    let err =
+        prepare(&d2.join("a"), &d2.join("b"), &bpe, &filter, &d2.join("out"), &mut |_| {}).unwrap_err().to_string();
+    assert!(err.contains("not line-aligned") && err.contains("/b ends after 1 lines"), "{err}");
+}

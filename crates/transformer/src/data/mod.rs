@@ -1,6 +1,7 @@
 //! §5.1 Data: one shared BPE vocabulary, parallel corpora, batches of similar length.
 
 pub mod batching;
+pub mod binarized;
 pub mod bpe;
 pub mod corpus;
 pub mod download;

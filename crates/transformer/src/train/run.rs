@@ -10,6 +10,7 @@ use super::schedule::Schedule;
 use super::trainer::Trainer;
 use crate::config::{ModelConfig, Positions};
 use crate::data::batching::{epoch_order, make_batches, BatchConfig};
+use crate::data::binarized::{Binarized, Pairs};
 use crate::data::bpe::Bpe;
 use crate::data::parallel::{encode_and_filter, read_parallel, FilterConfig, TokenPairs};
 use crate::error::{Error, Result};
@@ -64,6 +65,10 @@ pub struct DataSection {
     pub valid_tgt: PathBuf,
     /// The shared BPE model; learned from the training text (and saved here) if it does not exist.
     pub bpe: PathBuf,
+    /// A directory from `transformer prepare` to train from (memory-mapped) instead of
+    /// `train_src`/`train_tgt`, which then only serve to learn the BPE model if it is missing.
+    #[serde(default)]
+    pub train_bin: Option<PathBuf>,
     /// Vocabulary size when the BPE model is learned.
     #[serde(default = "default_vocab")]
     pub vocab_size: usize,
@@ -269,43 +274,62 @@ pub fn list_checkpoints(dir: &Path) -> Result<Vec<(u64, PathBuf)>> {
 /// Prepared data: the BPE model, filtered training pairs, their batches, validation pairs.
 struct Data {
     bpe: Bpe,
-    train: TokenPairs,
+    train: Box<dyn Pairs>,
     batches: Vec<Vec<usize>>,
     valid: TokenPairs,
 }
 
 fn prepare(cfg: &RunConfig, log: &mut dyn FnMut(&str)) -> Result<Data> {
     let d = &cfg.data;
-    let train = read_parallel(&d.train_src, &d.train_tgt)?;
     let bpe = if d.bpe.exists() {
         Bpe::load(&d.bpe)?
     } else {
         log(&format!("learning a {}-entry BPE vocabulary from the training text", d.vocab_size));
-        let bpe = Bpe::learn(train.iter().flat_map(|(s, t)| [s, t]), d.vocab_size, 2)?;
+        let text = read_parallel(&d.train_src, &d.train_tgt)?;
+        let bpe = Bpe::learn(text.iter().flat_map(|(s, t)| [s, t]), d.vocab_size, 2)?;
         bpe.save(&d.bpe)?;
         bpe
     };
-    let filter = FilterConfig { max_tokens: d.max_tokens, max_ratio: d.max_ratio };
-    let (train, report) = encode_and_filter(&train, &bpe, &filter)?;
-    log(&format!("train: {report}"));
+    let train: Box<dyn Pairs> = match &d.train_bin {
+        Some(dir) => {
+            let b = Binarized::open(dir)?;
+            if b.vocab_hash != bpe.hash() {
+                return Err(Error::Config(format!(
+                    "{} was prepared with vocabulary {} but {} is {}; run `transformer prepare` again",
+                    dir.display(),
+                    b.vocab_hash,
+                    d.bpe.display(),
+                    bpe.hash()
+                )));
+            }
+            log(&format!("train: {} prepared pairs, memory-mapped from {}", b.len(), dir.display()));
+            Box::new(b)
+        }
+        None => {
+            let filter = FilterConfig { max_tokens: d.max_tokens, max_ratio: d.max_ratio };
+            let (pairs, report) = encode_and_filter(&read_parallel(&d.train_src, &d.train_tgt)?, &bpe, &filter)?;
+            log(&format!("train: {report}"));
+            Box::new(pairs)
+        }
+    };
     let valid = read_parallel(&d.valid_src, &d.valid_tgt)?;
     // Validation keeps every non-empty pair: long ones are scored, not dropped.
     let keep_all = FilterConfig { max_tokens: usize::MAX, max_ratio: f64::INFINITY };
     let (valid, vreport) = encode_and_filter(&valid, &bpe, &keep_all)?;
     log(&format!("valid: {vreport}"));
-    if train.is_empty() {
+    if train.count() == 0 {
         return Err(Error::Config(
             "no training pairs left after filtering; check data.max_tokens and data.max_ratio".into(),
         ));
     }
-    let lengths: Vec<(usize, usize)> = train.iter().map(|(s, t)| (s.len(), t.len())).collect();
+    let lengths: Vec<(usize, usize)> = (0..train.count()).map(|i| train.lengths_of(i)).collect();
     let bc = BatchConfig { max_src_tokens: cfg.train.max_src_tokens, max_tgt_tokens: cfg.train.max_tgt_tokens };
     let batches = make_batches(&lengths, &bc);
     Ok(Data { bpe, train, batches, valid })
 }
 
-fn batch_of(pairs: &TokenPairs, idx: &[usize]) -> Batch {
-    let sel: Vec<(Vec<u32>, Vec<u32>)> = idx.iter().map(|&i| pairs[i].clone()).collect();
+fn batch_of(pairs: &dyn Pairs, idx: &[usize]) -> Batch {
+    let sel: Vec<(Vec<u32>, Vec<u32>)> = idx.iter().map(|&i| pairs.get(i)).collect();
     Batch::from_pairs(&sel)
 }
 
@@ -315,7 +339,7 @@ fn validate(trainer: &mut Trainer, pairs: &TokenPairs, cfg: &RunConfig) -> Resul
     let bc = BatchConfig { max_src_tokens: cfg.train.max_src_tokens, max_tgt_tokens: cfg.train.max_tgt_tokens };
     let (mut loss, mut nll, mut tokens) = (0.0, 0.0, 0usize);
     for b in make_batches(&lengths, &bc) {
-        let s = trainer.evaluate(&batch_of(pairs, &b))?;
+        let s = trainer.evaluate(&batch_of(pairs as &dyn Pairs, &b))?;
         loss += s.loss;
         nll += s.nll;
         tokens += s.tokens;
@@ -416,7 +440,7 @@ pub fn run(cfg: &RunConfig, log: &mut dyn FnMut(&str)) -> Result<RunSummary> {
     log(&format!(
         "{} parameters, {} training pairs in {n_batches} batches, {} per update",
         trainer.model.params.len(),
-        data.train.len(),
+        data.train.count(),
         t.accumulate
     ));
     let start = Instant::now();
@@ -443,7 +467,7 @@ pub fn run(cfg: &RunConfig, log: &mut dyn FnMut(&str)) -> Result<RunSummary> {
             }
             let end = (state.cursor + t.accumulate).min(n_batches);
             let group: Vec<Batch> =
-                order[state.cursor..end].iter().map(|&b| batch_of(&data.train, &data.batches[b])).collect();
+                order[state.cursor..end].iter().map(|&b| batch_of(data.train.as_ref(), &data.batches[b])).collect();
             let stats = trainer.train_step(&group)?;
             state.cursor = end;
             state.step = trainer.step;
