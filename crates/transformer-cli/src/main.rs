@@ -112,6 +112,20 @@ enum Command {
         #[arg(long, default_value_t = 3.0)]
         max_ratio: f64,
     },
+    /// Average checkpoints element-wise (§6.1): the last K of a run directory, or explicit files.
+    Average {
+        /// Average the newest K checkpoints of DIR.
+        #[arg(long, requires = "dir")]
+        last: Option<usize>,
+        /// The run directory (with --last).
+        dir: Option<std::path::PathBuf>,
+        /// Explicit checkpoint files instead of --last.
+        #[arg(long = "inputs", num_args = 1.., conflicts_with = "last")]
+        inputs: Vec<std::path::PathBuf>,
+        /// Where to write the averaged checkpoint.
+        #[arg(long)]
+        output: std::path::PathBuf,
+    },
     /// Byte-pair encoding: learn one shared vocabulary, apply it, restore text.
     Bpe {
         #[command(subcommand)]
@@ -257,6 +271,23 @@ fn run(cmd: Command) -> Result<()> {
         Command::Params { preset, vocab, all, json } => params(&preset, vocab, all, json),
         Command::Synthetic { task, steps, seed, save } => synthetic_task(&task, steps, seed, save),
         Command::Bpe { which } => bpe(which),
+        Command::Average { last, dir, inputs, output } => {
+            let paths = match (last, dir) {
+                (Some(k), Some(dir)) => {
+                    let all = transformer::train::run::list_checkpoints(&dir)?;
+                    if all.len() < k {
+                        bail!("{} holds {} checkpoints, fewer than --last {k}", dir.display(), all.len());
+                    }
+                    all[all.len() - k..].iter().map(|(_, p)| p.clone()).collect()
+                }
+                _ if !inputs.is_empty() => inputs,
+                _ => bail!("give --last K DIR or --inputs FILE..."),
+            };
+            let avg = transformer::train::checkpoint::average(&paths)?;
+            transformer::train::checkpoint::save(&output, &avg)?;
+            println!("averaged {} checkpoints (newest step {}) -> {}", paths.len(), avg.step, output.display());
+            Ok(())
+        }
         Command::Prepare { src, tgt, bpe, out, max_tokens, max_ratio } => {
             let model = transformer::data::bpe::Bpe::load(&bpe)?;
             let filter = transformer::data::parallel::FilterConfig { max_tokens, max_ratio };

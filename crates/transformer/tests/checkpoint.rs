@@ -184,3 +184,38 @@ fn atomic_write_replaces_whole_file() {
     let err = checkpoint::save(&dir.join("missing/c.safetensors"), &ck).unwrap_err();
     assert!(matches!(err, Error::Io { .. }), "{err}");
 }
+
+#[test]
+fn averaging_is_the_elementwise_mean_and_refuses_mismatches() {
+    let dir = tmpdir("average");
+    let mut a = sample();
+    let mut b = sample();
+    for (i, (x, y)) in a.params.iter_mut().zip(b.params.iter_mut()).enumerate() {
+        *x = i as f32;
+        *y = 3.0 * i as f32 + 1.0;
+    }
+    b.step = 2000;
+    let (pa, pb) = (dir.join("a.safetensors"), dir.join("b.safetensors"));
+    checkpoint::save(&pa, &a).unwrap();
+    checkpoint::save(&pb, &b).unwrap();
+    let avg = checkpoint::average(&[pa.clone(), pb.clone()]).unwrap();
+    assert_eq!(avg.step, 2000);
+    assert!(avg.adam.is_none());
+    assert!(avg.params.iter().enumerate().all(|(i, &v)| v == 2.0 * i as f32 + 0.5), "mean of i and 3i+1");
+    // A different configuration is refused, naming the field and both values.
+    let mut c = sample();
+    c.config.d_ff = 32;
+    c.params = transformer::Transformer::new(c.config.clone(), 1).unwrap().params;
+    c.adam = None;
+    let pc = dir.join("c.safetensors");
+    checkpoint::save(&pc, &c).unwrap();
+    let err = checkpoint::average(&[pa.clone(), pc]).unwrap_err().to_string();
+    assert!(err.contains("c.safetensors") && err.contains("d_ff") && err.contains("16") && err.contains("32"), "{err}");
+    // So is a different vocabulary.
+    let mut d = sample();
+    d.vocab_hash = "sha256:other".into();
+    let pd = dir.join("d.safetensors");
+    checkpoint::save(&pd, &d).unwrap();
+    let err = checkpoint::average(&[pa, pd]).unwrap_err().to_string();
+    assert!(err.contains("d.safetensors") && err.contains("vocabulary") && err.contains("sha256:other"), "{err}");
+}

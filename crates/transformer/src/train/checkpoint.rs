@@ -202,3 +202,50 @@ fn read_f32(bytes: &[u8], dst: &mut [f32]) {
         *d = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
     }
 }
+
+/// §6.1 Checkpoint averaging: the element-wise mean of the parameters of `paths` (the paper averages
+/// the last 5 base-model checkpoints, the last 20 big-model ones). All must share configuration and
+/// vocabulary; a difference is an error naming the file, the field and both values. The result keeps
+/// the newest step and no optimizer state.
+pub fn average(paths: &[PathBuf]) -> Result<Checkpoint> {
+    let first = paths.first().ok_or_else(|| Error::Config("no checkpoints to average".into()))?;
+    let mut acc: Option<(Checkpoint, Vec<f64>)> = None;
+    for p in paths {
+        let ck = match &acc {
+            None => load(p)?,
+            Some((base, _)) => {
+                let ck = load_for(p, &base.config)?;
+                if ck.vocab_hash != base.vocab_hash {
+                    return Err(Error::CheckpointMismatch {
+                        path: p.clone(),
+                        what: format!("vocabulary (compared with {})", first.display()),
+                        expected: base.vocab_hash.clone(),
+                        found: ck.vocab_hash,
+                    });
+                }
+                ck
+            }
+        };
+        match &mut acc {
+            None => {
+                let sum = ck.params.iter().map(|&x| x as f64).collect();
+                acc = Some((ck, sum));
+            }
+            Some((base, sum)) => {
+                for (s, &x) in sum.iter_mut().zip(&ck.params) {
+                    *s += x as f64;
+                }
+                base.step = base.step.max(ck.step);
+            }
+        }
+    }
+    let (mut out, sum) = acc.expect("at least one checkpoint");
+    let n = paths.len() as f64;
+    out.params = sum.iter().map(|&s| (s / n) as f32).collect();
+    out.adam = None;
+    out.extra =
+        [("averaged_from".to_string(), paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(","))]
+            .into_iter()
+            .collect();
+    Ok(out)
+}
