@@ -337,12 +337,22 @@ fn run(cmd: Command) -> Result<()> {
                 tokens += batch.target_tokens();
                 checksum = checksum.wrapping_add(batch.tgt_out.iter().map(|&x| x as u64).sum::<u64>());
             }
+            let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+            let kb = |key: &str| {
+                status
+                    .lines()
+                    .find(|l| l.starts_with(key))
+                    .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+                    .unwrap_or(0.0)
+            };
             println!(
-                "{} pairs, {} batches, {tokens} target tokens (checksum {checksum}) in {:.1} s, peak RSS {:.0} MB",
+                "{} pairs, {} batches, {tokens} target tokens (checksum {checksum}) in {:.1} s; peak RSS {:.0} MB, now {:.0} MB anonymous + {:.0} MB file-backed (the memory-mapped corpus, page cache the kernel can reclaim)",
                 corpus.len(),
                 batches.len(),
                 start.elapsed().as_secs_f64(),
-                peak_rss_bytes().unwrap_or(0) as f64 / 1e6
+                peak_rss_bytes().unwrap_or(0) as f64 / 1e6,
+                kb("RssAnon:") / 1e3,
+                kb("RssFile:") / 1e3
             );
             Ok(())
         }
