@@ -480,10 +480,14 @@ pub fn run(cfg: &RunConfig, log: &mut dyn FnMut(&str)) -> Result<RunSummary> {
             )?;
             if last_log.elapsed().as_secs_f64() >= 2.0 {
                 let tps = tok_window as f64 / window_start.elapsed().as_secs_f64();
-                let eta = t.max_steps.map(|m| {
-                    let per_step = start.elapsed().as_secs_f64() / (state.step - start_step).max(1) as f64;
-                    format!("  ETA {:.0} s", per_step * m.saturating_sub(state.step) as f64)
-                });
+                let per_step = start.elapsed().as_secs_f64() / (state.step - start_step).max(1) as f64;
+                let by_steps = t.max_steps.map(|m| per_step * m.saturating_sub(state.step) as f64);
+                let by_time = t.time_limit_minutes.map(|m| (m * 60.0 - start.elapsed().as_secs_f64()).max(0.0));
+                let eta = match (by_steps, by_time) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                }
+                .map(|s| format!("  ETA {:.0} min {:02.0} s", (s / 60.0).floor(), s % 60.0));
                 log(&format!(
                     "epoch {} step {} ({}/{n_batches} batches)  loss {:.4}  {:.0} tgt tok/s  lr {:.2e}{}",
                     state.epoch + 1,
@@ -532,6 +536,10 @@ pub fn run(cfg: &RunConfig, log: &mut dyn FnMut(&str)) -> Result<RunSummary> {
         last_path = list_checkpoints(&t.output_dir)?.pop().map(|(_, p)| p).unwrap_or_default();
     }
     let valid = validate(&mut trainer, &data.valid, cfg)?;
+    append_jsonl(
+        &metrics,
+        &serde_json::json!({"kind": "valid", "step": state.step, "epoch": state.epoch + 1, "loss": valid.0, "nll": valid.1, "ppl": valid.1.exp()}),
+    )?;
     super::curve::write_svg(&metrics, &t.output_dir.join("learning_curve.svg"))?;
     log(&format!(
         "stopped: {stopped}; valid loss {:.4}, perplexity {:.2}; checkpoint {}",
