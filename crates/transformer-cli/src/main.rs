@@ -672,32 +672,16 @@ fn bpe(cmd: BpeCommand) -> Result<()> {
 /// Runs `f` on every line of `input` (a plain or .gz file) or of stdin; errors name the file (or
 /// `<stdin>`) and the line.
 fn for_each_input_line(input: Option<&std::path::Path>, mut f: impl FnMut(&str) -> Result<()>) -> Result<()> {
-    use std::io::BufRead;
     match input {
         Some(p) => transformer::data::corpus::for_each_line(p, |n, line| {
             f(line).with_context(|| format!("{}:{n}", p.display()))
         }),
         None => {
-            let stdin = std::io::stdin();
-            let mut buf = Vec::new();
-            let mut lock = stdin.lock();
-            let mut n = 0;
-            loop {
-                buf.clear();
-                if lock.read_until(b'\n', &mut buf)? == 0 {
-                    return Ok(());
-                }
-                n += 1;
-                if buf.ends_with(b"\n") {
-                    buf.pop();
-                    if buf.ends_with(b"\r") {
-                        buf.pop();
-                    }
-                }
-                let line = std::str::from_utf8(&buf)
-                    .map_err(|e| anyhow::anyhow!("<stdin>:{n}: invalid UTF-8 at byte {}", e.valid_up_to()))?;
-                f(line).with_context(|| format!("<stdin>:{n}"))?;
+            let mut lines = transformer::data::corpus::Lines::from_reader(Box::new(std::io::stdin().lock()), "<stdin>");
+            while let Some(line) = lines.next_line()? {
+                f(line).with_context(|| format!("<stdin>:{}", lines.line_number()))?;
             }
+            Ok(())
         }
     }
 }

@@ -11,7 +11,7 @@ use super::bpe::Bpe;
 use super::corpus;
 use super::parallel::{FilterConfig, FilterReport};
 use crate::error::{Error, Result};
-use std::io::{BufRead, BufWriter, Write};
+use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 /// Format version written in meta.json.
@@ -19,26 +19,6 @@ pub const FORMAT_VERSION: u32 = 1;
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
     move |source| Error::Io { path: path.to_path_buf(), source }
-}
-
-/// Reads the next line (without its ending) of a parallel file; `None` at the end.
-fn next_line(r: &mut dyn BufRead, buf: &mut Vec<u8>, path: &Path, n: usize) -> Result<Option<String>> {
-    buf.clear();
-    if r.read_until(b'\n', buf).map_err(io(path))? == 0 {
-        return Ok(None);
-    }
-    if buf.ends_with(b"\n") {
-        buf.pop();
-        if buf.ends_with(b"\r") {
-            buf.pop();
-        }
-    }
-    let s = std::str::from_utf8(buf).map_err(|e| Error::Corpus {
-        path: path.to_path_buf(),
-        line: n,
-        reason: format!("invalid UTF-8 at byte {} of the line; convert the file to UTF-8", e.valid_up_to()),
-    })?;
-    Ok(Some(s.to_string()))
 }
 
 struct Writer {
@@ -80,9 +60,8 @@ pub fn prepare(
     log: &mut dyn FnMut(&str),
 ) -> Result<FilterReport> {
     std::fs::create_dir_all(out).map_err(io(out))?;
-    let (mut rs, mut rt) = (corpus::open(src)?, corpus::open(tgt)?);
+    let (mut rs, mut rt) = (corpus::Lines::open(src)?, corpus::Lines::open(tgt)?);
     let (mut ws, mut wt) = (Writer::create(out, "src")?, Writer::create(out, "tgt")?);
-    let (mut bs, mut bt) = (Vec::new(), Vec::new());
     let mut report = FilterReport::default();
     let mut chunk: Vec<(String, String)> = Vec::with_capacity(10_000);
     let mut n = 0;
@@ -90,8 +69,8 @@ pub fn prepare(
         chunk.clear();
         while chunk.len() < 10_000 {
             n += 1;
-            match (next_line(&mut *rs, &mut bs, src, n)?, next_line(&mut *rt, &mut bt, tgt, n)?) {
-                (Some(s), Some(t)) => chunk.push((s, t)),
+            match (rs.next_line()?.map(str::to_string), rt.next_line()?) {
+                (Some(s), Some(t)) => chunk.push((s, t.to_string())),
                 (None, None) => break,
                 (s, _) => {
                     let (ended, goes_on) = if s.is_none() { (src, tgt) } else { (tgt, src) };

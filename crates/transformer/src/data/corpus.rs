@@ -3,7 +3,7 @@
 
 use crate::error::{Error, Result};
 use std::io::{BufRead, BufReader, Read};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// Opens a plain or gzip (`.gz`) text file for buffered reading.
 pub fn open(path: &Path) -> Result<Box<dyn BufRead>> {
@@ -16,37 +16,69 @@ pub fn open(path: &Path) -> Result<Box<dyn BufRead>> {
     Ok(Box::new(BufReader::with_capacity(1 << 16, reader)))
 }
 
-/// Calls `f(line_number, line)` for every line of `path` (1-based numbers, line endings `\n` or
-/// `\r\n` removed). Invalid UTF-8 is an error naming the file, line and byte. The callback's error
-/// type is the caller's, so it can stop the loop with its own errors.
+/// A line reader over a file or stream: line endings (`\n`, `\r\n`) removed, invalid UTF-8 an
+/// error naming the source (a path, or a name like `<stdin>`) and the line.
+pub struct Lines {
+    reader: Box<dyn BufRead>,
+    buf: Vec<u8>,
+    name: PathBuf,
+    n: usize,
+}
+
+impl Lines {
+    /// Lines of a plain or gzip (`.gz`) file.
+    pub fn open(path: &Path) -> Result<Lines> {
+        Ok(Self::from_reader(open(path)?, path))
+    }
+
+    /// Lines of any buffered reader; `name` appears in errors.
+    pub fn from_reader(reader: Box<dyn BufRead>, name: impl Into<PathBuf>) -> Lines {
+        Lines { reader, buf: Vec::new(), name: name.into(), n: 0 }
+    }
+
+    /// The 1-based number of the line last returned.
+    pub fn line_number(&self) -> usize {
+        self.n
+    }
+
+    /// The next line, or `None` at the end.
+    pub fn next_line(&mut self) -> Result<Option<&str>> {
+        self.buf.clear();
+        let read = self
+            .reader
+            .read_until(b'\n', &mut self.buf)
+            .map_err(|source| Error::Io { path: self.name.clone(), source })?;
+        if read == 0 {
+            return Ok(None);
+        }
+        self.n += 1;
+        if self.buf.ends_with(b"\n") {
+            self.buf.pop();
+            if self.buf.ends_with(b"\r") {
+                self.buf.pop();
+            }
+        }
+        std::str::from_utf8(&self.buf).map(Some).map_err(|e| Error::Corpus {
+            path: self.name.clone(),
+            line: self.n,
+            reason: format!("invalid UTF-8 at byte {} of the line; convert the file to UTF-8", e.valid_up_to()),
+        })
+    }
+}
+
+/// Calls `f(line_number, line)` for every line of `path` (see [`Lines`]). The callback's error type
+/// is the caller's, so it can stop the loop with its own errors.
 pub fn for_each_line<E: From<Error>>(
     path: &Path,
     mut f: impl FnMut(usize, &str) -> std::result::Result<(), E>,
 ) -> std::result::Result<(), E> {
-    let mut reader = open(path)?;
-    let mut buf = Vec::new();
+    let mut lines = Lines::open(path)?;
     let mut n = 0;
-    loop {
-        buf.clear();
-        let read =
-            reader.read_until(b'\n', &mut buf).map_err(|source| Error::Io { path: path.to_path_buf(), source })?;
-        if read == 0 {
-            return Ok(());
-        }
+    while let Some(line) = lines.next_line()? {
         n += 1;
-        if buf.ends_with(b"\n") {
-            buf.pop();
-            if buf.ends_with(b"\r") {
-                buf.pop();
-            }
-        }
-        let line = std::str::from_utf8(&buf).map_err(|e| Error::Corpus {
-            path: path.to_path_buf(),
-            line: n,
-            reason: format!("invalid UTF-8 at byte {} of the line; convert the file to UTF-8", e.valid_up_to()),
-        })?;
         f(n, line)?;
     }
+    Ok(())
 }
 
 /// All lines of `path` (see [`for_each_line`]).
