@@ -21,7 +21,12 @@
 //! - [`params`]: the named flat layout and initialisation.
 //! - [`kernels`]: fused CPU kernels ([`kernels::cpu`]) and their naive twins ([`kernels::reference`]).
 //! - [`model`]: wiring of the encoder–decoder (§3).
-//! - [`train`]: learning-rate schedule (Eq. 3), Adam (§5.3), the training step, checkpoints.
+//! - [`train`]: learning-rate schedule (Eq. 3), Adam (§5.3), the training step, checkpoints,
+//!   averaging, and whole training runs with exact resume.
+//! - [`data`]: shared BPE, corpora, downloads, batching, binarised data (§5.1).
+//! - [`decode`]: greedy decoding (§6.1; beam search to come).
+//! - [`eval`]: sacreBLEU-exact BLEU and chrF.
+//! - [`synthetic`]: copy/reverse tasks for learning smoke tests.
 //! - [`rng`]: counter-based dropout masks and the initialisation generator.
 
 // Numeric kernels index several slices with one loop variable; iterator chains would obscure them.

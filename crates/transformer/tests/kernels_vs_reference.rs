@@ -366,19 +366,6 @@ fn embedding_matches_reference() {
 }
 
 #[test]
-fn relu_matches_reference() {
-    let mut rng = Rng::new(50);
-    let x = rand_vec(&mut rng, 10_000, 1.0);
-    let mut h = to_f32(&x);
-    elementwise::relu_forward(&mut h);
-    assert_close("relu", &to_f64(&h), &r::relu_forward(&x), 0.0, 1e-7);
-    let g = rand_vec(&mut rng, 10_000, 1.0);
-    let mut dh = to_f32(&g);
-    elementwise::relu_backward(&mut dh, &h);
-    assert_close("drelu", &to_f64(&dh), &r::relu_backward(&g, &r::relu_forward(&x)), 0.0, 1e-7);
-}
-
-#[test]
 fn column_sum_matches_reference() {
     let mut rng = Rng::new(51);
     let (m, n) = (77, 133);

@@ -121,22 +121,6 @@ pub fn exp_approx(x: f32) -> f32 {
     p * f32::from_bits(bits)
 }
 
-/// In place: x = max(x, 0).
-pub fn relu_forward(x: &mut [f32]) {
-    let _t = super::profile::scope(super::profile::Slot::Relu);
-    x.par_chunks_mut(ROW_BLOCK * 1024).for_each(relu_chunk);
-}
-
-#[multiversion(targets(
-    "x86_64+avx512f+avx512bw+avx512dq+avx512vl+avx2+fma+bmi1+bmi2+lzcnt+popcnt",
-    "x86_64+avx2+fma"
-))]
-fn relu_chunk(x: &mut [f32]) {
-    for v in x.iter_mut() {
-        *v = if *v > 0.0 { *v } else { 0.0 };
-    }
-}
-
 /// In place over rows of width `bias.len()`: h = max(h + bias, 0) (§3.3, Eq. 2's inner layer).
 pub fn bias_relu_forward(h: &mut [f32], bias: &[f32]) {
     let _t = super::profile::scope(super::profile::Slot::Relu);
@@ -155,25 +139,6 @@ fn bias_relu_rows(rows: &mut [f32], bias: &[f32]) {
             let x = *v + b;
             *v = if x > 0.0 { x } else { 0.0 };
         }
-    }
-}
-
-/// In place: dh = dh · [h > 0], with `h` the ReLU output saved by the forward pass.
-pub fn relu_backward(dh: &mut [f32], h: &[f32]) {
-    let _t = super::profile::scope(super::profile::Slot::Relu);
-    assert_eq!(dh.len(), h.len());
-    dh.par_chunks_mut(ROW_BLOCK * 1024)
-        .zip(h.par_chunks(ROW_BLOCK * 1024))
-        .for_each(|(d, h)| relu_backward_chunk(d, h));
-}
-
-#[multiversion(targets(
-    "x86_64+avx512f+avx512bw+avx512dq+avx512vl+avx2+fma+bmi1+bmi2+lzcnt+popcnt",
-    "x86_64+avx2+fma"
-))]
-fn relu_backward_chunk(d: &mut [f32], h: &[f32]) {
-    for (d, h) in d.iter_mut().zip(h) {
-        *d = if *h > 0.0 { *d } else { 0.0 };
     }
 }
 
