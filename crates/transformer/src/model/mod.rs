@@ -3,8 +3,10 @@
 
 mod attention;
 mod feed_forward;
+mod incremental;
 mod workspace;
 
+pub use incremental::{DecoderState, Encoded};
 pub use workspace::Workspace;
 
 use crate::config::ModelConfig;
@@ -217,16 +219,7 @@ impl Transformer {
         let o = &self.layout.offsets;
         let emb = &p[o.embed..o.embed + v * d];
         let scale = (d as f32).sqrt();
-        embedding_forward(
-            &mut ws.enc_in,
-            &batch.src,
-            emb,
-            self.positions(),
-            batch.s,
-            d,
-            scale,
-            self.mask(dropout, c.dropout, site::ENC_EMBED),
-        );
+        self.encoder_forward(batch, ws, dropout);
         embedding_forward(
             &mut ws.dec_in,
             &batch.tgt_in,
@@ -237,39 +230,6 @@ impl Transformer {
             scale,
             self.mask(dropout, c.dropout, site::DEC_EMBED),
         );
-
-        for l in 0..c.n_layers {
-            let lo = &o.encoder[l];
-            let (prev, rest) = ws.enc.split_at_mut(l);
-            let x: &[f32] = if l == 0 { &ws.enc_in } else { &prev[l - 1].ffn.norm.out };
-            let acts = &mut rest[0];
-            let dims = ws.dims;
-            attention::self_forward(
-                self,
-                p,
-                &lo.self_attn,
-                &lo.self_attn_norm,
-                x,
-                &mut acts.self_attn,
-                &mut ws.y,
-                &batch.src_lens,
-                false,
-                dims.b,
-                dims.s,
-                self.mask(dropout, c.dropout, site::enc(l, 0)),
-                self.mask(dropout, c.attention_dropout, site::enc(l, site::ATTN)),
-            );
-            feed_forward::forward(
-                self,
-                p,
-                &lo.ffn,
-                &lo.ffn_norm,
-                &mut acts.ffn,
-                &acts.self_attn.norm.out,
-                &mut ws.y,
-                self.mask(dropout, c.dropout, site::enc(l, 1)),
-            );
-        }
         let enc_out: &[f32] = if c.n_layers == 0 { &ws.enc_in } else { &ws.enc[c.n_layers - 1].ffn.norm.out };
         for l in 0..c.n_layers {
             let lo = &o.decoder[l];
@@ -321,6 +281,70 @@ impl Transformer {
         // §3.4: the pre-softmax projection is the shared embedding, logits = h Eᵀ.
         matmul(&mut ws.logits, dec_out, Op::N, emb, Op::T, batch.b * batch.t, v, d, false);
         Ok(())
+    }
+
+    /// The encoder stack over `batch.src` into `ws.enc_in` and `ws.enc` (the workspace must be
+    /// prepared for the batch's shape).
+    fn encoder_forward(&self, batch: &Batch, ws: &mut Workspace, dropout: Option<DropoutCtx>) {
+        let c = &self.config;
+        let (d, v) = (c.d_model, c.vocab_size);
+        let p = &self.params;
+        let o = &self.layout.offsets;
+        let emb = &p[o.embed..o.embed + v * d];
+        let scale = (d as f32).sqrt();
+        embedding_forward(
+            &mut ws.enc_in,
+            &batch.src,
+            emb,
+            self.positions(),
+            batch.s,
+            d,
+            scale,
+            self.mask(dropout, c.dropout, site::ENC_EMBED),
+        );
+
+        for l in 0..c.n_layers {
+            let lo = &o.encoder[l];
+            let (prev, rest) = ws.enc.split_at_mut(l);
+            let x: &[f32] = if l == 0 { &ws.enc_in } else { &prev[l - 1].ffn.norm.out };
+            let acts = &mut rest[0];
+            let dims = ws.dims;
+            attention::self_forward(
+                self,
+                p,
+                &lo.self_attn,
+                &lo.self_attn_norm,
+                x,
+                &mut acts.self_attn,
+                &mut ws.y,
+                &batch.src_lens,
+                false,
+                dims.b,
+                dims.s,
+                self.mask(dropout, c.dropout, site::enc(l, 0)),
+                self.mask(dropout, c.attention_dropout, site::enc(l, site::ATTN)),
+            );
+            feed_forward::forward(
+                self,
+                p,
+                &lo.ffn,
+                &lo.ffn_norm,
+                &mut acts.ffn,
+                &acts.self_attn.norm.out,
+                &mut ws.y,
+                self.mask(dropout, c.dropout, site::enc(l, 1)),
+            );
+        }
+    }
+
+    /// The encoder output (B·S, D) after [`Transformer::encoder_forward`].
+    pub(crate) fn encoder_output<'w>(&self, ws: &'w Workspace) -> &'w [f32] {
+        let n = self.config.n_layers;
+        if n == 0 {
+            &ws.enc_in
+        } else {
+            &ws.enc[n - 1].ffn.norm.out
+        }
     }
 
     /// After [`Transformer::forward`]: the label-smoothed loss over non-padding targets, replacing

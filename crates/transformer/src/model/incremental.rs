@@ -1,0 +1,367 @@
+//! Incremental decoding for inference (§6.1). The source is encoded once, and the encoder–decoder
+//! keys and values of every decoder layer are projected once per sentence ([`Encoded`]). The decoder
+//! then runs one position at a time over a set of rows (hypotheses), caching each layer's
+//! self-attention keys and values ([`DecoderState`]), so step t costs O(t) attention work instead
+//! of re-running the whole prefix. Rows can be reordered, duplicated or dropped between steps
+//! ([`DecoderState::reorder`]), which is what beam search needs.
+//!
+//! No dropout is applied: this is the evaluation-mode model, and step-by-step log-probabilities
+//! equal those of the teacher-forced [`Transformer::forward`] to float rounding
+//! (tests/incremental.rs).
+
+use super::{Batch, Transformer, Workspace};
+use crate::error::{Error, Result};
+use crate::kernels::cpu::elementwise::{axpy, bias_relu_forward, dot, exp_shift_sum, max};
+use crate::kernels::cpu::layer_norm::residual_layer_norm_forward;
+use crate::kernels::cpu::matmul::{linear_forward, matmul, Op};
+use crate::params::{AttnOffsets, NormOffsets};
+use crate::{PAD, UNK};
+use rayon::prelude::*;
+
+/// A batch of encoded source sentences: what every decoder step reads.
+#[derive(Clone, Debug)]
+pub struct Encoded {
+    /// Sentences.
+    pub b: usize,
+    /// Padded source length.
+    pub s: usize,
+    /// Source lengths.
+    pub src_lens: Vec<usize>,
+    /// Per decoder layer: (B·S, H·K + H·V) encoder–decoder keys | values.
+    cross_kv: Vec<Vec<f32>>,
+}
+
+/// The decoder's cached state for a set of rows, each row a hypothesis of one sentence of an
+/// [`Encoded`] batch. All rows have taken the same number of steps.
+#[derive(Clone, Debug, Default)]
+pub struct DecoderState {
+    /// Row → sentence of the encoded batch.
+    sent: Vec<usize>,
+    /// Positions decoded so far (tokens in each row's cache).
+    len: usize,
+    /// Positions the cache holds per row.
+    cap: usize,
+    /// Per layer: (rows, cap, H·K) self-attention keys.
+    keys: Vec<Vec<f32>>,
+    /// Per layer: (rows, cap, H·V) self-attention values.
+    values: Vec<Vec<f32>>,
+    /// (rows, V) logits of the last step.
+    logits: Vec<f32>,
+    /// H·K and H·V: the widths of a cached key and value.
+    hk: usize,
+    hv: usize,
+    /// A cache buffer to reorder into.
+    spare: Vec<f32>,
+    // Scratch, (rows, ·).
+    x: Vec<f32>,
+    x2: Vec<f32>,
+    proj: Vec<f32>,
+    ctx: Vec<f32>,
+    y: Vec<f32>,
+    ln_s: Vec<f32>,
+    mean: Vec<f32>,
+    rstd: Vec<f32>,
+    hidden: Vec<f32>,
+}
+
+impl Transformer {
+    /// Encodes source sentences (token ids without BOS/EOS) for incremental decoding. An empty
+    /// source is allowed: its decoder sees no source keys.
+    pub fn encode(&self, srcs: &[&[u32]], ws: &mut Workspace) -> Result<Encoded> {
+        let c = &self.config;
+        let b = srcs.len();
+        if b == 0 {
+            return Ok(Encoded { b: 0, s: 0, src_lens: Vec::new(), cross_kv: vec![Vec::new(); c.n_layers] });
+        }
+        let s = srcs.iter().map(|x| x.len()).max().unwrap_or(0).max(1);
+        // The target side is a placeholder: the encoder ignores it, but the batch must be valid.
+        let mut batch = Batch {
+            b,
+            s,
+            t: 1,
+            src: vec![PAD; b * s],
+            src_lens: srcs.iter().map(|x| x.len()).collect(),
+            tgt_in: vec![crate::BOS; b],
+            tgt_out: vec![UNK; b],
+            tgt_lens: vec![1; b],
+        };
+        for (i, x) in srcs.iter().enumerate() {
+            batch.src[i * s..i * s + x.len()].copy_from_slice(x);
+        }
+        batch.validate(c)?;
+        ws.prepare(c, b, s, 1);
+        self.encoder_forward(&batch, ws, None);
+        let enc = self.encoder_output(ws);
+        let (d, hk, hv) = (c.d_model, c.n_heads * c.d_k, c.n_heads * c.d_v);
+        let p = &self.params;
+        let cross_kv = self
+            .layout
+            .offsets
+            .decoder
+            .iter()
+            .map(|lo| {
+                let ao = &lo.cross_attn;
+                let (w, bias) = (ao.w_qkv + hk * d, ao.b_qkv + hk);
+                let mut kv = vec![0.0; b * s * (hk + hv)];
+                linear_forward(
+                    &mut kv,
+                    enc,
+                    &p[w..w + (hk + hv) * d],
+                    Some(&p[bias..bias + hk + hv]),
+                    b * s,
+                    hk + hv,
+                    d,
+                );
+                kv
+            })
+            .collect();
+        Ok(Encoded { b, s, src_lens: batch.src_lens, cross_kv })
+    }
+
+    /// A fresh decoder state with one row per sentence of `enc`, able to decode up to `max_steps`
+    /// positions (at most `max_positions`).
+    pub fn start_decoding(&self, enc: &Encoded, max_steps: usize) -> Result<DecoderState> {
+        let c = &self.config;
+        if max_steps > c.max_positions {
+            return Err(Error::Config(format!(
+                "decoding {max_steps} positions needs max_positions ≥ {max_steps} (the model has {})",
+                c.max_positions
+            )));
+        }
+        let mut st = DecoderState {
+            sent: (0..enc.b).collect(),
+            len: 0,
+            cap: max_steps,
+            keys: vec![Vec::new(); c.n_layers],
+            values: vec![Vec::new(); c.n_layers],
+            ..Default::default()
+        };
+        st.size_cache(c.n_heads * c.d_k, c.n_heads * c.d_v);
+        Ok(st)
+    }
+
+    /// One decoder step: feeds `tokens` (one per row: each row's previous output, BOS first) at the
+    /// next position and returns the (rows, V) logits of the following token.
+    pub fn decode_step<'s>(&self, enc: &Encoded, st: &'s mut DecoderState, tokens: &[u32]) -> Result<&'s [f32]> {
+        let c = &self.config;
+        let rows = st.sent.len();
+        if tokens.len() != rows {
+            return Err(Error::Batch(format!("{} tokens given for {rows} decoder rows", tokens.len())));
+        }
+        if st.len >= st.cap {
+            return Err(Error::Batch(format!("the decoder state holds {} positions and is full", st.cap)));
+        }
+        if let Some(&t) = tokens.iter().find(|&&t| t as usize >= c.vocab_size) {
+            return Err(Error::Batch(format!("token id {t} outside the vocabulary of {}", c.vocab_size)));
+        }
+        let (d, v, f) = (c.d_model, c.vocab_size, c.d_ff);
+        let (hk, hv) = (c.n_heads * c.d_k, c.n_heads * c.d_v);
+        let p = &self.params;
+        let o = &self.layout.offsets;
+        for (buf, width) in [
+            (&mut st.x, d),
+            (&mut st.x2, d),
+            (&mut st.proj, 2 * hk + hv),
+            (&mut st.ctx, hv),
+            (&mut st.y, d),
+            (&mut st.ln_s, d),
+            (&mut st.mean, 1),
+            (&mut st.rstd, 1),
+            (&mut st.hidden, f),
+            (&mut st.logits, v),
+        ] {
+            buf.resize(rows * width, 0.0);
+        }
+        // §3.4: embedding · √D + position `len` (sinusoidal or learned).
+        let emb = &p[o.embed..o.embed + v * d];
+        let scale = (d as f32).sqrt();
+        let pos = &self.positions()[st.len * d..(st.len + 1) * d];
+        for (r, x) in st.x.chunks_exact_mut(d).enumerate() {
+            let e = &emb[tokens[r] as usize * d..][..d];
+            for j in 0..d {
+                x[j] = e[j] * scale + pos[j];
+            }
+        }
+        let t = st.len + 1; // keys visible to this step, the new one included
+        for (l, lo) in o.decoder.iter().enumerate() {
+            // Causal self-attention over the cache, extended by this position's key and value.
+            let ao = &lo.self_attn;
+            let nq = 2 * hk + hv;
+            linear_forward(&mut st.proj, &st.x, &p[ao.w_qkv..][..nq * d], Some(&p[ao.b_qkv..][..nq]), rows, nq, d);
+            let (cap, len) = (st.cap, st.len);
+            for r in 0..rows {
+                let pr = &st.proj[r * nq..(r + 1) * nq];
+                st.keys[l][(r * cap + len) * hk..][..hk].copy_from_slice(&pr[hk..2 * hk]);
+                st.values[l][(r * cap + len) * hv..][..hv].copy_from_slice(&pr[2 * hk..]);
+            }
+            {
+                let (keys, values, proj) = (&st.keys[l], &st.values[l], &st.proj);
+                attend(&mut st.ctx, c.n_heads, c.d_k, c.d_v, |r| {
+                    let q = &proj[r * nq..][..hk];
+                    (q, KeyValues { k: &keys[r * cap * hk..], ldk: hk, v: &values[r * cap * hv..], ldv: hv, n: t })
+                });
+            }
+            self.project_norm(ao, &lo.self_attn_norm, st, rows);
+            // Encoder–decoder attention over the cached source keys and values.
+            let ao = &lo.cross_attn;
+            linear_forward(
+                &mut st.proj[..rows * hk],
+                &st.x,
+                &p[ao.w_qkv..][..hk * d],
+                Some(&p[ao.b_qkv..][..hk]),
+                rows,
+                hk,
+                d,
+            );
+            {
+                let (kv, proj, sent) = (&enc.cross_kv[l], &st.proj, &st.sent);
+                let ld = hk + hv;
+                attend(&mut st.ctx, c.n_heads, c.d_k, c.d_v, |r| {
+                    let i = sent[r];
+                    let base = i * enc.s * ld;
+                    let q = &proj[r * hk..][..hk];
+                    (q, KeyValues { k: &kv[base..], ldk: ld, v: &kv[base + hk..], ldv: ld, n: enc.src_lens[i] })
+                });
+            }
+            self.project_norm(ao, &lo.cross_attn_norm, st, rows);
+            // FFN.
+            let fo = &lo.ffn;
+            linear_forward(&mut st.hidden, &st.x, &p[fo.w_1..][..f * d], None, rows, f, d);
+            bias_relu_forward(&mut st.hidden, &p[fo.b_1..][..f]);
+            linear_forward(&mut st.y, &st.hidden, &p[fo.w_2..][..d * f], None, rows, d, f);
+            self.residual_norm(&lo.ffn_norm, &p[fo.b_2..][..d], st);
+        }
+        st.len += 1;
+        matmul(&mut st.logits, &st.x, Op::N, emb, Op::T, rows, v, d, false);
+        Ok(&st.logits)
+    }
+
+    /// W^O over the heads in `st.ctx`, then x ← LN(x + y + b^O).
+    fn project_norm(&self, ao: &AttnOffsets, no: &NormOffsets, st: &mut DecoderState, rows: usize) {
+        let c = &self.config;
+        let (d, hv) = (c.d_model, c.n_heads * c.d_v);
+        linear_forward(&mut st.y, &st.ctx, &self.params[ao.w_o..][..d * hv], None, rows, d, hv);
+        self.residual_norm(no, &self.params[ao.b_o..][..d], st);
+    }
+
+    /// x ← LN(x + y + bias).
+    fn residual_norm(&self, no: &NormOffsets, bias: &[f32], st: &mut DecoderState) {
+        let d = self.config.d_model;
+        let p = &self.params;
+        residual_layer_norm_forward(
+            &mut st.x2,
+            &mut st.ln_s,
+            &mut st.mean,
+            &mut st.rstd,
+            &st.x,
+            &st.y,
+            Some(bias),
+            &p[no.gamma..][..d],
+            &p[no.beta..][..d],
+            self.config.layer_norm_eps,
+            None,
+        );
+        std::mem::swap(&mut st.x, &mut st.x2);
+    }
+}
+
+/// Keys and values of one row: key j of head h at `k[j·ldk + h·K..]`, value at `v[j·ldv + h·V..]`,
+/// for j < n.
+struct KeyValues<'a> {
+    k: &'a [f32],
+    ldk: usize,
+    v: &'a [f32],
+    ldv: usize,
+    n: usize,
+}
+
+/// ctx (rows, H·V) = softmax(q Kᵀ / √K) V per row and head, for one query per row. A row with no
+/// keys gets a zero output, as in the batched kernel.
+fn attend<'a>(
+    ctx: &mut [f32],
+    heads: usize,
+    dk: usize,
+    dv: usize,
+    row: impl Fn(usize) -> (&'a [f32], KeyValues<'a>) + Sync,
+) {
+    let scale = 1.0 / (dk as f32).sqrt();
+    ctx.par_chunks_mut(heads * dv).enumerate().for_each_init(Vec::new, |scores: &mut Vec<f32>, (r, out)| {
+        let (q, kv) = row(r);
+        out.fill(0.0);
+        if kv.n == 0 {
+            return;
+        }
+        scores.resize(kv.n, 0.0);
+        for h in 0..heads {
+            let qh = &q[h * dk..(h + 1) * dk];
+            for (j, s) in scores.iter_mut().enumerate() {
+                *s = scale * dot(qh, &kv.k[j * kv.ldk + h * dk..][..dk]);
+            }
+            let mx = max(scores);
+            let inv = 1.0 / exp_shift_sum(scores, mx);
+            let oh = &mut out[h * dv..(h + 1) * dv];
+            for (j, &s) in scores.iter().enumerate() {
+                axpy(oh, s * inv, &kv.v[j * kv.ldv + h * dv..][..dv]);
+            }
+        }
+    });
+}
+
+impl DecoderState {
+    /// Rows.
+    pub fn rows(&self) -> usize {
+        self.sent.len()
+    }
+
+    /// Positions decoded so far.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether no position has been decoded yet.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The sentence each row decodes.
+    pub fn sentences(&self) -> &[usize] {
+        &self.sent
+    }
+
+    /// The logits of the last step, (rows, V).
+    pub fn logits(&self) -> &[f32] {
+        &self.logits
+    }
+
+    fn size_cache(&mut self, hk: usize, hv: usize) {
+        (self.hk, self.hv) = (hk, hv);
+        let rows = self.sent.len();
+        for k in &mut self.keys {
+            k.resize(rows * self.cap * hk, 0.0);
+        }
+        for v in &mut self.values {
+            v.resize(rows * self.cap * hv, 0.0);
+        }
+    }
+
+    /// Keeps the rows `keep` in that order: new row i continues old row `keep[i]` (a row may be
+    /// kept several times, or dropped). Copies only the positions decoded so far; the logits of
+    /// the last step are discarded.
+    pub fn reorder(&mut self, keep: &[usize]) {
+        let rows = self.sent.len();
+        assert!(keep.iter().all(|&r| r < rows), "reorder: row index out of range");
+        let (cap, len) = (self.cap, self.len);
+        for (caches, w) in [(&mut self.keys, self.hk), (&mut self.values, self.hv)] {
+            for cache in caches.iter_mut() {
+                // Positions ≥ len of the new rows are stale but never read before being written.
+                self.spare.resize(keep.len() * cap * w, 0.0);
+                for (i, &r) in keep.iter().enumerate() {
+                    self.spare[i * cap * w..][..len * w].copy_from_slice(&cache[r * cap * w..][..len * w]);
+                }
+                std::mem::swap(cache, &mut self.spare);
+            }
+        }
+        self.logits.clear();
+        self.sent = keep.iter().map(|&r| self.sent[r]).collect();
+    }
+}

@@ -1,0 +1,162 @@
+//! Incremental decoding (cached keys and values) gives the same next-token log-probabilities as the
+//! teacher-forced full forward pass, on random models, with padding, both kinds of positions, and
+//! rows reordered, duplicated and dropped between steps the way beam search does.
+
+mod common;
+
+use common::assert_close;
+use transformer::rng::Rng;
+use transformer::{Batch, ModelConfig, Positions, Transformer, Workspace, BOS};
+
+fn config(positions: Positions) -> ModelConfig {
+    ModelConfig {
+        n_layers: 2,
+        d_model: 24,
+        d_ff: 40,
+        n_heads: 3,
+        d_k: 5,
+        d_v: 7,
+        dropout: 0.1,
+        attention_dropout: 0.1,
+        label_smoothing: 0.1,
+        positions,
+        max_positions: 24,
+        vocab_size: 37,
+        layer_norm_eps: 1e-6,
+    }
+}
+
+/// A random model whose biases and LayerNorm parameters are not at their initial 0/1, so every
+/// parameter takes part.
+fn model(positions: Positions, seed: u64) -> Transformer {
+    let mut m = Transformer::new(config(positions), seed).unwrap();
+    let mut rng = Rng::new(seed ^ 0x5eed);
+    for p in &mut m.params {
+        *p += ((rng.uniform() * 2.0 - 1.0) * 0.2) as f32;
+    }
+    m
+}
+
+fn log_softmax(row: &[f32]) -> Vec<f64> {
+    let mx = row.iter().fold(f64::NEG_INFINITY, |m, &x| m.max(x as f64));
+    let lse = mx + row.iter().map(|&x| (x as f64 - mx).exp()).sum::<f64>().ln();
+    row.iter().map(|&x| x as f64 - lse).collect()
+}
+
+/// Full-forward log-probabilities of the token after `prefix` (which starts with BOS).
+fn full_next(m: &Transformer, src: &[u32], prefix: &[u32]) -> Vec<f64> {
+    assert_eq!(prefix[0], BOS);
+    let batch = Batch::from_pairs(&[(src.to_vec(), prefix[1..].to_vec())]);
+    let mut ws = Workspace::new();
+    m.forward(&batch, &mut ws, None).unwrap();
+    let v = m.config.vocab_size;
+    let pos = prefix.len() - 1;
+    log_softmax(&ws.logits[pos * v..(pos + 1) * v])
+}
+
+fn random_ids(rng: &mut Rng, n: usize, vocab: usize) -> Vec<u32> {
+    // Ids 4.. (not the special tokens).
+    (0..n).map(|_| 4 + (rng.uniform() * (vocab - 4) as f64) as u32 % (vocab as u32 - 4)).collect()
+}
+
+#[test]
+fn incremental_matches_teacher_forcing() {
+    for positions in [Positions::Sinusoidal, Positions::Learned] {
+        let m = model(positions, 11);
+        let v = m.config.vocab_size;
+        let mut rng = Rng::new(3);
+        let srcs: Vec<Vec<u32>> = [5, 1, 9, 3].iter().map(|&n| random_ids(&mut rng, n, v)).collect();
+        let tgts: Vec<Vec<u32>> = [6, 2, 8, 4].iter().map(|&n| random_ids(&mut rng, n, v)).collect();
+        let pairs: Vec<_> = srcs.iter().cloned().zip(tgts.iter().cloned()).collect();
+        let batch = Batch::from_pairs(&pairs);
+        let mut ws = Workspace::new();
+        m.forward(&batch, &mut ws, None).unwrap();
+        let full = ws.logits.clone();
+
+        let src_refs: Vec<&[u32]> = srcs.iter().map(|s| s.as_slice()).collect();
+        let enc = m.encode(&src_refs, &mut ws).unwrap();
+        let mut st = m.start_decoding(&enc, batch.t).unwrap();
+        let mut compared = 0;
+        for t in 0..batch.t {
+            let tokens: Vec<u32> = (0..batch.b).map(|i| batch.tgt_in[i * batch.t + t].max(BOS)).collect();
+            let logits = m.decode_step(&enc, &mut st, &tokens).unwrap().to_vec();
+            for i in 0..batch.b {
+                if t < batch.tgt_lens[i] {
+                    let want = log_softmax(&full[(i * batch.t + t) * v..][..v]);
+                    let got = log_softmax(&logits[i * v..(i + 1) * v]);
+                    assert_close(&format!("{positions:?} sentence {i} step {t}"), &got, &want, 2e-5, 1e-5);
+                    compared += 1;
+                }
+            }
+        }
+        assert_eq!(compared, batch.tgt_lens.iter().sum::<usize>());
+        assert_eq!(st.len(), batch.t);
+    }
+}
+
+#[test]
+fn reordered_rows_continue_their_own_prefixes() {
+    let m = model(Positions::Sinusoidal, 5);
+    let v = m.config.vocab_size;
+    let mut rng = Rng::new(9);
+    let srcs: Vec<Vec<u32>> = [4, 7].iter().map(|&n| random_ids(&mut rng, n, v)).collect();
+    let src_refs: Vec<&[u32]> = srcs.iter().map(|s| s.as_slice()).collect();
+    let mut ws = Workspace::new();
+    let enc = m.encode(&src_refs, &mut ws).unwrap();
+    let mut st = m.start_decoding(&enc, 10).unwrap();
+    // Row r decodes `prefixes[r]` of sentence `sent[r]`.
+    let mut prefixes: Vec<Vec<u32>> = vec![vec![BOS], vec![BOS]];
+    let keeps: [&[usize]; 5] = [&[0, 0, 1, 1, 1], &[4, 3, 0, 1, 2], &[2, 2], &[1, 0, 1], &[0, 2, 1, 2]];
+    for keep in keeps {
+        let tokens: Vec<u32> = prefixes.iter().map(|p| *p.last().unwrap()).collect();
+        let logits = m.decode_step(&enc, &mut st, &tokens).unwrap().to_vec();
+        for (r, prefix) in prefixes.iter().enumerate() {
+            let sent = st.sentences()[r];
+            let want = full_next(&m, &srcs[sent], prefix);
+            let got = log_softmax(&logits[r * v..(r + 1) * v]);
+            assert_close(&format!("row {r} prefix {prefix:?}"), &got, &want, 2e-5, 1e-5);
+        }
+        // Extend every row by a different random token, then reorder.
+        for p in prefixes.iter_mut() {
+            p.push(random_ids(&mut rng, 1, v)[0]);
+        }
+        prefixes = keep.iter().map(|&r| prefixes[r].clone()).collect();
+        st.reorder(keep);
+        assert_eq!(st.rows(), keep.len());
+    }
+}
+
+#[test]
+fn decoder_state_errors_instead_of_overrunning() {
+    let m = model(Positions::Sinusoidal, 1);
+    let mut ws = Workspace::new();
+    let enc = m.encode(&[&[5, 6]], &mut ws).unwrap();
+    let too_long = m.start_decoding(&enc, 25).unwrap_err().to_string();
+    assert!(too_long.contains("max_positions"), "{too_long}");
+    let mut st = m.start_decoding(&enc, 2).unwrap();
+    let wrong_rows = m.decode_step(&enc, &mut st, &[BOS, BOS]).unwrap_err().to_string();
+    assert!(wrong_rows.contains("2 tokens given for 1 decoder rows"), "{wrong_rows}");
+    let bad_id = m.decode_step(&enc, &mut st, &[99]).unwrap_err().to_string();
+    assert!(bad_id.contains("token id 99"), "{bad_id}");
+    m.decode_step(&enc, &mut st, &[BOS]).unwrap();
+    m.decode_step(&enc, &mut st, &[7]).unwrap();
+    let full = m.decode_step(&enc, &mut st, &[8]).unwrap_err().to_string();
+    assert!(full.contains("full"), "{full}");
+}
+
+#[test]
+fn empty_source_attends_to_nothing() {
+    // An empty source row next to a non-empty one: both decode, and the empty one matches a model
+    // run on it alone.
+    let m = model(Positions::Sinusoidal, 2);
+    let v = m.config.vocab_size;
+    let mut ws = Workspace::new();
+    let enc = m.encode(&[&[], &[9, 10, 11]], &mut ws).unwrap();
+    let mut st = m.start_decoding(&enc, 3).unwrap();
+    let both = m.decode_step(&enc, &mut st, &[BOS, BOS]).unwrap().to_vec();
+    let enc1 = m.encode(&[&[]], &mut ws).unwrap();
+    let mut st1 = m.start_decoding(&enc1, 3).unwrap();
+    let alone = m.decode_step(&enc1, &mut st1, &[BOS]).unwrap().to_vec();
+    assert_eq!(&both[..v], &alone[..]);
+    assert!(both.iter().all(|x| x.is_finite()));
+}
