@@ -82,6 +82,9 @@ pub enum Error {
         /// The loss value (NaN or ±inf).
         loss: f32,
     },
+    /// Decoding cannot go on.
+    #[error("decoding failed: {0}")]
+    Decode(String),
 }
 
 /// Shorthand for `Result<T, Error>`.

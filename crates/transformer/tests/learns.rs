@@ -1,5 +1,6 @@
 //! It learns: a reverse task trained from scratch reaches ≥ 99% held-out token accuracy.
 
+use transformer::decode::{translate_batch, BeamConfig};
 use transformer::rng::Rng;
 use transformer::synthetic::{model_config, pairs, token_accuracy, Task};
 use transformer::train::{Schedule, Trainer};
@@ -31,8 +32,10 @@ fn reverse_task_reaches_99_percent() {
     // Greedy decoding from scratch (no teacher forcing) reproduces whole reversed sequences.
     let tests = pairs(Task::Reverse, &mut Rng::new(77), 200, symbols, 4, 12);
     let srcs: Vec<&[u32]> = tests.iter().map(|p| p.0.as_slice()).collect();
-    let out = transformer::decode::greedy::greedy(&trainer.model, &srcs, 50, &mut trainer.workspace).unwrap();
-    let exact = out.iter().zip(&tests).filter(|(o, p)| **o == p.1).count();
-    eprintln!("greedy exact match {exact}/200");
-    assert!(exact >= 180, "greedy decoding reproduced only {exact}/200 reversed sequences");
+    for (name, cfg) in [("greedy", BeamConfig::greedy()), ("beam 4", BeamConfig::translation())] {
+        let out = translate_batch(&trainer.model, &srcs, &cfg, &mut trainer.workspace).unwrap();
+        let exact = out.iter().zip(&tests).filter(|(o, p)| o[0].tokens == p.1).count();
+        eprintln!("{name} exact match {exact}/200");
+        assert!(exact >= 180, "{name} decoding reproduced only {exact}/200 reversed sequences");
+    }
 }

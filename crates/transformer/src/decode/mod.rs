@@ -1,4 +1,6 @@
-//! §6.1 Decoding. For now greedy search (beam size 1) without incremental state: every step runs
-//! the full model on the prefix. Beam search with cached keys and values is the inference issue.
+//! §6.1 Decoding: batched beam search over incremental decoder states ([`beam`]); greedy search
+//! is beam size 1.
 
-pub mod greedy;
+pub mod beam;
+
+pub use beam::{beam_search, translate_batch, BeamConfig, Hypothesis, ModelScorer, Scorer};

@@ -1,0 +1,354 @@
+//! Beam search driven by scripted probability tables: exact hypotheses and scores for several beam
+//! sizes and α, EOS handling, the length limit, n-best lists, batching, and agreement with an
+//! exhaustive search when the beam holds every hypothesis.
+
+use std::collections::HashMap;
+use transformer::decode::{beam_search, translate_batch, BeamConfig, Hypothesis, Scorer};
+use transformer::rng::Rng;
+use transformer::{Batch, ModelConfig, Positions, Transformer, Workspace, BOS, EOS};
+
+const V: usize = 7;
+const A: u32 = 4;
+const B: u32 = 5;
+
+type Table = dyn Fn(usize, &[u32]) -> [f64; V];
+
+/// Rows are (sentence, prefix); `table(sentence, prefix)` gives next-token probabilities. The
+/// search tells the scorer which rows it keeps (`reorder`), and the next `step` feeds the token each
+/// kept row was extended by, which is appended to that row's prefix.
+struct Scripted<'t> {
+    table: &'t Table,
+    rows: Vec<(usize, Vec<u32>)>,
+    pending: Option<Vec<usize>>,
+    out: Vec<f32>,
+}
+
+impl<'t> Scripted<'t> {
+    fn new(table: &'t Table, sentences: &[usize]) -> Self {
+        Scripted { table, rows: sentences.iter().map(|&s| (s, Vec::new())).collect(), pending: None, out: Vec::new() }
+    }
+}
+
+impl Scorer for Scripted<'_> {
+    fn vocab(&self) -> usize {
+        V
+    }
+    fn step(&mut self, tokens: &[u32]) -> transformer::Result<&[f32]> {
+        match self.pending.take() {
+            None => assert!(tokens.iter().all(|&t| t == BOS), "the first step must feed BOS"),
+            Some(keep) => {
+                assert_eq!(keep.len(), tokens.len());
+                self.rows = keep
+                    .iter()
+                    .zip(tokens)
+                    .map(|(&r, &t)| {
+                        assert!(t != EOS && t != BOS, "a finished or BOS token was fed back");
+                        let (s, mut p) = self.rows[r].clone();
+                        p.push(t);
+                        (s, p)
+                    })
+                    .collect();
+            }
+        }
+        self.out.clear();
+        for (sent, prefix) in &self.rows {
+            self.out.extend((self.table)(*sent, prefix).iter().map(|&x| x.ln() as f32));
+        }
+        Ok(&self.out)
+    }
+    fn reorder(&mut self, keep: &[usize]) {
+        self.pending = Some(keep.to_vec());
+    }
+}
+
+fn search(table: &Table, sentences: &[usize], src_lens: &[usize], cfg: BeamConfig) -> Vec<Vec<Hypothesis>> {
+    let mut s = Scripted::new(table, sentences);
+    beam_search(&mut s, src_lens, &cfg, usize::MAX).unwrap()
+}
+
+fn probs(entries: &[(u32, f64)]) -> [f64; V] {
+    let mut p = [0.0; V];
+    for &(t, x) in entries {
+        p[t as usize] = x;
+    }
+    p
+}
+
+fn cfg(beam: usize, alpha: f64, nbest: usize) -> BeamConfig {
+    BeamConfig { beam, alpha, max_len_a: 1.0, max_len_b: 50, nbest }
+}
+
+fn lp(len: usize, alpha: f64) -> f64 {
+    ((5.0 + len as f64) / 6.0).powf(alpha)
+}
+
+fn assert_hyp(h: &Hypothesis, tokens: &[u32], log_prob: f64, score: f64) {
+    assert_eq!(h.tokens, tokens, "{h:?}");
+    // Log-probabilities pass through f32.
+    assert!((h.log_prob - log_prob).abs() < 1e-6, "log_prob {} vs {log_prob}", h.log_prob);
+    assert!((h.score - score).abs() < 1e-6, "score {} vs {score}", h.score);
+}
+
+/// Greedy takes a (0.5) then a (0.4): P = 0.2. A beam of 2 also keeps b (0.4), whose EOS (0.9)
+/// gives P = 0.36.
+fn trap(_: usize, prefix: &[u32]) -> [f64; V] {
+    match prefix {
+        [] => probs(&[(A, 0.5), (B, 0.4), (EOS, 0.1)]),
+        [A] => probs(&[(A, 0.4), (B, 0.3), (EOS, 0.3)]),
+        [B] => probs(&[(EOS, 0.9), (A, 0.05), (B, 0.05)]),
+        _ => probs(&[(EOS, 1.0)]),
+    }
+}
+
+#[test]
+fn greedy_falls_into_the_trap_and_beam_2_avoids_it() {
+    let g = search(&trap, &[0], &[3], cfg(1, 0.6, 1));
+    assert_hyp(&g[0][0], &[A, A], 0.2f64.ln(), 0.2f64.ln() / lp(3, 0.6));
+    let b = search(&trap, &[0], &[3], cfg(2, 0.6, 2));
+    assert_eq!(b[0].len(), 2);
+    assert_hyp(&b[0][0], &[B], 0.36f64.ln(), 0.36f64.ln() / lp(2, 0.6));
+    assert_hyp(&b[0][1], &[A, A], 0.2f64.ln(), 0.2f64.ln() / lp(3, 0.6));
+    // Beam 3 also takes EOS at the first step (0.1) into its third slot; the best stays the same.
+    let b3 = search(&trap, &[0], &[3], cfg(3, 0.0, 3));
+    assert_eq!(b3[0].len(), 3);
+    assert_hyp(&b3[0][0], &[B], 0.36f64.ln(), 0.36f64.ln());
+    assert_hyp(&b3[0][1], &[A, A], 0.2f64.ln(), 0.2f64.ln());
+    assert_hyp(&b3[0][2], &[], 0.1f64.ln(), 0.1f64.ln());
+}
+
+/// Stopping at once (P = 0.55) against three a's then EOS (P = 0.45 · 0.99²).
+fn short_or_long(_: usize, prefix: &[u32]) -> [f64; V] {
+    match prefix.len() {
+        0 => probs(&[(EOS, 0.55), (A, 0.45)]),
+        1 | 2 => probs(&[(A, 0.99), (EOS, 0.01)]),
+        _ => probs(&[(EOS, 1.0)]),
+    }
+}
+
+#[test]
+fn length_penalty_decides_between_short_and_long() {
+    let long = 0.45f64.ln() + 2.0 * 0.99f64.ln();
+    // α = 0: the empty output wins, and the search stops early (a live hypothesis at log 0.45 can
+    // never beat log 0.55).
+    let h = search(&short_or_long, &[0], &[2], cfg(2, 0.0, 1));
+    assert_hyp(&h[0][0], &[], 0.55f64.ln(), 0.55f64.ln());
+    // α = 0.6: lp(4) = 1.2754 is not enough: −0.6098 vs −0.5978.
+    let h = search(&short_or_long, &[0], &[2], cfg(2, 0.6, 2));
+    assert_hyp(&h[0][0], &[], 0.55f64.ln(), 0.55f64.ln() / lp(1, 0.6));
+    assert_hyp(&h[0][1], &[A, A, A], long, long / lp(4, 0.6));
+    // α = 2: lp(4) = 2.25 makes the long output win.
+    let h = search(&short_or_long, &[0], &[2], cfg(2, 2.0, 1));
+    assert_hyp(&h[0][0], &[A, A, A], long, long / lp(4, 2.0));
+    // Beam 1 is greedy: EOS first, whatever α.
+    let h = search(&short_or_long, &[0], &[2], cfg(1, 2.0, 1));
+    assert_hyp(&h[0][0], &[], 0.55f64.ln(), 0.55f64.ln());
+}
+
+/// A model that hardly ever wants to stop.
+fn chatty(_: usize, _: &[u32]) -> [f64; V] {
+    probs(&[(A, 0.9), (B, 0.0999), (EOS, 0.0001)])
+}
+
+#[test]
+fn the_length_limit_forces_eos() {
+    // max_len = 1.0 · 2 + 3 = 5 output tokens, then EOS is forced.
+    let c = BeamConfig { beam: 2, alpha: 0.6, max_len_a: 1.0, max_len_b: 3, nbest: 2 };
+    let h = search(&chatty, &[0], &[2], c);
+    let lpa = 5.0 * 0.9f64.ln() + 0.0001f64.ln();
+    assert_hyp(&h[0][0], &[A; 5], lpa, lpa / lp(6, 0.6));
+    let lpb = 4.0 * 0.9f64.ln() + 0.0999f64.ln() + 0.0001f64.ln();
+    assert_eq!(h[0][1].tokens.len(), 5);
+    assert!((h[0][1].log_prob - lpb).abs() < 1e-6);
+    // max_len_a scales the source length; the caller's cap wins over the config.
+    let c = BeamConfig { beam: 1, alpha: 0.6, max_len_a: 0.5, max_len_b: 1, nbest: 1 };
+    assert_eq!(search(&chatty, &[0], &[5], c)[0][0].tokens, vec![A; 3]);
+    let mut s = Scripted::new(&chatty, &[0]);
+    assert_eq!(beam_search(&mut s, &[5], &BeamConfig::translation(), 2).unwrap()[0][0].tokens, vec![A; 2]);
+    // A limit of zero: only EOS.
+    let c = BeamConfig { beam: 3, alpha: 0.6, max_len_a: 0.0, max_len_b: 0, nbest: 1 };
+    assert_hyp(&search(&chatty, &[0], &[5], c)[0][0], &[], 0.0001f64.ln(), 0.0001f64.ln());
+}
+
+/// Deterministic pseudo-random next-token distribution of (sentence, prefix), with some mass on
+/// PAD and BOS, which the search must never choose.
+fn random_table(sent: usize, prefix: &[u32]) -> [f64; V] {
+    let mut h: u64 = 0x9e37_79b9_7f4a_7c15 ^ (sent as u64 * 1_000_003);
+    for &t in prefix {
+        h = (h ^ t as u64).wrapping_mul(0x0100_0000_01b3).rotate_left(17);
+    }
+    let mut rng = Rng::new(h);
+    let mut p = [0.0; V];
+    for x in p.iter_mut() {
+        *x = 0.05 + rng.uniform();
+    }
+    let z: f64 = p.iter().sum();
+    p.map(|x| x / z)
+}
+
+/// Every output of up to `max_len` tokens (ids 3..V, never PAD, BOS or EOS inside), scored.
+fn exhaustive(sent: usize, max_len: usize, alpha: f64) -> Vec<(Vec<u32>, f64)> {
+    let mut out = Vec::new();
+    let mut stack = vec![(Vec::<u32>::new(), 0.0f64)];
+    while let Some((prefix, logp)) = stack.pop() {
+        let p = random_table(sent, &prefix);
+        let total = logp + p[EOS as usize].ln() as f32 as f64;
+        out.push((prefix.clone(), total / lp(prefix.len() + 1, alpha)));
+        if prefix.len() < max_len {
+            for t in 3..V as u32 {
+                if t != EOS {
+                    let mut q = prefix.clone();
+                    q.push(t);
+                    stack.push((q, logp + p[t as usize].ln() as f32 as f64));
+                }
+            }
+        }
+    }
+    out.sort_by(|a, b| b.1.total_cmp(&a.1));
+    out
+}
+
+#[test]
+fn a_beam_holding_everything_finds_the_exhaustive_best() {
+    // 4 continuing tokens, up to 3 of them: 1 + 4 + 16 + 64 = 85 outputs.
+    for alpha in [0.0, 0.3, 0.6, 1.0, 2.0] {
+        for sent in 0..4 {
+            let want = exhaustive(sent, 3, alpha);
+            assert_eq!(want.len(), 85);
+            let c = BeamConfig { beam: 85, alpha, max_len_a: 0.0, max_len_b: 3, nbest: 5 };
+            let got = search(&random_table, &[sent], &[7], c);
+            for (k, (h, (tokens, score))) in got[0].iter().zip(&want).enumerate() {
+                assert_eq!(&h.tokens, tokens, "α {alpha} sentence {sent} rank {k}");
+                assert!((h.score - score).abs() < 1e-9, "α {alpha} rank {k}: {} vs {score}", h.score);
+            }
+            assert_eq!(got[0].len(), 5);
+            // Smaller beams never score above the exhaustive best.
+            for beam in [1, 2, 4] {
+                let c = BeamConfig { beam, alpha, max_len_a: 0.0, max_len_b: 3, nbest: 1 };
+                let h = &search(&random_table, &[sent], &[7], c)[0][0];
+                assert!(h.score <= want[0].1 + 1e-12);
+                assert!(!h.tokens.iter().any(|&t| t < 3 || t == EOS));
+            }
+        }
+    }
+}
+
+#[test]
+fn batched_sentences_decode_as_they_would_alone() {
+    let sents = [0, 1, 2, 3, 4];
+    let lens = [3, 0, 1, 6, 2];
+    for (beam, alpha) in [(1, 0.6), (3, 0.6), (5, 1.0)] {
+        let c = BeamConfig { beam, alpha, max_len_a: 1.0, max_len_b: 2, nbest: beam.min(2) };
+        let together = search(&random_table, &sents, &lens, c);
+        for (i, (&s, &l)) in sents.iter().zip(&lens).enumerate() {
+            let alone = search(&random_table, &[s], &[l], c);
+            assert_eq!(together[i], alone[0], "beam {beam} sentence {s}");
+        }
+    }
+}
+
+#[test]
+fn bad_settings_are_refused() {
+    let mut s = Scripted::new(&chatty, &[0]);
+    for (c, msg) in [
+        (BeamConfig { beam: 0, ..BeamConfig::translation() }, "beam size"),
+        (BeamConfig { nbest: 5, ..BeamConfig::translation() }, "nbest"),
+        (BeamConfig { alpha: -1.0, ..BeamConfig::translation() }, "α"),
+        (BeamConfig { max_len_a: f64::NAN, ..BeamConfig::translation() }, "max_len_a"),
+    ] {
+        let e = beam_search(&mut s, &[1], &c, 10).unwrap_err().to_string();
+        assert!(e.contains(msg), "{e}");
+    }
+    assert_eq!(BeamConfig::preset("parsing").unwrap(), BeamConfig::parsing());
+    assert_eq!(
+        (BeamConfig::parsing().beam, BeamConfig::parsing().alpha, BeamConfig::parsing().max_len_b),
+        (21, 0.3, 300)
+    );
+    assert!(BeamConfig::preset("wide").unwrap_err().to_string().contains("translation, parsing and greedy"));
+}
+
+/// On a real (random) model, beam 1 equals greedy decoding by repeated full forward passes, and a
+/// beam holding every hypothesis finds the exhaustive best under the model's own probabilities.
+#[test]
+fn model_beam_search_agrees_with_full_forward_search() {
+    let config = ModelConfig {
+        n_layers: 2,
+        d_model: 16,
+        d_ff: 24,
+        n_heads: 2,
+        d_k: 8,
+        d_v: 8,
+        dropout: 0.0,
+        attention_dropout: 0.0,
+        label_smoothing: 0.0,
+        positions: Positions::Sinusoidal,
+        max_positions: 16,
+        vocab_size: V,
+        layer_norm_eps: 1e-6,
+    };
+    let mut m = Transformer::new(config, 4).unwrap();
+    let mut rng = Rng::new(8);
+    for p in &mut m.params {
+        *p += ((rng.uniform() * 2.0 - 1.0) * 0.5) as f32;
+    }
+    let srcs: Vec<Vec<u32>> = vec![vec![4, 5, 6], vec![6], vec![5, 5, 4, 6, 3]];
+    let refs: Vec<&[u32]> = srcs.iter().map(|s| s.as_slice()).collect();
+    let mut ws = Workspace::new();
+    let mut memo: HashMap<(usize, Vec<u32>), Vec<f64>> = HashMap::new();
+    let mut next = |ws: &mut Workspace, i: usize, prefix: &[u32]| -> Vec<f64> {
+        memo.entry((i, prefix.to_vec()))
+            .or_insert_with(|| {
+                let batch = Batch::from_pairs(&[(srcs[i].clone(), prefix.to_vec())]);
+                m.forward(&batch, ws, None).unwrap();
+                let row = &ws.logits[prefix.len() * V..(prefix.len() + 1) * V];
+                let mx = row.iter().fold(f64::NEG_INFINITY, |a, &x| a.max(x as f64));
+                let lse = mx + row.iter().map(|&x| (x as f64 - mx).exp()).sum::<f64>().ln();
+                row.iter().map(|&x| x as f64 - lse).collect()
+            })
+            .clone()
+    };
+    let c = BeamConfig { beam: 1, alpha: 0.6, max_len_a: 0.0, max_len_b: 4, nbest: 1 };
+    let got = translate_batch(&m, &refs, &c, &mut ws).unwrap();
+    for i in 0..srcs.len() {
+        let mut prefix = Vec::new();
+        let mut logp = 0.0;
+        loop {
+            let lp_row = next(&mut ws, i, &prefix);
+            let best = if prefix.len() == 4 {
+                EOS as usize
+            } else {
+                (2..V).max_by(|&a, &b| lp_row[a].total_cmp(&lp_row[b]).then(b.cmp(&a))).unwrap()
+            };
+            logp += lp_row[best];
+            if best == EOS as usize {
+                break;
+            }
+            prefix.push(best as u32);
+        }
+        assert_eq!(got[i][0].tokens, prefix, "sentence {i}");
+        assert!((got[i][0].log_prob - logp).abs() < 1e-4, "{} vs {logp}", got[i][0].log_prob);
+    }
+    // Exhaustive over 4 continuing tokens (UNK, 4, 5, 6) and up to 3 of them.
+    let alpha = 0.6;
+    let c = BeamConfig { beam: 85, alpha, max_len_a: 0.0, max_len_b: 3, nbest: 3 };
+    let got = translate_batch(&m, &refs, &c, &mut ws).unwrap();
+    for i in 0..srcs.len() {
+        let mut all = Vec::new();
+        let mut stack = vec![(Vec::<u32>::new(), 0.0f64)];
+        while let Some((prefix, logp)) = stack.pop() {
+            let row = next(&mut ws, i, &prefix);
+            all.push((prefix.clone(), (logp + row[EOS as usize]) / lp(prefix.len() + 1, alpha)));
+            if prefix.len() < 3 {
+                for t in 3..V as u32 {
+                    let mut q = prefix.clone();
+                    q.push(t);
+                    stack.push((q, logp + row[t as usize]));
+                }
+            }
+        }
+        all.sort_by(|a, b| b.1.total_cmp(&a.1));
+        for (k, h) in got[i].iter().enumerate() {
+            assert_eq!(h.tokens, all[k].0, "sentence {i} rank {k}");
+            assert!((h.score - all[k].1).abs() < 1e-4, "sentence {i} rank {k}: {} vs {}", h.score, all[k].1);
+        }
+    }
+}
