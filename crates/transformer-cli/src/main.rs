@@ -70,7 +70,7 @@ enum Command {
     },
     /// Translate sentences (stdin or --input) with a trained checkpoint; one line out per line in.
     Translate {
-        /// The checkpoint (from `train`).
+        /// The checkpoint (from `train` or `average`).
         #[arg(long)]
         checkpoint: std::path::PathBuf,
         /// The BPE model the checkpoint was trained with.
@@ -79,12 +79,34 @@ enum Command {
         /// Input file (plain or .gz; default: stdin).
         #[arg(long)]
         input: Option<std::path::PathBuf>,
-        /// Sentences decoded together.
-        #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..))]
-        batch_size: u32,
-        /// Output length limit: source length + this (§6.1: 50).
-        #[arg(long, default_value_t = 50)]
-        max_len_b: usize,
+        #[command(flatten)]
+        search: SearchArgs,
+        /// With --nbest N > 1: write N lines per sentence, `index ||| text ||| log P ||| score`.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+        nbest: u32,
+        /// Print sentences/s and tokens/s on stderr.
+        #[arg(long)]
+        speed: bool,
+    },
+    /// Translate a test set and score it: BLEU and chrF (sacreBLEU), tokenized BLEU, and perplexity.
+    Evaluate {
+        /// The checkpoint.
+        #[arg(long)]
+        checkpoint: std::path::PathBuf,
+        /// The BPE model the checkpoint was trained with.
+        #[arg(long)]
+        bpe: std::path::PathBuf,
+        /// Source sentences.
+        #[arg(long)]
+        src: std::path::PathBuf,
+        /// Reference translations, line-aligned; repeat for several references. Perplexity uses the first.
+        #[arg(long = "ref", required = true, num_args = 1..)]
+        refs: Vec<std::path::PathBuf>,
+        /// Also write the translations here.
+        #[arg(long)]
+        output: Option<std::path::PathBuf>,
+        #[command(flatten)]
+        search: SearchArgs,
     },
     /// Download corpora, verifying SHA-256 checksums.
     Data {
@@ -151,7 +173,8 @@ enum Command {
         /// Value for floor (default 0.1) or add-k (default 1).
         #[arg(long)]
         smooth_value: Option<f64>,
-        /// Metrics to print, comma-separated: bleu, chrf.
+        /// Metrics to print, comma-separated: bleu, chrf, tokenized-bleu (13a tokens, no smoothing, as
+        /// multi-bleu.perl; honours --lowercase, ignores --tokenize and --smooth).
         #[arg(long, default_value = "bleu", value_delimiter = ',')]
         metrics: Vec<String>,
         /// Print only the number(s).
@@ -163,6 +186,62 @@ enum Command {
         #[command(subcommand)]
         which: BenchCommand,
     },
+}
+
+/// Search and batching options shared by `translate` and `evaluate`.
+#[derive(clap::Args)]
+struct SearchArgs {
+    /// Decoding preset: translation (beam 4, α 0.6, +50), parsing (beam 21, α 0.3, +300) or greedy.
+    #[arg(long, default_value = "translation")]
+    preset: String,
+    /// Beam size (overrides the preset; 1 = greedy).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    beam: Option<u32>,
+    /// Length-penalty exponent α, lp = ((5 + |Y|) / 6)^α (overrides the preset).
+    #[arg(long)]
+    alpha: Option<f64>,
+    /// Maximum output length = a · source length + b: a (overrides the preset).
+    #[arg(long)]
+    max_len_a: Option<f64>,
+    /// Maximum output length: b (overrides the preset).
+    #[arg(long)]
+    max_len_b: Option<usize>,
+    /// Source tokens per batch, padding included.
+    #[arg(long, default_value_t = 2048, value_parser = clap::value_parser!(u32).range(1..))]
+    max_tokens: u32,
+    /// Sentences per batch.
+    #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u32).range(1..))]
+    max_sentences: u32,
+}
+
+impl SearchArgs {
+    fn options(&self, nbest: usize) -> Result<transformer::decode::translator::TranslateOptions> {
+        let mut search = transformer::decode::BeamConfig::preset(&self.preset)?;
+        if let Some(b) = self.beam {
+            search.beam = b as usize;
+        }
+        if let Some(a) = self.alpha {
+            search.alpha = a;
+        }
+        if let Some(a) = self.max_len_a {
+            search.max_len_a = a;
+        }
+        if let Some(b) = self.max_len_b {
+            search.max_len_b = b;
+        }
+        search.nbest = nbest;
+        search.validate()?;
+        Ok(transformer::decode::translator::TranslateOptions {
+            search,
+            max_tokens: self.max_tokens as usize,
+            max_sentences: self.max_sentences as usize,
+        })
+    }
+
+    fn describe(&self, o: &transformer::decode::translator::TranslateOptions) -> String {
+        let s = &o.search;
+        format!("beam {}, α {}, max length {}·src + {}", s.beam, s.alpha, s.max_len_a, s.max_len_b)
+    }
 }
 
 #[derive(Subcommand)]
@@ -313,8 +392,11 @@ fn run(cmd: Command) -> Result<()> {
             println!("{} files verified in {}", paths.len(), cache.display());
             Ok(())
         }
-        Command::Translate { checkpoint, bpe, input, batch_size, max_len_b } => {
-            translate(&checkpoint, &bpe, input.as_deref(), batch_size as usize, max_len_b)
+        Command::Translate { checkpoint, bpe, input, search, nbest, speed } => {
+            translate(&checkpoint, &bpe, input.as_deref(), &search, nbest as usize, speed)
+        }
+        Command::Evaluate { checkpoint, bpe, src, refs, output, search } => {
+            evaluate(&checkpoint, &bpe, &src, &refs, output.as_deref(), &search)
         }
         Command::Train { config, overrides, time_limit } => train(&config, overrides, time_limit),
         Command::Bleu { refs, hyp, tokenize, lowercase, smooth, smooth_value, metrics, score_only } => {
@@ -616,7 +698,11 @@ fn bleu(
                 let s = chrf::corpus_chrf(&hyps, &refs, &cfg);
                 (s.line(), s.score)
             }
-            other => bail!("unknown metric '{other}': use bleu or chrf"),
+            "tokenized-bleu" => {
+                let s = bleu::tokenized_bleu(&hyps, &refs, lowercase);
+                (s.line(), s.score)
+            }
+            other => bail!("unknown metric '{other}': use bleu, chrf or tokenized-bleu"),
         };
         if score_only {
             println!("{score:.2}");
@@ -707,14 +793,11 @@ fn train(config: &std::path::Path, mut overrides: Vec<String>, time_limit: Optio
     Ok(())
 }
 
-fn translate(
+/// A checkpoint and the BPE model it was trained with (checked by the vocabulary's hash).
+fn load_model(
     ckpt_path: &std::path::Path,
     bpe_path: &std::path::Path,
-    input: Option<&std::path::Path>,
-    batch_size: usize,
-    max_len_b: usize,
-) -> Result<()> {
-    use std::io::Write;
+) -> Result<(Transformer, transformer::data::bpe::Bpe)> {
     let bpe = transformer::data::bpe::Bpe::load(bpe_path)?;
     let ckpt = transformer::train::checkpoint::load(ckpt_path)?;
     if ckpt.vocab_hash != bpe.hash() {
@@ -726,49 +809,156 @@ fn translate(
             bpe.hash()
         );
     }
-    let model = Transformer::from_params(ckpt.config.clone(), ckpt.params)?;
+    Ok((Transformer::from_params(ckpt.config.clone(), ckpt.params)?, bpe))
+}
+
+/// Encodes and translates `lines`; returns n-best lists (detokenised text with its hypothesis),
+/// the statistics and the seconds spent decoding.
+#[allow(clippy::type_complexity)]
+fn translate_lines(
+    model: &Transformer,
+    bpe: &transformer::data::bpe::Bpe,
+    lines: &[String],
+    opts: &transformer::decode::translator::TranslateOptions,
+) -> Result<(Vec<Vec<(String, transformer::decode::Hypothesis)>>, transformer::decode::translator::TranslateStats, f64)>
+{
+    let srcs = lines.iter().map(|l| bpe.encode(l)).collect::<transformer::Result<Vec<_>>>()?;
+    let mut ws = transformer::Workspace::new();
+    let start = Instant::now();
+    let (hyps, stats) = transformer::decode::translator::translate_all(model, &srcs, opts, &mut ws, &mut |m| {
+        eprintln!("warning: {m}")
+    })?;
+    let secs = start.elapsed().as_secs_f64();
+    let mut out = Vec::with_capacity(hyps.len());
+    for nbest in hyps {
+        out.push(nbest.into_iter().map(|h| Ok((bpe.decode(&h.tokens)?, h))).collect::<Result<Vec<_>>>()?);
+    }
+    Ok((out, stats, secs))
+}
+
+fn speed_line(stats: &transformer::decode::translator::TranslateStats, secs: f64, what: &str) -> String {
+    format!(
+        "translated {} sentences in {secs:.1} s: {:.1} sentences/s, {:.0} source tokens/s, {:.0} output tokens/s ({what})",
+        stats.sentences,
+        stats.sentences as f64 / secs,
+        stats.src_tokens as f64 / secs,
+        stats.out_tokens as f64 / secs
+    )
+}
+
+fn translate(
+    ckpt_path: &std::path::Path,
+    bpe_path: &std::path::Path,
+    input: Option<&std::path::Path>,
+    search: &SearchArgs,
+    nbest: usize,
+    speed: bool,
+) -> Result<()> {
+    use std::io::Write;
+    let opts = search.options(nbest)?;
+    let (model, bpe) = load_model(ckpt_path, bpe_path)?;
     let mut lines = Vec::new();
     for_each_input_line(input, |l| {
         lines.push(l.to_string());
         Ok(())
     })?;
-    let max_src = model.config.max_positions;
-    let mut srcs = Vec::with_capacity(lines.len());
-    for (i, l) in lines.iter().enumerate() {
-        let mut ids = bpe.encode(l)?;
-        if ids.len() > max_src {
-            eprintln!("warning: line {}: {} tokens exceed the model's max_positions = {max_src}; translating the first {max_src}", i + 1, ids.len());
-            ids.truncate(max_src);
-        }
-        srcs.push(ids);
-    }
-    // Decode in length-sorted batches; empty lines stay empty.
-    let mut order: Vec<usize> = (0..srcs.len()).filter(|&i| !srcs[i].is_empty()).collect();
-    order.sort_by_key(|&i| srcs[i].len());
-    let mut out = vec![String::new(); srcs.len()];
-    let mut ws = transformer::Workspace::new();
-    let start = Instant::now();
-    let mut tokens = 0;
-    for chunk in order.chunks(batch_size) {
-        let batch: Vec<&[u32]> = chunk.iter().map(|&i| srcs[i].as_slice()).collect();
-        let hyps = transformer::decode::greedy::greedy(&model, &batch, max_len_b, &mut ws)?;
-        for (&i, h) in chunk.iter().zip(hyps) {
-            tokens += h.len();
-            out[i] = bpe.decode(&h)?;
-        }
-    }
-    let secs = start.elapsed().as_secs_f64();
+    let (out, stats, secs) = translate_lines(&model, &bpe, &lines, &opts)?;
     let stdout = std::io::stdout();
     let mut w = std::io::BufWriter::new(stdout.lock());
-    for l in &out {
-        writeln!(w, "{l}")?;
+    for (i, list) in out.iter().enumerate() {
+        if nbest == 1 {
+            writeln!(w, "{}", list[0].0)?;
+        } else {
+            for (text, h) in list {
+                writeln!(w, "{i} ||| {text} ||| {:.4} ||| {:.4}", h.log_prob, h.score)?;
+            }
+        }
     }
     w.flush()?;
-    eprintln!(
-        "translated {} sentences in {secs:.1} s ({:.1} sentences/s, {:.0} tokens/s), greedy",
-        lines.len(),
-        lines.len() as f64 / secs,
-        tokens as f64 / secs
-    );
+    if speed {
+        eprintln!("{}", speed_line(&stats, secs, &search.describe(&opts)));
+    }
     Ok(())
+}
+
+fn evaluate(
+    ckpt_path: &std::path::Path,
+    bpe_path: &std::path::Path,
+    src_path: &std::path::Path,
+    ref_paths: &[std::path::PathBuf],
+    output: Option<&std::path::Path>,
+    search: &SearchArgs,
+) -> Result<()> {
+    use transformer::eval::{bleu, chrf};
+    let opts = search.options(1)?;
+    let (model, bpe) = load_model(ckpt_path, bpe_path)?;
+    let srcs = read_lines(src_path)?;
+    let mut refs = Vec::new();
+    for p in ref_paths {
+        let r = read_lines(p)?;
+        if r.len() != srcs.len() {
+            bail!(
+                "{} has {} lines but {} has {}: sources and references must be line-aligned",
+                p.display(),
+                r.len(),
+                src_path.display(),
+                srcs.len()
+            );
+        }
+        refs.push(r);
+    }
+    let (out, stats, secs) = translate_lines(&model, &bpe, &srcs, &opts)?;
+    let hyps: Vec<String> = out.into_iter().map(|mut l| l.swap_remove(0).0).collect();
+    if let Some(p) = output {
+        let mut text = hyps.join("\n");
+        text.push('\n');
+        transformer::train::checkpoint::write_atomically(p, text.as_bytes())?;
+    }
+    println!("{}", bleu::corpus_bleu(&hyps, &refs, &bleu::BleuConfig::default()).line());
+    println!("{}", chrf::corpus_chrf(&hyps, &refs, &chrf::ChrfConfig::default()).line());
+    println!("{}", bleu::tokenized_bleu(&hyps, &refs, true).line());
+    let (nll, tokens) = perplexity(&model, &bpe, &srcs, &refs[0])?;
+    println!(
+        "perplexity = {:.2} (per target token, EOS included, teacher-forced on {}: {tokens} tokens, mean NLL {:.4})",
+        (nll / tokens as f64).exp(),
+        ref_paths[0].display(),
+        nll / tokens as f64
+    );
+    eprintln!("{}", speed_line(&stats, secs, &search.describe(&opts)));
+    Ok(())
+}
+
+/// Summed negative log-likelihood (no label smoothing) of the references given the sources, and
+/// the number of target tokens (EOS included). Pairs longer than the model's positions are skipped
+/// with a warning.
+fn perplexity(
+    model: &Transformer,
+    bpe: &transformer::data::bpe::Bpe,
+    srcs: &[String],
+    refs: &[String],
+) -> Result<(f64, usize)> {
+    let max = model.config.max_positions;
+    let mut pairs = Vec::with_capacity(srcs.len());
+    for (i, (s, r)) in srcs.iter().zip(refs).enumerate() {
+        let (s, r) = (bpe.encode(s)?, bpe.encode(r)?);
+        if s.len() > max || r.len() + 1 > max {
+            eprintln!("warning: line {}: longer than max_positions = {max}; left out of the perplexity", i + 1);
+            continue;
+        }
+        if s.is_empty() {
+            continue;
+        }
+        pairs.push((s, r));
+    }
+    pairs.sort_by_key(|p| p.0.len().max(p.1.len()));
+    let mut ws = transformer::Workspace::new();
+    let (mut nll, mut tokens) = (0.0, 0);
+    for chunk in pairs.chunks(64) {
+        let batch = Batch::from_pairs(chunk);
+        model.forward(&batch, &mut ws, None)?;
+        let sums = model.loss(&batch, &mut ws, 0.0, 0.0);
+        nll += sums.nll;
+        tokens += sums.tokens;
+    }
+    Ok((nll, tokens))
 }

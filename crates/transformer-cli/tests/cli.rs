@@ -127,20 +127,63 @@ fn train_then_translate_keeps_line_order_and_empty_lines() {
     assert!(ok, "{err}");
     assert!(out.contains("reached 20 steps"), "{out}");
     let ckpt = dir.join("out/ckpt-00000020.safetensors");
-    let input = tmp("translate-in.txt", b"A man is riding a bicycle.\n\nTwo dogs play.\n");
+    let long_line = "A man is riding a bicycle. ".repeat(30);
+    let input =
+        tmp("translate-in.txt", format!("A man is riding a bicycle.\n\nTwo dogs play.\n{long_line}\n").as_bytes());
     let bpe = dir.join("bpe.json");
-    let (ok, out, err) = transformer(&[
-        "translate",
-        "--checkpoint",
-        ckpt.to_str().unwrap(),
-        "--bpe",
-        bpe.to_str().unwrap(),
-        "--input",
-        input.to_str().unwrap(),
-    ]);
+    let (ck, bp, inp) = (ckpt.to_str().unwrap(), bpe.to_str().unwrap(), input.to_str().unwrap());
+    let (ok, out, err) = transformer(&["translate", "--checkpoint", ck, "--bpe", bp, "--input", inp, "--speed"]);
     assert!(ok, "{err}");
     let lines: Vec<&str> = out.split('\n').collect();
-    assert_eq!(lines.len(), 4, "three lines and the final newline: {out:?}");
-    assert!(!lines[0].is_empty() && lines[1].is_empty() && !lines[2].is_empty(), "{out:?}");
-    assert!(err.contains("translated 3 sentences"), "{err}");
+    assert_eq!(lines.len(), 5, "four lines and the final newline: {out:?}");
+    assert!(!lines[0].is_empty() && lines[1].is_empty() && !lines[2].is_empty() && !lines[3].is_empty(), "{out:?}");
+    assert!(err.contains("translated 4 sentences") && err.contains("beam 4, α 0.6"), "{err}");
+    // The long line exceeds max_positions = 128 and is translated in chunks, with a warning.
+    assert!(err.contains("warning: sentence 4:") && err.contains("chunks"), "{err}");
+
+    // Greedy is beam 1; the n-best list has the format `index ||| text ||| log P ||| score`.
+    let (ok, greedy, err) =
+        transformer(&["translate", "--checkpoint", ck, "--bpe", bp, "--input", inp, "--preset", "greedy"]);
+    assert!(ok, "{err}");
+    let (ok, beam1, err) = transformer(&["translate", "--checkpoint", ck, "--bpe", bp, "--input", inp, "--beam", "1"]);
+    assert!(ok, "{err}");
+    assert_eq!(greedy, beam1);
+    let (ok, nbest, err) = transformer(&["translate", "--checkpoint", ck, "--bpe", bp, "--input", inp, "--nbest", "3"]);
+    assert!(ok, "{err}");
+    let rows: Vec<Vec<&str>> = nbest.lines().map(|l| l.split(" ||| ").collect()).collect();
+    assert!(rows.iter().all(|r| r.len() == 4), "{nbest}");
+    assert_eq!(rows.iter().filter(|r| r[0] == "0").count(), 3, "{nbest}");
+    assert_eq!(rows.iter().filter(|r| r[0] == "1").count(), 1, "the empty line has one (empty) hypothesis: {nbest}");
+    let scores: Vec<f64> = rows.iter().filter(|r| r[0] == "0").map(|r| r[3].parse().unwrap()).collect();
+    assert!(scores.windows(2).all(|w| w[0] >= w[1]), "n-best not sorted: {scores:?}");
+    let (ok, _, err) = transformer(&["translate", "--checkpoint", ck, "--bpe", bp, "--input", inp, "--nbest", "5"]);
+    assert!(!ok && err.contains("nbest must be between 1 and the beam size 4"), "{err}");
+
+    // evaluate: sacreBLEU BLEU and chrF, tokenized BLEU and perplexity.
+    let src = data.join("test_2016_flickr.en.gz");
+    let reference = data.join("test_2016_flickr.de.gz");
+    let hyp = dir.join("hyp.de");
+    let (ok, out, err) = transformer(&[
+        "evaluate",
+        "--checkpoint",
+        ck,
+        "--bpe",
+        bp,
+        "--src",
+        src.to_str().unwrap(),
+        "--ref",
+        reference.to_str().unwrap(),
+        "--output",
+        hyp.to_str().unwrap(),
+        "--preset",
+        "greedy",
+    ]);
+    assert!(ok, "{err}");
+    assert!(out.contains("BLEU|nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0 = "), "{out}");
+    assert!(out.contains("chrF2|nrefs:1|"), "{out}");
+    assert!(out.contains("tokenized-BLEU|nrefs:1|case:lc|tok:13a|smooth:none"), "{out}");
+    let ppl: f64 = out.split("perplexity = ").nth(1).unwrap().split(' ').next().unwrap().parse().unwrap();
+    // 20 steps of training: far from good, far better than uniform over 600 tokens.
+    assert!(ppl > 1.0 && ppl < 600.0, "{out}");
+    assert_eq!(std::fs::read_to_string(&hyp).unwrap().lines().count(), 1000);
 }

@@ -2,6 +2,8 @@
 //! sizes and α, EOS handling, the length limit, n-best lists, batching, and agreement with an
 //! exhaustive search when the beam holds every hypothesis.
 
+#![allow(clippy::needless_range_loop)]
+
 use std::collections::HashMap;
 use transformer::decode::{beam_search, translate_batch, BeamConfig, Hypothesis, Scorer};
 use transformer::rng::Rng;

@@ -64,3 +64,21 @@ fn matches_sacrebleu_on_every_fixture() {
     assert!(bleu >= 30 && chrf >= 20, "fixtures too few: {bleu} BLEU, {chrf} chrF");
     assert!(failures.is_empty(), "{} of {} cases differ:\n{}", failures.len(), cases.len(), failures.join("\n"));
 }
+
+/// The tokenized-BLEU mode: 13a tokens, optional lowercasing, no smoothing, its own name.
+#[test]
+fn tokenized_bleu_is_a_named_unsmoothed_13a_mode() {
+    use transformer::eval::bleu::tokenized_bleu;
+    let hyps = vec!["A Dog runs, fast.".to_string(), "two cats sleep on the mat".to_string()];
+    let refs = vec![vec!["a dog runs , fast .".to_string(), "two cats sleep on the mat".to_string()]];
+    let lc = tokenized_bleu(&hyps, &refs, true);
+    assert!((lc.score - 100.0).abs() < 1e-9, "{}", lc.line());
+    assert!(lc.line().starts_with("tokenized-BLEU|nrefs:1|case:lc|tok:13a|smooth:none"), "{}", lc.line());
+    // Cased, "A Dog" misses two unigrams: 10/12 unigrams, 8/10 bigrams, 6/8 trigrams, 4/6 4-grams.
+    let cased = tokenized_bleu(&hyps, &refs, false);
+    let geo = ((10.0f64 / 12.0).ln() + (8.0f64 / 10.0).ln() + (6.0f64 / 8.0).ln() + (4.0f64 / 6.0).ln()) / 4.0;
+    assert!((cased.score - 100.0 * geo.exp()).abs() < 1e-9, "{}", cased.line());
+    // No smoothing: a missing 4-gram order gives 0, where sacreBLEU's exp smoothing does not.
+    let short = tokenized_bleu(&["the cat sat".to_string()], &[vec!["the cat sat on the mat".to_string()]], false);
+    assert_eq!(short.score, 0.0);
+}

@@ -4,3 +4,4 @@
 pub mod beam;
 
 pub use beam::{beam_search, translate_batch, BeamConfig, Hypothesis, ModelScorer, Scorer};
+pub mod translator;

@@ -82,6 +82,8 @@ pub struct BleuScore {
     pub ref_len: usize,
     /// sacreBLEU's signature of the computation.
     pub signature: String,
+    /// The metric's name in the report: `BLEU`, or `tokenized-BLEU` for [`tokenized_bleu`].
+    pub name: &'static str,
 }
 
 impl BleuScore {
@@ -90,7 +92,8 @@ impl BleuScore {
         let prec: Vec<String> = self.precisions.iter().map(|p| format!("{p:.1}")).collect();
         let ratio = if self.ref_len > 0 { self.sys_len as f64 / self.ref_len as f64 } else { 0.0 };
         format!(
-            "BLEU|{} = {:.2} {} (BP = {:.3} ratio = {:.3} hyp_len = {} ref_len = {})",
+            "{}|{} = {:.2} {} (BP = {:.3} ratio = {:.3} hyp_len = {} ref_len = {})",
+            self.name,
             self.signature,
             self.score,
             prec.join("/"),
@@ -187,7 +190,7 @@ fn compute(
         1.0
     };
     let mut precisions = [0.0; MAX_ORDER];
-    let mut score = BleuScore { score: 0.0, correct, total, precisions, bp, sys_len, ref_len, signature };
+    let mut score = BleuScore { score: 0.0, correct, total, precisions, bp, sys_len, ref_len, signature, name: "BLEU" };
     if correct.iter().all(|&c| c == 0.0) {
         return score;
     }
@@ -227,4 +230,20 @@ fn compute(
     score.total = total;
     score.precisions = precisions;
     score
+}
+
+/// Tokenized BLEU, the way papers before sacreBLEU scored (multi-bleu.perl on Moses-tokenized,
+/// often lowercased text): text tokenized with the 13a tokenizer, no smoothing. Scores depend on
+/// the tokenization, so they are only comparable with numbers computed the same way; the report is
+/// named `tokenized-BLEU`, never `BLEU`, to keep it apart from sacreBLEU scores.
+pub fn tokenized_bleu(hyps: &[String], refs: &[Vec<String>], lowercase: bool) -> BleuScore {
+    let cfg = BleuConfig { tokenizer: Tokenizer::Thirteen13a, lowercase, smooth: Smooth::None, effective_order: false };
+    let mut s = corpus_bleu(hyps, refs, &cfg);
+    s.name = "tokenized-BLEU";
+    s.signature = format!(
+        "nrefs:{}|case:{}|tok:13a|smooth:none|multi-bleu.perl-style",
+        refs.len(),
+        if lowercase { "lc" } else { "mixed" }
+    );
+    s
 }
