@@ -108,6 +108,32 @@ enum Command {
         #[command(flatten)]
         search: SearchArgs,
     },
+    /// Attention heatmaps (PNG, like the paper's Figures 3–5) for one sentence: encoder
+    /// self-attention (source × source), decoder self-attention (decoder input × decoder input) and
+    /// encoder–decoder attention (rows: the token each decoder position predicts; columns: source).
+    Attention {
+        /// The checkpoint.
+        #[arg(long)]
+        checkpoint: std::path::PathBuf,
+        /// The BPE model the checkpoint was trained with.
+        #[arg(long)]
+        bpe: std::path::PathBuf,
+        /// The source sentence.
+        #[arg(long)]
+        src: String,
+        /// The target sentence fed to the decoder (default: the model's beam-4 translation).
+        #[arg(long)]
+        tgt: Option<String>,
+        /// Only this layer (1-based; default: every layer).
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+        layer: Option<u32>,
+        /// Only this head (1-based; default: every head).
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+        head: Option<u32>,
+        /// Directory for the images.
+        #[arg(long, default_value = "attention")]
+        out: std::path::PathBuf,
+    },
     /// Download corpora, verifying SHA-256 checksums.
     Data {
         #[command(subcommand)]
@@ -395,6 +421,15 @@ fn run(cmd: Command) -> Result<()> {
         Command::Translate { checkpoint, bpe, input, search, nbest, speed } => {
             translate(&checkpoint, &bpe, input.as_deref(), &search, nbest as usize, speed)
         }
+        Command::Attention { checkpoint, bpe, src, tgt, layer, head, out } => attention(
+            &checkpoint,
+            &bpe,
+            &src,
+            tgt.as_deref(),
+            layer.map(|l| l as usize),
+            head.map(|h| h as usize),
+            &out,
+        ),
         Command::Evaluate { checkpoint, bpe, src, refs, output, search } => {
             evaluate(&checkpoint, &bpe, &src, &refs, output.as_deref(), &search)
         }
@@ -925,6 +960,88 @@ fn evaluate(
         nll / tokens as f64
     );
     eprintln!("{}", speed_line(&stats, secs, &search.describe(&opts)));
+    Ok(())
+}
+
+/// Token labels for a heatmap: each piece decoded on its own; pieces that continue a word (no
+/// leading space, not first) are marked with a leading '-'.
+fn piece_labels(bpe: &transformer::data::bpe::Bpe, ids: &[u32]) -> Result<Vec<String>> {
+    let mut out = Vec::with_capacity(ids.len());
+    for (i, &id) in ids.iter().enumerate() {
+        let text = bpe.decode(&[id])?;
+        out.push(match text.strip_prefix(' ') {
+            Some(word) => word.to_string(),
+            None if i > 0 => format!("-{text}"),
+            None => text,
+        });
+    }
+    Ok(out)
+}
+
+fn attention(
+    ckpt_path: &std::path::Path,
+    bpe_path: &std::path::Path,
+    src: &str,
+    tgt: Option<&str>,
+    layer: Option<usize>,
+    head: Option<usize>,
+    out: &std::path::Path,
+) -> Result<()> {
+    use transformer::eval::{attention as attn, heatmap};
+    let (model, bpe) = load_model(ckpt_path, bpe_path)?;
+    let c = &model.config;
+    if let Some(l) = layer.filter(|&l| l > c.n_layers) {
+        bail!("--layer {l}: the model has {} layers", c.n_layers);
+    }
+    if let Some(h) = head.filter(|&h| h > c.n_heads) {
+        bail!("--head {h}: the model has {} heads", c.n_heads);
+    }
+    let src_ids = bpe.encode(src)?;
+    if src_ids.is_empty() {
+        bail!("--src is empty: give a sentence to look at");
+    }
+    let mut ws = transformer::Workspace::new();
+    let tgt_ids = match tgt {
+        Some(t) => bpe.encode(t)?,
+        None => {
+            let cfg = transformer::decode::BeamConfig::translation();
+            let h = transformer::decode::translate_batch(&model, &[src_ids.as_slice()], &cfg, &mut ws)?;
+            let ids = h[0][0].tokens.clone();
+            eprintln!("translation: {}", bpe.decode(&ids)?);
+            ids
+        }
+    };
+    if src_ids.len() > c.max_positions || tgt_ids.len() + 1 > c.max_positions {
+        bail!("the sentence is longer than the model's max_positions = {}", c.max_positions);
+    }
+    let w = attn::attention_weights(&model, &src_ids, &tgt_ids, &mut ws)?;
+    let src_l = piece_labels(&bpe, &src_ids)?;
+    let mut dec_in = vec!["<s>".to_string()];
+    dec_in.extend(piece_labels(&bpe, &tgt_ids)?);
+    let mut dec_out: Vec<String> = dec_in[1..].to_vec();
+    dec_out.push("</s>".into());
+    std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
+    let layers: Vec<usize> = layer.map_or((1..=c.n_layers).collect(), |l| vec![l]);
+    let heads: Vec<usize> = head.map_or((1..=c.n_heads).collect(), |h| vec![h]);
+    let mut written = 0;
+    for kind in attn::Kind::ALL {
+        let (rows, cols) = match kind {
+            attn::Kind::EncoderSelf => (&src_l, &src_l),
+            attn::Kind::DecoderSelf => (&dec_in, &dec_in),
+            attn::Kind::EncoderDecoder => (&dec_out, &src_l),
+        };
+        for &l in &layers {
+            for &h in &heads {
+                let (weights, _, _) = w.get(kind, l - 1, h - 1);
+                let title = format!("{}, layer {l} of {}, head {h} of {}", kind.title(), c.n_layers, c.n_heads);
+                let img = heatmap::render(weights, rows, cols, &title);
+                let path = out.join(format!("{}-layer{l}-head{h}.png", kind.slug()));
+                img.save_png(&path)?;
+                written += 1;
+            }
+        }
+    }
+    println!("{written} heatmaps written to {}", out.display());
     Ok(())
 }
 

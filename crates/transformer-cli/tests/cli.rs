@@ -186,4 +186,46 @@ fn train_then_translate_keeps_line_order_and_empty_lines() {
     // 20 steps of training: far from good, far better than uniform over 600 tokens.
     assert!(ppl > 1.0 && ppl < 600.0, "{out}");
     assert_eq!(std::fs::read_to_string(&hyp).unwrap().lines().count(), 1000);
+
+    // attention: one PNG per kind, layer and head (1 layer, 2 heads), or only the asked-for one.
+    let maps = dir.join("maps");
+    let (ok, out, err) = transformer(&[
+        "attention",
+        "--checkpoint",
+        ck,
+        "--bpe",
+        bp,
+        "--src",
+        "A man is riding a bicycle.",
+        "--out",
+        maps.to_str().unwrap(),
+    ]);
+    assert!(ok, "{err}");
+    assert!(out.contains("6 heatmaps written") && err.contains("translation: "), "{out}{err}");
+    for kind in ["enc-self", "dec-self", "enc-dec"] {
+        for h in [1, 2] {
+            let bytes = std::fs::read(maps.join(format!("{kind}-layer1-head{h}.png"))).unwrap();
+            assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n");
+        }
+    }
+    let one = dir.join("one");
+    let (ok, out, err) = transformer(&[
+        "attention",
+        "--checkpoint",
+        ck,
+        "--bpe",
+        bp,
+        "--src",
+        "Two dogs.",
+        "--tgt",
+        "Zwei Hunde.",
+        "--head",
+        "2",
+        "--out",
+        one.to_str().unwrap(),
+    ]);
+    assert!(ok && out.contains("3 heatmaps written"), "{out}{err}");
+    let (ok, _, err) =
+        transformer(&["attention", "--checkpoint", ck, "--bpe", bp, "--src", "x", "--layer", "2", "--out", "/tmp"]);
+    assert!(!ok && err.contains("--layer 2: the model has 1 layers"), "{err}");
 }

@@ -18,9 +18,10 @@
 //! Ties are broken deterministically: by lower row, then lower token id.
 
 use crate::error::{Error, Result};
-use crate::kernels::cpu::elementwise::all_finite;
+use crate::kernels::cpu::elementwise::{all_finite, exp_shift_sum, max};
 use crate::model::{DecoderState, Encoded, Transformer, Workspace};
 use crate::{BOS, EOS, PAD};
+use multiversion::multiversion;
 use rayon::prelude::*;
 
 /// Search settings.
@@ -287,12 +288,17 @@ impl Scorer for ModelScorer<'_> {
     }
 }
 
-/// out = row − log Σ exp(row), in f64 for the normaliser.
+/// out = row − log Σ exp(row) (the vectorised exp of the training softmax).
+#[multiversion(targets(
+    "x86_64+avx512f+avx512bw+avx512dq+avx512vl+avx2+fma+bmi1+bmi2+lzcnt+popcnt",
+    "x86_64+avx2+fma"
+))]
 fn log_softmax(out: &mut [f32], row: &[f32]) {
-    let mx = row.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
-    let lse = mx as f64 + row.iter().map(|&x| ((x - mx) as f64).exp()).sum::<f64>().ln();
+    let mx = max(row);
+    out.copy_from_slice(row);
+    let shift = mx + exp_shift_sum(out, mx).ln();
     for (o, &x) in out.iter_mut().zip(row) {
-        *o = (x as f64 - lse) as f32;
+        *o = x - shift;
     }
 }
 

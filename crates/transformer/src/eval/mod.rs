@@ -1,8 +1,11 @@
 //! Evaluation: corpus BLEU and chrF exactly as sacreBLEU 2.x computes them (every tokenizer and
-//! smoothing named in the signature), so the scores we print are the scores others print.
+//! smoothing named in the signature), so the scores we print are the scores others print; and
+//! attention heatmaps like the paper's Figures 3–5.
 
+pub mod attention;
 pub mod bleu;
 pub mod chrf;
+pub mod heatmap;
 pub mod tokenize;
 
 /// The sacreBLEU release whose results this module reproduces; it is tested against fixtures made

@@ -1,0 +1,91 @@
+//! The attention weights of one sentence pair, per layer and head, for the heatmaps of the
+//! paper's Figures 3–5: encoder self-attention, decoder (causal) self-attention and
+//! encoder–decoder attention, from a teacher-forced forward pass without dropout.
+
+use crate::error::Result;
+use crate::model::{Batch, Transformer, Workspace};
+
+/// Which attention.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// Encoder self-attention: source × source.
+    EncoderSelf,
+    /// Decoder self-attention: decoder input × decoder input (causal).
+    DecoderSelf,
+    /// Encoder–decoder attention: decoder position × source.
+    EncoderDecoder,
+}
+
+impl Kind {
+    /// All three.
+    pub const ALL: [Kind; 3] = [Kind::EncoderSelf, Kind::DecoderSelf, Kind::EncoderDecoder];
+
+    /// A short name for file names: `enc-self`, `dec-self`, `enc-dec`.
+    pub fn slug(self) -> &'static str {
+        match self {
+            Kind::EncoderSelf => "enc-self",
+            Kind::DecoderSelf => "dec-self",
+            Kind::EncoderDecoder => "enc-dec",
+        }
+    }
+
+    /// A title.
+    pub fn title(self) -> &'static str {
+        match self {
+            Kind::EncoderSelf => "encoder self-attention",
+            Kind::DecoderSelf => "decoder self-attention",
+            Kind::EncoderDecoder => "encoder-decoder attention",
+        }
+    }
+}
+
+/// Attention weights of one sentence pair.
+#[derive(Clone, Debug)]
+pub struct AttentionWeights {
+    /// Source tokens S.
+    pub s: usize,
+    /// Decoder positions T (BOS and the target tokens; position t predicts target token t, the
+    /// last one EOS).
+    pub t: usize,
+    /// Heads.
+    pub heads: usize,
+    /// Per layer: (H, S, S).
+    pub encoder_self: Vec<Vec<f32>>,
+    /// Per layer: (H, T, T).
+    pub decoder_self: Vec<Vec<f32>>,
+    /// Per layer: (H, T, S).
+    pub encoder_decoder: Vec<Vec<f32>>,
+}
+
+impl AttentionWeights {
+    /// The (rows, cols) weights of one layer and head, row-major, with the matrix's shape.
+    pub fn get(&self, kind: Kind, layer: usize, head: usize) -> (&[f32], usize, usize) {
+        let (all, rows, cols) = match kind {
+            Kind::EncoderSelf => (&self.encoder_self, self.s, self.s),
+            Kind::DecoderSelf => (&self.decoder_self, self.t, self.t),
+            Kind::EncoderDecoder => (&self.encoder_decoder, self.t, self.s),
+        };
+        (&all[layer][head * rows * cols..(head + 1) * rows * cols], rows, cols)
+    }
+}
+
+/// Runs the model on (src, tgt) (token ids without BOS/EOS; tgt is what the decoder is fed after
+/// BOS, typically the model's own translation) and returns every attention weight.
+pub fn attention_weights(
+    model: &Transformer,
+    src: &[u32],
+    tgt: &[u32],
+    ws: &mut Workspace,
+) -> Result<AttentionWeights> {
+    let batch = Batch::from_pairs(&[(src.to_vec(), tgt.to_vec())]);
+    model.forward(&batch, ws, None)?;
+    let (s, t) = (batch.s, batch.t);
+    Ok(AttentionWeights {
+        s,
+        t,
+        heads: model.config.n_heads,
+        encoder_self: ws.enc.iter().map(|l| l.self_attn.probs.clone()).collect(),
+        decoder_self: ws.dec.iter().map(|l| l.self_attn.probs.clone()).collect(),
+        encoder_decoder: ws.dec.iter().map(|l| l.cross_attn.probs.clone()).collect(),
+    })
+}

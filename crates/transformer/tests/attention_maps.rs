@@ -1,0 +1,91 @@
+//! Attention weights for the heatmaps (rows are distributions over the visible keys; the decoder's
+//! are causal) and the heatmap image itself (cells coloured by weight, written as a valid PNG).
+
+use transformer::eval::attention::{attention_weights, Kind};
+use transformer::eval::heatmap::{cell_centre, render, weight_colour};
+use transformer::rng::Rng;
+use transformer::{ModelConfig, Positions, Transformer, Workspace};
+
+fn model() -> Transformer {
+    let c = ModelConfig {
+        n_layers: 2,
+        d_model: 16,
+        d_ff: 32,
+        n_heads: 2,
+        d_k: 8,
+        d_v: 8,
+        dropout: 0.3,
+        attention_dropout: 0.3,
+        label_smoothing: 0.1,
+        positions: Positions::Sinusoidal,
+        max_positions: 32,
+        vocab_size: 20,
+        layer_norm_eps: 1e-6,
+    };
+    let mut m = Transformer::new(c, 3).unwrap();
+    let mut rng = Rng::new(1);
+    for p in &mut m.params {
+        *p += ((rng.uniform() * 2.0 - 1.0) * 0.5) as f32;
+    }
+    m
+}
+
+#[test]
+fn weights_are_distributions_over_visible_keys() {
+    let m = model();
+    let (src, tgt) = ([5u32, 6, 7, 8, 9], [10u32, 11, 12]);
+    let w = attention_weights(&m, &src, &tgt, &mut Workspace::new()).unwrap();
+    assert_eq!((w.s, w.t, w.heads), (5, 4, 2));
+    for kind in Kind::ALL {
+        for l in 0..2 {
+            for h in 0..2 {
+                let (x, rows, cols) = w.get(kind, l, h);
+                assert_eq!(x.len(), rows * cols);
+                for i in 0..rows {
+                    let row = &x[i * cols..(i + 1) * cols];
+                    let sum: f32 = row.iter().sum();
+                    assert!((sum - 1.0).abs() < 1e-5, "{kind:?} layer {l} head {h} row {i} sums to {sum}");
+                    assert!(row.iter().all(|&p| (0.0..=1.0).contains(&p)));
+                    if kind == Kind::DecoderSelf {
+                        assert!(row[i + 1..].iter().all(|&p| p == 0.0), "decoder row {i} sees the future: {row:?}");
+                    }
+                }
+            }
+        }
+    }
+    // Without dropout (evaluation), the same input gives the same weights.
+    let again = attention_weights(&m, &src, &tgt, &mut Workspace::new()).unwrap();
+    assert_eq!(again.encoder_decoder, w.encoder_decoder);
+}
+
+#[test]
+fn heatmap_cells_show_the_weights_and_the_png_decodes() {
+    let rows: Vec<String> = ["Die", "Katze", "</s>"].iter().map(|s| s.to_string()).collect();
+    let cols: Vec<String> = ["The", "cat", "-s", "größer"].iter().map(|s| s.to_string()).collect();
+    let weights: Vec<f32> = (0..12).map(|i| i as f32 / 11.0).collect();
+    let img = render(&weights, &rows, &cols, "encoder-decoder attention, layer 1 of 1, head 1 of 1");
+    for i in 0..3 {
+        for j in 0..4 {
+            let (x, y) = cell_centre(&rows, &cols, i, j);
+            assert_eq!(img.pixel(x, y), weight_colour(weights[i * 4 + j]), "cell ({i}, {j})");
+        }
+    }
+    assert_eq!(weight_colour(0.0), [255, 255, 255]);
+    assert_ne!(weight_colour(1.0), weight_colour(0.5));
+    // Labels are drawn: the left margin and the band above the grid have dark pixels.
+    let (gx, gy) = cell_centre(&rows, &cols, 0, 0);
+    let dark =
+        |x0: usize, x1: usize, y0: usize, y1: usize| (y0..y1).any(|y| (x0..x1).any(|x| img.pixel(x, y) == [0, 0, 0]));
+    assert!(dark(0, gx - 12, gy - 12, gy + 12), "no row label");
+    assert!(dark(gx - 12, gx + 12, 30, gy - 12), "no column label");
+
+    let path = std::env::temp_dir().join(format!("heatmap-{}.png", std::process::id()));
+    img.save_png(&path).unwrap();
+    let decoder = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(&path).unwrap()));
+    let mut reader = decoder.read_info().unwrap();
+    let mut buf = vec![0; reader.output_buffer_size().unwrap()];
+    let info = reader.next_frame(&mut buf).unwrap();
+    assert_eq!((info.width as usize, info.height as usize), (img.width, img.height));
+    assert_eq!(&buf[..info.buffer_size()], &img.rgb[..]);
+    std::fs::remove_file(&path).unwrap();
+}
