@@ -202,7 +202,8 @@ def main():
     for r in range(args.runs):
         o = run_ours(args.binary, args.checkpoint, args.bpe, src_plain, args.threads, args.max_tokens, work / "ours.txt")
         results["ours"].append(o)
-        c = subprocess.run([sys.executable, __file__, "--child", "ct2", "--model", str(ct2_dir), "--pieces",
+        c = subprocess.run([sys.executable, __file__, "--child", "ct2", "--checkpoint", str(args.checkpoint), "--bpe",
+                            str(args.bpe), "--model", str(ct2_dir), "--pieces",
                             str(work / "src.pieces"), "--output", str(work / "ct2.pieces"), "--threads",
                             str(args.threads), "--max-tokens", str(args.max_tokens)],
                            check=True, capture_output=True, text=True)
