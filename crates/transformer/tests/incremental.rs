@@ -20,7 +20,7 @@ fn config(positions: Positions) -> ModelConfig {
         attention_dropout: 0.1,
         label_smoothing: 0.1,
         positions,
-        max_positions: 24,
+        max_positions: 48,
         vocab_size: 37,
         layer_norm_eps: 1e-6,
     }
@@ -66,7 +66,8 @@ fn incremental_matches_teacher_forcing() {
         let v = m.config.vocab_size;
         let mut rng = Rng::new(3);
         let srcs: Vec<Vec<u32>> = [5, 1, 9, 3].iter().map(|&n| random_ids(&mut rng, n, v)).collect();
-        let tgts: Vec<Vec<u32>> = [6, 2, 8, 4].iter().map(|&n| random_ids(&mut rng, n, v)).collect();
+        // 40 target positions: the cache grows past its initial 16 twice.
+        let tgts: Vec<Vec<u32>> = [6, 2, 39, 4].iter().map(|&n| random_ids(&mut rng, n, v)).collect();
         let pairs: Vec<_> = srcs.iter().cloned().zip(tgts.iter().cloned()).collect();
         let batch = Batch::from_pairs(&pairs);
         let mut ws = Workspace::new();
@@ -131,7 +132,7 @@ fn decoder_state_errors_instead_of_overrunning() {
     let m = model(Positions::Sinusoidal, 1);
     let mut ws = Workspace::new();
     let enc = m.encode(&[&[5, 6]], &mut ws).unwrap();
-    let too_long = m.start_decoding(&enc, 25).unwrap_err().to_string();
+    let too_long = m.start_decoding(&enc, 49).unwrap_err().to_string();
     assert!(too_long.contains("max_positions"), "{too_long}");
     let mut st = m.start_decoding(&enc, 2).unwrap();
     let wrong_rows = m.decode_step(&enc, &mut st, &[BOS, BOS]).unwrap_err().to_string();

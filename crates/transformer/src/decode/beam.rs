@@ -18,7 +18,7 @@
 //! Ties are broken deterministically: by lower row, then lower token id.
 
 use crate::error::{Error, Result};
-use crate::kernels::cpu::elementwise::{all_finite, exp_shift_sum, max};
+use crate::kernels::cpu::elementwise::{all_finite, exp_approx, max};
 use crate::model::{DecoderState, Encoded, Transformer, Workspace};
 use crate::{BOS, EOS, PAD};
 use multiversion::multiversion;
@@ -288,15 +288,26 @@ impl Scorer for ModelScorer<'_> {
     }
 }
 
-/// out = row − log Σ exp(row) (the vectorised exp of the training softmax).
+/// out = row − log Σ exp(row), with two read passes (max, then Σ exp with the vectorised exp of the
+/// training softmax) and one write pass.
 #[multiversion(targets(
     "x86_64+avx512f+avx512bw+avx512dq+avx512vl+avx2+fma+bmi1+bmi2+lzcnt+popcnt",
     "x86_64+avx2+fma"
 ))]
 fn log_softmax(out: &mut [f32], row: &[f32]) {
     let mx = max(row);
-    out.copy_from_slice(row);
-    let shift = mx + exp_shift_sum(out, mx).ln();
+    let mut acc = [0f32; 16];
+    let chunks = row.chunks_exact(16);
+    let mut tail = 0.0;
+    for &x in chunks.remainder() {
+        tail += exp_approx(x - mx);
+    }
+    for c in chunks {
+        for l in 0..16 {
+            acc[l] += exp_approx(c[l] - mx);
+        }
+    }
+    let shift = mx + (acc.iter().sum::<f32>() + tail).ln();
     for (o, &x) in out.iter_mut().zip(row) {
         *o = x - shift;
     }

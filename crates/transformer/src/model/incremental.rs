@@ -39,8 +39,10 @@ pub struct DecoderState {
     sent: Vec<usize>,
     /// Positions decoded so far (tokens in each row's cache).
     len: usize,
-    /// Positions the cache holds per row.
+    /// Positions the cache has room for per row; grows (doubling) up to `max_steps`.
     cap: usize,
+    /// Positions this state may decode.
+    max_steps: usize,
     /// Per layer: (rows, cap, H·K) self-attention keys.
     keys: Vec<Vec<f32>>,
     /// Per layer: (rows, cap, H·V) self-attention values.
@@ -131,7 +133,8 @@ impl Transformer {
         let mut st = DecoderState {
             sent: (0..enc.b).collect(),
             len: 0,
-            cap: max_steps,
+            cap: max_steps.min(16),
+            max_steps,
             keys: vec![Vec::new(); c.n_layers],
             values: vec![Vec::new(); c.n_layers],
             ..Default::default()
@@ -148,8 +151,11 @@ impl Transformer {
         if tokens.len() != rows {
             return Err(Error::Batch(format!("{} tokens given for {rows} decoder rows", tokens.len())));
         }
-        if st.len >= st.cap {
-            return Err(Error::Batch(format!("the decoder state holds {} positions and is full", st.cap)));
+        if st.len >= st.max_steps {
+            return Err(Error::Batch(format!("the decoder state holds {} positions and is full", st.max_steps)));
+        }
+        if st.len == st.cap {
+            st.grow();
         }
         if let Some(&t) = tokens.iter().find(|&&t| t as usize >= c.vocab_size) {
             return Err(Error::Batch(format!("token id {t} outside the vocabulary of {}", c.vocab_size)));
@@ -350,18 +356,30 @@ impl DecoderState {
     pub fn reorder(&mut self, keep: &[usize]) {
         let rows = self.sent.len();
         assert!(keep.iter().all(|&r| r < rows), "reorder: row index out of range");
-        let (cap, len) = (self.cap, self.len);
+        self.relayout(keep, self.cap);
+        self.logits.clear();
+        self.sent = keep.iter().map(|&r| self.sent[r]).collect();
+    }
+
+    /// Doubles the positions the cache has room for (up to `max_steps`).
+    fn grow(&mut self) {
+        let keep: Vec<usize> = (0..self.sent.len()).collect();
+        self.relayout(&keep, (2 * self.cap).clamp(1, self.max_steps));
+    }
+
+    /// Rewrites every cache as rows `keep` of the old one with room for `cap` positions.
+    fn relayout(&mut self, keep: &[usize], cap: usize) {
+        let (old_cap, len) = (self.cap, self.len);
         for (caches, w) in [(&mut self.keys, self.hk), (&mut self.values, self.hv)] {
             for cache in caches.iter_mut() {
                 // Positions ≥ len of the new rows are stale but never read before being written.
                 self.spare.resize(keep.len() * cap * w, 0.0);
                 for (i, &r) in keep.iter().enumerate() {
-                    self.spare[i * cap * w..][..len * w].copy_from_slice(&cache[r * cap * w..][..len * w]);
+                    self.spare[i * cap * w..][..len * w].copy_from_slice(&cache[r * old_cap * w..][..len * w]);
                 }
                 std::mem::swap(cache, &mut self.spare);
             }
         }
-        self.logits.clear();
-        self.sent = keep.iter().map(|&r| self.sent[r]).collect();
+        self.cap = cap;
     }
 }
