@@ -88,4 +88,13 @@ fn heatmap_cells_show_the_weights_and_the_png_decodes() {
     assert_eq!((info.width as usize, info.height as usize), (img.width, img.height));
     assert_eq!(&buf[..info.buffer_size()], &img.rgb[..]);
     std::fs::remove_file(&path).unwrap();
+
+    // A long sentence (smaller cells) with long labels.
+    let labels: Vec<String> = (0..75).map(|i| format!("token{i}-with-a-long-name")).collect();
+    let weights: Vec<f32> = (0..75 * 75).map(|i| (i % 7) as f32 / 6.0).collect();
+    let img = render(&weights, &labels, &labels, "encoder self-attention");
+    for (i, j) in [(0, 0), (74, 74), (10, 63)] {
+        let (x, y) = cell_centre(&labels, &labels, i, j);
+        assert_eq!(img.pixel(x, y), weight_colour(weights[i * 75 + j]), "cell ({i}, {j})");
+    }
 }

@@ -128,7 +128,8 @@ struct Geometry {
 }
 
 fn geometry(row_labels: &[String], col_labels: &[String]) -> Geometry {
-    let cell = if row_labels.len().max(col_labels.len()) > 60 { 12 } else { 24 };
+    // Cells are never smaller than a glyph, so labels line up with them.
+    let cell = if row_labels.len().max(col_labels.len()) > 60 { GLYPH + 2 } else { GLYPH + 8 };
     let label_w = |ls: &[String]| ls.iter().map(|l| clip(l).chars().count()).max().unwrap_or(0) * GLYPH;
     let left = PAD + label_w(row_labels) + PAD;
     let top = PAD + GLYPH + PAD + label_w(col_labels) + PAD;
