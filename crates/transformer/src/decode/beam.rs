@@ -146,17 +146,32 @@ fn top_k(row: &[f32], k: usize, eos_only: bool) -> Vec<(f64, u32)> {
         return vec![(key(row[EOS as usize]), EOS)];
     }
     let mut best: Vec<(f64, u32)> = Vec::with_capacity(k + 1);
-    for (j, &x) in row.iter().enumerate() {
+    let consider = |j: usize, x: f32, best: &mut Vec<(f64, u32)>| {
         if j as u32 == PAD || j as u32 == BOS {
-            continue;
+            return;
         }
         let x = key(x);
         if best.len() == k && x <= best[k - 1].0 {
-            continue; // not better than the k-th (ties keep the lower id, seen first)
+            return; // not better than the k-th (ties keep the lower id, seen first)
         }
         let at = best.partition_point(|&(y, _)| y >= x);
         best.insert(at, (x, j as u32));
         best.truncate(k);
+    };
+    // Blocks of 16 whose maximum cannot enter the top k are skipped after one vectorisable max;
+    // once the list is full that is nearly every block. (NaN never passes `>`, so a block of NaNs
+    // is skipped only when the list is full of finite values; NaN counts as −∞ either way.)
+    const BLOCK: usize = 16;
+    for (b, chunk) in row.chunks(BLOCK).enumerate() {
+        if best.len() == k {
+            let m = chunk.iter().fold(f32::NEG_INFINITY, |m, &x| if x > m { x } else { m });
+            if (m as f64) <= best[k - 1].0 {
+                continue;
+            }
+        }
+        for (i, &x) in chunk.iter().enumerate() {
+            consider(b * BLOCK + i, x, &mut best);
+        }
     }
     best
 }
