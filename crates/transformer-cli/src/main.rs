@@ -707,20 +707,7 @@ fn bleu(
     let smooth = bleu::Smooth::from_name(smooth, smooth_value)
         .with_context(|| format!("unknown smoothing '{smooth}': use exp, floor, add-k or none"))?;
     let hyps = read_lines(hyp_path)?;
-    let mut refs = Vec::new();
-    for p in ref_paths {
-        let r = read_lines(p)?;
-        if r.len() != hyps.len() {
-            bail!(
-                "{} has {} lines but {} has {}: references and hypotheses must be line-aligned",
-                p.display(),
-                r.len(),
-                hyp_path.display(),
-                hyps.len()
-            );
-        }
-        refs.push(r);
-    }
+    let refs = read_references(ref_paths, hyp_path, hyps.len(), "hypotheses")?;
     for m in metrics {
         let (line, score) = match m.as_str() {
             "bleu" => {
@@ -746,6 +733,29 @@ fn bleu(
         }
     }
     Ok(())
+}
+
+/// Reads reference files, each line-aligned with `base` (`n` lines of `what`).
+fn read_references(
+    paths: &[std::path::PathBuf],
+    base: &std::path::Path,
+    n: usize,
+    what: &str,
+) -> Result<Vec<Vec<String>>> {
+    let mut refs = Vec::with_capacity(paths.len());
+    for p in paths {
+        let r = read_lines(p)?;
+        if r.len() != n {
+            bail!(
+                "{} has {} lines but {} has {n}: references and {what} must be line-aligned",
+                p.display(),
+                r.len(),
+                base.display()
+            );
+        }
+        refs.push(r);
+    }
+    Ok(refs)
 }
 
 fn bpe(cmd: BpeCommand) -> Result<()> {
@@ -928,20 +938,7 @@ fn evaluate(
     let opts = search.options(1)?;
     let (model, bpe) = load_model(ckpt_path, bpe_path)?;
     let srcs = read_lines(src_path)?;
-    let mut refs = Vec::new();
-    for p in ref_paths {
-        let r = read_lines(p)?;
-        if r.len() != srcs.len() {
-            bail!(
-                "{} has {} lines but {} has {}: sources and references must be line-aligned",
-                p.display(),
-                r.len(),
-                src_path.display(),
-                srcs.len()
-            );
-        }
-        refs.push(r);
-    }
+    let refs = read_references(ref_paths, src_path, srcs.len(), "sources")?;
     let (out, stats, secs) = translate_lines(&model, &bpe, &srcs, &opts)?;
     let hyps: Vec<String> = out.into_iter().map(|mut l| l.swap_remove(0).0).collect();
     if let Some(p) = output {

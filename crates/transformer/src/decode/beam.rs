@@ -18,7 +18,7 @@
 //! Ties are broken deterministically: by lower row, then lower token id.
 
 use crate::error::{Error, Result};
-use crate::kernels::cpu::elementwise::{all_finite, exp_approx, max};
+use crate::kernels::cpu::elementwise::{all_finite, exp_shift_sum, max};
 use crate::model::{DecoderState, Encoded, Transformer, Workspace};
 use crate::{BOS, EOS, PAD};
 use multiversion::multiversion;
@@ -146,32 +146,17 @@ fn top_k(row: &[f32], k: usize, eos_only: bool) -> Vec<(f64, u32)> {
         return vec![(key(row[EOS as usize]), EOS)];
     }
     let mut best: Vec<(f64, u32)> = Vec::with_capacity(k + 1);
-    let consider = |j: usize, x: f32, best: &mut Vec<(f64, u32)>| {
+    for (j, &x) in row.iter().enumerate() {
         if j as u32 == PAD || j as u32 == BOS {
-            return;
+            continue;
         }
         let x = key(x);
         if best.len() == k && x <= best[k - 1].0 {
-            return; // not better than the k-th (ties keep the lower id, seen first)
+            continue; // not better than the k-th (ties keep the lower id, seen first)
         }
         let at = best.partition_point(|&(y, _)| y >= x);
         best.insert(at, (x, j as u32));
         best.truncate(k);
-    };
-    // Blocks of 16 whose maximum cannot enter the top k are skipped after one vectorisable max;
-    // once the list is full that is nearly every block. (NaN never passes `>`, so a block of NaNs
-    // is skipped only when the list is full of finite values; NaN counts as −∞ either way.)
-    const BLOCK: usize = 16;
-    for (b, chunk) in row.chunks(BLOCK).enumerate() {
-        if best.len() == k {
-            let m = chunk.iter().fold(f32::NEG_INFINITY, |m, &x| if x > m { x } else { m });
-            if (m as f64) <= best[k - 1].0 {
-                continue;
-            }
-        }
-        for (i, &x) in chunk.iter().enumerate() {
-            consider(b * BLOCK + i, x, &mut best);
-        }
     }
     best
 }
@@ -303,26 +288,15 @@ impl Scorer for ModelScorer<'_> {
     }
 }
 
-/// out = row − log Σ exp(row), with two read passes (max, then Σ exp with the vectorised exp of the
-/// training softmax) and one write pass.
+/// out = row − log Σ exp(row), with the vectorised exp of the training softmax.
 #[multiversion(targets(
     "x86_64+avx512f+avx512bw+avx512dq+avx512vl+avx2+fma+bmi1+bmi2+lzcnt+popcnt",
     "x86_64+avx2+fma"
 ))]
 fn log_softmax(out: &mut [f32], row: &[f32]) {
     let mx = max(row);
-    let mut acc = [0f32; 16];
-    let chunks = row.chunks_exact(16);
-    let mut tail = 0.0;
-    for &x in chunks.remainder() {
-        tail += exp_approx(x - mx);
-    }
-    for c in chunks {
-        for l in 0..16 {
-            acc[l] += exp_approx(c[l] - mx);
-        }
-    }
-    let shift = mx + (acc.iter().sum::<f32>() + tail).ln();
+    out.copy_from_slice(row);
+    let shift = mx + exp_shift_sum(out, mx).ln();
     for (o, &x) in out.iter_mut().zip(row) {
         *o = x - shift;
     }

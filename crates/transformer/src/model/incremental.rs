@@ -334,11 +334,6 @@ impl DecoderState {
         &self.sent
     }
 
-    /// The logits of the last step, (rows, V).
-    pub fn logits(&self) -> &[f32] {
-        &self.logits
-    }
-
     fn size_cache(&mut self, hk: usize, hv: usize) {
         (self.hk, self.hv) = (hk, hv);
         let rows = self.sent.len();
