@@ -87,6 +87,10 @@ enum Command {
         /// Print sentences/s and tokens/s on stderr.
         #[arg(long)]
         speed: bool,
+        /// Also print where the time went: matrix products (with their GFLOP/s), attention, layer
+        /// norm, beam search, and the rest.
+        #[arg(long)]
+        profile: bool,
     },
     /// Translate a test set and score it: BLEU and chrF (sacreBLEU), tokenized BLEU, and perplexity.
     Evaluate {
@@ -238,6 +242,10 @@ struct SearchArgs {
     /// Sentences per batch.
     #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u32).range(1..))]
     max_sentences: u32,
+    /// Stop a sentence as soon as the best candidate of a step ends in EOS (CTranslate2's default),
+    /// instead of when no live hypothesis can still win; faster, and may change the output.
+    #[arg(long)]
+    early_exit: bool,
 }
 
 impl SearchArgs {
@@ -256,6 +264,7 @@ impl SearchArgs {
             search.max_len_b = b;
         }
         search.nbest = nbest;
+        search.early_exit = self.early_exit;
         search.validate()?;
         Ok(transformer::decode::translator::TranslateOptions {
             search,
@@ -266,7 +275,8 @@ impl SearchArgs {
 
     fn describe(&self, o: &transformer::decode::translator::TranslateOptions) -> String {
         let s = &o.search;
-        format!("beam {}, α {}, max length {}·src + {}", s.beam, s.alpha, s.max_len_a, s.max_len_b)
+        let stop = if s.early_exit { ", early exit" } else { "" };
+        format!("beam {}, α {}, max length {}·src + {}{stop}", s.beam, s.alpha, s.max_len_a, s.max_len_b)
     }
 }
 
@@ -418,8 +428,8 @@ fn run(cmd: Command) -> Result<()> {
             println!("{} files verified in {}", paths.len(), cache.display());
             Ok(())
         }
-        Command::Translate { checkpoint, bpe, input, search, nbest, speed } => {
-            translate(&checkpoint, &bpe, input.as_deref(), &search, nbest as usize, speed)
+        Command::Translate { checkpoint, bpe, input, search, nbest, speed, profile } => {
+            translate(&checkpoint, &bpe, input.as_deref(), &search, nbest as usize, speed, profile)
         }
         Command::Attention { checkpoint, bpe, src, tgt, layer, head, out } => attention(
             &checkpoint,
@@ -883,11 +893,12 @@ fn translate_lines(
 
 fn speed_line(stats: &transformer::decode::translator::TranslateStats, secs: f64, what: &str) -> String {
     format!(
-        "translated {} sentences in {secs:.1} s: {:.1} sentences/s, {:.0} source tokens/s, {:.0} output tokens/s ({what})",
+        "translated {} sentences in {secs:.1} s: {:.1} sentences/s, {:.0} source tokens/s, {:.0} output tokens/s, {} decoder rows ({what})",
         stats.sentences,
         stats.sentences as f64 / secs,
         stats.src_tokens as f64 / secs,
-        stats.out_tokens as f64 / secs
+        stats.out_tokens as f64 / secs,
+        stats.rows_decoded
     )
 }
 
@@ -898,8 +909,10 @@ fn translate(
     search: &SearchArgs,
     nbest: usize,
     speed: bool,
+    profile: bool,
 ) -> Result<()> {
     use std::io::Write;
+    use transformer::kernels::cpu::profile as prof;
     let opts = search.options(nbest)?;
     let (model, bpe) = load_model(ckpt_path, bpe_path)?;
     let mut lines = Vec::new();
@@ -907,7 +920,22 @@ fn translate(
         lines.push(l.to_string());
         Ok(())
     })?;
+    if profile {
+        prof::enable(true);
+        prof::take();
+    }
     let (out, stats, secs) = translate_lines(&model, &bpe, &lines, &opts)?;
+    if profile {
+        prof::enable(false);
+        let (slots, flops) = prof::take();
+        let accounted: f64 = slots.iter().map(|s| s.1).sum();
+        for (name, t) in slots.iter().filter(|s| s.1 > 0.0) {
+            let rate =
+                if *name == "matmul" { format!(", {:.0} GFLOP/s", flops as f64 / 1e9 / t) } else { String::new() };
+            eprintln!("{name:>32}: {t:7.3} s ({:4.1}%{rate})", 100.0 * t / secs);
+        }
+        eprintln!("{:>32}: {:7.3} s ({:4.1}%)", "other", secs - accounted, 100.0 * (secs - accounted) / secs);
+    }
     let stdout = std::io::stdout();
     let mut w = std::io::BufWriter::new(stdout.lock());
     for (i, list) in out.iter().enumerate() {

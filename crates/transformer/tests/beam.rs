@@ -5,7 +5,7 @@
 #![allow(clippy::needless_range_loop)]
 
 use std::collections::HashMap;
-use transformer::decode::{beam_search, translate_batch, BeamConfig, Hypothesis, Scorer};
+use transformer::decode::{beam_search, translate_batch, BeamConfig, Hypothesis, Scorer, StepScores};
 use transformer::rng::Rng;
 use transformer::{Batch, ModelConfig, Positions, Transformer, Workspace, BOS, EOS};
 
@@ -23,11 +23,24 @@ struct Scripted<'t> {
     rows: Vec<(usize, Vec<u32>)>,
     pending: Option<Vec<usize>>,
     out: Vec<f32>,
+    norms: Vec<f32>,
+    /// Row r's scores are log p + shift·(r + 1), with that as its normaliser.
+    shift: f32,
+    /// Rows fed, summed over steps.
+    rows_fed: usize,
 }
 
 impl<'t> Scripted<'t> {
     fn new(table: &'t Table, sentences: &[usize]) -> Self {
-        Scripted { table, rows: sentences.iter().map(|&s| (s, Vec::new())).collect(), pending: None, out: Vec::new() }
+        Scripted {
+            table,
+            rows: sentences.iter().map(|&s| (s, Vec::new())).collect(),
+            pending: None,
+            out: Vec::new(),
+            norms: Vec::new(),
+            shift: 0.0,
+            rows_fed: 0,
+        }
     }
 }
 
@@ -35,7 +48,7 @@ impl Scorer for Scripted<'_> {
     fn vocab(&self) -> usize {
         V
     }
-    fn step(&mut self, tokens: &[u32]) -> transformer::Result<&[f32]> {
+    fn step(&mut self, tokens: &[u32]) -> transformer::Result<StepScores<'_>> {
         match self.pending.take() {
             None => assert!(tokens.iter().all(|&t| t == BOS), "the first step must feed BOS"),
             Some(keep) => {
@@ -52,11 +65,15 @@ impl Scorer for Scripted<'_> {
                     .collect();
             }
         }
+        self.rows_fed += tokens.len();
         self.out.clear();
-        for (sent, prefix) in &self.rows {
-            self.out.extend((self.table)(*sent, prefix).iter().map(|&x| x.ln() as f32));
+        self.norms.clear();
+        for (r, (sent, prefix)) in self.rows.iter().enumerate() {
+            let c = self.shift * (r + 1) as f32;
+            self.out.extend((self.table)(*sent, prefix).iter().map(|&x| x.ln() as f32 + c));
+            self.norms.push(c);
         }
-        Ok(&self.out)
+        Ok(StepScores { scores: &self.out, log_norms: &self.norms })
     }
     fn reorder(&mut self, keep: &[usize]) {
         self.pending = Some(keep.to_vec());
@@ -77,7 +94,7 @@ fn probs(entries: &[(u32, f64)]) -> [f64; V] {
 }
 
 fn cfg(beam: usize, alpha: f64, nbest: usize) -> BeamConfig {
-    BeamConfig { beam, alpha, max_len_a: 1.0, max_len_b: 50, nbest }
+    BeamConfig { beam, alpha, max_len_a: 1.0, max_len_b: 50, nbest, early_exit: false }
 }
 
 fn lp(len: usize, alpha: f64) -> f64 {
@@ -146,6 +163,29 @@ fn length_penalty_decides_between_short_and_long() {
     assert_hyp(&h[0][0], &[], 0.55f64.ln(), 0.55f64.ln());
 }
 
+/// Early exit stops at the first step whose best candidate is EOS: with α = 2 the exact search
+/// finds the long output, early exit returns the empty one, and decodes fewer rows.
+#[test]
+fn early_exit_stops_when_the_best_candidate_finishes() {
+    let long = 0.45f64.ln() + 2.0 * 0.99f64.ln();
+    let exact = cfg(2, 2.0, 1);
+    let quick = BeamConfig { early_exit: true, ..exact };
+    let mut s = Scripted::new(&short_or_long, &[0]);
+    let h = beam_search(&mut s, &[2], &exact, usize::MAX).unwrap();
+    assert_hyp(&h[0][0], &[A, A, A], long, long / lp(4, 2.0));
+    let exact_rows = s.rows_fed;
+    let mut s = Scripted::new(&short_or_long, &[0]);
+    let h = beam_search(&mut s, &[2], &quick, usize::MAX).unwrap();
+    assert_hyp(&h[0][0], &[], 0.55f64.ln(), 0.55f64.ln());
+    assert_eq!(s.rows_fed, 1, "one step of one row");
+    assert_eq!(exact_rows, 1 + 1 + 1 + 1, "the exact search follows the long hypothesis to its EOS");
+    // When the best candidate is not EOS, early exit keeps going like the exact search; with nbest 2
+    // it needs two finished hypotheses before it may stop.
+    let h = search(&trap, &[0], &[3], BeamConfig { early_exit: true, ..cfg(2, 0.6, 2) });
+    assert_hyp(&h[0][0], &[B], 0.36f64.ln(), 0.36f64.ln() / lp(2, 0.6));
+    assert_hyp(&h[0][1], &[A, A], 0.2f64.ln(), 0.2f64.ln() / lp(3, 0.6));
+}
+
 /// A model that hardly ever wants to stop.
 fn chatty(_: usize, _: &[u32]) -> [f64; V] {
     probs(&[(A, 0.9), (B, 0.0999), (EOS, 0.0001)])
@@ -154,7 +194,7 @@ fn chatty(_: usize, _: &[u32]) -> [f64; V] {
 #[test]
 fn the_length_limit_forces_eos() {
     // max_len = 1.0 · 2 + 3 = 5 output tokens, then EOS is forced.
-    let c = BeamConfig { beam: 2, alpha: 0.6, max_len_a: 1.0, max_len_b: 3, nbest: 2 };
+    let c = BeamConfig { beam: 2, alpha: 0.6, max_len_a: 1.0, max_len_b: 3, nbest: 2, early_exit: false };
     let h = search(&chatty, &[0], &[2], c);
     let lpa = 5.0 * 0.9f64.ln() + 0.0001f64.ln();
     assert_hyp(&h[0][0], &[A; 5], lpa, lpa / lp(6, 0.6));
@@ -162,12 +202,12 @@ fn the_length_limit_forces_eos() {
     assert_eq!(h[0][1].tokens.len(), 5);
     assert!((h[0][1].log_prob - lpb).abs() < 1e-6);
     // max_len_a scales the source length; the caller's cap wins over the config.
-    let c = BeamConfig { beam: 1, alpha: 0.6, max_len_a: 0.5, max_len_b: 1, nbest: 1 };
+    let c = BeamConfig { beam: 1, alpha: 0.6, max_len_a: 0.5, max_len_b: 1, nbest: 1, early_exit: false };
     assert_eq!(search(&chatty, &[0], &[5], c)[0][0].tokens, vec![A; 3]);
     let mut s = Scripted::new(&chatty, &[0]);
     assert_eq!(beam_search(&mut s, &[5], &BeamConfig::translation(), 2).unwrap()[0][0].tokens, vec![A; 2]);
     // A limit of zero: only EOS.
-    let c = BeamConfig { beam: 3, alpha: 0.6, max_len_a: 0.0, max_len_b: 0, nbest: 1 };
+    let c = BeamConfig { beam: 3, alpha: 0.6, max_len_a: 0.0, max_len_b: 0, nbest: 1, early_exit: false };
     assert_hyp(&search(&chatty, &[0], &[5], c)[0][0], &[], 0.0001f64.ln(), 0.0001f64.ln());
 }
 
@@ -216,7 +256,7 @@ fn a_beam_holding_everything_finds_the_exhaustive_best() {
         for sent in 0..4 {
             let want = exhaustive(sent, 3, alpha);
             assert_eq!(want.len(), 85);
-            let c = BeamConfig { beam: 85, alpha, max_len_a: 0.0, max_len_b: 3, nbest: 5 };
+            let c = BeamConfig { beam: 85, alpha, max_len_a: 0.0, max_len_b: 3, nbest: 5, early_exit: false };
             let got = search(&random_table, &[sent], &[7], c);
             for (k, (h, (tokens, score))) in got[0].iter().zip(&want).enumerate() {
                 assert_eq!(&h.tokens, tokens, "α {alpha} sentence {sent} rank {k}");
@@ -225,7 +265,7 @@ fn a_beam_holding_everything_finds_the_exhaustive_best() {
             assert_eq!(got[0].len(), 5);
             // Smaller beams never score above the exhaustive best.
             for beam in [1, 2, 4] {
-                let c = BeamConfig { beam, alpha, max_len_a: 0.0, max_len_b: 3, nbest: 1 };
+                let c = BeamConfig { beam, alpha, max_len_a: 0.0, max_len_b: 3, nbest: 1, early_exit: false };
                 let h = &search(&random_table, &[sent], &[7], c)[0][0];
                 assert!(h.score <= want[0].1 + 1e-12);
                 assert!(!h.tokens.iter().any(|&t| t < 3 || t == EOS));
@@ -239,11 +279,33 @@ fn batched_sentences_decode_as_they_would_alone() {
     let sents = [0, 1, 2, 3, 4];
     let lens = [3, 0, 1, 6, 2];
     for (beam, alpha) in [(1, 0.6), (3, 0.6), (5, 1.0)] {
-        let c = BeamConfig { beam, alpha, max_len_a: 1.0, max_len_b: 2, nbest: beam.min(2) };
+        let c = BeamConfig { beam, alpha, max_len_a: 1.0, max_len_b: 2, nbest: beam.min(2), early_exit: false };
         let together = search(&random_table, &sents, &lens, c);
         for (i, (&s, &l)) in sents.iter().zip(&lens).enumerate() {
             let alone = search(&random_table, &[s], &[l], c);
             assert_eq!(together[i], alone[0], "beam {beam} sentence {s}");
+        }
+    }
+}
+
+/// Scores handed over unnormalised, each row shifted by its own constant with that constant as its
+/// normaliser: the search must subtract each row's own normaliser and find the same hypotheses.
+#[test]
+fn per_row_normalisers_are_subtracted() {
+    let sents = [0, 1, 2, 3, 4];
+    let lens = [3, 5, 2, 4, 6];
+    for beam in [1, 3, 4] {
+        let c = BeamConfig { beam, alpha: 0.6, max_len_a: 1.0, max_len_b: 2, nbest: beam.min(2), early_exit: false };
+        let plain = search(&random_table, &sents, &lens, c);
+        let mut s = Scripted::new(&random_table, &sents);
+        s.shift = 3.0;
+        let shifted = beam_search(&mut s, &lens, &c, usize::MAX).unwrap();
+        for (a, b) in plain.iter().zip(&shifted) {
+            assert_eq!(a.len(), b.len());
+            for (x, y) in a.iter().zip(b) {
+                assert_eq!(x.tokens, y.tokens, "beam {beam}");
+                assert!((x.log_prob - y.log_prob).abs() < 1e-5, "{} vs {}", x.log_prob, y.log_prob);
+            }
         }
     }
 }
@@ -308,7 +370,7 @@ fn model_beam_search_agrees_with_full_forward_search() {
             })
             .clone()
     };
-    let c = BeamConfig { beam: 1, alpha: 0.6, max_len_a: 0.0, max_len_b: 4, nbest: 1 };
+    let c = BeamConfig { beam: 1, alpha: 0.6, max_len_a: 0.0, max_len_b: 4, nbest: 1, early_exit: false };
     let got = translate_batch(&m, &refs, &c, &mut ws).unwrap();
     for i in 0..srcs.len() {
         let mut prefix = Vec::new();
@@ -331,7 +393,7 @@ fn model_beam_search_agrees_with_full_forward_search() {
     }
     // Exhaustive over 4 continuing tokens (UNK, 4, 5, 6) and up to 3 of them.
     let alpha = 0.6;
-    let c = BeamConfig { beam: 85, alpha, max_len_a: 0.0, max_len_b: 3, nbest: 3 };
+    let c = BeamConfig { beam: 85, alpha, max_len_a: 0.0, max_len_b: 3, nbest: 3, early_exit: false };
     let got = translate_batch(&m, &refs, &c, &mut ws).unwrap();
     for i in 0..srcs.len() {
         let mut all = Vec::new();

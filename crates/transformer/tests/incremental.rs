@@ -104,11 +104,19 @@ fn reordered_rows_continue_their_own_prefixes() {
     let src_refs: Vec<&[u32]> = srcs.iter().map(|s| s.as_slice()).collect();
     let mut ws = Workspace::new();
     let enc = m.encode(&src_refs, &mut ws).unwrap();
-    let mut st = m.start_decoding(&enc, 10).unwrap();
+    let mut st = m.start_decoding(&enc, 24).unwrap();
     // Row r decodes `prefixes[r]` of sentence `sent[r]`.
     let mut prefixes: Vec<Vec<u32>> = vec![vec![BOS], vec![BOS]];
-    let keeps: [&[usize]; 5] = [&[0, 0, 1, 1, 1], &[4, 3, 0, 1, 2], &[2, 2], &[1, 0, 1], &[0, 2, 1, 2]];
-    for keep in keeps {
+    let fixed: [&[usize]; 5] = [&[0, 0, 1, 1, 1], &[4, 3, 0, 1, 2], &[2, 2], &[1, 0, 1], &[0, 2, 1, 2]];
+    // Then random keeps of 1–6 rows, up to 22 positions: past the cache's growth at 16.
+    let mut keeps: Vec<Vec<usize>> = fixed.iter().map(|k| k.to_vec()).collect();
+    let mut rows = 4;
+    for _ in 0..17 {
+        let n = 1 + (rng.next_u64() % 6) as usize;
+        keeps.push((0..n).map(|_| (rng.next_u64() % rows as u64) as usize).collect());
+        rows = n;
+    }
+    for keep in &keeps {
         let tokens: Vec<u32> = prefixes.iter().map(|p| *p.last().unwrap()).collect();
         let logits = m.decode_step(&enc, &mut st, &tokens).unwrap().to_vec();
         for (r, prefix) in prefixes.iter().enumerate() {
@@ -123,6 +131,7 @@ fn reordered_rows_continue_their_own_prefixes() {
         }
         prefixes = keep.iter().map(|&r| prefixes[r].clone()).collect();
         st.reorder(keep);
+        assert_eq!(st.len(), prefixes[0].len() - 1);
         assert_eq!(st.rows(), keep.len());
     }
 }

@@ -13,12 +13,16 @@
 //!   best of them scores at least the best any live hypothesis could still reach. With α ≥ 0 and
 //!   log P only falling as a hypothesis grows, that bound is log P / lp(maximum |Y|). Stopping early
 //!   therefore never changes the result.
+//! - `early_exit` (off by default; CTranslate2's default rule) stops a sentence sooner: as soon as
+//!   the best candidate of a step ends in EOS and `nbest` hypotheses have finished. It saves steps,
+//!   and may return a different (lower-scoring) hypothesis than the exact search.
 //! - The result is the `nbest` best finished hypotheses by score.
 //!
 //! Ties are broken deterministically: by lower row, then lower token id.
 
 use crate::error::{Error, Result};
-use crate::kernels::cpu::elementwise::{all_finite, exp_shift_sum, max};
+use crate::kernels::cpu::elementwise::{exp_sum, max, row_is_finite};
+use crate::kernels::cpu::profile::{self, Slot};
 use crate::model::{DecoderState, Encoded, Transformer, Workspace};
 use crate::{BOS, EOS, PAD};
 use multiversion::multiversion;
@@ -37,22 +41,25 @@ pub struct BeamConfig {
     pub max_len_b: usize,
     /// Hypotheses returned per sentence (≤ beam).
     pub nbest: usize,
+    /// Stop a sentence as soon as the best candidate of a step ends in EOS (and `nbest` have
+    /// finished), instead of when no live hypothesis can still win (docs/deviations.md).
+    pub early_exit: bool,
 }
 
 impl BeamConfig {
     /// §6.1 translation: beam 4, α 0.6, maximum length input + 50.
     pub const fn translation() -> Self {
-        BeamConfig { beam: 4, alpha: 0.6, max_len_a: 1.0, max_len_b: 50, nbest: 1 }
+        BeamConfig { beam: 4, alpha: 0.6, max_len_a: 1.0, max_len_b: 50, nbest: 1, early_exit: false }
     }
 
     /// §6.3 constituency parsing: beam 21, α 0.3, maximum length input + 300.
     pub const fn parsing() -> Self {
-        BeamConfig { beam: 21, alpha: 0.3, max_len_a: 1.0, max_len_b: 300, nbest: 1 }
+        BeamConfig { beam: 21, alpha: 0.3, max_len_a: 1.0, max_len_b: 300, nbest: 1, early_exit: false }
     }
 
     /// Greedy search: beam 1.
     pub const fn greedy() -> Self {
-        BeamConfig { beam: 1, alpha: 0.6, max_len_a: 1.0, max_len_b: 50, nbest: 1 }
+        BeamConfig { beam: 1, alpha: 0.6, max_len_a: 1.0, max_len_b: 50, nbest: 1, early_exit: false }
     }
 
     /// A preset by name: `translation`, `parsing` or `greedy`.
@@ -107,16 +114,26 @@ pub struct Hypothesis {
     pub score: f64,
 }
 
-/// What the search queries: next-token log-probabilities for a set of rows (hypotheses), each row
-/// belonging to one sentence. The search starts with one row per sentence, in order.
+/// What the search queries: next-token scores for a set of rows (hypotheses), each row belonging to
+/// one sentence. The search starts with one row per sentence, in order.
 pub trait Scorer {
     /// Vocabulary size V.
     fn vocab(&self) -> usize;
-    /// Feeds one token per row (BOS first) and returns (rows, V) normalised log-probabilities of
-    /// the next token.
-    fn step(&mut self, tokens: &[u32]) -> Result<&[f32]>;
+    /// Feeds one token per row (BOS first) and returns the next token's scores.
+    fn step(&mut self, tokens: &[u32]) -> Result<StepScores<'_>>;
     /// Keeps rows `keep`: new row i continues old row `keep[i]`.
     fn reorder(&mut self, keep: &[usize]);
+}
+
+/// One step's output: log p(token | row) = `scores[row·V + token] − log_norms[row]`, computed in
+/// f32. A model returns its logits and their log Σ exp, so the search never writes out a
+/// normalised copy; a scorer that has log-probabilities already returns zero normalisers.
+#[derive(Clone, Copy, Debug)]
+pub struct StepScores<'a> {
+    /// (rows, V) unnormalised log-probabilities.
+    pub scores: &'a [f32],
+    /// (rows) log-normalisers.
+    pub log_norms: &'a [f32],
 }
 
 struct Live {
@@ -138,25 +155,44 @@ fn better(a: &Cand, b: &Cand) -> std::cmp::Ordering {
     b.log_prob.total_cmp(&a.log_prob).then(a.row.cmp(&b.row)).then(a.token.cmp(&b.token))
 }
 
-/// The `k` best next tokens of one row of log-probabilities (never PAD or BOS; only EOS when
-/// `eos_only`), as (log p, token), best first. NaN counts as −∞.
-fn top_k(row: &[f32], k: usize, eos_only: bool) -> Vec<(f64, u32)> {
-    let key = |x: f32| if x.is_nan() { f64::NEG_INFINITY } else { x as f64 };
+/// The `k` best next tokens of one row (never PAD or BOS; only EOS when `eos_only`), as
+/// (log p, token), best first, where log p = score − `norm` in f32. NaN counts as −∞. Blocks of 16
+/// scores whose maximum cannot beat the k-th best so far are skipped whole: f32 subtraction is
+/// monotone, so max(score) − norm bounds every log p of the block.
+#[multiversion(targets(
+    "x86_64+avx512f+avx512bw+avx512dq+avx512vl+avx2+fma+bmi1+bmi2+lzcnt+popcnt",
+    "x86_64+avx2+fma"
+))]
+fn top_k(row: &[f32], norm: f32, k: usize, eos_only: bool) -> Vec<(f64, u32)> {
+    let key = |x: f32| {
+        let y = x - norm;
+        if y.is_nan() {
+            f64::NEG_INFINITY
+        } else {
+            y as f64
+        }
+    };
     if eos_only {
         return vec![(key(row[EOS as usize]), EOS)];
     }
     let mut best: Vec<(f64, u32)> = Vec::with_capacity(k + 1);
-    for (j, &x) in row.iter().enumerate() {
-        if j as u32 == PAD || j as u32 == BOS {
+    for (b, block) in row.chunks(16).enumerate() {
+        if best.len() == k && key(max(block)) <= best[k - 1].0 {
             continue;
         }
-        let x = key(x);
-        if best.len() == k && x <= best[k - 1].0 {
-            continue; // not better than the k-th (ties keep the lower id, seen first)
+        for (i, &x) in block.iter().enumerate() {
+            let j = (b * 16 + i) as u32;
+            if j == PAD || j == BOS {
+                continue;
+            }
+            let x = key(x);
+            if best.len() == k && x <= best[k - 1].0 {
+                continue; // not better than the k-th (ties keep the lower id, seen first)
+            }
+            let at = best.partition_point(|&(y, _)| y >= x);
+            best.insert(at, (x, j));
+            best.truncate(k);
         }
-        let at = best.partition_point(|&(y, _)| y >= x);
-        best.insert(at, (x, j as u32));
-        best.truncate(k);
     }
     best
 }
@@ -181,14 +217,21 @@ pub fn beam_search(
     let mut live: Vec<Live> = (0..n).map(|i| Live { sent: i, tokens: Vec::new(), log_prob: 0.0 }).collect();
     while !live.is_empty() {
         let tokens: Vec<u32> = live.iter().map(|h| h.tokens.last().copied().unwrap_or(BOS)).collect();
-        let lp = scorer.step(&tokens)?;
-        assert_eq!(lp.len(), live.len() * v, "scorer returned the wrong number of log-probabilities");
+        let out = scorer.step(&tokens)?;
+        assert_eq!(out.scores.len(), live.len() * v, "scorer returned the wrong number of scores");
+        assert_eq!(out.log_norms.len(), live.len(), "scorer returned the wrong number of normalisers");
         // Each row contributes at most its sentence's free slots.
-        let per_row: Vec<Vec<(f64, u32)>> = lp
+        let _t = profile::scope(Slot::Search);
+        let per_row: Vec<Vec<(f64, u32)>> = out
+            .scores
             .par_chunks(v)
+            .zip(out.log_norms.par_iter())
             .zip(live.par_iter())
-            .map(|(row, h)| top_k(row, cfg.beam - finished[h.sent].len(), h.tokens.len() >= limit[h.sent]))
+            .map(|((row, &norm), h)| {
+                top_k(row, norm, cfg.beam - finished[h.sent].len(), h.tokens.len() >= limit[h.sent])
+            })
             .collect();
+        drop(_t);
         let mut next: Vec<Live> = Vec::with_capacity(live.len());
         let mut keep: Vec<usize> = Vec::with_capacity(live.len());
         // Rows of one sentence are contiguous and sentences stay in order.
@@ -203,6 +246,7 @@ pub fn beam_search(
                 })
                 .collect();
             cands.sort_by(better);
+            let best_finishes = cands.first().is_some_and(|c| c.token == EOS);
             let slots = cfg.beam - finished[sent].len();
             let first_live = next.len();
             for c in cands.into_iter().take(slots) {
@@ -217,7 +261,8 @@ pub fn beam_search(
                     keep.push(c.row);
                 }
             }
-            if early_stop(&mut finished[sent], &next[first_live..], cfg, limit[sent]) {
+            let exit = cfg.early_exit && best_finishes && finished[sent].len() >= cfg.nbest;
+            if exit || early_stop(&mut finished[sent], &next[first_live..], cfg, limit[sent]) {
                 next.truncate(first_live);
                 keep.truncate(first_live);
             }
@@ -253,7 +298,9 @@ pub struct ModelScorer<'m> {
     model: &'m Transformer,
     enc: Encoded,
     state: DecoderState,
-    log_probs: Vec<f32>,
+    log_norms: Vec<f32>,
+    /// Σ over steps of the rows decoded: the search's work.
+    pub rows_decoded: usize,
 }
 
 impl<'m> ModelScorer<'m> {
@@ -261,7 +308,7 @@ impl<'m> ModelScorer<'m> {
     pub fn new(model: &'m Transformer, srcs: &[&[u32]], max_steps: usize, ws: &mut Workspace) -> Result<Self> {
         let enc = model.encode(srcs, ws)?;
         let state = model.start_decoding(&enc, max_steps)?;
-        Ok(ModelScorer { model, enc, state, log_probs: Vec::new() })
+        Ok(ModelScorer { model, enc, state, log_norms: Vec::new(), rows_decoded: 0 })
     }
 }
 
@@ -270,17 +317,19 @@ impl Scorer for ModelScorer<'_> {
         self.model.config.vocab_size
     }
 
-    fn step(&mut self, tokens: &[u32]) -> Result<&[f32]> {
+    fn step(&mut self, tokens: &[u32]) -> Result<StepScores<'_>> {
         let v = self.model.config.vocab_size;
         let logits = self.model.decode_step(&self.enc, &mut self.state, tokens)?;
-        if !all_finite(logits) {
+        self.rows_decoded += tokens.len();
+        let _t = profile::scope(Slot::Search);
+        self.log_norms.resize(logits.len() / v.max(1), 0.0);
+        self.log_norms.par_iter_mut().zip(logits.par_chunks(v)).for_each(|(n, row)| *n = log_sum_exp(row));
+        if !self.log_norms.iter().all(|n| n.is_finite()) {
             return Err(Error::Decode(
                 "the model produced non-finite logits while decoding; the checkpoint is damaged or diverged".into(),
             ));
         }
-        self.log_probs.resize(logits.len(), 0.0);
-        self.log_probs.par_chunks_mut(v).zip(logits.par_chunks(v)).for_each(|(out, row)| log_softmax(out, row));
-        Ok(&self.log_probs)
+        Ok(StepScores { scores: logits, log_norms: &self.log_norms })
     }
 
     fn reorder(&mut self, keep: &[usize]) {
@@ -288,18 +337,18 @@ impl Scorer for ModelScorer<'_> {
     }
 }
 
-/// out = row − log Σ exp(row), with the vectorised exp of the training softmax.
+/// log Σ exp(row) with the vectorised exp of the training softmax; NaN when the row holds a NaN or
+/// an infinity.
 #[multiversion(targets(
     "x86_64+avx512f+avx512bw+avx512dq+avx512vl+avx2+fma+bmi1+bmi2+lzcnt+popcnt",
     "x86_64+avx2+fma"
 ))]
-fn log_softmax(out: &mut [f32], row: &[f32]) {
-    let mx = max(row);
-    out.copy_from_slice(row);
-    let shift = mx + exp_shift_sum(out, mx).ln();
-    for (o, &x) in out.iter_mut().zip(row) {
-        *o = x - shift;
+fn log_sum_exp(row: &[f32]) -> f32 {
+    if !row_is_finite(row) {
+        return f32::NAN;
     }
+    let mx = max(row);
+    mx + exp_sum(row, mx).ln()
 }
 
 /// Translates a batch of sources (token ids without BOS/EOS) with beam search. The output length
@@ -310,10 +359,21 @@ pub fn translate_batch(
     cfg: &BeamConfig,
     ws: &mut Workspace,
 ) -> Result<Vec<Vec<Hypothesis>>> {
+    Ok(search_batch(model, srcs, cfg, ws)?.0)
+}
+
+/// [`translate_batch`], also returning the rows decoded summed over steps.
+pub fn search_batch(
+    model: &Transformer,
+    srcs: &[&[u32]],
+    cfg: &BeamConfig,
+    ws: &mut Workspace,
+) -> Result<(Vec<Vec<Hypothesis>>, usize)> {
     cfg.validate()?;
     let cap = model.config.max_positions - 1;
     let steps = srcs.iter().map(|s| cfg.max_len(s.len()).min(cap) + 1).max().unwrap_or(0);
     let mut scorer = ModelScorer::new(model, srcs, steps, ws)?;
     let lens: Vec<usize> = srcs.iter().map(|s| s.len()).collect();
-    beam_search(&mut scorer, &lens, cfg, cap)
+    let hyps = beam_search(&mut scorer, &lens, cfg, cap)?;
+    Ok((hyps, scorer.rows_decoded))
 }

@@ -3,5 +3,5 @@
 
 pub mod beam;
 
-pub use beam::{beam_search, translate_batch, BeamConfig, Hypothesis, ModelScorer, Scorer};
+pub use beam::{beam_search, search_batch, translate_batch, BeamConfig, Hypothesis, ModelScorer, Scorer, StepScores};
 pub mod translator;

@@ -2,7 +2,7 @@
 //! order, empty sources giving empty outputs, and sources longer than the model's positions split
 //! into chunks that are translated one after the other (with a warning) rather than cut.
 
-use super::beam::{translate_batch, BeamConfig, Hypothesis};
+use super::beam::{search_batch, BeamConfig, Hypothesis};
 use crate::error::Result;
 use crate::model::{Transformer, Workspace};
 
@@ -36,6 +36,8 @@ pub struct TranslateStats {
     pub chunked: usize,
     /// Batches decoded.
     pub batches: usize,
+    /// Decoder rows (hypotheses) summed over steps: the search's work.
+    pub rows_decoded: usize,
 }
 
 /// Translates `srcs` (token ids without BOS/EOS). Returns each sentence's n-best list, best first,
@@ -78,7 +80,8 @@ pub fn translate_all(
         let fit = (opts.max_tokens / longest.max(1)).clamp(1, opts.max_sentences.max(1));
         let end = (start + fit).min(order.len());
         let batch: Vec<&[u32]> = order[start..end].iter().map(|&p| pieces[p].1).collect();
-        let hyps = translate_batch(model, &batch, &opts.search, ws)?;
+        let (hyps, rows) = search_batch(model, &batch, &opts.search, ws)?;
+        stats.rows_decoded += rows;
         for (&p, h) in order[start..end].iter().zip(hyps) {
             piece_hyps[p] = h;
         }

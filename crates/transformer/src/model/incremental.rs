@@ -5,6 +5,12 @@
 //! of re-running the whole prefix. Rows can be reordered, duplicated or dropped between steps
 //! ([`DecoderState::reorder`]), which is what beam search needs.
 //!
+//! The cache is never copied when rows are reordered. Row r writes the key and value of step t
+//! into slot r at position t, and position t of a slot is written only at step t, so an entry
+//! stays valid for the rest of the search; each row keeps a map from its positions to the slots
+//! holding them, and reordering rows reorders those maps (one integer per position instead of a
+//! key and a value per layer).
+//!
 //! No dropout is applied: this is the evaluation-mode model, and step-by-step log-probabilities
 //! equal those of the teacher-forced [`Transformer::forward`] to float rounding
 //! (tests/incremental.rs).
@@ -14,6 +20,7 @@ use crate::error::{Error, Result};
 use crate::kernels::cpu::elementwise::{axpy, bias_relu_forward, dot, exp_shift_sum, max};
 use crate::kernels::cpu::layer_norm::residual_layer_norm_forward;
 use crate::kernels::cpu::matmul::{linear_forward, matmul, Op};
+use crate::kernels::cpu::profile::{self, Slot};
 use crate::params::{AttnOffsets, NormOffsets};
 use crate::{PAD, UNK};
 use rayon::prelude::*;
@@ -39,21 +46,26 @@ pub struct DecoderState {
     sent: Vec<usize>,
     /// Positions decoded so far (tokens in each row's cache).
     len: usize,
-    /// Positions the cache has room for per row; grows (doubling) up to `max_steps`.
+    /// Positions a slot has room for; grows (doubling) up to `max_steps`.
     cap: usize,
     /// Positions this state may decode.
     max_steps: usize,
-    /// Per layer: (rows, cap, H·K) self-attention keys.
+    /// Slots allocated: at least the rows.
+    slots: usize,
+    /// (rows, cap): the slot holding row r's key and value of position t is `origin[r·cap + t]`.
+    origin: Vec<u32>,
+    /// Per layer: (slots, cap, H·K) self-attention keys.
     keys: Vec<Vec<f32>>,
-    /// Per layer: (rows, cap, H·V) self-attention values.
+    /// Per layer: (slots, cap, H·V) self-attention values.
     values: Vec<Vec<f32>>,
     /// (rows, V) logits of the last step.
     logits: Vec<f32>,
     /// H·K and H·V: the widths of a cached key and value.
     hk: usize,
     hv: usize,
-    /// A cache buffer to reorder into.
+    /// Buffers to re-lay the cache and the maps into.
     spare: Vec<f32>,
+    spare_origin: Vec<u32>,
     // Scratch, (rows, ·).
     x: Vec<f32>,
     x2: Vec<f32>,
@@ -130,16 +142,20 @@ impl Transformer {
                 c.max_positions
             )));
         }
+        let cap = max_steps.min(16);
         let mut st = DecoderState {
             sent: (0..enc.b).collect(),
             len: 0,
-            cap: max_steps.min(16),
+            cap,
             max_steps,
+            origin: vec![0; enc.b * cap],
             keys: vec![Vec::new(); c.n_layers],
             values: vec![Vec::new(); c.n_layers],
+            hk: c.n_heads * c.d_k,
+            hv: c.n_heads * c.d_v,
             ..Default::default()
         };
-        st.size_cache(c.n_heads * c.d_k, c.n_heads * c.d_v);
+        st.add_slots(enc.b);
         Ok(st)
     }
 
@@ -154,11 +170,15 @@ impl Transformer {
         if st.len >= st.max_steps {
             return Err(Error::Batch(format!("the decoder state holds {} positions and is full", st.max_steps)));
         }
+        if let Some(&t) = tokens.iter().find(|&&t| t as usize >= c.vocab_size) {
+            return Err(Error::Batch(format!("token id {t} outside the vocabulary of {}", c.vocab_size)));
+        }
         if st.len == st.cap {
             st.grow();
         }
-        if let Some(&t) = tokens.iter().find(|&&t| t as usize >= c.vocab_size) {
-            return Err(Error::Batch(format!("token id {t} outside the vocabulary of {}", c.vocab_size)));
+        st.add_slots(rows);
+        for r in 0..rows {
+            st.origin[r * st.cap + st.len] = r as u32;
         }
         let (d, v, f) = (c.d_model, c.vocab_size, c.d_ff);
         let (hk, hv) = (c.n_heads * c.d_k, c.n_heads * c.d_v);
@@ -194,6 +214,7 @@ impl Transformer {
             let ao = &lo.self_attn;
             let nq = 2 * hk + hv;
             linear_forward(&mut st.proj, &st.x, &p[ao.w_qkv..][..nq * d], Some(&p[ao.b_qkv..][..nq]), rows, nq, d);
+            // Row r's new key and value go to slot r.
             let (cap, len) = (st.cap, st.len);
             for r in 0..rows {
                 let pr = &st.proj[r * nq..(r + 1) * nq];
@@ -201,10 +222,18 @@ impl Transformer {
                 st.values[l][(r * cap + len) * hv..][..hv].copy_from_slice(&pr[2 * hk..]);
             }
             {
-                let (keys, values, proj) = (&st.keys[l], &st.values[l], &st.proj);
+                let (keys, values, proj, origin) = (&st.keys[l], &st.values[l], &st.proj, &st.origin);
                 attend(&mut st.ctx, c.n_heads, c.d_k, c.d_v, |r| {
                     let q = &proj[r * nq..][..hk];
-                    (q, KeyValues { k: &keys[r * cap * hk..], ldk: hk, v: &values[r * cap * hv..], ldv: hv, n: t })
+                    let kv = KeyValues {
+                        k: keys,
+                        ldk: hk,
+                        v: values,
+                        ldv: hv,
+                        n: t,
+                        origin: Some((&origin[r * cap..][..t], cap * hk, cap * hv)),
+                    };
+                    (q, kv)
                 });
             }
             self.project_norm(ao, &lo.self_attn_norm, st, rows);
@@ -226,7 +255,8 @@ impl Transformer {
                     let i = sent[r];
                     let base = i * enc.s * ld;
                     let q = &proj[r * hk..][..hk];
-                    (q, KeyValues { k: &kv[base..], ldk: ld, v: &kv[base + hk..], ldv: ld, n: enc.src_lens[i] })
+                    let n = enc.src_lens[i];
+                    (q, KeyValues { k: &kv[base..], ldk: ld, v: &kv[base + hk..], ldv: ld, n, origin: None })
                 });
             }
             self.project_norm(ao, &lo.cross_attn_norm, st, rows);
@@ -271,18 +301,40 @@ impl Transformer {
     }
 }
 
-/// Keys and values of one row: key j of head h at `k[j·ldk + h·K..]`, value at `v[j·ldv + h·V..]`,
-/// for j < n.
+/// Keys and values of one row: key j of head h at `k[key(j) + h·K..]`, value at
+/// `v[value(j) + h·V..]`, for j < n.
 struct KeyValues<'a> {
     k: &'a [f32],
     ldk: usize,
     v: &'a [f32],
     ldv: usize,
     n: usize,
+    /// For a decoder cache: key j lives in slot `origin[j]`, slots being this many floats apart in
+    /// `k` and in `v`.
+    origin: Option<(&'a [u32], usize, usize)>,
+}
+
+impl KeyValues<'_> {
+    #[inline(always)]
+    fn key(&self, j: usize) -> usize {
+        match self.origin {
+            Some((o, sk, _)) => o[j] as usize * sk + j * self.ldk,
+            None => j * self.ldk,
+        }
+    }
+
+    #[inline(always)]
+    fn value(&self, j: usize) -> usize {
+        match self.origin {
+            Some((o, _, sv)) => o[j] as usize * sv + j * self.ldv,
+            None => j * self.ldv,
+        }
+    }
 }
 
 /// ctx (rows, H·V) = softmax(q Kᵀ / √K) V per row and head, for one query per row. A row with no
-/// keys gets a zero output, as in the batched kernel.
+/// keys gets a zero output, as in the batched kernel. Each key and value is read once for all
+/// heads.
 fn attend<'a>(
     ctx: &mut [f32],
     heads: usize,
@@ -290,24 +342,34 @@ fn attend<'a>(
     dv: usize,
     row: impl Fn(usize) -> (&'a [f32], KeyValues<'a>) + Sync,
 ) {
+    let _t = profile::scope(Slot::Attention);
     let scale = 1.0 / (dk as f32).sqrt();
     ctx.par_chunks_mut(heads * dv).enumerate().for_each_init(Vec::new, |scores: &mut Vec<f32>, (r, out)| {
         let (q, kv) = row(r);
         out.fill(0.0);
-        if kv.n == 0 {
+        let n = kv.n;
+        if n == 0 {
             return;
         }
-        scores.resize(kv.n, 0.0);
-        for h in 0..heads {
-            let qh = &q[h * dk..(h + 1) * dk];
-            for (j, s) in scores.iter_mut().enumerate() {
-                *s = scale * dot(qh, &kv.k[j * kv.ldk + h * dk..][..dk]);
+        // scores (H, n).
+        scores.resize(heads * n, 0.0);
+        for j in 0..n {
+            let k = &kv.k[kv.key(j)..][..heads * dk];
+            for h in 0..heads {
+                scores[h * n + j] = scale * dot(&q[h * dk..(h + 1) * dk], &k[h * dk..(h + 1) * dk]);
             }
-            let mx = max(scores);
-            let inv = 1.0 / exp_shift_sum(scores, mx);
-            let oh = &mut out[h * dv..(h + 1) * dv];
-            for (j, &s) in scores.iter().enumerate() {
-                axpy(oh, s * inv, &kv.v[j * kv.ldv + h * dv..][..dv]);
+        }
+        for s in scores.chunks_exact_mut(n) {
+            let mx = max(s);
+            let inv = 1.0 / exp_shift_sum(s, mx);
+            for x in s.iter_mut() {
+                *x *= inv;
+            }
+        }
+        for j in 0..n {
+            let v = &kv.v[kv.value(j)..][..heads * dv];
+            for h in 0..heads {
+                axpy(&mut out[h * dv..(h + 1) * dv], scores[h * n + j], &v[h * dv..(h + 1) * dv]);
             }
         }
     });
@@ -334,47 +396,56 @@ impl DecoderState {
         &self.sent
     }
 
-    fn size_cache(&mut self, hk: usize, hv: usize) {
-        (self.hk, self.hv) = (hk, hv);
-        let rows = self.sent.len();
-        for k in &mut self.keys {
-            k.resize(rows * self.cap * hk, 0.0);
+    /// Makes sure there are at least `rows` slots (a new slot's positions are written before they
+    /// are read).
+    fn add_slots(&mut self, rows: usize) {
+        if rows <= self.slots {
+            return;
         }
-        for v in &mut self.values {
-            v.resize(rows * self.cap * hv, 0.0);
+        self.slots = rows;
+        for (caches, w) in [(&mut self.keys, self.hk), (&mut self.values, self.hv)] {
+            for cache in caches.iter_mut() {
+                cache.resize(rows * self.cap * w, 0.0);
+            }
         }
     }
 
     /// Keeps the rows `keep` in that order: new row i continues old row `keep[i]` (a row may be
-    /// kept several times, or dropped). Copies only the positions decoded so far; the logits of
-    /// the last step are discarded.
+    /// kept several times, or dropped). Only the position → slot maps move; the logits of the last
+    /// step are discarded.
     pub fn reorder(&mut self, keep: &[usize]) {
         let rows = self.sent.len();
         assert!(keep.iter().all(|&r| r < rows), "reorder: row index out of range");
-        self.relayout(keep, self.cap);
+        let (cap, len) = (self.cap, self.len);
+        self.spare_origin.resize(keep.len() * cap, 0);
+        for (i, &r) in keep.iter().enumerate() {
+            self.spare_origin[i * cap..][..len].copy_from_slice(&self.origin[r * cap..][..len]);
+        }
+        std::mem::swap(&mut self.origin, &mut self.spare_origin);
         self.logits.clear();
         self.sent = keep.iter().map(|&r| self.sent[r]).collect();
     }
 
-    /// Doubles the positions the cache has room for (up to `max_steps`).
+    /// Doubles the positions a slot has room for (up to `max_steps`).
     fn grow(&mut self) {
-        let keep: Vec<usize> = (0..self.sent.len()).collect();
-        self.relayout(&keep, (2 * self.cap).clamp(1, self.max_steps));
-    }
-
-    /// Rewrites every cache as rows `keep` of the old one with room for `cap` positions.
-    fn relayout(&mut self, keep: &[usize], cap: usize) {
         let (old_cap, len) = (self.cap, self.len);
+        let cap = (2 * old_cap).clamp(1, self.max_steps);
         for (caches, w) in [(&mut self.keys, self.hk), (&mut self.values, self.hv)] {
             for cache in caches.iter_mut() {
-                // Positions ≥ len of the new rows are stale but never read before being written.
-                self.spare.resize(keep.len() * cap * w, 0.0);
-                for (i, &r) in keep.iter().enumerate() {
-                    self.spare[i * cap * w..][..len * w].copy_from_slice(&cache[r * old_cap * w..][..len * w]);
+                // Positions ≥ len are stale but never read before being written.
+                self.spare.resize(self.slots * cap * w, 0.0);
+                for s in 0..self.slots {
+                    self.spare[s * cap * w..][..len * w].copy_from_slice(&cache[s * old_cap * w..][..len * w]);
                 }
                 std::mem::swap(cache, &mut self.spare);
             }
         }
+        let rows = self.sent.len();
+        self.spare_origin.resize(rows * cap, 0);
+        for r in 0..rows {
+            self.spare_origin[r * cap..][..len].copy_from_slice(&self.origin[r * old_cap..][..len]);
+        }
+        std::mem::swap(&mut self.origin, &mut self.spare_origin);
         self.cap = cap;
     }
 }

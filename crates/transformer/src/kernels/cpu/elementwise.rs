@@ -93,6 +93,27 @@ pub fn exp_shift_sum(x: &mut [f32], shift: f32) -> f32 {
     s + tail
 }
 
+/// Σ e^(x[i] − shift), leaving x as it is.
+#[inline(always)]
+pub fn exp_sum(x: &[f32], shift: f32) -> f32 {
+    let mut acc = [0f32; 16];
+    let chunks = x.chunks_exact(16);
+    let mut tail = 0.0;
+    for v in chunks.remainder() {
+        tail += exp_approx(*v - shift);
+    }
+    for c in chunks {
+        for l in 0..16 {
+            acc[l] += exp_approx(c[l] - shift);
+        }
+    }
+    let mut s = 0.0;
+    for v in acc {
+        s += v;
+    }
+    s + tail
+}
+
 /// y[i] += alpha · x[i].
 #[inline(always)]
 pub fn axpy(y: &mut [f32], alpha: f32, x: &[f32]) {
@@ -221,6 +242,11 @@ fn column_sum_block(out: &mut [f32], dy: &[f32], n: usize, c0: usize) {
 pub fn all_finite(x: &[f32]) -> bool {
     let _t = super::profile::scope(super::profile::Slot::Elementwise);
     x.par_chunks(1 << 16).all(|c| !finite_probe(c).is_nan())
+}
+
+/// Whether every element is finite, in one thread (for a slice that is already in cache).
+pub fn row_is_finite(x: &[f32]) -> bool {
+    !finite_probe(x).is_nan()
 }
 
 #[multiversion(targets(

@@ -27,9 +27,11 @@ pub enum Slot {
     Elementwise,
     /// Adam.
     Adam,
+    /// Beam search: log-normalisers and top-k of the next-token scores.
+    Search,
 }
 
-const SLOTS: [(Slot, &str); 10] = [
+const SLOTS: [(Slot, &str); 11] = [
     (Slot::Matmul, "matmul"),
     (Slot::Attention, "attention fwd"),
     (Slot::AttentionBackward, "attention bwd"),
@@ -40,10 +42,11 @@ const SLOTS: [(Slot, &str); 10] = [
     (Slot::BiasGrad, "bias gradients"),
     (Slot::Elementwise, "zero grads + finite check"),
     (Slot::Adam, "adam"),
+    (Slot::Search, "beam search (normalise + top-k)"),
 ];
 
 static ENABLED: AtomicBool = AtomicBool::new(false);
-static NANOS: [AtomicU64; 10] = [const { AtomicU64::new(0) }; 10];
+static NANOS: [AtomicU64; 11] = [const { AtomicU64::new(0) }; 11];
 static MATMUL_FLOPS: AtomicU64 = AtomicU64::new(0);
 
 /// Turns accounting on or off.
