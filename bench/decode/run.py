@@ -5,6 +5,10 @@
     python bench/decode/run.py --checkpoint CKPT --bpe BPE.json [--threads 2] [--runs 3]
         [--src ../shared/data/multi30k/test_2016_flickr.en.gz --ref ….de.gz]
 
+Ours runs twice: with the exact stopping rule (the default) and with `--early-exit`, the rule
+CTranslate2 uses by default (stop a sentence once its best candidate ends in EOS), so the two
+decoders can also be compared doing the same work.
+
 Each engine runs in its own process, `--runs` times; the script prints the median sentences/s and
 target tokens/s of the decoding itself (model loading excluded), the peak RSS of the process,
 BLEU of the outputs and how many output lines the two engines agree on exactly. CTranslate2 gets
@@ -153,9 +157,9 @@ def child_torch(args):
     print(json.dumps({"secs": secs, "load": load, "tokens": sum(map(len, out)), "rss_mb": rss}))
 
 
-def run_ours(binary, ckpt, bpe, src, threads, max_tokens, out_path):
+def run_ours(binary, ckpt, bpe, src, threads, max_tokens, out_path, extra=()):
     cmd = [str(binary), "--threads", str(threads), "translate", "--checkpoint", str(ckpt), "--bpe", str(bpe),
-           "--input", str(src), "--speed", "--max-tokens", str(max_tokens)]
+           "--input", str(src), "--speed", "--max-tokens", str(max_tokens), *extra]
     cmd = ["/usr/bin/time", "-f", "MAXRSS %M"] + cmd
     r = subprocess.run(cmd, capture_output=True, text=True, check=True)
     Path(out_path).write_text(r.stdout)
@@ -198,10 +202,12 @@ def main():
     (work / "src.pieces").write_text(pieces)
     n = len(read(args.src))
 
-    results = {"ours": [], "ct2": [], "torch": []}
+    results = {"ours": [], "ours_ee": [], "ct2": [], "torch": []}
     for r in range(args.runs):
         o = run_ours(args.binary, args.checkpoint, args.bpe, src_plain, args.threads, args.max_tokens, work / "ours.txt")
         results["ours"].append(o)
+        results["ours_ee"].append(run_ours(args.binary, args.checkpoint, args.bpe, src_plain, args.threads,
+                                           args.max_tokens, work / "ours_ee.txt", ["--early-exit"]))
         c = subprocess.run([sys.executable, __file__, "--child", "ct2", "--checkpoint", str(args.checkpoint), "--bpe",
                             str(args.bpe), "--model", str(ct2_dir), "--pieces",
                             str(work / "src.pieces"), "--output", str(work / "ct2.pieces"), "--threads",
@@ -214,7 +220,8 @@ def main():
                                 str(work / "torch.pieces"), "--threads", str(args.threads), "--max-tokens",
                                 str(args.max_tokens)], check=True, capture_output=True, text=True)
             results["torch"].append(json.loads(t.stdout.strip().splitlines()[-1]))
-        print(f"run {r + 1}: ours {o['secs']:.2f} s, CTranslate2 {results['ct2'][-1]['secs']:.2f} s"
+        print(f"run {r + 1}: ours {o['secs']:.2f} s, ours --early-exit {results['ours_ee'][-1]['secs']:.2f} s, "
+              f"CTranslate2 {results['ct2'][-1]['secs']:.2f} s"
               + (f", PyTorch {results['torch'][-1]['secs']:.2f} s" if r < args.torch_runs else ""), flush=True)
 
     def text(name):
@@ -224,9 +231,12 @@ def main():
         return t.split("\n")[:-1]
 
     ours_lines = (work / "ours.txt").read_text().split("\n")[:-1]
-    engines = [("ours", "transformer")] + [(k, name) for k, name in (("ct2", "CTranslate2"), ("torch", "PyTorch"))
-                                           if results[k]]
-    same = {k: sum(a == b for a, b in zip(ours_lines, text(k))) for k, _ in engines[1:]}
+    ee_lines = (work / "ours_ee.txt").read_text().split("\n")[:-1]
+    engines = [("ours", "transformer"), ("ours_ee", "ours --early-exit")] + [
+        (k, name) for k, name in (("ct2", "CTranslate2"), ("torch", "PyTorch")) if results[k]]
+    texts = {k: text(k) for k, _ in engines[2:]}
+    same = {k: sum(a == b for a, b in zip(ours_lines, texts[k])) for k, _ in engines[2:]}
+    same["ours_ee"] = sum(a == b for a, b in zip(ours_lines, ee_lines))
     out_tokens = sum(len(l.split(" ")) for l in pieces.split("\n")[:-1])  # source tokens, for reference
 
     def bleu(path):
@@ -244,6 +254,11 @@ def main():
               f"{bleu(work / f'{k}.txt'):>8.2f}")
     for k, name in engines[1:]:
         print(f"ours vs {name}: {med[k] / med['ours']:.2f}x the speed; identical outputs {same[k]}/{n}")
+    ee_ct2 = sum(a == b for a, b in zip(ee_lines, texts["ct2"]))
+    print(f"ours --early-exit vs CTranslate2 (the same stopping rule): {med['ct2'] / med['ours_ee']:.2f}x the speed; "
+          f"identical outputs {ee_ct2}/{n}")
+    for k in ("ours", "ours_ee"):
+        print(f"{k}: {results[k][-1]['stderr']}")
     print(f"(files in {work})")
 
 

@@ -6,7 +6,7 @@
 
 mod common;
 use common::*;
-use transformer::kernels::cpu::{adam, attention, elementwise, embedding, layer_norm, matmul, softmax_xent};
+use transformer::kernels::cpu::{adam, attention, elementwise, embedding, layer_norm, matmul, packed, softmax_xent};
 use transformer::kernels::reference as r;
 use transformer::kernels::AttnDims;
 use transformer::rng::{DropoutMask, Rng};
@@ -66,6 +66,26 @@ fn linear_forward_backward() {
     assert_close("dx", &to_f64(&fdx), &dx, ATOL, RTOL);
     assert_close("dw", &to_f64(&fdw), &dw, ATOL, RTOL);
     assert_close("db", &to_f64(&fdb), &db, ATOL, RTOL);
+}
+
+/// The inference product with pre-packed weights, on shapes with partial row blocks and partial
+/// column panels, one row, no rows and no inputs (on a machine without AVX-512 it runs the `gemm`
+/// fallback, which this checks instead).
+#[test]
+fn packed_linear_matches_reference() {
+    let mut rng = Rng::new(14);
+    for &(m, n, k) in &[(1, 1, 1), (13, 33, 7), (12, 32, 256), (50, 100, 70), (25, 70, 300), (0, 5, 3), (3, 5, 0)] {
+        let (x, w, b) = (rand_vec(&mut rng, m * k, 1.0), rand_vec(&mut rng, n * k, 1.0), rand_vec(&mut rng, n, 1.0));
+        let packed = packed::PackedLinear::new(&to_f32(&w), n, k);
+        assert_eq!((packed.n(), packed.k()), (n, k));
+        let mut y = vec![f32::NAN; m * n];
+        packed.forward(&mut y, &to_f32(&x), Some(&to_f32(&b)), m);
+        assert_close(&format!("{m}x{n}x{k} + bias"), &to_f64(&y), &r::linear_forward(&x, &w, &b, m, n, k), ATOL, RTOL);
+        let mut y = vec![f32::NAN; m * n];
+        packed.forward(&mut y, &to_f32(&x), None, m);
+        let zero = vec![0.0; n];
+        assert_close(&format!("{m}x{n}x{k}"), &to_f64(&y), &r::linear_forward(&x, &w, &zero, m, n, k), ATOL, RTOL);
+    }
 }
 
 #[test]

@@ -23,10 +23,11 @@
 use crate::error::{Error, Result};
 use crate::kernels::cpu::elementwise::{exp_sum, max, row_is_finite};
 use crate::kernels::cpu::profile::{self, Slot};
-use crate::model::{DecoderState, Encoded, Transformer, Workspace};
+use crate::model::{DecoderState, Encoded, PackedDecoder, Transformer, Workspace};
 use crate::{BOS, EOS, PAD};
 use multiversion::multiversion;
 use rayon::prelude::*;
+use std::sync::Arc;
 
 /// Search settings.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -306,8 +307,19 @@ pub struct ModelScorer<'m> {
 impl<'m> ModelScorer<'m> {
     /// Encodes `srcs` and prepares to decode up to `max_steps` positions.
     pub fn new(model: &'m Transformer, srcs: &[&[u32]], max_steps: usize, ws: &mut Workspace) -> Result<Self> {
+        Self::with_packed(model, srcs, max_steps, ws, Arc::new(model.pack_decoder()))
+    }
+
+    /// [`ModelScorer::new`] with the decoder weights already packed by `model.pack_decoder()`.
+    pub fn with_packed(
+        model: &'m Transformer,
+        srcs: &[&[u32]],
+        max_steps: usize,
+        ws: &mut Workspace,
+        packed: Arc<PackedDecoder>,
+    ) -> Result<Self> {
         let enc = model.encode(srcs, ws)?;
-        let state = model.start_decoding(&enc, max_steps)?;
+        let state = model.start_decoding_packed(&enc, max_steps, packed)?;
         Ok(ModelScorer { model, enc, state, log_norms: Vec::new(), rows_decoded: 0 })
     }
 }
@@ -359,20 +371,22 @@ pub fn translate_batch(
     cfg: &BeamConfig,
     ws: &mut Workspace,
 ) -> Result<Vec<Vec<Hypothesis>>> {
-    Ok(search_batch(model, srcs, cfg, ws)?.0)
+    Ok(search_batch(model, srcs, cfg, ws, &Arc::new(model.pack_decoder()))?.0)
 }
 
-/// [`translate_batch`], also returning the rows decoded summed over steps.
+/// [`translate_batch`] with the decoder weights packed once by `model.pack_decoder()`, also
+/// returning the rows decoded summed over steps.
 pub fn search_batch(
     model: &Transformer,
     srcs: &[&[u32]],
     cfg: &BeamConfig,
     ws: &mut Workspace,
+    packed: &Arc<PackedDecoder>,
 ) -> Result<(Vec<Vec<Hypothesis>>, usize)> {
     cfg.validate()?;
     let cap = model.config.max_positions - 1;
     let steps = srcs.iter().map(|s| cfg.max_len(s.len()).min(cap) + 1).max().unwrap_or(0);
-    let mut scorer = ModelScorer::new(model, srcs, steps, ws)?;
+    let mut scorer = ModelScorer::with_packed(model, srcs, steps, ws, Arc::clone(packed))?;
     let lens: Vec<usize> = srcs.iter().map(|s| s.len()).collect();
     let hyps = beam_search(&mut scorer, &lens, cfg, cap)?;
     Ok((hyps, scorer.rows_decoded))

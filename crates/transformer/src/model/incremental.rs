@@ -19,11 +19,13 @@ use super::{Batch, Transformer, Workspace};
 use crate::error::{Error, Result};
 use crate::kernels::cpu::elementwise::{axpy, bias_relu_forward, dot, exp_shift_sum, max};
 use crate::kernels::cpu::layer_norm::residual_layer_norm_forward;
-use crate::kernels::cpu::matmul::{linear_forward, matmul, Op};
+use crate::kernels::cpu::matmul::linear_forward;
+use crate::kernels::cpu::packed::PackedLinear;
 use crate::kernels::cpu::profile::{self, Slot};
 use crate::params::{AttnOffsets, NormOffsets};
 use crate::{PAD, UNK};
 use rayon::prelude::*;
+use std::sync::Arc;
 
 /// A batch of encoded source sentences: what every decoder step reads.
 #[derive(Clone, Debug)]
@@ -36,6 +38,28 @@ pub struct Encoded {
     pub src_lens: Vec<usize>,
     /// Per decoder layer: (B·S, H·K + H·V) encoder–decoder keys | values.
     cross_kv: Vec<Vec<f32>>,
+}
+
+/// The decoder's weights packed for inference products ([`PackedLinear`]): built once per model
+/// and shared by every batch it decodes. It is a copy: after the model's parameters change, pack
+/// again.
+#[derive(Debug)]
+pub struct PackedDecoder {
+    d_model: usize,
+    vocab: usize,
+    layers: Vec<PackedLayer>,
+    /// The tied embedding as the output projection (V, D).
+    output: PackedLinear,
+}
+
+#[derive(Debug)]
+struct PackedLayer {
+    self_qkv: PackedLinear,
+    self_o: PackedLinear,
+    cross_q: PackedLinear,
+    cross_o: PackedLinear,
+    w_1: PackedLinear,
+    w_2: PackedLinear,
 }
 
 /// The decoder's cached state for a set of rows, each row a hypothesis of one sentence of an
@@ -52,6 +76,8 @@ pub struct DecoderState {
     max_steps: usize,
     /// Slots allocated: at least the rows.
     slots: usize,
+    /// The weights it decodes with.
+    packed: Option<Arc<PackedDecoder>>,
     /// (rows, cap): the slot holding row r's key and value of position t is `origin[r·cap + t]`.
     origin: Vec<u32>,
     /// Per layer: (slots, cap, H·K) self-attention keys.
@@ -132,10 +158,50 @@ impl Transformer {
         Ok(Encoded { b, s, src_lens: batch.src_lens, cross_kv })
     }
 
-    /// A fresh decoder state with one row per sentence of `enc`, able to decode up to `max_steps`
-    /// positions (at most `max_positions`).
-    pub fn start_decoding(&self, enc: &Encoded, max_steps: usize) -> Result<DecoderState> {
+    /// Packs the decoder's weights for [`Transformer::start_decoding_packed`].
+    pub fn pack_decoder(&self) -> PackedDecoder {
         let c = &self.config;
+        let (d, f, v) = (c.d_model, c.d_ff, c.vocab_size);
+        let (hk, hv) = (c.n_heads * c.d_k, c.n_heads * c.d_v);
+        let p = &self.params;
+        let o = &self.layout.offsets;
+        let layers = o
+            .decoder
+            .iter()
+            .map(|lo| {
+                let (sa, ca, fo) = (&lo.self_attn, &lo.cross_attn, &lo.ffn);
+                PackedLayer {
+                    self_qkv: PackedLinear::new(&p[sa.w_qkv..][..(2 * hk + hv) * d], 2 * hk + hv, d),
+                    self_o: PackedLinear::new(&p[sa.w_o..][..d * hv], d, hv),
+                    cross_q: PackedLinear::new(&p[ca.w_qkv..][..hk * d], hk, d),
+                    cross_o: PackedLinear::new(&p[ca.w_o..][..d * hv], d, hv),
+                    w_1: PackedLinear::new(&p[fo.w_1..][..f * d], f, d),
+                    w_2: PackedLinear::new(&p[fo.w_2..][..d * f], d, f),
+                }
+            })
+            .collect();
+        PackedDecoder { d_model: d, vocab: v, layers, output: PackedLinear::new(&p[o.embed..][..v * d], v, d) }
+    }
+
+    /// A fresh decoder state with one row per sentence of `enc`, able to decode up to `max_steps`
+    /// positions (at most `max_positions`). Packs the decoder's weights for this state alone; to
+    /// decode many batches, pack once and use [`Transformer::start_decoding_packed`].
+    pub fn start_decoding(&self, enc: &Encoded, max_steps: usize) -> Result<DecoderState> {
+        self.start_decoding_packed(enc, max_steps, Arc::new(self.pack_decoder()))
+    }
+
+    /// [`Transformer::start_decoding`] with weights packed by [`Transformer::pack_decoder`] of this
+    /// model.
+    pub fn start_decoding_packed(
+        &self,
+        enc: &Encoded,
+        max_steps: usize,
+        packed: Arc<PackedDecoder>,
+    ) -> Result<DecoderState> {
+        let c = &self.config;
+        if packed.d_model != c.d_model || packed.vocab != c.vocab_size || packed.layers.len() != c.n_layers {
+            return Err(Error::Config("the packed decoder weights belong to a different model".into()));
+        }
         if max_steps > c.max_positions {
             return Err(Error::Config(format!(
                 "decoding {max_steps} positions needs max_positions ≥ {max_steps} (the model has {})",
@@ -153,6 +219,7 @@ impl Transformer {
             values: vec![Vec::new(); c.n_layers],
             hk: c.n_heads * c.d_k,
             hv: c.n_heads * c.d_v,
+            packed: Some(packed),
             ..Default::default()
         };
         st.add_slots(enc.b);
@@ -184,6 +251,7 @@ impl Transformer {
         let (hk, hv) = (c.n_heads * c.d_k, c.n_heads * c.d_v);
         let p = &self.params;
         let o = &self.layout.offsets;
+        let packed = Arc::clone(st.packed.as_ref().expect("a decoder state is made by start_decoding"));
         for (buf, width) in [
             (&mut st.x, d),
             (&mut st.x2, d),
@@ -209,11 +277,11 @@ impl Transformer {
             }
         }
         let t = st.len + 1; // keys visible to this step, the new one included
-        for (l, lo) in o.decoder.iter().enumerate() {
+        for (l, (lo, pl)) in o.decoder.iter().zip(&packed.layers).enumerate() {
             // Causal self-attention over the cache, extended by this position's key and value.
             let ao = &lo.self_attn;
             let nq = 2 * hk + hv;
-            linear_forward(&mut st.proj, &st.x, &p[ao.w_qkv..][..nq * d], Some(&p[ao.b_qkv..][..nq]), rows, nq, d);
+            pl.self_qkv.forward(&mut st.proj, &st.x, Some(&p[ao.b_qkv..][..nq]), rows);
             // Row r's new key and value go to slot r.
             let (cap, len) = (st.cap, st.len);
             for r in 0..rows {
@@ -236,18 +304,10 @@ impl Transformer {
                     (q, kv)
                 });
             }
-            self.project_norm(ao, &lo.self_attn_norm, st, rows);
+            self.project_norm(&pl.self_o, ao, &lo.self_attn_norm, st, rows);
             // Encoder–decoder attention over the cached source keys and values.
             let ao = &lo.cross_attn;
-            linear_forward(
-                &mut st.proj[..rows * hk],
-                &st.x,
-                &p[ao.w_qkv..][..hk * d],
-                Some(&p[ao.b_qkv..][..hk]),
-                rows,
-                hk,
-                d,
-            );
+            pl.cross_q.forward(&mut st.proj[..rows * hk], &st.x, Some(&p[ao.b_qkv..][..hk]), rows);
             {
                 let (kv, proj, sent) = (&enc.cross_kv[l], &st.proj, &st.sent);
                 let ld = hk + hv;
@@ -259,24 +319,23 @@ impl Transformer {
                     (q, KeyValues { k: &kv[base..], ldk: ld, v: &kv[base + hk..], ldv: ld, n, origin: None })
                 });
             }
-            self.project_norm(ao, &lo.cross_attn_norm, st, rows);
+            self.project_norm(&pl.cross_o, ao, &lo.cross_attn_norm, st, rows);
             // FFN.
             let fo = &lo.ffn;
-            linear_forward(&mut st.hidden, &st.x, &p[fo.w_1..][..f * d], None, rows, f, d);
+            pl.w_1.forward(&mut st.hidden, &st.x, None, rows);
             bias_relu_forward(&mut st.hidden, &p[fo.b_1..][..f]);
-            linear_forward(&mut st.y, &st.hidden, &p[fo.w_2..][..d * f], None, rows, d, f);
+            pl.w_2.forward(&mut st.y, &st.hidden, None, rows);
             self.residual_norm(&lo.ffn_norm, &p[fo.b_2..][..d], st);
         }
         st.len += 1;
-        matmul(&mut st.logits, &st.x, Op::N, emb, Op::T, rows, v, d, false);
+        packed.output.forward(&mut st.logits, &st.x, None, rows);
         Ok(&st.logits)
     }
 
     /// W^O over the heads in `st.ctx`, then x ← LN(x + y + b^O).
-    fn project_norm(&self, ao: &AttnOffsets, no: &NormOffsets, st: &mut DecoderState, rows: usize) {
-        let c = &self.config;
-        let (d, hv) = (c.d_model, c.n_heads * c.d_v);
-        linear_forward(&mut st.y, &st.ctx, &self.params[ao.w_o..][..d * hv], None, rows, d, hv);
+    fn project_norm(&self, w_o: &PackedLinear, ao: &AttnOffsets, no: &NormOffsets, st: &mut DecoderState, rows: usize) {
+        let d = self.config.d_model;
+        w_o.forward(&mut st.y, &st.ctx, None, rows);
         self.residual_norm(no, &self.params[ao.b_o..][..d], st);
     }
 

@@ -6,7 +6,7 @@ mod feed_forward;
 mod incremental;
 mod workspace;
 
-pub use incremental::{DecoderState, Encoded};
+pub use incremental::{DecoderState, Encoded, PackedDecoder};
 pub use workspace::Workspace;
 
 use crate::config::ModelConfig;

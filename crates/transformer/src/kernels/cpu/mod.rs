@@ -7,6 +7,7 @@ pub mod elementwise;
 pub mod embedding;
 pub mod layer_norm;
 pub mod matmul;
+pub mod packed;
 pub mod profile;
 pub mod softmax_xent;
 

@@ -1,0 +1,151 @@
+//! Linear maps with pre-packed weights, for inference: Y (m, n) = X (m, k) · Wᵀ + bias, W stored
+//! (n, k) like `nn.Linear`. The weights are re-laid once into panels of [`NR`] output columns
+//! (k × NR contiguous), so a product streams each panel from cache with no per-call packing of the
+//! large operand; X is packed per call into blocks of [`MR`] rows (k × MR contiguous). The
+//! micro-kernel keeps an MR × NR block of Y in registers (AVX-512: 24 of the 32 vector registers).
+//! Threads split the panels.
+//!
+//! Used only where AVX-512 is present; elsewhere [`PackedLinear::forward`] calls the `gemm` crate on
+//! the original layout, so results never depend on which path ran beyond float rounding.
+
+use super::matmul::linear_forward;
+use multiversion::multiversion;
+use rayon::prelude::*;
+
+/// Output columns per weight panel.
+pub const NR: usize = 32;
+/// Rows per block of X.
+pub const MR: usize = 12;
+
+/// A weight matrix W (n, k), kept as given and packed into panels.
+#[derive(Clone, Debug)]
+pub struct PackedLinear {
+    n: usize,
+    k: usize,
+    /// W as given, for the fallback path.
+    w: Vec<f32>,
+    /// ceil(n / NR) panels of k × NR, zero-padded past column n. Empty when unused.
+    panels: Vec<f32>,
+}
+
+fn use_packed() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::is_x86_feature_detected!("avx512f")
+            && std::is_x86_feature_detected!("avx512bw")
+            && std::is_x86_feature_detected!("avx512dq")
+            && std::is_x86_feature_detected!("avx512vl")
+            && std::is_x86_feature_detected!("fma")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+impl PackedLinear {
+    /// Packs W, stored (n, k) row-major.
+    pub fn new(w: &[f32], n: usize, k: usize) -> Self {
+        assert_eq!(w.len(), n * k, "PackedLinear: W has {} elements, expected {n}x{k}", w.len());
+        let mut panels = Vec::new();
+        if use_packed() && n > 0 && k > 0 {
+            let np = n.div_ceil(NR);
+            panels = vec![0.0; np * k * NR];
+            panels.par_chunks_mut(k * NR).enumerate().for_each(|(p, panel)| {
+                for j in 0..NR.min(n - p * NR) {
+                    let row = &w[(p * NR + j) * k..][..k];
+                    for (kk, &x) in row.iter().enumerate() {
+                        panel[kk * NR + j] = x;
+                    }
+                }
+            });
+        }
+        PackedLinear { n, k, w: w.to_vec(), panels }
+    }
+
+    /// Output width n.
+    pub fn n(&self) -> usize {
+        self.n
+    }
+
+    /// Input width k.
+    pub fn k(&self) -> usize {
+        self.k
+    }
+
+    /// Y (m, n) = X (m, k) · Wᵀ [+ bias].
+    pub fn forward(&self, y: &mut [f32], x: &[f32], bias: Option<&[f32]>, m: usize) {
+        let (n, k) = (self.n, self.k);
+        assert_eq!(y.len(), m * n, "PackedLinear: Y has {} elements, expected {m}x{n}", y.len());
+        assert_eq!(x.len(), m * k, "PackedLinear: X has {} elements, expected {m}x{k}", x.len());
+        assert!(bias.is_none_or(|b| b.len() == n));
+        if self.panels.is_empty() || m == 0 || k == 0 {
+            return linear_forward(y, x, &self.w, bias, m, n, k);
+        }
+        let _t = super::profile::scope(super::profile::Slot::Matmul);
+        super::profile::add_matmul_flops(2 * (m * n * k) as u64);
+        // X in blocks of MR rows, k × MR each, zero rows past m.
+        let blocks = m.div_ceil(MR);
+        let mut xp = vec![0.0f32; blocks * k * MR];
+        xp.par_chunks_mut(k * MR).enumerate().for_each(|(b, blk)| {
+            for i in 0..MR.min(m - b * MR) {
+                for (kk, &v) in x[(b * MR + i) * k..][..k].iter().enumerate() {
+                    blk[kk * MR + i] = v;
+                }
+            }
+        });
+        let np = n.div_ceil(NR);
+        let threads = rayon::current_num_threads().clamp(1, np);
+        let per = np.div_ceil(threads);
+        // Each thread owns a range of panels: output columns [p0·NR, p1·NR) of every row.
+        let out = SendPtr(y.as_mut_ptr());
+        (0..threads).into_par_iter().for_each(|t| {
+            let (p0, p1) = (t * per, ((t + 1) * per).min(np));
+            let out = &out;
+            for p in p0..p1 {
+                let panel = &self.panels[p * k * NR..][..k * NR];
+                let c0 = p * NR;
+                let cols = NR.min(n - c0);
+                for b in 0..blocks {
+                    let mut acc = [[0.0f32; NR]; MR];
+                    micro_kernel(&xp[b * k * MR..][..k * MR], panel, k, &mut acc);
+                    let rows = MR.min(m - b * MR);
+                    for (i, a) in acc.iter().enumerate().take(rows) {
+                        // SAFETY: row b·MR + i < m and columns c0..c0 + cols < n lie inside Y
+                        // (asserted above); threads write disjoint column ranges.
+                        let dst = unsafe { std::slice::from_raw_parts_mut(out.0.add((b * MR + i) * n + c0), cols) };
+                        match bias {
+                            Some(bias) => {
+                                for (j, d) in dst.iter_mut().enumerate() {
+                                    *d = a[j] + bias[c0 + j];
+                                }
+                            }
+                            None => dst.copy_from_slice(&a[..cols]),
+                        }
+                    }
+                }
+            }
+        });
+    }
+}
+
+struct SendPtr(*mut f32);
+// SAFETY: used only to write disjoint regions from different threads (see `forward`).
+unsafe impl Sync for SendPtr {}
+unsafe impl Send for SendPtr {}
+
+/// acc (MR, NR) = Σ_p xp[p] ⊗ panel[p] over k steps: a column of MR rows of X times a row of NR
+/// weights, accumulated in registers.
+#[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl+avx2+fma+bmi1+bmi2+lzcnt+popcnt"))]
+fn micro_kernel(xp: &[f32], panel: &[f32], k: usize, acc: &mut [[f32; NR]; MR]) {
+    let (xp, panel) = (&xp[..k * MR], &panel[..k * NR]);
+    let mut c = [[0.0f32; NR]; MR];
+    for (a, b) in xp.chunks_exact(MR).zip(panel.chunks_exact(NR)) {
+        for i in 0..MR {
+            for j in 0..NR {
+                c[i][j] = a[i].mul_add(b[j], c[i][j]);
+            }
+        }
+    }
+    *acc = c;
+}
