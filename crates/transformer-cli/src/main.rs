@@ -893,7 +893,7 @@ fn translate_lines(
 
 fn speed_line(stats: &transformer::decode::translator::TranslateStats, secs: f64, what: &str) -> String {
     format!(
-        "translated {} sentences in {secs:.1} s: {:.1} sentences/s, {:.0} source tokens/s, {:.0} output tokens/s, {} decoder rows ({what})",
+        "translated {} sentences in {secs:.2} s: {:.1} sentences/s, {:.0} source tokens/s, {:.0} output tokens/s, {} decoder rows ({what})",
         stats.sentences,
         stats.sentences as f64 / secs,
         stats.src_tokens as f64 / secs,

@@ -24,6 +24,7 @@ use crate::kernels::cpu::packed::PackedLinear;
 use crate::kernels::cpu::profile::{self, Slot};
 use crate::params::{AttnOffsets, NormOffsets};
 use crate::{PAD, UNK};
+use multiversion::multiversion;
 use rayon::prelude::*;
 use std::sync::Arc;
 
@@ -405,33 +406,52 @@ fn attend<'a>(
     let scale = 1.0 / (dk as f32).sqrt();
     ctx.par_chunks_mut(heads * dv).enumerate().for_each_init(Vec::new, |scores: &mut Vec<f32>, (r, out)| {
         let (q, kv) = row(r);
-        out.fill(0.0);
-        let n = kv.n;
-        if n == 0 {
-            return;
-        }
-        // scores (H, n).
-        scores.resize(heads * n, 0.0);
-        for j in 0..n {
-            let k = &kv.k[kv.key(j)..][..heads * dk];
-            for h in 0..heads {
-                scores[h * n + j] = scale * dot(&q[h * dk..(h + 1) * dk], &k[h * dk..(h + 1) * dk]);
-            }
-        }
-        for s in scores.chunks_exact_mut(n) {
-            let mx = max(s);
-            let inv = 1.0 / exp_shift_sum(s, mx);
-            for x in s.iter_mut() {
-                *x *= inv;
-            }
-        }
-        for j in 0..n {
-            let v = &kv.v[kv.value(j)..][..heads * dv];
-            for h in 0..heads {
-                axpy(&mut out[h * dv..(h + 1) * dv], scores[h * n + j], &v[h * dv..(h + 1) * dv]);
-            }
-        }
+        attend_row(out, q, &kv, heads, dk, dv, scale, scores);
     });
+}
+
+/// One row of [`attend`], compiled for the vector units the machine has.
+#[allow(clippy::too_many_arguments)]
+#[multiversion(targets(
+    "x86_64+avx512f+avx512bw+avx512dq+avx512vl+avx2+fma+bmi1+bmi2+lzcnt+popcnt",
+    "x86_64+avx2+fma"
+))]
+fn attend_row(
+    out: &mut [f32],
+    q: &[f32],
+    kv: &KeyValues,
+    heads: usize,
+    dk: usize,
+    dv: usize,
+    scale: f32,
+    scores: &mut Vec<f32>,
+) {
+    out.fill(0.0);
+    let n = kv.n;
+    if n == 0 {
+        return;
+    }
+    // scores (H, n).
+    scores.resize(heads * n, 0.0);
+    for j in 0..n {
+        let k = &kv.k[kv.key(j)..][..heads * dk];
+        for h in 0..heads {
+            scores[h * n + j] = scale * dot(&q[h * dk..(h + 1) * dk], &k[h * dk..(h + 1) * dk]);
+        }
+    }
+    for s in scores.chunks_exact_mut(n) {
+        let mx = max(s);
+        let inv = 1.0 / exp_shift_sum(s, mx);
+        for x in s.iter_mut() {
+            *x *= inv;
+        }
+    }
+    for j in 0..n {
+        let v = &kv.v[kv.value(j)..][..heads * dv];
+        for h in 0..heads {
+            axpy(&mut out[h * dv..(h + 1) * dv], scores[h * n + j], &v[h * dv..(h + 1) * dv]);
+        }
+    }
 }
 
 impl DecoderState {

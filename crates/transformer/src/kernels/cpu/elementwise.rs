@@ -138,7 +138,9 @@ pub fn exp_approx(x: f32) -> f32 {
             + r * (0.5
                 + r * (0.166_666_67
                     + r * (0.041_666_668 + r * (0.008_333_334 + r * (0.001_388_889 + r * 0.000_198_412_7))))));
-    let bits = ((n as i32 + 127) as u32) << 23;
+    // 2^n from n's bits: adding 1.5·2^23 puts the integer n (|n| ≤ 128 here) in the low mantissa
+    // bits, exactly. Unlike `n as i32` (a saturating conversion), this vectorises.
+    let bits = (n + 12_582_912.0).to_bits().wrapping_sub(0x4B40_0000 - 127) << 23;
     p * f32::from_bits(bits)
 }
 

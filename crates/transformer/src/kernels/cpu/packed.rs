@@ -5,8 +5,11 @@
 //! micro-kernel keeps an MR × NR block of Y in registers (AVX-512: 24 of the 32 vector registers).
 //! Threads split the panels.
 //!
-//! Used only where AVX-512 is present; elsewhere [`PackedLinear::forward`] calls the `gemm` crate on
-//! the original layout, so results never depend on which path ran beyond float rounding.
+//! Used only where AVX-512 is present and for products of at most [`PACKED_MAX_ROWS`] rows (beyond
+//! that the `gemm` crate's blocking measured faster); otherwise [`PackedLinear::forward`] calls the
+//! `gemm` crate on the original layout, so results never depend on which path ran beyond float
+//! rounding. Setting `TRANSFORMER_NO_PACK` in the environment forces the `gemm` path (for A/B
+//! timing).
 
 use super::matmul::linear_forward;
 use multiversion::multiversion;
@@ -16,6 +19,8 @@ use rayon::prelude::*;
 pub const NR: usize = 32;
 /// Rows per block of X.
 pub const MR: usize = 12;
+/// Products with more rows than this go to the `gemm` crate.
+pub const PACKED_MAX_ROWS: usize = 160;
 
 /// A weight matrix W (n, k), kept as given and packed into panels.
 #[derive(Clone, Debug)]
@@ -29,6 +34,9 @@ pub struct PackedLinear {
 }
 
 fn use_packed() -> bool {
+    if std::env::var_os("TRANSFORMER_NO_PACK").is_some() {
+        return false;
+    }
     #[cfg(target_arch = "x86_64")]
     {
         std::is_x86_feature_detected!("avx512f")
@@ -79,49 +87,58 @@ impl PackedLinear {
         assert_eq!(y.len(), m * n, "PackedLinear: Y has {} elements, expected {m}x{n}", y.len());
         assert_eq!(x.len(), m * k, "PackedLinear: X has {} elements, expected {m}x{k}", x.len());
         assert!(bias.is_none_or(|b| b.len() == n));
-        if self.panels.is_empty() || m == 0 || k == 0 {
+        // Many rows: the `gemm` crate's blocking does better (measured by bench-gemm).
+        if self.panels.is_empty() || m == 0 || k == 0 || m > PACKED_MAX_ROWS {
             return linear_forward(y, x, &self.w, bias, m, n, k);
         }
         let _t = super::profile::scope(super::profile::Slot::Matmul);
         super::profile::add_matmul_flops(2 * (m * n * k) as u64);
-        // X in blocks of MR rows, k × MR each, zero rows past m.
+        // X in blocks of MR rows, k × MR each, zero rows past m; the buffer is kept per thread.
         let blocks = m.div_ceil(MR);
-        let mut xp = vec![0.0f32; blocks * k * MR];
-        xp.par_chunks_mut(k * MR).enumerate().for_each(|(b, blk)| {
-            for i in 0..MR.min(m - b * MR) {
-                for (kk, &v) in x[(b * MR + i) * k..][..k].iter().enumerate() {
-                    blk[kk * MR + i] = v;
+        X_PACKED.with_borrow_mut(|xp| {
+            xp.clear();
+            xp.resize(blocks * k * MR, 0.0);
+            xp.par_chunks_mut(k * MR).enumerate().for_each(|(b, blk)| {
+                for i in 0..MR.min(m - b * MR) {
+                    for (kk, &v) in x[(b * MR + i) * k..][..k].iter().enumerate() {
+                        blk[kk * MR + i] = v;
+                    }
                 }
-            }
+            });
+            self.panels_times(y, xp, bias, m);
         });
+    }
+
+    /// Y = packed X · packed W [+ bias]; threads split the panels, so each writes its own columns.
+    fn panels_times(&self, y: &mut [f32], xp: &[f32], bias: Option<&[f32]>, m: usize) {
+        let (n, k) = (self.n, self.k);
+        let blocks = m.div_ceil(MR);
         let np = n.div_ceil(NR);
         let threads = rayon::current_num_threads().clamp(1, np);
         let per = np.div_ceil(threads);
-        // Each thread owns a range of panels: output columns [p0·NR, p1·NR) of every row.
         let out = SendPtr(y.as_mut_ptr());
         (0..threads).into_par_iter().for_each(|t| {
-            let (p0, p1) = (t * per, ((t + 1) * per).min(np));
             let out = &out;
-            for p in p0..p1 {
+            for p in t * per..((t + 1) * per).min(np) {
                 let panel = &self.panels[p * k * NR..][..k * NR];
                 let c0 = p * NR;
                 let cols = NR.min(n - c0);
+                let bias = bias.map(|b| &b[c0..c0 + cols]);
                 for b in 0..blocks {
-                    let mut acc = [[0.0f32; NR]; MR];
-                    micro_kernel(&xp[b * k * MR..][..k * MR], panel, k, &mut acc);
                     let rows = MR.min(m - b * MR);
-                    for (i, a) in acc.iter().enumerate().take(rows) {
-                        // SAFETY: row b·MR + i < m and columns c0..c0 + cols < n lie inside Y
-                        // (asserted above); threads write disjoint column ranges.
-                        let dst = unsafe { std::slice::from_raw_parts_mut(out.0.add((b * MR + i) * n + c0), cols) };
-                        match bias {
-                            Some(bias) => {
-                                for (j, d) in dst.iter_mut().enumerate() {
-                                    *d = a[j] + bias[c0 + j];
-                                }
-                            }
-                            None => dst.copy_from_slice(&a[..cols]),
-                        }
+                    // SAFETY: rows b·MR.. b·MR + rows < m and columns c0..c0 + cols ≤ n lie inside Y
+                    // (asserted in `forward`); threads write disjoint column ranges.
+                    unsafe {
+                        micro_kernel(
+                            &xp[b * k * MR..][..k * MR],
+                            panel,
+                            k,
+                            out.0.add(b * MR * n + c0),
+                            n,
+                            rows,
+                            cols,
+                            bias,
+                        );
                     }
                 }
             }
@@ -129,15 +146,32 @@ impl PackedLinear {
     }
 }
 
+thread_local! {
+    static X_PACKED: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 struct SendPtr(*mut f32);
 // SAFETY: used only to write disjoint regions from different threads (see `forward`).
 unsafe impl Sync for SendPtr {}
 unsafe impl Send for SendPtr {}
 
-/// acc (MR, NR) = Σ_p xp[p] ⊗ panel[p] over k steps: a column of MR rows of X times a row of NR
-/// weights, accumulated in registers.
+/// Y[i][j] = Σ_p xp[p][i] · panel[p][j] (+ bias[j]) for i < rows, j < cols, accumulated in
+/// registers: a column of MR rows of X times a row of NR weights per step.
+///
+/// # Safety
+/// `y` must be valid for writes at `i·ldy + j` for every i < rows, j < cols.
+#[allow(clippy::too_many_arguments)]
 #[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl+avx2+fma+bmi1+bmi2+lzcnt+popcnt"))]
-fn micro_kernel(xp: &[f32], panel: &[f32], k: usize, acc: &mut [[f32; NR]; MR]) {
+unsafe fn micro_kernel(
+    xp: &[f32],
+    panel: &[f32],
+    k: usize,
+    y: *mut f32,
+    ldy: usize,
+    rows: usize,
+    cols: usize,
+    bias: Option<&[f32]>,
+) {
     let (xp, panel) = (&xp[..k * MR], &panel[..k * NR]);
     let mut c = [[0.0f32; NR]; MR];
     for (a, b) in xp.chunks_exact(MR).zip(panel.chunks_exact(NR)) {
@@ -147,5 +181,21 @@ fn micro_kernel(xp: &[f32], panel: &[f32], k: usize, acc: &mut [[f32; NR]; MR]) 
             }
         }
     }
-    *acc = c;
+    if let Some(bias) = bias {
+        for row in c.iter_mut() {
+            for (x, &b) in row.iter_mut().zip(bias) {
+                *x += b;
+            }
+        }
+    }
+    for (i, row) in c.iter().enumerate().take(rows) {
+        // SAFETY: the caller guarantees row i < rows, columns < cols are writable.
+        let dst = unsafe { std::slice::from_raw_parts_mut(y.add(i * ldy), cols) };
+        if cols == NR {
+            let dst: &mut [f32; NR] = dst.try_into().unwrap();
+            *dst = *row;
+        } else {
+            dst.copy_from_slice(&row[..cols]);
+        }
+    }
 }
