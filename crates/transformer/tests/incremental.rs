@@ -5,6 +5,7 @@
 mod common;
 
 use common::assert_close;
+use transformer::model::DecoderState;
 use transformer::rng::Rng;
 use transformer::{Batch, ModelConfig, Positions, Transformer, Workspace, BOS};
 
@@ -169,4 +170,56 @@ fn empty_source_attends_to_nothing() {
     let alone = m.decode_step(&enc1, &mut st1, &[BOS]).unwrap().to_vec();
     assert_eq!(&both[..v], &alone[..]);
     assert!(both.iter().all(|x| x.is_finite()));
+}
+
+/// Decodes `steps` positions of `srcs` in `st` (already started), every row fed a random token and
+/// the rows reordered by a random keep list after each step; returns every step's logits.
+fn drive(
+    m: &Transformer,
+    enc: &transformer::model::Encoded,
+    st: &mut DecoderState,
+    steps: usize,
+    seed: u64,
+) -> Vec<Vec<f32>> {
+    let v = m.config.vocab_size;
+    let mut rng = Rng::new(seed);
+    let mut tokens = vec![BOS; st.rows()];
+    let mut out = Vec::new();
+    for _ in 0..steps {
+        out.push(m.decode_step(enc, st, &tokens).unwrap().to_vec());
+        let rows = st.rows();
+        let n = 1 + (rng.next_u64() % 6) as usize;
+        let keep: Vec<usize> = (0..n).map(|_| (rng.next_u64() % rows as u64) as usize).collect();
+        st.reorder(&keep);
+        tokens = random_ids(&mut rng, n, v);
+    }
+    out
+}
+
+#[test]
+fn a_reused_state_decodes_exactly_like_a_fresh_one() {
+    let m = model(Positions::Sinusoidal, 11);
+    let v = m.config.vocab_size;
+    let mut rng = Rng::new(12);
+    let mut ws = Workspace::new();
+    let packed = std::sync::Arc::new(m.pack_decoder());
+    // A first batch of 3 sentences grows the buffers past 16 positions.
+    let a: Vec<Vec<u32>> = [6, 3, 9].iter().map(|&n| random_ids(&mut rng, n, v)).collect();
+    let a_refs: Vec<&[u32]> = a.iter().map(|s| s.as_slice()).collect();
+    let enc_a = m.encode(&a_refs, &mut ws).unwrap();
+    let mut st = m.start_decoding_packed(&enc_a, 40, packed.clone()).unwrap();
+    drive(&m, &enc_a, &mut st, 30, 1);
+    // Then a smaller batch in the same state, against a fresh state: bit for bit the same.
+    let b: Vec<Vec<u32>> = [4, 8].iter().map(|&n| random_ids(&mut rng, n, v)).collect();
+    let b_refs: Vec<&[u32]> = b.iter().map(|s| s.as_slice()).collect();
+    let enc_b = m.encode(&b_refs, &mut ws).unwrap();
+    m.restart_decoding(&enc_b, 24, packed.clone(), &mut st).unwrap();
+    assert_eq!((st.rows(), st.len()), (2, 0));
+    let reused = drive(&m, &enc_b, &mut st, 22, 2);
+    let mut fresh_st = m.start_decoding(&enc_b, 24).unwrap();
+    let fresh = drive(&m, &enc_b, &mut fresh_st, 22, 2);
+    assert_eq!(reused, fresh);
+    // Packed weights of another model are refused.
+    let other = Transformer::new(ModelConfig { d_model: 12, ..config(Positions::Sinusoidal) }, 1).unwrap();
+    assert!(m.restart_decoding(&enc_b, 24, std::sync::Arc::new(other.pack_decoder()), &mut st).is_err());
 }

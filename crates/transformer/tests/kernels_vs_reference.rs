@@ -79,10 +79,10 @@ fn packed_linear_matches_reference() {
         let packed = packed::PackedLinear::new(&to_f32(&w), n, k);
         assert_eq!((packed.n(), packed.k()), (n, k));
         let mut y = vec![f32::NAN; m * n];
-        packed.forward(&mut y, &to_f32(&x), Some(&to_f32(&b)), m);
+        packed.forward(&mut y, &to_f32(&x), &to_f32(&w), Some(&to_f32(&b)), m);
         assert_close(&format!("{m}x{n}x{k} + bias"), &to_f64(&y), &r::linear_forward(&x, &w, &b, m, n, k), ATOL, RTOL);
         let mut y = vec![f32::NAN; m * n];
-        packed.forward(&mut y, &to_f32(&x), None, m);
+        packed.forward(&mut y, &to_f32(&x), &to_f32(&w), None, m);
         let zero = vec![0.0; n];
         assert_close(&format!("{m}x{n}x{k}"), &to_f64(&y), &r::linear_forward(&x, &w, &zero, m, n, k), ATOL, RTOL);
     }

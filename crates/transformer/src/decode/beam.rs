@@ -157,7 +157,7 @@ fn better(a: &Cand, b: &Cand) -> std::cmp::Ordering {
 }
 
 /// The `k` best next tokens of one row (never PAD or BOS; only EOS when `eos_only`), as
-/// (log p, token), best first, where log p = score − `norm` in f32. NaN counts as −∞. Blocks of 16
+/// (log p, token), best first, where log p = score − `norm` in f32. NaN counts as −∞. Blocks of 64
 /// scores whose maximum cannot beat the k-th best so far are skipped whole: f32 subtraction is
 /// monotone, so max(score) − norm bounds every log p of the block.
 #[multiversion(targets(
@@ -177,12 +177,12 @@ fn top_k(row: &[f32], norm: f32, k: usize, eos_only: bool) -> Vec<(f64, u32)> {
         return vec![(key(row[EOS as usize]), EOS)];
     }
     let mut best: Vec<(f64, u32)> = Vec::with_capacity(k + 1);
-    for (b, block) in row.chunks(16).enumerate() {
+    for (b, block) in row.chunks(64).enumerate() {
         if best.len() == k && key(max(block)) <= best[k - 1].0 {
             continue;
         }
         for (i, &x) in block.iter().enumerate() {
-            let j = (b * 16 + i) as u32;
+            let j = (b * 64 + i) as u32;
             if j == PAD || j == BOS {
                 continue;
             }
@@ -318,9 +318,27 @@ impl<'m> ModelScorer<'m> {
         ws: &mut Workspace,
         packed: Arc<PackedDecoder>,
     ) -> Result<Self> {
+        Self::reusing(model, srcs, max_steps, ws, packed, DecoderState::default())
+    }
+
+    /// [`ModelScorer::with_packed`] decoding in the buffers of `state` (from
+    /// [`ModelScorer::into_state`] of an earlier batch).
+    pub fn reusing(
+        model: &'m Transformer,
+        srcs: &[&[u32]],
+        max_steps: usize,
+        ws: &mut Workspace,
+        packed: Arc<PackedDecoder>,
+        mut state: DecoderState,
+    ) -> Result<Self> {
         let enc = model.encode(srcs, ws)?;
-        let state = model.start_decoding_packed(&enc, max_steps, packed)?;
+        model.restart_decoding(&enc, max_steps, packed, &mut state)?;
         Ok(ModelScorer { model, enc, state, log_norms: Vec::new(), rows_decoded: 0 })
+    }
+
+    /// The decoder state, to reuse its buffers for the next batch.
+    pub fn into_state(self) -> DecoderState {
+        self.state
     }
 }
 
@@ -371,23 +389,28 @@ pub fn translate_batch(
     cfg: &BeamConfig,
     ws: &mut Workspace,
 ) -> Result<Vec<Vec<Hypothesis>>> {
-    Ok(search_batch(model, srcs, cfg, ws, &Arc::new(model.pack_decoder()))?.0)
+    let packed = Arc::new(model.pack_decoder());
+    Ok(search_batch(model, srcs, cfg, ws, &packed, &mut DecoderState::default())?.0)
 }
 
-/// [`translate_batch`] with the decoder weights packed once by `model.pack_decoder()`, also
-/// returning the rows decoded summed over steps.
+/// [`translate_batch`] with the decoder weights packed once by `model.pack_decoder()` and the
+/// buffers of `state` reused (it is left holding them for the next batch); also returns the rows
+/// decoded summed over steps.
 pub fn search_batch(
     model: &Transformer,
     srcs: &[&[u32]],
     cfg: &BeamConfig,
     ws: &mut Workspace,
     packed: &Arc<PackedDecoder>,
+    state: &mut DecoderState,
 ) -> Result<(Vec<Vec<Hypothesis>>, usize)> {
     cfg.validate()?;
     let cap = model.config.max_positions - 1;
     let steps = srcs.iter().map(|s| cfg.max_len(s.len()).min(cap) + 1).max().unwrap_or(0);
-    let mut scorer = ModelScorer::with_packed(model, srcs, steps, ws, Arc::clone(packed))?;
+    let mut scorer = ModelScorer::reusing(model, srcs, steps, ws, Arc::clone(packed), std::mem::take(state))?;
     let lens: Vec<usize> = srcs.iter().map(|s| s.len()).collect();
-    let hyps = beam_search(&mut scorer, &lens, cfg, cap)?;
-    Ok((hyps, scorer.rows_decoded))
+    let hyps = beam_search(&mut scorer, &lens, cfg, cap);
+    let rows = scorer.rows_decoded;
+    *state = scorer.into_state();
+    Ok((hyps?, rows))
 }

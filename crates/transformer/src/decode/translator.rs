@@ -75,13 +75,14 @@ pub fn translate_all(
     order.sort_by_key(|&p| std::cmp::Reverse(pieces[p].1.len()));
     let mut piece_hyps: Vec<Vec<Hypothesis>> = vec![Vec::new(); pieces.len()];
     let packed = std::sync::Arc::new(model.pack_decoder());
+    let mut state = crate::model::DecoderState::default();
     let mut start = 0;
     while start < order.len() {
         let longest = pieces[order[start]].1.len();
         let fit = (opts.max_tokens / longest.max(1)).clamp(1, opts.max_sentences.max(1));
         let end = (start + fit).min(order.len());
         let batch: Vec<&[u32]> = order[start..end].iter().map(|&p| pieces[p].1).collect();
-        let (hyps, rows) = search_batch(model, &batch, &opts.search, ws, &packed)?;
+        let (hyps, rows) = search_batch(model, &batch, &opts.search, ws, &packed, &mut state)?;
         stats.rows_decoded += rows;
         for (&p, h) in order[start..end].iter().zip(hyps) {
             piece_hyps[p] = h;

@@ -199,6 +199,21 @@ impl Transformer {
         max_steps: usize,
         packed: Arc<PackedDecoder>,
     ) -> Result<DecoderState> {
+        let mut st = DecoderState::default();
+        self.restart_decoding(enc, max_steps, packed, &mut st)?;
+        Ok(st)
+    }
+
+    /// Makes `st` a fresh decoder state for `enc` like [`Transformer::start_decoding_packed`], but
+    /// keeps its buffers: decoding batch after batch then allocates (and page-faults) nothing new
+    /// once the buffers have grown to the largest batch.
+    pub fn restart_decoding(
+        &self,
+        enc: &Encoded,
+        max_steps: usize,
+        packed: Arc<PackedDecoder>,
+        st: &mut DecoderState,
+    ) -> Result<()> {
         let c = &self.config;
         if packed.d_model != c.d_model || packed.vocab != c.vocab_size || packed.layers.len() != c.n_layers {
             return Err(Error::Config("the packed decoder weights belong to a different model".into()));
@@ -209,22 +224,18 @@ impl Transformer {
                 c.max_positions
             )));
         }
-        let cap = max_steps.min(16);
-        let mut st = DecoderState {
-            sent: (0..enc.b).collect(),
-            len: 0,
-            cap,
-            max_steps,
-            origin: vec![0; enc.b * cap],
-            keys: vec![Vec::new(); c.n_layers],
-            values: vec![Vec::new(); c.n_layers],
-            hk: c.n_heads * c.d_k,
-            hv: c.n_heads * c.d_v,
-            packed: Some(packed),
-            ..Default::default()
-        };
+        st.sent.clear();
+        st.sent.extend(0..enc.b);
+        (st.len, st.max_steps, st.slots) = (0, max_steps, 0);
+        st.cap = max_steps.min(16);
+        at_least(&mut st.origin, enc.b * st.cap);
+        st.keys.resize(c.n_layers, Vec::new());
+        st.values.resize(c.n_layers, Vec::new());
+        (st.hk, st.hv) = (c.n_heads * c.d_k, c.n_heads * c.d_v);
+        st.packed = Some(packed);
+        st.logits.clear();
         st.add_slots(enc.b);
-        Ok(st)
+        Ok(())
     }
 
     /// One decoder step: feeds `tokens` (one per row: each row's previous output, BOS first) at the
@@ -271,25 +282,31 @@ impl Transformer {
         let emb = &p[o.embed..o.embed + v * d];
         let scale = (d as f32).sqrt();
         let pos = &self.positions()[st.len * d..(st.len + 1) * d];
-        for (r, x) in st.x.chunks_exact_mut(d).enumerate() {
-            let e = &emb[tokens[r] as usize * d..][..d];
+        st.x.par_chunks_mut(d).zip(tokens.par_iter()).for_each(|(x, &tok)| {
+            let e = &emb[tok as usize * d..][..d];
             for j in 0..d {
                 x[j] = e[j] * scale + pos[j];
             }
-        }
+        });
         let t = st.len + 1; // keys visible to this step, the new one included
         for (l, (lo, pl)) in o.decoder.iter().zip(&packed.layers).enumerate() {
             // Causal self-attention over the cache, extended by this position's key and value.
             let ao = &lo.self_attn;
             let nq = 2 * hk + hv;
-            pl.self_qkv.forward(&mut st.proj, &st.x, Some(&p[ao.b_qkv..][..nq]), rows);
+            pl.self_qkv.forward(&mut st.proj, &st.x, &p[ao.w_qkv..][..nq * d], Some(&p[ao.b_qkv..][..nq]), rows);
             // Row r's new key and value go to slot r.
             let (cap, len) = (st.cap, st.len);
-            for r in 0..rows {
-                let pr = &st.proj[r * nq..(r + 1) * nq];
-                st.keys[l][(r * cap + len) * hk..][..hk].copy_from_slice(&pr[hk..2 * hk]);
-                st.values[l][(r * cap + len) * hv..][..hv].copy_from_slice(&pr[2 * hk..]);
-            }
+            let proj = &st.proj;
+            st.keys[l]
+                .par_chunks_mut(cap * hk)
+                .zip(st.values[l].par_chunks_mut(cap * hv))
+                .take(rows)
+                .enumerate()
+                .for_each(|(r, (ks, vs))| {
+                    let pr = &proj[r * nq..(r + 1) * nq];
+                    ks[len * hk..][..hk].copy_from_slice(&pr[hk..2 * hk]);
+                    vs[len * hv..][..hv].copy_from_slice(&pr[2 * hk..]);
+                });
             {
                 let (keys, values, proj, origin) = (&st.keys[l], &st.values[l], &st.proj, &st.origin);
                 attend(&mut st.ctx, c.n_heads, c.d_k, c.d_v, |r| {
@@ -308,7 +325,13 @@ impl Transformer {
             self.project_norm(&pl.self_o, ao, &lo.self_attn_norm, st, rows);
             // Encoder–decoder attention over the cached source keys and values.
             let ao = &lo.cross_attn;
-            pl.cross_q.forward(&mut st.proj[..rows * hk], &st.x, Some(&p[ao.b_qkv..][..hk]), rows);
+            pl.cross_q.forward(
+                &mut st.proj[..rows * hk],
+                &st.x,
+                &p[ao.w_qkv..][..hk * d],
+                Some(&p[ao.b_qkv..][..hk]),
+                rows,
+            );
             {
                 let (kv, proj, sent) = (&enc.cross_kv[l], &st.proj, &st.sent);
                 let ld = hk + hv;
@@ -323,20 +346,21 @@ impl Transformer {
             self.project_norm(&pl.cross_o, ao, &lo.cross_attn_norm, st, rows);
             // FFN.
             let fo = &lo.ffn;
-            pl.w_1.forward(&mut st.hidden, &st.x, None, rows);
+            pl.w_1.forward(&mut st.hidden, &st.x, &p[fo.w_1..][..f * d], None, rows);
             bias_relu_forward(&mut st.hidden, &p[fo.b_1..][..f]);
-            pl.w_2.forward(&mut st.y, &st.hidden, None, rows);
+            pl.w_2.forward(&mut st.y, &st.hidden, &p[fo.w_2..][..d * f], None, rows);
             self.residual_norm(&lo.ffn_norm, &p[fo.b_2..][..d], st);
         }
         st.len += 1;
-        packed.output.forward(&mut st.logits, &st.x, None, rows);
+        packed.output.forward(&mut st.logits, &st.x, emb, None, rows);
         Ok(&st.logits)
     }
 
     /// W^O over the heads in `st.ctx`, then x ← LN(x + y + b^O).
     fn project_norm(&self, w_o: &PackedLinear, ao: &AttnOffsets, no: &NormOffsets, st: &mut DecoderState, rows: usize) {
-        let d = self.config.d_model;
-        w_o.forward(&mut st.y, &st.ctx, None, rows);
+        let c = &self.config;
+        let (d, hv) = (c.d_model, c.n_heads * c.d_v);
+        w_o.forward(&mut st.y, &st.ctx, &self.params[ao.w_o..][..d * hv], None, rows);
         self.residual_norm(no, &self.params[ao.b_o..][..d], st);
     }
 
@@ -476,7 +500,7 @@ impl DecoderState {
     }
 
     /// Makes sure there are at least `rows` slots (a new slot's positions are written before they
-    /// are read).
+    /// are read). Buffers may be longer than the slots need.
     fn add_slots(&mut self, rows: usize) {
         if rows <= self.slots {
             return;
@@ -484,7 +508,7 @@ impl DecoderState {
         self.slots = rows;
         for (caches, w) in [(&mut self.keys, self.hk), (&mut self.values, self.hv)] {
             for cache in caches.iter_mut() {
-                cache.resize(rows * self.cap * w, 0.0);
+                at_least(cache, rows * self.cap * w);
             }
         }
     }
@@ -496,7 +520,7 @@ impl DecoderState {
         let rows = self.sent.len();
         assert!(keep.iter().all(|&r| r < rows), "reorder: row index out of range");
         let (cap, len) = (self.cap, self.len);
-        self.spare_origin.resize(keep.len() * cap, 0);
+        at_least(&mut self.spare_origin, keep.len() * cap);
         for (i, &r) in keep.iter().enumerate() {
             self.spare_origin[i * cap..][..len].copy_from_slice(&self.origin[r * cap..][..len]);
         }
@@ -512,7 +536,7 @@ impl DecoderState {
         for (caches, w) in [(&mut self.keys, self.hk), (&mut self.values, self.hv)] {
             for cache in caches.iter_mut() {
                 // Positions ≥ len are stale but never read before being written.
-                self.spare.resize(self.slots * cap * w, 0.0);
+                at_least(&mut self.spare, self.slots * cap * w);
                 for s in 0..self.slots {
                     self.spare[s * cap * w..][..len * w].copy_from_slice(&cache[s * old_cap * w..][..len * w]);
                 }
@@ -520,11 +544,18 @@ impl DecoderState {
             }
         }
         let rows = self.sent.len();
-        self.spare_origin.resize(rows * cap, 0);
+        at_least(&mut self.spare_origin, rows * cap);
         for r in 0..rows {
             self.spare_origin[r * cap..][..len].copy_from_slice(&self.origin[r * old_cap..][..len]);
         }
         std::mem::swap(&mut self.origin, &mut self.spare_origin);
         self.cap = cap;
+    }
+}
+
+/// Lengthens `v` to at least `n` elements (never shortens it: the buffers only grow).
+fn at_least<T: Clone + Default>(v: &mut Vec<T>, n: usize) {
+    if v.len() < n {
+        v.resize(n, T::default());
     }
 }

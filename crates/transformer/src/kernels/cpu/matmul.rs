@@ -81,8 +81,12 @@ pub fn linear_forward(y: &mut [f32], x: &[f32], w: &[f32], bias: Option<&[f32]>,
     match bias {
         Some(bias) => {
             assert_eq!(bias.len(), n);
-            for row in y.chunks_exact_mut(n) {
-                row.copy_from_slice(bias);
+            let fill = |rows: &mut [f32]| rows.chunks_exact_mut(n).for_each(|row| row.copy_from_slice(bias));
+            if m * n >= 1 << 16 {
+                use rayon::prelude::*;
+                y.par_chunks_mut(n * 64).for_each(fill);
+            } else if n > 0 {
+                fill(y);
             }
             matmul(y, x, Op::N, w, Op::T, m, n, k, true);
         }

@@ -22,13 +22,12 @@ pub const MR: usize = 12;
 /// Products with more rows than this go to the `gemm` crate.
 pub const PACKED_MAX_ROWS: usize = 160;
 
-/// A weight matrix W (n, k), kept as given and packed into panels.
+/// A weight matrix W (n, k) packed into panels. The products also take W as given, for the
+/// `gemm` path, so the packing holds no second copy of it.
 #[derive(Clone, Debug)]
 pub struct PackedLinear {
     n: usize,
     k: usize,
-    /// W as given, for the fallback path.
-    w: Vec<f32>,
     /// ceil(n / NR) panels of k × NR, zero-padded past column n. Empty when unused.
     panels: Vec<f32>,
 }
@@ -68,7 +67,7 @@ impl PackedLinear {
                 }
             });
         }
-        PackedLinear { n, k, w: w.to_vec(), panels }
+        PackedLinear { n, k, panels }
     }
 
     /// Output width n.
@@ -81,15 +80,16 @@ impl PackedLinear {
         self.k
     }
 
-    /// Y (m, n) = X (m, k) · Wᵀ [+ bias].
-    pub fn forward(&self, y: &mut [f32], x: &[f32], bias: Option<&[f32]>, m: usize) {
+    /// Y (m, n) = X (m, k) · Wᵀ [+ bias], where `w` is the matrix this was packed from.
+    pub fn forward(&self, y: &mut [f32], x: &[f32], w: &[f32], bias: Option<&[f32]>, m: usize) {
         let (n, k) = (self.n, self.k);
+        assert_eq!(w.len(), n * k, "PackedLinear: W has {} elements, expected {n}x{k}", w.len());
         assert_eq!(y.len(), m * n, "PackedLinear: Y has {} elements, expected {m}x{n}", y.len());
         assert_eq!(x.len(), m * k, "PackedLinear: X has {} elements, expected {m}x{k}", x.len());
         assert!(bias.is_none_or(|b| b.len() == n));
         // Many rows: the `gemm` crate's blocking does better (measured by bench-gemm).
         if self.panels.is_empty() || m == 0 || k == 0 || m > PACKED_MAX_ROWS {
-            return linear_forward(y, x, &self.w, bias, m, n, k);
+            return linear_forward(y, x, w, bias, m, n, k);
         }
         let _t = super::profile::scope(super::profile::Slot::Matmul);
         super::profile::add_matmul_flops(2 * (m * n * k) as u64);
