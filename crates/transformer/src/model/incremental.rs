@@ -529,26 +529,33 @@ impl DecoderState {
         self.sent = keep.iter().map(|&r| self.sent[r]).collect();
     }
 
-    /// Doubles the positions a slot has room for (up to `max_steps`).
+    /// Doubles the positions a slot has room for (up to `max_steps`), and compacts: each row's
+    /// history is gathered into slot r of the new layout, so slots no row refers to any more (rows
+    /// dropped since the start) take no room. A late, long-running sentence then holds
+    /// rows × cap floats, not the batch's first row count × cap.
     fn grow(&mut self) {
         let (old_cap, len) = (self.cap, self.len);
         let cap = (2 * old_cap).clamp(1, self.max_steps);
+        let rows = self.sent.len();
+        let origin = &self.origin;
         for (caches, w) in [(&mut self.keys, self.hk), (&mut self.values, self.hv)] {
             for cache in caches.iter_mut() {
                 // Positions ≥ len are stale but never read before being written.
-                at_least(&mut self.spare, self.slots * cap * w);
-                for s in 0..self.slots {
-                    self.spare[s * cap * w..][..len * w].copy_from_slice(&cache[s * old_cap * w..][..len * w]);
-                }
+                at_least(&mut self.spare, rows * cap * w);
+                self.spare.par_chunks_mut(cap * w).take(rows).enumerate().for_each(|(r, dst)| {
+                    for (t, d) in dst.chunks_exact_mut(w).take(len).enumerate() {
+                        let slot = origin[r * old_cap + t] as usize;
+                        d.copy_from_slice(&cache[(slot * old_cap + t) * w..][..w]);
+                    }
+                });
                 std::mem::swap(cache, &mut self.spare);
             }
         }
-        let rows = self.sent.len();
-        at_least(&mut self.spare_origin, rows * cap);
+        at_least(&mut self.origin, rows * cap);
         for r in 0..rows {
-            self.spare_origin[r * cap..][..len].copy_from_slice(&self.origin[r * old_cap..][..len]);
+            self.origin[r * cap..][..len].fill(r as u32);
         }
-        std::mem::swap(&mut self.origin, &mut self.spare_origin);
+        self.slots = rows;
         self.cap = cap;
     }
 }
