@@ -87,26 +87,28 @@ impl PackedLinear {
         assert_eq!(y.len(), m * n, "PackedLinear: Y has {} elements, expected {m}x{n}", y.len());
         assert_eq!(x.len(), m * k, "PackedLinear: X has {} elements, expected {m}x{k}", x.len());
         assert!(bias.is_none_or(|b| b.len() == n));
-        // Many rows: the `gemm` crate's blocking does better (measured by bench-gemm).
+        // Many rows: the `gemm` crate's blocking does better (examples/packed_vs_gemm.rs).
         if self.panels.is_empty() || m == 0 || k == 0 || m > PACKED_MAX_ROWS {
             return linear_forward(y, x, w, bias, m, n, k);
         }
         let _t = super::profile::scope(super::profile::Slot::Matmul);
         super::profile::add_matmul_flops(2 * (m * n * k) as u64);
-        // X in blocks of MR rows, k × MR each, zero rows past m; the buffer is kept per thread.
+        // X in blocks of MR rows, k × MR each, zero rows past m. The buffer is kept per thread; it is
+        // taken out while in use, so a product started on this thread meanwhile (rayon may run
+        // another task here while this one waits) gets a fresh one instead of a borrow conflict.
         let blocks = m.div_ceil(MR);
-        X_PACKED.with_borrow_mut(|xp| {
-            xp.clear();
-            xp.resize(blocks * k * MR, 0.0);
-            xp.par_chunks_mut(k * MR).enumerate().for_each(|(b, blk)| {
-                for i in 0..MR.min(m - b * MR) {
-                    for (kk, &v) in x[(b * MR + i) * k..][..k].iter().enumerate() {
-                        blk[kk * MR + i] = v;
-                    }
+        let mut xp = X_PACKED.take();
+        xp.clear();
+        xp.resize(blocks * k * MR, 0.0);
+        xp.par_chunks_mut(k * MR).enumerate().for_each(|(b, blk)| {
+            for i in 0..MR.min(m - b * MR) {
+                for (kk, &v) in x[(b * MR + i) * k..][..k].iter().enumerate() {
+                    blk[kk * MR + i] = v;
                 }
-            });
-            self.panels_times(y, xp, bias, m);
+            }
         });
+        self.panels_times(y, &xp, bias, m);
+        X_PACKED.set(xp);
     }
 
     /// Y = packed X · packed W [+ bias]; threads split the panels, so each writes its own columns.
@@ -147,7 +149,7 @@ impl PackedLinear {
 }
 
 thread_local! {
-    static X_PACKED: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+    static X_PACKED: std::cell::Cell<Vec<f32>> = const { std::cell::Cell::new(Vec::new()) };
 }
 
 struct SendPtr(*mut f32);
