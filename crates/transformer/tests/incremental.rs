@@ -173,12 +173,14 @@ fn empty_source_attends_to_nothing() {
 }
 
 /// Decodes `steps` positions of `srcs` in `st` (already started), every row fed a random token and
-/// the rows reordered by a random keep list after each step; returns every step's logits.
+/// the rows reordered by a random keep list of 1..=`max_rows` rows after each step; returns every
+/// step's logits.
 fn drive(
     m: &Transformer,
     enc: &transformer::model::Encoded,
     st: &mut DecoderState,
     steps: usize,
+    max_rows: u64,
     seed: u64,
 ) -> Vec<Vec<f32>> {
     let v = m.config.vocab_size;
@@ -188,7 +190,7 @@ fn drive(
     for _ in 0..steps {
         out.push(m.decode_step(enc, st, &tokens).unwrap().to_vec());
         let rows = st.rows();
-        let n = 1 + (rng.next_u64() % 6) as usize;
+        let n = 1 + (rng.next_u64() % max_rows) as usize;
         let keep: Vec<usize> = (0..n).map(|_| (rng.next_u64() % rows as u64) as usize).collect();
         st.reorder(&keep);
         tokens = random_ids(&mut rng, n, v);
@@ -208,17 +210,26 @@ fn a_reused_state_decodes_exactly_like_a_fresh_one() {
     let a_refs: Vec<&[u32]> = a.iter().map(|s| s.as_slice()).collect();
     let enc_a = m.encode(&a_refs, &mut ws).unwrap();
     let mut st = m.start_decoding_packed(&enc_a, 40, packed.clone()).unwrap();
-    drive(&m, &enc_a, &mut st, 30, 1);
+    drive(&m, &enc_a, &mut st, 30, 6, 1);
     // Then a smaller batch in the same state, against a fresh state: bit for bit the same.
     let b: Vec<Vec<u32>> = [4, 8].iter().map(|&n| random_ids(&mut rng, n, v)).collect();
     let b_refs: Vec<&[u32]> = b.iter().map(|s| s.as_slice()).collect();
     let enc_b = m.encode(&b_refs, &mut ws).unwrap();
     m.restart_decoding(&enc_b, 24, packed.clone(), &mut st).unwrap();
     assert_eq!((st.rows(), st.len()), (2, 0));
-    let reused = drive(&m, &enc_b, &mut st, 22, 2);
+    let reused = drive(&m, &enc_b, &mut st, 22, 6, 2);
     let mut fresh_st = m.start_decoding(&enc_b, 24).unwrap();
-    let fresh = drive(&m, &enc_b, &mut fresh_st, 22, 2);
+    let fresh = drive(&m, &enc_b, &mut fresh_st, 22, 6, 2);
     assert_eq!(reused, fresh);
+    // Then a larger batch with up to 200 rows (products past the packed path's 160 rows, several
+    // row blocks): again the same as a fresh state.
+    let c: Vec<Vec<u32>> = [5, 2, 7, 3, 6].iter().map(|&n| random_ids(&mut rng, n, v)).collect();
+    let c_refs: Vec<&[u32]> = c.iter().map(|s| s.as_slice()).collect();
+    let enc_c = m.encode(&c_refs, &mut ws).unwrap();
+    m.restart_decoding(&enc_c, 24, packed.clone(), &mut st).unwrap();
+    let reused = drive(&m, &enc_c, &mut st, 20, 200, 3);
+    let mut fresh_st = m.start_decoding(&enc_c, 24).unwrap();
+    assert_eq!(reused, drive(&m, &enc_c, &mut fresh_st, 20, 200, 3));
     // Packed weights of another model are refused.
     let other = Transformer::new(ModelConfig { d_model: 12, ..config(Positions::Sinusoidal) }, 1).unwrap();
     assert!(m.restart_decoding(&enc_b, 24, std::sync::Arc::new(other.pack_decoder()), &mut st).is_err());

@@ -414,3 +414,43 @@ pub fn search_batch(
     *state = scorer.into_state();
     Ok((hyps?, rows))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `top_k` against a plain sort, on rows long enough for the 64-wide block skip, with ties,
+    /// NaN and infinities, and normalisers 0 and 7.5.
+    #[test]
+    fn top_k_with_block_skip_equals_a_full_sort() {
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for trial in 0..400 {
+            let len = 5 + (next() % 400) as usize;
+            let row: Vec<f32> = (0..len)
+                .map(|_| match next() % 50 {
+                    0 => f32::NAN,
+                    1 => f32::NEG_INFINITY,
+                    2 => f32::INFINITY,
+                    // Few distinct values: many ties.
+                    x if x < 25 => (next() % 8) as f32 * 0.5 - 2.0,
+                    _ => (next() % 100_000) as f32 * 1e-4 - 5.0,
+                })
+                .collect();
+            let norm = if trial % 2 == 0 { 0.0 } else { 7.5 };
+            let k = 1 + (next() % 8) as usize;
+            let key = |x: f32| if (x - norm).is_nan() { f64::NEG_INFINITY } else { (x - norm) as f64 };
+            let mut want: Vec<(f64, u32)> =
+                (0..len as u32).filter(|&j| j != PAD && j != BOS).map(|j| (key(row[j as usize]), j)).collect();
+            // Best first; ties by lower id.
+            want.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+            want.truncate(k);
+            assert_eq!(top_k(&row, norm, k, false), want, "trial {trial}: len {len}, k {k}");
+        }
+    }
+}

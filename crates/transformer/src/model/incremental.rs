@@ -6,10 +6,11 @@
 //! ([`DecoderState::reorder`]), which is what beam search needs.
 //!
 //! The cache is never copied when rows are reordered. Row r writes the key and value of step t
-//! into slot r at position t, and position t of a slot is written only at step t, so an entry
-//! stays valid for the rest of the search; each row keeps a map from its positions to the slots
-//! holding them, and reordering rows reorders those maps (one integer per position instead of a
-//! key and a value per layer).
+//! into slot r at position t. Between growths, position t of a slot is written only at step t, so
+//! an entry stays valid; each row keeps a map from its positions to the slots holding them, and
+//! reordering rows reorders those maps (one integer per position instead of a key and a value per
+//! layer). When the cache grows, every live row's history is gathered into its own slot of the new
+//! layout and the maps are rewritten to match.
 //!
 //! No dropout is applied: this is the evaluation-mode model, and step-by-step log-probabilities
 //! equal those of the teacher-forced [`Transformer::forward`] to float rounding
@@ -43,7 +44,8 @@ pub struct Encoded {
 
 /// The decoder's weights packed for inference products ([`PackedLinear`]): built once per model
 /// and shared by every batch it decodes. It is a copy: after the model's parameters change, pack
-/// again.
+/// again. Only its shapes are checked against the model it decodes with, so packing one model and
+/// decoding with another of the same shape is a caller's error that goes undetected.
 #[derive(Debug)]
 pub struct PackedDecoder {
     d_model: usize,
@@ -215,7 +217,14 @@ impl Transformer {
         st: &mut DecoderState,
     ) -> Result<()> {
         let c = &self.config;
-        if packed.d_model != c.d_model || packed.vocab != c.vocab_size || packed.layers.len() != c.n_layers {
+        let shapes_match = packed.d_model == c.d_model
+            && packed.vocab == c.vocab_size
+            && packed.layers.len() == c.n_layers
+            && packed.layers.iter().all(|l| {
+                (l.self_qkv.n(), l.self_o.k(), l.w_1.n())
+                    == (2 * c.n_heads * c.d_k + c.n_heads * c.d_v, c.n_heads * c.d_v, c.d_ff)
+            });
+        if !shapes_match {
             return Err(Error::Config("the packed decoder weights belong to a different model".into()));
         }
         if max_steps > c.max_positions {

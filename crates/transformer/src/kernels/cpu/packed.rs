@@ -128,7 +128,7 @@ impl PackedLinear {
                 let bias = bias.map(|b| &b[c0..c0 + cols]);
                 for b in 0..blocks {
                     let rows = MR.min(m - b * MR);
-                    // SAFETY: rows b·MR.. b·MR + rows < m and columns c0..c0 + cols ≤ n lie inside Y
+                    // SAFETY: rows b·MR..b·MR + rows ≤ m and columns c0..c0 + cols ≤ n lie inside Y
                     // (asserted in `forward`); threads write disjoint column ranges.
                     unsafe {
                         micro_kernel(
