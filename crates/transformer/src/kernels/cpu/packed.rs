@@ -93,21 +93,24 @@ impl PackedLinear {
         }
         let _t = super::profile::scope(super::profile::Slot::Matmul);
         super::profile::add_matmul_flops(2 * (m * n * k) as u64);
-        // X in blocks of MR rows, k × MR each, zero rows past m. The buffer is kept per thread; it is
+        // X in blocks of MR rows, k × MR each. The buffer is kept per thread; it is
         // taken out while in use, so a product started on this thread meanwhile (rayon may run
         // another task here while this one waits) gets a fresh one instead of a borrow conflict.
         let blocks = m.div_ceil(MR);
         let mut xp = X_PACKED.take();
-        xp.clear();
-        xp.resize(blocks * k * MR, 0.0);
-        xp.par_chunks_mut(k * MR).enumerate().for_each(|(b, blk)| {
+        // The buffer is only lengthened, never cleared: the last block's rows past m may hold stale
+        // values, but rows are independent and the micro-kernel stores only rows < m.
+        if xp.len() < blocks * k * MR {
+            xp.resize(blocks * k * MR, 0.0);
+        }
+        xp[..blocks * k * MR].par_chunks_mut(k * MR).enumerate().for_each(|(b, blk)| {
             for i in 0..MR.min(m - b * MR) {
                 for (kk, &v) in x[(b * MR + i) * k..][..k].iter().enumerate() {
                     blk[kk * MR + i] = v;
                 }
             }
         });
-        self.panels_times(y, &xp, bias, m);
+        self.panels_times(y, &xp[..blocks * k * MR], bias, m);
         X_PACKED.set(xp);
     }
 
