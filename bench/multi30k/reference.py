@@ -23,6 +23,7 @@ on test_2016_flickr (beam 4, α 0.6).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -246,13 +247,13 @@ def save_checkpoint(model, c, step, vocab_hash, out: Path, keep_last: int):
     return path
 
 
-def validate(model, pairs, batches):
+def validate(model, pairs, batches, amp):
     model.eval()
     nll, n = 0.0, 0
-    with torch.no_grad():
+    with torch.no_grad(), amp():
         for b in batches:
             src, slen, tin, tout, tlen = tensors(pairs, b)
-            logits = model(src, slen, tin, tlen)
+            logits = model(src, slen, tin, tlen).float()
             nll += F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tout.reshape(-1), ignore_index=PAD,
                                    reduction="sum").item()
             n += int((tout != PAD).sum())
@@ -303,13 +304,17 @@ def main():
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: lr_scale * c["d_model"] ** -0.5 * min((s + 1) ** -0.5, (s + 1) * warmup ** -1.5))
     accumulate = t.get("accumulate", 1)
+    # train.bf16_matmul: our products take bf16 operands and sum in f32; autocast does the same to
+    # PyTorch's linear layers and matmuls.
+    bf16 = t.get("bf16_matmul", False)
+    amp = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if bf16 else contextlib.nullcontext
     batches = make_batches(train, t["max_src_tokens"], t["max_tgt_tokens"])
     vbatches = make_batches(valid, t["max_src_tokens"], t["max_tgt_tokens"])
     budget = 60.0 * (args.minutes if args.minutes is not None else t["time_limit_minutes"])
     ckpt_every = 60.0 * t.get("checkpoint_minutes", 10.0)
     keep = t.get("keep_last", 5)
     print(f"{n_params} parameters, {len(train)} training pairs in {len(batches)} batches, "
-          f"{args.threads} threads, {budget / 60:.0f} min", flush=True)
+          f"{args.threads} threads, {budget / 60:.0f} min{', bf16 autocast' if bf16 else ''}", flush=True)
     rng = random.Random(seed)
     start = last_ckpt = last_log = time.time()
     step, epoch, tokens = 0, 0, 0
@@ -326,8 +331,9 @@ def main():
             opt.zero_grad(set_to_none=True)
             loss_sum = 0.0
             for src, slen, tin, tout, tlen in group:
-                logits = model(src, slen, tin, tlen)
-                loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tout.reshape(-1), ignore_index=PAD,
+                with amp():
+                    logits = model(src, slen, tin, tlen)
+                loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), tout.reshape(-1), ignore_index=PAD,
                                        label_smoothing=c["label_smoothing"], reduction="sum") / ntok
                 loss.backward()
                 loss_sum += loss.item()
@@ -345,12 +351,12 @@ def main():
                 last_ckpt = time.time()
         else:
             epoch += 1
-            v = validate(model, valid, vbatches)
+            v = validate(model, valid, vbatches, amp)
             print(f"[{time.time() - start:7.1f}s] epoch {epoch} done at step {step}: valid perplexity {math.exp(v):.2f}",
                   flush=True)
     save_checkpoint(model, c, step, vocab_hash, args.out, keep)
     elapsed = time.time() - start
-    v = validate(model, valid, vbatches)
+    v = validate(model, valid, vbatches, amp)
     print(f"PyTorch {torch.__version__}: {step} steps, {epoch} full epochs in {elapsed:.0f} s ({stopped}); "
           f"valid perplexity {math.exp(v):.2f}; {tokens / elapsed:.0f} target tokens/s", flush=True)
 

@@ -183,7 +183,7 @@ impl ModelConfig {
                 return bad(format!("{name} = {p} must lie in [0, 1)"));
             }
         }
-        if self.positions == Positions::Sinusoidal && self.d_model % 2 != 0 {
+        if self.positions == Positions::Sinusoidal && !self.d_model.is_multiple_of(2) {
             return bad(format!("sinusoidal positions need an even d_model, got {}", self.d_model));
         }
         if self.layer_norm_eps.is_nan() || self.layer_norm_eps <= 0.0 {

@@ -60,7 +60,7 @@ impl DropoutMask {
     /// out[j] = factor(i0 + j), one hash per 4 elements.
     #[inline(always)]
     pub fn fill(&self, i0: usize, out: &mut [f32]) {
-        if i0 % 4 == 0 {
+        if i0.is_multiple_of(4) {
             // Aligned: whole groups of 4, a fixed-shape loop the compiler vectorises.
             let g0 = i0 >> 2;
             let done = out.len() & !3;

@@ -6,7 +6,9 @@
 
 mod common;
 use common::*;
-use transformer::kernels::cpu::{adam, attention, elementwise, embedding, layer_norm, matmul, packed, softmax_xent};
+use transformer::kernels::cpu::{
+    adam, amx, attention, elementwise, embedding, layer_norm, matmul, packed, softmax_xent,
+};
 use transformer::kernels::reference as r;
 use transformer::kernels::AttnDims;
 use transformer::rng::{DropoutMask, Rng};
@@ -85,6 +87,58 @@ fn packed_linear_matches_reference() {
         packed.forward(&mut y, &to_f32(&x), &to_f32(&w), None, m);
         let zero = vec![0.0; n];
         assert_close(&format!("{m}x{n}x{k}"), &to_f64(&y), &r::linear_forward(&x, &w, &zero, m, n, k), ATOL, RTOL);
+    }
+}
+
+#[test]
+fn bf16_rounding_is_nearest_even() {
+    let bits = |b: u32| amx::to_bf16(f32::from_bits(b));
+    assert_eq!(bits(0x3F80_0000), 0x3F80); // 1.0
+    assert_eq!(bits(0x3F80_7FFF), 0x3F80); // below the halfway point: down
+    assert_eq!(bits(0x3F80_8000), 0x3F80); // tie, even below: down
+    assert_eq!(bits(0x3F81_8000), 0x3F82); // tie, odd below: up
+    assert_eq!(bits(0x3F80_8001), 0x3F81); // above the halfway point: up
+    assert_eq!(bits(0xBF80_C000), 0xBF81); // negative, up in magnitude
+    assert_eq!(bits(0x7F7F_FFFF), 0x7F80); // the largest f32 rounds to +inf
+    assert_eq!(amx::to_bf16(f32::INFINITY), 0x7F80);
+    assert!(amx::from_bf16(amx::to_bf16(f32::NAN)).is_nan());
+    assert!(amx::from_bf16(amx::to_bf16(f32::from_bits(0x7FFF_FFFF))).is_nan());
+    assert_eq!(amx::from_bf16(0x4049), 3.140625);
+}
+
+/// bf16 products on AMX against the f64 product of the same bf16-rounded operands: what is left is
+/// f32 summation error. Odd shapes cover partial tiles and blocks; k = 600 covers several k passes.
+/// Where the CPU has no AMX, switching bf16 on must fail with a reason instead.
+#[test]
+fn amx_bf16_matmul_matches_reference_on_rounded_operands() {
+    if let Err(why) = amx::available() {
+        eprintln!("no AMX here ({why}); checking that bf16 cannot be switched on");
+        assert!(matmul::set_bf16(true).is_err());
+        assert!(!matmul::bf16_enabled());
+        return;
+    }
+    let round = |v: &[f64]| -> Vec<f64> { v.iter().map(|&x| amx::from_bf16(amx::to_bf16(x as f32)) as f64).collect() };
+    let mut rng = Rng::new(15);
+    for &(m, n, k) in &[(1, 1, 1), (7, 13, 5), (33, 17, 70), (64, 96, 128), (40, 50, 600), (100, 290, 33), (32, 32, 32)]
+    {
+        let a = rand_vec(&mut rng, m * k, 1.0);
+        let b = rand_vec(&mut rng, k * n, 1.0);
+        let c0 = rand_vec(&mut rng, m * n, 1.0);
+        let want = r::matmul(&round(&a), &round(&b), m, n, k);
+        let want_acc: Vec<f64> = want.iter().zip(&c0).map(|(w, c)| w + c).collect();
+        // Summation error of k products of magnitude ≤ 1 in f32.
+        let atol = 1e-6 * (k as f64).sqrt() + 1e-6;
+        for (op_a, a_st) in [(matmul::Op::N, a.clone()), (matmul::Op::T, r::transpose(&a, m, k))] {
+            for (op_b, b_st) in [(matmul::Op::N, b.clone()), (matmul::Op::T, r::transpose(&b, k, n))] {
+                let what = format!("{m}x{n}x{k} {op_a:?}{op_b:?}");
+                let mut c = vec![f32::NAN; m * n];
+                amx::matmul_bf16(&mut c, &to_f32(&a_st), op_a, &to_f32(&b_st), op_b, m, n, k, false);
+                assert_close(&what, &to_f64(&c), &want, atol, 1e-5);
+                let mut c = to_f32(&c0);
+                amx::matmul_bf16(&mut c, &to_f32(&a_st), op_a, &to_f32(&b_st), op_b, m, n, k, true);
+                assert_close(&format!("{what} accumulate"), &to_f64(&c), &want_acc, atol, 1e-5);
+            }
+        }
     }
 }
 

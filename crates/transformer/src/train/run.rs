@@ -120,6 +120,10 @@ pub struct TrainSection {
     pub keep_last: usize,
     /// Validate every this many updates (and at every epoch's end).
     pub valid_steps: Option<u64>,
+    /// Matrix products with bf16 operands and f32 sums on Intel AMX (the `bf16-matmul` departure);
+    /// weights, gradients, Adam and every other kernel stay f32.
+    #[serde(default)]
+    pub bf16_matmul: bool,
 }
 
 fn default_vocab() -> usize {
@@ -399,6 +403,11 @@ pub fn run(cfg: &RunConfig, log: &mut dyn FnMut(&str)) -> Result<RunSummary> {
     let t = &cfg.train;
     if t.accumulate == 0 || t.keep_last == 0 {
         return Err(Error::Config("train.accumulate and train.keep_last must be at least 1".into()));
+    }
+    if t.bf16_matmul {
+        crate::kernels::cpu::matmul::set_bf16(true)
+            .map_err(|e| Error::Config(format!("train.bf16_matmul = true, but {e}; set it to false")))?;
+        log("matrix products in bf16 with f32 sums (AMX; the bf16-matmul departure)");
     }
     std::fs::create_dir_all(&t.output_dir).map_err(io_err(&t.output_dir))?;
     recover_after_crash(&t.output_dir)?;

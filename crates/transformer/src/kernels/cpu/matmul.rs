@@ -1,6 +1,25 @@
 //! Matrix products for every linear map of the model, on the `gemm` crate (runtime-dispatched
 //! AVX-512/AVX2/SSE micro-kernels, rayon-parallel).
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
+static BF16: AtomicBool = AtomicBool::new(false);
+
+/// Switches every [`matmul`] of this process to bf16 operands with f32 sums on AMX (the `bf16-matmul`
+/// deviation), or back to f32. Fails, leaving f32 on, where the CPU or kernel has no AMX.
+pub fn set_bf16(on: bool) -> Result<(), String> {
+    if on {
+        super::amx::available()?;
+    }
+    BF16.store(on, Ordering::Relaxed);
+    Ok(())
+}
+
+/// Whether [`matmul`] runs in bf16 (see [`set_bf16`]).
+pub fn bf16_enabled() -> bool {
+    BF16.load(Ordering::Relaxed)
+}
+
 /// Whether an operand is used as stored (row-major) or transposed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Op {
@@ -40,6 +59,12 @@ pub fn matmul(c: &mut [f32], a: &[f32], op_a: Op, b: &[f32], op_b: Op, m: usize,
         Op::N => (n as isize, 1),
         Op::T => (1, k as isize),
     };
+    if bf16_enabled() {
+        let _t = super::profile::scope(super::profile::Slot::Matmul);
+        super::profile::add_matmul_flops(2 * (m * n * k) as u64);
+        super::amx::matmul_bf16(c, a, op_a, b, op_b, m, n, k, accumulate);
+        return;
+    }
     let threads = rayon::current_num_threads();
     let par = if threads > 1 && m * n * k >= 64 * 64 * 64 {
         gemm::Parallelism::Rayon(threads)

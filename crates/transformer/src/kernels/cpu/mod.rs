@@ -2,6 +2,7 @@
 //! Results are deterministic for a given thread count: reductions use fixed partitions.
 
 pub mod adam;
+pub mod amx;
 pub mod attention;
 pub mod elementwise;
 pub mod embedding;
