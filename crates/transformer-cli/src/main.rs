@@ -352,6 +352,9 @@ enum BenchCommand {
         /// Untimed warm-up steps.
         #[arg(long, default_value_t = 3)]
         warmup: usize,
+        /// bf16 matrix products on AMX or AVX512-BF16 (`train.bf16_matmul`, the `bf16-matmul` departure).
+        #[arg(long)]
+        bf16: bool,
         /// Print one JSON line.
         #[arg(long)]
         json: bool,
@@ -460,8 +463,8 @@ fn run(cmd: Command) -> Result<()> {
         Command::Bleu { refs, hyp, tokenize, lowercase, smooth, smooth_value, metrics, score_only } => {
             bleu(&refs, &hyp, &tokenize, lowercase, &smooth, smooth_value, &metrics, score_only)
         }
-        Command::Bench { which: BenchCommand::TrainStep { steps, warmup, json } } => {
-            bench_train_step(steps as usize, warmup, json)
+        Command::Bench { which: BenchCommand::TrainStep { steps, warmup, bf16, json } } => {
+            bench_train_step(steps as usize, warmup, bf16, json)
         }
         Command::Bench { which: BenchCommand::DataIter { data, max_tokens } } => {
             use transformer::data::batching::{epoch_order, make_batches, BatchConfig};
@@ -591,7 +594,10 @@ fn peak_rss_bytes() -> Option<u64> {
     Some(kb * 1024)
 }
 
-fn bench_train_step(steps: usize, warmup: usize, json: bool) -> Result<()> {
+fn bench_train_step(steps: usize, warmup: usize, bf16: bool, json: bool) -> Result<()> {
+    if bf16 {
+        transformer::kernels::cpu::matmul::set_bf16(true).map_err(|why| anyhow::anyhow!("--bf16: {why}"))?;
+    }
     let cfg = bench_config();
     let (b, s, t) = (64, 32, 32);
     let model = Transformer::new(cfg.clone(), 1)?;
@@ -649,13 +655,14 @@ fn bench_train_step(steps: usize, warmup: usize, json: bool) -> Result<()> {
     let threads = rayon::current_num_threads();
     let rss = peak_rss_bytes();
     if json {
-        let v = serde_json::json!({ "impl": "transformer", "threads": threads, "step_times_s": times, "median_s": median, "peak_rss_bytes": rss,
+        let v = serde_json::json!({ "impl": "transformer", "bf16": bf16, "threads": threads, "step_times_s": times, "median_s": median, "peak_rss_bytes": rss,
             "params": trainer.model.params.len(), "matmul_gflop": matmul_flops as f64 / 1e9,
             "breakdown_s": breakdown.iter().map(|(n, t)| (n.clone(), *t)).collect::<std::collections::BTreeMap<_, _>>() });
         println!("{v}");
     } else {
         println!(
-            "median step {median:.3} s over {steps} steps, {threads} threads, peak RSS {:.2} GB",
+            "median step {median:.3} s over {steps} steps, {threads} threads, {}, peak RSS {:.2} GB",
+            if bf16 { "bf16 products" } else { "f32" },
             rss.unwrap_or(0) as f64 / 1e9
         );
         println!(

@@ -7,7 +7,7 @@
 mod common;
 use common::*;
 use transformer::kernels::cpu::{
-    adam, amx, attention, elementwise, embedding, layer_norm, matmul, packed, softmax_xent,
+    adam, attention, bf16, elementwise, embedding, layer_norm, matmul, packed, softmax_xent,
 };
 use transformer::kernels::reference as r;
 use transformer::kernels::AttnDims;
@@ -92,7 +92,7 @@ fn packed_linear_matches_reference() {
 
 #[test]
 fn bf16_rounding_is_nearest_even() {
-    let bits = |b: u32| amx::to_bf16(f32::from_bits(b));
+    let bits = |b: u32| bf16::to_bf16(f32::from_bits(b));
     assert_eq!(bits(0x3F80_0000), 0x3F80); // 1.0
     assert_eq!(bits(0x3F80_7FFF), 0x3F80); // below the halfway point: down
     assert_eq!(bits(0x3F80_8000), 0x3F80); // tie, even below: down
@@ -100,24 +100,48 @@ fn bf16_rounding_is_nearest_even() {
     assert_eq!(bits(0x3F80_8001), 0x3F81); // above the halfway point: up
     assert_eq!(bits(0xBF80_C000), 0xBF81); // negative, up in magnitude
     assert_eq!(bits(0x7F7F_FFFF), 0x7F80); // the largest f32 rounds to +inf
-    assert_eq!(amx::to_bf16(f32::INFINITY), 0x7F80);
-    assert!(amx::from_bf16(amx::to_bf16(f32::NAN)).is_nan());
-    assert!(amx::from_bf16(amx::to_bf16(f32::from_bits(0x7FFF_FFFF))).is_nan());
-    assert_eq!(amx::from_bf16(0x4049), 3.140625);
+    assert_eq!(bf16::to_bf16(f32::INFINITY), 0x7F80);
+    assert!(bf16::from_bf16(bf16::to_bf16(f32::NAN)).is_nan());
+    assert!(bf16::from_bf16(bf16::to_bf16(f32::from_bits(0x7FFF_FFFF))).is_nan());
+    assert_eq!(bf16::from_bf16(0x4049), 3.140625);
 }
 
-/// bf16 products on AMX against the f64 product of the same bf16-rounded operands: what is left is
-/// f32 summation error. Odd shapes cover partial tiles and blocks; k = 600 covers several k passes.
-/// Where the CPU has no AMX, switching bf16 on must fail with a reason instead.
+/// bf16 products, on every unit this CPU has (AMX tiles, AVX512-BF16 dot products), against the
+/// f64 product of the same bf16-rounded operands: what is left is f32 summation error. Odd shapes
+/// cover partial tiles and blocks; k = 600 covers several k passes. Where the CPU has no bf16 unit,
+/// switching bf16 on must fail with a reason instead.
+/// A product of all-NaN operands whose sizes are multiples of 32 and at least those of every shape
+/// tested below: it leaves this thread's packed buffers full of NaN, padding included.
+fn poison(unit: bf16::Unit) {
+    let (m, n, k) = (128, 320, 640);
+    let mut c = vec![0f32; m * n];
+    bf16::matmul_bf16_on(
+        unit,
+        &mut c,
+        &vec![f32::NAN; m * k],
+        matmul::Op::N,
+        &vec![f32::NAN; k * n],
+        matmul::Op::N,
+        m,
+        n,
+        k,
+        false,
+    );
+    assert!(c.iter().all(|x| x.is_nan()));
+}
+
 #[test]
-fn amx_bf16_matmul_matches_reference_on_rounded_operands() {
-    if let Err(why) = amx::available() {
-        eprintln!("no AMX here ({why}); checking that bf16 cannot be switched on");
+fn bf16_matmul_matches_reference_on_rounded_operands() {
+    if let Err(why) = bf16::available() {
+        eprintln!("no bf16 unit here ({why}); checking that bf16 cannot be switched on");
+        assert!(bf16::units().is_empty());
         assert!(matmul::set_bf16(true).is_err());
         assert!(!matmul::bf16_enabled());
         return;
     }
-    let round = |v: &[f64]| -> Vec<f64> { v.iter().map(|&x| amx::from_bf16(amx::to_bf16(x as f32)) as f64).collect() };
+    assert_eq!(bf16::units().first(), bf16::unit().ok().as_ref(), "the fastest unit comes first");
+    let round =
+        |v: &[f64]| -> Vec<f64> { v.iter().map(|&x| bf16::from_bf16(bf16::to_bf16(x as f32)) as f64).collect() };
     let mut rng = Rng::new(15);
     for &(m, n, k) in &[(1, 1, 1), (7, 13, 5), (33, 17, 70), (64, 96, 128), (40, 50, 600), (100, 290, 33), (32, 32, 32)]
     {
@@ -128,15 +152,22 @@ fn amx_bf16_matmul_matches_reference_on_rounded_operands() {
         let want_acc: Vec<f64> = want.iter().zip(&c0).map(|(w, c)| w + c).collect();
         // Summation error of k products of magnitude ≤ 1 in f32.
         let atol = 1e-6 * (k as f64).sqrt() + 1e-6;
-        for (op_a, a_st) in [(matmul::Op::N, a.clone()), (matmul::Op::T, r::transpose(&a, m, k))] {
-            for (op_b, b_st) in [(matmul::Op::N, b.clone()), (matmul::Op::T, r::transpose(&b, k, n))] {
-                let what = format!("{m}x{n}x{k} {op_a:?}{op_b:?}");
-                let mut c = vec![f32::NAN; m * n];
-                amx::matmul_bf16(&mut c, &to_f32(&a_st), op_a, &to_f32(&b_st), op_b, m, n, k, false);
-                assert_close(&what, &to_f64(&c), &want, atol, 1e-5);
-                let mut c = to_f32(&c0);
-                amx::matmul_bf16(&mut c, &to_f32(&a_st), op_a, &to_f32(&b_st), op_b, m, n, k, true);
-                assert_close(&format!("{what} accumulate"), &to_f64(&c), &want_acc, atol, 1e-5);
+        assert!(m <= 128 && n <= 320 && k <= 640, "poison() must cover {m}x{n}x{k}");
+        for unit in bf16::units() {
+            for (op_a, a_st) in [(matmul::Op::N, a.clone()), (matmul::Op::T, r::transpose(&a, m, k))] {
+                for (op_b, b_st) in [(matmul::Op::N, b.clone()), (matmul::Op::T, r::transpose(&b, k, n))] {
+                    let what = format!("{unit:?} {m}x{n}x{k} {op_a:?}{op_b:?}");
+                    // The packed buffers are reused: fill them with NaN first, so padding that a
+                    // packing leaves unwritten shows up as NaN in C.
+                    poison(unit);
+                    let mut c = vec![f32::NAN; m * n];
+                    bf16::matmul_bf16_on(unit, &mut c, &to_f32(&a_st), op_a, &to_f32(&b_st), op_b, m, n, k, false);
+                    assert_close(&what, &to_f64(&c), &want, atol, 1e-5);
+                    poison(unit);
+                    let mut c = to_f32(&c0);
+                    bf16::matmul_bf16_on(unit, &mut c, &to_f32(&a_st), op_a, &to_f32(&b_st), op_b, m, n, k, true);
+                    assert_close(&format!("{what} accumulate"), &to_f64(&c), &want_acc, atol, 1e-5);
+                }
             }
         }
     }

@@ -120,7 +120,7 @@ pub struct TrainSection {
     pub keep_last: usize,
     /// Validate every this many updates (and at every epoch's end).
     pub valid_steps: Option<u64>,
-    /// Matrix products with bf16 operands and f32 sums on Intel AMX (the `bf16-matmul` departure);
+    /// Matrix products with bf16 operands and f32 sums on AMX or AVX512-BF16 (the `bf16-matmul` departure);
     /// weights, gradients, Adam and every other kernel stay f32.
     #[serde(default)]
     pub bf16_matmul: bool,
@@ -407,7 +407,8 @@ pub fn run(cfg: &RunConfig, log: &mut dyn FnMut(&str)) -> Result<RunSummary> {
     if t.bf16_matmul {
         crate::kernels::cpu::matmul::set_bf16(true)
             .map_err(|e| Error::Config(format!("train.bf16_matmul = true, but {e}; set it to false")))?;
-        log("matrix products in bf16 with f32 sums (AMX; the bf16-matmul departure)");
+        let unit = crate::kernels::cpu::bf16::unit().map_err(Error::Config)?;
+        log(&format!("matrix products in bf16 with f32 sums ({unit:?}; the bf16-matmul departure)"));
     }
     std::fs::create_dir_all(&t.output_dir).map_err(io_err(&t.output_dir))?;
     recover_after_crash(&t.output_dir)?;

@@ -5,11 +5,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 static BF16: AtomicBool = AtomicBool::new(false);
 
-/// Switches every [`matmul`] of this process to bf16 operands with f32 sums on AMX (the `bf16-matmul`
-/// deviation), or back to f32. Fails, leaving f32 on, where the CPU or kernel has no AMX.
+/// Switches every [`matmul`] of this process to bf16 operands with f32 sums (the `bf16-matmul`
+/// deviation) on the CPU's bf16 unit ([`super::bf16::unit`]: AMX tiles or AVX512-BF16), or back to
+/// f32. Fails, leaving f32 on, where the CPU has neither.
 pub fn set_bf16(on: bool) -> Result<(), String> {
     if on {
-        super::amx::available()?;
+        super::bf16::available()?;
     }
     BF16.store(on, Ordering::Relaxed);
     Ok(())
@@ -62,7 +63,7 @@ pub fn matmul(c: &mut [f32], a: &[f32], op_a: Op, b: &[f32], op_b: Op, m: usize,
     if bf16_enabled() {
         let _t = super::profile::scope(super::profile::Slot::Matmul);
         super::profile::add_matmul_flops(2 * (m * n * k) as u64);
-        super::amx::matmul_bf16(c, a, op_a, b, op_b, m, n, k, accumulate);
+        super::bf16::matmul_bf16(c, a, op_a, b, op_b, m, n, k, accumulate);
         return;
     }
     let threads = rayon::current_num_threads();

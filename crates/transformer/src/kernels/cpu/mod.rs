@@ -2,8 +2,8 @@
 //! Results are deterministic for a given thread count: reductions use fixed partitions.
 
 pub mod adam;
-pub mod amx;
 pub mod attention;
+pub mod bf16;
 pub mod elementwise;
 pub mod embedding;
 pub mod layer_norm;
