@@ -434,18 +434,8 @@ pub fn matmul_bf16_on(
         Unit::Amx => amx_available().expect("AMX products requested"),
         Unit::Avx512Bf16 => avx512_bf16_available().expect("AVX512-BF16 products requested"),
     }
-    // Checked products (a wrapped size could pass the asserts), with room for the padded tiles.
-    let size = |r: usize, c: usize| r.checked_mul(c).filter(|&x| x <= (isize::MAX as usize) / 8);
-    assert_eq!(Some(c.len()), size(m, n), "matmul_bf16: C has {} elements, expected {m}x{n}", c.len());
-    assert_eq!(Some(a.len()), size(m, k), "matmul_bf16: A has {} elements, expected {m}x{k}", a.len());
-    assert_eq!(Some(b.len()), size(k, n), "matmul_bf16: B has {} elements, expected {k}x{n}", b.len());
-    if m == 0 || n == 0 {
-        return;
-    }
-    if k == 0 {
-        if !accumulate {
-            c.fill(0.0);
-        }
+    // The size limit leaves room for the padded tiles.
+    if !super::matmul::check_and_trivial("matmul_bf16", (isize::MAX as usize) / 8, c, a, b, m, n, k, accumulate) {
         return;
     }
     let mt = round_up(m, BLOCK) / TILE_ROWS;

@@ -21,6 +21,37 @@ pub fn bf16_enabled() -> bool {
     BF16.load(Ordering::Relaxed)
 }
 
+/// Checks the operand sizes of a product (each at most `limit` elements, with checked products: a
+/// wrapped size could otherwise pass), and finishes the empty cases (m or n = 0: nothing; k = 0:
+/// C = 0 unless accumulating). Returns whether a product is left to compute.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn check_and_trivial(
+    what: &str,
+    limit: usize,
+    c: &mut [f32],
+    a: &[f32],
+    b: &[f32],
+    m: usize,
+    n: usize,
+    k: usize,
+    accumulate: bool,
+) -> bool {
+    let size = |r: usize, c: usize| r.checked_mul(c).filter(|&x| x <= limit);
+    assert_eq!(Some(c.len()), size(m, n), "{what}: C has {} elements, expected {m}x{n}", c.len());
+    assert_eq!(Some(a.len()), size(m, k), "{what}: A has {} elements, expected {m}x{k}", a.len());
+    assert_eq!(Some(b.len()), size(k, n), "{what}: B has {} elements, expected {k}x{n}", b.len());
+    if m == 0 || n == 0 {
+        return false;
+    }
+    if k == 0 {
+        if !accumulate {
+            c.fill(0.0);
+        }
+        return false;
+    }
+    true
+}
+
 /// Whether an operand is used as stored (row-major) or transposed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Op {
@@ -37,18 +68,7 @@ pub enum Op {
 /// overwritten.
 #[allow(clippy::too_many_arguments)]
 pub fn matmul(c: &mut [f32], a: &[f32], op_a: Op, b: &[f32], op_b: Op, m: usize, n: usize, k: usize, accumulate: bool) {
-    // Checked products: a wrapped size could otherwise pass these asserts.
-    let size = |r: usize, c: usize| r.checked_mul(c).filter(|&x| x <= isize::MAX as usize);
-    assert_eq!(Some(c.len()), size(m, n), "matmul: C has {} elements, expected {m}x{n}", c.len());
-    assert_eq!(Some(a.len()), size(m, k), "matmul: A has {} elements, expected {m}x{k}", a.len());
-    assert_eq!(Some(b.len()), size(k, n), "matmul: B has {} elements, expected {k}x{n}", b.len());
-    if m == 0 || n == 0 {
-        return;
-    }
-    if k == 0 {
-        if !accumulate {
-            c.fill(0.0);
-        }
+    if !check_and_trivial("matmul", isize::MAX as usize, c, a, b, m, n, k, accumulate) {
         return;
     }
     // (row stride, column stride) of each operand as op() sees it.
