@@ -266,6 +266,15 @@ def run(cmd):
     return subprocess.run([str(x) for x in cmd], check=True, capture_output=True, text=True)
 
 
+def cpu_has_bf16_unit():
+    """Whether this CPU has Intel AMX (bf16 tiles) or AVX512-BF16, as /proc/cpuinfo reports."""
+    try:
+        flags = next(line for line in open("/proc/cpuinfo") if line.startswith("flags")).split()
+    except (OSError, StopIteration):
+        return False
+    return "amx_bf16" in flags or {"avx512f", "avx512bw", "avx512_bf16"} <= set(flags)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--config", type=Path, default=ROOT / "configs/multi30k-en-de.toml")
@@ -305,8 +314,13 @@ def main():
         opt, lambda s: lr_scale * c["d_model"] ** -0.5 * min((s + 1) ** -0.5, (s + 1) * warmup ** -1.5))
     accumulate = t.get("accumulate", 1)
     # train.bf16_matmul: our products take bf16 operands and sum in f32; autocast does the same to
-    # PyTorch's linear layers and matmuls.
+    # PyTorch's linear layers and matmuls. "auto" follows our rule: bf16 where the CPU has AMX or
+    # AVX512-BF16 (where autocast's bf16 products are native too), f32 elsewhere.
     bf16 = t.get("bf16_matmul", False)
+    if bf16 == "auto":
+        bf16 = cpu_has_bf16_unit()
+    elif not isinstance(bf16, bool):
+        sys.exit(f"{args.config}: train.bf16_matmul must be true, false or \"auto\", not {bf16!r}")
     amp = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if bf16 else contextlib.nullcontext
     batches = make_batches(train, t["max_src_tokens"], t["max_tgt_tokens"])
     vbatches = make_batches(valid, t["max_src_tokens"], t["max_tgt_tokens"])

@@ -75,7 +75,8 @@ fn bleu_reports_misaligned_and_non_utf8_files() {
 fn bpe_learn_apply_decode_round_trip() {
     let text = "Ein Mann fährt Fahrrad.\nA man rides a bicycle.\n  two  spaces \n\nÜnïcödé 日本語 😀\n";
     let input = tmp("bpe-in.txt", text.as_bytes());
-    let model = input.with_file_name("bpe-model.json");
+    // The model goes into a directory that does not exist yet: `learn` creates it.
+    let model = input.with_file_name("new-dir").join("bpe-model.json");
     let (ok, _, err) = transformer(&[
         "bpe",
         "learn",
@@ -102,6 +103,12 @@ fn bpe_learn_apply_decode_round_trip() {
     let (ok, _, err) =
         transformer(&["bpe", "apply", "--model", model.to_str().unwrap(), "--input", bad.to_str().unwrap()]);
     assert!(!ok && err.contains("bpe-bad.txt:2: invalid UTF-8"), "{err}");
+    // A missing file is named once, with its cause once.
+    let missing = input.with_file_name("no-such-model.json");
+    let (ok, _, err) =
+        transformer(&["bpe", "apply", "--model", missing.to_str().unwrap(), "--input", input.to_str().unwrap()]);
+    assert!(!ok && err.contains("no-such-model.json"), "{err}");
+    assert_eq!(err.matches("No such file or directory").count(), 1, "{err}");
 }
 
 #[test]

@@ -72,9 +72,12 @@ impl Bpe {
         Ok(Bpe { tokenizer, hash })
     }
 
-    /// Writes the model (the `tokenizers` JSON format) atomically.
+    /// Writes the model (the `tokenizers` JSON format) atomically, creating its directory if needed.
     pub fn save(&self, path: &Path) -> Result<()> {
         let json = self.tokenizer.to_string(true).map_err(bpe_err)?;
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|source| Error::Io { path: dir.to_path_buf(), source })?;
+        }
         crate::train::checkpoint::write_atomically(path, json.as_bytes())
     }
 

@@ -121,9 +121,51 @@ pub struct TrainSection {
     /// Validate every this many updates (and at every epoch's end).
     pub valid_steps: Option<u64>,
     /// Matrix products with bf16 operands and f32 sums on AMX or AVX512-BF16 (the `bf16-matmul` departure);
-    /// weights, gradients, Adam and every other kernel stay f32.
+    /// weights, gradients, Adam and every other kernel stay f32. `true`, `false` or `"auto"`.
     #[serde(default)]
-    pub bf16_matmul: bool,
+    pub bf16_matmul: Bf16Matmul,
+}
+
+/// `train.bf16_matmul`: `false` (f32 products, the paper), `true` (bf16 products; an error on a CPU
+/// with no bf16 unit) or `"auto"` (bf16 products where the CPU has a unit, f32 elsewhere, said in the log).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Bf16Matmul {
+    /// f32 products.
+    #[default]
+    Off,
+    /// bf16 products, or an error.
+    On,
+    /// bf16 products where available, else f32.
+    Auto,
+}
+
+impl Serialize for Bf16Matmul {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        match self {
+            Bf16Matmul::Off => s.serialize_bool(false),
+            Bf16Matmul::On => s.serialize_bool(true),
+            Bf16Matmul::Auto => s.serialize_str("auto"),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Bf16Matmul {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Form {
+            Bool(bool),
+            Word(String),
+        }
+        match Form::deserialize(d)? {
+            Form::Bool(true) => Ok(Bf16Matmul::On),
+            Form::Bool(false) => Ok(Bf16Matmul::Off),
+            Form::Word(w) if w == "auto" => Ok(Bf16Matmul::Auto),
+            Form::Word(w) => {
+                Err(serde::de::Error::custom(format!("bf16_matmul: expected true, false or \"auto\", got \"{w}\"")))
+            }
+        }
+    }
 }
 
 fn default_vocab() -> usize {
@@ -404,9 +446,17 @@ pub fn run(cfg: &RunConfig, log: &mut dyn FnMut(&str)) -> Result<RunSummary> {
     if t.accumulate == 0 || t.keep_last == 0 {
         return Err(Error::Config("train.accumulate and train.keep_last must be at least 1".into()));
     }
-    if t.bf16_matmul {
-        crate::kernels::cpu::matmul::set_bf16(true)
-            .map_err(|e| Error::Config(format!("train.bf16_matmul = true, but {e}; set it to false")))?;
+    match t.bf16_matmul {
+        Bf16Matmul::Off => {}
+        Bf16Matmul::On => crate::kernels::cpu::matmul::set_bf16(true)
+            .map_err(|e| Error::Config(format!("train.bf16_matmul = true, but {e}; set it to false or \"auto\"")))?,
+        Bf16Matmul::Auto => {
+            if let Err(why) = crate::kernels::cpu::matmul::set_bf16(true) {
+                log(&format!("matrix products in f32: train.bf16_matmul = \"auto\" and {why}"));
+            }
+        }
+    }
+    if t.bf16_matmul != Bf16Matmul::Off && crate::kernels::cpu::matmul::bf16_enabled() {
         let unit = crate::kernels::cpu::bf16::unit().map_err(Error::Config)?;
         log(&format!("matrix products in bf16 with f32 sums ({unit:?}; the bf16-matmul departure)"));
     }
@@ -558,4 +608,51 @@ pub fn run(cfg: &RunConfig, log: &mut dyn FnMut(&str)) -> Result<RunSummary> {
         last_path.display()
     ));
     Ok(RunSummary { state, stopped, checkpoint: last_path, valid })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MINIMAL: &str = "[data]\ntrain_src = \"a\"\ntrain_tgt = \"b\"\nvalid_src = \"e\"\nvalid_tgt = \"f\"\nbpe = \"c\"\n[train]\noutput_dir = \"d\"\n";
+
+    fn bf16_of(extra: &str, overrides: &[&str]) -> Result<Bf16Matmul> {
+        let text = format!("{MINIMAL}{extra}");
+        let o: Vec<String> = overrides.iter().map(|s| s.to_string()).collect();
+        RunConfig::from_toml(&text, "test.toml", &o).map(|c| c.train.bf16_matmul)
+    }
+
+    #[test]
+    fn bf16_matmul_reads_true_false_and_auto() {
+        assert_eq!(bf16_of("", &[]).unwrap(), Bf16Matmul::Off);
+        assert_eq!(bf16_of("bf16_matmul = false\n", &[]).unwrap(), Bf16Matmul::Off);
+        assert_eq!(bf16_of("bf16_matmul = true\n", &[]).unwrap(), Bf16Matmul::On);
+        assert_eq!(bf16_of("bf16_matmul = \"auto\"\n", &[]).unwrap(), Bf16Matmul::Auto);
+        // --set: a bare word is a string, true/false are booleans.
+        assert_eq!(bf16_of("bf16_matmul = true\n", &["train.bf16_matmul=auto"]).unwrap(), Bf16Matmul::Auto);
+        assert_eq!(bf16_of("bf16_matmul = \"auto\"\n", &["train.bf16_matmul=false"]).unwrap(), Bf16Matmul::Off);
+        let err = bf16_of("bf16_matmul = \"yes\"\n", &[]).unwrap_err().to_string();
+        assert!(err.contains("test.toml") && err.contains("\"auto\"") && err.contains("yes"), "{err}");
+        // It round-trips through the serialised form that checkpoints and logs keep.
+        for mode in [Bf16Matmul::Off, Bf16Matmul::On, Bf16Matmul::Auto] {
+            let v = serde_json::to_value(mode).unwrap();
+            assert_eq!(serde_json::from_value::<Bf16Matmul>(v).unwrap(), mode);
+        }
+    }
+
+    #[test]
+    fn shipped_configs_parse() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs");
+        let mut n = 0;
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "toml") {
+                let text = std::fs::read_to_string(&path).unwrap();
+                RunConfig::from_toml(&text, &path.display().to_string(), &[])
+                    .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+                n += 1;
+            }
+        }
+        assert!(n >= 2, "found {n} configs in {}", dir.display());
+    }
 }
