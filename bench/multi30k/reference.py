@@ -14,7 +14,7 @@ Usage (from the repository root, after `cargo build --release` and one `transfor
 that created the BPE model):
 
     python bench/multi30k/reference.py --config configs/multi30k-en-de.toml \
-        --out runs/multi30k-torch [--threads 2] [--minutes 30] [--average 3]
+        --out runs/multi30k-torch [--threads 2] [--minutes 30] [--average 3] [--bf16-matmul false]
 
 It prints the training summary and the `transformer evaluate` report of the averaged checkpoint
 on test_2016_flickr (beam 4, α 0.6).
@@ -283,6 +283,9 @@ def main():
     ap.add_argument("--minutes", type=float, help="time budget (default: the config's time_limit_minutes)")
     ap.add_argument("--average", type=int, default=3, help="average the last K checkpoints before decoding")
     ap.add_argument("--binary", type=Path, default=ROOT / "target/release/transformer")
+    ap.add_argument("--bf16-matmul", choices=["auto", "true", "false"],
+                    help="override the config's train.bf16_matmul (e.g. false: PyTorch f32, which is faster "
+                         "than bf16 autocast at d_model 256 on some CPUs)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     cfg = tomllib.loads(args.config.read_text())
@@ -317,6 +320,8 @@ def main():
     # PyTorch's linear layers and matmuls. "auto" follows our rule: bf16 where the CPU has AMX or
     # AVX512-BF16 (where autocast's bf16 products are native too), f32 elsewhere.
     bf16 = t.get("bf16_matmul", False)
+    if args.bf16_matmul is not None:
+        bf16 = {"auto": "auto", "true": True, "false": False}[args.bf16_matmul]
     if bf16 == "auto":
         bf16 = cpu_has_bf16_unit()
     elif not isinstance(bf16, bool):
