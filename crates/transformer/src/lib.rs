@@ -40,13 +40,17 @@ pub mod eval;
 pub mod kernels;
 pub mod model;
 pub mod params;
+pub mod precision;
 pub mod rng;
 pub mod synthetic;
+pub mod task;
 pub mod train;
 
 pub use config::{ModelConfig, Positions};
 pub use error::{Error, Result};
 pub use model::{Batch, DropoutCtx, Transformer, Workspace};
+pub use precision::Precision;
+pub use task::Task;
 
 /// Padding id (fixed for every vocabulary).
 pub const PAD: u32 = 0;

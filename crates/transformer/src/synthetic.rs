@@ -7,11 +7,24 @@ use crate::SPECIAL_TOKENS;
 
 /// Which synthetic task.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Task {
+pub enum SyntheticTask {
     /// Target = source.
     Copy,
     /// Target = source reversed.
     Reverse,
+}
+
+impl SyntheticTask {
+    /// Both tasks.
+    pub const ALL: [SyntheticTask; 2] = [SyntheticTask::Copy, SyntheticTask::Reverse];
+
+    /// The name (`copy`, `reverse`).
+    pub fn name(self) -> &'static str {
+        match self {
+            SyntheticTask::Copy => "copy",
+            SyntheticTask::Reverse => "reverse",
+        }
+    }
 }
 
 /// The small model used for synthetic tasks: 2+2 layers, d_model 64, 4 heads, no dropout or label
@@ -37,7 +50,7 @@ pub fn model_config(symbols: usize) -> ModelConfig {
 /// Random (source, target) pairs over `symbols` symbols (ids SPECIAL_TOKENS..) with lengths in
 /// [min_len, max_len].
 pub fn pairs(
-    task: Task,
+    task: SyntheticTask,
     rng: &mut Rng,
     n: usize,
     symbols: usize,
@@ -49,8 +62,8 @@ pub fn pairs(
             let len = min_len + rng.below((max_len - min_len + 1) as u64) as usize;
             let src: Vec<u32> = (0..len).map(|_| (SPECIAL_TOKENS as u64 + rng.below(symbols as u64)) as u32).collect();
             let tgt = match task {
-                Task::Copy => src.clone(),
-                Task::Reverse => src.iter().rev().cloned().collect(),
+                SyntheticTask::Copy => src.clone(),
+                SyntheticTask::Reverse => src.iter().rev().cloned().collect(),
             };
             (src, tgt)
         })

@@ -2,7 +2,7 @@
 
 use transformer::decode::{translate_batch, BeamConfig};
 use transformer::rng::Rng;
-use transformer::synthetic::{model_config, pairs, token_accuracy, Task};
+use transformer::synthetic::{model_config, pairs, token_accuracy, SyntheticTask};
 use transformer::train::{Schedule, Trainer};
 use transformer::{Batch, Transformer};
 
@@ -18,11 +18,11 @@ fn reverse_task_reaches_99_percent() {
     let mut rng = Rng::new(2);
     let mut last = 0.0;
     for _ in 0..2000 {
-        let batch = Batch::from_pairs(&pairs(Task::Reverse, &mut rng, 64, symbols, 4, 12));
+        let batch = Batch::from_pairs(&pairs(SyntheticTask::Reverse, &mut rng, 64, symbols, 4, 12));
         last = trainer.train_step(&[batch]).unwrap().loss;
     }
     // Held-out sentences from a different seed.
-    let held_out = Batch::from_pairs(&pairs(Task::Reverse, &mut Rng::new(99), 500, symbols, 4, 12));
+    let held_out = Batch::from_pairs(&pairs(SyntheticTask::Reverse, &mut Rng::new(99), 500, symbols, 4, 12));
     trainer.model.forward(&held_out, &mut trainer.workspace, None).unwrap();
     let (ok, total) = token_accuracy(&trainer.workspace.logits, &held_out, cfg.vocab_size);
     let acc = ok as f64 / total as f64;
@@ -30,7 +30,7 @@ fn reverse_task_reaches_99_percent() {
     assert!(acc >= 0.99, "held-out token accuracy {:.2}% (final training loss {last:.4})", acc * 100.0);
 
     // Greedy decoding from scratch (no teacher forcing) reproduces whole reversed sequences.
-    let tests = pairs(Task::Reverse, &mut Rng::new(77), 200, symbols, 4, 12);
+    let tests = pairs(SyntheticTask::Reverse, &mut Rng::new(77), 200, symbols, 4, 12);
     let srcs: Vec<&[u32]> = tests.iter().map(|p| p.0.as_slice()).collect();
     for (name, cfg) in [("greedy", BeamConfig::greedy()), ("beam 4", BeamConfig::translation())] {
         let out = translate_batch(&trainer.model, &srcs, &cfg, &mut trainer.workspace).unwrap();

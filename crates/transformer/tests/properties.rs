@@ -5,7 +5,7 @@
 mod common;
 use common::*;
 use transformer::rng::Rng;
-use transformer::synthetic::{pairs, Task};
+use transformer::synthetic::{pairs, SyntheticTask};
 use transformer::{Batch, DropoutCtx, ModelConfig, Positions, Transformer, Workspace, PAD};
 
 fn tiny(dropout: f32, attention_dropout: f32, label_smoothing: f32, positions: Positions) -> ModelConfig {
@@ -27,7 +27,7 @@ fn tiny(dropout: f32, attention_dropout: f32, label_smoothing: f32, positions: P
 }
 
 fn sample_pairs(seed: u64, n: usize) -> Vec<(Vec<u32>, Vec<u32>)> {
-    pairs(Task::Reverse, &mut Rng::new(seed), n, 26, 1, 9)
+    pairs(SyntheticTask::Reverse, &mut Rng::new(seed), n, 26, 1, 9)
 }
 
 /// (loss sums, gradients) of one batch.
@@ -251,7 +251,7 @@ fn workspace_reuse_across_shapes_matches_fresh() {
     let mut shared = Workspace::new();
     let shapes = [(5, 1, 9), (1, 1, 1), (7, 3, 4), (2, 8, 8), (6, 2, 9)];
     for (k, &(n, lo, hi)) in shapes.iter().enumerate() {
-        let batch = Batch::from_pairs(&pairs(Task::Reverse, &mut Rng::new(k as u64), n, 26, lo, hi));
+        let batch = Batch::from_pairs(&pairs(SyntheticTask::Reverse, &mut Rng::new(k as u64), n, 26, lo, hi));
         let ctx = Some(DropoutCtx { seed: 3, counter: k as u64 });
         let run = |ws: &mut Workspace| {
             let mut g = vec![0f32; model.params.len()];

@@ -63,6 +63,9 @@ impl BeamConfig {
         BeamConfig { beam: 1, alpha: 0.6, max_len_a: 1.0, max_len_b: 50, nbest: 1, early_exit: false }
     }
 
+    /// The names [`BeamConfig::preset`] takes.
+    pub const PRESETS: [&'static str; 3] = ["translation", "parsing", "greedy"];
+
     /// A preset by name: `translation`, `parsing` or `greedy`.
     pub fn preset(name: &str) -> Result<Self> {
         match name {

@@ -1,10 +1,24 @@
+//! The translator session, [`Translator`]: a model, its vocabulary, its packed inference weights
+//! and a pool of reusable decoder states, built once from a checkpoint and shared by every front
+//! end (the CLI's `translate`, `evaluate` and `attention`, a server). It is `Send + Sync`: threads
+//! may call it at once, each call taking its own state from the pool.
+//!
 //! Translating many sentences: length-sorted batches under a token budget, results in input
 //! order, empty sources giving empty outputs, and sources longer than the model's positions split
-//! into chunks that are translated one after the other (with a warning) rather than cut.
+//! into chunks that are translated one after the other (with a warning) rather than cut, or
+//! refused, as the [`Task`] says.
 
 use super::beam::{search_batch, BeamConfig, Hypothesis};
-use crate::error::Result;
-use crate::model::{Transformer, Workspace};
+use crate::data::batching::BatchConfig;
+use crate::data::bpe::Bpe;
+use crate::error::{Error, Result};
+use crate::eval::attention::{attention_weights, AttentionWeights};
+use crate::eval::perplexity::{self, Totals};
+use crate::model::{DecoderState, PackedDecoder, Transformer, Workspace};
+use crate::precision::Precision;
+use crate::task::{LongInputs, Task};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
 
 /// How to batch and search.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -42,11 +56,29 @@ pub struct TranslateStats {
 
 /// Translates `srcs` (token ids without BOS/EOS). Returns each sentence's n-best list, best first,
 /// in input order. `warn` receives one message per chunked sentence (naming its 1-based index).
+/// Packs the decoder's weights for this call; a [`Translator`] packs them once.
 pub fn translate_all(
     model: &Transformer,
     srcs: &[Vec<u32>],
     opts: &TranslateOptions,
     ws: &mut Workspace,
+    warn: &mut dyn FnMut(String),
+) -> Result<(Vec<Vec<Hypothesis>>, TranslateStats)> {
+    let packed = Arc::new(model.pack_decoder());
+    let mut state = DecoderState::default();
+    translate_ids(model, &packed, Task::Translation, srcs, opts, ws, &mut state, warn)
+}
+
+/// [`translate_all`] with packed weights, a reusable state and the task's long-input policy.
+#[allow(clippy::too_many_arguments)]
+fn translate_ids(
+    model: &Transformer,
+    packed: &Arc<PackedDecoder>,
+    task: Task,
+    srcs: &[Vec<u32>],
+    opts: &TranslateOptions,
+    ws: &mut Workspace,
+    state: &mut DecoderState,
     warn: &mut dyn FnMut(String),
 ) -> Result<(Vec<Vec<Hypothesis>>, TranslateStats)> {
     opts.search.validate()?;
@@ -56,6 +88,14 @@ pub fn translate_all(
     let mut pieces: Vec<(usize, &[u32])> = Vec::with_capacity(srcs.len());
     for (i, s) in srcs.iter().enumerate() {
         stats.src_tokens += s.len();
+        if s.len() > max_src && task.long_inputs() == LongInputs::Refuse {
+            return Err(Error::Decode(format!(
+                "sentence {}: {} tokens exceed the model's max_positions = {max_src}; a {} model cannot split its input",
+                i + 1,
+                s.len(),
+                task.name()
+            )));
+        }
         if s.len() > max_src {
             let n = s.len().div_ceil(max_src);
             let size = s.len().div_ceil(n);
@@ -74,15 +114,13 @@ pub fn translate_all(
     let mut order: Vec<usize> = (0..pieces.len()).collect();
     order.sort_by_key(|&p| std::cmp::Reverse(pieces[p].1.len()));
     let mut piece_hyps: Vec<Vec<Hypothesis>> = vec![Vec::new(); pieces.len()];
-    let packed = std::sync::Arc::new(model.pack_decoder());
-    let mut state = crate::model::DecoderState::default();
     let mut start = 0;
     while start < order.len() {
         let longest = pieces[order[start]].1.len();
         let fit = (opts.max_tokens / longest.max(1)).clamp(1, opts.max_sentences.max(1));
         let end = (start + fit).min(order.len());
         let batch: Vec<&[u32]> = order[start..end].iter().map(|&p| pieces[p].1).collect();
-        let (hyps, rows) = search_batch(model, &batch, &opts.search, ws, &packed, &mut state)?;
+        let (hyps, rows) = search_batch(model, &batch, &opts.search, ws, packed, state)?;
         stats.rows_decoded += rows;
         for (&p, h) in order[start..end].iter().zip(hyps) {
             piece_hyps[p] = h;
@@ -118,4 +156,174 @@ pub fn translate_all(
         stats.out_tokens += o[0].tokens.len();
     }
     Ok((out, stats))
+}
+
+/// How a [`Translator`] is built.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TranslatorOptions {
+    /// The arithmetic of the matrix products.
+    pub precision: Precision,
+    /// Pack the decoder's weights into panels for the AVX-512 micro-kernel (f32 only); `false`
+    /// runs every product on the `gemm` crate (for A/B timing).
+    pub pack: bool,
+    /// What the model does.
+    pub task: Task,
+}
+
+impl Default for TranslatorOptions {
+    fn default() -> Self {
+        TranslatorOptions { precision: Precision::F32, pack: true, task: Task::Translation }
+    }
+}
+
+/// One output sentence: the detokenised text of a hypothesis.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Translation {
+    /// The text.
+    pub text: String,
+    /// Its tokens and scores.
+    pub hypothesis: Hypothesis,
+}
+
+/// A translator session: the model, its vocabulary, its packed inference weights and a pool of
+/// decoder states (see the module docs).
+pub struct Translator {
+    model: Transformer,
+    bpe: Bpe,
+    packed: Arc<PackedDecoder>,
+    task: Task,
+    /// Buffers of finished calls, taken by the next ones (a call with none free makes its own).
+    pool: Mutex<Vec<(Workspace, DecoderState)>>,
+}
+
+impl Translator {
+    /// A session over a model and the vocabulary it was trained with.
+    pub fn new(model: Transformer, bpe: Bpe, options: TranslatorOptions) -> Result<Self> {
+        if model.config.vocab_size != bpe.vocab_size() {
+            return Err(Error::Config(format!(
+                "the model has a vocabulary of {} but the BPE model has {}",
+                model.config.vocab_size,
+                bpe.vocab_size()
+            )));
+        }
+        let model = model.with_precision(options.precision)?;
+        let packed = Arc::new(model.pack_decoder_with(options.pack));
+        Ok(Translator { model, bpe, packed, task: options.task, pool: Mutex::new(Vec::new()) })
+    }
+
+    /// Loads a checkpoint and the BPE model it was trained with, checking that they belong
+    /// together (by the vocabulary's hash).
+    pub fn load(checkpoint: &Path, bpe: &Path, options: TranslatorOptions) -> Result<Self> {
+        let vocab = Bpe::load(bpe)?;
+        let ckpt = crate::train::checkpoint::load(checkpoint)?;
+        if ckpt.vocab_hash != vocab.hash() {
+            return Err(Error::Config(format!(
+                "{} was trained with vocabulary {} but {} is {}: pass the BPE model the checkpoint was trained with",
+                checkpoint.display(),
+                ckpt.vocab_hash,
+                bpe.display(),
+                vocab.hash()
+            )));
+        }
+        Self::new(Transformer::from_params(ckpt.config, ckpt.params)?, vocab, options)
+    }
+
+    /// The model.
+    pub fn model(&self) -> &Transformer {
+        &self.model
+    }
+
+    /// The vocabulary.
+    pub fn bpe(&self) -> &Bpe {
+        &self.bpe
+    }
+
+    /// The task.
+    pub fn task(&self) -> Task {
+        self.task
+    }
+
+    /// Runs `f` with buffers from the pool, returning them after.
+    fn with_buffers<R>(&self, f: impl FnOnce(&mut Workspace, &mut DecoderState) -> R) -> R {
+        let taken = self.pool.lock().unwrap_or_else(|p| p.into_inner()).pop();
+        let (mut ws, mut state) = taken.unwrap_or_default();
+        let out = f(&mut ws, &mut state);
+        self.pool.lock().unwrap_or_else(|p| p.into_inner()).push((ws, state));
+        out
+    }
+
+    /// Translates token ids (without BOS/EOS): each sentence's n-best list, best first, in input
+    /// order, and the counts for a speed report. `warn` receives a message per chunked sentence.
+    pub fn translate_ids(
+        &self,
+        srcs: &[Vec<u32>],
+        options: &TranslateOptions,
+        warn: &mut dyn FnMut(String),
+    ) -> Result<(Vec<Vec<Hypothesis>>, TranslateStats)> {
+        self.with_buffers(|ws, state| {
+            translate_ids(&self.model, &self.packed, self.task, srcs, options, ws, state, warn)
+        })
+    }
+
+    /// Translates lines of text: each line's n-best list of detokenised outputs, in input order,
+    /// and the counts for a speed report.
+    pub fn translate(
+        &self,
+        lines: &[String],
+        options: &TranslateOptions,
+        warn: &mut dyn FnMut(String),
+    ) -> Result<(Vec<Vec<Translation>>, TranslateStats)> {
+        let srcs = lines.iter().map(|l| self.bpe.encode(l)).collect::<Result<Vec<_>>>()?;
+        let (hyps, stats) = self.translate_ids(&srcs, options, warn)?;
+        let out = hyps
+            .into_iter()
+            .map(|nbest| {
+                nbest
+                    .into_iter()
+                    .map(|h| Ok(Translation { text: self.bpe.decode(&h.tokens)?, hypothesis: h }))
+                    .collect::<Result<Vec<_>>>()
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok((out, stats))
+    }
+
+    /// Teacher-forced scores of `refs` given `srcs` (lines of text, aligned), without label
+    /// smoothing: the perplexity of Table 3. Pairs that do not fit the model's positions are left
+    /// out, and `warn` gets a message naming each (1-based line).
+    pub fn perplexity(&self, srcs: &[String], refs: &[String], warn: &mut dyn FnMut(String)) -> Result<Totals> {
+        if srcs.len() != refs.len() {
+            return Err(Error::Config(format!("{} sources but {} references", srcs.len(), refs.len())));
+        }
+        let mut pairs = Vec::with_capacity(srcs.len());
+        for (s, r) in srcs.iter().zip(refs) {
+            pairs.push((self.bpe.encode(s)?, self.bpe.encode(r)?));
+        }
+        let (keep, too_long) = perplexity::scorable(&self.model, &pairs);
+        for i in too_long {
+            warn(format!(
+                "line {}: longer than max_positions = {}; left out of the perplexity",
+                i + 1,
+                self.model.config.max_positions
+            ));
+        }
+        let pairs: Vec<(Vec<u32>, Vec<u32>)> = keep.into_iter().map(|i| std::mem::take(&mut pairs[i])).collect();
+        let budget = BatchConfig { max_src_tokens: 4096, max_tgt_tokens: 4096 };
+        self.with_buffers(|ws, _| perplexity::score(&self.model, &pairs, &budget, 0.0, ws))
+    }
+
+    /// Every attention weight of one sentence pair (token ids without BOS/EOS), from a
+    /// teacher-forced forward pass: for the heatmaps of Figures 3–5.
+    pub fn attention(&self, src: &[u32], tgt: &[u32]) -> Result<AttentionWeights> {
+        let c = &self.model.config;
+        if src.is_empty() {
+            return Err(Error::Config("the source sentence is empty: give a sentence to look at".into()));
+        }
+        if src.len() > c.max_positions || tgt.len() + 1 > c.max_positions {
+            return Err(Error::Config(format!(
+                "the sentence is longer than the model's max_positions = {}",
+                c.max_positions
+            )));
+        }
+        self.with_buffers(|ws, _| attention_weights(&self.model, src, tgt, ws))
+    }
 }

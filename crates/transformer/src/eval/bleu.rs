@@ -20,6 +20,9 @@ pub enum Smooth {
 }
 
 impl Smooth {
+    /// The names [`Smooth::from_name`] takes.
+    pub const NAMES: [&'static str; 4] = ["exp", "floor", "add-k", "none"];
+
     /// The smoothing called `name` (none, floor, add-k, exp), with `value` or the method's default.
     pub fn from_name(name: &str, value: Option<f64>) -> Option<Self> {
         Some(match name {

@@ -6,7 +6,33 @@ pub mod attention;
 pub mod bleu;
 pub mod chrf;
 pub mod heatmap;
+pub mod perplexity;
 pub mod tokenize;
+
+/// A corpus metric the `bleu` command prints.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Metric {
+    /// sacreBLEU's BLEU.
+    Bleu,
+    /// sacreBLEU's chrF2.
+    Chrf,
+    /// Tokenized BLEU as multi-bleu.perl computes it (13a tokens, no smoothing).
+    TokenizedBleu,
+}
+
+impl Metric {
+    /// Every metric.
+    pub const ALL: [Metric; 3] = [Metric::Bleu, Metric::Chrf, Metric::TokenizedBleu];
+
+    /// The name (`bleu`, `chrf`, `tokenized-bleu`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Metric::Bleu => "bleu",
+            Metric::Chrf => "chrf",
+            Metric::TokenizedBleu => "tokenized-bleu",
+        }
+    }
+}
 
 /// The sacreBLEU release whose results this module reproduces; it is tested against fixtures made
 /// with it (dev/reference/sacrebleu_fixtures.py) and stands in our signatures' `version:` field.

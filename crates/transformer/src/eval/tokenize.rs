@@ -20,6 +20,9 @@ pub enum Tokenizer {
 }
 
 impl Tokenizer {
+    /// Every tokenizer.
+    pub const ALL: [Tokenizer; 4] = [Tokenizer::Thirteen13a, Tokenizer::Intl, Tokenizer::Char, Tokenizer::None];
+
     /// The name in the signature.
     pub fn name(self) -> &'static str {
         match self {

@@ -5,7 +5,7 @@ use super::workspace::{AttnActs, Dims, GradScratch};
 use super::{three_mut, two_mut, Transformer};
 use crate::kernels::cpu::attention::{attention_backward, attention_forward, AttnGrads, Heads};
 use crate::kernels::cpu::layer_norm::{residual_layer_norm_backward, residual_layer_norm_forward};
-use crate::kernels::cpu::matmul::{linear_backward, linear_forward};
+use crate::kernels::cpu::linear::{linear_backward, linear_forward};
 use crate::kernels::AttnDims;
 use crate::params::{AttnOffsets, NormOffsets};
 use crate::rng::DropoutMask;
@@ -31,7 +31,7 @@ fn project_and_norm(
 ) {
     let (d, _, hv) = widths(m);
     let y = &mut y[..rows * d];
-    linear_forward(y, &acts.ctx, &p[ao.w_o..ao.w_o + d * hv], None, rows, d, hv);
+    linear_forward(m.precision, y, &acts.ctx, &p[ao.w_o..ao.w_o + d * hv], None, rows, d, hv);
     let n = &mut acts.norm;
     let (gamma, beta, bo) = (&p[no.gamma..no.gamma + d], &p[no.beta..no.beta + d], &p[ao.b_o..ao.b_o + d]);
     residual_layer_norm_forward(
@@ -84,6 +84,7 @@ fn project_and_norm_backward(
     );
     let wo = &p[ao.w_o..ao.w_o + d * hv];
     linear_backward(
+        m.precision,
         Some(&mut gs.d_ctx[..rows * hv]),
         false,
         &mut grads[ao.w_o..ao.w_o + d * hv],
@@ -117,7 +118,16 @@ pub(super) fn self_forward(
     let (d, hk, hv) = widths(m);
     let nq = 2 * hk + hv;
     let rows = b * t;
-    linear_forward(&mut acts.q, x, &p[ao.w_qkv..ao.w_qkv + nq * d], Some(&p[ao.b_qkv..ao.b_qkv + nq]), rows, nq, d);
+    linear_forward(
+        m.precision,
+        &mut acts.q,
+        x,
+        &p[ao.w_qkv..ao.w_qkv + nq * d],
+        Some(&p[ao.b_qkv..ao.b_qkv + nq]),
+        rows,
+        nq,
+        d,
+    );
     let dims = AttnDims { b, h: m.config.n_heads, t, s: t, k: m.config.d_k, v: m.config.d_v };
     let head = |off| Heads { data: &acts.q, ld: nq, off };
     attention_forward(
@@ -175,6 +185,7 @@ pub(super) fn self_backward(
     );
     let (dw, db) = two_mut(grads, ao.w_qkv, nq * d, ao.b_qkv, nq);
     linear_backward(
+        m.precision,
         Some(dx),
         true,
         dw,
@@ -209,8 +220,17 @@ pub(super) fn cross_forward(
     let (mt, ms) = (dims.b * dims.t, dims.b * dims.s);
     let (wq, wkv) = (ao.w_qkv, ao.w_qkv + hk * d);
     let (bq, bkv) = (ao.b_qkv, ao.b_qkv + hk);
-    linear_forward(&mut acts.q, x, &p[wq..wq + hk * d], Some(&p[bq..bq + hk]), mt, hk, d);
-    linear_forward(&mut acts.kv, enc, &p[wkv..wkv + (hk + hv) * d], Some(&p[bkv..bkv + hk + hv]), ms, hk + hv, d);
+    linear_forward(m.precision, &mut acts.q, x, &p[wq..wq + hk * d], Some(&p[bq..bq + hk]), mt, hk, d);
+    linear_forward(
+        m.precision,
+        &mut acts.kv,
+        enc,
+        &p[wkv..wkv + (hk + hv) * d],
+        Some(&p[bkv..bkv + hk + hv]),
+        ms,
+        hk + hv,
+        d,
+    );
     let ad = AttnDims { b: dims.b, h: m.config.n_heads, t: dims.t, s: dims.s, k: m.config.d_k, v: m.config.d_v };
     let q = Heads { data: &acts.q, ld: hk, off: 0 };
     let kv = |off| Heads { data: &acts.kv, ld: hk + hv, off };
@@ -269,8 +289,21 @@ pub(super) fn cross_backward(
     let (dw_all, db_all) = two_mut(grads, wq, (2 * hk + hv) * d, bq, 2 * hk + hv);
     let (dwq, dwkv) = dw_all.split_at_mut(hk * d);
     let (dbq, dbkv) = db_all.split_at_mut(hk);
-    linear_backward(Some(dx), true, dwq, Some(dbq), &gs.d_qkv[..mt * hk], x, &p[wq..wq + hk * d], mt, hk, d);
     linear_backward(
+        m.precision,
+        Some(dx),
+        true,
+        dwq,
+        Some(dbq),
+        &gs.d_qkv[..mt * hk],
+        x,
+        &p[wq..wq + hk * d],
+        mt,
+        hk,
+        d,
+    );
+    linear_backward(
+        m.precision,
         Some(d_enc),
         true,
         dwkv,

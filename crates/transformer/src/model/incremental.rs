@@ -20,7 +20,7 @@ use super::{Batch, Transformer, Workspace};
 use crate::error::{Error, Result};
 use crate::kernels::cpu::elementwise::{axpy, bias_relu_forward, dot, exp_shift_sum, max};
 use crate::kernels::cpu::layer_norm::residual_layer_norm_forward;
-use crate::kernels::cpu::matmul::linear_forward;
+use crate::kernels::cpu::linear::linear_forward;
 use crate::kernels::cpu::packed::PackedLinear;
 use crate::kernels::cpu::profile::{self, Slot};
 use crate::params::{AttnOffsets, NormOffsets};
@@ -48,6 +48,7 @@ pub struct Encoded {
 /// decoding with another of the same shape is a caller's error that goes undetected.
 #[derive(Debug)]
 pub struct PackedDecoder {
+    precision: crate::precision::Precision,
     d_model: usize,
     vocab: usize,
     layers: Vec<PackedLayer>,
@@ -147,6 +148,7 @@ impl Transformer {
                 let (w, bias) = (ao.w_qkv + hk * d, ao.b_qkv + hk);
                 let mut kv = vec![0.0; b * s * (hk + hv)];
                 linear_forward(
+                    self.precision,
                     &mut kv,
                     enc,
                     &p[w..w + (hk + hv) * d],
@@ -161,8 +163,16 @@ impl Transformer {
         Ok(Encoded { b, s, src_lens: batch.src_lens, cross_kv })
     }
 
-    /// Packs the decoder's weights for [`Transformer::start_decoding_packed`].
+    /// Packs the decoder's weights for [`Transformer::start_decoding_packed`], at the model's
+    /// precision.
     pub fn pack_decoder(&self) -> PackedDecoder {
+        self.pack_decoder_with(true)
+    }
+
+    /// [`Transformer::pack_decoder`]; with `pack = false` the products run on the unpacked
+    /// weights (for A/B timing).
+    pub fn pack_decoder_with(&self, pack: bool) -> PackedDecoder {
+        let prec = self.precision;
         let c = &self.config;
         let (d, f, v) = (c.d_model, c.d_ff, c.vocab_size);
         let (hk, hv) = (c.n_heads * c.d_k, c.n_heads * c.d_v);
@@ -174,16 +184,17 @@ impl Transformer {
             .map(|lo| {
                 let (sa, ca, fo) = (&lo.self_attn, &lo.cross_attn, &lo.ffn);
                 PackedLayer {
-                    self_qkv: PackedLinear::new(&p[sa.w_qkv..][..(2 * hk + hv) * d], 2 * hk + hv, d),
-                    self_o: PackedLinear::new(&p[sa.w_o..][..d * hv], d, hv),
-                    cross_q: PackedLinear::new(&p[ca.w_qkv..][..hk * d], hk, d),
-                    cross_o: PackedLinear::new(&p[ca.w_o..][..d * hv], d, hv),
-                    w_1: PackedLinear::new(&p[fo.w_1..][..f * d], f, d),
-                    w_2: PackedLinear::new(&p[fo.w_2..][..d * f], d, f),
+                    self_qkv: PackedLinear::new(&p[sa.w_qkv..][..(2 * hk + hv) * d], 2 * hk + hv, d, prec, pack),
+                    self_o: PackedLinear::new(&p[sa.w_o..][..d * hv], d, hv, prec, pack),
+                    cross_q: PackedLinear::new(&p[ca.w_qkv..][..hk * d], hk, d, prec, pack),
+                    cross_o: PackedLinear::new(&p[ca.w_o..][..d * hv], d, hv, prec, pack),
+                    w_1: PackedLinear::new(&p[fo.w_1..][..f * d], f, d, prec, pack),
+                    w_2: PackedLinear::new(&p[fo.w_2..][..d * f], d, f, prec, pack),
                 }
             })
             .collect();
-        PackedDecoder { d_model: d, vocab: v, layers, output: PackedLinear::new(&p[o.embed..][..v * d], v, d) }
+        let output = PackedLinear::new(&p[o.embed..][..v * d], v, d, prec, pack);
+        PackedDecoder { precision: prec, d_model: d, vocab: v, layers, output }
     }
 
     /// A fresh decoder state with one row per sentence of `enc`, able to decode up to `max_steps`
@@ -217,7 +228,8 @@ impl Transformer {
         st: &mut DecoderState,
     ) -> Result<()> {
         let c = &self.config;
-        let shapes_match = packed.d_model == c.d_model
+        let shapes_match = packed.precision == self.precision
+            && packed.d_model == c.d_model
             && packed.vocab == c.vocab_size
             && packed.layers.len() == c.n_layers
             && packed.layers.iter().all(|l| {
@@ -225,7 +237,7 @@ impl Transformer {
                     == (2 * c.n_heads * c.d_k + c.n_heads * c.d_v, c.n_heads * c.d_v, c.d_ff)
             });
         if !shapes_match {
-            return Err(Error::Config("the packed decoder weights belong to a different model".into()));
+            return Err(Error::Config("the packed decoder weights belong to a different model (or precision)".into()));
         }
         if max_steps > c.max_positions {
             return Err(Error::Config(format!(

@@ -12,9 +12,11 @@ pub use workspace::Workspace;
 use crate::config::ModelConfig;
 use crate::error::{Error, Result};
 use crate::kernels::cpu::embedding::{embedding_backward, embedding_forward, sinusoid_table};
-use crate::kernels::cpu::matmul::{matmul, Op};
+use crate::kernels::cpu::linear::product;
+use crate::kernels::cpu::matmul::Op;
 use crate::kernels::cpu::softmax_xent::{softmax_xent_forward_backward, XentSums};
 use crate::params::ParamLayout;
+use crate::precision::Precision;
 use crate::rng::DropoutMask;
 use crate::PAD;
 
@@ -162,6 +164,8 @@ pub struct Transformer {
     pub params: Vec<f32>,
     /// (max_positions, D) sinusoids (empty with learned positions).
     sinusoids: Vec<f32>,
+    /// How its matrix products are computed.
+    precision: Precision,
 }
 
 /// Loss sums of one batch.
@@ -191,7 +195,20 @@ impl Transformer {
             crate::config::Positions::Sinusoidal => sinusoid_table(config.max_positions, config.d_model),
             crate::config::Positions::Learned => Vec::new(),
         };
-        Ok(Transformer { config, layout, params, sinusoids })
+        Ok(Transformer { config, layout, params, sinusoids, precision: Precision::F32 })
+    }
+
+    /// The same model computing its matrix products at `precision` (f32 by default); an error
+    /// where this CPU cannot.
+    pub fn with_precision(mut self, precision: Precision) -> Result<Self> {
+        precision.available()?;
+        self.precision = precision;
+        Ok(self)
+    }
+
+    /// How the model's matrix products are computed.
+    pub fn precision(&self) -> Precision {
+        self.precision
     }
 
     fn positions(&self) -> &[f32] {
@@ -279,7 +296,7 @@ impl Transformer {
         }
         let dec_out: &[f32] = if c.n_layers == 0 { &ws.dec_in } else { &ws.dec[c.n_layers - 1].ffn.norm.out };
         // §3.4: the pre-softmax projection is the shared embedding, logits = h Eᵀ.
-        matmul(&mut ws.logits, dec_out, Op::N, emb, Op::T, batch.b * batch.t, v, d, false);
+        product(self.precision, &mut ws.logits, dec_out, Op::N, emb, Op::T, batch.b * batch.t, v, d, false);
         Ok(())
     }
 
@@ -378,8 +395,19 @@ impl Transformer {
         // Pre-softmax projection: d(dec_out) = dlogits E; dE += dlogitsᵀ dec_out.
         {
             let dec_out: &[f32] = if n == 0 { &ws.dec_in } else { &ws.dec[n - 1].ffn.norm.out };
-            matmul(&mut ws.g_a[..mt * d], &ws.logits, Op::N, emb, Op::N, mt, d, v, false);
-            matmul(&mut grads[o.embed..o.embed + v * d], &ws.logits, Op::T, dec_out, Op::N, v, d, mt, true);
+            product(self.precision, &mut ws.g_a[..mt * d], &ws.logits, Op::N, emb, Op::N, mt, d, v, false);
+            product(
+                self.precision,
+                &mut grads[o.embed..o.embed + v * d],
+                &ws.logits,
+                Op::T,
+                dec_out,
+                Op::N,
+                v,
+                d,
+                mt,
+                true,
+            );
         }
         ws.d_enc[..ms * d].fill(0.0);
         for l in (0..n).rev() {
@@ -390,6 +418,7 @@ impl Transformer {
             let enc_out: &[f32] = if n == 0 { &ws.enc_in } else { &ws.enc[n - 1].ffn.norm.out };
             let g = &mut ws.grad;
             feed_forward::backward(
+                self,
                 p,
                 grads,
                 &lo.ffn,
@@ -399,8 +428,6 @@ impl Transformer {
                 &ws.g_a[..mt * d],
                 &mut ws.g_b[..mt * d],
                 g,
-                d,
-                c.d_ff,
                 self.mask(dropout, c.dropout, site::dec(l, 2)),
             );
             attention::cross_backward(
@@ -462,6 +489,7 @@ impl Transformer {
             let acts = &rest[0];
             let g = &mut ws.grad;
             feed_forward::backward(
+                self,
                 p,
                 grads,
                 &lo.ffn,
@@ -471,8 +499,6 @@ impl Transformer {
                 &ws.g_a[..ms * d],
                 &mut ws.g_b[..ms * d],
                 g,
-                d,
-                c.d_ff,
                 self.mask(dropout, c.dropout, site::enc(l, 1)),
             );
             attention::self_backward(

@@ -15,6 +15,7 @@ use crate::data::bpe::Bpe;
 use crate::data::parallel::{encode_and_filter, read_parallel, FilterConfig, TokenPairs};
 use crate::error::{Error, Result};
 use crate::model::Batch;
+use crate::precision::Precision;
 use serde::{Deserialize, Serialize};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -137,6 +138,29 @@ pub enum Bf16Matmul {
     On,
     /// bf16 products where available, else f32.
     Auto,
+}
+
+impl Bf16Matmul {
+    /// The precision of the run's products, given whether this CPU has a bf16 unit (`Err` says
+    /// why not); the choice is logged.
+    pub fn precision(self, unit: std::result::Result<(), String>, log: &mut dyn FnMut(&str)) -> Result<Precision> {
+        let precision = match (self, unit) {
+            (Bf16Matmul::Off, _) => Precision::F32,
+            (Bf16Matmul::On, Err(e)) => {
+                return Err(Error::Config(format!("train.bf16_matmul = true, but {e}; set it to false or \"auto\"")))
+            }
+            (Bf16Matmul::Auto, Err(why)) => {
+                log(&format!("matrix products in f32: train.bf16_matmul = \"auto\" and {why}"));
+                Precision::F32
+            }
+            (Bf16Matmul::On | Bf16Matmul::Auto, Ok(())) => {
+                let unit = crate::kernels::cpu::bf16::unit().map_err(Error::Config)?;
+                log(&format!("matrix products in bf16 with f32 sums ({unit:?}; the bf16-matmul departure)"));
+                Precision::Bf16
+            }
+        };
+        Ok(precision)
+    }
 }
 
 impl Serialize for Bf16Matmul {
@@ -446,25 +470,12 @@ pub fn run(cfg: &RunConfig, log: &mut dyn FnMut(&str)) -> Result<RunSummary> {
     if t.accumulate == 0 || t.keep_last == 0 {
         return Err(Error::Config("train.accumulate and train.keep_last must be at least 1".into()));
     }
-    match t.bf16_matmul {
-        Bf16Matmul::Off => {}
-        Bf16Matmul::On => crate::kernels::cpu::matmul::set_bf16(true)
-            .map_err(|e| Error::Config(format!("train.bf16_matmul = true, but {e}; set it to false or \"auto\"")))?,
-        Bf16Matmul::Auto => {
-            if let Err(why) = crate::kernels::cpu::matmul::set_bf16(true) {
-                log(&format!("matrix products in f32: train.bf16_matmul = \"auto\" and {why}"));
-            }
-        }
-    }
-    if t.bf16_matmul != Bf16Matmul::Off && crate::kernels::cpu::matmul::bf16_enabled() {
-        let unit = crate::kernels::cpu::bf16::unit().map_err(Error::Config)?;
-        log(&format!("matrix products in bf16 with f32 sums ({unit:?}; the bf16-matmul departure)"));
-    }
+    let precision = t.bf16_matmul.precision(crate::kernels::cpu::bf16::available(), log)?;
     std::fs::create_dir_all(&t.output_dir).map_err(io_err(&t.output_dir))?;
     recover_after_crash(&t.output_dir)?;
     let data = prepare(cfg, log)?;
     let model_cfg = cfg.model_config(data.bpe.vocab_size())?;
-    let model = crate::model::Transformer::new(model_cfg.clone(), t.seed)?;
+    let model = crate::model::Transformer::new(model_cfg.clone(), t.seed)?.with_precision(precision)?;
     let schedule = Schedule { d_model: model_cfg.d_model, warmup: t.warmup, lr_scale: t.lr_scale };
     let mut trainer = Trainer::new(model, schedule, t.seed);
     let mut state = RunState::default();

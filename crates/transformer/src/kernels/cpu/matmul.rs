@@ -1,25 +1,6 @@
-//! Matrix products for every linear map of the model, on the `gemm` crate (runtime-dispatched
-//! AVX-512/AVX2/SSE micro-kernels, rayon-parallel).
-
-use std::sync::atomic::{AtomicBool, Ordering};
-
-static BF16: AtomicBool = AtomicBool::new(false);
-
-/// Switches every [`matmul`] of this process to bf16 operands with f32 sums (the `bf16-matmul`
-/// deviation) on the CPU's bf16 unit ([`super::bf16::unit`]: AMX tiles or AVX512-BF16), or back to
-/// f32. Fails, leaving f32 on, where the CPU has neither.
-pub fn set_bf16(on: bool) -> Result<(), String> {
-    if on {
-        super::bf16::available()?;
-    }
-    BF16.store(on, Ordering::Relaxed);
-    Ok(())
-}
-
-/// Whether [`matmul`] runs in bf16 (see [`set_bf16`]).
-pub fn bf16_enabled() -> bool {
-    BF16.load(Ordering::Relaxed)
-}
+//! f32 matrix products on the `gemm` crate (runtime-dispatched AVX-512/AVX2/SSE micro-kernels,
+//! rayon-parallel), and small strided products for attention. The products at a chosen
+//! [`crate::precision::Precision`] are in [`super::linear`].
 
 /// Checks the operand sizes of a product (each at most `limit` elements, with checked products: a
 /// wrapped size could otherwise pass), and finishes the empty cases (m or n = 0: nothing; k = 0:
@@ -61,7 +42,7 @@ pub enum Op {
     T,
 }
 
-/// C (m, n) = [C +] op(A) · op(B), all row-major and contiguous.
+/// C (m, n) = [C +] op(A) · op(B) in f32, all row-major and contiguous.
 ///
 /// `op(A)` is (m, k): A is stored (m, k) for `Op::N`, (k, m) for `Op::T`. `op(B)` is (k, n): B is stored
 /// (k, n) for `Op::N`, (n, k) for `Op::T`. With `accumulate` the product is added to C, else C is
@@ -80,12 +61,6 @@ pub fn matmul(c: &mut [f32], a: &[f32], op_a: Op, b: &[f32], op_b: Op, m: usize,
         Op::N => (n as isize, 1),
         Op::T => (1, k as isize),
     };
-    if bf16_enabled() {
-        let _t = super::profile::scope(super::profile::Slot::Matmul);
-        super::profile::add_matmul_flops(2 * (m * n * k) as u64);
-        super::bf16::matmul_bf16(c, a, op_a, b, op_b, m, n, k, accumulate);
-        return;
-    }
     let threads = rayon::current_num_threads();
     let par = if threads > 1 && m * n * k >= 64 * 64 * 64 {
         gemm::Parallelism::Rayon(threads)
@@ -119,47 +94,6 @@ pub fn matmul(c: &mut [f32], a: &[f32], op_a: Op, b: &[f32], op_b: Op, m: usize,
             false,
             par,
         );
-    }
-}
-
-/// Y (m, n) = X (m, k) · Wᵀ + bias, with W stored (n, k) like PyTorch's `nn.Linear`.
-pub fn linear_forward(y: &mut [f32], x: &[f32], w: &[f32], bias: Option<&[f32]>, m: usize, n: usize, k: usize) {
-    match bias {
-        Some(bias) => {
-            assert_eq!(bias.len(), n);
-            let fill = |rows: &mut [f32]| rows.chunks_exact_mut(n).for_each(|row| row.copy_from_slice(bias));
-            if m * n >= 1 << 16 {
-                use rayon::prelude::*;
-                y.par_chunks_mut(n * 64).for_each(fill);
-            } else if n > 0 {
-                fill(y);
-            }
-            matmul(y, x, Op::N, w, Op::T, m, n, k, true);
-        }
-        None => matmul(y, x, Op::N, w, Op::T, m, n, k, false),
-    }
-}
-
-/// Backward of [`linear_forward`]: dW (n, k) += dYᵀ X; db (n) += Σ_rows dY; dX (m, k) = or += dY W.
-#[allow(clippy::too_many_arguments)]
-pub fn linear_backward(
-    dx: Option<&mut [f32]>,
-    accumulate_dx: bool,
-    dw: &mut [f32],
-    db: Option<&mut [f32]>,
-    dy: &[f32],
-    x: &[f32],
-    w: &[f32],
-    m: usize,
-    n: usize,
-    k: usize,
-) {
-    matmul(dw, dy, Op::T, x, Op::N, n, k, m, true);
-    if let Some(db) = db {
-        super::elementwise::column_sum_add(db, dy, n);
-    }
-    if let Some(dx) = dx {
-        matmul(dx, dy, Op::N, w, Op::N, m, k, n, accumulate_dx);
     }
 }
 

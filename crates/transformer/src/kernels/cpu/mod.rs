@@ -7,6 +7,7 @@ pub mod bf16;
 pub mod elementwise;
 pub mod embedding;
 pub mod layer_norm;
+pub mod linear;
 pub mod matmul;
 pub mod packed;
 pub mod profile;

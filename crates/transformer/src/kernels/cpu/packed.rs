@@ -8,10 +8,11 @@
 //! Used only where AVX-512 is present and for products of at most [`PACKED_MAX_ROWS`] rows (beyond
 //! that the `gemm` crate's blocking measured faster); otherwise [`PackedLinear::forward`] calls the
 //! `gemm` crate on the original layout, so results never depend on which path ran beyond float
-//! rounding. Setting `TRANSFORMER_NO_PACK` in the environment forces the `gemm` path (for A/B
-//! timing).
+//! rounding. Building with `pack = false` forces the `gemm` path (for A/B timing), and so does a
+//! precision other than f32 (the panels hold f32 weights for the f32 micro-kernel).
 
-use super::matmul::linear_forward;
+use super::linear::linear_forward;
+use crate::precision::Precision;
 use multiversion::multiversion;
 use rayon::prelude::*;
 
@@ -30,12 +31,11 @@ pub struct PackedLinear {
     k: usize,
     /// ceil(n / NR) panels of k × NR, zero-padded past column n. Empty when unused.
     panels: Vec<f32>,
+    /// The precision of the unpacked path.
+    precision: Precision,
 }
 
 fn use_packed() -> bool {
-    if std::env::var_os("TRANSFORMER_NO_PACK").is_some() {
-        return false;
-    }
     #[cfg(target_arch = "x86_64")]
     {
         std::is_x86_feature_detected!("avx512f")
@@ -51,11 +51,13 @@ fn use_packed() -> bool {
 }
 
 impl PackedLinear {
-    /// Packs W, stored (n, k) row-major.
-    pub fn new(w: &[f32], n: usize, k: usize) -> Self {
+    /// Packs W, stored (n, k) row-major, for products at `precision`. Only f32 products with
+    /// `pack` on a CPU with AVX-512 use the panels; the others run [`linear_forward`] at
+    /// `precision` on W as given.
+    pub fn new(w: &[f32], n: usize, k: usize, precision: Precision, pack: bool) -> Self {
         assert_eq!(w.len(), n * k, "PackedLinear: W has {} elements, expected {n}x{k}", w.len());
         let mut panels = Vec::new();
-        if use_packed() && n > 0 && k > 0 {
+        if pack && precision == Precision::F32 && use_packed() && n > 0 && k > 0 {
             let np = n.div_ceil(NR);
             panels = vec![0.0; np * k * NR];
             panels.par_chunks_mut(k * NR).enumerate().for_each(|(p, panel)| {
@@ -67,7 +69,7 @@ impl PackedLinear {
                 }
             });
         }
-        PackedLinear { n, k, panels }
+        PackedLinear { n, k, panels, precision }
     }
 
     /// Output width n.
@@ -89,7 +91,7 @@ impl PackedLinear {
         assert!(bias.is_none_or(|b| b.len() == n));
         // Many rows: the `gemm` crate's blocking does better (examples/packed_vs_gemm.rs).
         if self.panels.is_empty() || m == 0 || k == 0 || m > PACKED_MAX_ROWS {
-            return linear_forward(y, x, w, bias, m, n, k);
+            return linear_forward(self.precision, y, x, w, bias, m, n, k);
         }
         let _t = super::profile::scope(super::profile::Slot::Matmul);
         super::profile::add_matmul_flops(2 * (m * n * k) as u64);

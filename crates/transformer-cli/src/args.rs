@@ -1,0 +1,365 @@
+//! The command line: clap types only. Choices that name library values (presets, tasks,
+//! precisions, tokenizers, smoothings, metrics) are parsed against the library's own lists, so
+//! `--help` shows them and a typo is a usage error that names them.
+
+use clap::builder::{PossibleValuesParser, TypedValueParser};
+use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
+use transformer::config::{PAPER_VOCAB, PRESET_NAMES};
+use transformer::decode::BeamConfig;
+use transformer::eval::bleu::Smooth;
+use transformer::eval::tokenize::Tokenizer;
+use transformer::eval::Metric;
+use transformer::synthetic::SyntheticTask;
+use transformer::{Precision, Task};
+
+/// A value parser over a library enum: its variants by name (`name`), listed in `--help`.
+fn library_enum<T: Copy + Send + Sync + 'static>(
+    all: &'static [T],
+    name: fn(T) -> &'static str,
+) -> impl TypedValueParser<Value = T> {
+    PossibleValuesParser::new(all.iter().map(|&v| name(v)))
+        .map(move |s| *all.iter().find(|&&v| name(v) == s).expect("clap checked the name"))
+}
+
+/// A value parser over a library list of names.
+fn one_of(names: &'static [&'static str]) -> PossibleValuesParser {
+    PossibleValuesParser::new(names.iter().copied())
+}
+
+#[derive(Parser)]
+#[command(
+    name = "transformer",
+    version,
+    about = "Attention Is All You Need: train, decode and evaluate Transformers on CPU"
+)]
+pub struct Cli {
+    /// Worker threads (default: all cores).
+    #[arg(long, global = true, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub threads: Option<u32>,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand)]
+pub enum Command {
+    /// Print the exact parameter count of a Table 3 preset (or all presets with --all).
+    Params {
+        /// A Table 3 row.
+        #[arg(long, default_value = "base", value_parser = one_of(&PRESET_NAMES))]
+        preset: String,
+        /// Shared vocabulary size.
+        #[arg(long, default_value_t = PAPER_VOCAB)]
+        vocab: usize,
+        /// Every preset, one per line.
+        #[arg(long)]
+        all: bool,
+        /// Machine-readable JSON output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Train a small model on a synthetic copy/reverse task and report held-out token accuracy.
+    Synthetic {
+        /// The task.
+        #[arg(long, default_value = "reverse", value_parser = library_enum(&SyntheticTask::ALL, SyntheticTask::name))]
+        task: SyntheticTask,
+        /// Updates.
+        #[arg(long, default_value_t = 1500, value_parser = clap::value_parser!(u64).range(1..))]
+        steps: u64,
+        /// Random seed.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Write the final checkpoint here.
+        #[arg(long)]
+        save: Option<PathBuf>,
+    },
+    /// Train a model with the paper's recipe from a TOML configuration; rerun to resume.
+    Train {
+        /// The run configuration (see configs/).
+        #[arg(long)]
+        config: PathBuf,
+        /// Override a field: --set train.lr_scale=2 (repeatable).
+        #[arg(long = "set")]
+        overrides: Vec<String>,
+        /// Stop cleanly, with a checkpoint, after this many minutes.
+        #[arg(long)]
+        time_limit: Option<f64>,
+    },
+    /// Translate sentences (stdin or --input) with a trained checkpoint; one line out per line in.
+    Translate {
+        #[command(flatten)]
+        model: ModelArgs,
+        /// Input file (plain or .gz; default: stdin).
+        #[arg(long)]
+        input: Option<PathBuf>,
+        #[command(flatten)]
+        search: SearchArgs,
+        /// With --nbest N > 1: write N lines per sentence, `index ||| text ||| log P ||| score`.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+        nbest: u32,
+        /// Print sentences/s and tokens/s on stderr.
+        #[arg(long)]
+        speed: bool,
+        /// Also print where the time went: matrix products (with their GFLOP/s), attention, layer
+        /// norm, beam search, and the rest.
+        #[arg(long)]
+        profile: bool,
+    },
+    /// Translate a test set and score it: BLEU and chrF (sacreBLEU), tokenized BLEU, and perplexity.
+    Evaluate {
+        #[command(flatten)]
+        model: ModelArgs,
+        /// Source sentences.
+        #[arg(long)]
+        src: PathBuf,
+        /// Reference translations, line-aligned; repeat for several references. Perplexity uses the first.
+        #[arg(long = "ref", required = true, num_args = 1..)]
+        refs: Vec<PathBuf>,
+        /// Also write the translations here.
+        #[arg(long)]
+        output: Option<PathBuf>,
+        #[command(flatten)]
+        search: SearchArgs,
+    },
+    /// Attention heatmaps (PNG, like the paper's Figures 3–5) for one sentence: encoder
+    /// self-attention (source × source), decoder self-attention (decoder input × decoder input) and
+    /// encoder–decoder attention (rows: the token each decoder position predicts; columns: source).
+    Attention {
+        #[command(flatten)]
+        model: ModelArgs,
+        /// The source sentence.
+        #[arg(long)]
+        src: String,
+        /// The target sentence fed to the decoder (default: the model's beam-4 translation).
+        #[arg(long)]
+        tgt: Option<String>,
+        /// Only this layer (1-based; default: every layer).
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+        layer: Option<u32>,
+        /// Only this head (1-based; default: every head).
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+        head: Option<u32>,
+        /// Directory for the images.
+        #[arg(long, default_value = "attention")]
+        out: PathBuf,
+    },
+    /// Download corpora, verifying SHA-256 checksums.
+    Data {
+        #[command(subcommand)]
+        which: DataCommand,
+    },
+    /// Binarise a parallel corpus (BPE ids, filtered) into memory-mappable files for training.
+    Prepare {
+        /// Source text (plain or .gz).
+        #[arg(long)]
+        src: PathBuf,
+        /// Target text, line-aligned with the source.
+        #[arg(long)]
+        tgt: PathBuf,
+        /// The shared BPE model.
+        #[arg(long)]
+        bpe: PathBuf,
+        /// Output directory.
+        #[arg(long)]
+        out: PathBuf,
+        /// Longest side kept, in BPE tokens.
+        #[arg(long, default_value_t = 250)]
+        max_tokens: usize,
+        /// Largest length ratio kept.
+        #[arg(long, default_value_t = 3.0)]
+        max_ratio: f64,
+    },
+    /// Average checkpoints element-wise (§6.1): the last K of a run directory, or explicit files.
+    Average {
+        /// Average the newest K checkpoints of DIR.
+        #[arg(long, requires = "dir")]
+        last: Option<usize>,
+        /// The run directory (with --last).
+        dir: Option<PathBuf>,
+        /// Explicit checkpoint files instead of --last.
+        #[arg(long = "inputs", num_args = 1.., conflicts_with = "last")]
+        inputs: Vec<PathBuf>,
+        /// Where to write the averaged checkpoint.
+        #[arg(long)]
+        output: PathBuf,
+    },
+    /// Byte-pair encoding: learn one shared vocabulary, apply it, restore text.
+    Bpe {
+        #[command(subcommand)]
+        which: BpeCommand,
+    },
+    /// Score translations: corpus BLEU and/or chrF exactly as sacreBLEU 2.x computes them.
+    Bleu {
+        /// Reference file (one sentence a line); repeat for multiple references.
+        #[arg(long = "ref", required = true, num_args = 1..)]
+        refs: Vec<PathBuf>,
+        /// Hypothesis file, line-aligned with the references.
+        #[arg(long)]
+        hyp: PathBuf,
+        /// Tokenizer (13a is sacreBLEU's default, WMT).
+        #[arg(long, default_value = "13a", value_parser = library_enum(&Tokenizer::ALL, Tokenizer::name))]
+        tokenize: Tokenizer,
+        /// Lowercase before scoring.
+        #[arg(long)]
+        lowercase: bool,
+        /// BLEU smoothing.
+        #[arg(long, default_value = "exp", value_parser = one_of(&Smooth::NAMES))]
+        smooth: String,
+        /// Value for floor (default 0.1) or add-k (default 1).
+        #[arg(long)]
+        smooth_value: Option<f64>,
+        /// Metrics to print, comma-separated; tokenized-bleu is 13a tokens, no smoothing, as
+        /// multi-bleu.perl (honours --lowercase, ignores --tokenize and --smooth).
+        #[arg(long, default_value = "bleu", value_delimiter = ',', value_parser = library_enum(&Metric::ALL, Metric::name))]
+        metrics: Vec<Metric>,
+        /// Print only the number(s).
+        #[arg(long)]
+        score_only: bool,
+    },
+    /// Benchmarks.
+    Bench {
+        #[command(subcommand)]
+        which: BenchCommand,
+    },
+}
+
+/// The model a decoding command loads, and how.
+#[derive(Args)]
+pub struct ModelArgs {
+    /// The checkpoint (from `train` or `average`).
+    #[arg(long)]
+    pub checkpoint: PathBuf,
+    /// The BPE model the checkpoint was trained with.
+    #[arg(long)]
+    pub bpe: PathBuf,
+    /// What the model does.
+    #[arg(long, default_value = "translation", value_parser = library_enum(&Task::ALL, Task::name))]
+    pub task: Task,
+    /// Arithmetic of the matrix products: f32, or bf16 operands with f32 sums (AMX or
+    /// AVX512-BF16; the bf16-matmul departure).
+    #[arg(long, default_value = "f32", value_parser = library_enum(&Precision::ALL, Precision::name))]
+    pub precision: Precision,
+    /// Run the decoder's products on the gemm crate instead of pre-packed panels (for A/B timing).
+    #[arg(long)]
+    pub no_pack: bool,
+}
+
+/// Search and batching options shared by `translate` and `evaluate`.
+#[derive(Args)]
+pub struct SearchArgs {
+    /// Decoding preset: translation (beam 4, α 0.6, +50), parsing (beam 21, α 0.3, +300) or greedy.
+    #[arg(long, default_value = "translation", value_parser = one_of(&BeamConfig::PRESETS))]
+    pub preset: String,
+    /// Beam size (overrides the preset; 1 = greedy).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    pub beam: Option<u32>,
+    /// Length-penalty exponent α, lp = ((5 + |Y|) / 6)^α (overrides the preset).
+    #[arg(long)]
+    pub alpha: Option<f64>,
+    /// Maximum output length = a · source length + b: a (overrides the preset).
+    #[arg(long)]
+    pub max_len_a: Option<f64>,
+    /// Maximum output length: b (overrides the preset).
+    #[arg(long)]
+    pub max_len_b: Option<usize>,
+    /// Source tokens per batch, padding included.
+    #[arg(long, default_value_t = 2048, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_tokens: u32,
+    /// Sentences per batch.
+    #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_sentences: u32,
+    /// Stop a sentence as soon as the best candidate of a step ends in EOS (CTranslate2's default),
+    /// instead of when no live hypothesis can still win; faster, and may change the output.
+    #[arg(long)]
+    pub early_exit: bool,
+}
+
+#[derive(Subcommand)]
+pub enum DataCommand {
+    /// Multi30k task 1 raw text (train, val, test_2016_flickr; en, de, fr, cs).
+    Multi30k {
+        /// Where the verified files go.
+        #[arg(long, default_value = "data/multi30k")]
+        cache: PathBuf,
+        /// Copy from this local mirror instead of downloading (default: $TRANSFORMER_MULTI30K_MIRROR if set).
+        #[arg(long)]
+        from: Option<PathBuf>,
+        /// Download from this base URL.
+        #[arg(long, default_value = transformer::data::download::MULTI30K_URL)]
+        url: String,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum BpeCommand {
+    /// Learn a joint vocabulary from source and target training text (plain or .gz files).
+    Learn {
+        /// Training text, one sentence a line (give both languages).
+        #[arg(long = "input", required = true, num_args = 1..)]
+        inputs: Vec<PathBuf>,
+        /// Vocabulary size (e.g. 8000 for Multi30k, 37000 for WMT14 En-De).
+        #[arg(long)]
+        vocab_size: usize,
+        /// Pairs seen fewer times are not merged.
+        #[arg(long, default_value_t = 2)]
+        min_frequency: u64,
+        /// Where to write the model (JSON).
+        #[arg(long)]
+        output: PathBuf,
+    },
+    /// Segment text into subword pieces (stdin, or --input), one line out per line in.
+    Apply {
+        /// The model from `bpe learn`.
+        #[arg(long)]
+        model: PathBuf,
+        /// Input file (default: stdin).
+        #[arg(long)]
+        input: Option<PathBuf>,
+    },
+    /// Restore text from subword pieces (the inverse of `apply`).
+    Decode {
+        /// The model from `bpe learn`.
+        #[arg(long)]
+        model: PathBuf,
+        /// Input file (default: stdin).
+        #[arg(long)]
+        input: Option<PathBuf>,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum BenchCommand {
+    /// Iterate one epoch of batches of a prepared (binarised) corpus; reports time and peak RSS.
+    DataIter {
+        /// A directory from `transformer prepare`.
+        #[arg(long)]
+        data: PathBuf,
+        /// Source and target tokens per batch.
+        #[arg(long, default_value_t = 4096)]
+        max_tokens: usize,
+    },
+    /// Time full training steps (forward + backward + Adam) of the benchmark model.
+    TrainStep {
+        /// Timed steps.
+        #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..))]
+        steps: u32,
+        /// Untimed warm-up steps.
+        #[arg(long, default_value_t = 3)]
+        warmup: usize,
+        /// bf16 matrix products on AMX or AVX512-BF16 (`train.bf16_matmul`, the `bf16-matmul` departure).
+        #[arg(long)]
+        bf16: bool,
+        /// Residual and embedding dropout of the benchmark model.
+        #[arg(long, default_value_t = 0.1)]
+        dropout: f32,
+        /// Print one JSON line.
+        #[arg(long)]
+        json: bool,
+    },
+    /// GFLOP/s of f32 matrix products at the shapes of a training step (and square ones).
+    Matmul {
+        /// Repetitions per shape (median reported).
+        #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..))]
+        reps: u32,
+    },
+}

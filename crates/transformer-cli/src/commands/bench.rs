@@ -1,0 +1,191 @@
+//! `bench`: timings of our own engine (the side-by-side comparisons with PyTorch and CTranslate2
+//! are the scripts in bench/).
+
+use crate::args::BenchCommand;
+use anyhow::Result;
+use std::time::Instant;
+use transformer::config::ModelConfig;
+use transformer::kernels::cpu::profile::Profile;
+use transformer::rng::Rng;
+use transformer::train::{Schedule, Trainer};
+use transformer::{Batch, Precision, Transformer};
+
+pub fn run(which: BenchCommand) -> Result<()> {
+    match which {
+        BenchCommand::TrainStep { steps, warmup, bf16, dropout, json } => {
+            train_step(steps as usize, warmup, bf16, dropout, json)
+        }
+        BenchCommand::Matmul { reps } => matmul_rates(reps as usize),
+        BenchCommand::DataIter { data, max_tokens } => {
+            use transformer::data::batching::{epoch_order, make_batches, BatchConfig};
+            let start = Instant::now();
+            let corpus = transformer::data::binarized::Binarized::open(&data)?;
+            let lengths: Vec<(usize, usize)> = (0..corpus.len()).map(|i| corpus.lengths(i)).collect();
+            let batches =
+                make_batches(&lengths, &BatchConfig { max_src_tokens: max_tokens, max_tgt_tokens: max_tokens });
+            let (mut tokens, mut checksum) = (0usize, 0u64);
+            for b in epoch_order(batches.len(), 1, 0) {
+                let pairs: Vec<(Vec<u32>, Vec<u32>)> = batches[b].iter().map(|&i| corpus.pair(i)).collect();
+                let batch = Batch::from_pairs(&pairs);
+                tokens += batch.target_tokens();
+                checksum = checksum.wrapping_add(batch.tgt_out.iter().map(|&x| x as u64).sum::<u64>());
+            }
+            let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+            let kb = |key: &str| {
+                status
+                    .lines()
+                    .find(|l| l.starts_with(key))
+                    .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+                    .unwrap_or(0.0)
+            };
+            println!(
+                "{} pairs, {} batches, {tokens} target tokens (checksum {checksum}) in {:.1} s; peak RSS {:.0} MB, now {:.0} MB anonymous + {:.0} MB file-backed (the memory-mapped corpus, page cache the kernel can reclaim)",
+                corpus.len(),
+                batches.len(),
+                start.elapsed().as_secs_f64(),
+                super::peak_rss_bytes().unwrap_or(0) as f64 / 1e6,
+                kb("RssAnon:") / 1e3,
+                kb("RssFile:") / 1e3
+            );
+            Ok(())
+        }
+    }
+}
+
+/// The benchmark model of issue "engine": d 512, h 8, d_ff 2048, 2+2 layers, vocabulary 8000.
+fn bench_config(dropout: f32) -> ModelConfig {
+    ModelConfig {
+        n_layers: 2,
+        d_model: 512,
+        d_ff: 2048,
+        n_heads: 8,
+        d_k: 64,
+        d_v: 64,
+        dropout,
+        attention_dropout: 0.0,
+        label_smoothing: 0.1,
+        positions: transformer::Positions::Sinusoidal,
+        max_positions: 1024,
+        vocab_size: 8000,
+        layer_norm_eps: 1e-6,
+    }
+}
+
+fn train_step(steps: usize, warmup: usize, bf16: bool, dropout: f32, json: bool) -> Result<()> {
+    let precision = if bf16 { Precision::Bf16 } else { Precision::F32 };
+    precision.available().map_err(|why| anyhow::anyhow!("--bf16: {why}"))?;
+    let cfg = bench_config(dropout);
+    let (b, s, t) = (64, 32, 32);
+    let model = Transformer::new(cfg.clone(), 1)?.with_precision(precision)?;
+    let mut trainer = Trainer::new(model, Schedule::paper(cfg.d_model), 1);
+    let mut rng = Rng::new(7);
+    let special = transformer::SPECIAL_TOKENS as u64;
+    let mut tok = || (special + rng.below(cfg.vocab_size as u64 - special)) as u32;
+    // Every sentence is exactly 32 source and 32 target positions (decoder input BOS + 31 tokens).
+    let pairs: Vec<(Vec<u32>, Vec<u32>)> =
+        (0..b).map(|_| ((0..s).map(|_| tok()).collect(), (0..t - 1).map(|_| tok()).collect())).collect();
+    let batch = Batch::from_pairs(&pairs);
+    assert_eq!((batch.s, batch.t), (s, t));
+    let profile = Profile::new();
+    let mut times = Vec::new();
+    let mut slots: Vec<Vec<(&str, f64)>> = Vec::new();
+    let mut matmul_flops = 0;
+    for i in 0..warmup + steps {
+        profile.take();
+        let start = Instant::now();
+        let stats = profile.install(|| trainer.train_step(std::slice::from_ref(&batch)))?;
+        let dt = start.elapsed().as_secs_f64();
+        let (slot_times, flops) = profile.take();
+        if i >= warmup {
+            times.push(dt);
+            slots.push(slot_times);
+            matmul_flops = flops;
+        }
+        if !json {
+            eprintln!(
+                "step {:>3}: {:.3} s  loss {:.4}{}",
+                i + 1,
+                dt,
+                stats.loss,
+                if i < warmup { " (warm-up)" } else { "" }
+            );
+        }
+    }
+    let median_of = |mut v: Vec<f64>| {
+        v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        v[v.len() / 2]
+    };
+    let median = median_of(times.clone());
+    // Per kernel family: the median over steps; "other" is the step minus all accounted time.
+    let names: Vec<&str> = slots[0].iter().map(|s| s.0).collect();
+    let mut breakdown: Vec<(String, f64)> = names
+        .iter()
+        .enumerate()
+        .map(|(k, n)| (n.to_string(), median_of(slots.iter().map(|s| s[k].1).collect())))
+        .collect();
+    let other = median_of(times.iter().zip(&slots).map(|(t, s)| t - s.iter().map(|x| x.1).sum::<f64>()).collect());
+    breakdown.push(("other (wiring, rayon waits)".into(), other));
+    let matmul_median = breakdown[0].1;
+    let threads = rayon::current_num_threads();
+    let rss = super::peak_rss_bytes();
+    if json {
+        let v = serde_json::json!({ "impl": "transformer", "bf16": bf16, "threads": threads, "step_times_s": times, "median_s": median, "peak_rss_bytes": rss,
+            "params": trainer.model.params.len(), "matmul_gflop": matmul_flops as f64 / 1e9,
+            "breakdown_s": breakdown.iter().map(|(n, t)| (n.clone(), *t)).collect::<std::collections::BTreeMap<_, _>>() });
+        println!("{v}");
+    } else {
+        println!(
+            "median step {median:.3} s over {steps} steps, {threads} threads, {}, peak RSS {:.2} GB",
+            if bf16 { "bf16 products" } else { "f32" },
+            rss.unwrap_or(0) as f64 / 1e9
+        );
+        println!(
+            "matmuls: {:.1} GFLOP at {:.0} GFLOP/s",
+            matmul_flops as f64 / 1e9,
+            matmul_flops as f64 / matmul_median / 1e9
+        );
+        for (name, t) in &breakdown {
+            println!("  {name:<28} {:>7.1} ms  {:>5.1}%", t * 1e3, 100.0 * t / median);
+        }
+    }
+    Ok(())
+}
+
+fn matmul_rates(reps: usize) -> Result<()> {
+    use transformer::kernels::cpu::matmul::{matmul, Op};
+    // (m, n, k, op_a, op_b, what)
+    let shapes = [
+        (512, 512, 512, Op::N, Op::N, "square 512"),
+        (1024, 1024, 1024, Op::N, Op::N, "square 1024"),
+        (2048, 2048, 2048, Op::N, Op::N, "square 2048"),
+        (2048, 1536, 512, Op::N, Op::T, "QKV fwd  X·Wᵀ"),
+        (2048, 2048, 512, Op::N, Op::T, "FFN1 fwd X·W1ᵀ"),
+        (2048, 512, 2048, Op::N, Op::T, "FFN2 fwd H·W2ᵀ"),
+        (2048, 8000, 512, Op::N, Op::T, "logits   H·Eᵀ"),
+        (2048, 512, 8000, Op::N, Op::N, "dlogits·E"),
+        (8000, 512, 2048, Op::T, Op::N, "dE = dlogitsᵀ·H"),
+        (2048, 512, 2048, Op::T, Op::N, "dW1 = dHᵀ·X"),
+        (512, 2048, 2048, Op::T, Op::N, "dW2 = dYᵀ·H"),
+    ];
+    let mut rng = Rng::new(3);
+    for (m, n, k, oa, ob, what) in shapes {
+        let a: Vec<f32> = (0..m * k).map(|_| rng.uniform() as f32 - 0.5).collect();
+        let b: Vec<f32> = (0..k * n).map(|_| rng.uniform() as f32 - 0.5).collect();
+        let mut c = vec![0f32; m * n];
+        let mut times = Vec::new();
+        for _ in 0..reps + 1 {
+            let t0 = Instant::now();
+            matmul(&mut c, &a, oa, &b, ob, m, n, k, true);
+            times.push(t0.elapsed().as_secs_f64());
+        }
+        times.remove(0);
+        times.sort_by(|x, y| x.partial_cmp(y).unwrap());
+        let med = times[times.len() / 2];
+        println!(
+            "{what:<18} {m:>5}x{n:>5}x{k:>5} {oa:?}{ob:?}  {:>7.2} ms  {:>6.1} GFLOP/s",
+            med * 1e3,
+            2.0 * (m * n * k) as f64 / med / 1e9
+        );
+    }
+    Ok(())
+}

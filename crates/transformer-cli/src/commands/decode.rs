@@ -1,0 +1,270 @@
+//! `translate`, `evaluate` and `attention`: thin layers over [`Translator`].
+
+use crate::args::{ModelArgs, SearchArgs};
+use crate::usage;
+use anyhow::{Context, Result};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+use transformer::decode::translator::{TranslateOptions, TranslateStats, Translator, TranslatorOptions};
+use transformer::decode::BeamConfig;
+use transformer::kernels::cpu::profile::Profile;
+use transformer::task::Report;
+
+impl ModelArgs {
+    /// The translator session these arguments name.
+    fn load(&self) -> Result<Translator> {
+        let options = TranslatorOptions { precision: self.precision, pack: !self.no_pack, task: self.task };
+        Ok(Translator::load(&self.checkpoint, &self.bpe, options)?)
+    }
+}
+
+impl SearchArgs {
+    fn options(&self, nbest: usize) -> Result<TranslateOptions> {
+        let mut search = BeamConfig::preset(&self.preset)?;
+        if let Some(b) = self.beam {
+            search.beam = b as usize;
+        }
+        if let Some(a) = self.alpha {
+            search.alpha = a;
+        }
+        if let Some(a) = self.max_len_a {
+            search.max_len_a = a;
+        }
+        if let Some(b) = self.max_len_b {
+            search.max_len_b = b;
+        }
+        search.nbest = nbest;
+        search.early_exit = self.early_exit;
+        search.validate()?;
+        Ok(TranslateOptions {
+            search,
+            max_tokens: self.max_tokens as usize,
+            max_sentences: self.max_sentences as usize,
+        })
+    }
+
+    fn describe(&self, o: &TranslateOptions) -> String {
+        let s = &o.search;
+        let stop = if s.early_exit { ", early exit" } else { "" };
+        format!("beam {}, α {}, max length {}·src + {}{stop}", s.beam, s.alpha, s.max_len_a, s.max_len_b)
+    }
+}
+
+fn warn(m: String) {
+    eprintln!("warning: {m}");
+}
+
+fn speed_line(stats: &TranslateStats, secs: f64, what: &str) -> String {
+    format!(
+        "translated {} sentences in {secs:.2} s: {:.1} sentences/s, {:.0} source tokens/s, {:.0} output tokens/s, {} decoder rows ({what})",
+        stats.sentences,
+        stats.sentences as f64 / secs,
+        stats.src_tokens as f64 / secs,
+        stats.out_tokens as f64 / secs,
+        stats.rows_decoded
+    )
+}
+
+/// Runs `f` on every line of `input` (a plain or .gz file) or of stdin; errors name the file (or
+/// `<stdin>`) and the line.
+pub(crate) fn for_each_input_line(input: Option<&Path>, mut f: impl FnMut(&str) -> Result<()>) -> Result<()> {
+    match input {
+        Some(p) => transformer::data::corpus::for_each_line(p, |n, line| {
+            f(line).with_context(|| format!("{}:{n}", p.display()))
+        }),
+        None => {
+            let mut lines = transformer::data::corpus::Lines::from_reader(Box::new(std::io::stdin().lock()), "<stdin>");
+            while let Some(line) = lines.next_line()? {
+                f(line).with_context(|| format!("<stdin>:{}", lines.line_number()))?;
+            }
+            Ok(())
+        }
+    }
+}
+
+pub fn translate(
+    model: &ModelArgs,
+    input: Option<&Path>,
+    search: &SearchArgs,
+    nbest: usize,
+    speed: bool,
+    profile: bool,
+) -> Result<()> {
+    use std::io::Write;
+    let opts = search.options(nbest)?;
+    let translator = model.load()?;
+    let mut lines = Vec::new();
+    for_each_input_line(input, |l| {
+        lines.push(l.to_string());
+        Ok(())
+    })?;
+    let prof = Profile::new();
+    let start = Instant::now();
+    let run = || translator.translate(&lines, &opts, &mut warn);
+    let (out, stats) = if profile { prof.install(run)? } else { run()? };
+    let secs = start.elapsed().as_secs_f64();
+    if profile {
+        let (slots, flops) = prof.take();
+        let accounted: f64 = slots.iter().map(|s| s.1).sum();
+        for (name, t) in slots.iter().filter(|s| s.1 > 0.0) {
+            let rate =
+                if *name == "matmul" { format!(", {:.0} GFLOP/s", flops as f64 / 1e9 / t) } else { String::new() };
+            eprintln!("{name:>32}: {t:7.3} s ({:4.1}%{rate})", 100.0 * t / secs);
+        }
+        eprintln!("{:>32}: {:7.3} s ({:4.1}%)", "other", secs - accounted, 100.0 * (secs - accounted) / secs);
+    }
+    let stdout = std::io::stdout();
+    let mut w = std::io::BufWriter::new(stdout.lock());
+    for (i, list) in out.iter().enumerate() {
+        if nbest == 1 {
+            writeln!(w, "{}", list[0].text)?;
+        } else {
+            for t in list {
+                writeln!(w, "{i} ||| {} ||| {:.4} ||| {:.4}", t.text, t.hypothesis.log_prob, t.hypothesis.score)?;
+            }
+        }
+    }
+    w.flush()?;
+    if speed {
+        eprintln!("{}", speed_line(&stats, secs, &search.describe(&opts)));
+    }
+    Ok(())
+}
+
+/// Reads reference files, each line-aligned with `base` (`n` lines of `what`).
+pub(crate) fn read_references(paths: &[PathBuf], base: &Path, n: usize, what: &str) -> Result<Vec<Vec<String>>> {
+    let mut refs = Vec::with_capacity(paths.len());
+    for p in paths {
+        let r = super::read_lines(p)?;
+        if r.len() != n {
+            anyhow::bail!(
+                "{} has {} lines but {} has {n}: references and {what} must be line-aligned",
+                p.display(),
+                r.len(),
+                base.display()
+            );
+        }
+        refs.push(r);
+    }
+    Ok(refs)
+}
+
+pub fn evaluate(
+    model: &ModelArgs,
+    src_path: &Path,
+    ref_paths: &[PathBuf],
+    output: Option<&Path>,
+    search: &SearchArgs,
+) -> Result<()> {
+    use transformer::eval::{bleu, chrf};
+    let opts = search.options(1)?;
+    let translator = model.load()?;
+    let srcs = super::read_lines(src_path)?;
+    let refs = read_references(ref_paths, src_path, srcs.len(), "sources")?;
+    let start = Instant::now();
+    let (out, stats) = translator.translate(&srcs, &opts, &mut warn)?;
+    let secs = start.elapsed().as_secs_f64();
+    let hyps: Vec<String> = out.into_iter().map(|mut l| l.swap_remove(0).text).collect();
+    if let Some(p) = output {
+        let mut text = hyps.join("\n");
+        text.push('\n');
+        transformer::train::checkpoint::write_atomically(p, text.as_bytes())?;
+    }
+    match translator.task().report() {
+        Report::BleuChrfPerplexity => {
+            println!("{}", bleu::corpus_bleu(&hyps, &refs, &bleu::BleuConfig::default()).line());
+            println!("{}", chrf::corpus_chrf(&hyps, &refs, &chrf::ChrfConfig::default()).line());
+            println!("{}", bleu::tokenized_bleu(&hyps, &refs, true).line());
+            let totals = translator.perplexity(&srcs, &refs[0], &mut warn)?;
+            match totals.nll_per_token() {
+                Some(nll) => println!(
+                    "perplexity = {:.2} (per target token, EOS included, teacher-forced on {}: {} tokens, mean NLL {nll:.4})",
+                    nll.exp(),
+                    ref_paths[0].display(),
+                    totals.tokens
+                ),
+                None => println!("perplexity: no target token could be scored ({} is empty)", src_path.display()),
+            }
+        }
+    }
+    eprintln!("{}", speed_line(&stats, secs, &search.describe(&opts)));
+    Ok(())
+}
+
+/// Token labels for a heatmap: each piece decoded on its own; pieces that continue a word (no
+/// leading space, not first) are marked with a leading '-'.
+fn piece_labels(bpe: &transformer::data::bpe::Bpe, ids: &[u32]) -> Result<Vec<String>> {
+    let mut out = Vec::with_capacity(ids.len());
+    for (i, &id) in ids.iter().enumerate() {
+        let text = bpe.decode(&[id])?;
+        out.push(match text.strip_prefix(' ') {
+            Some(word) => word.to_string(),
+            None if i > 0 => format!("-{text}"),
+            None => text,
+        });
+    }
+    Ok(out)
+}
+
+pub fn attention(
+    model: &ModelArgs,
+    src: &str,
+    tgt: Option<&str>,
+    layer: Option<usize>,
+    head: Option<usize>,
+    out: &Path,
+) -> Result<()> {
+    use transformer::eval::{attention as attn, heatmap};
+    let translator = model.load()?;
+    let c = &translator.model().config;
+    if let Some(l) = layer.filter(|&l| l > c.n_layers) {
+        usage!("--layer {l}: the model has {} layers", c.n_layers);
+    }
+    if let Some(h) = head.filter(|&h| h > c.n_heads) {
+        usage!("--head {h}: the model has {} heads", c.n_heads);
+    }
+    let bpe = translator.bpe();
+    let src_ids = bpe.encode(src)?;
+    if src_ids.is_empty() {
+        usage!("--src is empty: give a sentence to look at");
+    }
+    let tgt_ids = match tgt {
+        Some(t) => bpe.encode(t)?,
+        None => {
+            let opts = TranslateOptions { search: translator.task().search_defaults(), ..Default::default() };
+            let (h, _) = translator.translate_ids(std::slice::from_ref(&src_ids), &opts, &mut warn)?;
+            let ids = h[0][0].tokens.clone();
+            eprintln!("translation: {}", bpe.decode(&ids)?);
+            ids
+        }
+    };
+    let w = translator.attention(&src_ids, &tgt_ids)?;
+    let src_l = piece_labels(bpe, &src_ids)?;
+    let mut dec_in = vec!["<s>".to_string()];
+    dec_in.extend(piece_labels(bpe, &tgt_ids)?);
+    let mut dec_out: Vec<String> = dec_in[1..].to_vec();
+    dec_out.push("</s>".into());
+    std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
+    let layers: Vec<usize> = layer.map_or((1..=c.n_layers).collect(), |l| vec![l]);
+    let heads: Vec<usize> = head.map_or((1..=c.n_heads).collect(), |h| vec![h]);
+    let mut written = 0;
+    for kind in attn::Kind::ALL {
+        let (rows, cols) = match kind {
+            attn::Kind::EncoderSelf => (&src_l, &src_l),
+            attn::Kind::DecoderSelf => (&dec_in, &dec_in),
+            attn::Kind::EncoderDecoder => (&dec_out, &src_l),
+        };
+        for &l in &layers {
+            for &h in &heads {
+                let (weights, _, _) = w.get(kind, l - 1, h - 1);
+                let title = format!("{}, layer {l} of {}, head {h} of {}", kind.title(), c.n_layers, c.n_heads);
+                let img = heatmap::render(weights, rows, cols, &title);
+                let path = out.join(format!("{}-layer{l}-head{h}.png", kind.slug()));
+                img.save_png(&path)?;
+                written += 1;
+            }
+        }
+    }
+    println!("{written} heatmaps written to {}", out.display());
+    Ok(())
+}

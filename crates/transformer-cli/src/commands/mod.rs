@@ -1,0 +1,50 @@
+//! One file per command group; each command reads its inputs, calls the library and prints.
+
+mod bench;
+mod decode;
+mod text;
+mod train;
+
+use crate::args::Command;
+use anyhow::Result;
+
+/// Runs one command.
+pub fn run(cmd: Command) -> Result<()> {
+    match cmd {
+        Command::Params { preset, vocab, all, json } => train::params(&preset, vocab, all, json),
+        Command::Synthetic { task, steps, seed, save } => train::synthetic(task, steps, seed, save.as_deref()),
+        Command::Train { config, overrides, time_limit } => train::train(&config, overrides, time_limit),
+        Command::Average { last, dir, inputs, output } => train::average(last, dir.as_deref(), inputs, &output),
+        Command::Prepare { src, tgt, bpe, out, max_tokens, max_ratio } => {
+            train::prepare(&src, &tgt, &bpe, &out, max_tokens, max_ratio)
+        }
+        Command::Translate { model, input, search, nbest, speed, profile } => {
+            decode::translate(&model, input.as_deref(), &search, nbest as usize, speed, profile)
+        }
+        Command::Evaluate { model, src, refs, output, search } => {
+            decode::evaluate(&model, &src, &refs, output.as_deref(), &search)
+        }
+        Command::Attention { model, src, tgt, layer, head, out } => {
+            decode::attention(&model, &src, tgt.as_deref(), layer.map(|l| l as usize), head.map(|h| h as usize), &out)
+        }
+        Command::Data { which } => text::data(which),
+        Command::Bpe { which } => text::bpe(which),
+        Command::Bleu { refs, hyp, tokenize, lowercase, smooth, smooth_value, metrics, score_only } => {
+            text::bleu(&refs, &hyp, tokenize, lowercase, &smooth, smooth_value, &metrics, score_only)
+        }
+        Command::Bench { which } => bench::run(which),
+    }
+}
+
+/// Reads a text file (plain or .gz), one entry a line.
+pub(crate) fn read_lines(path: &std::path::Path) -> Result<Vec<String>> {
+    Ok(transformer::data::corpus::read_lines(path)?)
+}
+
+/// Peak resident set size of this process, from /proc (Linux), in bytes.
+pub(crate) fn peak_rss_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}

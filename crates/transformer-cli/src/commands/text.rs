@@ -1,0 +1,110 @@
+//! Text tools: `data` (downloads), `bpe` (learn, apply, decode) and `bleu` (sacreBLEU-exact scores).
+
+use super::decode::{for_each_input_line, read_references};
+use super::read_lines;
+use crate::args::{BpeCommand, DataCommand};
+use anyhow::{Context, Result};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+use transformer::eval::tokenize::Tokenizer;
+use transformer::eval::Metric;
+
+pub fn data(which: DataCommand) -> Result<()> {
+    match which {
+        DataCommand::Multi30k { cache, from, url } => {
+            use transformer::data::download::{fetch_verified, Source, MIRROR_ENV, MULTI30K_FILES};
+            let from = from.or_else(|| std::env::var_os(MIRROR_ENV).map(Into::into));
+            let source = match from {
+                Some(dir) => Source::Dir(dir),
+                None => Source::Url(url),
+            };
+            let paths = fetch_verified(&source, &MULTI30K_FILES, &cache, &mut |m| eprintln!("{m}"))?;
+            println!("{} files verified in {}", paths.len(), cache.display());
+            Ok(())
+        }
+    }
+}
+
+pub fn bpe(cmd: BpeCommand) -> Result<()> {
+    use std::io::Write;
+    use transformer::data::bpe::Bpe;
+    match cmd {
+        BpeCommand::Learn { inputs, vocab_size, min_frequency, output } => {
+            let mut lines = Vec::new();
+            for p in &inputs {
+                lines.extend(read_lines(p)?);
+            }
+            let start = Instant::now();
+            let bpe = Bpe::learn(lines.iter(), vocab_size, min_frequency)?;
+            bpe.save(&output).with_context(|| format!("writing {}", output.display()))?;
+            eprintln!(
+                "learned {} entries from {} lines in {:.1}s -> {} ({})",
+                bpe.vocab_size(),
+                lines.len(),
+                start.elapsed().as_secs_f64(),
+                output.display(),
+                bpe.hash()
+            );
+        }
+        BpeCommand::Apply { model, input } => {
+            let bpe = Bpe::load(&model)?;
+            let out = std::io::stdout();
+            let mut out = std::io::BufWriter::new(out.lock());
+            for_each_input_line(input.as_deref(), |line| Ok(writeln!(out, "{}", bpe.pieces(line)?.join(" "))?))?;
+            out.flush()?;
+        }
+        BpeCommand::Decode { model, input } => {
+            let bpe = Bpe::load(&model)?;
+            let out = std::io::stdout();
+            let mut out = std::io::BufWriter::new(out.lock());
+            for_each_input_line(input.as_deref(), |line| {
+                let pieces: Vec<&str> = line.split(' ').filter(|p| !p.is_empty()).collect();
+                Ok(writeln!(out, "{}", bpe.decode_pieces(&pieces)?)?)
+            })?;
+            out.flush()?;
+        }
+    }
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+pub fn bleu(
+    ref_paths: &[PathBuf],
+    hyp_path: &Path,
+    tokenizer: Tokenizer,
+    lowercase: bool,
+    smooth: &str,
+    smooth_value: Option<f64>,
+    metrics: &[Metric],
+    score_only: bool,
+) -> Result<()> {
+    use transformer::eval::{bleu, chrf};
+    let smooth = bleu::Smooth::from_name(smooth, smooth_value)
+        .with_context(|| format!("unknown smoothing '{smooth}': use exp, floor, add-k or none"))?;
+    let hyps = read_lines(hyp_path)?;
+    let refs = read_references(ref_paths, hyp_path, hyps.len(), "hypotheses")?;
+    for m in metrics {
+        let (line, score) = match m {
+            Metric::Bleu => {
+                let cfg = bleu::BleuConfig { tokenizer, lowercase, smooth, effective_order: false };
+                let s = bleu::corpus_bleu(&hyps, &refs, &cfg);
+                (s.line(), s.score)
+            }
+            Metric::Chrf => {
+                let cfg = chrf::ChrfConfig { lowercase, ..chrf::ChrfConfig::default() };
+                let s = chrf::corpus_chrf(&hyps, &refs, &cfg);
+                (s.line(), s.score)
+            }
+            Metric::TokenizedBleu => {
+                let s = bleu::tokenized_bleu(&hyps, &refs, lowercase);
+                (s.line(), s.score)
+            }
+        };
+        if score_only {
+            println!("{score:.2}");
+        } else {
+            println!("{line}");
+        }
+    }
+    Ok(())
+}

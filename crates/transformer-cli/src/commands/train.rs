@@ -1,0 +1,123 @@
+//! Training commands: `params`, `synthetic`, `train`, `average` and `prepare`.
+
+use crate::usage;
+use anyhow::{Context, Result};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+use transformer::config::{param_count, ModelConfig, PAPER_VOCAB, PRESET_NAMES};
+use transformer::rng::Rng;
+use transformer::synthetic::{self, SyntheticTask};
+use transformer::train::{checkpoint, Schedule, Trainer};
+use transformer::{Batch, Transformer};
+
+pub fn params(preset: &str, vocab: usize, all: bool, json: bool) -> Result<()> {
+    let names: Vec<&str> = if all { PRESET_NAMES.to_vec() } else { vec![preset] };
+    let mut rows = Vec::new();
+    for name in names {
+        let mut c = ModelConfig::preset(name)?;
+        c.vocab_size = vocab;
+        c.validate()?;
+        let count = param_count(&c);
+        let paper = if vocab == PAPER_VOCAB { ModelConfig::paper_params_millions(name) } else { None };
+        rows.push((name, c, count, paper));
+    }
+    for (name, c, count, paper) in rows {
+        if json {
+            let v = serde_json::json!({ "preset": name, "vocab": vocab, "params": count, "paper_params_millions": paper, "config": c });
+            println!("{v}");
+        } else {
+            let paper = paper
+                .map(|p| format!(" (paper: {p}M, {:+.1}%)", (count as f64 / 1e6 / p - 1.0) * 100.0))
+                .unwrap_or_default();
+            println!("{name:<5} {count:>11} parameters = {:.1}M{paper}", count as f64 / 1e6);
+        }
+    }
+    Ok(())
+}
+
+pub fn synthetic(task: SyntheticTask, steps: u64, seed: u64, save: Option<&Path>) -> Result<()> {
+    let symbols = 20;
+    let cfg = synthetic::model_config(symbols);
+    let model = Transformer::new(cfg.clone(), seed)?;
+    let mut trainer = Trainer::new(model, Schedule { d_model: cfg.d_model, warmup: 400, lr_scale: 0.5 }, seed);
+    let mut rng = Rng::new(seed ^ 0xdead_beef);
+    let start = Instant::now();
+    for step in 1..=steps {
+        let batch = Batch::from_pairs(&synthetic::pairs(task, &mut rng, 64, symbols, 4, 12));
+        let s = trainer.train_step(&[batch])?;
+        if step % 100 == 0 || step == steps {
+            eprintln!("step {step:>5}  loss {:.4}  lr {:.2e}  {:.1}s", s.loss, s.lr, start.elapsed().as_secs_f64());
+        }
+    }
+    let mut held_out = Rng::new(seed ^ 0x1234_5678);
+    let batch = Batch::from_pairs(&synthetic::pairs(task, &mut held_out, 500, symbols, 4, 12));
+    trainer.model.forward(&batch, &mut trainer.workspace, None)?;
+    let (ok, total) = synthetic::token_accuracy(&trainer.workspace.logits, &batch, cfg.vocab_size);
+    println!("held-out token accuracy: {:.2}% ({ok}/{total})", 100.0 * ok as f64 / total as f64);
+    if let Some(path) = save {
+        let ckpt = checkpoint::Checkpoint {
+            config: cfg,
+            step: trainer.step,
+            vocab_hash: String::new(),
+            params: trainer.model.params.clone(),
+            adam: Some((trainer.adam_m.clone(), trainer.adam_v.clone())),
+            extra: Default::default(),
+        };
+        checkpoint::save(path, &ckpt).with_context(|| format!("saving {}", path.display()))?;
+        eprintln!("saved {}", path.display());
+    }
+    Ok(())
+}
+
+pub fn train(config: &Path, mut overrides: Vec<String>, time_limit: Option<f64>) -> Result<()> {
+    let text = std::fs::read_to_string(config).with_context(|| format!("cannot read {}", config.display()))?;
+    if let Some(m) = time_limit {
+        overrides.push(format!("train.time_limit_minutes={m}"));
+    }
+    let cfg = transformer::train::run::RunConfig::from_toml(&text, &config.display().to_string(), &overrides)?;
+    let start = Instant::now();
+    let summary =
+        transformer::train::run::run(&cfg, &mut |msg| eprintln!("[{:>7.1}s] {msg}", start.elapsed().as_secs_f64()))?;
+    println!(
+        "step {} epoch {}: {} ({:.0} s of training); valid perplexity {:.2}; {}",
+        summary.state.step,
+        summary.state.epoch + 1,
+        summary.stopped,
+        summary.state.elapsed_s,
+        summary.valid.1.exp(),
+        summary.checkpoint.display()
+    );
+    Ok(())
+}
+
+pub fn average(last: Option<usize>, dir: Option<&Path>, inputs: Vec<PathBuf>, output: &Path) -> Result<()> {
+    let paths = match (last, dir) {
+        (Some(k), Some(dir)) => {
+            let all = transformer::train::run::list_checkpoints(dir)?;
+            if all.len() < k {
+                anyhow::bail!("{} holds {} checkpoints, fewer than --last {k}", dir.display(), all.len());
+            }
+            all[all.len() - k..].iter().map(|(_, p)| p.clone()).collect()
+        }
+        _ if !inputs.is_empty() => inputs,
+        _ => usage!("give --last K DIR or --inputs FILE..."),
+    };
+    let avg = checkpoint::average(&paths)?;
+    checkpoint::save(output, &avg)?;
+    println!("averaged {} checkpoints (newest step {}) -> {}", paths.len(), avg.step, output.display());
+    Ok(())
+}
+
+pub fn prepare(src: &Path, tgt: &Path, bpe: &Path, out: &Path, max_tokens: usize, max_ratio: f64) -> Result<()> {
+    let model = transformer::data::bpe::Bpe::load(bpe)?;
+    let filter = transformer::data::parallel::FilterConfig { max_tokens, max_ratio };
+    let start = Instant::now();
+    let report = transformer::data::binarized::prepare(src, tgt, &model, &filter, out, &mut |m| eprintln!("{m}"))?;
+    println!(
+        "{report} -> {} in {:.1} s, peak RSS {:.0} MB",
+        out.display(),
+        start.elapsed().as_secs_f64(),
+        super::peak_rss_bytes().unwrap_or(0) as f64 / 1e6
+    );
+    Ok(())
+}

@@ -1,0 +1,84 @@
+//! Matrix products at a given [`Precision`], and the linear maps (`nn.Linear`) of the model built
+//! on them. The precision is an argument, carried by the model that calls: f32 goes to
+//! [`super::matmul::matmul`], bf16 to [`super::bf16::matmul_bf16`].
+
+use super::matmul::{matmul, Op};
+use crate::precision::Precision;
+
+/// C (m, n) = [C +] op(A) · op(B) at precision `prec`; the contract of [`matmul`]. For
+/// [`Precision::Bf16`] the caller has checked [`Precision::available`] (the model does so when it
+/// is built).
+#[allow(clippy::too_many_arguments)]
+pub fn product(
+    prec: Precision,
+    c: &mut [f32],
+    a: &[f32],
+    op_a: Op,
+    b: &[f32],
+    op_b: Op,
+    m: usize,
+    n: usize,
+    k: usize,
+    accumulate: bool,
+) {
+    match prec {
+        Precision::F32 => matmul(c, a, op_a, b, op_b, m, n, k, accumulate),
+        Precision::Bf16 => {
+            let _t = super::profile::scope(super::profile::Slot::Matmul);
+            super::profile::add_matmul_flops(2 * (m as u64) * (n as u64) * (k as u64));
+            super::bf16::matmul_bf16(c, a, op_a, b, op_b, m, n, k, accumulate);
+        }
+    }
+}
+
+/// Y (m, n) = X (m, k) · Wᵀ + bias, with W stored (n, k) like PyTorch's `nn.Linear`.
+#[allow(clippy::too_many_arguments)]
+pub fn linear_forward(
+    prec: Precision,
+    y: &mut [f32],
+    x: &[f32],
+    w: &[f32],
+    bias: Option<&[f32]>,
+    m: usize,
+    n: usize,
+    k: usize,
+) {
+    match bias {
+        Some(bias) => {
+            assert_eq!(bias.len(), n);
+            let fill = |rows: &mut [f32]| rows.chunks_exact_mut(n).for_each(|row| row.copy_from_slice(bias));
+            if m * n >= 1 << 16 {
+                use rayon::prelude::*;
+                y.par_chunks_mut(n * 64).for_each(fill);
+            } else if n > 0 {
+                fill(y);
+            }
+            product(prec, y, x, Op::N, w, Op::T, m, n, k, true);
+        }
+        None => product(prec, y, x, Op::N, w, Op::T, m, n, k, false),
+    }
+}
+
+/// Backward of [`linear_forward`]: dW (n, k) += dYᵀ X; db (n) += Σ_rows dY; dX (m, k) = or += dY W.
+#[allow(clippy::too_many_arguments)]
+pub fn linear_backward(
+    prec: Precision,
+    dx: Option<&mut [f32]>,
+    accumulate_dx: bool,
+    dw: &mut [f32],
+    db: Option<&mut [f32]>,
+    dy: &[f32],
+    x: &[f32],
+    w: &[f32],
+    m: usize,
+    n: usize,
+    k: usize,
+) {
+    product(prec, dw, dy, Op::T, x, Op::N, n, k, m, true);
+    if let Some(db) = db {
+        super::elementwise::column_sum_add(db, dy, n);
+    }
+    if let Some(dx) = dx {
+        product(prec, dx, dy, Op::N, w, Op::N, m, k, n, accumulate_dx);
+    }
+}

@@ -1,0 +1,101 @@
+//! The translator session: built once, shared by threads. Two threads calling it at once get what
+//! one call after the other gets, and an f32 and a bf16 session run side by side in one process,
+//! each giving exactly what it gives alone.
+
+use transformer::data::bpe::Bpe;
+use transformer::decode::translator::{TranslateOptions, Translator, TranslatorOptions};
+use transformer::decode::BeamConfig;
+use transformer::{ModelConfig, Positions, Precision, Transformer};
+
+fn lines() -> Vec<String> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/multi30k/val.en.gz");
+    transformer::data::corpus::read_lines(&path).unwrap().into_iter().take(300).collect()
+}
+
+fn translator(precision: Precision) -> Translator {
+    let text = lines();
+    let bpe = Bpe::learn(text.iter(), 400, 2).unwrap();
+    let config = ModelConfig {
+        n_layers: 2,
+        d_model: 32,
+        d_ff: 64,
+        n_heads: 2,
+        d_k: 16,
+        d_v: 16,
+        dropout: 0.1,
+        attention_dropout: 0.0,
+        label_smoothing: 0.1,
+        positions: Positions::Sinusoidal,
+        max_positions: 64,
+        vocab_size: bpe.vocab_size(),
+        layer_norm_eps: 1e-6,
+    };
+    let model = Transformer::new(config, 7).unwrap();
+    Translator::new(model, bpe, TranslatorOptions { precision, ..Default::default() }).unwrap()
+}
+
+fn options() -> TranslateOptions {
+    let mut search = BeamConfig::translation();
+    search.max_len_b = 12;
+    search.nbest = 2;
+    TranslateOptions { search, max_tokens: 256, max_sentences: 16 }
+}
+
+/// (text, log P, score) of every hypothesis.
+fn run(t: &Translator, input: &[String]) -> Vec<Vec<(String, f32, f32)>> {
+    let (out, _) = t.translate(input, &options(), &mut |_| {}).unwrap();
+    out.into_iter()
+        .map(|l| l.into_iter().map(|x| (x.text, x.hypothesis.log_prob as f32, x.hypothesis.score as f32)).collect())
+        .collect()
+}
+
+#[test]
+fn a_translator_is_send_and_sync() {
+    fn check<T: Send + Sync>() {}
+    check::<Translator>();
+}
+
+#[test]
+fn two_threads_at_once_get_what_one_after_the_other_gets() {
+    let t = translator(Precision::F32);
+    let text = lines();
+    let (a, b) = (&text[..40], &text[40..100]);
+    let alone = (run(&t, a), run(&t, b));
+    assert!(alone.0.iter().any(|l| !l[0].0.is_empty()), "the model translated nothing");
+    for _ in 0..3 {
+        let together = std::thread::scope(|s| {
+            let ha = s.spawn(|| run(&t, a));
+            let hb = s.spawn(|| run(&t, b));
+            (ha.join().unwrap(), hb.join().unwrap())
+        });
+        assert!(together == alone, "concurrent calls gave other translations than sequential ones");
+    }
+    // The pool's reused buffers change nothing either.
+    assert!(run(&t, a) == alone.0);
+}
+
+#[test]
+fn f32_and_bf16_translators_side_by_side_give_what_each_gives_alone() {
+    if let Err(why) = Precision::Bf16.available() {
+        eprintln!("no bf16 unit here ({why}); checking that a bf16 translator is refused");
+        let bpe = Bpe::learn(lines().iter(), 400, 2).unwrap();
+        let mut config = ModelConfig::base();
+        (config.n_layers, config.vocab_size) = (1, bpe.vocab_size());
+        let model = Transformer::new(config, 1).unwrap();
+        let opts = TranslatorOptions { precision: Precision::Bf16, ..Default::default() };
+        assert!(Translator::new(model, bpe, opts).is_err());
+        return;
+    }
+    let (f, b) = (translator(Precision::F32), translator(Precision::Bf16));
+    let text = lines();
+    let input = &text[..60];
+    let alone = (run(&f, input), run(&b, input));
+    let together = std::thread::scope(|s| {
+        let hf = s.spawn(|| run(&f, input));
+        let hb = s.spawn(|| run(&b, input));
+        (hf.join().unwrap(), hb.join().unwrap())
+    });
+    assert!(together.0 == alone.0, "f32 output changed beside a bf16 translator");
+    assert!(together.1 == alone.1, "bf16 output changed beside an f32 translator");
+    assert!(alone.0 != alone.1, "bf16 and f32 gave identical scores: the precision did nothing");
+}
