@@ -7,7 +7,8 @@
 mod common;
 use common::*;
 use transformer::kernels::cpu::{
-    adam, attention, bf16, elementwise, embedding, layer_norm, linear, matmul, packed, softmax_xent,
+    adam, attention, bf16, cached_attention, elementwise, embedding, layer_norm, linear, matmul, packed, search,
+    softmax_xent,
 };
 use transformer::kernels::reference as r;
 use transformer::kernels::AttnDims;
@@ -558,4 +559,116 @@ fn embedding_scatter_with_wrapping_length_panics() {
     let mut table = [0f32; 8];
     let mut pos = [0f32; 0];
     embedding::embedding_backward(&mut table, Some(&mut pos), &[1.0, 1.0], &[0], 1 << 63, 2, 1.0, None);
+}
+
+/// The search's top-k (with its 64-wide block skip) against a full sort, on rows long enough for
+/// the skip, with ties, NaN and infinities, and normalisers 0 and 7.5.
+#[test]
+fn top_k_with_block_skip_equals_a_full_sort() {
+    let mut rng = Rng::new(21);
+    for trial in 0..400 {
+        let len = 5 + rng.below(400) as usize;
+        let row: Vec<f32> = (0..len)
+            .map(|_| match rng.below(50) {
+                0 => f32::NAN,
+                1 => f32::NEG_INFINITY,
+                2 => f32::INFINITY,
+                // Few distinct values: many ties.
+                x if x < 25 => rng.below(8) as f32 * 0.5 - 2.0,
+                _ => rng.below(100_000) as f32 * 1e-4 - 5.0,
+            })
+            .collect();
+        let norm = if trial % 2 == 0 { 0.0 } else { 7.5 };
+        let k = 1 + rng.below(8) as usize;
+        assert_eq!(
+            search::top_k(&row, norm, k, false),
+            r::top_k(&row, norm, k, false),
+            "trial {trial}: len {len}, k {k}"
+        );
+        assert_eq!(search::top_k(&row, norm, k, true), r::top_k(&row, norm, k, true), "trial {trial}: EOS only");
+    }
+}
+
+#[test]
+fn log_sum_exp_matches_reference() {
+    let mut rng = Rng::new(22);
+    for len in [1, 7, 16, 33, 1000, 8000] {
+        let row = rand_vec(&mut rng, len, 6.0);
+        let got = search::log_sum_exp(&to_f32(&row)) as f64;
+        let want = r::log_sum_exp(&to_f64(&to_f32(&row)));
+        assert!((got - want).abs() <= 1e-5 * want.abs().max(1.0), "len {len}: {got} vs {want}");
+    }
+    for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+        let mut row = vec![0.5f32; 40];
+        row[17] = bad;
+        assert!(search::log_sum_exp(&row).is_nan(), "{bad} in the row must give NaN");
+    }
+}
+
+#[test]
+fn embedding_step_matches_reference() {
+    let mut rng = Rng::new(23);
+    let (v, d) = (11, 19);
+    let (table, pos) = (rand_vec(&mut rng, v * d, 1.0), rand_vec(&mut rng, d, 1.0));
+    let tokens = [3u32, 0, 10, 3, 7];
+    let mut out = vec![f32::NAN; tokens.len() * d];
+    embedding::embedding_step(&mut out, &tokens, &to_f32(&table), &to_f32(&pos), d, 4.36);
+    assert_close("step embedding", &to_f64(&out), &r::embedding_step(&tokens, &table, &pos, d, 4.36), ATOL, RTOL);
+}
+
+/// Cached attention over a slot map (each position's key in some slot) and over plain rows, with
+/// rows of no keys, against the naive twin on the gathered keys.
+#[test]
+fn cached_attention_matches_reference() {
+    let mut rng = Rng::new(24);
+    let (heads, dk, dv) = (3, 5, 7);
+    let (hk, hv) = (heads * dk, heads * dv);
+    let (slots, cap) = (4, 9);
+    let keys = rand_vec(&mut rng, slots * cap * hk, 1.0);
+    let values = rand_vec(&mut rng, slots * cap * hv, 1.0);
+    let (kf, vf) = (to_f32(&keys), to_f32(&values));
+    let rows = 5;
+    let q = rand_vec(&mut rng, rows * hk, 1.0);
+    let qf = to_f32(&q);
+    let n_of = |r: usize| [0, 1, 4, 9, 6][r];
+    let origin: Vec<u32> = (0..rows * cap).map(|_| rng.below(slots as u64) as u32).collect();
+    let mut ctx = vec![f32::NAN; rows * hv];
+    cached_attention::attend(&mut ctx, heads, dk, dv, |r| {
+        let kv = cached_attention::KeyValues {
+            k: &kf,
+            ldk: hk,
+            v: &vf,
+            ldv: hv,
+            n: n_of(r),
+            origin: Some((&origin[r * cap..][..cap], cap * hk, cap * hv)),
+        };
+        (&qf[r * hk..][..hk], kv)
+    });
+    for r in 0..rows {
+        let slot = |j: usize| origin[r * cap + j] as usize;
+        let ks: Vec<Vec<f64>> = (0..n_of(r)).map(|j| keys[(slot(j) * cap + j) * hk..][..hk].to_vec()).collect();
+        let vs: Vec<Vec<f64>> = (0..n_of(r)).map(|j| values[(slot(j) * cap + j) * hv..][..hv].to_vec()).collect();
+        let want = r::cached_attention(&q[r * hk..][..hk], &ks, &vs, heads, dk, dv);
+        assert_close(&format!("row {r} (slot map)"), &to_f64(&ctx[r * hv..][..hv]), &want, ATOL, RTOL);
+    }
+    // Plain rows (encoder–decoder attention): key j of row r at r·n·hk + j·hk.
+    let n = 6;
+    let mut ctx = vec![f32::NAN; rows * hv];
+    cached_attention::attend(&mut ctx, heads, dk, dv, |r| {
+        let kv = cached_attention::KeyValues {
+            k: &kf[r * n * hk..],
+            ldk: hk,
+            v: &vf[r * n * hv..],
+            ldv: hv,
+            n,
+            origin: None,
+        };
+        (&qf[r * hk..][..hk], kv)
+    });
+    for r in 0..rows {
+        let ks: Vec<Vec<f64>> = (0..n).map(|j| keys[(r * n + j) * hk..][..hk].to_vec()).collect();
+        let vs: Vec<Vec<f64>> = (0..n).map(|j| values[(r * n + j) * hv..][..hv].to_vec()).collect();
+        let want = r::cached_attention(&q[r * hk..][..hk], &ks, &vs, heads, dk, dv);
+        assert_close(&format!("row {r} (plain)"), &to_f64(&ctx[r * hv..][..hv]), &want, ATOL, RTOL);
+    }
 }

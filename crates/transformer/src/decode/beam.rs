@@ -21,11 +21,10 @@
 //! Ties are broken deterministically: by lower row, then lower token id.
 
 use crate::error::{Error, Result};
-use crate::kernels::cpu::elementwise::{exp_sum, max, row_is_finite};
 use crate::kernels::cpu::profile::{self, Slot};
+use crate::kernels::cpu::search::{log_sum_exp, top_k};
 use crate::model::{DecoderState, Encoded, PackedDecoder, Transformer, Workspace};
-use crate::{BOS, EOS, PAD};
-use multiversion::multiversion;
+use crate::{BOS, EOS};
 use rayon::prelude::*;
 use std::sync::Arc;
 
@@ -157,48 +156,6 @@ struct Cand {
 /// Best first; ties by lower row, then lower token.
 fn better(a: &Cand, b: &Cand) -> std::cmp::Ordering {
     b.log_prob.total_cmp(&a.log_prob).then(a.row.cmp(&b.row)).then(a.token.cmp(&b.token))
-}
-
-/// The `k` best next tokens of one row (never PAD or BOS; only EOS when `eos_only`), as
-/// (log p, token), best first, where log p = score − `norm` in f32. NaN counts as −∞. Blocks of 64
-/// scores whose maximum cannot beat the k-th best so far are skipped whole: f32 subtraction is
-/// monotone, so max(score) − norm bounds every log p of the block.
-#[multiversion(targets(
-    "x86_64+avx512f+avx512bw+avx512dq+avx512vl+avx2+fma+bmi1+bmi2+lzcnt+popcnt",
-    "x86_64+avx2+fma"
-))]
-fn top_k(row: &[f32], norm: f32, k: usize, eos_only: bool) -> Vec<(f64, u32)> {
-    let key = |x: f32| {
-        let y = x - norm;
-        if y.is_nan() {
-            f64::NEG_INFINITY
-        } else {
-            y as f64
-        }
-    };
-    if eos_only {
-        return vec![(key(row[EOS as usize]), EOS)];
-    }
-    let mut best: Vec<(f64, u32)> = Vec::with_capacity(k + 1);
-    for (b, block) in row.chunks(64).enumerate() {
-        if best.len() == k && key(max(block)) <= best[k - 1].0 {
-            continue;
-        }
-        for (i, &x) in block.iter().enumerate() {
-            let j = (b * 64 + i) as u32;
-            if j == PAD || j == BOS {
-                continue;
-            }
-            let x = key(x);
-            if best.len() == k && x <= best[k - 1].0 {
-                continue; // not better than the k-th (ties keep the lower id, seen first)
-            }
-            let at = best.partition_point(|&(y, _)| y >= x);
-            best.insert(at, (x, j));
-            best.truncate(k);
-        }
-    }
-    best
 }
 
 /// Beam search over `src_lens.len()` sentences. Returns, per sentence, its `nbest` best finished
@@ -370,20 +327,6 @@ impl Scorer for ModelScorer<'_> {
     }
 }
 
-/// log Σ exp(row) with the vectorised exp of the training softmax; NaN when the row holds a NaN or
-/// an infinity.
-#[multiversion(targets(
-    "x86_64+avx512f+avx512bw+avx512dq+avx512vl+avx2+fma+bmi1+bmi2+lzcnt+popcnt",
-    "x86_64+avx2+fma"
-))]
-fn log_sum_exp(row: &[f32]) -> f32 {
-    if !row_is_finite(row) {
-        return f32::NAN;
-    }
-    let mx = max(row);
-    mx + exp_sum(row, mx).ln()
-}
-
 /// Translates a batch of sources (token ids without BOS/EOS) with beam search. The output length
 /// is capped by the model's positions as well as by the config.
 pub fn translate_batch(
@@ -416,44 +359,4 @@ pub fn search_batch(
     let rows = scorer.rows_decoded;
     *state = scorer.into_state();
     Ok((hyps?, rows))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// `top_k` against a plain sort, on rows long enough for the 64-wide block skip, with ties,
-    /// NaN and infinities, and normalisers 0 and 7.5.
-    #[test]
-    fn top_k_with_block_skip_equals_a_full_sort() {
-        let mut state = 0x2545_f491_4f6c_dd1du64;
-        let mut next = || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
-        for trial in 0..400 {
-            let len = 5 + (next() % 400) as usize;
-            let row: Vec<f32> = (0..len)
-                .map(|_| match next() % 50 {
-                    0 => f32::NAN,
-                    1 => f32::NEG_INFINITY,
-                    2 => f32::INFINITY,
-                    // Few distinct values: many ties.
-                    x if x < 25 => (next() % 8) as f32 * 0.5 - 2.0,
-                    _ => (next() % 100_000) as f32 * 1e-4 - 5.0,
-                })
-                .collect();
-            let norm = if trial % 2 == 0 { 0.0 } else { 7.5 };
-            let k = 1 + (next() % 8) as usize;
-            let key = |x: f32| if (x - norm).is_nan() { f64::NEG_INFINITY } else { (x - norm) as f64 };
-            let mut want: Vec<(f64, u32)> =
-                (0..len as u32).filter(|&j| j != PAD && j != BOS).map(|j| (key(row[j as usize]), j)).collect();
-            // Best first; ties by lower id.
-            want.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
-            want.truncate(k);
-            assert_eq!(top_k(&row, norm, k, false), want, "trial {trial}: len {len}, k {k}");
-        }
-    }
 }

@@ -324,3 +324,68 @@ pub fn adam_update(
         p[i] -= lr * mh / (vh.sqrt() + eps);
     }
 }
+
+/// out (rows, D) = table[tokens[r]] · scale + position (one decoder step, no dropout).
+pub fn embedding_step(tokens: &[u32], table: &[f64], position: &[f64], d: usize, scale: f64) -> Vec<f64> {
+    let mut out = Vec::with_capacity(tokens.len() * d);
+    for &t in tokens {
+        for j in 0..d {
+            out.push(table[t as usize * d + j] * scale + position[j]);
+        }
+    }
+    out
+}
+
+/// One query row attending to `n` keys and values given row by row: keys[j] (H·K), values[j]
+/// (H·V). Returns (H·V); zeros with no keys.
+pub fn cached_attention(
+    q: &[f64],
+    keys: &[Vec<f64>],
+    values: &[Vec<f64>],
+    heads: usize,
+    dk: usize,
+    dv: usize,
+) -> Vec<f64> {
+    let mut out = vec![0.0; heads * dv];
+    let n = keys.len();
+    for h in 0..heads {
+        let scores: Vec<f64> = (0..n)
+            .map(|j| (0..dk).map(|i| q[h * dk + i] * keys[j][h * dk + i]).sum::<f64>() / (dk as f64).sqrt())
+            .collect();
+        let mx = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        let z: f64 = scores.iter().map(|s| (s - mx).exp()).sum();
+        for j in 0..n {
+            let p = (scores[j] - mx).exp() / z;
+            for i in 0..dv {
+                out[h * dv + i] += p * values[j][h * dv + i];
+            }
+        }
+    }
+    out
+}
+
+/// log Σ exp(row); NaN when the row holds a NaN or an infinity.
+pub fn log_sum_exp(row: &[f64]) -> f64 {
+    if row.iter().any(|x| !x.is_finite()) {
+        return f64::NAN;
+    }
+    let mx = row.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+    mx + row.iter().map(|x| (x - mx).exp()).sum::<f64>().ln()
+}
+
+/// The `k` best next tokens of a row by a full sort: (score − norm, token), best first, ties by
+/// lower id, NaN as −∞, never PAD or BOS; only EOS when `eos_only`. The scores are f32 and the
+/// subtraction is done in f32, as the search does.
+pub fn top_k(row: &[f32], norm: f32, k: usize, eos_only: bool) -> Vec<(f64, u32)> {
+    let key = |x: f32| if (x - norm).is_nan() { f64::NEG_INFINITY } else { (x - norm) as f64 };
+    if eos_only {
+        return vec![(key(row[crate::EOS as usize]), crate::EOS)];
+    }
+    let mut all: Vec<(f64, u32)> = (0..row.len() as u32)
+        .filter(|&j| j != crate::PAD && j != crate::BOS)
+        .map(|j| (key(row[j as usize]), j))
+        .collect();
+    all.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+    all.truncate(k);
+    all
+}

@@ -18,14 +18,14 @@
 
 use super::{Batch, Transformer, Workspace};
 use crate::error::{Error, Result};
-use crate::kernels::cpu::elementwise::{axpy, bias_relu_forward, dot, exp_shift_sum, max};
+use crate::kernels::cpu::cached_attention::{attend, KeyValues};
+use crate::kernels::cpu::elementwise::bias_relu_forward;
+use crate::kernels::cpu::embedding::embedding_step;
 use crate::kernels::cpu::layer_norm::residual_layer_norm_forward;
 use crate::kernels::cpu::linear::linear_forward;
 use crate::kernels::cpu::packed::PackedLinear;
-use crate::kernels::cpu::profile::{self, Slot};
 use crate::params::{AttnOffsets, NormOffsets};
 use crate::{PAD, UNK};
-use multiversion::multiversion;
 use rayon::prelude::*;
 use std::sync::Arc;
 
@@ -303,12 +303,7 @@ impl Transformer {
         let emb = &p[o.embed..o.embed + v * d];
         let scale = (d as f32).sqrt();
         let pos = &self.positions()[st.len * d..(st.len + 1) * d];
-        st.x.par_chunks_mut(d).zip(tokens.par_iter()).for_each(|(x, &tok)| {
-            let e = &emb[tok as usize * d..][..d];
-            for j in 0..d {
-                x[j] = e[j] * scale + pos[j];
-            }
-        });
+        embedding_step(&mut st.x, tokens, emb, pos, d, scale);
         let t = st.len + 1; // keys visible to this step, the new one included
         for (l, (lo, pl)) in o.decoder.iter().zip(&packed.layers).enumerate() {
             // Causal self-attention over the cache, extended by this position's key and value.
@@ -403,99 +398,6 @@ impl Transformer {
             None,
         );
         std::mem::swap(&mut st.x, &mut st.x2);
-    }
-}
-
-/// Keys and values of one row: key j of head h at `k[key(j) + h·K..]`, value at
-/// `v[value(j) + h·V..]`, for j < n.
-struct KeyValues<'a> {
-    k: &'a [f32],
-    ldk: usize,
-    v: &'a [f32],
-    ldv: usize,
-    n: usize,
-    /// For a decoder cache: key j lives in slot `origin[j]`, slots being this many floats apart in
-    /// `k` and in `v`.
-    origin: Option<(&'a [u32], usize, usize)>,
-}
-
-impl KeyValues<'_> {
-    #[inline(always)]
-    fn key(&self, j: usize) -> usize {
-        match self.origin {
-            Some((o, sk, _)) => o[j] as usize * sk + j * self.ldk,
-            None => j * self.ldk,
-        }
-    }
-
-    #[inline(always)]
-    fn value(&self, j: usize) -> usize {
-        match self.origin {
-            Some((o, _, sv)) => o[j] as usize * sv + j * self.ldv,
-            None => j * self.ldv,
-        }
-    }
-}
-
-/// ctx (rows, H·V) = softmax(q Kᵀ / √K) V per row and head, for one query per row. A row with no
-/// keys gets a zero output, as in the batched kernel. Each key and value is read once for all
-/// heads.
-fn attend<'a>(
-    ctx: &mut [f32],
-    heads: usize,
-    dk: usize,
-    dv: usize,
-    row: impl Fn(usize) -> (&'a [f32], KeyValues<'a>) + Sync,
-) {
-    let _t = profile::scope(Slot::Attention);
-    let scale = 1.0 / (dk as f32).sqrt();
-    ctx.par_chunks_mut(heads * dv).enumerate().for_each_init(Vec::new, |scores: &mut Vec<f32>, (r, out)| {
-        let (q, kv) = row(r);
-        attend_row(out, q, &kv, heads, dk, dv, scale, scores);
-    });
-}
-
-/// One row of [`attend`], compiled for the vector units the machine has.
-#[allow(clippy::too_many_arguments)]
-#[multiversion(targets(
-    "x86_64+avx512f+avx512bw+avx512dq+avx512vl+avx2+fma+bmi1+bmi2+lzcnt+popcnt",
-    "x86_64+avx2+fma"
-))]
-fn attend_row(
-    out: &mut [f32],
-    q: &[f32],
-    kv: &KeyValues,
-    heads: usize,
-    dk: usize,
-    dv: usize,
-    scale: f32,
-    scores: &mut Vec<f32>,
-) {
-    out.fill(0.0);
-    let n = kv.n;
-    if n == 0 {
-        return;
-    }
-    // scores (H, n).
-    scores.resize(heads * n, 0.0);
-    for j in 0..n {
-        let k = &kv.k[kv.key(j)..][..heads * dk];
-        for h in 0..heads {
-            scores[h * n + j] = scale * dot(&q[h * dk..(h + 1) * dk], &k[h * dk..(h + 1) * dk]);
-        }
-    }
-    for s in scores.chunks_exact_mut(n) {
-        let mx = max(s);
-        let inv = 1.0 / exp_shift_sum(s, mx);
-        for x in s.iter_mut() {
-            *x *= inv;
-        }
-    }
-    for j in 0..n {
-        let v = &kv.v[kv.value(j)..][..heads * dv];
-        for h in 0..heads {
-            axpy(&mut out[h * dv..(h + 1) * dv], scores[h * n + j], &v[h * dv..(h + 1) * dv]);
-        }
     }
 }
 

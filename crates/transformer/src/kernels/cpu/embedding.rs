@@ -137,3 +137,20 @@ pub fn sinusoid_table(max_len: usize, d: usize) -> Vec<f32> {
     }
     t
 }
+
+/// One decoder step's inputs (§6.1): out (rows, D) = table[tokens[r]] · scale + position, where
+/// `position` (D) is the row of the position table for the step every row is at. No dropout
+/// (inference).
+pub fn embedding_step(out: &mut [f32], tokens: &[u32], table: &[f32], position: &[f32], d: usize, scale: f32) {
+    assert!(d > 0, "embedding_step: zero width");
+    assert_eq!(Some(out.len()), tokens.len().checked_mul(d));
+    assert_eq!(position.len(), d, "embedding_step: the position row has {} values, not {d}", position.len());
+    let vocab = table.len() / d;
+    assert!(tokens.iter().all(|&t| (t as usize) < vocab), "a token id is outside the vocabulary of {vocab}");
+    out.par_chunks_mut(d).zip(tokens.par_iter()).for_each(|(x, &tok)| {
+        let e = &table[tok as usize * d..][..d];
+        for j in 0..d {
+            x[j] = e[j] * scale + position[j];
+        }
+    });
+}

@@ -4,6 +4,7 @@
 pub mod adam;
 pub mod attention;
 pub mod bf16;
+pub mod cached_attention;
 pub mod elementwise;
 pub mod embedding;
 pub mod layer_norm;
@@ -11,6 +12,7 @@ pub mod linear;
 pub mod matmul;
 pub mod packed;
 pub mod profile;
+pub mod search;
 pub mod softmax_xent;
 
 /// Rows per task in row-parallel kernels, and per partial sum in column reductions. Fixed, so that
