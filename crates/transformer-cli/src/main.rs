@@ -4,7 +4,8 @@ use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 use std::time::Instant;
-use transformer::config::{param_count, ModelConfig, PAPER_VOCAB, PRESET_NAMES};
+use transformer::config::{ModelConfig, PAPER_VOCAB, PRESET_NAMES};
+use transformer::params::param_count;
 use transformer::rng::Rng;
 use transformer::synthetic::{self, Task};
 use transformer::train::{checkpoint, Schedule, Trainer};
@@ -1008,7 +1009,7 @@ fn evaluate(
     if let Some(p) = output {
         let mut text = hyps.join("\n");
         text.push('\n');
-        transformer::train::checkpoint::write_atomically(p, text.as_bytes())?;
+        transformer::io::write_atomically(p, text.as_bytes())?;
     }
     println!("{}", bleu::corpus_bleu(&hyps, &refs, &bleu::BleuConfig::default()).line());
     println!("{}", chrf::corpus_chrf(&hyps, &refs, &chrf::ChrfConfig::default()).line());
@@ -1049,6 +1050,7 @@ fn attention(
     out: &std::path::Path,
 ) -> Result<()> {
     use transformer::eval::{attention as attn, heatmap};
+    use transformer::vocab::{BOS, EOS, SPECIALS};
     let (model, bpe) = load_model(ckpt_path, bpe_path)?;
     let c = &model.config;
     if let Some(l) = layer.filter(|&l| l > c.n_layers) {
@@ -1077,10 +1079,10 @@ fn attention(
     }
     let w = attn::attention_weights(&model, &src_ids, &tgt_ids, &mut ws)?;
     let src_l = piece_labels(&bpe, &src_ids)?;
-    let mut dec_in = vec!["<s>".to_string()];
+    let mut dec_in = vec![SPECIALS[BOS as usize].to_string()];
     dec_in.extend(piece_labels(&bpe, &tgt_ids)?);
     let mut dec_out: Vec<String> = dec_in[1..].to_vec();
-    dec_out.push("</s>".into());
+    dec_out.push(SPECIALS[EOS as usize].into());
     std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
     let layers: Vec<usize> = layer.map_or((1..=c.n_layers).collect(), |l| vec![l]);
     let heads: Vec<usize> = head.map_or((1..=c.n_heads).collect(), |h| vec![h]);

@@ -3,6 +3,7 @@
 //! once its checksum matches; a cached file is checked again before it is reused.
 
 use crate::error::{Error, Result};
+use crate::io::{io_err, write_atomically};
 use sha2::{Digest, Sha256};
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -48,7 +49,7 @@ fn fetch(source: &Source, name: &str) -> Result<Vec<u8>> {
     match source {
         Source::Dir(dir) => {
             let p = dir.join(name);
-            std::fs::read(&p).map_err(|source| Error::Io { path: p, source })
+            std::fs::read(&p).map_err(io_err(&p))
         }
         Source::Url(base) => {
             let url = format!("{}{name}", if base.ends_with('/') { base.clone() } else { format!("{base}/") });
@@ -83,7 +84,7 @@ pub fn fetch_verified(
     cache: &Path,
     log: &mut dyn FnMut(&str),
 ) -> Result<Vec<PathBuf>> {
-    std::fs::create_dir_all(cache).map_err(|source| Error::Io { path: cache.to_path_buf(), source })?;
+    std::fs::create_dir_all(cache).map_err(io_err(cache))?;
     let mut out = Vec::with_capacity(files.len());
     for &(name, sha) in files {
         let dest = cache.join(name);
@@ -100,7 +101,7 @@ pub fn fetch_verified(
         if found != sha {
             return Err(Error::Checksum { file: name.to_string(), expected: sha.to_string(), found });
         }
-        crate::train::checkpoint::write_atomically(&dest, &bytes)?;
+        write_atomically(&dest, &bytes)?;
         log(&format!("{name}: {} bytes, checksum ok", bytes.len()));
         out.push(dest);
     }

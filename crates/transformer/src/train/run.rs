@@ -14,6 +14,7 @@ use crate::data::binarized::{Binarized, Pairs};
 use crate::data::bpe::Bpe;
 use crate::data::parallel::{encode_and_filter, read_parallel, FilterConfig, TokenPairs};
 use crate::error::{Error, Result};
+use crate::io::io_err;
 use crate::model::Batch;
 use serde::{Deserialize, Serialize};
 use std::io::Write;
@@ -292,10 +293,6 @@ pub struct RunSummary {
     pub checkpoint: PathBuf,
     /// Validation loss per token at the end (label-smoothed, NLL).
     pub valid: (f64, f64),
-}
-
-fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
-    move |source| Error::Io { path: path.to_path_buf(), source }
 }
 
 /// Checkpoints in `dir` as (step, path), oldest first.
