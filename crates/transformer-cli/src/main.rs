@@ -464,6 +464,13 @@ fn run(cmd: Command) -> Result<()> {
         Command::Translate { checkpoint, bpe, input, search, nbest, speed, profile } => {
             translate(&checkpoint, &bpe, input.as_deref(), &search, nbest as usize, speed, profile)
         }
+        #[cfg(not(feature = "heatmap"))]
+        Command::Attention { .. } => {
+            bail!(
+                "this binary was built without heatmaps (the `heatmap` feature is off); rebuild with default features"
+            )
+        }
+        #[cfg(feature = "heatmap")]
         Command::Attention { checkpoint, bpe, src, tgt, layer, head, out } => attention(
             &checkpoint,
             &bpe,
@@ -1025,6 +1032,7 @@ fn evaluate(
     Ok(())
 }
 
+#[cfg(feature = "heatmap")]
 /// Token labels for a heatmap: each piece decoded on its own; pieces that continue a word (no
 /// leading space, not first) are marked with a leading '-'.
 fn piece_labels(bpe: &transformer::data::bpe::Bpe, ids: &[u32]) -> Result<Vec<String>> {
@@ -1040,6 +1048,7 @@ fn piece_labels(bpe: &transformer::data::bpe::Bpe, ids: &[u32]) -> Result<Vec<St
     Ok(out)
 }
 
+#[cfg(feature = "heatmap")]
 fn attention(
     ckpt_path: &std::path::Path,
     bpe_path: &std::path::Path,
