@@ -573,18 +573,10 @@ fn synthetic_task(task: &str, steps: u64, seed: u64, save: Option<std::path::Pat
     }
     let mut held_out = Rng::new(seed ^ 0x1234_5678);
     let batch = Batch::from_pairs(&synthetic::pairs(task, &mut held_out, 500, symbols, 4, 12));
-    trainer.model.forward(&batch, &mut trainer.workspace, None)?;
-    let (ok, total) = synthetic::token_accuracy(&trainer.workspace.logits, &batch, cfg.vocab_size);
+    let (ok, total) = synthetic::token_accuracy(trainer.logits(&batch)?, &batch, cfg.vocab_size);
     println!("held-out token accuracy: {:.2}% ({ok}/{total})", 100.0 * ok as f64 / total as f64);
     if let Some(path) = save {
-        let ckpt = checkpoint::Checkpoint {
-            config: cfg,
-            step: trainer.step,
-            vocab_hash: String::new(),
-            params: trainer.model.params.clone(),
-            adam: Some((trainer.adam_m.clone(), trainer.adam_v.clone())),
-            extra: Default::default(),
-        };
+        let ckpt = trainer.to_checkpoint("", Default::default());
         checkpoint::save(&path, &ckpt).with_context(|| format!("saving {}", path.display()))?;
         eprintln!("saved {}", path.display());
     }
@@ -680,7 +672,7 @@ fn bench_train_step(steps: usize, warmup: usize, bf16: bool, json: bool) -> Resu
     let rss = peak_rss_bytes();
     if json {
         let v = serde_json::json!({ "impl": "transformer", "bf16": bf16, "threads": threads, "step_times_s": times, "median_s": median, "peak_rss_bytes": rss,
-            "params": trainer.model.params.len(), "matmul_gflop": matmul_flops as f64 / 1e9,
+            "params": trainer.model().params.len(), "matmul_gflop": matmul_flops as f64 / 1e9,
             "breakdown_s": breakdown.iter().map(|(n, t)| (n.clone(), *t)).collect::<std::collections::BTreeMap<_, _>>() });
         println!("{v}");
     } else {

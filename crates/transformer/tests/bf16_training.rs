@@ -40,8 +40,7 @@ fn bf16_products_train_the_reverse_task() {
         last = trainer.train_step(&[batch]).unwrap().loss;
     }
     let held_out = Batch::from_pairs(&pairs(Task::Reverse, &mut Rng::new(99), 500, symbols, 4, 12));
-    trainer.model.forward(&held_out, &mut trainer.workspace, None).unwrap();
-    let (ok, total) = token_accuracy(&trainer.workspace.logits, &held_out, cfg.vocab_size);
+    let (ok, total) = token_accuracy(trainer.logits(&held_out).unwrap(), &held_out, cfg.vocab_size);
     let acc = ok as f64 / total as f64;
     eprintln!("bf16 products: held-out token accuracy {:.2}% ({ok}/{total}), final loss {last:.4}", acc * 100.0);
     assert!(acc >= 0.99, "held-out token accuracy {:.2}% (final training loss {last:.4})", acc * 100.0);

@@ -5,7 +5,7 @@
 //! schedule, Adam moments, data position and dropout counter restored, so its results are those of
 //! an uninterrupted run (same seed, same thread count).
 
-use super::checkpoint::{self, Checkpoint};
+use super::checkpoint;
 use super::schedule::Schedule;
 use super::trainer::Trainer;
 use crate::config::{ModelConfig, Positions};
@@ -392,16 +392,8 @@ fn validate(trainer: &mut Trainer, pairs: &TokenPairs, cfg: &RunConfig) -> Resul
 
 fn save(trainer: &Trainer, state: &RunState, vocab_hash: &str, dir: &Path, keep: usize) -> Result<PathBuf> {
     let path = dir.join(format!("ckpt-{:08}.safetensors", state.step));
-    let ckpt = Checkpoint {
-        config: trainer.model.config.clone(),
-        step: state.step,
-        vocab_hash: vocab_hash.to_string(),
-        params: trainer.model.params.clone(),
-        adam: Some((trainer.adam_m.clone(), trainer.adam_v.clone())),
-        extra: [("run_state".to_string(), serde_json::to_string(state).expect("state serialises"))]
-            .into_iter()
-            .collect(),
-    };
+    let extra = [("run_state".to_string(), serde_json::to_string(state).expect("state serialises"))].into();
+    let ckpt = trainer.to_checkpoint(vocab_hash, extra);
     checkpoint::save(&path, &ckpt)?;
     let all = list_checkpoints(dir)?;
     for (_, old) in all.iter().take(all.len().saturating_sub(keep.max(1))) {
@@ -481,22 +473,14 @@ pub fn run(cfg: &RunConfig, log: &mut dyn FnMut(&str)) -> Result<RunSummary> {
         })?;
         state = serde_json::from_str(s)
             .map_err(|e| Error::CorruptCheckpoint { path: last.clone(), reason: format!("bad run_state ({e})") })?;
-        let (m, v) = ck.adam.ok_or_else(|| Error::CorruptCheckpoint {
-            path: last.clone(),
-            reason: "no Adam moments to resume from".into(),
-        })?;
-        trainer.model.params = ck.params;
-        trainer.adam_m = m;
-        trainer.adam_v = v;
+        trainer.resume(ck, state.passes, &last)?;
         log(&format!("resuming from {} (step {}, epoch {})", last.display(), state.step, state.epoch + 1));
     }
-    trainer.step = state.step;
-    trainer.passes = state.passes;
     let metrics = t.output_dir.join("metrics.jsonl");
     let n_batches = data.batches.len();
     log(&format!(
         "{} parameters, {} training pairs in {n_batches} batches, {} per update",
-        trainer.model.params.len(),
+        trainer.model().params.len(),
         data.train.count(),
         t.accumulate
     ));
@@ -527,8 +511,8 @@ pub fn run(cfg: &RunConfig, log: &mut dyn FnMut(&str)) -> Result<RunSummary> {
                 order[state.cursor..end].iter().map(|&b| batch_of(data.train.as_ref(), &data.batches[b])).collect();
             let stats = trainer.train_step(&group)?;
             state.cursor = end;
-            state.step = trainer.step;
-            state.passes = trainer.passes;
+            state.step = trainer.step();
+            state.passes = trainer.passes();
             state.elapsed_s = base_elapsed + start.elapsed().as_secs_f64();
             tok_window += stats.tokens;
             append_jsonl(
