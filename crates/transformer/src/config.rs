@@ -213,8 +213,3 @@ impl ModelConfig {
         Ok(())
     }
 }
-
-/// Parameter count of a configuration (exact: the size of its layout).
-pub fn param_count(c: &ModelConfig) -> usize {
-    crate::params::ParamLayout::new(c).total()
-}

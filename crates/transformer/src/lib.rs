@@ -17,6 +17,8 @@
 //! | F | d_ff |
 //!
 //! ## Modules
+//! - [`io`]: atomic writes and I/O errors that name their file.
+//! - [`vocab`]: the special tokens' ids and strings.
 //! - [`config`]: Table 3 columns and a preset per row.
 //! - [`params`]: the named flat layout and initialisation.
 //! - [`kernels`]: fused CPU kernels ([`kernels::cpu`]) and their naive twins ([`kernels::reference`]).
@@ -37,6 +39,7 @@ pub mod data;
 pub mod decode;
 pub mod error;
 pub mod eval;
+pub mod io;
 pub mod kernels;
 pub mod model;
 pub mod params;
@@ -45,20 +48,11 @@ pub mod rng;
 pub mod synthetic;
 pub mod task;
 pub mod train;
+pub mod vocab;
 
 pub use config::{ModelConfig, Positions};
 pub use error::{Error, Result};
 pub use model::{Batch, DropoutCtx, Transformer, Workspace};
 pub use precision::Precision;
 pub use task::Task;
-
-/// Padding id (fixed for every vocabulary).
-pub const PAD: u32 = 0;
-/// Beginning-of-sentence id: the decoder's first input.
-pub const BOS: u32 = 1;
-/// End-of-sentence id.
-pub const EOS: u32 = 2;
-/// Unknown-token id.
-pub const UNK: u32 = 3;
-/// Number of reserved special ids (pad, bos, eos, unk).
-pub const SPECIAL_TOKENS: usize = 4;
+pub use vocab::{BOS, EOS, PAD, SPECIAL_TOKENS, UNK};

@@ -182,6 +182,11 @@ impl Builder {
     }
 }
 
+/// Parameter count of a configuration (exact: the size of its layout).
+pub fn param_count(c: &ModelConfig) -> usize {
+    ParamLayout::new(c).total()
+}
+
 impl ParamLayout {
     /// The layout of a model with configuration `c`.
     pub fn new(c: &ModelConfig) -> Self {

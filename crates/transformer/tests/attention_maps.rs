@@ -2,6 +2,7 @@
 //! are causal) and the heatmap image itself (cells coloured by weight, written as a valid PNG).
 
 use transformer::eval::attention::{attention_weights, Kind};
+#[cfg(feature = "heatmap")]
 use transformer::eval::heatmap::{cell_centre, render, weight_colour};
 use transformer::rng::Rng;
 use transformer::{ModelConfig, Positions, Transformer, Workspace};
@@ -58,6 +59,7 @@ fn weights_are_distributions_over_visible_keys() {
     assert_eq!(again.encoder_decoder, w.encoder_decoder);
 }
 
+#[cfg(feature = "heatmap")]
 #[test]
 fn heatmap_cells_show_the_weights_and_the_png_decodes() {
     let rows: Vec<String> = ["Die", "Katze", "</s>"].iter().map(|s| s.to_string()).collect();

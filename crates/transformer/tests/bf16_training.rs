@@ -29,7 +29,7 @@ fn bf16_products_train_the_reverse_task() {
     let first = Batch::from_pairs(&pairs(SyntheticTask::Reverse, &mut rng, 64, symbols, 4, 12));
     let f32_loss = new_trainer(Precision::F32).train_step(std::slice::from_ref(&first)).unwrap().loss;
     let mut trainer = new_trainer(Precision::Bf16);
-    assert_eq!(trainer.model.precision(), Precision::Bf16);
+    assert_eq!(trainer.model().precision(), Precision::Bf16);
     let bf16_loss = trainer.train_step(std::slice::from_ref(&first)).unwrap().loss;
     eprintln!("first-step loss: f32 {f32_loss:.6}, bf16 {bf16_loss:.6}");
     assert!((bf16_loss - f32_loss).abs() <= 1e-2 * f32_loss.abs(), "f32 {f32_loss} vs bf16 {bf16_loss}");
@@ -41,8 +41,7 @@ fn bf16_products_train_the_reverse_task() {
         last = trainer.train_step(&[batch]).unwrap().loss;
     }
     let held_out = Batch::from_pairs(&pairs(SyntheticTask::Reverse, &mut Rng::new(99), 500, symbols, 4, 12));
-    trainer.model.forward(&held_out, &mut trainer.workspace, None).unwrap();
-    let (ok, total) = token_accuracy(&trainer.workspace.logits, &held_out, cfg.vocab_size);
+    let (ok, total) = token_accuracy(trainer.logits(&held_out).unwrap(), &held_out, cfg.vocab_size);
     let acc = ok as f64 / total as f64;
     eprintln!("bf16 products: held-out token accuracy {:.2}% ({ok}/{total}), final loss {last:.4}", acc * 100.0);
     assert!(acc >= 0.99, "held-out token accuracy {:.2}% (final training loss {last:.4})", acc * 100.0);
@@ -60,7 +59,7 @@ fn train_30(p: Precision) -> (Vec<f64>, Vec<f32>) {
             trainer.train_step(&[batch]).unwrap().loss
         })
         .collect();
-    (losses, trainer.model.params)
+    (losses, trainer.model().params.clone())
 }
 
 #[test]

@@ -142,9 +142,9 @@ fn golden(file: &str) {
     // tensor's median error within 1e-6 (anything systematic moves the median by O(lr); the few
     // ill-conditioned elements cannot). The key biases are left out.
     let after = fx.flat(&c, "after.");
-    check_tensors("after 5 Adam steps", &c, &trainer.model.params, &after, 1e-3, 0.0, is_key_bias);
+    check_tensors("after 5 Adam steps", &c, &trainer.model().params, &after, 1e-3, 0.0, is_key_bias);
     for e in layout.entries().iter().filter(|e| !is_key_bias(&e.name)) {
-        let mut errs: Vec<f32> = e.range().map(|i| (trainer.model.params[i] - after[i]).abs()).collect();
+        let mut errs: Vec<f32> = e.range().map(|i| (trainer.model().params[i] - after[i]).abs()).collect();
         errs.sort_by(|a, b| a.partial_cmp(b).unwrap());
         let median = errs[errs.len() / 2];
         assert!(median <= 1e-6, "after 5 Adam steps {}: median error {median:e} > 1e-6", e.name);

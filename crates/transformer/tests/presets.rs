@@ -1,7 +1,8 @@
 //! Table 3: every row is a preset; parameter counts at the paper's vocabulary (37000) against the
 //! paper's params column.
 
-use transformer::config::{param_count, ModelConfig, PAPER_VOCAB, PRESET_NAMES};
+use transformer::config::{ModelConfig, PAPER_VOCAB, PRESET_NAMES};
+use transformer::params::param_count;
 
 /// Rows whose exact count the paper's rounded column cannot reach within 5% (see docs/deviations.md,
 /// "Table 3 parameter counts"): the faithful N=2 model has 33.66M parameters; the paper lists 36M.

@@ -130,7 +130,7 @@ fn train_step(steps: usize, warmup: usize, bf16: bool, dropout: f32, json: bool)
     let rss = super::peak_rss_bytes();
     if json {
         let v = serde_json::json!({ "impl": "transformer", "bf16": bf16, "threads": threads, "step_times_s": times, "median_s": median, "peak_rss_bytes": rss,
-            "params": trainer.model.params.len(), "matmul_gflop": matmul_flops as f64 / 1e9,
+            "params": trainer.model().params.len(), "matmul_gflop": matmul_flops as f64 / 1e9,
             "breakdown_s": breakdown.iter().map(|(n, t)| (n.clone(), *t)).collect::<std::collections::BTreeMap<_, _>>() });
         println!("{v}");
     } else {

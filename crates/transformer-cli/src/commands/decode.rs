@@ -1,7 +1,6 @@
 //! `translate`, `evaluate` and `attention`: thin layers over [`Translator`].
 
 use crate::args::{ModelArgs, SearchArgs};
-use crate::usage;
 use anyhow::{Context, Result};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -168,7 +167,7 @@ pub fn evaluate(
     if let Some(p) = output {
         let mut text = hyps.join("\n");
         text.push('\n');
-        transformer::train::checkpoint::write_atomically(p, text.as_bytes())?;
+        transformer::io::write_atomically(p, text.as_bytes())?;
     }
     match translator.task().report() {
         Report::BleuChrfPerplexity => {
@@ -191,6 +190,7 @@ pub fn evaluate(
     Ok(())
 }
 
+#[cfg(feature = "heatmap")]
 /// Token labels for a heatmap: each piece decoded on its own; pieces that continue a word (no
 /// leading space, not first) are marked with a leading '-'.
 fn piece_labels(bpe: &transformer::data::bpe::Bpe, ids: &[u32]) -> Result<Vec<String>> {
@@ -206,6 +206,14 @@ fn piece_labels(bpe: &transformer::data::bpe::Bpe, ids: &[u32]) -> Result<Vec<St
     Ok(out)
 }
 
+#[cfg(not(feature = "heatmap"))]
+pub fn attention(_: &ModelArgs, _: &str, _: Option<&str>, _: Option<usize>, _: Option<usize>, _: &Path) -> Result<()> {
+    anyhow::bail!(
+        "this binary was built without heatmaps (the `heatmap` feature is off); rebuild with default features"
+    )
+}
+
+#[cfg(feature = "heatmap")]
 pub fn attention(
     model: &ModelArgs,
     src: &str,
@@ -215,6 +223,7 @@ pub fn attention(
     out: &Path,
 ) -> Result<()> {
     use transformer::eval::{attention as attn, heatmap};
+    use crate::usage;
     let translator = model.load()?;
     let c = &translator.model().config;
     if let Some(l) = layer.filter(|&l| l > c.n_layers) {

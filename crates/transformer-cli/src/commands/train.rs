@@ -4,7 +4,8 @@ use crate::usage;
 use anyhow::{Context, Result};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
-use transformer::config::{param_count, ModelConfig, PAPER_VOCAB, PRESET_NAMES};
+use transformer::config::{ModelConfig, PAPER_VOCAB, PRESET_NAMES};
+use transformer::params::param_count;
 use transformer::rng::Rng;
 use transformer::synthetic::{self, SyntheticTask};
 use transformer::train::{checkpoint, Schedule, Trainer};
@@ -51,18 +52,10 @@ pub fn synthetic(task: SyntheticTask, steps: u64, seed: u64, save: Option<&Path>
     }
     let mut held_out = Rng::new(seed ^ 0x1234_5678);
     let batch = Batch::from_pairs(&synthetic::pairs(task, &mut held_out, 500, symbols, 4, 12));
-    trainer.model.forward(&batch, &mut trainer.workspace, None)?;
-    let (ok, total) = synthetic::token_accuracy(&trainer.workspace.logits, &batch, cfg.vocab_size);
+    let (ok, total) = synthetic::token_accuracy(trainer.logits(&batch)?, &batch, cfg.vocab_size);
     println!("held-out token accuracy: {:.2}% ({ok}/{total})", 100.0 * ok as f64 / total as f64);
     if let Some(path) = save {
-        let ckpt = checkpoint::Checkpoint {
-            config: cfg,
-            step: trainer.step,
-            vocab_hash: String::new(),
-            params: trainer.model.params.clone(),
-            adam: Some((trainer.adam_m.clone(), trainer.adam_v.clone())),
-            extra: Default::default(),
-        };
+        let ckpt = trainer.to_checkpoint("", Default::default());
         checkpoint::save(path, &ckpt).with_context(|| format!("saving {}", path.display()))?;
         eprintln!("saved {}", path.display());
     }

@@ -11,15 +11,12 @@ use super::bpe::Bpe;
 use super::corpus;
 use super::parallel::{FilterConfig, FilterReport};
 use crate::error::{Error, Result};
+use crate::io::{io_err, write_atomically};
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 /// Format version written in meta.json.
 pub const FORMAT_VERSION: u32 = 1;
-
-fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
-    move |source| Error::Io { path: path.to_path_buf(), source }
-}
 
 struct Writer {
     bin: BufWriter<std::fs::File>,
@@ -31,21 +28,21 @@ struct Writer {
 impl Writer {
     fn create(dir: &Path, side: &str) -> Result<Writer> {
         let (b, i) = (dir.join(format!("{side}.bin")), dir.join(format!("{side}.idx")));
-        let bin = BufWriter::with_capacity(1 << 20, std::fs::File::create(&b).map_err(io(&b))?);
-        let mut idx = BufWriter::with_capacity(1 << 20, std::fs::File::create(&i).map_err(io(&i))?);
-        idx.write_all(&0u64.to_le_bytes()).map_err(io(&i))?;
+        let bin = BufWriter::with_capacity(1 << 20, std::fs::File::create(&b).map_err(io_err(&b))?);
+        let mut idx = BufWriter::with_capacity(1 << 20, std::fs::File::create(&i).map_err(io_err(&i))?);
+        idx.write_all(&0u64.to_le_bytes()).map_err(io_err(&i))?;
         Ok(Writer { bin, idx, offset: 0, paths: (b, i) })
     }
     fn push(&mut self, ids: &[u32]) -> Result<()> {
         for id in ids {
-            self.bin.write_all(&id.to_le_bytes()).map_err(io(&self.paths.0))?;
+            self.bin.write_all(&id.to_le_bytes()).map_err(io_err(&self.paths.0))?;
         }
         self.offset += ids.len() as u64;
-        self.idx.write_all(&self.offset.to_le_bytes()).map_err(io(&self.paths.1))
+        self.idx.write_all(&self.offset.to_le_bytes()).map_err(io_err(&self.paths.1))
     }
     fn finish(mut self) -> Result<()> {
-        self.bin.flush().map_err(io(&self.paths.0))?;
-        self.idx.flush().map_err(io(&self.paths.1))
+        self.bin.flush().map_err(io_err(&self.paths.0))?;
+        self.idx.flush().map_err(io_err(&self.paths.1))
     }
 }
 
@@ -59,7 +56,7 @@ pub fn prepare(
     out: &Path,
     log: &mut dyn FnMut(&str),
 ) -> Result<FilterReport> {
-    std::fs::create_dir_all(out).map_err(io(out))?;
+    std::fs::create_dir_all(out).map_err(io_err(out))?;
     let (mut rs, mut rt) = (corpus::Lines::open(src)?, corpus::Lines::open(tgt)?);
     let (mut ws, mut wt) = (Writer::create(out, "src")?, Writer::create(out, "tgt")?);
     let mut report = FilterReport::default();
@@ -112,7 +109,7 @@ pub fn prepare(
         "format": "transformer-binarized", "format_version": FORMAT_VERSION, "vocab_hash": bpe.hash(),
         "pairs": report.kept, "read": report.read, "empty": report.empty, "too_long": report.too_long, "bad_ratio": report.bad_ratio,
     });
-    crate::train::checkpoint::write_atomically(&out.join("meta.json"), meta.to_string().as_bytes())?;
+    write_atomically(&out.join("meta.json"), meta.to_string().as_bytes())?;
     Ok(report)
 }
 
@@ -128,10 +125,10 @@ pub struct Binarized {
 }
 
 fn map(path: &Path) -> Result<memmap2::Mmap> {
-    let f = std::fs::File::open(path).map_err(io(path))?;
+    let f = std::fs::File::open(path).map_err(io_err(path))?;
     // SAFETY: the file is opened read-only and the project never writes a prepared directory while
     // a run reads it; a concurrent external modification is the one case memory maps cannot guard.
-    unsafe { memmap2::Mmap::map(&f) }.map_err(io(path))
+    unsafe { memmap2::Mmap::map(&f) }.map_err(io_err(path))
 }
 
 impl Binarized {
@@ -139,8 +136,9 @@ impl Binarized {
     pub fn open(dir: &Path) -> Result<Binarized> {
         let bad = |reason: String| Error::Corpus { path: dir.to_path_buf(), line: 0, reason };
         let meta_path = dir.join("meta.json");
-        let meta: serde_json::Value = serde_json::from_slice(&std::fs::read(&meta_path).map_err(io(&meta_path))?)
-            .map_err(|e| bad(format!("meta.json is not JSON ({e}); run `transformer prepare` again")))?;
+        let meta: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&meta_path).map_err(io_err(&meta_path))?)
+                .map_err(|e| bad(format!("meta.json is not JSON ({e}); run `transformer prepare` again")))?;
         if meta["format"] != "transformer-binarized" || meta["format_version"] != FORMAT_VERSION {
             return Err(bad("not a prepared directory of this version; run `transformer prepare` again".into()));
         }

@@ -2,18 +2,17 @@
 //! on the `tokenizers` crate: byte-level pre-tokenization, so every string (any Unicode, any
 //! whitespace) encodes without unknown tokens and decodes back to itself.
 //!
-//! The special tokens have fixed ids: `<pad>` 0, `<s>` 1, `</s>` 2, `<unk>` 3 ([`crate::PAD`] …).
+//! The special tokens have fixed ids: `<pad>` 0, `<s>` 1, `</s>` 2, `<unk>` 3 ([`crate::vocab`]).
 
 use crate::error::{Error, Result};
+use crate::io::{io_err, write_atomically};
+pub use crate::vocab::SPECIALS;
 use sha2::{Digest, Sha256};
 use std::path::Path;
 use tokenizers::models::bpe::{BpeTrainerBuilder, BPE};
 use tokenizers::models::TrainerWrapper;
 use tokenizers::pre_tokenizers::byte_level::ByteLevel;
 use tokenizers::{AddedToken, DecoderWrapper, ModelWrapper, PreTokenizerWrapper, Tokenizer};
-
-/// The special tokens, in id order.
-pub const SPECIALS: [&str; 4] = ["<pad>", "<s>", "</s>", "<unk>"];
 
 /// A learned BPE model.
 pub struct Bpe {
@@ -76,14 +75,14 @@ impl Bpe {
     pub fn save(&self, path: &Path) -> Result<()> {
         let json = self.tokenizer.to_string(true).map_err(bpe_err)?;
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(|source| Error::Io { path: dir.to_path_buf(), source })?;
+            std::fs::create_dir_all(dir).map_err(io_err(dir))?;
         }
-        crate::train::checkpoint::write_atomically(path, json.as_bytes())
+        write_atomically(path, json.as_bytes())
     }
 
     /// Reads a model written by [`Bpe::save`].
     pub fn load(path: &Path) -> Result<Bpe> {
-        let text = std::fs::read_to_string(path).map_err(|source| Error::Io { path: path.to_path_buf(), source })?;
+        let text = std::fs::read_to_string(path).map_err(io_err(path))?;
         let tokenizer: Tokenizer = text.parse().map_err(|e| {
             Error::Bpe(format!("{}: not a BPE model ({e}); create one with `transformer bpe learn`", path.display()))
         })?;

@@ -3,9 +3,12 @@
 //! once its checksum matches; a cached file is checked again before it is reused.
 
 use crate::error::{Error, Result};
+use crate::io::{io_err, write_atomically};
 use sha2::{Digest, Sha256};
+#[cfg(feature = "download")]
 use std::io::Read;
 use std::path::{Path, PathBuf};
+#[cfg(feature = "download")]
 use std::time::Duration;
 
 /// Where Multi30k task 1 raw files are published.
@@ -48,31 +51,46 @@ fn fetch(source: &Source, name: &str) -> Result<Vec<u8>> {
     match source {
         Source::Dir(dir) => {
             let p = dir.join(name);
-            std::fs::read(&p).map_err(|source| Error::Io { path: p, source })
+            std::fs::read(&p).map_err(io_err(&p))
         }
         Source::Url(base) => {
             let url = format!("{}{name}", if base.ends_with('/') { base.clone() } else { format!("{base}/") });
-            let agent = ureq::AgentBuilder::new()
-                .timeout_connect(Duration::from_secs(20))
-                .timeout_read(Duration::from_secs(60))
-                .build();
-            let resp = agent.get(&url).call().map_err(|e| Error::Download {
-                url: url.clone(),
-                reason: match e {
-                    ureq::Error::Status(code, _) => {
-                        format!("HTTP status {code}; check the URL or use a local mirror (--from DIR or ${MIRROR_ENV})")
-                    }
-                    other => format!("{other}; check the network or use a local mirror (--from DIR or ${MIRROR_ENV})"),
-                },
-            })?;
-            let mut bytes = Vec::new();
-            resp.into_reader()
-                .take(1 << 30)
-                .read_to_end(&mut bytes)
-                .map_err(|e| Error::Download { url, reason: e.to_string() })?;
-            Ok(bytes)
+            fetch_url(url)
         }
     }
+}
+
+#[cfg(feature = "download")]
+fn fetch_url(url: String) -> Result<Vec<u8>> {
+    let agent = ureq::AgentBuilder::new()
+        .timeout_connect(Duration::from_secs(20))
+        .timeout_read(Duration::from_secs(60))
+        .build();
+    let resp = agent.get(&url).call().map_err(|e| Error::Download {
+        url: url.clone(),
+        reason: match e {
+            ureq::Error::Status(code, _) => {
+                format!("HTTP status {code}; check the URL or use a local mirror (--from DIR or ${MIRROR_ENV})")
+            }
+            other => format!("{other}; check the network or use a local mirror (--from DIR or ${MIRROR_ENV})"),
+        },
+    })?;
+    let mut bytes = Vec::new();
+    resp.into_reader()
+        .take(1 << 30)
+        .read_to_end(&mut bytes)
+        .map_err(|e| Error::Download { url, reason: e.to_string() })?;
+    Ok(bytes)
+}
+
+#[cfg(not(feature = "download"))]
+fn fetch_url(url: String) -> Result<Vec<u8>> {
+    Err(Error::Download {
+        url,
+        reason: format!(
+            "this binary was built without downloads (the `download` feature is off); use a local mirror (--from DIR or ${MIRROR_ENV}) or rebuild with default features"
+        ),
+    })
 }
 
 /// Makes every file of `files` present and verified in `cache`, fetching what is missing or
@@ -83,7 +101,7 @@ pub fn fetch_verified(
     cache: &Path,
     log: &mut dyn FnMut(&str),
 ) -> Result<Vec<PathBuf>> {
-    std::fs::create_dir_all(cache).map_err(|source| Error::Io { path: cache.to_path_buf(), source })?;
+    std::fs::create_dir_all(cache).map_err(io_err(cache))?;
     let mut out = Vec::with_capacity(files.len());
     for &(name, sha) in files {
         let dest = cache.join(name);
@@ -100,9 +118,27 @@ pub fn fetch_verified(
         if found != sha {
             return Err(Error::Checksum { file: name.to_string(), expected: sha.to_string(), found });
         }
-        crate::train::checkpoint::write_atomically(&dest, &bytes)?;
+        write_atomically(&dest, &bytes)?;
         log(&format!("{name}: {} bytes, checksum ok", bytes.len()));
         out.push(dest);
     }
     Ok(out)
+}
+
+#[cfg(all(test, not(feature = "download")))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn without_the_feature_urls_are_a_clear_error_and_mirrors_work() {
+        let cache = std::env::temp_dir().join(format!("transformer-dl-nofeature-{}", std::process::id()));
+        let err = fetch_verified(&Source::Url("http://127.0.0.1:9/".into()), &MULTI30K_FILES[..1], &cache, &mut |_| {})
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("built without downloads") && err.contains("--from DIR"), "{err}");
+        let mirror = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/multi30k");
+        let paths = fetch_verified(&Source::Dir(mirror), &MULTI30K_FILES[4..5], &cache, &mut |_| {}).unwrap();
+        assert_eq!(paths, [cache.join("val.en.gz")]);
+        std::fs::remove_dir_all(&cache).unwrap();
+    }
 }

@@ -91,7 +91,7 @@ impl Image {
             w.write_image_data(&self.rgb).map_err(png)?;
             w.finish().map_err(png)?;
         }
-        crate::train::checkpoint::write_atomically(path, &bytes)
+        crate::io::write_atomically(path, &bytes)
     }
 }
 

@@ -4,11 +4,11 @@
 
 use crate::config::ModelConfig;
 use crate::error::{Error, Result};
+use crate::io::{io_err, write_atomically};
 use crate::params::ParamLayout;
 use safetensors::tensor::{Dtype, TensorView};
 use safetensors::SafeTensors;
 use std::collections::{BTreeMap, HashMap};
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// The `format` metadata value of our checkpoints.
@@ -33,10 +33,6 @@ pub struct Checkpoint {
     pub adam: Option<(Vec<f32>, Vec<f32>)>,
     /// Further string metadata (trainer state and the like).
     pub extra: BTreeMap<String, String>,
-}
-
-fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
-    move |source| Error::Io { path: path.to_path_buf(), source }
 }
 
 fn le_bytes(v: &[f32]) -> Vec<u8> {
@@ -84,31 +80,10 @@ pub fn save(path: &Path, ckpt: &Checkpoint) -> Result<()> {
     write_atomically(path, &data)
 }
 
-/// Writes `data` to `path` through a temporary file and a rename.
-pub fn write_atomically(path: &Path, data: &[u8]) -> Result<()> {
-    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let tmp: PathBuf = dir.join(format!(".{name}.tmp.{}", std::process::id()));
-    let result = (|| {
-        let mut f = std::fs::File::create(&tmp).map_err(io(&tmp))?;
-        f.write_all(data).map_err(io(&tmp))?;
-        f.sync_all().map_err(io(&tmp))?;
-        std::fs::rename(&tmp, path).map_err(io(path))?;
-        if let Ok(d) = std::fs::File::open(dir) {
-            let _ = d.sync_all();
-        }
-        Ok(())
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result
-}
-
 /// Reads a checkpoint, checking that it is one of ours and that every tensor matches the layout of
 /// its own stored config. Never panics on a corrupt file.
 pub fn load(path: &Path) -> Result<Checkpoint> {
-    let bytes = std::fs::read(path).map_err(io(path))?;
+    let bytes = std::fs::read(path).map_err(io_err(path))?;
     let corrupt = |reason: String| Error::CorruptCheckpoint { path: path.to_path_buf(), reason };
     let (_, header) =
         SafeTensors::read_metadata(&bytes).map_err(|e| corrupt(format!("unreadable safetensors header ({e})")))?;

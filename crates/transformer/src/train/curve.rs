@@ -1,12 +1,13 @@
 //! The learning curve: training loss (smoothed) and validation loss per step, from metrics.jsonl,
 //! as a self-contained SVG next to the checkpoints.
 
-use crate::error::{Error, Result};
+use crate::error::Result;
+use crate::io::{io_err, write_atomically};
 use std::path::Path;
 
 /// Reads `metrics` (JSON lines with kind, step, loss) and writes the curve to `svg`.
 pub fn write_svg(metrics: &Path, svg: &Path) -> Result<()> {
-    let text = std::fs::read_to_string(metrics).map_err(|source| Error::Io { path: metrics.to_path_buf(), source })?;
+    let text = std::fs::read_to_string(metrics).map_err(io_err(metrics))?;
     let (mut train, mut valid) = (Vec::new(), Vec::new());
     for line in text.lines() {
         let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else { continue };
@@ -69,5 +70,5 @@ pub fn write_svg(metrics: &Path, svg: &Path) -> Result<()> {
         "<text x=\"{0}\" y=\"20\" fill=\"#1f77b4\">training loss (EMA)</text><text x=\"{0}\" y=\"36\" fill=\"#d62728\">validation loss</text>\n</svg>\n",
         w - 220.0
     );
-    super::checkpoint::write_atomically(svg, out.as_bytes())
+    write_atomically(svg, out.as_bytes())
 }

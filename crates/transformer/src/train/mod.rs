@@ -1,8 +1,11 @@
-//! §5 Training: the learning-rate schedule (Eq. 3), the training step with Adam, and checkpoints.
+//! §5 Training: the learning-rate schedule (Eq. 3), the training step with Adam, checkpoints, and
+//! whole runs (their configuration, their directory, the update loop).
 
 pub mod checkpoint;
+pub mod config;
 pub mod curve;
 pub mod run;
+pub mod run_dir;
 pub mod schedule;
 pub mod trainer;
 

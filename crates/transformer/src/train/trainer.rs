@@ -1,12 +1,15 @@
 //! The training step (§5): forward, label-smoothed loss, backward, Adam with the Eq. 3 schedule, over
 //! flat parameter, gradient and moment buffers.
 
+use super::checkpoint::Checkpoint;
 use super::schedule::Schedule;
 use crate::error::{Error, Result};
 use crate::kernels::cpu::adam::{adam_update, AdamConfig};
 use crate::kernels::cpu::elementwise::all_finite;
 use crate::model::{Batch, DropoutCtx, Transformer, Workspace};
 use rayon::prelude::*;
+use std::collections::BTreeMap;
+use std::path::Path;
 
 /// What one update reports.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -23,28 +26,29 @@ pub struct StepStats {
     pub lr: f32,
 }
 
-/// A model with its gradient and Adam buffers, schedule and step counter.
+/// A model with its gradient and Adam buffers, schedule and step counter. Its state changes only
+/// through its methods (training steps, [`Trainer::resume`]); [`Trainer::to_checkpoint`] saves it.
 pub struct Trainer {
     /// The model trained.
-    pub model: Transformer,
+    model: Transformer,
     /// Gradients (same layout as the parameters).
-    pub grads: Vec<f32>,
+    grads: Vec<f32>,
     /// Adam first moments.
-    pub adam_m: Vec<f32>,
+    adam_m: Vec<f32>,
     /// Adam second moments.
-    pub adam_v: Vec<f32>,
+    adam_v: Vec<f32>,
     /// Adam constants.
-    pub adam: AdamConfig,
+    adam: AdamConfig,
     /// Learning-rate schedule.
-    pub schedule: Schedule,
+    schedule: Schedule,
     /// Updates done so far.
-    pub step: u64,
+    step: u64,
     /// Seed of the dropout masks.
-    pub seed: u64,
+    seed: u64,
     /// Forward/backward passes done so far (keys the dropout masks).
-    pub passes: u64,
+    passes: u64,
     /// Activations and scratch.
-    pub workspace: Workspace,
+    workspace: Workspace,
 }
 
 impl Trainer {
@@ -63,6 +67,58 @@ impl Trainer {
             passes: 0,
             workspace: Workspace::new(),
         }
+    }
+
+    /// The model trained.
+    pub fn model(&self) -> &Transformer {
+        &self.model
+    }
+
+    /// Updates done so far.
+    pub fn step(&self) -> u64 {
+        self.step
+    }
+
+    /// Forward/backward passes done so far (keys the dropout masks).
+    pub fn passes(&self) -> u64 {
+        self.passes
+    }
+
+    /// The model, its Adam moments and the step as a checkpoint for the vocabulary `vocab_hash`
+    /// ("" if none), with `extra` metadata (a run's position, say).
+    pub fn to_checkpoint(&self, vocab_hash: &str, extra: BTreeMap<String, String>) -> Checkpoint {
+        Checkpoint {
+            config: self.model.config.clone(),
+            step: self.step,
+            vocab_hash: vocab_hash.to_string(),
+            params: self.model.params.clone(),
+            adam: Some((self.adam_m.clone(), self.adam_v.clone())),
+            extra,
+        }
+    }
+
+    /// Continues from `ckpt` (read from `path`, named in errors): its parameters, Adam moments and
+    /// step, and `passes` forward/backward passes done (the dropout counter, kept by the caller in
+    /// the checkpoint's metadata). The checkpoint must fit the model and hold Adam moments.
+    pub fn resume(&mut self, ckpt: Checkpoint, passes: u64, path: &Path) -> Result<()> {
+        if ckpt.params.len() != self.model.params.len() {
+            return Err(Error::CheckpointMismatch {
+                path: path.to_path_buf(),
+                what: "parameter count".into(),
+                expected: self.model.params.len().to_string(),
+                found: ckpt.params.len().to_string(),
+            });
+        }
+        let (m, v) = ckpt.adam.ok_or_else(|| Error::CorruptCheckpoint {
+            path: path.to_path_buf(),
+            reason: "no Adam moments to resume from".into(),
+        })?;
+        self.model.params = ckpt.params;
+        self.adam_m = m;
+        self.adam_v = v;
+        self.step = ckpt.step;
+        self.passes = passes;
+        Ok(())
     }
 
     /// Forward + backward of one (micro-)batch with dropout, accumulating gradients scaled by
@@ -107,5 +163,66 @@ impl Trainer {
     pub fn evaluate(&mut self, batch: &Batch) -> Result<crate::model::LossSums> {
         self.model.forward(batch, &mut self.workspace, None)?;
         Ok(self.model.loss(batch, &mut self.workspace, self.model.config.label_smoothing, 0.0))
+    }
+
+    /// Label-smoothed loss and NLL sums of `pairs` (token ids without BOS/EOS) without dropout,
+    /// in batches under `budget`: the validation score ([`crate::eval::perplexity::score`], the
+    /// routine `evaluate` also uses).
+    pub fn score(
+        &mut self,
+        pairs: &[(Vec<u32>, Vec<u32>)],
+        budget: &crate::data::batching::BatchConfig,
+    ) -> Result<crate::eval::perplexity::Totals> {
+        let ls = self.model.config.label_smoothing;
+        crate::eval::perplexity::score(&self.model, pairs, budget, ls, &mut self.workspace)
+    }
+
+    /// The logits of `batch` without dropout, (B·T, V).
+    pub fn logits(&mut self, batch: &Batch) -> Result<&[f32]> {
+        self.model.forward(batch, &mut self.workspace, None)?;
+        Ok(&self.workspace.logits)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::synthetic::{model_config, pairs, SyntheticTask};
+
+    fn trained(steps: usize) -> Trainer {
+        let cfg = model_config(6);
+        let mut t = Trainer::new(Transformer::new(cfg.clone(), 1).unwrap(), Schedule::paper(cfg.d_model), 1);
+        let mut rng = crate::rng::Rng::new(2);
+        for _ in 0..steps {
+            t.train_step(&[Batch::from_pairs(&pairs(SyntheticTask::Copy, &mut rng, 4, 6, 2, 5))]).unwrap();
+        }
+        t
+    }
+
+    #[test]
+    fn resume_restores_what_to_checkpoint_saved() {
+        let done = trained(3);
+        let extra: BTreeMap<String, String> = [("k".to_string(), "v".to_string())].into();
+        let ckpt = done.to_checkpoint("sha256:x", extra.clone());
+        assert_eq!((ckpt.step, ckpt.vocab_hash.as_str(), &ckpt.extra), (3, "sha256:x", &extra));
+        assert_eq!(ckpt.config, done.model().config);
+        let mut fresh = trained(0);
+        fresh.resume(ckpt, done.passes(), Path::new("c.safetensors")).unwrap();
+        assert_eq!((fresh.step(), fresh.passes()), (3, 3));
+        assert_eq!(fresh.model().params, done.model().params);
+        assert_eq!((&fresh.adam_m, &fresh.adam_v), (&done.adam_m, &done.adam_v));
+    }
+
+    #[test]
+    fn resume_needs_adam_moments_and_the_model_size() {
+        let mut t = trained(0);
+        let mut ckpt = trained(1).to_checkpoint("", BTreeMap::new());
+        ckpt.adam = None;
+        let err = t.resume(ckpt.clone(), 1, Path::new("c.safetensors")).unwrap_err().to_string();
+        assert!(err.contains("c.safetensors") && err.contains("no Adam moments"), "{err}");
+        ckpt.params.pop();
+        let err = t.resume(ckpt, 1, Path::new("c.safetensors")).unwrap_err().to_string();
+        assert!(err.contains("parameter count"), "{err}");
+        assert_eq!(t.step(), 0, "a failed resume changes nothing");
     }
 }

@@ -1,0 +1,446 @@
+//! §5 The run configuration (the TOML file of `transformer train`): the model as a Table 3 preset
+//! with fields overridden, the data, and the training recipe. Every default is written once, in the
+//! sections' `Default` literals and the presets; `--set section.field=value` overrides any field.
+
+use crate::config::ModelConfig;
+use crate::error::{Error, Result};
+use crate::precision::Precision;
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+/// The model section: a Table 3 preset by name, with any of its fields overridden. The vocabulary
+/// size always comes from the BPE model, and LayerNorm's ε stays the preset's.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ModelSection {
+    /// Preset name (base, a1, …, big); default "base".
+    pub preset: Option<String>,
+    /// [`ModelConfig`] fields set by the file, by name, as TOML values.
+    #[serde(flatten)]
+    pub overrides: toml::Table,
+}
+
+/// [`ModelConfig`] fields the model section cannot set: the vocabulary size is the BPE model's,
+/// LayerNorm's ε is fixed (a choice where the paper is silent, see docs/deviations.md).
+const FIXED_MODEL_FIELDS: [&str; 2] = ["vocab_size", "layer_norm_eps"];
+
+impl ModelSection {
+    /// `preset` with this section's overrides. An unknown (or fixed) field, or a value of the wrong
+    /// type, is an error that names it, worded as the TOML reader words its own errors.
+    fn apply(&self, preset: &ModelConfig) -> std::result::Result<ModelConfig, String> {
+        let mut fields = toml::Table::try_from(preset).expect("a model config serialises to TOML");
+        for (key, value) in &self.overrides {
+            match fields.get_mut(key).filter(|_| !FIXED_MODEL_FIELDS.contains(&key.as_str())) {
+                Some(field) => *field = value.clone(),
+                None => {
+                    let settable = struct_fields::<ModelConfig>().iter().filter(|k| !FIXED_MODEL_FIELDS.contains(k));
+                    let expected: Vec<String> =
+                        std::iter::once(&"preset").chain(settable).map(|k| format!("`{k}`")).collect();
+                    return Err(format!(
+                        "unknown field `{key}`, expected one of {}\nin `model`\n",
+                        expected.join(", ")
+                    ));
+                }
+            }
+        }
+        // Read back under the section's name, so that a wrong type is reported "in `model.d_model`".
+        #[derive(Deserialize)]
+        struct Section {
+            model: ModelConfig,
+        }
+        let doc: toml::Table = [("model".to_string(), toml::Value::Table(fields))].into_iter().collect();
+        toml::Value::Table(doc).try_into::<Section>().map(|s| s.model).map_err(|e| e.to_string())
+    }
+}
+
+/// The field names of a struct, in declaration order, as its derived `Deserialize` lists them.
+fn struct_fields<'de, T: Deserialize<'de>>() -> &'static [&'static str] {
+    struct Fields<'a>(&'a mut &'static [&'static str]);
+    impl<'de> serde::Deserializer<'de> for Fields<'_> {
+        type Error = serde::de::value::Error;
+        fn deserialize_struct<V: serde::de::Visitor<'de>>(
+            self,
+            _: &'static str,
+            fields: &'static [&'static str],
+            _: V,
+        ) -> std::result::Result<V::Value, Self::Error> {
+            *self.0 = fields;
+            Err(serde::de::Error::custom("only the field names were asked for"))
+        }
+        fn deserialize_any<V: serde::de::Visitor<'de>>(self, _: V) -> std::result::Result<V::Value, Self::Error> {
+            Err(serde::de::Error::custom("not a struct"))
+        }
+        serde::forward_to_deserialize_any! {
+            bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf option unit
+            unit_struct newtype_struct seq tuple tuple_struct map enum identifier ignored_any
+        }
+    }
+    let mut fields: &'static [&'static str] = &[];
+    let _ = T::deserialize(Fields(&mut fields));
+    fields
+}
+
+/// The data section.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DataSection {
+    /// Training source text (plain or .gz), line-aligned with `train_tgt`.
+    pub train_src: PathBuf,
+    /// Training target text.
+    pub train_tgt: PathBuf,
+    /// Validation source text.
+    pub valid_src: PathBuf,
+    /// Validation target text.
+    pub valid_tgt: PathBuf,
+    /// The shared BPE model; learned from the training text (and saved here) if it does not exist.
+    pub bpe: PathBuf,
+    /// A directory from `transformer prepare` to train from (memory-mapped) instead of
+    /// `train_src`/`train_tgt`, which then only serve to learn the BPE model if it is missing.
+    pub train_bin: Option<PathBuf>,
+    /// Vocabulary size when the BPE model is learned.
+    pub vocab_size: usize,
+    /// Longest side kept, in BPE tokens.
+    pub max_tokens: usize,
+    /// Largest length ratio kept.
+    pub max_ratio: f64,
+}
+
+impl Default for DataSection {
+    /// Empty paths (a TOML file must give each of them) and the defaults of the rest.
+    fn default() -> Self {
+        DataSection {
+            train_src: PathBuf::new(),
+            train_tgt: PathBuf::new(),
+            valid_src: PathBuf::new(),
+            valid_tgt: PathBuf::new(),
+            bpe: PathBuf::new(),
+            train_bin: None,
+            vocab_size: 8000,
+            max_tokens: 250,
+            max_ratio: 3.0,
+        }
+    }
+}
+
+/// The train section.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TrainSection {
+    /// Where checkpoints, metrics and the learning curve go.
+    pub output_dir: PathBuf,
+    /// Seed of initialisation, data order and dropout.
+    pub seed: u64,
+    /// Source tokens per batch (padding included).
+    pub max_src_tokens: usize,
+    /// Target tokens per batch (padding included).
+    pub max_tgt_tokens: usize,
+    /// Batches per update (gradient accumulation).
+    pub accumulate: usize,
+    /// Eq. 3 warmup steps.
+    pub warmup: u64,
+    /// Multiplier on Eq. 3.
+    pub lr_scale: f32,
+    /// Stop after this many updates.
+    pub max_steps: Option<u64>,
+    /// Stop after this many epochs.
+    pub max_epochs: Option<u64>,
+    /// Stop cleanly (with a checkpoint) after this many minutes of training in this process.
+    pub time_limit_minutes: Option<f64>,
+    /// Write a checkpoint every this many minutes (the paper: 10).
+    pub checkpoint_minutes: f64,
+    /// Also write one every this many updates.
+    pub checkpoint_steps: Option<u64>,
+    /// Checkpoints kept (older ones are deleted).
+    pub keep_last: usize,
+    /// Validate every this many updates (and at every epoch's end).
+    pub valid_steps: Option<u64>,
+    /// Matrix products with bf16 operands and f32 sums on AMX or AVX512-BF16 (the `bf16-matmul` departure);
+    /// weights, gradients, Adam and every other kernel stay f32. `true`, `false` or `"auto"`.
+    pub bf16_matmul: Bf16Matmul,
+}
+
+impl Default for TrainSection {
+    /// The paper's recipe (§5.2–5.4: warmup 4000, a checkpoint every 10 minutes, the last 5 kept,
+    /// f32) at a small machine's batch size; `output_dir` is empty (a TOML file must give it).
+    fn default() -> Self {
+        TrainSection {
+            output_dir: PathBuf::new(),
+            seed: 1,
+            max_src_tokens: 4096,
+            max_tgt_tokens: 4096,
+            accumulate: 1,
+            warmup: 4000,
+            lr_scale: 1.0,
+            max_steps: None,
+            max_epochs: None,
+            time_limit_minutes: None,
+            checkpoint_minutes: 10.0,
+            checkpoint_steps: None,
+            keep_last: 5,
+            valid_steps: None,
+            bf16_matmul: Bf16Matmul::Off,
+        }
+    }
+}
+
+/// The fields a TOML file must give, as (section, field): they have no meaningful default.
+const REQUIRED: [(&str, &str); 6] = [
+    ("data", "train_src"),
+    ("data", "train_tgt"),
+    ("data", "valid_src"),
+    ("data", "valid_tgt"),
+    ("data", "bpe"),
+    ("train", "output_dir"),
+];
+
+/// `train.bf16_matmul`: `false` (f32 products, the paper), `true` (bf16 products; an error on a CPU
+/// with no bf16 unit) or `"auto"` (bf16 products where the CPU has a unit, f32 elsewhere, said in the log).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Bf16Matmul {
+    /// f32 products.
+    #[default]
+    Off,
+    /// bf16 products, or an error.
+    On,
+    /// bf16 products where available, else f32.
+    Auto,
+}
+
+impl Bf16Matmul {
+    /// The precision of the run's products, given whether this CPU has a bf16 unit (`Err` says
+    /// why not); the choice is logged.
+    pub fn precision(self, unit: std::result::Result<(), String>, log: &mut dyn FnMut(&str)) -> Result<Precision> {
+        let precision = match (self, unit) {
+            (Bf16Matmul::Off, _) => Precision::F32,
+            (Bf16Matmul::On, Err(e)) => {
+                return Err(Error::Config(format!("train.bf16_matmul = true, but {e}; set it to false or \"auto\"")))
+            }
+            (Bf16Matmul::Auto, Err(why)) => {
+                log(&format!("matrix products in f32: train.bf16_matmul = \"auto\" and {why}"));
+                Precision::F32
+            }
+            (Bf16Matmul::On | Bf16Matmul::Auto, Ok(())) => {
+                let unit = crate::kernels::cpu::bf16::unit().map_err(Error::Config)?;
+                log(&format!("matrix products in bf16 with f32 sums ({unit:?}; the bf16-matmul departure)"));
+                Precision::Bf16
+            }
+        };
+        Ok(precision)
+    }
+}
+
+impl Serialize for Bf16Matmul {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        match self {
+            Bf16Matmul::Off => s.serialize_bool(false),
+            Bf16Matmul::On => s.serialize_bool(true),
+            Bf16Matmul::Auto => s.serialize_str("auto"),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Bf16Matmul {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Form {
+            Bool(bool),
+            Word(String),
+        }
+        match Form::deserialize(d)? {
+            Form::Bool(true) => Ok(Bf16Matmul::On),
+            Form::Bool(false) => Ok(Bf16Matmul::Off),
+            Form::Word(w) if w == "auto" => Ok(Bf16Matmul::Auto),
+            Form::Word(w) => {
+                Err(serde::de::Error::custom(format!("bf16_matmul: expected true, false or \"auto\", got \"{w}\"")))
+            }
+        }
+    }
+}
+
+/// A whole run's configuration (the TOML file).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunConfig {
+    /// The model.
+    #[serde(default)]
+    pub model: ModelSection,
+    /// The data.
+    pub data: DataSection,
+    /// The training recipe.
+    pub train: TrainSection,
+}
+
+impl RunConfig {
+    /// Parses TOML, then applies `overrides` of the form `section.field=value` (value in TOML
+    /// syntax; bare words are taken as strings). Errors name the file or the override.
+    pub fn from_toml(text: &str, origin: &str, overrides: &[String]) -> Result<RunConfig> {
+        let mut doc: toml::Table = text.parse().map_err(|e| Error::Config(format!("{origin}: {e}")))?;
+        for o in overrides {
+            let (key, value) = o
+                .split_once('=')
+                .ok_or_else(|| Error::Config(format!("override '{o}': expected section.field=value")))?;
+            let (section, field) = key
+                .trim()
+                .split_once('.')
+                .ok_or_else(|| Error::Config(format!("override '{o}': expected section.field=value")))?;
+            let value = value.trim();
+            let parsed: toml::Value = format!("v = {value}")
+                .parse::<toml::Table>()
+                .ok()
+                .and_then(|t| t.get("v").cloned())
+                .unwrap_or_else(|| toml::Value::String(value.to_string()));
+            let table = doc.entry(section.to_string()).or_insert_with(|| toml::Value::Table(Default::default()));
+            let table = table
+                .as_table_mut()
+                .ok_or_else(|| Error::Config(format!("override '{o}': {section} is not a section")))?;
+            table.insert(field.to_string(), parsed);
+        }
+        let cfg: RunConfig =
+            toml::Value::Table(doc.clone()).try_into().map_err(|e| Error::Config(format!("{origin}: {e}")))?;
+        for (section, field) in REQUIRED {
+            if !doc.get(section).and_then(|s| s.as_table()).is_some_and(|s| s.contains_key(field)) {
+                return Err(Error::Config(format!("{origin}: missing field `{field}`\nin `{section}`\n")));
+            }
+        }
+        // Field names and types are checked now; the preset's name and the values' ranges when the
+        // model is built (`model_config`).
+        cfg.model.apply(&ModelConfig::base()).map_err(|e| Error::Config(format!("{origin}: {e}")))?;
+        Ok(cfg)
+    }
+
+    /// The model configuration: the preset with the section's overrides, at `vocab_size`.
+    pub fn model_config(&self, vocab_size: usize) -> Result<ModelConfig> {
+        let preset = ModelConfig::preset(self.model.preset.as_deref().unwrap_or("base"))?;
+        let mut c = self.model.apply(&preset).map_err(Error::Config)?;
+        c.vocab_size = vocab_size;
+        c.validate()?;
+        Ok(c)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Positions;
+
+    const MINIMAL: &str = "[data]\ntrain_src = \"a\"\ntrain_tgt = \"b\"\nvalid_src = \"e\"\nvalid_tgt = \"f\"\nbpe = \"c\"\n[train]\noutput_dir = \"d\"\n";
+
+    fn parse(extra: &str, overrides: &[&str]) -> Result<RunConfig> {
+        let text = format!("{MINIMAL}{extra}");
+        let o: Vec<String> = overrides.iter().map(|s| s.to_string()).collect();
+        RunConfig::from_toml(&text, "test.toml", &o)
+    }
+
+    fn bf16_of(extra: &str, overrides: &[&str]) -> Result<Bf16Matmul> {
+        parse(extra, overrides).map(|c| c.train.bf16_matmul)
+    }
+
+    #[test]
+    fn bf16_matmul_reads_true_false_and_auto() {
+        assert_eq!(bf16_of("", &[]).unwrap(), Bf16Matmul::Off);
+        assert_eq!(bf16_of("bf16_matmul = false\n", &[]).unwrap(), Bf16Matmul::Off);
+        assert_eq!(bf16_of("bf16_matmul = true\n", &[]).unwrap(), Bf16Matmul::On);
+        assert_eq!(bf16_of("bf16_matmul = \"auto\"\n", &[]).unwrap(), Bf16Matmul::Auto);
+        // --set: a bare word is a string, true/false are booleans.
+        assert_eq!(bf16_of("bf16_matmul = true\n", &["train.bf16_matmul=auto"]).unwrap(), Bf16Matmul::Auto);
+        assert_eq!(bf16_of("bf16_matmul = \"auto\"\n", &["train.bf16_matmul=false"]).unwrap(), Bf16Matmul::Off);
+        let err = bf16_of("bf16_matmul = \"yes\"\n", &[]).unwrap_err().to_string();
+        assert!(err.contains("test.toml") && err.contains("\"auto\"") && err.contains("yes"), "{err}");
+        // It round-trips through the serialised form that checkpoints and logs keep.
+        for mode in [Bf16Matmul::Off, Bf16Matmul::On, Bf16Matmul::Auto] {
+            let v = serde_json::to_value(mode).unwrap();
+            assert_eq!(serde_json::from_value::<Bf16Matmul>(v).unwrap(), mode);
+        }
+    }
+
+    #[test]
+    fn shipped_configs_parse() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs");
+        let mut n = 0;
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "toml") {
+                let text = std::fs::read_to_string(&path).unwrap();
+                RunConfig::from_toml(&text, &path.display().to_string(), &[])
+                    .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+                n += 1;
+            }
+        }
+        assert!(n >= 2, "found {n} configs in {}", dir.display());
+    }
+
+    #[test]
+    fn defaults_are_those_documented() {
+        let c = parse("", &[]).unwrap();
+        let (d, t) = (&c.data, &c.train);
+        assert_eq!((d.vocab_size, d.max_tokens, d.max_ratio, d.train_bin.as_ref()), (8000, 250, 3.0, None));
+        assert_eq!((t.seed, t.max_src_tokens, t.max_tgt_tokens, t.accumulate), (1, 4096, 4096, 1));
+        assert_eq!((t.warmup, t.lr_scale, t.checkpoint_minutes, t.keep_last), (4000, 1.0, 10.0, 5));
+        assert_eq!(
+            (t.max_steps, t.max_epochs, t.time_limit_minutes, t.checkpoint_steps, t.valid_steps),
+            Default::default()
+        );
+        assert_eq!(t.output_dir, PathBuf::from("d"));
+        assert_eq!(c.model_config(1000).unwrap(), ModelConfig { vocab_size: 1000, ..ModelConfig::base() });
+    }
+
+    #[test]
+    fn required_fields_stay_required() {
+        for (section, field) in REQUIRED {
+            let text = MINIMAL.replace(&format!("{field} = "), "# ");
+            let err = RunConfig::from_toml(&text, "test.toml", &[]).unwrap_err().to_string();
+            assert!(err.contains(&format!("test.toml: missing field `{field}`\nin `{section}`")), "{err}");
+        }
+        let err = RunConfig::from_toml("[data]\n", "test.toml", &[]).unwrap_err().to_string();
+        assert!(err.contains("missing field `train`"), "{err}");
+    }
+
+    #[test]
+    fn model_fields_override_the_preset() {
+        let c = parse(
+            "[model]\npreset = \"big\"\nd_ff = 64\ndropout = 0\npositions = \"learned\"\n",
+            &["model.n_layers=2"],
+        )
+        .unwrap();
+        let m = c.model_config(500).unwrap();
+        let expected = ModelConfig {
+            d_ff: 64,
+            dropout: 0.0,
+            positions: Positions::Learned,
+            n_layers: 2,
+            vocab_size: 500,
+            ..ModelConfig::big()
+        };
+        assert_eq!(m, expected);
+        // Values that are in no preset come through exactly (f32 through TOML's f64 and back).
+        let m = parse("", &["model.label_smoothing=0.15", "model.attention_dropout=0.1"])
+            .unwrap()
+            .model_config(500)
+            .unwrap();
+        assert_eq!((m.label_smoothing, m.attention_dropout), (0.15f32, 0.1f32));
+        // Ranges are checked when the model is built, as is the preset's name.
+        let err = parse("", &["model.dropout=1.5"]).unwrap().model_config(500).unwrap_err().to_string();
+        assert!(err.contains("dropout = 1.5 must lie in [0, 1)"), "{err}");
+        let err = parse("", &["model.preset=zz"]).unwrap().model_config(500).unwrap_err().to_string();
+        assert!(err.contains("unknown preset 'zz'"), "{err}");
+    }
+
+    #[test]
+    fn unknown_fixed_and_mistyped_model_fields_are_errors() {
+        for key in ["foo", "vocab_size", "layer_norm_eps"] {
+            let err = parse("", &[&format!("model.{key}=1")]).unwrap_err().to_string();
+            assert!(err.contains(&format!("test.toml: unknown field `{key}`, expected one of `preset`")), "{err}");
+            let list = "`preset`, `n_layers`, `d_model`, `d_ff`, `n_heads`, `d_k`, `d_v`, `dropout`, \
+                        `attention_dropout`, `label_smoothing`, `positions`, `max_positions`\nin `model`";
+            assert!(err.contains(list), "{err}");
+            let expected = err.split("expected one of").nth(1).unwrap();
+            assert!(!expected.contains("vocab_size") && !expected.contains("layer_norm_eps"), "{err}");
+        }
+        let err = parse("[model]\nd_model = \"wide\"\n", &[]).unwrap_err().to_string();
+        assert!(err.contains("test.toml: invalid type: string \"wide\", expected usize\nin `model.d_model`"), "{err}");
+        let err = parse("", &["model.positions=abc"]).unwrap_err().to_string();
+        assert!(err.contains("unknown variant `abc`") && err.contains("model.positions"), "{err}");
+        let err = parse("", &["model.n_layers=-3"]).unwrap_err().to_string();
+        assert!(err.contains("invalid value: integer `-3`, expected usize"), "{err}");
+    }
+}
