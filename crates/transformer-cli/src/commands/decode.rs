@@ -222,8 +222,8 @@ pub fn attention(
     head: Option<usize>,
     out: &Path,
 ) -> Result<()> {
-    use transformer::eval::{attention as attn, heatmap};
     use crate::usage;
+    use transformer::eval::{attention as attn, heatmap};
     let translator = model.load()?;
     let c = &translator.model().config;
     if let Some(l) = layer.filter(|&l| l > c.n_layers) {
