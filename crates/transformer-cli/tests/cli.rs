@@ -26,11 +26,42 @@ fn params_prints_exact_counts_and_json() {
     assert_eq!(big["config"]["d_model"], 1024);
 }
 
+/// The exit code and stderr of a run.
+fn exit_code(args: &[&str]) -> (Option<i32>, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_transformer")).args(args).output().expect("runs");
+    (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
 #[test]
 fn unknown_preset_is_a_clear_error() {
-    let (ok, _, err) = transformer(&["params", "--preset", "huge"]);
-    assert!(!ok);
-    assert!(err.contains("unknown preset 'huge'") && err.contains("base, a1"), "{err}");
+    let (code, err) = exit_code(&["params", "--preset", "huge"]);
+    assert_eq!(code, Some(2), "a usage error: {err}");
+    assert!(err.contains("'huge'") && err.contains("base, a1, a2"), "{err}");
+}
+
+/// Choices are parsed against the library's lists: a typo is a usage error (exit 2) naming them;
+/// a usage mistake found after parsing is exit 2 too; a runtime error is exit 1.
+#[test]
+fn exit_codes_tell_usage_errors_from_runtime_errors() {
+    for (args, names) in [
+        (vec!["bleu", "--ref", "r", "--hyp", "h", "--tokenize", "14a"], "13a, intl, char, none"),
+        (vec!["bleu", "--ref", "r", "--hyp", "h", "--smooth", "add-one"], "exp, floor, add-k, none"),
+        (vec!["bleu", "--ref", "r", "--hyp", "h", "--metrics", "bleu,ter"], "bleu, chrf, tokenized-bleu"),
+        (vec!["synthetic", "--task", "sort"], "copy, reverse"),
+        (vec!["translate", "--checkpoint", "c", "--bpe", "b", "--precision", "f16"], "f32, bf16"),
+        (vec!["translate", "--checkpoint", "c", "--bpe", "b", "--task", "parse"], "translation"),
+        (vec!["translate", "--checkpoint", "c", "--bpe", "b", "--preset", "fast"], "translation, parsing, greedy"),
+    ] {
+        let (code, err) = exit_code(&args);
+        assert_eq!(code, Some(2), "{args:?}: {err}");
+        assert!(err.contains(names), "{args:?} should list {names}: {err}");
+    }
+    let (code, err) = exit_code(&["average", "--output", "x.safetensors"]);
+    assert_eq!(code, Some(2), "average without inputs: {err}");
+    assert!(err.contains("--last K DIR or --inputs"), "{err}");
+    let (code, err) =
+        exit_code(&["translate", "--checkpoint", "/nonexistent.safetensors", "--bpe", "/nonexistent.json"]);
+    assert_eq!(code, Some(1), "a missing file is a runtime error: {err}");
 }
 
 fn tmp(name: &str, bytes: &[u8]) -> std::path::PathBuf {
