@@ -4,9 +4,12 @@
 //! evaluation reports. Parsing arrives with its own issue; this enum is the seam it plugs into.
 
 use crate::decode::BeamConfig;
+use crate::error::Result;
+use std::path::Path;
 
 /// The task of a model.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Task {
     /// Translation from one language to another (§6.1).
     #[default]
@@ -53,6 +56,14 @@ impl Task {
     pub fn report(self) -> Report {
         match self {
             Task::Translation => Report::BleuChrfPerplexity,
+        }
+    }
+
+    /// Reads a training or validation corpus as (source, target) text pairs, line-aligned: for
+    /// translation, two parallel text files. Errors name the file and line.
+    pub fn read_pairs(self, src: &Path, tgt: &Path) -> Result<Vec<(String, String)>> {
+        match self {
+            Task::Translation => crate::data::parallel::read_parallel(src, tgt),
         }
     }
 

@@ -5,6 +5,7 @@
 use crate::config::ModelConfig;
 use crate::error::{Error, Result};
 use crate::precision::Precision;
+use crate::task::Task;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
@@ -83,6 +84,8 @@ fn struct_fields<'de, T: Deserialize<'de>>() -> &'static [&'static str] {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct DataSection {
+    /// What the model learns (`"translation"`); decides how the corpora are read.
+    pub task: Task,
     /// Training source text (plain or .gz), line-aligned with `train_tgt`.
     pub train_src: PathBuf,
     /// Training target text.
@@ -108,6 +111,7 @@ impl Default for DataSection {
     /// Empty paths (a TOML file must give each of them) and the defaults of the rest.
     fn default() -> Self {
         DataSection {
+            task: Task::Translation,
             train_src: PathBuf::new(),
             train_tgt: PathBuf::new(),
             valid_src: PathBuf::new(),
@@ -351,6 +355,15 @@ mod tests {
             let v = serde_json::to_value(mode).unwrap();
             assert_eq!(serde_json::from_value::<Bf16Matmul>(v).unwrap(), mode);
         }
+    }
+
+    #[test]
+    fn data_task_defaults_to_translation_and_names_the_choices() {
+        let read = |extra: &str| RunConfig::from_toml(MINIMAL, "t.toml", &[extra.to_string()]);
+        assert_eq!(RunConfig::from_toml(MINIMAL, "t.toml", &[]).unwrap().data.task, Task::Translation);
+        assert_eq!(read("data.task=translation").unwrap().data.task, Task::Translation);
+        let err = read("data.task=parsing").unwrap_err().to_string();
+        assert!(err.contains("parsing") && err.contains("translation"), "{err}");
     }
 
     #[test]

@@ -15,7 +15,7 @@ use crate::config::ModelConfig;
 use crate::data::batching::{epoch_order, make_batches, BatchConfig};
 use crate::data::binarized::{Binarized, Pairs};
 use crate::data::bpe::Bpe;
-use crate::data::parallel::{encode_and_filter, read_parallel, FilterConfig, TokenPairs};
+use crate::data::parallel::{encode_and_filter, FilterConfig, TokenPairs};
 use crate::error::{Error, Result};
 use crate::model::Batch;
 use serde::{Deserialize, Serialize};
@@ -64,7 +64,7 @@ fn prepare(cfg: &RunConfig, log: &mut dyn FnMut(&str)) -> Result<Data> {
         Bpe::load(&d.bpe)?
     } else {
         log(&format!("learning a {}-entry BPE vocabulary from the training text", d.vocab_size));
-        let text = read_parallel(&d.train_src, &d.train_tgt)?;
+        let text = d.task.read_pairs(&d.train_src, &d.train_tgt)?;
         let bpe = Bpe::learn(text.iter().flat_map(|(s, t)| [s, t]), d.vocab_size, 2)?;
         bpe.save(&d.bpe)?;
         bpe
@@ -86,12 +86,12 @@ fn prepare(cfg: &RunConfig, log: &mut dyn FnMut(&str)) -> Result<Data> {
         }
         None => {
             let filter = FilterConfig { max_tokens: d.max_tokens, max_ratio: d.max_ratio };
-            let (pairs, report) = encode_and_filter(&read_parallel(&d.train_src, &d.train_tgt)?, &bpe, &filter)?;
+            let (pairs, report) = encode_and_filter(&d.task.read_pairs(&d.train_src, &d.train_tgt)?, &bpe, &filter)?;
             log(&format!("train: {report}"));
             Box::new(pairs)
         }
     };
-    let valid = read_parallel(&d.valid_src, &d.valid_tgt)?;
+    let valid = d.task.read_pairs(&d.valid_src, &d.valid_tgt)?;
     // Validation keeps every non-empty pair: long ones are scored, not dropped.
     let keep_all = FilterConfig { max_tokens: usize::MAX, max_ratio: f64::INFINITY };
     let (valid, vreport) = encode_and_filter(&valid, &bpe, &keep_all)?;
