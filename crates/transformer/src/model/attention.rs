@@ -6,7 +6,7 @@ use super::{three_mut, two_mut, Transformer};
 use crate::kernels::cpu::attention::{attention_backward, attention_forward, AttnGrads, Heads};
 use crate::kernels::cpu::layer_norm::{residual_layer_norm_backward, residual_layer_norm_forward};
 use crate::kernels::cpu::linear::{linear_backward, linear_forward};
-use crate::kernels::AttnDims;
+use crate::kernels::{AttnDims, Mask};
 use crate::params::{AttnOffsets, NormOffsets};
 use crate::rng::DropoutMask;
 
@@ -109,7 +109,7 @@ pub(super) fn self_forward(
     acts: &mut AttnActs,
     y: &mut [f32],
     key_lens: &[usize],
-    causal: bool,
+    mask: Mask,
     b: usize,
     t: usize,
     drop: Option<DropoutMask>,
@@ -130,17 +130,7 @@ pub(super) fn self_forward(
     );
     let dims = AttnDims { b, h: m.config.n_heads, t, s: t, k: m.config.d_k, v: m.config.d_v };
     let head = |off| Heads { data: &acts.q, ld: nq, off };
-    attention_forward(
-        &mut acts.ctx,
-        &mut acts.probs,
-        head(0),
-        head(hk),
-        head(2 * hk),
-        key_lens,
-        causal,
-        drop_attn,
-        dims,
-    );
+    attention_forward(&mut acts.ctx, &mut acts.probs, head(0), head(hk), head(2 * hk), key_lens, mask, drop_attn, dims);
     project_and_norm(m, p, ao, no, x, acts, y, rows, drop);
 }
 
@@ -158,7 +148,7 @@ pub(super) fn self_backward(
     dx: &mut [f32],
     gs: &mut GradScratch,
     key_lens: &[usize],
-    causal: bool,
+    mask: Mask,
     b: usize,
     t: usize,
     drop: Option<DropoutMask>,
@@ -179,7 +169,7 @@ pub(super) fn self_backward(
         head(hk),
         head(2 * hk),
         key_lens,
-        causal,
+        mask,
         drop_attn,
         dims,
     );
@@ -234,7 +224,7 @@ pub(super) fn cross_forward(
     let ad = AttnDims { b: dims.b, h: m.config.n_heads, t: dims.t, s: dims.s, k: m.config.d_k, v: m.config.d_v };
     let q = Heads { data: &acts.q, ld: hk, off: 0 };
     let kv = |off| Heads { data: &acts.kv, ld: hk + hv, off };
-    attention_forward(&mut acts.ctx, &mut acts.probs, q, kv(0), kv(hk), src_lens, false, drop_attn, ad);
+    attention_forward(&mut acts.ctx, &mut acts.probs, q, kv(0), kv(hk), src_lens, Mask::Padding, drop_attn, ad);
     project_and_norm(m, p, ao, no, x, acts, y, mt, drop);
 }
 
@@ -280,7 +270,7 @@ pub(super) fn cross_backward(
         kv(0),
         kv(hk),
         src_lens,
-        false,
+        Mask::Padding,
         drop_attn,
         ad,
     );

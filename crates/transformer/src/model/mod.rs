@@ -15,6 +15,7 @@ use crate::kernels::cpu::embedding::{embedding_backward, embedding_forward, sinu
 use crate::kernels::cpu::linear::product;
 use crate::kernels::cpu::matmul::Op;
 use crate::kernels::cpu::softmax_xent::{softmax_xent_forward_backward, XentSums};
+use crate::kernels::Mask;
 use crate::params::ParamLayout;
 use crate::precision::Precision;
 use crate::rng::DropoutMask;
@@ -263,7 +264,7 @@ impl Transformer {
                 &mut acts.self_attn,
                 &mut ws.y,
                 &batch.tgt_lens,
-                true,
+                Mask::Causal,
                 dims.b,
                 dims.t,
                 self.mask(dropout, c.dropout, site::dec(l, 0)),
@@ -335,7 +336,7 @@ impl Transformer {
                 &mut acts.self_attn,
                 &mut ws.y,
                 &batch.src_lens,
-                false,
+                Mask::Padding,
                 dims.b,
                 dims.s,
                 self.mask(dropout, c.dropout, site::enc(l, 0)),
@@ -460,7 +461,7 @@ impl Transformer {
                 &mut ws.g_b[..mt * d],
                 g,
                 &batch.tgt_lens,
-                true,
+                Mask::Causal,
                 dims.b,
                 dims.t,
                 self.mask(dropout, c.dropout, site::dec(l, 0)),
@@ -513,7 +514,7 @@ impl Transformer {
                 &mut ws.g_a[..ms * d],
                 g,
                 &batch.src_lens,
-                false,
+                Mask::Padding,
                 dims.b,
                 dims.s,
                 self.mask(dropout, c.dropout, site::enc(l, 0)),
