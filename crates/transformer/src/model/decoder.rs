@@ -1,0 +1,167 @@
+//! §3.1 The decoder stack: N identical layers over the embedded (shifted-right) target, each a
+//! masked multi-head self-attention sub-layer, a multi-head attention sub-layer over the encoder
+//! output and a position-wise feed-forward sub-layer, each with its residual connection and
+//! LayerNorm.
+
+use super::workspace::Workspace;
+use super::{attention, embedding_grads, feed_forward, site, Batch, DropoutCtx, Transformer};
+use crate::kernels::cpu::embedding::{embedding_backward, embedding_forward};
+use crate::kernels::Mask;
+
+impl Transformer {
+    /// The decoder stack over `batch.tgt_in` into `ws.dec_in` and `ws.dec`, attending to the
+    /// encoder output (after [`Transformer::encoder_forward`] on the same workspace).
+    pub(super) fn decoder_forward(&self, batch: &Batch, ws: &mut Workspace, dropout: Option<DropoutCtx>) {
+        let c = &self.config;
+        let d = c.d_model;
+        let p = &self.params;
+        let o = &self.layout.offsets;
+        embedding_forward(
+            &mut ws.dec_in,
+            &batch.tgt_in,
+            self.embedding(),
+            self.positions(),
+            batch.t,
+            d,
+            self.embedding_scale(),
+            self.mask(dropout, c.dropout, site::DEC_EMBED),
+        );
+        let enc_out: &[f32] = if c.n_layers == 0 { &ws.enc_in } else { &ws.enc[c.n_layers - 1].ffn.norm.out };
+        for l in 0..c.n_layers {
+            let lo = &o.decoder[l];
+            let (prev, rest) = ws.dec.split_at_mut(l);
+            let x: &[f32] = if l == 0 { &ws.dec_in } else { &prev[l - 1].ffn.norm.out };
+            let acts = &mut rest[0];
+            let dims = ws.dims;
+            attention::self_forward(
+                self,
+                p,
+                &lo.self_attn,
+                &lo.self_attn_norm,
+                x,
+                &mut acts.self_attn,
+                &mut ws.y,
+                &batch.tgt_lens,
+                Mask::Causal,
+                dims.b,
+                dims.t,
+                self.mask(dropout, c.dropout, site::dec(l, 0)),
+                self.mask(dropout, c.attention_dropout, site::dec(l, site::ATTN)),
+            );
+            attention::cross_forward(
+                self,
+                p,
+                &lo.cross_attn,
+                &lo.cross_attn_norm,
+                &acts.self_attn.norm.out,
+                enc_out,
+                &mut acts.cross_attn,
+                &mut ws.y,
+                &batch.src_lens,
+                dims,
+                self.mask(dropout, c.dropout, site::dec(l, 1)),
+                self.mask(dropout, c.attention_dropout, site::dec(l, site::ATTN + 1)),
+            );
+            feed_forward::forward(
+                self,
+                p,
+                &lo.ffn,
+                &lo.ffn_norm,
+                &mut acts.ffn,
+                &acts.cross_attn.norm.out,
+                &mut ws.y,
+                self.mask(dropout, c.dropout, site::dec(l, 2)),
+            );
+        }
+    }
+
+    /// Backward through the decoder stack, top layer first, down to the target embedding, from the
+    /// decoder output's gradient in `ws.g_a` (B·T, D). Leaves the encoder output's gradient in
+    /// `ws.d_enc` (B·S, D); accumulates parameter gradients.
+    pub(super) fn decoder_backward(
+        &self,
+        batch: &Batch,
+        ws: &mut Workspace,
+        dropout: Option<DropoutCtx>,
+        grads: &mut [f32],
+    ) {
+        let c = &self.config;
+        let (d, v, n) = (c.d_model, c.vocab_size, c.n_layers);
+        let p = &self.params;
+        let o = &self.layout.offsets;
+        let dims = ws.dims;
+        let (ms, mt) = (dims.b * dims.s, dims.b * dims.t);
+
+        ws.d_enc[..ms * d].fill(0.0);
+        for l in (0..n).rev() {
+            let lo = &o.decoder[l];
+            let (prev, rest) = ws.dec.split_at(l);
+            let x: &[f32] = if l == 0 { &ws.dec_in } else { &prev[l - 1].ffn.norm.out };
+            let acts = &rest[0];
+            let enc_out: &[f32] = if n == 0 { &ws.enc_in } else { &ws.enc[n - 1].ffn.norm.out };
+            let g = &mut ws.grad;
+            feed_forward::backward(
+                self,
+                p,
+                grads,
+                &lo.ffn,
+                &lo.ffn_norm,
+                &acts.ffn,
+                &acts.cross_attn.norm.out,
+                &ws.g_a[..mt * d],
+                &mut ws.g_b[..mt * d],
+                g,
+                self.mask(dropout, c.dropout, site::dec(l, 2)),
+            );
+            attention::cross_backward(
+                self,
+                p,
+                grads,
+                &lo.cross_attn,
+                &lo.cross_attn_norm,
+                &acts.cross_attn,
+                &acts.self_attn.norm.out,
+                enc_out,
+                &ws.g_b[..mt * d],
+                &mut ws.g_a[..mt * d],
+                &mut ws.d_enc[..ms * d],
+                g,
+                &batch.src_lens,
+                dims,
+                self.mask(dropout, c.dropout, site::dec(l, 1)),
+                self.mask(dropout, c.attention_dropout, site::dec(l, site::ATTN + 1)),
+            );
+            attention::self_backward(
+                self,
+                p,
+                grads,
+                &lo.self_attn,
+                &lo.self_attn_norm,
+                &acts.self_attn,
+                x,
+                &ws.g_a[..mt * d],
+                &mut ws.g_b[..mt * d],
+                g,
+                &batch.tgt_lens,
+                Mask::Causal,
+                dims.b,
+                dims.t,
+                self.mask(dropout, c.dropout, site::dec(l, 0)),
+                self.mask(dropout, c.attention_dropout, site::dec(l, site::ATTN)),
+            );
+            std::mem::swap(&mut ws.g_a, &mut ws.g_b);
+        }
+        // g_a holds d(dec_in). With no decoder layers the encoder output is unused.
+        let (emb_g, pos_g) = embedding_grads(grads, o.embed, v * d, o.positions, c.max_positions * d);
+        embedding_backward(
+            emb_g,
+            pos_g,
+            &ws.g_a[..mt * d],
+            &batch.tgt_in,
+            dims.t,
+            d,
+            self.embedding_scale(),
+            self.mask(dropout, c.dropout, site::DEC_EMBED),
+        );
+    }
+}
