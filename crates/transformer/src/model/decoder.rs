@@ -3,8 +3,9 @@
 //! output and a position-wise feed-forward sub-layer, each with its residual connection and
 //! LayerNorm.
 
+use super::masks::{DecoderLayerMasks, EmbeddingMasks};
 use super::workspace::Workspace;
-use super::{attention, embedding_grads, feed_forward, site, Batch, DropoutCtx, Transformer};
+use super::{attention, embedding_grads, feed_forward, Batch, DropoutCtx, Transformer};
 use crate::kernels::cpu::embedding::{embedding_backward, embedding_forward};
 use crate::kernels::Mask;
 
@@ -24,11 +25,12 @@ impl Transformer {
             batch.t,
             d,
             self.embedding_scale(),
-            self.mask(dropout, c.dropout, site::DEC_EMBED),
+            EmbeddingMasks::new(c, dropout).target,
         );
         let enc_out: &[f32] = if c.n_layers == 0 { &ws.enc_in } else { &ws.enc[c.n_layers - 1].ffn.norm.out };
         for l in 0..c.n_layers {
             let lo = &o.decoder[l];
+            let masks = DecoderLayerMasks::new(c, dropout, l);
             let (prev, rest) = ws.dec.split_at_mut(l);
             let x: &[f32] = if l == 0 { &ws.dec_in } else { &prev[l - 1].ffn.norm.out };
             let acts = &mut rest[0];
@@ -45,8 +47,8 @@ impl Transformer {
                 Mask::Causal,
                 dims.b,
                 dims.t,
-                self.mask(dropout, c.dropout, site::dec(l, 0)),
-                self.mask(dropout, c.attention_dropout, site::dec(l, site::ATTN)),
+                masks.self_attn,
+                masks.self_attn_weights,
             );
             attention::cross_forward(
                 self,
@@ -59,8 +61,8 @@ impl Transformer {
                 &mut ws.y,
                 &batch.src_lens,
                 dims,
-                self.mask(dropout, c.dropout, site::dec(l, 1)),
-                self.mask(dropout, c.attention_dropout, site::dec(l, site::ATTN + 1)),
+                masks.cross_attn,
+                masks.cross_attn_weights,
             );
             feed_forward::forward(
                 self,
@@ -70,7 +72,7 @@ impl Transformer {
                 &mut acts.ffn,
                 &acts.cross_attn.norm.out,
                 &mut ws.y,
-                self.mask(dropout, c.dropout, site::dec(l, 2)),
+                masks.ffn,
             );
         }
     }
@@ -95,6 +97,7 @@ impl Transformer {
         ws.d_enc[..ms * d].fill(0.0);
         for l in (0..n).rev() {
             let lo = &o.decoder[l];
+            let masks = DecoderLayerMasks::new(c, dropout, l);
             let (prev, rest) = ws.dec.split_at(l);
             let x: &[f32] = if l == 0 { &ws.dec_in } else { &prev[l - 1].ffn.norm.out };
             let acts = &rest[0];
@@ -111,7 +114,7 @@ impl Transformer {
                 &ws.g_a[..mt * d],
                 &mut ws.g_b[..mt * d],
                 g,
-                self.mask(dropout, c.dropout, site::dec(l, 2)),
+                masks.ffn,
             );
             attention::cross_backward(
                 self,
@@ -128,8 +131,8 @@ impl Transformer {
                 g,
                 &batch.src_lens,
                 dims,
-                self.mask(dropout, c.dropout, site::dec(l, 1)),
-                self.mask(dropout, c.attention_dropout, site::dec(l, site::ATTN + 1)),
+                masks.cross_attn,
+                masks.cross_attn_weights,
             );
             attention::self_backward(
                 self,
@@ -146,8 +149,8 @@ impl Transformer {
                 Mask::Causal,
                 dims.b,
                 dims.t,
-                self.mask(dropout, c.dropout, site::dec(l, 0)),
-                self.mask(dropout, c.attention_dropout, site::dec(l, site::ATTN)),
+                masks.self_attn,
+                masks.self_attn_weights,
             );
             std::mem::swap(&mut ws.g_a, &mut ws.g_b);
         }
@@ -161,7 +164,7 @@ impl Transformer {
             dims.t,
             d,
             self.embedding_scale(),
-            self.mask(dropout, c.dropout, site::DEC_EMBED),
+            EmbeddingMasks::new(c, dropout).target,
         );
     }
 }

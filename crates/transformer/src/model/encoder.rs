@@ -2,8 +2,9 @@
 //! self-attention sub-layer and a position-wise feed-forward sub-layer, each with its residual
 //! connection and LayerNorm, LayerNorm(x + Sublayer(x)).
 
+use super::masks::{EmbeddingMasks, EncoderLayerMasks};
 use super::workspace::Workspace;
-use super::{attention, embedding_grads, feed_forward, site, Batch, DropoutCtx, Transformer};
+use super::{attention, embedding_grads, feed_forward, Batch, DropoutCtx, Transformer};
 use crate::kernels::cpu::embedding::{embedding_backward, embedding_forward};
 use crate::kernels::Mask;
 
@@ -23,11 +24,12 @@ impl Transformer {
             batch.s,
             d,
             self.embedding_scale(),
-            self.mask(dropout, c.dropout, site::ENC_EMBED),
+            EmbeddingMasks::new(c, dropout).source,
         );
 
         for l in 0..c.n_layers {
             let lo = &o.encoder[l];
+            let masks = EncoderLayerMasks::new(c, dropout, l);
             let (prev, rest) = ws.enc.split_at_mut(l);
             let x: &[f32] = if l == 0 { &ws.enc_in } else { &prev[l - 1].ffn.norm.out };
             let acts = &mut rest[0];
@@ -44,8 +46,8 @@ impl Transformer {
                 Mask::Padding,
                 dims.b,
                 dims.s,
-                self.mask(dropout, c.dropout, site::enc(l, 0)),
-                self.mask(dropout, c.attention_dropout, site::enc(l, site::ATTN)),
+                masks.self_attn,
+                masks.self_attn_weights,
             );
             feed_forward::forward(
                 self,
@@ -55,7 +57,7 @@ impl Transformer {
                 &mut acts.ffn,
                 &acts.self_attn.norm.out,
                 &mut ws.y,
-                self.mask(dropout, c.dropout, site::enc(l, 1)),
+                masks.ffn,
             );
         }
     }
@@ -89,6 +91,7 @@ impl Transformer {
         std::mem::swap(&mut ws.g_a, &mut ws.d_enc);
         for l in (0..n).rev() {
             let lo = &o.encoder[l];
+            let masks = EncoderLayerMasks::new(c, dropout, l);
             let (prev, rest) = ws.enc.split_at(l);
             let x: &[f32] = if l == 0 { &ws.enc_in } else { &prev[l - 1].ffn.norm.out };
             let acts = &rest[0];
@@ -104,7 +107,7 @@ impl Transformer {
                 &ws.g_a[..ms * d],
                 &mut ws.g_b[..ms * d],
                 g,
-                self.mask(dropout, c.dropout, site::enc(l, 1)),
+                masks.ffn,
             );
             attention::self_backward(
                 self,
@@ -121,8 +124,8 @@ impl Transformer {
                 Mask::Padding,
                 dims.b,
                 dims.s,
-                self.mask(dropout, c.dropout, site::enc(l, 0)),
-                self.mask(dropout, c.attention_dropout, site::enc(l, site::ATTN)),
+                masks.self_attn,
+                masks.self_attn_weights,
             );
         }
         let (emb_g, pos_g) = embedding_grads(grads, o.embed, v * d, o.positions, c.max_positions * d);
@@ -134,7 +137,7 @@ impl Transformer {
             dims.s,
             d,
             self.embedding_scale(),
-            self.mask(dropout, c.dropout, site::ENC_EMBED),
+            EmbeddingMasks::new(c, dropout).source,
         );
         std::mem::swap(&mut ws.g_a, &mut ws.d_enc);
     }

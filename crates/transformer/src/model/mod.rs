@@ -8,6 +8,7 @@ mod decoder;
 mod encoder;
 mod feed_forward;
 mod incremental;
+mod masks;
 mod workspace;
 
 pub use incremental::{DecoderState, Encoded, PackedDecoder};
@@ -21,7 +22,6 @@ use crate::kernels::cpu::matmul::Op;
 use crate::kernels::cpu::softmax_xent::{softmax_xent_forward_backward, XentSums};
 use crate::params::ParamLayout;
 use crate::precision::Precision;
-use crate::rng::DropoutMask;
 use crate::PAD;
 
 /// A padded batch of sentence pairs (B sentences, source length S, target length T), right-padded
@@ -142,21 +142,6 @@ pub struct DropoutCtx {
     pub counter: u64,
 }
 
-/// Dropout site numbers (mixed into the mask key).
-pub(crate) mod site {
-    pub const ENC_EMBED: u64 = 1;
-    pub const DEC_EMBED: u64 = 2;
-    /// Sub-layer `k` of encoder layer `l`; `+ ATTN` for its attention weights.
-    pub fn enc(l: usize, k: u64) -> u64 {
-        100 + 10 * l as u64 + k
-    }
-    /// Sub-layer `k` of decoder layer `l`.
-    pub fn dec(l: usize, k: u64) -> u64 {
-        100_000 + 10 * l as u64 + k
-    }
-    pub const ATTN: u64 = 5;
-}
-
 /// The model: configuration, layout and the flat parameter buffer.
 #[derive(Clone, Debug)]
 pub struct Transformer {
@@ -231,13 +216,6 @@ impl Transformer {
     /// §3.4: the embedding weights are multiplied by √d_model.
     fn embedding_scale(&self) -> f32 {
         (self.config.d_model as f32).sqrt()
-    }
-
-    fn mask(&self, ctx: Option<DropoutCtx>, p: f32, site: u64) -> Option<DropoutMask> {
-        match ctx {
-            Some(c) if p > 0.0 => Some(DropoutMask::new(p, c.seed, c.counter, site)),
-            _ => None,
-        }
     }
 
     /// Forward pass: fills `ws.logits` (B·T, V) and the activations the backward needs. Dropout is
