@@ -5,7 +5,7 @@
 
 use super::masks::{DecoderLayerMasks, EmbeddingMasks};
 use super::workspace::Workspace;
-use super::{attention, embedding_grads, feed_forward, Batch, DropoutCtx, Transformer};
+use super::{attention, feed_forward, Batch, DropoutCtx, Transformer};
 use crate::kernels::cpu::embedding::{embedding_backward, embedding_forward};
 use crate::kernels::Mask;
 
@@ -29,7 +29,7 @@ impl Transformer {
         );
         let enc_out: &[f32] = if c.n_layers == 0 { &ws.enc_in } else { &ws.enc[c.n_layers - 1].ffn.norm.out };
         for l in 0..c.n_layers {
-            let lo = &o.decoder[l];
+            let lp = o.decoder[l].params(p);
             let masks = DecoderLayerMasks::new(c, dropout, l);
             let (prev, rest) = ws.dec.split_at_mut(l);
             let x: &[f32] = if l == 0 { &ws.dec_in } else { &prev[l - 1].ffn.norm.out };
@@ -37,9 +37,8 @@ impl Transformer {
             let dims = ws.dims;
             attention::self_forward(
                 self,
-                p,
-                &lo.self_attn,
-                &lo.self_attn_norm,
+                &lp.self_attn,
+                &lp.self_attn_norm,
                 x,
                 &mut acts.self_attn,
                 &mut ws.y,
@@ -52,9 +51,8 @@ impl Transformer {
             );
             attention::cross_forward(
                 self,
-                p,
-                &lo.cross_attn,
-                &lo.cross_attn_norm,
+                &lp.cross_attn,
+                &lp.cross_attn_norm,
                 &acts.self_attn.norm.out,
                 enc_out,
                 &mut acts.cross_attn,
@@ -66,9 +64,8 @@ impl Transformer {
             );
             feed_forward::forward(
                 self,
-                p,
-                &lo.ffn,
-                &lo.ffn_norm,
+                &lp.ffn,
+                &lp.ffn_norm,
                 &mut acts.ffn,
                 &acts.cross_attn.norm.out,
                 &mut ws.y,
@@ -88,7 +85,7 @@ impl Transformer {
         grads: &mut [f32],
     ) {
         let c = &self.config;
-        let (d, v, n) = (c.d_model, c.vocab_size, c.n_layers);
+        let (d, n) = (c.d_model, c.n_layers);
         let p = &self.params;
         let o = &self.layout.offsets;
         let dims = ws.dims;
@@ -96,19 +93,20 @@ impl Transformer {
 
         ws.d_enc[..ms * d].fill(0.0);
         for l in (0..n).rev() {
-            let lo = &o.decoder[l];
+            let lp = o.decoder[l].params(p);
             let masks = DecoderLayerMasks::new(c, dropout, l);
             let (prev, rest) = ws.dec.split_at(l);
             let x: &[f32] = if l == 0 { &ws.dec_in } else { &prev[l - 1].ffn.norm.out };
             let acts = &rest[0];
             let enc_out: &[f32] = if n == 0 { &ws.enc_in } else { &ws.enc[n - 1].ffn.norm.out };
             let g = &mut ws.grad;
+            let lg = o.decoder[l].params_mut(grads);
             feed_forward::backward(
                 self,
-                p,
-                grads,
-                &lo.ffn,
-                &lo.ffn_norm,
+                &lp.ffn,
+                &lp.ffn_norm,
+                lg.ffn,
+                lg.ffn_norm,
                 &acts.ffn,
                 &acts.cross_attn.norm.out,
                 &ws.g_a[..mt * d],
@@ -118,10 +116,10 @@ impl Transformer {
             );
             attention::cross_backward(
                 self,
-                p,
-                grads,
-                &lo.cross_attn,
-                &lo.cross_attn_norm,
+                &lp.cross_attn,
+                &lp.cross_attn_norm,
+                lg.cross_attn,
+                lg.cross_attn_norm,
                 &acts.cross_attn,
                 &acts.self_attn.norm.out,
                 enc_out,
@@ -136,10 +134,10 @@ impl Transformer {
             );
             attention::self_backward(
                 self,
-                p,
-                grads,
-                &lo.self_attn,
-                &lo.self_attn_norm,
+                &lp.self_attn,
+                &lp.self_attn_norm,
+                lg.self_attn,
+                lg.self_attn_norm,
                 &acts.self_attn,
                 x,
                 &ws.g_a[..mt * d],
@@ -155,7 +153,7 @@ impl Transformer {
             std::mem::swap(&mut ws.g_a, &mut ws.g_b);
         }
         // g_a holds d(dec_in). With no decoder layers the encoder output is unused.
-        let (emb_g, pos_g) = embedding_grads(grads, o.embed, v * d, o.positions, c.max_positions * d);
+        let (emb_g, pos_g) = o.embedding_mut(grads);
         embedding_backward(
             emb_g,
             pos_g,

@@ -4,7 +4,7 @@
 
 use super::masks::{EmbeddingMasks, EncoderLayerMasks};
 use super::workspace::Workspace;
-use super::{attention, embedding_grads, feed_forward, Batch, DropoutCtx, Transformer};
+use super::{attention, feed_forward, Batch, DropoutCtx, Transformer};
 use crate::kernels::cpu::embedding::{embedding_backward, embedding_forward};
 use crate::kernels::Mask;
 
@@ -28,7 +28,7 @@ impl Transformer {
         );
 
         for l in 0..c.n_layers {
-            let lo = &o.encoder[l];
+            let lp = o.encoder[l].params(p);
             let masks = EncoderLayerMasks::new(c, dropout, l);
             let (prev, rest) = ws.enc.split_at_mut(l);
             let x: &[f32] = if l == 0 { &ws.enc_in } else { &prev[l - 1].ffn.norm.out };
@@ -36,9 +36,8 @@ impl Transformer {
             let dims = ws.dims;
             attention::self_forward(
                 self,
-                p,
-                &lo.self_attn,
-                &lo.self_attn_norm,
+                &lp.self_attn,
+                &lp.self_attn_norm,
                 x,
                 &mut acts.self_attn,
                 &mut ws.y,
@@ -51,9 +50,8 @@ impl Transformer {
             );
             feed_forward::forward(
                 self,
-                p,
-                &lo.ffn,
-                &lo.ffn_norm,
+                &lp.ffn,
+                &lp.ffn_norm,
                 &mut acts.ffn,
                 &acts.self_attn.norm.out,
                 &mut ws.y,
@@ -82,7 +80,7 @@ impl Transformer {
         grads: &mut [f32],
     ) {
         let c = &self.config;
-        let (d, v, n) = (c.d_model, c.vocab_size, c.n_layers);
+        let (d, n) = (c.d_model, c.n_layers);
         let p = &self.params;
         let o = &self.layout.offsets;
         let dims = ws.dims;
@@ -90,18 +88,19 @@ impl Transformer {
 
         std::mem::swap(&mut ws.g_a, &mut ws.d_enc);
         for l in (0..n).rev() {
-            let lo = &o.encoder[l];
+            let lp = o.encoder[l].params(p);
             let masks = EncoderLayerMasks::new(c, dropout, l);
             let (prev, rest) = ws.enc.split_at(l);
             let x: &[f32] = if l == 0 { &ws.enc_in } else { &prev[l - 1].ffn.norm.out };
             let acts = &rest[0];
             let g = &mut ws.grad;
+            let lg = o.encoder[l].params_mut(grads);
             feed_forward::backward(
                 self,
-                p,
-                grads,
-                &lo.ffn,
-                &lo.ffn_norm,
+                &lp.ffn,
+                &lp.ffn_norm,
+                lg.ffn,
+                lg.ffn_norm,
                 &acts.ffn,
                 &acts.self_attn.norm.out,
                 &ws.g_a[..ms * d],
@@ -111,10 +110,10 @@ impl Transformer {
             );
             attention::self_backward(
                 self,
-                p,
-                grads,
-                &lo.self_attn,
-                &lo.self_attn_norm,
+                &lp.self_attn,
+                &lp.self_attn_norm,
+                lg.self_attn,
+                lg.self_attn_norm,
                 &acts.self_attn,
                 x,
                 &ws.g_b[..ms * d],
@@ -128,7 +127,7 @@ impl Transformer {
                 masks.self_attn_weights,
             );
         }
-        let (emb_g, pos_g) = embedding_grads(grads, o.embed, v * d, o.positions, c.max_positions * d);
+        let (emb_g, pos_g) = o.embedding_mut(grads);
         embedding_backward(
             emb_g,
             pos_g,

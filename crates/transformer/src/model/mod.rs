@@ -201,16 +201,12 @@ impl Transformer {
     }
 
     fn positions(&self) -> &[f32] {
-        match self.layout.offsets.positions {
-            Some(off) => &self.params[off..off + self.config.max_positions * self.config.d_model],
-            None => &self.sinusoids,
-        }
+        self.layout.offsets.learned_positions(&self.params).unwrap_or(&self.sinusoids)
     }
 
     /// The shared embedding E (V, D) (§3.4), also the pre-softmax projection.
     fn embedding(&self) -> &[f32] {
-        let off = self.layout.offsets.embed;
-        &self.params[off..off + self.config.vocab_size * self.config.d_model]
+        self.layout.offsets.embedding(&self.params)
     }
 
     /// §3.4: the embedding weights are multiplied by √d_model.
@@ -253,57 +249,15 @@ impl Transformer {
     pub fn backward(&self, batch: &Batch, ws: &mut Workspace, dropout: Option<DropoutCtx>, grads: &mut [f32]) {
         assert_eq!(grads.len(), self.params.len(), "gradient buffer does not match the layout");
         let (d, v, n) = (self.config.d_model, self.config.vocab_size, self.config.n_layers);
-        let embed = self.layout.offsets.embed;
         let mt = ws.dims.b * ws.dims.t;
         let emb = self.embedding();
 
         // Pre-softmax projection: d(dec_out) = dlogits E; dE += dlogitsᵀ dec_out.
         let dec_out: &[f32] = if n == 0 { &ws.dec_in } else { &ws.dec[n - 1].ffn.norm.out };
         product(self.precision, &mut ws.g_a[..mt * d], &ws.logits, Op::N, emb, Op::N, mt, d, v, false);
-        let emb_g = &mut grads[embed..embed + v * d];
+        let (emb_g, _) = self.layout.offsets.embedding_mut(grads);
         product(self.precision, emb_g, &ws.logits, Op::T, dec_out, Op::N, v, d, mt, true);
         self.decoder_backward(batch, ws, dropout, grads);
         self.encoder_backward(batch, ws, dropout, grads);
     }
-}
-
-/// The embedding's gradient slice and, with learned positions, the positions' (which follow it).
-pub(super) fn embedding_grads(
-    grads: &mut [f32],
-    embed: usize,
-    embed_len: usize,
-    positions: Option<usize>,
-    pos_len: usize,
-) -> (&mut [f32], Option<&mut [f32]>) {
-    let (head, tail) = grads[embed..].split_at_mut(embed_len);
-    match positions {
-        Some(off) => {
-            assert_eq!(off, embed + embed_len, "learned positions must follow the embedding");
-            (head, Some(&mut tail[..pos_len]))
-        }
-        None => (head, None),
-    }
-}
-
-/// Three disjoint mutable sub-slices `[a, a+la)`, `[b, b+lb)`, `[c, c+lc)` of `buf`, in that order.
-pub(crate) fn three_mut(
-    buf: &mut [f32],
-    a: usize,
-    la: usize,
-    b: usize,
-    lb: usize,
-    c: usize,
-    lc: usize,
-) -> (&mut [f32], &mut [f32], &mut [f32]) {
-    assert!(a + la <= b && b + lb <= c, "three_mut: ranges overlap or are out of order");
-    let (x, rest) = buf.split_at_mut(b);
-    let (y, z) = rest.split_at_mut(c - b);
-    (&mut x[a..a + la], &mut y[..lb], &mut z[..lc])
-}
-
-/// Two disjoint mutable sub-slices `[a, a+la)` and `[b, b+lb)` of `buf`, with `a + la <= b`.
-pub(crate) fn two_mut(buf: &mut [f32], a: usize, la: usize, b: usize, lb: usize) -> (&mut [f32], &mut [f32]) {
-    assert!(a + la <= b, "two_mut: ranges overlap or are out of order");
-    let (x, y) = buf.split_at_mut(b);
-    (&mut x[a..a + la], &mut y[..lb])
 }
