@@ -64,6 +64,12 @@ pub struct AttnOffsets {
     pub w_o: usize,
     /// b^O (D).
     pub b_o: usize,
+    /// D: the model width.
+    pub d: usize,
+    /// H·K: the queries' (and keys') width.
+    pub hk: usize,
+    /// H·V: the values' width.
+    pub hv: usize,
 }
 
 /// Offsets of one LayerNorm.
@@ -73,6 +79,8 @@ pub struct NormOffsets {
     pub gamma: usize,
     /// Bias (D).
     pub beta: usize,
+    /// D.
+    pub d: usize,
 }
 
 /// Offsets of one position-wise FFN (Eq. 2).
@@ -86,6 +94,10 @@ pub struct FfnOffsets {
     pub w_2: usize,
     /// b_2 (D).
     pub b_2: usize,
+    /// D.
+    pub d: usize,
+    /// F: d_ff.
+    pub f: usize,
 }
 
 /// One encoder layer (§3.1).
@@ -125,6 +137,10 @@ pub struct ModelOffsets {
     pub embed: usize,
     /// Learned positions (max_positions, D), if any.
     pub positions: Option<usize>,
+    /// V·D: the embedding's size.
+    pub embed_len: usize,
+    /// max_positions·D: the learned positions' size (with learned positions).
+    pub positions_len: usize,
     /// Encoder layers, bottom first.
     pub encoder: Vec<EncoderLayerOffsets>,
     /// Decoder layers, bottom first.
@@ -164,13 +180,13 @@ impl Builder {
         self.add(format!("{p}.b_v"), &[hv], Init::Zeros);
         let w_o = self.add(format!("{p}.w_o"), &[d, hv], Init::XavierUniform);
         let b_o = self.add(format!("{p}.b_o"), &[d], Init::Zeros);
-        AttnOffsets { w_qkv, b_qkv, w_o, b_o }
+        AttnOffsets { w_qkv, b_qkv, w_o, b_o, d, hk, hv }
     }
 
     fn norm(&mut self, p: &str, d: usize) -> NormOffsets {
         let gamma = self.add(format!("{p}.gamma"), &[d], Init::Ones);
         let beta = self.add(format!("{p}.beta"), &[d], Init::Zeros);
-        NormOffsets { gamma, beta }
+        NormOffsets { gamma, beta, d }
     }
 
     fn ffn(&mut self, p: &str, c: &ModelConfig) -> FfnOffsets {
@@ -178,7 +194,7 @@ impl Builder {
         let b_1 = self.add(format!("{p}.b_1"), &[c.d_ff], Init::Zeros);
         let w_2 = self.add(format!("{p}.w_2"), &[c.d_model, c.d_ff], Init::XavierUniform);
         let b_2 = self.add(format!("{p}.b_2"), &[c.d_model], Init::Zeros);
-        FfnOffsets { w_1, b_1, w_2, b_2 }
+        FfnOffsets { w_1, b_1, w_2, b_2, d: c.d_model, f: c.d_ff }
     }
 }
 
@@ -228,7 +244,14 @@ impl ParamLayout {
             entries: b.entries,
             index,
             total: b.total,
-            offsets: ModelOffsets { embed, positions, encoder, decoder },
+            offsets: ModelOffsets {
+                embed,
+                positions,
+                embed_len: c.vocab_size * c.d_model,
+                positions_len: c.max_positions * c.d_model,
+                encoder,
+                decoder,
+            },
         }
     }
 
@@ -271,5 +294,404 @@ impl ParamLayout {
             }
         }
         data
+    }
+}
+
+/// Cuts consecutive tensors off the front of a mutable buffer (parameters or gradients), checking
+/// that each starts where the previous one ended: how one layer's contiguous block is split into
+/// disjoint mutable views.
+struct Carve<'a> {
+    rest: &'a mut [f32],
+    at: usize,
+}
+
+impl<'a> Carve<'a> {
+    fn new(buf: &'a mut [f32], at: usize) -> Self {
+        Carve { rest: &mut buf[at..], at }
+    }
+
+    fn take(&mut self, offset: usize, len: usize) -> &'a mut [f32] {
+        assert_eq!(offset, self.at, "tensors are not adjacent in the layout");
+        let (head, tail) = std::mem::take(&mut self.rest).split_at_mut(len);
+        self.rest = tail;
+        self.at += len;
+        head
+    }
+}
+
+/// One attention block's tensors (§3.2.2), borrowed from a flat buffer. W^Q, W^K, W^V are stacked
+/// rows of `w_qkv` (and their biases of `b_qkv`); `w_q`, `w_kv` and `b_q`, `b_kv` view the same
+/// memory split after the queries, for encoder–decoder attention.
+#[derive(Clone, Copy, Debug)]
+pub struct AttnParams<'a> {
+    /// W^Q|W^K|W^V (2·H·K + H·V, D).
+    pub w_qkv: &'a [f32],
+    /// b^Q|b^K|b^V (2·H·K + H·V).
+    pub b_qkv: &'a [f32],
+    /// W^Q (H·K, D).
+    pub w_q: &'a [f32],
+    /// b^Q (H·K).
+    pub b_q: &'a [f32],
+    /// W^K|W^V (H·K + H·V, D).
+    pub w_kv: &'a [f32],
+    /// b^K|b^V (H·K + H·V).
+    pub b_kv: &'a [f32],
+    /// W^O (D, H·V).
+    pub w_o: &'a [f32],
+    /// b^O (D).
+    pub b_o: &'a [f32],
+}
+
+/// One attention block's tensors, mutably (gradients).
+#[derive(Debug)]
+pub struct AttnParamsMut<'a> {
+    /// W^Q|W^K|W^V (2·H·K + H·V, D).
+    pub w_qkv: &'a mut [f32],
+    /// b^Q|b^K|b^V (2·H·K + H·V).
+    pub b_qkv: &'a mut [f32],
+    /// W^O (D, H·V).
+    pub w_o: &'a mut [f32],
+    /// b^O (D).
+    pub b_o: &'a mut [f32],
+    hk: usize,
+    d: usize,
+}
+
+impl AttnParamsMut<'_> {
+    /// (W^Q, b^Q, W^K|W^V, b^K|b^V): the stacked tensors split after the queries.
+    pub fn q_kv(&mut self) -> (&mut [f32], &mut [f32], &mut [f32], &mut [f32]) {
+        let (w_q, w_kv) = self.w_qkv.split_at_mut(self.hk * self.d);
+        let (b_q, b_kv) = self.b_qkv.split_at_mut(self.hk);
+        (w_q, b_q, w_kv, b_kv)
+    }
+}
+
+impl AttnOffsets {
+    /// The block's tensors in `p`.
+    pub fn params<'a>(&self, p: &'a [f32]) -> AttnParams<'a> {
+        let (d, hk, hv) = (self.d, self.hk, self.hv);
+        let n = 2 * hk + hv;
+        let (w_qkv, b_qkv) = (&p[self.w_qkv..][..n * d], &p[self.b_qkv..][..n]);
+        let (w_q, w_kv) = w_qkv.split_at(hk * d);
+        let (b_q, b_kv) = b_qkv.split_at(hk);
+        AttnParams { w_qkv, b_qkv, w_q, b_q, w_kv, b_kv, w_o: &p[self.w_o..][..d * hv], b_o: &p[self.b_o..][..d] }
+    }
+
+    fn params_mut<'a>(&self, g: &mut Carve<'a>) -> AttnParamsMut<'a> {
+        let (d, hk, hv) = (self.d, self.hk, self.hv);
+        let n = 2 * hk + hv;
+        AttnParamsMut {
+            w_qkv: g.take(self.w_qkv, n * d),
+            b_qkv: g.take(self.b_qkv, n),
+            w_o: g.take(self.w_o, d * hv),
+            b_o: g.take(self.b_o, d),
+            hk,
+            d,
+        }
+    }
+}
+
+/// One LayerNorm's tensors, borrowed from a flat buffer.
+#[derive(Clone, Copy, Debug)]
+pub struct NormParams<'a> {
+    /// Gain (D).
+    pub gamma: &'a [f32],
+    /// Bias (D).
+    pub beta: &'a [f32],
+}
+
+/// One LayerNorm's tensors, mutably (gradients).
+#[derive(Debug)]
+pub struct NormParamsMut<'a> {
+    /// Gain (D).
+    pub gamma: &'a mut [f32],
+    /// Bias (D).
+    pub beta: &'a mut [f32],
+}
+
+impl NormOffsets {
+    /// The LayerNorm's tensors in `p`.
+    pub fn params<'a>(&self, p: &'a [f32]) -> NormParams<'a> {
+        NormParams { gamma: &p[self.gamma..][..self.d], beta: &p[self.beta..][..self.d] }
+    }
+
+    fn params_mut<'a>(&self, g: &mut Carve<'a>) -> NormParamsMut<'a> {
+        NormParamsMut { gamma: g.take(self.gamma, self.d), beta: g.take(self.beta, self.d) }
+    }
+}
+
+/// One FFN's tensors (Eq. 2), borrowed from a flat buffer.
+#[derive(Clone, Copy, Debug)]
+pub struct FfnParams<'a> {
+    /// W_1 (F, D).
+    pub w_1: &'a [f32],
+    /// b_1 (F).
+    pub b_1: &'a [f32],
+    /// W_2 (D, F).
+    pub w_2: &'a [f32],
+    /// b_2 (D).
+    pub b_2: &'a [f32],
+}
+
+/// One FFN's tensors, mutably (gradients).
+#[derive(Debug)]
+pub struct FfnParamsMut<'a> {
+    /// W_1 (F, D).
+    pub w_1: &'a mut [f32],
+    /// b_1 (F).
+    pub b_1: &'a mut [f32],
+    /// W_2 (D, F).
+    pub w_2: &'a mut [f32],
+    /// b_2 (D).
+    pub b_2: &'a mut [f32],
+}
+
+impl FfnOffsets {
+    /// The FFN's tensors in `p`.
+    pub fn params<'a>(&self, p: &'a [f32]) -> FfnParams<'a> {
+        let (d, f) = (self.d, self.f);
+        FfnParams {
+            w_1: &p[self.w_1..][..f * d],
+            b_1: &p[self.b_1..][..f],
+            w_2: &p[self.w_2..][..d * f],
+            b_2: &p[self.b_2..][..d],
+        }
+    }
+
+    fn params_mut<'a>(&self, g: &mut Carve<'a>) -> FfnParamsMut<'a> {
+        let (d, f) = (self.d, self.f);
+        FfnParamsMut {
+            w_1: g.take(self.w_1, f * d),
+            b_1: g.take(self.b_1, f),
+            w_2: g.take(self.w_2, d * f),
+            b_2: g.take(self.b_2, d),
+        }
+    }
+}
+
+/// One encoder layer's tensors, borrowed from a flat buffer.
+#[derive(Clone, Copy, Debug)]
+pub struct EncoderLayerParams<'a> {
+    /// Self-attention.
+    pub self_attn: AttnParams<'a>,
+    /// Its LayerNorm.
+    pub self_attn_norm: NormParams<'a>,
+    /// FFN.
+    pub ffn: FfnParams<'a>,
+    /// Its LayerNorm.
+    pub ffn_norm: NormParams<'a>,
+}
+
+/// One encoder layer's tensors, mutably (gradients): disjoint views of its contiguous block.
+#[derive(Debug)]
+pub struct EncoderLayerParamsMut<'a> {
+    /// Self-attention.
+    pub self_attn: AttnParamsMut<'a>,
+    /// Its LayerNorm.
+    pub self_attn_norm: NormParamsMut<'a>,
+    /// FFN.
+    pub ffn: FfnParamsMut<'a>,
+    /// Its LayerNorm.
+    pub ffn_norm: NormParamsMut<'a>,
+}
+
+impl EncoderLayerOffsets {
+    /// The layer's tensors in `p`.
+    pub fn params<'a>(&self, p: &'a [f32]) -> EncoderLayerParams<'a> {
+        EncoderLayerParams {
+            self_attn: self.self_attn.params(p),
+            self_attn_norm: self.self_attn_norm.params(p),
+            ffn: self.ffn.params(p),
+            ffn_norm: self.ffn_norm.params(p),
+        }
+    }
+
+    /// The layer's tensors in `g`, mutably.
+    pub fn params_mut<'a>(&self, g: &'a mut [f32]) -> EncoderLayerParamsMut<'a> {
+        let mut g = Carve::new(g, self.self_attn.w_qkv);
+        EncoderLayerParamsMut {
+            self_attn: self.self_attn.params_mut(&mut g),
+            self_attn_norm: self.self_attn_norm.params_mut(&mut g),
+            ffn: self.ffn.params_mut(&mut g),
+            ffn_norm: self.ffn_norm.params_mut(&mut g),
+        }
+    }
+}
+
+/// One decoder layer's tensors, borrowed from a flat buffer.
+#[derive(Clone, Copy, Debug)]
+pub struct DecoderLayerParams<'a> {
+    /// Causal self-attention.
+    pub self_attn: AttnParams<'a>,
+    /// Its LayerNorm.
+    pub self_attn_norm: NormParams<'a>,
+    /// Encoder–decoder attention.
+    pub cross_attn: AttnParams<'a>,
+    /// Its LayerNorm.
+    pub cross_attn_norm: NormParams<'a>,
+    /// FFN.
+    pub ffn: FfnParams<'a>,
+    /// Its LayerNorm.
+    pub ffn_norm: NormParams<'a>,
+}
+
+/// One decoder layer's tensors, mutably (gradients): disjoint views of its contiguous block.
+#[derive(Debug)]
+pub struct DecoderLayerParamsMut<'a> {
+    /// Causal self-attention.
+    pub self_attn: AttnParamsMut<'a>,
+    /// Its LayerNorm.
+    pub self_attn_norm: NormParamsMut<'a>,
+    /// Encoder–decoder attention.
+    pub cross_attn: AttnParamsMut<'a>,
+    /// Its LayerNorm.
+    pub cross_attn_norm: NormParamsMut<'a>,
+    /// FFN.
+    pub ffn: FfnParamsMut<'a>,
+    /// Its LayerNorm.
+    pub ffn_norm: NormParamsMut<'a>,
+}
+
+impl DecoderLayerOffsets {
+    /// The layer's tensors in `p`.
+    pub fn params<'a>(&self, p: &'a [f32]) -> DecoderLayerParams<'a> {
+        DecoderLayerParams {
+            self_attn: self.self_attn.params(p),
+            self_attn_norm: self.self_attn_norm.params(p),
+            cross_attn: self.cross_attn.params(p),
+            cross_attn_norm: self.cross_attn_norm.params(p),
+            ffn: self.ffn.params(p),
+            ffn_norm: self.ffn_norm.params(p),
+        }
+    }
+
+    /// The layer's tensors in `g`, mutably.
+    pub fn params_mut<'a>(&self, g: &'a mut [f32]) -> DecoderLayerParamsMut<'a> {
+        let mut g = Carve::new(g, self.self_attn.w_qkv);
+        DecoderLayerParamsMut {
+            self_attn: self.self_attn.params_mut(&mut g),
+            self_attn_norm: self.self_attn_norm.params_mut(&mut g),
+            cross_attn: self.cross_attn.params_mut(&mut g),
+            cross_attn_norm: self.cross_attn_norm.params_mut(&mut g),
+            ffn: self.ffn.params_mut(&mut g),
+            ffn_norm: self.ffn_norm.params_mut(&mut g),
+        }
+    }
+}
+
+impl ModelOffsets {
+    /// The shared embedding (V, D) in `p`.
+    pub fn embedding<'a>(&self, p: &'a [f32]) -> &'a [f32] {
+        &p[self.embed..][..self.embed_len]
+    }
+
+    /// The learned positions (max_positions, D) in `p`, if any.
+    pub fn learned_positions<'a>(&self, p: &'a [f32]) -> Option<&'a [f32]> {
+        self.positions.map(|off| &p[off..][..self.positions_len])
+    }
+
+    /// The embedding and, with learned positions, the positions (which follow it) in `g`, mutably.
+    pub fn embedding_mut<'a>(&self, g: &'a mut [f32]) -> (&'a mut [f32], Option<&'a mut [f32]>) {
+        let mut g = Carve::new(g, self.embed);
+        let embed = g.take(self.embed, self.embed_len);
+        (embed, self.positions.map(|off| g.take(off, self.positions_len)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Where `view` lies in the buffer starting at `base`.
+    fn range(base: *const f32, view: &[f32]) -> std::ops::Range<usize> {
+        let start = (view.as_ptr() as usize - base as usize) / std::mem::size_of::<f32>();
+        start..start + view.len()
+    }
+
+    #[test]
+    fn views_are_the_named_tensors() {
+        let c = ModelConfig {
+            n_layers: 2,
+            d_model: 8,
+            n_heads: 2,
+            d_k: 3,
+            d_v: 5,
+            d_ff: 16,
+            vocab_size: 11,
+            max_positions: 7,
+            positions: Positions::Learned,
+            ..ModelConfig::base()
+        };
+        let layout = ParamLayout::new(&c);
+        let named = |n: String| layout.get(&n).unwrap_or_else(|| panic!("no tensor {n}")).range();
+        let o = &layout.offsets;
+        let mut buf = vec![0f32; layout.total()];
+        let base = buf.as_ptr();
+        let p = &buf;
+        assert_eq!(range(base, o.embedding(p)), named("embed.weight".into()));
+        assert_eq!(range(base, o.learned_positions(p).unwrap()), named("embed.positions".into()));
+        let attn = |pre: String, a: AttnParams| {
+            for (name, v) in [("w_q", a.w_q), ("b_q", a.b_q), ("w_o", a.w_o), ("b_o", a.b_o)] {
+                assert_eq!(range(base, v), named(format!("{pre}.{name}")));
+            }
+            assert_eq!(range(base, a.w_kv), named(format!("{pre}.w_k")).start..named(format!("{pre}.w_v")).end);
+            assert_eq!(range(base, a.b_qkv), named(format!("{pre}.b_q")).start..named(format!("{pre}.b_v")).end);
+        };
+        let norm = |pre: String, n: NormParams| {
+            assert_eq!(range(base, n.gamma), named(format!("{pre}.gamma")));
+            assert_eq!(range(base, n.beta), named(format!("{pre}.beta")));
+        };
+        let ffn = |pre: String, f: FfnParams| {
+            for (name, v) in [("w_1", f.w_1), ("b_1", f.b_1), ("w_2", f.w_2), ("b_2", f.b_2)] {
+                assert_eq!(range(base, v), named(format!("{pre}.{name}")));
+            }
+        };
+        for (l, lo) in o.encoder.iter().enumerate() {
+            let (pre, lp) = (format!("encoder.layers.{l}"), lo.params(p));
+            attn(format!("{pre}.self_attn"), lp.self_attn);
+            norm(format!("{pre}.self_attn_norm"), lp.self_attn_norm);
+            ffn(format!("{pre}.ffn"), lp.ffn);
+            norm(format!("{pre}.ffn_norm"), lp.ffn_norm);
+        }
+        for (l, lo) in o.decoder.iter().enumerate() {
+            let (pre, lp) = (format!("decoder.layers.{l}"), lo.params(p));
+            attn(format!("{pre}.self_attn"), lp.self_attn);
+            norm(format!("{pre}.self_attn_norm"), lp.self_attn_norm);
+            attn(format!("{pre}.cross_attn"), lp.cross_attn);
+            norm(format!("{pre}.cross_attn_norm"), lp.cross_attn_norm);
+            ffn(format!("{pre}.ffn"), lp.ffn);
+            norm(format!("{pre}.ffn_norm"), lp.ffn_norm);
+        }
+        // The mutable views are the same tensors.
+        for l in 0..c.n_layers {
+            let want: Vec<_> = {
+                let lp = o.decoder[l].params(&buf);
+                [lp.self_attn.w_qkv, lp.self_attn.b_o, lp.cross_attn.w_o, lp.cross_attn_norm.beta, lp.ffn.w_2]
+                    .map(|v| range(base, v))
+                    .to_vec()
+            };
+            let mut lg = o.decoder[l].params_mut(&mut buf);
+            let (w_q, _, w_kv, _) = lg.cross_attn.q_kv();
+            let (w_q, w_kv) = (range(base, w_q), range(base, w_kv));
+            let pre = format!("decoder.layers.{l}.cross_attn");
+            assert_eq!(w_q, named(format!("{pre}.w_q")));
+            assert_eq!(w_kv, named(format!("{pre}.w_k")).start..named(format!("{pre}.w_v")).end);
+            let got = [
+                &*lg.self_attn.w_qkv,
+                &*lg.self_attn.b_o,
+                &*lg.cross_attn.w_o,
+                &*lg.cross_attn_norm.beta,
+                &*lg.ffn.w_2,
+            ]
+            .map(|v| range(base, v));
+            assert_eq!(got.to_vec(), want);
+            let lg = o.encoder[l].params_mut(&mut buf);
+            let enc = o.encoder[l];
+            assert_eq!(range(base, lg.ffn_norm.gamma).start, enc.ffn_norm.gamma);
+            assert_eq!(range(base, lg.self_attn.b_qkv).start, enc.self_attn.b_qkv);
+        }
+        let (emb, pos) = o.embedding_mut(&mut buf);
+        assert_eq!(range(base, emb), named("embed.weight".into()));
+        assert_eq!(range(base, pos.unwrap()), named("embed.positions".into()));
     }
 }

@@ -4,7 +4,7 @@
 mod common;
 use common::*;
 use transformer::kernels::reference as r;
-use transformer::kernels::AttnDims;
+use transformer::kernels::{AttnDims, Mask};
 use transformer::rng::Rng;
 
 const H: f64 = 1e-6;
@@ -65,7 +65,7 @@ fn residual_layer_norm_with_dropout() {
     assert_close("dbeta", &db, &numeric_grad(&beta, H, |v| f(&x, &y, &gamma, v)), ATOL, RTOL);
 }
 
-fn check_attention(d: AttnDims, key_lens: &[usize], causal: bool, dropout: bool, seed: u64) {
+fn check_attention(d: AttnDims, key_lens: &[usize], attn_mask: Mask, dropout: bool, seed: u64) {
     let mut rng = Rng::new(seed);
     let q = rand_vec(&mut rng, d.b * d.t * d.h * d.k, 1.0);
     let k = rand_vec(&mut rng, d.b * d.s * d.h * d.k, 1.0);
@@ -74,10 +74,11 @@ fn check_attention(d: AttnDims, key_lens: &[usize], causal: bool, dropout: bool,
         .then(|| (0..d.b * d.h * d.t * d.s).map(|_| if rng.uniform() < 0.25 { 0.0 } else { 1.0 / 0.75 }).collect());
     let mask = mask.as_deref();
     let g = rand_vec(&mut rng, d.b * d.t * d.h * d.v, 1.0);
-    let f =
-        |q: &[f64], k: &[f64], v: &[f64]| weighted_sum(&r::attention_forward(q, k, v, key_lens, causal, mask, d).0, &g);
-    let (_, probs) = r::attention_forward(&q, &k, &v, key_lens, causal, mask, d);
-    let (dq, dk, dv) = r::attention_backward(&g, &probs, &q, &k, &v, key_lens, causal, mask, d);
+    let f = |q: &[f64], k: &[f64], v: &[f64]| {
+        weighted_sum(&r::attention_forward(q, k, v, key_lens, attn_mask, mask, d).0, &g)
+    };
+    let (_, probs) = r::attention_forward(&q, &k, &v, key_lens, attn_mask, mask, d);
+    let (dq, dk, dv) = r::attention_backward(&g, &probs, &q, &k, &v, key_lens, attn_mask, mask, d);
     assert_close("dq", &dq, &numeric_grad(&q, H, |x| f(x, &k, &v)), ATOL, RTOL);
     assert_close("dk", &dk, &numeric_grad(&k, H, |x| f(&q, x, &v)), ATOL, RTOL);
     assert_close("dv", &dv, &numeric_grad(&v, H, |x| f(&q, &k, x)), ATOL, RTOL);
@@ -86,17 +87,17 @@ fn check_attention(d: AttnDims, key_lens: &[usize], causal: bool, dropout: bool,
 #[test]
 fn attention_padding_mask() {
     // Sentence 1 has no valid key at all: its queries must get zero output and gradient.
-    check_attention(AttnDims { b: 3, h: 2, t: 3, s: 4, k: 5, v: 3 }, &[4, 0, 2], false, false, 3);
+    check_attention(AttnDims { b: 3, h: 2, t: 3, s: 4, k: 5, v: 3 }, &[4, 0, 2], Mask::Padding, false, 3);
 }
 
 #[test]
 fn attention_causal() {
-    check_attention(AttnDims { b: 2, h: 2, t: 4, s: 4, k: 3, v: 5 }, &[4, 3], true, false, 4);
+    check_attention(AttnDims { b: 2, h: 2, t: 4, s: 4, k: 3, v: 5 }, &[4, 3], Mask::Causal, false, 4);
 }
 
 #[test]
 fn attention_with_dropout() {
-    check_attention(AttnDims { b: 2, h: 3, t: 3, s: 5, k: 4, v: 2 }, &[5, 3], false, true, 5);
+    check_attention(AttnDims { b: 2, h: 3, t: 3, s: 5, k: 4, v: 2 }, &[5, 3], Mask::Padding, true, 5);
 }
 
 #[test]

@@ -11,7 +11,7 @@ use transformer::kernels::cpu::{
     softmax_xent,
 };
 use transformer::kernels::reference as r;
-use transformer::kernels::AttnDims;
+use transformer::kernels::{AttnDims, Mask};
 use transformer::rng::{DropoutMask, Rng};
 
 const ATOL: f64 = 3e-6;
@@ -261,7 +261,7 @@ fn bias_relu_matches_reference() {
 }
 
 /// Runs the fused attention with Q|K|V packed in one buffer (self) or Q apart from K|V (cross).
-fn check_attention(d: AttnDims, key_lens: &[usize], causal: bool, p: f32, fused: bool, seed: u64) {
+fn check_attention(d: AttnDims, key_lens: &[usize], attn_mask: Mask, p: f32, fused: bool, seed: u64) {
     let mut rng = Rng::new(seed);
     let (hk, hv) = (d.h * d.k, d.h * d.v);
     let q = rand_vec(&mut rng, d.b * d.t * hk, 1.5);
@@ -269,9 +269,9 @@ fn check_attention(d: AttnDims, key_lens: &[usize], causal: bool, p: f32, fused:
     let v = rand_vec(&mut rng, d.b * d.s * hv, 1.5);
     let dm = (p > 0.0).then(|| DropoutMask::new(p, 4, 5, 6));
     let mask = mask_array(dm, d.b * d.h * d.t * d.s);
-    let (want, probs) = r::attention_forward(&q, &k, &v, key_lens, causal, mask.as_deref(), d);
+    let (want, probs) = r::attention_forward(&q, &k, &v, key_lens, attn_mask, mask.as_deref(), d);
     let g = rand_vec(&mut rng, d.b * d.t * hv, 1.0);
-    let (dq, dk, dv) = r::attention_backward(&g, &probs, &q, &k, &v, key_lens, causal, mask.as_deref(), d);
+    let (dq, dk, dv) = r::attention_backward(&g, &probs, &q, &k, &v, key_lens, attn_mask, mask.as_deref(), d);
 
     let mut out = vec![0f32; d.b * d.t * hv];
     let mut fprobs = vec![0f32; d.b * d.h * d.t * d.s];
@@ -299,7 +299,7 @@ fn check_attention(d: AttnDims, key_lens: &[usize], causal: bool, p: f32, fused:
             heads(hk),
             heads(2 * hk),
             key_lens,
-            causal,
+            attn_mask,
             dm,
             d,
         );
@@ -313,7 +313,7 @@ fn check_attention(d: AttnDims, key_lens: &[usize], causal: bool, p: f32, fused:
             heads(hk),
             heads(2 * hk),
             key_lens,
-            causal,
+            attn_mask,
             dm,
             d,
         );
@@ -341,7 +341,7 @@ fn check_attention(d: AttnDims, key_lens: &[usize], causal: bool, p: f32, fused:
         );
         let qh = attention::Heads { data: &q32, ld: hk, off: 0 };
         let kvh = |off| attention::Heads { data: &kv32, ld: hk + hv, off };
-        attention::attention_forward(&mut out, &mut fprobs, qh, kvh(0), kvh(hk), key_lens, causal, dm, d);
+        attention::attention_forward(&mut out, &mut fprobs, qh, kvh(0), kvh(hk), key_lens, attn_mask, dm, d);
         let mut fdq = vec![f32::NAN; d.b * d.t * hk];
         let mut fdkv = vec![f32::NAN; d.b * d.s * (hk + hv)];
         attention::attention_backward(
@@ -360,7 +360,7 @@ fn check_attention(d: AttnDims, key_lens: &[usize], causal: bool, p: f32, fused:
             kvh(0),
             kvh(hk),
             key_lens,
-            causal,
+            attn_mask,
             dm,
             d,
         );
@@ -383,28 +383,28 @@ fn check_attention(d: AttnDims, key_lens: &[usize], causal: bool, p: f32, fused:
 
 #[test]
 fn attention_self_fused_causal_with_padding() {
-    check_attention(AttnDims { b: 3, h: 3, t: 7, s: 7, k: 13, v: 5 }, &[7, 4, 0], true, 0.0, true, 20);
+    check_attention(AttnDims { b: 3, h: 3, t: 7, s: 7, k: 13, v: 5 }, &[7, 4, 0], Mask::Causal, 0.0, true, 20);
 }
 
 #[test]
 fn attention_self_fused_dropout() {
-    check_attention(AttnDims { b: 2, h: 2, t: 5, s: 5, k: 8, v: 8 }, &[5, 2], false, 0.2, true, 21);
+    check_attention(AttnDims { b: 2, h: 2, t: 5, s: 5, k: 8, v: 8 }, &[5, 2], Mask::Padding, 0.2, true, 21);
 }
 
 #[test]
 fn attention_self_fused_causal_dropout() {
-    check_attention(AttnDims { b: 3, h: 2, t: 6, s: 6, k: 7, v: 5 }, &[6, 4, 1], true, 0.3, true, 25);
+    check_attention(AttnDims { b: 3, h: 2, t: 6, s: 6, k: 7, v: 5 }, &[6, 4, 1], Mask::Causal, 0.3, true, 25);
 }
 
 #[test]
 fn attention_cross_split() {
-    check_attention(AttnDims { b: 4, h: 2, t: 3, s: 9, k: 17, v: 6 }, &[9, 1, 0, 5], false, 0.0, false, 22);
+    check_attention(AttnDims { b: 4, h: 2, t: 3, s: 9, k: 17, v: 6 }, &[9, 1, 0, 5], Mask::Padding, 0.0, false, 22);
 }
 
 #[test]
 fn attention_single_query_and_wide_heads() {
-    check_attention(AttnDims { b: 2, h: 8, t: 1, s: 6, k: 64, v: 64 }, &[6, 3], false, 0.1, false, 23);
-    check_attention(AttnDims { b: 1, h: 1, t: 1, s: 1, k: 1, v: 1 }, &[1], true, 0.0, true, 24);
+    check_attention(AttnDims { b: 2, h: 8, t: 1, s: 6, k: 64, v: 64 }, &[6, 3], Mask::Padding, 0.1, false, 23);
+    check_attention(AttnDims { b: 1, h: 1, t: 1, s: 1, k: 1, v: 1 }, &[1], Mask::Causal, 0.0, true, 24);
 }
 
 #[test]

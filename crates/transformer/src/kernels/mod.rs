@@ -24,3 +24,26 @@ pub struct AttnDims {
     /// V: d_v, width of a value head.
     pub v: usize,
 }
+
+/// Which keys each query may attend to (§3.2.3). Padding keys (beyond each sentence's key length)
+/// are always masked out; `Causal` also masks every key after the query's own position, "masking
+/// out (setting to −∞) all values in the input of the softmax which correspond to illegal
+/// connections", so that a decoder position depends only on the positions before it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mask {
+    /// Key padding only (encoder self-attention, encoder–decoder attention).
+    Padding,
+    /// Key padding and the causal mask (decoder self-attention).
+    Causal,
+}
+
+impl Mask {
+    /// Query i sees keys [0, n): n from the sentence's key length and, if causal, the position.
+    #[inline(always)]
+    pub fn visible(self, key_len: usize, i: usize) -> usize {
+        match self {
+            Mask::Padding => key_len,
+            Mask::Causal => key_len.min(i + 1),
+        }
+    }
+}

@@ -4,7 +4,7 @@
 //! Layouts match the fast kernels, but buffers are dense: q (B·T, H·K), k (B·S, H·K), v (B·S, H·V).
 //! Dropout is an explicit multiplier array (0 or 1/(1−p)) so gradients can be checked through it.
 
-use super::AttnDims;
+use super::{AttnDims, Mask};
 
 /// C (m, n) = A (m, k) · B (k, n), all row-major.
 pub fn matmul(a: &[f64], b: &[f64], m: usize, n: usize, k: usize) -> Vec<f64> {
@@ -128,14 +128,6 @@ pub fn residual_layer_norm_backward(
     (dx, dy, dg, db)
 }
 
-fn visible(key_len: usize, causal: bool, i: usize) -> usize {
-    if causal {
-        key_len.min(i + 1)
-    } else {
-        key_len
-    }
-}
-
 /// Attention forward: (out (B·T, H·V), probs (B, H, T, S)). `mask` (B, H, T, S) multiplies the weights.
 #[allow(clippy::too_many_arguments)]
 pub fn attention_forward(
@@ -143,7 +135,7 @@ pub fn attention_forward(
     k: &[f64],
     v: &[f64],
     key_lens: &[usize],
-    causal: bool,
+    attn_mask: Mask,
     mask: Option<&[f64]>,
     d: AttnDims,
 ) -> (Vec<f64>, Vec<f64>) {
@@ -154,7 +146,7 @@ pub fn attention_forward(
     for b in 0..d.b {
         for h in 0..d.h {
             for i in 0..d.t {
-                let n = visible(key_lens[b], causal, i);
+                let n = attn_mask.visible(key_lens[b], i);
                 if n == 0 {
                     continue;
                 }
@@ -192,7 +184,7 @@ pub fn attention_backward(
     k: &[f64],
     v: &[f64],
     key_lens: &[usize],
-    causal: bool,
+    attn_mask: Mask,
     mask: Option<&[f64]>,
     d: AttnDims,
 ) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
@@ -202,7 +194,7 @@ pub fn attention_backward(
     for b in 0..d.b {
         for h in 0..d.h {
             for i in 0..d.t {
-                let n = visible(key_lens[b], causal, i);
+                let n = attn_mask.visible(key_lens[b], i);
                 let base = ((b * d.h + h) * d.t + i) * d.s;
                 let go = |c: usize| dout[(b * d.t + i) * hv + h * d.v + c];
                 let mut dp = vec![0.0; n];

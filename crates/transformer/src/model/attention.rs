@@ -2,12 +2,12 @@
 //! (encoder; causal in the decoder) and encoder–decoder attention.
 
 use super::workspace::{AttnActs, Dims, GradScratch};
-use super::{three_mut, two_mut, Transformer};
+use super::Transformer;
 use crate::kernels::cpu::attention::{attention_backward, attention_forward, AttnGrads, Heads};
 use crate::kernels::cpu::layer_norm::{residual_layer_norm_backward, residual_layer_norm_forward};
 use crate::kernels::cpu::linear::{linear_backward, linear_forward};
-use crate::kernels::AttnDims;
-use crate::params::{AttnOffsets, NormOffsets};
+use crate::kernels::{AttnDims, Mask};
+use crate::params::{AttnParams, AttnParamsMut, NormParams, NormParamsMut};
 use crate::rng::DropoutMask;
 
 fn widths(m: &Transformer) -> (usize, usize, usize) {
@@ -20,9 +20,8 @@ fn widths(m: &Transformer) -> (usize, usize, usize) {
 #[allow(clippy::too_many_arguments)]
 fn project_and_norm(
     m: &Transformer,
-    p: &[f32],
-    ao: &AttnOffsets,
-    no: &NormOffsets,
+    ap: &AttnParams,
+    np: &NormParams,
     x: &[f32],
     acts: &mut AttnActs,
     y: &mut [f32],
@@ -31,9 +30,8 @@ fn project_and_norm(
 ) {
     let (d, _, hv) = widths(m);
     let y = &mut y[..rows * d];
-    linear_forward(m.precision, y, &acts.ctx, &p[ao.w_o..ao.w_o + d * hv], None, rows, d, hv);
+    linear_forward(m.precision, y, &acts.ctx, ap.w_o, None, rows, d, hv);
     let n = &mut acts.norm;
-    let (gamma, beta, bo) = (&p[no.gamma..no.gamma + d], &p[no.beta..no.beta + d], &p[ao.b_o..ao.b_o + d]);
     residual_layer_norm_forward(
         &mut n.out,
         &mut n.s,
@@ -41,9 +39,9 @@ fn project_and_norm(
         &mut n.rstd,
         x,
         y,
-        Some(bo),
-        gamma,
-        beta,
+        Some(ap.b_o),
+        np.gamma,
+        np.beta,
         m.config.layer_norm_eps,
         drop,
     );
@@ -53,10 +51,10 @@ fn project_and_norm(
 #[allow(clippy::too_many_arguments)]
 fn project_and_norm_backward(
     m: &Transformer,
-    p: &[f32],
-    grads: &mut [f32],
-    ao: &AttnOffsets,
-    no: &NormOffsets,
+    ap: &AttnParams,
+    np: &NormParams,
+    ag: &mut AttnParamsMut,
+    ng: &mut NormParamsMut,
     acts: &AttnActs,
     dout: &[f32],
     dx: &mut [f32],
@@ -66,32 +64,30 @@ fn project_and_norm_backward(
 ) {
     let (d, _, hv) = widths(m);
     let dy = &mut gs.dy[..rows * d];
-    let (dbo, dg, db) = three_mut(grads, ao.b_o, d, no.gamma, d, no.beta, d);
     let n = &acts.norm;
     residual_layer_norm_backward(
         dx,
         dy,
-        dg,
-        db,
-        Some(dbo),
+        ng.gamma,
+        ng.beta,
+        Some(&mut *ag.b_o),
         &mut gs.partials,
         dout,
         &n.s,
         &n.mean,
         &n.rstd,
-        &p[no.gamma..no.gamma + d],
+        np.gamma,
         drop,
     );
-    let wo = &p[ao.w_o..ao.w_o + d * hv];
     linear_backward(
         m.precision,
         Some(&mut gs.d_ctx[..rows * hv]),
         false,
-        &mut grads[ao.w_o..ao.w_o + d * hv],
+        ag.w_o,
         None,
         dy,
         &acts.ctx,
-        wo,
+        ap.w_o,
         rows,
         d,
         hv,
@@ -102,14 +98,13 @@ fn project_and_norm_backward(
 #[allow(clippy::too_many_arguments)]
 pub(super) fn self_forward(
     m: &Transformer,
-    p: &[f32],
-    ao: &AttnOffsets,
-    no: &NormOffsets,
+    ap: &AttnParams,
+    np: &NormParams,
     x: &[f32],
     acts: &mut AttnActs,
     y: &mut [f32],
     key_lens: &[usize],
-    causal: bool,
+    mask: Mask,
     b: usize,
     t: usize,
     drop: Option<DropoutMask>,
@@ -118,47 +113,28 @@ pub(super) fn self_forward(
     let (d, hk, hv) = widths(m);
     let nq = 2 * hk + hv;
     let rows = b * t;
-    linear_forward(
-        m.precision,
-        &mut acts.q,
-        x,
-        &p[ao.w_qkv..ao.w_qkv + nq * d],
-        Some(&p[ao.b_qkv..ao.b_qkv + nq]),
-        rows,
-        nq,
-        d,
-    );
+    linear_forward(m.precision, &mut acts.q, x, ap.w_qkv, Some(ap.b_qkv), rows, nq, d);
     let dims = AttnDims { b, h: m.config.n_heads, t, s: t, k: m.config.d_k, v: m.config.d_v };
     let head = |off| Heads { data: &acts.q, ld: nq, off };
-    attention_forward(
-        &mut acts.ctx,
-        &mut acts.probs,
-        head(0),
-        head(hk),
-        head(2 * hk),
-        key_lens,
-        causal,
-        drop_attn,
-        dims,
-    );
-    project_and_norm(m, p, ao, no, x, acts, y, rows, drop);
+    attention_forward(&mut acts.ctx, &mut acts.probs, head(0), head(hk), head(2 * hk), key_lens, mask, drop_attn, dims);
+    project_and_norm(m, ap, np, x, acts, y, rows, drop);
 }
 
 /// Backward of [`self_forward`]: dx (B·T, D) is overwritten with the gradient of x.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn self_backward(
     m: &Transformer,
-    p: &[f32],
-    grads: &mut [f32],
-    ao: &AttnOffsets,
-    no: &NormOffsets,
+    ap: &AttnParams,
+    np: &NormParams,
+    mut ag: AttnParamsMut,
+    mut ng: NormParamsMut,
     acts: &AttnActs,
     x: &[f32],
     dout: &[f32],
     dx: &mut [f32],
     gs: &mut GradScratch,
     key_lens: &[usize],
-    causal: bool,
+    mask: Mask,
     b: usize,
     t: usize,
     drop: Option<DropoutMask>,
@@ -167,7 +143,7 @@ pub(super) fn self_backward(
     let (d, hk, hv) = widths(m);
     let nq = 2 * hk + hv;
     let rows = b * t;
-    project_and_norm_backward(m, p, grads, ao, no, acts, dout, dx, gs, rows, drop);
+    project_and_norm_backward(m, ap, np, &mut ag, &mut ng, acts, dout, dx, gs, rows, drop);
     let dims = AttnDims { b, h: m.config.n_heads, t, s: t, k: m.config.d_k, v: m.config.d_v };
     let head = |off| Heads { data: &acts.q, ld: nq, off };
     attention_backward(
@@ -179,20 +155,19 @@ pub(super) fn self_backward(
         head(hk),
         head(2 * hk),
         key_lens,
-        causal,
+        mask,
         drop_attn,
         dims,
     );
-    let (dw, db) = two_mut(grads, ao.w_qkv, nq * d, ao.b_qkv, nq);
     linear_backward(
         m.precision,
         Some(dx),
         true,
-        dw,
-        Some(db),
+        ag.w_qkv,
+        Some(ag.b_qkv),
         &gs.d_qkv[..rows * nq],
         x,
-        &p[ao.w_qkv..ao.w_qkv + nq * d],
+        ap.w_qkv,
         rows,
         nq,
         d,
@@ -204,9 +179,8 @@ pub(super) fn self_backward(
 #[allow(clippy::too_many_arguments)]
 pub(super) fn cross_forward(
     m: &Transformer,
-    p: &[f32],
-    ao: &AttnOffsets,
-    no: &NormOffsets,
+    ap: &AttnParams,
+    np: &NormParams,
     x: &[f32],
     enc: &[f32],
     acts: &mut AttnActs,
@@ -218,34 +192,23 @@ pub(super) fn cross_forward(
 ) {
     let (d, hk, hv) = widths(m);
     let (mt, ms) = (dims.b * dims.t, dims.b * dims.s);
-    let (wq, wkv) = (ao.w_qkv, ao.w_qkv + hk * d);
-    let (bq, bkv) = (ao.b_qkv, ao.b_qkv + hk);
-    linear_forward(m.precision, &mut acts.q, x, &p[wq..wq + hk * d], Some(&p[bq..bq + hk]), mt, hk, d);
-    linear_forward(
-        m.precision,
-        &mut acts.kv,
-        enc,
-        &p[wkv..wkv + (hk + hv) * d],
-        Some(&p[bkv..bkv + hk + hv]),
-        ms,
-        hk + hv,
-        d,
-    );
+    linear_forward(m.precision, &mut acts.q, x, ap.w_q, Some(ap.b_q), mt, hk, d);
+    linear_forward(m.precision, &mut acts.kv, enc, ap.w_kv, Some(ap.b_kv), ms, hk + hv, d);
     let ad = AttnDims { b: dims.b, h: m.config.n_heads, t: dims.t, s: dims.s, k: m.config.d_k, v: m.config.d_v };
     let q = Heads { data: &acts.q, ld: hk, off: 0 };
     let kv = |off| Heads { data: &acts.kv, ld: hk + hv, off };
-    attention_forward(&mut acts.ctx, &mut acts.probs, q, kv(0), kv(hk), src_lens, false, drop_attn, ad);
-    project_and_norm(m, p, ao, no, x, acts, y, mt, drop);
+    attention_forward(&mut acts.ctx, &mut acts.probs, q, kv(0), kv(hk), src_lens, Mask::Padding, drop_attn, ad);
+    project_and_norm(m, ap, np, x, acts, y, mt, drop);
 }
 
 /// Backward of [`cross_forward`]: overwrites dx (B·T, D), accumulates into d_enc (B·S, D).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn cross_backward(
     m: &Transformer,
-    p: &[f32],
-    grads: &mut [f32],
-    ao: &AttnOffsets,
-    no: &NormOffsets,
+    ap: &AttnParams,
+    np: &NormParams,
+    mut ag: AttnParamsMut,
+    mut ng: NormParamsMut,
     acts: &AttnActs,
     x: &[f32],
     enc: &[f32],
@@ -260,7 +223,7 @@ pub(super) fn cross_backward(
 ) {
     let (d, hk, hv) = widths(m);
     let (mt, ms) = (dims.b * dims.t, dims.b * dims.s);
-    project_and_norm_backward(m, p, grads, ao, no, acts, dout, dx, gs, mt, drop);
+    project_and_norm_backward(m, ap, np, &mut ag, &mut ng, acts, dout, dx, gs, mt, drop);
     let ad = AttnDims { b: dims.b, h: m.config.n_heads, t: dims.t, s: dims.s, k: m.config.d_k, v: m.config.d_v };
     let q = Heads { data: &acts.q, ld: hk, off: 0 };
     let kv = |off| Heads { data: &acts.kv, ld: hk + hv, off };
@@ -280,28 +243,12 @@ pub(super) fn cross_backward(
         kv(0),
         kv(hk),
         src_lens,
-        false,
+        Mask::Padding,
         drop_attn,
         ad,
     );
-    let (wq, wkv, bq) = (ao.w_qkv, ao.w_qkv + hk * d, ao.b_qkv);
-    // The weight gradients of W^Q and W^K|W^V are adjacent, as are their biases': split once.
-    let (dw_all, db_all) = two_mut(grads, wq, (2 * hk + hv) * d, bq, 2 * hk + hv);
-    let (dwq, dwkv) = dw_all.split_at_mut(hk * d);
-    let (dbq, dbkv) = db_all.split_at_mut(hk);
-    linear_backward(
-        m.precision,
-        Some(dx),
-        true,
-        dwq,
-        Some(dbq),
-        &gs.d_qkv[..mt * hk],
-        x,
-        &p[wq..wq + hk * d],
-        mt,
-        hk,
-        d,
-    );
+    let (dwq, dbq, dwkv, dbkv) = ag.q_kv();
+    linear_backward(m.precision, Some(dx), true, dwq, Some(dbq), &gs.d_qkv[..mt * hk], x, ap.w_q, mt, hk, d);
     linear_backward(
         m.precision,
         Some(d_enc),
@@ -310,7 +257,7 @@ pub(super) fn cross_backward(
         Some(dbkv),
         &gs.d_kv[..ms * (hk + hv)],
         enc,
-        &p[wkv..wkv + (hk + hv) * d],
+        ap.w_kv,
         ms,
         hk + hv,
         d,

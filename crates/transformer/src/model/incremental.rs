@@ -24,7 +24,7 @@ use crate::kernels::cpu::embedding::embedding_step;
 use crate::kernels::cpu::layer_norm::residual_layer_norm_forward;
 use crate::kernels::cpu::linear::linear_forward;
 use crate::kernels::cpu::packed::PackedLinear;
-use crate::params::{AttnOffsets, NormOffsets};
+use crate::params::{AttnParams, NormParams};
 use crate::{PAD, UNK};
 use rayon::prelude::*;
 use std::sync::Arc;
@@ -144,19 +144,9 @@ impl Transformer {
             .decoder
             .iter()
             .map(|lo| {
-                let ao = &lo.cross_attn;
-                let (w, bias) = (ao.w_qkv + hk * d, ao.b_qkv + hk);
+                let ap = lo.cross_attn.params(p);
                 let mut kv = vec![0.0; b * s * (hk + hv)];
-                linear_forward(
-                    self.precision,
-                    &mut kv,
-                    enc,
-                    &p[w..w + (hk + hv) * d],
-                    Some(&p[bias..bias + hk + hv]),
-                    b * s,
-                    hk + hv,
-                    d,
-                );
+                linear_forward(self.precision, &mut kv, enc, ap.w_kv, Some(ap.b_kv), b * s, hk + hv, d);
                 kv
             })
             .collect();
@@ -182,18 +172,18 @@ impl Transformer {
             .decoder
             .iter()
             .map(|lo| {
-                let (sa, ca, fo) = (&lo.self_attn, &lo.cross_attn, &lo.ffn);
+                let lp = lo.params(p);
                 PackedLayer {
-                    self_qkv: PackedLinear::new(&p[sa.w_qkv..][..(2 * hk + hv) * d], 2 * hk + hv, d, prec, pack),
-                    self_o: PackedLinear::new(&p[sa.w_o..][..d * hv], d, hv, prec, pack),
-                    cross_q: PackedLinear::new(&p[ca.w_qkv..][..hk * d], hk, d, prec, pack),
-                    cross_o: PackedLinear::new(&p[ca.w_o..][..d * hv], d, hv, prec, pack),
-                    w_1: PackedLinear::new(&p[fo.w_1..][..f * d], f, d, prec, pack),
-                    w_2: PackedLinear::new(&p[fo.w_2..][..d * f], d, f, prec, pack),
+                    self_qkv: PackedLinear::new(lp.self_attn.w_qkv, 2 * hk + hv, d, prec, pack),
+                    self_o: PackedLinear::new(lp.self_attn.w_o, d, hv, prec, pack),
+                    cross_q: PackedLinear::new(lp.cross_attn.w_q, hk, d, prec, pack),
+                    cross_o: PackedLinear::new(lp.cross_attn.w_o, d, hv, prec, pack),
+                    w_1: PackedLinear::new(lp.ffn.w_1, f, d, prec, pack),
+                    w_2: PackedLinear::new(lp.ffn.w_2, d, f, prec, pack),
                 }
             })
             .collect();
-        let output = PackedLinear::new(&p[o.embed..][..v * d], v, d, prec, pack);
+        let output = PackedLinear::new(self.embedding(), v, d, prec, pack);
         PackedDecoder { precision: prec, d_model: d, vocab: v, layers, output }
     }
 
@@ -300,16 +290,16 @@ impl Transformer {
             buf.resize(rows * width, 0.0);
         }
         // §3.4: embedding · √D + position `len` (sinusoidal or learned).
-        let emb = &p[o.embed..o.embed + v * d];
-        let scale = (d as f32).sqrt();
+        let emb = self.embedding();
+        let scale = self.embedding_scale();
         let pos = &self.positions()[st.len * d..(st.len + 1) * d];
         embedding_step(&mut st.x, tokens, emb, pos, d, scale);
         let t = st.len + 1; // keys visible to this step, the new one included
         for (l, (lo, pl)) in o.decoder.iter().zip(&packed.layers).enumerate() {
+            let lp = lo.params(p);
             // Causal self-attention over the cache, extended by this position's key and value.
-            let ao = &lo.self_attn;
             let nq = 2 * hk + hv;
-            pl.self_qkv.forward(&mut st.proj, &st.x, &p[ao.w_qkv..][..nq * d], Some(&p[ao.b_qkv..][..nq]), rows);
+            pl.self_qkv.forward(&mut st.proj, &st.x, lp.self_attn.w_qkv, Some(lp.self_attn.b_qkv), rows);
             // Row r's new key and value go to slot r.
             let (cap, len) = (st.cap, st.len);
             let proj = &st.proj;
@@ -338,16 +328,9 @@ impl Transformer {
                     (q, kv)
                 });
             }
-            self.project_norm(&pl.self_o, ao, &lo.self_attn_norm, st, rows);
+            self.project_norm(&pl.self_o, &lp.self_attn, &lp.self_attn_norm, st, rows);
             // Encoder–decoder attention over the cached source keys and values.
-            let ao = &lo.cross_attn;
-            pl.cross_q.forward(
-                &mut st.proj[..rows * hk],
-                &st.x,
-                &p[ao.w_qkv..][..hk * d],
-                Some(&p[ao.b_qkv..][..hk]),
-                rows,
-            );
+            pl.cross_q.forward(&mut st.proj[..rows * hk], &st.x, lp.cross_attn.w_q, Some(lp.cross_attn.b_q), rows);
             {
                 let (kv, proj, sent) = (&enc.cross_kv[l], &st.proj, &st.sent);
                 let ld = hk + hv;
@@ -359,13 +342,12 @@ impl Transformer {
                     (q, KeyValues { k: &kv[base..], ldk: ld, v: &kv[base + hk..], ldv: ld, n, origin: None })
                 });
             }
-            self.project_norm(&pl.cross_o, ao, &lo.cross_attn_norm, st, rows);
+            self.project_norm(&pl.cross_o, &lp.cross_attn, &lp.cross_attn_norm, st, rows);
             // FFN.
-            let fo = &lo.ffn;
-            pl.w_1.forward(&mut st.hidden, &st.x, &p[fo.w_1..][..f * d], None, rows);
-            bias_relu_forward(&mut st.hidden, &p[fo.b_1..][..f]);
-            pl.w_2.forward(&mut st.y, &st.hidden, &p[fo.w_2..][..d * f], None, rows);
-            self.residual_norm(&lo.ffn_norm, &p[fo.b_2..][..d], st);
+            pl.w_1.forward(&mut st.hidden, &st.x, lp.ffn.w_1, None, rows);
+            bias_relu_forward(&mut st.hidden, lp.ffn.b_1);
+            pl.w_2.forward(&mut st.y, &st.hidden, lp.ffn.w_2, None, rows);
+            self.residual_norm(&lp.ffn_norm, lp.ffn.b_2, st);
         }
         st.len += 1;
         packed.output.forward(&mut st.logits, &st.x, emb, None, rows);
@@ -373,17 +355,13 @@ impl Transformer {
     }
 
     /// W^O over the heads in `st.ctx`, then x ← LN(x + y + b^O).
-    fn project_norm(&self, w_o: &PackedLinear, ao: &AttnOffsets, no: &NormOffsets, st: &mut DecoderState, rows: usize) {
-        let c = &self.config;
-        let (d, hv) = (c.d_model, c.n_heads * c.d_v);
-        w_o.forward(&mut st.y, &st.ctx, &self.params[ao.w_o..][..d * hv], None, rows);
-        self.residual_norm(no, &self.params[ao.b_o..][..d], st);
+    fn project_norm(&self, w_o: &PackedLinear, ap: &AttnParams, np: &NormParams, st: &mut DecoderState, rows: usize) {
+        w_o.forward(&mut st.y, &st.ctx, ap.w_o, None, rows);
+        self.residual_norm(np, ap.b_o, st);
     }
 
     /// x ← LN(x + y + bias).
-    fn residual_norm(&self, no: &NormOffsets, bias: &[f32], st: &mut DecoderState) {
-        let d = self.config.d_model;
-        let p = &self.params;
+    fn residual_norm(&self, np: &NormParams, bias: &[f32], st: &mut DecoderState) {
         residual_layer_norm_forward(
             &mut st.x2,
             &mut st.ln_s,
@@ -392,8 +370,8 @@ impl Transformer {
             &st.x,
             &st.y,
             Some(bias),
-            &p[no.gamma..][..d],
-            &p[no.beta..][..d],
+            np.gamma,
+            np.beta,
             self.config.layer_norm_eps,
             None,
         );

@@ -1,9 +1,14 @@
 //! §3 The encoder–decoder Transformer: wiring only. Kernels do the arithmetic; this module puts them
-//! in order over one flat parameter buffer and one flat gradient buffer.
+//! in order over one flat parameter buffer and one flat gradient buffer: the forward pass is the
+//! encoder stack (`encoder.rs`), the decoder stack (`decoder.rs`) and the output projection; the
+//! backward pass runs them in reverse.
 
 mod attention;
+mod decoder;
+mod encoder;
 mod feed_forward;
 mod incremental;
+mod masks;
 mod workspace;
 
 pub use incremental::{DecoderState, Encoded, PackedDecoder};
@@ -11,13 +16,12 @@ pub use workspace::Workspace;
 
 use crate::config::ModelConfig;
 use crate::error::{Error, Result};
-use crate::kernels::cpu::embedding::{embedding_backward, embedding_forward, sinusoid_table};
+use crate::kernels::cpu::embedding::sinusoid_table;
 use crate::kernels::cpu::linear::product;
 use crate::kernels::cpu::matmul::Op;
 use crate::kernels::cpu::softmax_xent::{softmax_xent_forward_backward, XentSums};
 use crate::params::ParamLayout;
 use crate::precision::Precision;
-use crate::rng::DropoutMask;
 use crate::PAD;
 
 /// A padded batch of sentence pairs (B sentences, source length S, target length T), right-padded
@@ -138,21 +142,6 @@ pub struct DropoutCtx {
     pub counter: u64,
 }
 
-/// Dropout site numbers (mixed into the mask key).
-pub(crate) mod site {
-    pub const ENC_EMBED: u64 = 1;
-    pub const DEC_EMBED: u64 = 2;
-    /// Sub-layer `k` of encoder layer `l`; `+ ATTN` for its attention weights.
-    pub fn enc(l: usize, k: u64) -> u64 {
-        100 + 10 * l as u64 + k
-    }
-    /// Sub-layer `k` of decoder layer `l`.
-    pub fn dec(l: usize, k: u64) -> u64 {
-        100_000 + 10 * l as u64 + k
-    }
-    pub const ATTN: u64 = 5;
-}
-
 /// The model: configuration, layout and the flat parameter buffer.
 #[derive(Clone, Debug)]
 pub struct Transformer {
@@ -212,17 +201,17 @@ impl Transformer {
     }
 
     fn positions(&self) -> &[f32] {
-        match self.layout.offsets.positions {
-            Some(off) => &self.params[off..off + self.config.max_positions * self.config.d_model],
-            None => &self.sinusoids,
-        }
+        self.layout.offsets.learned_positions(&self.params).unwrap_or(&self.sinusoids)
     }
 
-    fn mask(&self, ctx: Option<DropoutCtx>, p: f32, site: u64) -> Option<DropoutMask> {
-        match ctx {
-            Some(c) if p > 0.0 => Some(DropoutMask::new(p, c.seed, c.counter, site)),
-            _ => None,
-        }
+    /// The shared embedding E (V, D) (§3.4), also the pre-softmax projection.
+    fn embedding(&self) -> &[f32] {
+        self.layout.offsets.embedding(&self.params)
+    }
+
+    /// §3.4: the embedding weights are multiplied by √d_model.
+    fn embedding_scale(&self) -> f32 {
+        (self.config.d_model as f32).sqrt()
     }
 
     /// Forward pass: fills `ws.logits` (B·T, V) and the activations the backward needs. Dropout is
@@ -230,138 +219,14 @@ impl Transformer {
     pub fn forward(&self, batch: &Batch, ws: &mut Workspace, dropout: Option<DropoutCtx>) -> Result<()> {
         batch.validate(&self.config)?;
         ws.prepare(&self.config, batch.b, batch.s, batch.t);
-        let c = &self.config;
-        let (d, v) = (c.d_model, c.vocab_size);
-        let p = &self.params;
-        let o = &self.layout.offsets;
-        let emb = &p[o.embed..o.embed + v * d];
-        let scale = (d as f32).sqrt();
+        let (d, v, n) = (self.config.d_model, self.config.vocab_size, self.config.n_layers);
         self.encoder_forward(batch, ws, dropout);
-        embedding_forward(
-            &mut ws.dec_in,
-            &batch.tgt_in,
-            emb,
-            self.positions(),
-            batch.t,
-            d,
-            scale,
-            self.mask(dropout, c.dropout, site::DEC_EMBED),
-        );
-        let enc_out: &[f32] = if c.n_layers == 0 { &ws.enc_in } else { &ws.enc[c.n_layers - 1].ffn.norm.out };
-        for l in 0..c.n_layers {
-            let lo = &o.decoder[l];
-            let (prev, rest) = ws.dec.split_at_mut(l);
-            let x: &[f32] = if l == 0 { &ws.dec_in } else { &prev[l - 1].ffn.norm.out };
-            let acts = &mut rest[0];
-            let dims = ws.dims;
-            attention::self_forward(
-                self,
-                p,
-                &lo.self_attn,
-                &lo.self_attn_norm,
-                x,
-                &mut acts.self_attn,
-                &mut ws.y,
-                &batch.tgt_lens,
-                true,
-                dims.b,
-                dims.t,
-                self.mask(dropout, c.dropout, site::dec(l, 0)),
-                self.mask(dropout, c.attention_dropout, site::dec(l, site::ATTN)),
-            );
-            attention::cross_forward(
-                self,
-                p,
-                &lo.cross_attn,
-                &lo.cross_attn_norm,
-                &acts.self_attn.norm.out,
-                enc_out,
-                &mut acts.cross_attn,
-                &mut ws.y,
-                &batch.src_lens,
-                dims,
-                self.mask(dropout, c.dropout, site::dec(l, 1)),
-                self.mask(dropout, c.attention_dropout, site::dec(l, site::ATTN + 1)),
-            );
-            feed_forward::forward(
-                self,
-                p,
-                &lo.ffn,
-                &lo.ffn_norm,
-                &mut acts.ffn,
-                &acts.cross_attn.norm.out,
-                &mut ws.y,
-                self.mask(dropout, c.dropout, site::dec(l, 2)),
-            );
-        }
-        let dec_out: &[f32] = if c.n_layers == 0 { &ws.dec_in } else { &ws.dec[c.n_layers - 1].ffn.norm.out };
+        self.decoder_forward(batch, ws, dropout);
+        let dec_out: &[f32] = if n == 0 { &ws.dec_in } else { &ws.dec[n - 1].ffn.norm.out };
         // §3.4: the pre-softmax projection is the shared embedding, logits = h Eᵀ.
+        let emb = self.embedding();
         product(self.precision, &mut ws.logits, dec_out, Op::N, emb, Op::T, batch.b * batch.t, v, d, false);
         Ok(())
-    }
-
-    /// The encoder stack over `batch.src` into `ws.enc_in` and `ws.enc` (the workspace must be
-    /// prepared for the batch's shape).
-    fn encoder_forward(&self, batch: &Batch, ws: &mut Workspace, dropout: Option<DropoutCtx>) {
-        let c = &self.config;
-        let (d, v) = (c.d_model, c.vocab_size);
-        let p = &self.params;
-        let o = &self.layout.offsets;
-        let emb = &p[o.embed..o.embed + v * d];
-        let scale = (d as f32).sqrt();
-        embedding_forward(
-            &mut ws.enc_in,
-            &batch.src,
-            emb,
-            self.positions(),
-            batch.s,
-            d,
-            scale,
-            self.mask(dropout, c.dropout, site::ENC_EMBED),
-        );
-
-        for l in 0..c.n_layers {
-            let lo = &o.encoder[l];
-            let (prev, rest) = ws.enc.split_at_mut(l);
-            let x: &[f32] = if l == 0 { &ws.enc_in } else { &prev[l - 1].ffn.norm.out };
-            let acts = &mut rest[0];
-            let dims = ws.dims;
-            attention::self_forward(
-                self,
-                p,
-                &lo.self_attn,
-                &lo.self_attn_norm,
-                x,
-                &mut acts.self_attn,
-                &mut ws.y,
-                &batch.src_lens,
-                false,
-                dims.b,
-                dims.s,
-                self.mask(dropout, c.dropout, site::enc(l, 0)),
-                self.mask(dropout, c.attention_dropout, site::enc(l, site::ATTN)),
-            );
-            feed_forward::forward(
-                self,
-                p,
-                &lo.ffn,
-                &lo.ffn_norm,
-                &mut acts.ffn,
-                &acts.self_attn.norm.out,
-                &mut ws.y,
-                self.mask(dropout, c.dropout, site::enc(l, 1)),
-            );
-        }
-    }
-
-    /// The encoder output (B·S, D) after [`Transformer::encoder_forward`].
-    pub(crate) fn encoder_output<'w>(&self, ws: &'w Workspace) -> &'w [f32] {
-        let n = self.config.n_layers;
-        if n == 0 {
-            &ws.enc_in
-        } else {
-            &ws.enc[n - 1].ffn.norm.out
-        }
     }
 
     /// After [`Transformer::forward`]: the label-smoothed loss over non-padding targets, replacing
@@ -383,195 +248,16 @@ impl Transformer {
     /// workspace and dropout context. Accumulates (`+=`) parameter gradients into `grads`.
     pub fn backward(&self, batch: &Batch, ws: &mut Workspace, dropout: Option<DropoutCtx>, grads: &mut [f32]) {
         assert_eq!(grads.len(), self.params.len(), "gradient buffer does not match the layout");
-        let c = &self.config;
-        let (d, v, n) = (c.d_model, c.vocab_size, c.n_layers);
-        let p = &self.params;
-        let o = &self.layout.offsets;
-        let dims = ws.dims;
-        let (ms, mt) = (dims.b * dims.s, dims.b * dims.t);
-        let emb = &p[o.embed..o.embed + v * d];
-        let scale = (d as f32).sqrt();
+        let (d, v, n) = (self.config.d_model, self.config.vocab_size, self.config.n_layers);
+        let mt = ws.dims.b * ws.dims.t;
+        let emb = self.embedding();
 
         // Pre-softmax projection: d(dec_out) = dlogits E; dE += dlogitsᵀ dec_out.
-        {
-            let dec_out: &[f32] = if n == 0 { &ws.dec_in } else { &ws.dec[n - 1].ffn.norm.out };
-            product(self.precision, &mut ws.g_a[..mt * d], &ws.logits, Op::N, emb, Op::N, mt, d, v, false);
-            product(
-                self.precision,
-                &mut grads[o.embed..o.embed + v * d],
-                &ws.logits,
-                Op::T,
-                dec_out,
-                Op::N,
-                v,
-                d,
-                mt,
-                true,
-            );
-        }
-        ws.d_enc[..ms * d].fill(0.0);
-        for l in (0..n).rev() {
-            let lo = &o.decoder[l];
-            let (prev, rest) = ws.dec.split_at(l);
-            let x: &[f32] = if l == 0 { &ws.dec_in } else { &prev[l - 1].ffn.norm.out };
-            let acts = &rest[0];
-            let enc_out: &[f32] = if n == 0 { &ws.enc_in } else { &ws.enc[n - 1].ffn.norm.out };
-            let g = &mut ws.grad;
-            feed_forward::backward(
-                self,
-                p,
-                grads,
-                &lo.ffn,
-                &lo.ffn_norm,
-                &acts.ffn,
-                &acts.cross_attn.norm.out,
-                &ws.g_a[..mt * d],
-                &mut ws.g_b[..mt * d],
-                g,
-                self.mask(dropout, c.dropout, site::dec(l, 2)),
-            );
-            attention::cross_backward(
-                self,
-                p,
-                grads,
-                &lo.cross_attn,
-                &lo.cross_attn_norm,
-                &acts.cross_attn,
-                &acts.self_attn.norm.out,
-                enc_out,
-                &ws.g_b[..mt * d],
-                &mut ws.g_a[..mt * d],
-                &mut ws.d_enc[..ms * d],
-                g,
-                &batch.src_lens,
-                dims,
-                self.mask(dropout, c.dropout, site::dec(l, 1)),
-                self.mask(dropout, c.attention_dropout, site::dec(l, site::ATTN + 1)),
-            );
-            attention::self_backward(
-                self,
-                p,
-                grads,
-                &lo.self_attn,
-                &lo.self_attn_norm,
-                &acts.self_attn,
-                x,
-                &ws.g_a[..mt * d],
-                &mut ws.g_b[..mt * d],
-                g,
-                &batch.tgt_lens,
-                true,
-                dims.b,
-                dims.t,
-                self.mask(dropout, c.dropout, site::dec(l, 0)),
-                self.mask(dropout, c.attention_dropout, site::dec(l, site::ATTN)),
-            );
-            std::mem::swap(&mut ws.g_a, &mut ws.g_b);
-        }
-        // g_a holds d(dec_in). With no decoder layers the encoder output is unused.
-        let (emb_g, pos_g) = embedding_grads(grads, o.embed, v * d, o.positions, c.max_positions * d);
-        embedding_backward(
-            emb_g,
-            pos_g,
-            &ws.g_a[..mt * d],
-            &batch.tgt_in,
-            dims.t,
-            d,
-            scale,
-            self.mask(dropout, c.dropout, site::DEC_EMBED),
-        );
-
-        std::mem::swap(&mut ws.g_a, &mut ws.d_enc);
-        for l in (0..n).rev() {
-            let lo = &o.encoder[l];
-            let (prev, rest) = ws.enc.split_at(l);
-            let x: &[f32] = if l == 0 { &ws.enc_in } else { &prev[l - 1].ffn.norm.out };
-            let acts = &rest[0];
-            let g = &mut ws.grad;
-            feed_forward::backward(
-                self,
-                p,
-                grads,
-                &lo.ffn,
-                &lo.ffn_norm,
-                &acts.ffn,
-                &acts.self_attn.norm.out,
-                &ws.g_a[..ms * d],
-                &mut ws.g_b[..ms * d],
-                g,
-                self.mask(dropout, c.dropout, site::enc(l, 1)),
-            );
-            attention::self_backward(
-                self,
-                p,
-                grads,
-                &lo.self_attn,
-                &lo.self_attn_norm,
-                &acts.self_attn,
-                x,
-                &ws.g_b[..ms * d],
-                &mut ws.g_a[..ms * d],
-                g,
-                &batch.src_lens,
-                false,
-                dims.b,
-                dims.s,
-                self.mask(dropout, c.dropout, site::enc(l, 0)),
-                self.mask(dropout, c.attention_dropout, site::enc(l, site::ATTN)),
-            );
-        }
-        let (emb_g, pos_g) = embedding_grads(grads, o.embed, v * d, o.positions, c.max_positions * d);
-        embedding_backward(
-            emb_g,
-            pos_g,
-            &ws.g_a[..ms * d],
-            &batch.src,
-            dims.s,
-            d,
-            scale,
-            self.mask(dropout, c.dropout, site::ENC_EMBED),
-        );
-        std::mem::swap(&mut ws.g_a, &mut ws.d_enc);
+        let dec_out: &[f32] = if n == 0 { &ws.dec_in } else { &ws.dec[n - 1].ffn.norm.out };
+        product(self.precision, &mut ws.g_a[..mt * d], &ws.logits, Op::N, emb, Op::N, mt, d, v, false);
+        let (emb_g, _) = self.layout.offsets.embedding_mut(grads);
+        product(self.precision, emb_g, &ws.logits, Op::T, dec_out, Op::N, v, d, mt, true);
+        self.decoder_backward(batch, ws, dropout, grads);
+        self.encoder_backward(batch, ws, dropout, grads);
     }
-}
-
-/// The embedding's gradient slice and, with learned positions, the positions' (which follow it).
-fn embedding_grads(
-    grads: &mut [f32],
-    embed: usize,
-    embed_len: usize,
-    positions: Option<usize>,
-    pos_len: usize,
-) -> (&mut [f32], Option<&mut [f32]>) {
-    let (head, tail) = grads[embed..].split_at_mut(embed_len);
-    match positions {
-        Some(off) => {
-            assert_eq!(off, embed + embed_len, "learned positions must follow the embedding");
-            (head, Some(&mut tail[..pos_len]))
-        }
-        None => (head, None),
-    }
-}
-
-/// Three disjoint mutable sub-slices `[a, a+la)`, `[b, b+lb)`, `[c, c+lc)` of `buf`, in that order.
-pub(crate) fn three_mut(
-    buf: &mut [f32],
-    a: usize,
-    la: usize,
-    b: usize,
-    lb: usize,
-    c: usize,
-    lc: usize,
-) -> (&mut [f32], &mut [f32], &mut [f32]) {
-    assert!(a + la <= b && b + lb <= c, "three_mut: ranges overlap or are out of order");
-    let (x, rest) = buf.split_at_mut(b);
-    let (y, z) = rest.split_at_mut(c - b);
-    (&mut x[a..a + la], &mut y[..lb], &mut z[..lc])
-}
-
-/// Two disjoint mutable sub-slices `[a, a+la)` and `[b, b+lb)` of `buf`, with `a + la <= b`.
-pub(crate) fn two_mut(buf: &mut [f32], a: usize, la: usize, b: usize, lb: usize) -> (&mut [f32], &mut [f32]) {
-    assert!(a + la <= b, "two_mut: ranges overlap or are out of order");
-    let (x, y) = buf.split_at_mut(b);
-    (&mut x[a..a + la], &mut y[..lb])
 }

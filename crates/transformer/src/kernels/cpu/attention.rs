@@ -12,7 +12,7 @@
 
 use super::elementwise::{dot, exp_shift_sum, max};
 use super::matmul::{gemm_small, MatRef};
-use crate::kernels::AttnDims;
+use crate::kernels::{AttnDims, Mask};
 use crate::rng::DropoutMask;
 use multiversion::multiversion;
 use rayon::prelude::*;
@@ -42,16 +42,6 @@ thread_local! {
     static DROPPED: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Which keys query i of sentence b may see: [0, n) with n from the key length and causality.
-#[inline(always)]
-fn visible(key_len: usize, causal: bool, i: usize) -> usize {
-    if causal {
-        key_len.min(i + 1)
-    } else {
-        key_len
-    }
-}
-
 /// Runs `f` with the weights of head h as used in the weighted sum: `probs` itself without dropout,
 /// or P ⊙ mask in thread-local scratch. `base` is the flat (B, H, T, S) index of the head's (0, 0).
 fn with_dropped<R>(probs: &[f32], dropout: Option<DropoutMask>, base: usize, f: impl FnOnce(&[f32]) -> R) -> R {
@@ -76,7 +66,7 @@ pub fn attention_forward(
     k: Heads,
     v: Heads,
     key_lens: &[usize],
-    causal: bool,
+    attn_mask: Mask,
     dropout: Option<DropoutMask>,
     d: AttnDims,
 ) {
@@ -91,7 +81,7 @@ pub fn attention_forward(
     out.par_chunks_mut(d.t * d.h * d.v)
         .zip(probs.par_chunks_mut(d.h * d.t * d.s))
         .enumerate()
-        .for_each(|(b, (out, probs))| attend_sentence(out, probs, q, k, v, key_lens[b], causal, dropout, d, b));
+        .for_each(|(b, (out, probs))| attend_sentence(out, probs, q, k, v, key_lens[b], attn_mask, dropout, d, b));
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -102,7 +92,7 @@ fn attend_sentence(
     k: Heads,
     v: Heads,
     key_len: usize,
-    causal: bool,
+    attn_mask: Mask,
     dropout: Option<DropoutMask>,
     d: AttnDims,
     b: usize,
@@ -120,7 +110,7 @@ fn attend_sentence(
         }
         // Scores of the valid keys: (T, n) = scale · Q_h K_hᵀ, into the first n columns of probs.
         gemm_small(ph, 0, d.s, q.head(b * d.t, d.t, h, d.k), k.head(b * d.s, n, h, d.k).t(), scale, false);
-        softmax_rows(ph, key_len, causal, d);
+        softmax_rows(ph, key_len, attn_mask, d);
         let base = (b * d.h + h) * d.t * d.s;
         with_dropped(ph, dropout, base, |p| {
             // (T, V) = P (T, n) · V_h (n, V), into head h's columns of the output.
@@ -134,9 +124,9 @@ fn attend_sentence(
     "x86_64+avx512f+avx512bw+avx512dq+avx512vl+avx2+fma+bmi1+bmi2+lzcnt+popcnt",
     "x86_64+avx2+fma"
 ))]
-fn softmax_rows(ph: &mut [f32], key_len: usize, causal: bool, d: AttnDims) {
+fn softmax_rows(ph: &mut [f32], key_len: usize, attn_mask: Mask, d: AttnDims) {
     for (i, row) in ph.chunks_exact_mut(d.s).enumerate() {
-        let n = visible(key_len, causal, i);
+        let n = attn_mask.visible(key_len, i);
         row[n..].fill(0.0);
         if n == 0 {
             continue;
@@ -189,7 +179,7 @@ pub fn attention_backward(
     k: Heads,
     v: Heads,
     key_lens: &[usize],
-    causal: bool,
+    attn_mask: Mask,
     dropout: Option<DropoutMask>,
     d: AttnDims,
 ) {
@@ -214,7 +204,7 @@ pub fn attention_backward(
                 for h in 0..d.h {
                     let (dsh, ph) =
                         (&mut ds[h * d.t * d.s..(h + 1) * d.t * d.s], &p[h * d.t * d.s..(h + 1) * d.t * d.s]);
-                    score_grads(dsh, ph, dout_heads, v, n, causal, dropout, d, b, h);
+                    score_grads(dsh, ph, dout_heads, v, n, attn_mask, dropout, d, b, h);
                     query_grads(g, ld, offs[0], dsh, k, n, d, b, h);
                     key_value_grads(g, ld, [offs[1], offs[2]], dsh, ph, dout_heads, q, n, dropout, d, b, h);
                 }
@@ -233,7 +223,7 @@ pub fn attention_backward(
                     for h in 0..d.h {
                         let (dsh, ph) =
                             (&mut ds[h * d.t * d.s..(h + 1) * d.t * d.s], &p[h * d.t * d.s..(h + 1) * d.t * d.s]);
-                        score_grads(dsh, ph, dout_heads, v, n, causal, dropout, d, b, h);
+                        score_grads(dsh, ph, dout_heads, v, n, attn_mask, dropout, d, b, h);
                         query_grads(gq, ldq, qoff, dsh, k, n, d, b, h);
                         key_value_grads(gkv, ldkv, offs, dsh, ph, dout_heads, q, n, dropout, d, b, h);
                     }
@@ -251,7 +241,7 @@ fn score_grads(
     dout: Heads,
     v: Heads,
     key_len: usize,
-    causal: bool,
+    attn_mask: Mask,
     dropout: Option<DropoutMask>,
     d: AttnDims,
     b: usize,
@@ -264,7 +254,7 @@ fn score_grads(
     // dP over the valid keys: (T, n) = dO_h (T, V) · V_hᵀ (V, n).
     gemm_small(ds, 0, d.s, dout.head(b * d.t, d.t, h, d.v), v.head(b * d.s, key_len, h, d.v).t(), 1.0, false);
     let base = (b * d.h + h) * d.t * d.s;
-    softmax_backward_rows(ds, probs, key_len, causal, dropout, base, d);
+    softmax_backward_rows(ds, probs, key_len, attn_mask, dropout, base, d);
 }
 
 #[multiversion(targets(
@@ -275,14 +265,14 @@ fn softmax_backward_rows(
     ds: &mut [f32],
     probs: &[f32],
     key_len: usize,
-    causal: bool,
+    attn_mask: Mask,
     dropout: Option<DropoutMask>,
     base: usize,
     d: AttnDims,
 ) {
     let scale = 1.0 / (d.k as f32).sqrt();
     for (i, (row, p)) in ds.chunks_exact_mut(d.s).zip(probs.chunks_exact(d.s)).enumerate() {
-        let n = visible(key_len, causal, i);
+        let n = attn_mask.visible(key_len, i);
         row[n..].fill(0.0);
         if let Some(mask) = dropout {
             for (j, x) in row[..n].iter_mut().enumerate() {

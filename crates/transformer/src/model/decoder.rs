@@ -1,0 +1,168 @@
+//! §3.1 The decoder stack: N identical layers over the embedded (shifted-right) target, each a
+//! masked multi-head self-attention sub-layer, a multi-head attention sub-layer over the encoder
+//! output and a position-wise feed-forward sub-layer, each with its residual connection and
+//! LayerNorm.
+
+use super::masks::{DecoderLayerMasks, EmbeddingMasks};
+use super::workspace::Workspace;
+use super::{attention, feed_forward, Batch, DropoutCtx, Transformer};
+use crate::kernels::cpu::embedding::{embedding_backward, embedding_forward};
+use crate::kernels::Mask;
+
+impl Transformer {
+    /// The decoder stack over `batch.tgt_in` into `ws.dec_in` and `ws.dec`, attending to the
+    /// encoder output (after [`Transformer::encoder_forward`] on the same workspace).
+    pub(super) fn decoder_forward(&self, batch: &Batch, ws: &mut Workspace, dropout: Option<DropoutCtx>) {
+        let c = &self.config;
+        let d = c.d_model;
+        let p = &self.params;
+        let o = &self.layout.offsets;
+        embedding_forward(
+            &mut ws.dec_in,
+            &batch.tgt_in,
+            self.embedding(),
+            self.positions(),
+            batch.t,
+            d,
+            self.embedding_scale(),
+            EmbeddingMasks::new(c, dropout).target,
+        );
+        let enc_out: &[f32] = if c.n_layers == 0 { &ws.enc_in } else { &ws.enc[c.n_layers - 1].ffn.norm.out };
+        for l in 0..c.n_layers {
+            let lp = o.decoder[l].params(p);
+            let masks = DecoderLayerMasks::new(c, dropout, l);
+            let (prev, rest) = ws.dec.split_at_mut(l);
+            let x: &[f32] = if l == 0 { &ws.dec_in } else { &prev[l - 1].ffn.norm.out };
+            let acts = &mut rest[0];
+            let dims = ws.dims;
+            attention::self_forward(
+                self,
+                &lp.self_attn,
+                &lp.self_attn_norm,
+                x,
+                &mut acts.self_attn,
+                &mut ws.y,
+                &batch.tgt_lens,
+                Mask::Causal,
+                dims.b,
+                dims.t,
+                masks.self_attn,
+                masks.self_attn_weights,
+            );
+            attention::cross_forward(
+                self,
+                &lp.cross_attn,
+                &lp.cross_attn_norm,
+                &acts.self_attn.norm.out,
+                enc_out,
+                &mut acts.cross_attn,
+                &mut ws.y,
+                &batch.src_lens,
+                dims,
+                masks.cross_attn,
+                masks.cross_attn_weights,
+            );
+            feed_forward::forward(
+                self,
+                &lp.ffn,
+                &lp.ffn_norm,
+                &mut acts.ffn,
+                &acts.cross_attn.norm.out,
+                &mut ws.y,
+                masks.ffn,
+            );
+        }
+    }
+
+    /// Backward through the decoder stack, top layer first, down to the target embedding, from the
+    /// decoder output's gradient in `ws.g_a` (B·T, D). Leaves the encoder output's gradient in
+    /// `ws.d_enc` (B·S, D); accumulates parameter gradients.
+    pub(super) fn decoder_backward(
+        &self,
+        batch: &Batch,
+        ws: &mut Workspace,
+        dropout: Option<DropoutCtx>,
+        grads: &mut [f32],
+    ) {
+        let c = &self.config;
+        let (d, n) = (c.d_model, c.n_layers);
+        let p = &self.params;
+        let o = &self.layout.offsets;
+        let dims = ws.dims;
+        let (ms, mt) = (dims.b * dims.s, dims.b * dims.t);
+
+        ws.d_enc[..ms * d].fill(0.0);
+        for l in (0..n).rev() {
+            let lp = o.decoder[l].params(p);
+            let masks = DecoderLayerMasks::new(c, dropout, l);
+            let (prev, rest) = ws.dec.split_at(l);
+            let x: &[f32] = if l == 0 { &ws.dec_in } else { &prev[l - 1].ffn.norm.out };
+            let acts = &rest[0];
+            let enc_out: &[f32] = if n == 0 { &ws.enc_in } else { &ws.enc[n - 1].ffn.norm.out };
+            let g = &mut ws.grad;
+            let lg = o.decoder[l].params_mut(grads);
+            feed_forward::backward(
+                self,
+                &lp.ffn,
+                &lp.ffn_norm,
+                lg.ffn,
+                lg.ffn_norm,
+                &acts.ffn,
+                &acts.cross_attn.norm.out,
+                &ws.g_a[..mt * d],
+                &mut ws.g_b[..mt * d],
+                g,
+                masks.ffn,
+            );
+            attention::cross_backward(
+                self,
+                &lp.cross_attn,
+                &lp.cross_attn_norm,
+                lg.cross_attn,
+                lg.cross_attn_norm,
+                &acts.cross_attn,
+                &acts.self_attn.norm.out,
+                enc_out,
+                &ws.g_b[..mt * d],
+                &mut ws.g_a[..mt * d],
+                &mut ws.d_enc[..ms * d],
+                g,
+                &batch.src_lens,
+                dims,
+                masks.cross_attn,
+                masks.cross_attn_weights,
+            );
+            attention::self_backward(
+                self,
+                &lp.self_attn,
+                &lp.self_attn_norm,
+                lg.self_attn,
+                lg.self_attn_norm,
+                &acts.self_attn,
+                x,
+                &ws.g_a[..mt * d],
+                &mut ws.g_b[..mt * d],
+                g,
+                &batch.tgt_lens,
+                Mask::Causal,
+                dims.b,
+                dims.t,
+                masks.self_attn,
+                masks.self_attn_weights,
+            );
+            std::mem::swap(&mut ws.g_a, &mut ws.g_b);
+        }
+        // g_a holds d(dec_in). With no decoder layers the encoder output is unused.
+        let (emb_g, pos_g) = o.embedding_mut(grads);
+        embedding_backward(
+            emb_g,
+            pos_g,
+            &ws.g_a[..mt * d],
+            &batch.tgt_in,
+            dims.t,
+            d,
+            self.embedding_scale(),
+            EmbeddingMasks::new(c, dropout).target,
+        );
+    }
+}
