@@ -56,6 +56,11 @@ fn exit_codes_tell_usage_errors_from_runtime_errors() {
         assert_eq!(code, Some(2), "{args:?}: {err}");
         assert!(err.contains(names), "{args:?} should list {names}: {err}");
     }
+    for (flag, value) in [("--beam", "4294967295"), ("--max-len-b", "18446744073709551615"), ("--max-len-a", "1e300")] {
+        let (code, err) = exit_code(&["translate", "--checkpoint", "c", "--bpe", "b", flag, value]);
+        assert_eq!(code, Some(2), "{flag} {value}: {err}");
+        assert!(err.contains(flag), "{flag} {value}: {err}");
+    }
     let (code, err) = exit_code(&["average", "--output", "x.safetensors"]);
     assert_eq!(code, Some(2), "average without inputs: {err}");
     assert!(err.contains("--last K DIR or --inputs"), "{err}");
@@ -154,7 +159,7 @@ fn train_then_translate_keeps_line_order_and_empty_lines() {
         format!(
             "[model]\nn_layers = 1\nd_model = 32\nd_ff = 64\nn_heads = 2\nd_k = 16\nd_v = 16\nmax_positions = 128\n\
              [data]\ntrain_src = \"{0}/val.en.gz\"\ntrain_tgt = \"{0}/val.de.gz\"\nvalid_src = \"{0}/test_2016_flickr.en.gz\"\n\
-             valid_tgt = \"{0}/test_2016_flickr.de.gz\"\nbpe = \"{1}/bpe.json\"\nvocab_size = 600\n\
+             valid_tgt = \"{0}/test_2016_flickr.de.gz\"\nbpe = \"{1}/bpe.json\"\nvocab_size = 600\nmax_tokens = 120\n\
              [train]\noutput_dir = \"{1}/out\"\nmax_steps = 20\nwarmup = 10\nmax_src_tokens = 1024\nmax_tgt_tokens = 1024\n",
             data.display(),
             dir.display()

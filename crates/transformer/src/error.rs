@@ -22,6 +22,14 @@ pub enum Error {
         /// What is wrong with it.
         reason: String,
     },
+    /// A checkpoint's values are not all finite: it is never written, and never resumed from.
+    #[error("{path}: the checkpoint's {what} hold NaN or ∞ values: it is not written or resumed from")]
+    NonFiniteCheckpoint {
+        /// The checkpoint file.
+        path: PathBuf,
+        /// Which values (parameters, Adam moments).
+        what: String,
+    },
     /// A checkpoint does not fit the model it is loaded into.
     #[error(
         "{path}: checkpoint does not match the model: {what}: checkpoint has {found}, model expects {expected}. \
@@ -81,6 +89,18 @@ pub enum Error {
         step: u64,
         /// The loss value (NaN or ±inf).
         loss: f32,
+    },
+    /// An update made parameters non-finite (it overflowed); the run stops before saving them.
+    #[error(
+        "the update of step {step} (learning rate {lr:e}) made parameters non-finite: training stopped \
+         before anything was saved, and the checkpoints on disk are intact. Lower the learning rate \
+         (lr_scale) or raise warmup, then run again"
+    )]
+    NonFiniteParameters {
+        /// The update step at which it happened.
+        step: u64,
+        /// The learning rate of that update.
+        lr: f32,
     },
     /// Decoding cannot go on.
     #[error("decoding failed: {0}")]

@@ -416,3 +416,25 @@ fn model_beam_search_agrees_with_full_forward_search() {
         }
     }
 }
+
+/// Search settings out of range are refused (a huge beam would allocate without bound), and the
+/// length limit saturates instead of wrapping (which would truncate every output silently).
+#[test]
+fn out_of_range_search_settings_are_refused_and_the_length_limit_never_wraps() {
+    let ok = BeamConfig::translation();
+    for (what, cfg) in [
+        ("beam", BeamConfig { beam: 4_294_967_295, ..ok }),
+        ("beam", BeamConfig { beam: 0, ..ok }),
+        ("max_len_a", BeamConfig { max_len_a: 1e300, ..ok }),
+        ("max_len_a", BeamConfig { max_len_a: f64::NAN, ..ok }),
+        ("max_len_b", BeamConfig { max_len_b: usize::MAX, ..ok }),
+        ("nbest", BeamConfig { nbest: 5, ..ok }),
+    ] {
+        let err = cfg.validate().unwrap_err().to_string();
+        assert!(err.contains(what), "{what}: {err}");
+    }
+    let wide = BeamConfig { max_len_a: 1000.0, max_len_b: 1 << 20, ..ok };
+    wide.validate().unwrap();
+    assert_eq!(wide.max_len(1000), 1_000_000 + (1 << 20));
+    assert_eq!(BeamConfig { max_len_a: 0.0, max_len_b: usize::MAX, ..ok }.max_len(3), usize::MAX);
+}

@@ -1,6 +1,7 @@
 //! `translate`, `evaluate` and `attention`: thin layers over [`Translator`].
 
 use crate::args::{ModelArgs, SearchArgs};
+use crate::usage;
 use anyhow::{Context, Result};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -34,7 +35,10 @@ impl SearchArgs {
         }
         search.nbest = nbest;
         search.early_exit = self.early_exit;
-        search.validate()?;
+        if let Err(e) = search.validate() {
+            // Out-of-range flags: a usage error (exit 2), named after the flag.
+            usage!("{}", e.to_string().replace("the beam size must", "--beam must").replace("max_len_", "--max-len-"));
+        }
         Ok(TranslateOptions {
             search,
             max_tokens: self.max_tokens as usize,

@@ -28,6 +28,13 @@ use crate::{BOS, EOS};
 use rayon::prelude::*;
 use std::sync::Arc;
 
+/// The largest beam [`BeamConfig::validate`] accepts (every sentence decodes `beam` rows).
+pub const MAX_BEAM: usize = 1024;
+/// The largest `max_len_a` accepted.
+pub const MAX_LEN_A: f64 = 1000.0;
+/// The largest `max_len_b` accepted (outputs are capped by the model's positions in any case).
+pub const MAX_LEN_B: usize = 1 << 20;
+
 /// Search settings.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct BeamConfig {
@@ -80,8 +87,8 @@ impl BeamConfig {
     /// Checks the settings.
     pub fn validate(&self) -> Result<()> {
         let bad = |m: String| Err(Error::Config(m));
-        if self.beam == 0 {
-            return bad("beam size must be at least 1".into());
+        if self.beam == 0 || self.beam > MAX_BEAM {
+            return bad(format!("the beam size must lie in [1, {MAX_BEAM}] (got {})", self.beam));
         }
         if self.nbest == 0 || self.nbest > self.beam {
             return bad(format!("nbest must be between 1 and the beam size {} (got {})", self.beam, self.nbest));
@@ -89,15 +96,19 @@ impl BeamConfig {
         if !(self.alpha >= 0.0 && self.alpha.is_finite()) {
             return bad(format!("the length-penalty α must be finite and ≥ 0 (got {})", self.alpha));
         }
-        if !(self.max_len_a >= 0.0 && self.max_len_a.is_finite()) {
-            return bad(format!("max_len_a must be finite and ≥ 0 (got {})", self.max_len_a));
+        if !(self.max_len_a >= 0.0 && self.max_len_a <= MAX_LEN_A) {
+            return bad(format!("max_len_a must lie in [0, {MAX_LEN_A}] (got {})", self.max_len_a));
+        }
+        if self.max_len_b > MAX_LEN_B {
+            return bad(format!("max_len_b must lie in [0, {MAX_LEN_B}] (got {})", self.max_len_b));
         }
         Ok(())
     }
 
-    /// The maximum output length (EOS not counted) for a source of `src_len` tokens.
+    /// The maximum output length (EOS not counted) for a source of `src_len` tokens. Saturates
+    /// rather than wrapping (the model's positions cap it anyway).
     pub fn max_len(&self, src_len: usize) -> usize {
-        (self.max_len_a * src_len as f64).floor() as usize + self.max_len_b
+        ((self.max_len_a * src_len as f64).floor() as usize).saturating_add(self.max_len_b)
     }
 
     /// lp(Y) = ((5 + |Y|) / 6)^α.

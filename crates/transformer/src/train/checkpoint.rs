@@ -45,6 +45,7 @@ fn le_bytes(v: &[f32]) -> Vec<u8> {
 
 /// Writes `ckpt` to `path` atomically (temporary file in the same directory, fsync, rename).
 pub fn save(path: &Path, ckpt: &Checkpoint) -> Result<()> {
+    check_finite(path, ckpt)?;
     let layout = ParamLayout::new(&ckpt.config);
     if ckpt.params.len() != layout.total() {
         return Err(Error::Config(format!(
@@ -78,6 +79,21 @@ pub fn save(path: &Path, ckpt: &Checkpoint) -> Result<()> {
     let data = safetensors::tensor::serialize(views, &Some(meta))
         .map_err(|e| Error::Config(format!("serialising checkpoint: {e}")))?;
     write_atomically(path, &data)
+}
+
+/// Checks that every parameter and Adam moment of `ckpt` (for the file `path`) is finite.
+pub fn check_finite(path: &Path, ckpt: &Checkpoint) -> Result<()> {
+    use crate::kernels::cpu::elementwise::all_finite;
+    let bad = |what: &str| Err(Error::NonFiniteCheckpoint { path: path.to_path_buf(), what: what.into() });
+    if !all_finite(&ckpt.params) {
+        return bad("parameters");
+    }
+    if let Some((m, v)) = &ckpt.adam {
+        if !all_finite(m) || !all_finite(v) {
+            return bad("Adam moments");
+        }
+    }
+    Ok(())
 }
 
 /// Reads a checkpoint, checking that it is one of ours and that every tensor matches the layout of

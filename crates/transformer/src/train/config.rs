@@ -147,9 +147,11 @@ pub struct TrainSection {
     pub max_steps: Option<u64>,
     /// Stop after this many epochs.
     pub max_epochs: Option<u64>,
-    /// Stop cleanly (with a checkpoint) after this many minutes of training in this process.
+    /// Stop cleanly (with a checkpoint) after this many minutes of training, counted over every
+    /// process of the run (stored in the checkpoints), so a resumed run trains the same budget.
     pub time_limit_minutes: Option<f64>,
-    /// Write a checkpoint every this many minutes (the paper: 10).
+    /// Write a checkpoint every this many minutes of training, counted like the time limit (the
+    /// paper: 10).
     pub checkpoint_minutes: f64,
     /// Also write one every this many updates.
     pub checkpoint_steps: Option<u64>,
@@ -312,6 +314,87 @@ impl RunConfig {
         Ok(cfg)
     }
 
+    /// Checks every number of the data and train sections: ranges, finiteness, and the rules
+    /// between fields. Errors name the field and the allowed range.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |m: String| Err(Error::Config(m));
+        let (d, t) = (&self.data, &self.train);
+        let at_least_one = [
+            ("train.accumulate", t.accumulate as u64),
+            ("train.keep_last", t.keep_last as u64),
+            ("train.max_src_tokens", t.max_src_tokens as u64),
+            ("train.max_tgt_tokens", t.max_tgt_tokens as u64),
+            ("train.warmup", t.warmup),
+            ("train.checkpoint_steps", t.checkpoint_steps.unwrap_or(1)),
+            ("train.valid_steps", t.valid_steps.unwrap_or(1)),
+            ("data.max_tokens", d.max_tokens as u64),
+        ];
+        for (name, v) in at_least_one {
+            if v == 0 {
+                return bad(format!("{name} = 0: it must be at least 1"));
+            }
+        }
+        for (name, v, max) in [
+            ("train.max_src_tokens", t.max_src_tokens, 1 << 24),
+            ("train.max_tgt_tokens", t.max_tgt_tokens, 1 << 24),
+            ("train.accumulate", t.accumulate, 1 << 20),
+            ("train.keep_last", t.keep_last, 1 << 20),
+            ("data.vocab_size", d.vocab_size, 1 << 24),
+            ("data.max_tokens", d.max_tokens, 1 << 20),
+        ] {
+            if v > max {
+                return bad(format!("{name} = {v} exceeds the supported maximum of {max}"));
+            }
+        }
+        if d.vocab_size <= crate::SPECIAL_TOKENS {
+            return bad(format!(
+                "data.vocab_size = {} must exceed the {} special tokens",
+                d.vocab_size,
+                crate::SPECIAL_TOKENS
+            ));
+        }
+        if !(t.lr_scale.is_finite() && t.lr_scale > 0.0 && t.lr_scale <= 1e3) {
+            return bad(format!("train.lr_scale = {} must be a number in (0, 1000]", t.lr_scale));
+        }
+        if !(d.max_ratio.is_finite() && d.max_ratio >= 1.0) {
+            return bad(format!("data.max_ratio = {} must be a finite number ≥ 1", d.max_ratio));
+        }
+        if !(t.checkpoint_minutes.is_finite() && t.checkpoint_minutes > 0.0) {
+            return bad(format!("train.checkpoint_minutes = {} must be a positive number", t.checkpoint_minutes));
+        }
+        if let Some(m) = t.time_limit_minutes.filter(|m| !(m.is_finite() && *m >= 0.0)) {
+            return bad(format!("train.time_limit_minutes = {m} must be a finite number ≥ 0"));
+        }
+        Ok(())
+    }
+
+    /// The rules between the run and its model: every kept pair must fit the model's positions
+    /// (a target of n tokens takes n + 1 with EOS), and the run must fit in this machine's memory
+    /// (`available_bytes`, when known).
+    pub fn validate_for(&self, model: &ModelConfig, available_bytes: Option<u64>) -> Result<()> {
+        let (d, t) = (&self.data, &self.train);
+        if d.train_bin.is_none() && d.max_tokens >= model.max_positions {
+            return Err(Error::Config(format!(
+                "data.max_tokens = {} must be below model.max_positions = {} (a target of max_tokens \
+                 tokens takes max_tokens + 1 positions with its EOS): lower data.max_tokens or raise \
+                 model.max_positions",
+                d.max_tokens, model.max_positions
+            )));
+        }
+        let need = estimate_training_bytes(model, t.max_src_tokens.max(t.max_tgt_tokens));
+        if let Some(have) = available_bytes.filter(|&have| need > have) {
+            return Err(Error::Config(format!(
+                "training this model needs about {:.1} GB (parameters, gradients and Adam moments: {:.1} GB) \
+                 but this machine has {:.1} GB: lower model.n_layers, model.d_model, model.d_ff or \
+                 train.max_src_tokens/max_tgt_tokens",
+                need as f64 / 1e9,
+                (16 * crate::params::param_count(model) as u64) as f64 / 1e9,
+                have as f64 / 1e9
+            )));
+        }
+        Ok(())
+    }
+
     /// The model configuration: the preset with the section's overrides, at `vocab_size`.
     pub fn model_config(&self, vocab_size: usize) -> Result<ModelConfig> {
         let preset = ModelConfig::preset(self.model.preset.as_deref().unwrap_or("base"))?;
@@ -320,6 +403,32 @@ impl RunConfig {
         c.validate()?;
         Ok(c)
     }
+}
+
+/// A rough upper estimate of a training run's memory in bytes: parameters, gradients and both
+/// Adam moments (16 bytes a parameter), plus the activations of a batch of `batch_tokens` tokens
+/// (what the forward keeps per layer and position, the attention weights of sequences up to the
+/// model's positions, and the logits with their gradient). Saturates instead of overflowing.
+pub fn estimate_training_bytes(c: &ModelConfig, batch_tokens: usize) -> u64 {
+    let (d, f, h) = (c.d_model as u64, c.d_ff as u64, c.n_heads as u64);
+    let (hk, hv) = (h * c.d_k as u64, h * c.d_v as u64);
+    let tokens = batch_tokens as u64;
+    let seq = (c.max_positions as u64).min(tokens.max(1));
+    let params = 16u64.saturating_mul(crate::params::param_count(c) as u64);
+    // Per layer and position: Q|K|V, context, norms and FFN hidden, twice for the decoder's two
+    // attentions, plus attention weights over `seq` keys per head.
+    let per_position = (4 * (2 * hk + hv) + 12 * d + 2 * f).saturating_add(3u64.saturating_mul(h).saturating_mul(seq));
+    let layers = 2 * c.n_layers as u64;
+    let acts = tokens.saturating_mul(layers).saturating_mul(per_position).saturating_mul(4);
+    let logits = tokens.saturating_mul(c.vocab_size as u64).saturating_mul(8);
+    params.saturating_add(acts).saturating_add(logits)
+}
+
+/// This machine's memory in bytes (Linux: MemTotal of /proc/meminfo), if known.
+pub fn machine_memory_bytes() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
+    line.split_whitespace().nth(1)?.parse::<u64>().ok().map(|kb| kb * 1024)
 }
 
 #[cfg(test)]

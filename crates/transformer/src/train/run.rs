@@ -50,9 +50,11 @@ pub struct RunSummary {
     pub valid: (f64, f64),
 }
 
-/// Prepared data: the BPE model, filtered training pairs, their batches, validation pairs.
+/// Prepared data: the BPE model, the model configuration it implies, filtered training pairs,
+/// their batches, validation pairs.
 struct Data {
     bpe: Bpe,
+    model: ModelConfig,
     train: Box<dyn Pairs>,
     batches: Vec<Vec<usize>>,
     valid: TokenPairs,
@@ -91,20 +93,78 @@ fn prepare(cfg: &RunConfig, log: &mut dyn FnMut(&str)) -> Result<Data> {
             Box::new(pairs)
         }
     };
-    let valid = d.task.read_pairs(&d.valid_src, &d.valid_tgt)?;
-    // Validation keeps every non-empty pair: long ones are scored, not dropped.
-    let keep_all = FilterConfig { max_tokens: usize::MAX, max_ratio: f64::INFINITY };
-    let (valid, vreport) = encode_and_filter(&valid, &bpe, &keep_all)?;
-    log(&format!("valid: {vreport}"));
+    let model = cfg.model_config(bpe.vocab_size())?;
+    cfg.validate_for(&model, super::config::machine_memory_bytes())?;
+    let valid = validation_pairs(&d.task.read_pairs(&d.valid_src, &d.valid_tgt)?, &bpe, &model, d, log)?;
     if train.count() == 0 {
         return Err(Error::Config(
             "no training pairs left after filtering; check data.max_tokens and data.max_ratio".into(),
         ));
     }
     let lengths: Vec<(usize, usize)> = (0..train.count()).map(|i| train.lengths_of(i)).collect();
+    // Checked up front, not hours in: every training pair fits the model's positions.
+    if let Some(i) = lengths.iter().position(|&(s, t)| s > model.max_positions || t + 1 > model.max_positions) {
+        let from = d.train_bin.as_ref().map_or_else(
+            || format!("{} / {}", d.train_src.display(), d.train_tgt.display()),
+            |dir| dir.display().to_string(),
+        );
+        return Err(Error::Config(format!(
+            "training pair {} of {from} has {} source and {} target tokens, more than model.max_positions = {} \
+             allows (the target also takes an EOS): prepare the data with a lower max_tokens or raise \
+             model.max_positions",
+            i + 1,
+            lengths[i].0,
+            lengths[i].1,
+            model.max_positions
+        )));
+    }
     let bc = BatchConfig { max_src_tokens: cfg.train.max_src_tokens, max_tgt_tokens: cfg.train.max_tgt_tokens };
     let batches = make_batches(&lengths, &bc);
-    Ok(Data { bpe, train, batches, valid })
+    Ok(Data { bpe, model, train, batches, valid })
+}
+
+/// The validation pairs: every pair with two non-empty sides, encoded; a pair too long for the
+/// model's positions is left out with a warning naming its file and line (it cannot be scored).
+/// No pair at all is an error: a run must have something to validate on.
+fn validation_pairs(
+    text: &[(String, String)],
+    bpe: &Bpe,
+    model: &ModelConfig,
+    d: &DataSection,
+    log: &mut dyn FnMut(&str),
+) -> Result<TokenPairs> {
+    let keep_all = FilterConfig { max_tokens: usize::MAX, max_ratio: f64::INFINITY };
+    let (encoded, mut report) = encode_and_filter(text, bpe, &keep_all)?;
+    let max = model.max_positions;
+    let mut valid = Vec::with_capacity(encoded.len());
+    let non_empty = text.iter().enumerate().filter(|(_, (s, t))| !s.trim().is_empty() && !t.trim().is_empty());
+    for ((line, _), (s, t)) in non_empty.zip(encoded) {
+        if s.len() > max || t.len() + 1 > max {
+            log(&format!(
+                "warning: {}:{}: a validation pair of {} source and {} target tokens does not fit model.max_positions = {max}; left out of validation",
+                d.valid_src.display(),
+                line + 1,
+                s.len(),
+                t.len()
+            ));
+            report.too_long += 1;
+            report.kept -= 1;
+        } else {
+            valid.push((s, t));
+        }
+    }
+    log(&format!("valid: {report}"));
+    if valid.is_empty() {
+        return Err(Error::Config(format!(
+            "{} / {}: no validation pair to score ({} read, {} with an empty side, {} too long): give a validation set",
+            d.valid_src.display(),
+            d.valid_tgt.display(),
+            report.read,
+            report.empty,
+            report.too_long
+        )));
+    }
+    Ok(valid)
 }
 
 fn batch_of(pairs: &dyn Pairs, idx: &[usize]) -> Batch {
@@ -132,7 +192,7 @@ fn save(run_dir: &RunDir, trainer: &Trainer, state: &RunState, vocab_hash: &str)
 }
 
 /// Restores `trainer` from the checkpoint at `path` (which must be for `model_cfg` and the
-/// vocabulary `vocab_hash`) and returns the run's position saved with it.
+/// vocabulary `vocab_hash`, with finite values) and returns the run's position saved with it.
 fn resume(trainer: &mut Trainer, path: &Path, model_cfg: &ModelConfig, vocab_hash: &str) -> Result<RunState> {
     let ck = checkpoint::load_for(path, model_cfg)?;
     if ck.vocab_hash != vocab_hash {
@@ -143,6 +203,7 @@ fn resume(trainer: &mut Trainer, path: &Path, model_cfg: &ModelConfig, vocab_has
             found: ck.vocab_hash,
         });
     }
+    checkpoint::check_finite(path, &ck)?;
     let s = ck.extra.get("run_state").ok_or_else(|| Error::CorruptCheckpoint {
         path: path.to_path_buf(),
         reason: "no run_state to resume from".into(),
@@ -153,22 +214,53 @@ fn resume(trainer: &mut Trainer, path: &Path, model_cfg: &ModelConfig, vocab_has
     Ok(state)
 }
 
+/// Resumes from the newest good checkpoint of the run: one that is damaged on disk (truncated,
+/// corrupt) or poisoned (NaN or ∞ values) is passed over, saying so, for the one before it. A
+/// checkpoint of another model or vocabulary is an error (the configuration changed), not skipped.
+/// Returns `None` when the run has no checkpoint.
+fn resume_newest_good(
+    trainer: &mut Trainer,
+    dir: &Path,
+    model_cfg: &ModelConfig,
+    vocab_hash: &str,
+    log: &mut dyn FnMut(&str),
+) -> Result<Option<(PathBuf, RunState)>> {
+    let mut all = list_checkpoints(dir)?;
+    let mut damaged = Vec::new();
+    while let Some((_, path)) = all.pop() {
+        match resume(trainer, &path, model_cfg, vocab_hash) {
+            Ok(state) => return Ok(Some((path, state))),
+            Err(e @ (Error::CorruptCheckpoint { .. } | Error::NonFiniteCheckpoint { .. } | Error::Io { .. })) => {
+                log(&format!("warning: not resuming from {}: {e}; trying the checkpoint before it", path.display()));
+                damaged.push(path);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    if damaged.is_empty() {
+        return Ok(None);
+    }
+    Err(Error::Config(format!(
+        "every checkpoint of {} is damaged ({}): move them out of the directory to start the run afresh",
+        dir.display(),
+        damaged.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+    )))
+}
+
 /// Runs (or resumes) training. `log` receives one-line progress messages.
 pub fn run(cfg: &RunConfig, log: &mut dyn FnMut(&str)) -> Result<RunSummary> {
     let t = &cfg.train;
-    if t.accumulate == 0 || t.keep_last == 0 {
-        return Err(Error::Config("train.accumulate and train.keep_last must be at least 1".into()));
-    }
+    cfg.validate()?;
     let precision = t.bf16_matmul.precision(crate::kernels::cpu::bf16::available(), log)?;
     let run_dir = RunDir::open(&t.output_dir, t.keep_last)?;
     let data = prepare(cfg, log)?;
-    let model_cfg = cfg.model_config(data.bpe.vocab_size())?;
+    let model_cfg = data.model.clone();
     let model = crate::model::Transformer::new(model_cfg.clone(), t.seed)?.with_precision(precision)?;
     let schedule = Schedule { d_model: model_cfg.d_model, warmup: t.warmup, lr_scale: t.lr_scale };
     let mut trainer = Trainer::new(model, schedule, t.seed);
     let mut state = RunState::default();
-    if let Some((_, last)) = run_dir.latest_checkpoint()? {
-        state = resume(&mut trainer, &last, &model_cfg, data.bpe.hash())?;
+    if let Some((last, resumed)) = resume_newest_good(&mut trainer, &t.output_dir, &model_cfg, data.bpe.hash(), log)? {
+        state = resumed;
         log(&format!("resuming from {} (step {}, epoch {})", last.display(), state.step, state.epoch + 1));
     }
     let n_batches = data.batches.len();
@@ -180,7 +272,10 @@ pub fn run(cfg: &RunConfig, log: &mut dyn FnMut(&str)) -> Result<RunSummary> {
     ));
     let start = Instant::now();
     let (base_elapsed, start_step) = (state.elapsed_s, state.step);
-    let mut last_ckpt = Instant::now();
+    // Training time over every process of the run: the time limit and the checkpoint interval
+    // count it, so that a run killed and started again trains the same budget.
+    let elapsed = || base_elapsed + start.elapsed().as_secs_f64();
+    let mut last_ckpt = base_elapsed;
     let mut last_log = Instant::now();
     let (mut tok_window, mut window_start) = (0usize, Instant::now());
     let stopped;
@@ -195,7 +290,7 @@ pub fn run(cfg: &RunConfig, log: &mut dyn FnMut(&str)) -> Result<RunSummary> {
                 stopped = format!("reached {} steps", state.step);
                 break 'run;
             }
-            if t.time_limit_minutes.is_some_and(|m| start.elapsed().as_secs_f64() >= m * 60.0) {
+            if t.time_limit_minutes.is_some_and(|m| elapsed() >= m * 60.0) {
                 stopped = format!("time limit of {} minutes", t.time_limit_minutes.unwrap_or(0.0));
                 break 'run;
             }
@@ -206,7 +301,7 @@ pub fn run(cfg: &RunConfig, log: &mut dyn FnMut(&str)) -> Result<RunSummary> {
             state.cursor = end;
             state.step = trainer.step();
             state.passes = trainer.passes();
-            state.elapsed_s = base_elapsed + start.elapsed().as_secs_f64();
+            state.elapsed_s = elapsed();
             tok_window += stats.tokens;
             run_dir.append_metrics(
                 &serde_json::json!({"kind": "train", "step": state.step, "epoch": state.epoch + 1, "loss": stats.loss, "nll": stats.nll, "lr": stats.lr, "tokens": stats.tokens}),
@@ -215,7 +310,7 @@ pub fn run(cfg: &RunConfig, log: &mut dyn FnMut(&str)) -> Result<RunSummary> {
                 let tps = tok_window as f64 / window_start.elapsed().as_secs_f64();
                 let per_step = start.elapsed().as_secs_f64() / (state.step - start_step).max(1) as f64;
                 let by_steps = t.max_steps.map(|m| per_step * m.saturating_sub(state.step) as f64);
-                let by_time = t.time_limit_minutes.map(|m| (m * 60.0 - start.elapsed().as_secs_f64()).max(0.0));
+                let by_time = t.time_limit_minutes.map(|m| (m * 60.0 - elapsed()).max(0.0));
                 let eta = match (by_steps, by_time) {
                     (Some(a), Some(b)) => Some(a.min(b)),
                     (a, b) => a.or(b),
@@ -240,9 +335,9 @@ pub fn run(cfg: &RunConfig, log: &mut dyn FnMut(&str)) -> Result<RunSummary> {
                 run_dir.append_metrics(&valid_record(state.step, state.epoch + 1, (vl, vn)))?;
             }
             let due_steps = t.checkpoint_steps.is_some_and(|c| state.step % c == 0);
-            if due_steps || last_ckpt.elapsed().as_secs_f64() >= t.checkpoint_minutes * 60.0 {
+            if due_steps || state.elapsed_s - last_ckpt >= t.checkpoint_minutes * 60.0 {
                 save(&run_dir, &trainer, &state, data.bpe.hash())?;
-                last_ckpt = Instant::now();
+                last_ckpt = state.elapsed_s;
             }
         }
         state.epoch += 1;
@@ -256,7 +351,7 @@ pub fn run(cfg: &RunConfig, log: &mut dyn FnMut(&str)) -> Result<RunSummary> {
         ));
         run_dir.append_metrics(&valid_record(state.step, state.epoch, (vl, vn)))?;
     }
-    state.elapsed_s = base_elapsed + start.elapsed().as_secs_f64();
+    state.elapsed_s = elapsed();
     let last_path = match run_dir.latest_checkpoint()? {
         Some((step, path)) if step == state.step => path,
         _ => save(&run_dir, &trainer, &state, data.bpe.hash())?,

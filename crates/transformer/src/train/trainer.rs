@@ -154,7 +154,12 @@ impl Trainer {
             return Err(Error::NonFiniteLoss { step, loss: loss as f32 });
         }
         let lr = self.schedule.lr(step);
-        adam_update(&mut self.model.params, &self.grads, &mut self.adam_m, &mut self.adam_v, self.adam, lr, step);
+        let finite =
+            adam_update(&mut self.model.params, &self.grads, &mut self.adam_m, &mut self.adam_v, self.adam, lr, step);
+        if !finite {
+            // The parameters in memory are lost; nothing has been saved from them.
+            return Err(Error::NonFiniteParameters { step, lr });
+        }
         self.step = step;
         Ok(StepStats { step, loss: loss / tokens as f64, nll: nll / tokens as f64, tokens, lr })
     }

@@ -23,7 +23,17 @@ impl AdamConfig {
 
 /// One Adam update of step `t` (1-based) at learning rate `lr`:
 /// m ← β1 m + (1−β1) g; v ← β2 v + (1−β2) g²; p ← p − lr/(1−β1^t) · m / (√v/√(1−β2^t) + ε).
-pub fn adam_update(params: &mut [f32], grads: &[f32], m: &mut [f32], v: &mut [f32], cfg: AdamConfig, lr: f32, t: u64) {
+/// Returns whether every updated parameter is finite (checked per chunk while it is in cache).
+#[must_use = "an update that overflowed leaves non-finite parameters"]
+pub fn adam_update(
+    params: &mut [f32],
+    grads: &[f32],
+    m: &mut [f32],
+    v: &mut [f32],
+    cfg: AdamConfig,
+    lr: f32,
+    t: u64,
+) -> bool {
     let _t = super::profile::scope(super::profile::Slot::Adam);
     assert!(t >= 1);
     let n = params.len();
@@ -37,7 +47,11 @@ pub fn adam_update(params: &mut [f32], grads: &[f32], m: &mut [f32], v: &mut [f3
         .par_chunks_mut(CHUNK)
         .zip(grads.par_chunks(CHUNK))
         .zip(m.par_chunks_mut(CHUNK).zip(v.par_chunks_mut(CHUNK)))
-        .for_each(|((p, g), (m, v))| adam_chunk(p, g, m, v, cfg, step, inv_sqrt_bc2));
+        .map(|((p, g), (m, v))| {
+            adam_chunk(p, g, m, v, cfg, step, inv_sqrt_bc2);
+            super::elementwise::row_is_finite(p)
+        })
+        .reduce(|| true, |a, b| a && b)
 }
 
 #[multiversion(targets(

@@ -1,0 +1,209 @@
+//! Bad settings and damaged files never kill a training run hours in, poison a checkpoint or pass
+//! silently: each is refused up front with an error naming the field (or file), or handled and
+//! said. A test per case; the runs are seconds long (configs/tiny-test.toml's model).
+
+use std::path::{Path, PathBuf};
+use transformer::error::Error;
+use transformer::train::run::{list_checkpoints, run, RunConfig};
+
+fn data(name: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/multi30k").join(name).display().to_string()
+}
+
+/// A fresh directory for one test.
+fn dir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("transformer-guards-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// The tiny test run in `out`, with `extra` overrides.
+fn config(out: &Path, extra: &[&str]) -> transformer::Result<RunConfig> {
+    let text = format!(
+        "[model]\npreset = \"base\"\nn_layers = 1\nd_model = 32\nd_ff = 64\nn_heads = 2\nd_k = 16\nd_v = 16\nmax_positions = 256\n\
+         [data]\ntrain_src = \"{}\"\ntrain_tgt = \"{}\"\nvalid_src = \"{}\"\nvalid_tgt = \"{}\"\nbpe = \"{}\"\nvocab_size = 1000\n\
+         [train]\noutput_dir = \"{}\"\nseed = 3\nmax_src_tokens = 1024\nmax_tgt_tokens = 1024\nwarmup = 50\nmax_steps = 20\ncheckpoint_steps = 10\n",
+        data("val.en.gz"),
+        data("val.de.gz"),
+        data("test_2016_flickr.en.gz"),
+        data("test_2016_flickr.de.gz"),
+        out.join("bpe.json").display(),
+        out.display()
+    );
+    let overrides: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+    RunConfig::from_toml(&text, "test.toml", &overrides)
+}
+
+fn run_quiet(cfg: &RunConfig) -> (transformer::Result<transformer::train::run::RunSummary>, Vec<String>) {
+    let mut log = Vec::new();
+    let r = run(cfg, &mut |m| log.push(m.to_string()));
+    (r, log)
+}
+
+fn config_error(out: &Path, extra: &[&str]) -> String {
+    let cfg = config(out, extra).unwrap();
+    match run_quiet(&cfg).0 {
+        Err(e @ Error::Config(_)) => e.to_string(),
+        other => panic!("{extra:?}: expected a configuration error, got {other:?}"),
+    }
+}
+
+#[test]
+fn zero_intervals_and_counts_are_refused_naming_the_field() {
+    let d = dir("zeros");
+    for field in
+        ["train.valid_steps", "train.checkpoint_steps", "train.accumulate", "train.keep_last", "data.max_tokens"]
+    {
+        let err = config_error(&d, &[&format!("{field}=0")]);
+        assert!(err.contains(field) && err.contains("at least 1"), "{field}: {err}");
+    }
+    assert!(list_checkpoints(&d).unwrap().is_empty(), "nothing may be trained on a refused config");
+}
+
+#[test]
+fn a_learning_rate_that_is_not_a_positive_number_is_refused() {
+    let d = dir("lr");
+    for v in ["nan", "0", "-1", "inf", "1e9"] {
+        let err = config_error(&d, &[&format!("train.lr_scale={v}")]);
+        assert!(err.contains("train.lr_scale") && err.contains("(0, 1000]"), "lr_scale = {v}: {err}");
+    }
+    for (field, v) in
+        [("train.checkpoint_minutes", "0"), ("train.time_limit_minutes", "nan"), ("data.max_ratio", "0.5")]
+    {
+        let err = config_error(&d, &[&format!("{field}={v}")]);
+        assert!(err.contains(field), "{field} = {v}: {err}");
+    }
+}
+
+#[test]
+fn max_tokens_must_leave_room_for_eos_within_max_positions() {
+    let d = dir("maxtok");
+    let err = config_error(&d, &["data.max_tokens=256"]);
+    assert!(err.contains("data.max_tokens = 256") && err.contains("model.max_positions = 256"), "{err}");
+    // One below is fine: a target of 255 tokens takes 256 positions with its EOS.
+    let cfg = config(&d, &["data.max_tokens=255", "train.max_steps=1"]).unwrap();
+    run_quiet(&cfg).0.unwrap();
+}
+
+#[test]
+fn a_model_too_large_for_the_machine_is_refused_before_allocating() {
+    let d = dir("huge");
+    let err = config_error(&d, &["model.n_layers=1024", "model.d_model=65536", "model.d_k=8192", "model.d_v=8192"]);
+    assert!(err.contains("GB") && err.contains("model.n_layers"), "{err}");
+}
+
+#[test]
+fn a_validation_pair_too_long_for_the_model_is_reported_up_front_and_left_out() {
+    let d = dir("longvalid");
+    let (src, tgt) = (d.join("valid.en"), d.join("valid.de"));
+    let long = vec!["word"; 400].join(" ");
+    std::fs::write(&src, format!("A dog runs.\n{long}\nTwo men talk.\n")).unwrap();
+    std::fs::write(&tgt, "Ein Hund rennt.\nEin Satz.\nZwei Männer reden.\n").unwrap();
+    let (s, t) = (format!("data.valid_src=\"{}\"", src.display()), format!("data.valid_tgt=\"{}\"", tgt.display()));
+    let cfg = config(&d, &[&s, &t, "model.max_positions=64", "data.max_tokens=60", "train.max_steps=12"]).unwrap();
+    let (r, log) = run_quiet(&cfg);
+    let summary = r.expect("the run trains despite the long validation pair");
+    assert_eq!(summary.state.step, 12);
+    let warning = format!("{}:2:", src.display());
+    assert!(log.iter().any(|l| l.contains(&warning) && l.contains("left out")), "{log:#?}");
+    assert!(summary.valid.1.is_finite());
+}
+
+#[test]
+fn an_empty_validation_set_is_an_error_not_a_perfect_score() {
+    let d = dir("emptyvalid");
+    let (src, tgt) = (d.join("valid.en"), d.join("valid.de"));
+    std::fs::write(&src, "\n\n").unwrap();
+    std::fs::write(&tgt, "\n\n").unwrap();
+    let (s, t) = (format!("data.valid_src=\"{}\"", src.display()), format!("data.valid_tgt=\"{}\"", tgt.display()));
+    let err = config_error(&d, &[&s, &t]);
+    assert!(err.contains("no validation pair"), "{err}");
+}
+
+/// Overwrites the last 4 bytes of a checkpoint (the end of its last tensor's data) with a NaN.
+fn poison(path: &Path) {
+    let mut bytes = std::fs::read(path).unwrap();
+    let n = bytes.len();
+    bytes[n - 4..].copy_from_slice(&f32::NAN.to_le_bytes());
+    std::fs::write(path, bytes).unwrap();
+}
+
+#[test]
+fn resume_passes_over_damaged_and_poisoned_checkpoints_saying_which() {
+    let d = dir("skipback");
+    let cfg = config(&d, &["train.max_steps=30", "train.keep_last=5"]).unwrap();
+    run_quiet(&cfg).0.unwrap();
+    let ckpts = list_checkpoints(&d).unwrap();
+    assert_eq!(ckpts.iter().map(|c| c.0).collect::<Vec<_>>(), vec![10, 20, 30]);
+    // The newest is cut short, the one before holds a NaN: the run goes on from step 10.
+    let truncated = std::fs::read(&ckpts[2].1).unwrap();
+    std::fs::write(&ckpts[2].1, &truncated[..truncated.len() / 2]).unwrap();
+    poison(&ckpts[1].1);
+    let cfg = config(&d, &["train.max_steps=40", "train.keep_last=5"]).unwrap();
+    let (r, log) = run_quiet(&cfg);
+    let summary = r.unwrap();
+    assert_eq!(summary.state.step, 40);
+    for (_, p) in &ckpts[1..] {
+        let name = p.display().to_string();
+        assert!(log.iter().any(|l| l.contains("not resuming from") && l.contains(&name)), "{name}: {log:#?}");
+    }
+    assert!(log.iter().any(|l| l.contains("resuming from") && l.contains("ckpt-00000010")), "{log:#?}");
+    // Every checkpoint left is finite.
+    for (_, p) in list_checkpoints(&d).unwrap() {
+        let ck = transformer::train::checkpoint::load(&p).unwrap();
+        transformer::train::checkpoint::check_finite(&p, &ck).unwrap();
+    }
+}
+
+#[test]
+fn when_every_checkpoint_is_damaged_the_error_says_how_to_start_afresh() {
+    let d = dir("alldamaged");
+    run_quiet(&config(&d, &["train.max_steps=10"]).unwrap()).0.unwrap();
+    for (_, p) in list_checkpoints(&d).unwrap() {
+        std::fs::write(&p, b"not a checkpoint").unwrap();
+    }
+    let err = config_error(&d, &[]);
+    assert!(err.contains("every checkpoint") && err.contains("start the run afresh"), "{err}");
+}
+
+#[test]
+fn a_checkpoint_with_non_finite_values_is_never_written() {
+    let d = dir("nanwrite");
+    run_quiet(&config(&d, &["train.max_steps=10"]).unwrap()).0.unwrap();
+    let (_, p) = list_checkpoints(&d).unwrap().pop().unwrap();
+    let mut ck = transformer::train::checkpoint::load(&p).unwrap();
+    ck.params[7] = f32::INFINITY;
+    let target = d.join("poisoned.safetensors");
+    let err = transformer::train::checkpoint::save(&target, &ck).unwrap_err();
+    assert!(matches!(err, Error::NonFiniteCheckpoint { .. }), "{err}");
+    assert!(!target.exists(), "nothing may be written");
+}
+
+#[test]
+fn the_time_limit_counts_training_time_over_every_process_of_the_run() {
+    let d = dir("timebudget");
+    let first = run_quiet(&config(&d, &["train.max_steps=10"]).unwrap()).0.unwrap();
+    assert!(first.state.elapsed_s > 0.0);
+    // A budget the first process already spent: the rerun stops at once, training nothing more.
+    let limit = format!("train.time_limit_minutes={}", first.state.elapsed_s / 60.0 * 0.5);
+    let (r, log) = run_quiet(&config(&d, &["train.max_steps=1000", &limit]).unwrap());
+    let second = r.unwrap();
+    assert_eq!(second.state.step, 10, "{log:#?}");
+    assert!(second.stopped.contains("time limit"), "{}", second.stopped);
+}
+
+#[test]
+fn an_update_that_makes_parameters_non_finite_stops_with_an_error() {
+    use transformer::rng::Rng;
+    use transformer::synthetic::{model_config, pairs, SyntheticTask};
+    use transformer::train::{Schedule, Trainer};
+    let cfg = model_config(20);
+    let model = transformer::Transformer::new(cfg, 1).unwrap();
+    // An infinite learning rate (the library takes any schedule; run configs are bounded).
+    let mut trainer = Trainer::new(model, Schedule { d_model: 64, warmup: 10, lr_scale: f32::INFINITY }, 1);
+    let batch = transformer::Batch::from_pairs(&pairs(SyntheticTask::Reverse, &mut Rng::new(1), 8, 20, 4, 8));
+    let err = trainer.train_step(&[batch]).unwrap_err();
+    assert!(matches!(err, Error::NonFiniteParameters { step: 1, .. }), "{err}");
+    assert!(err.to_string().contains("before anything was saved"), "{err}");
+}
