@@ -100,3 +100,65 @@ fn heatmap_cells_show_the_weights_and_the_png_decodes() {
         assert_eq!(img.pixel(x, y), weight_colour(weights[i * 75 + j]), "cell ({i}, {j})");
     }
 }
+
+/// The weights `attention` draws are the model's real attention: the first layer's encoder and
+/// decoder self-attention recomputed in f64 from the parameters (embedding · √D + sinusoids, then
+/// softmax(q kᵀ / √K) per head over the visible keys) equal what `attention_weights` returns.
+#[test]
+fn drawn_weights_are_the_models_attention_recomputed_from_its_parameters() {
+    use transformer::kernels::cpu::embedding::sinusoid_table;
+    let m = model();
+    let c = &m.config;
+    let (src, tgt) = ([5u32, 6, 7, 8, 9], [10u32, 11, 12]);
+    let w = attention_weights(&m, &src, &tgt, &mut Workspace::new()).unwrap();
+    let (d, h, dk) = (c.d_model, c.n_heads, c.d_k);
+    let tensor = |name: &str| -> Vec<f64> {
+        let e = m.layout.get(name).unwrap_or_else(|| panic!("no tensor {name}"));
+        m.params[e.range()].iter().map(|&x| x as f64).collect()
+    };
+    let emb = tensor("embed.weight");
+    let pos = sinusoid_table(c.max_positions, d);
+    let inputs = |ids: &[u32]| -> Vec<f64> {
+        let mut x = Vec::new();
+        for (p, &id) in ids.iter().enumerate() {
+            for j in 0..d {
+                x.push(emb[id as usize * d + j] * (d as f64).sqrt() + pos[p * d + j] as f64);
+            }
+        }
+        x
+    };
+    let mut dec_ids = vec![transformer::BOS];
+    dec_ids.extend_from_slice(&tgt);
+    for (kind, prefix, ids, causal) in [
+        (Kind::EncoderSelf, "encoder.layers.0.self_attn", &src[..], false),
+        (Kind::DecoderSelf, "decoder.layers.0.self_attn", &dec_ids[..], true),
+    ] {
+        let x = inputs(ids);
+        let n = ids.len();
+        let project = |w: &str, b: &str| {
+            transformer::kernels::reference::linear_forward(&x, &tensor(w), &tensor(b), n, h * dk, d)
+        };
+        let q = project(&format!("{prefix}.w_q"), &format!("{prefix}.b_q"));
+        let k = project(&format!("{prefix}.w_k"), &format!("{prefix}.b_k"));
+        for head in 0..h {
+            let (got, rows, cols) = w.get(kind, 0, head);
+            assert_eq!((rows, cols), (n, n));
+            for i in 0..n {
+                let visible = if causal { i + 1 } else { n };
+                let scores: Vec<f64> = (0..visible)
+                    .map(|j| {
+                        (0..dk).map(|t| q[i * h * dk + head * dk + t] * k[j * h * dk + head * dk + t]).sum::<f64>()
+                            / (dk as f64).sqrt()
+                    })
+                    .collect();
+                let mx = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                let z: f64 = scores.iter().map(|s| (s - mx).exp()).sum();
+                for j in 0..n {
+                    let want = if j < visible { (scores[j] - mx).exp() / z } else { 0.0 };
+                    let g = got[i * cols + j] as f64;
+                    assert!((g - want).abs() < 1e-4, "{kind:?} head {head} row {i} key {j}: drawn {g}, model {want}");
+                }
+            }
+        }
+    }
+}

@@ -466,6 +466,23 @@ mod tests {
         }
     }
 
+    /// `"auto"` falls back to f32 (and says so) when the bf16 unit is forced off; `true` is then
+    /// an error; `false` is f32 whatever the CPU has.
+    #[test]
+    fn bf16_auto_falls_back_to_f32_when_the_unit_is_off() {
+        let off: std::result::Result<(), String> = Err("the unit is forced off for this test".into());
+        let mut log = Vec::new();
+        let p = Bf16Matmul::Auto.precision(off.clone(), &mut |m| log.push(m.to_string())).unwrap();
+        assert_eq!(p, Precision::F32);
+        assert!(log.iter().any(|l| l.contains("f32") && l.contains("forced off")), "{log:?}");
+        let err = Bf16Matmul::On.precision(off.clone(), &mut |_| {}).unwrap_err().to_string();
+        assert!(err.contains("forced off") && err.contains("\"auto\""), "{err}");
+        assert_eq!(Bf16Matmul::Off.precision(off, &mut |_| {}).unwrap(), Precision::F32);
+        if crate::kernels::cpu::bf16::available().is_ok() {
+            assert_eq!(Bf16Matmul::Auto.precision(Ok(()), &mut |_| {}).unwrap(), Precision::Bf16);
+        }
+    }
+
     #[test]
     fn data_task_defaults_to_translation_and_names_the_choices() {
         let read = |extra: &str| RunConfig::from_toml(MINIMAL, "t.toml", &[extra.to_string()]);
