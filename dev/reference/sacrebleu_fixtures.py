@@ -173,6 +173,7 @@ def main():
             s = m.corpus_score(hyps, refs)
             cases.append({"metric": "chrf", "name": name, "options": o, "hyps": hyps, "refs": refs,
                           "score": s.score, "line": s.format(signature=str(m.get_signature()))})
+    hyps, refs = multi30k_corpus()
     m = CHRF()
     s = m.corpus_score(hyps, refs)
     cases.append({"metric": "chrf", "name": "multi30k_val_300", "options": {}, "hyps": hyps, "refs": refs,
