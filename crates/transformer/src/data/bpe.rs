@@ -83,6 +83,12 @@ impl Bpe {
     /// Reads a model written by [`Bpe::save`].
     pub fn load(path: &Path) -> Result<Bpe> {
         let text = std::fs::read_to_string(path).map_err(io_err(path))?;
+        Self::from_json(&text, path)
+    }
+
+    /// [`Bpe::load`] on the text of a model file (`path` names it in errors). Never panics,
+    /// whatever the text (fuzzed: `fuzz/fuzz_targets/bpe_json.rs`).
+    pub fn from_json(text: &str, path: &Path) -> Result<Bpe> {
         let tokenizer: Tokenizer = text.parse().map_err(|e| {
             Error::Bpe(format!("{}: not a BPE model ({e}); create one with `transformer bpe learn`", path.display()))
         })?;

@@ -100,10 +100,16 @@ pub fn check_finite(path: &Path, ckpt: &Checkpoint) -> Result<()> {
 /// its own stored config. Never panics on a corrupt file.
 pub fn load(path: &Path) -> Result<Checkpoint> {
     let bytes = std::fs::read(path).map_err(io_err(path))?;
+    from_bytes(&bytes, path)
+}
+
+/// [`load`] on the bytes of a checkpoint file (`path` names it in errors). Never panics, whatever
+/// the bytes (fuzzed: `fuzz/fuzz_targets/checkpoint.rs`).
+pub fn from_bytes(bytes: &[u8], path: &Path) -> Result<Checkpoint> {
     let corrupt = |reason: String| Error::CorruptCheckpoint { path: path.to_path_buf(), reason };
     let (_, header) =
-        SafeTensors::read_metadata(&bytes).map_err(|e| corrupt(format!("unreadable safetensors header ({e})")))?;
-    let st = SafeTensors::deserialize(&bytes).map_err(|e| corrupt(format!("{e}")))?;
+        SafeTensors::read_metadata(bytes).map_err(|e| corrupt(format!("unreadable safetensors header ({e})")))?;
+    let st = SafeTensors::deserialize(bytes).map_err(|e| corrupt(format!("{e}")))?;
     let meta = header.metadata().clone().unwrap_or_default();
     let field = |k: &str| meta.get(k).cloned().ok_or_else(|| corrupt(format!("metadata has no '{k}'")));
     if field("format")? != FORMAT {
