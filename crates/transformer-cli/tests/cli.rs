@@ -202,6 +202,12 @@ fn train_then_translate_keeps_line_order_and_empty_lines() {
     let (ok, _, err) = transformer(&["translate", "--checkpoint", ck, "--bpe", bp, "--input", inp, "--nbest", "5"]);
     assert!(!ok && err.contains("nbest must be between 1 and the beam size 4"), "{err}");
 
+    // evaluate on an empty test set: a clear message, no score made up from nothing.
+    let empty = tmp("empty.txt", b"");
+    let e = empty.to_str().unwrap();
+    let (ok, out, err) = transformer(&["evaluate", "--checkpoint", ck, "--bpe", bp, "--src", e, "--ref", e]);
+    assert!(!ok && err.contains("no sentences") && !out.contains("BLEU") && !out.contains("NaN"), "{out}{err}");
+
     // evaluate: sacreBLEU BLEU and chrF, tokenized BLEU and perplexity.
     let src = data.join("test_2016_flickr.en.gz");
     let reference = data.join("test_2016_flickr.de.gz");

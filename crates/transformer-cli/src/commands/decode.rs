@@ -164,6 +164,10 @@ pub fn evaluate(
     let translator = model.load()?;
     let srcs = super::read_lines(src_path)?;
     let refs = read_references(ref_paths, src_path, srcs.len(), "sources")?;
+    if srcs.is_empty() {
+        // No score is made up from nothing (BLEU of zero sentences would print as 0).
+        anyhow::bail!("{} has no sentences: there is nothing to evaluate", src_path.display());
+    }
     let start = Instant::now();
     let (out, stats) = translator.translate(&srcs, &opts, &mut warn)?;
     let secs = start.elapsed().as_secs_f64();
