@@ -79,3 +79,14 @@ fn special_ids_save_load_and_errors() {
     let err = bpe.decode_pieces(&["nonexistent-piece"]).unwrap_err().to_string();
     assert!(err.contains("unknown piece"), "{err}");
 }
+
+/// Malformed JSON inside a decoder made `tokenizers` panic (found by fuzzing, fuzz/fuzz_targets/
+/// bpe_json.rs); it is now a clear error.
+#[test]
+fn a_truncated_model_file_is_an_error_not_a_panic() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/bpe_fuzz_crash.json");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let Err(err) = transformer::data::bpe::Bpe::from_json(&text, &path) else { panic!("the truncated model loaded") };
+    let err = err.to_string();
+    assert!(err.contains("not valid JSON") && err.contains("bpe_fuzz_crash.json"), "{err}");
+}

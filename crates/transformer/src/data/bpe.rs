@@ -89,6 +89,14 @@ impl Bpe {
     /// [`Bpe::load`] on the text of a model file (`path` names it in errors). Never panics,
     /// whatever the text (fuzzed: `fuzz/fuzz_targets/bpe_json.rs`).
     pub fn from_json(text: &str, path: &Path) -> Result<Bpe> {
+        // Syntax first: `tokenizers` 0.22 panics (instead of failing) on malformed JSON inside a
+        // decoder (found by fuzzing), so it only ever sees well-formed JSON.
+        serde_json::from_str::<serde::de::IgnoredAny>(text).map_err(|e| {
+            Error::Bpe(format!(
+                "{}: not a BPE model (not valid JSON: {e}); create one with `transformer bpe learn`",
+                path.display()
+            ))
+        })?;
         let tokenizer: Tokenizer = text.parse().map_err(|e| {
             Error::Bpe(format!("{}: not a BPE model ({e}); create one with `transformer bpe learn`", path.display()))
         })?;
