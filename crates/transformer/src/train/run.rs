@@ -160,7 +160,7 @@ pub fn run(cfg: &RunConfig, log: &mut dyn FnMut(&str)) -> Result<RunSummary> {
         return Err(Error::Config("train.accumulate and train.keep_last must be at least 1".into()));
     }
     let precision = t.bf16_matmul.precision(crate::kernels::cpu::bf16::available(), log)?;
-    let run_dir = RunDir::open(&t.output_dir, t.keep_last)?;
+    let run_dir = RunDir::open(&t.output_dir, t.keep_last, log)?;
     let data = prepare(cfg, log)?;
     let model_cfg = cfg.model_config(data.bpe.vocab_size())?;
     let model = crate::model::Transformer::new(model_cfg.clone(), t.seed)?.with_precision(precision)?;
@@ -170,6 +170,7 @@ pub fn run(cfg: &RunConfig, log: &mut dyn FnMut(&str)) -> Result<RunSummary> {
     if let Some((_, last)) = run_dir.latest_checkpoint()? {
         state = resume(&mut trainer, &last, &model_cfg, data.bpe.hash())?;
         log(&format!("resuming from {} (step {}, epoch {})", last.display(), state.step, state.epoch + 1));
+        run_dir.drop_metrics_after(state.step)?;
     }
     let n_batches = data.batches.len();
     log(&format!(
