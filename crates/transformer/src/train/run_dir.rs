@@ -47,12 +47,7 @@ impl DirLock {
             }
             // The holder that was here may have removed the file between our open and our lock:
             // then the lock is on a dead inode, and we start again with the file now at `path`.
-            use std::os::unix::fs::MetadataExt;
-            let same = match std::fs::metadata(&path) {
-                Ok(m) => m.ino() == file.metadata().map_err(io_err(&path))?.ino(),
-                Err(_) => false,
-            };
-            if !same {
+            if !still_at(&file, &path) {
                 continue;
             }
             file.read_to_string(&mut held_by).map_err(io_err(&path))?;
@@ -77,6 +72,21 @@ impl Drop for DirLock {
         let _ = std::fs::remove_file(&self.path);
         let _ = self.file.unlock();
     }
+}
+
+/// Whether `path` still names the open `file` (not a file created after it was removed).
+#[cfg(unix)]
+fn still_at(file: &std::fs::File, path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (file.metadata(), std::fs::metadata(path)) {
+        (Ok(f), Ok(p)) => (f.dev(), f.ino()) == (p.dev(), p.ino()),
+        _ => false,
+    }
+}
+
+#[cfg(not(unix))]
+fn still_at(_: &std::fs::File, path: &Path) -> bool {
+    path.exists()
 }
 
 fn hostname() -> String {
@@ -170,7 +180,10 @@ impl RunDir {
             Err(e) => return Err(Error::Io { path, source: e }),
         };
         let after = |line: &str| {
-            serde_json::from_str::<serde_json::Value>(line).ok().and_then(|v| v["step"].as_u64()).is_some_and(|s| s > step)
+            serde_json::from_str::<serde_json::Value>(line)
+                .ok()
+                .and_then(|v| v["step"].as_u64())
+                .is_some_and(|s| s > step)
         };
         let kept: String = text.split_inclusive('\n').filter(|l| !after(l)).collect();
         let removed = text.split_inclusive('\n').count() - kept.split_inclusive('\n').count();
