@@ -141,7 +141,8 @@ fn prepared_corpus_equals_in_memory_pairs_and_detects_truncation() {
     let len = std::fs::metadata(&bin).unwrap().len();
     std::fs::OpenOptions::new().write(true).open(&bin).unwrap().set_len(len - 8).unwrap();
     let err = Binarized::open(&dir).err().unwrap().to_string();
-    assert!(err.contains("tgt.idx") && err.contains("truncated") && err.contains("transformer prepare"), "{err}");
+    assert!(err.contains("tgt.idx: the last offset") && err.contains("tgt.bin holds"), "{err}");
+    assert!(err.contains("truncated") && err.contains("transformer prepare"), "{err}");
     // Misaligned inputs are an error naming both files.
     let d2 = tmpdir("prepared-misaligned");
     std::fs::write(d2.join("a"), "one\ntwo\n").unwrap();

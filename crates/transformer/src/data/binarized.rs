@@ -174,7 +174,7 @@ impl Binarized {
         let len = meta["pairs"].as_u64().ok_or_else(|| bad("meta.json", "no pair count".into()))? as usize;
         let maps: Vec<memmap2::Mmap> = FILES.iter().map(|f| map(&dir.join(f))).collect::<Result<_>>()?;
         for (idx, bin) in [(1, 0), (3, 2)] {
-            Self::check_offsets(&maps[idx], maps[bin].len(), len).map_err(|r| bad(FILES[idx], r))?;
+            Self::check_offsets(&maps[idx], (FILES[bin], maps[bin].len()), len).map_err(|r| bad(FILES[idx], r))?;
         }
         for (file, data) in FILES.iter().zip(&maps) {
             let want =
@@ -189,8 +189,8 @@ impl Binarized {
         Ok(Binarized { src, tgt, src_idx, tgt_idx, len, vocab_hash })
     }
 
-    /// Checks an offsets file against the pair count and its token file's length in bytes.
-    fn check_offsets(idx: &[u8], bin_bytes: usize, len: usize) -> std::result::Result<(), String> {
+    /// Checks an offsets file against the pair count and its token file's (name, length in bytes).
+    fn check_offsets(idx: &[u8], (bin, bin_bytes): (&str, usize), len: usize) -> std::result::Result<(), String> {
         if idx.len() != (len + 1) * 8 {
             return Err(format!(
                 "{} bytes, expected {} for the {len} pairs of meta.json (truncated?)",
@@ -201,7 +201,7 @@ impl Binarized {
         let tokens = (bin_bytes / 4) as u64;
         if bin_bytes % 4 != 0 || Self::offset(idx, len) != tokens {
             return Err(format!(
-                "the last offset is {} but the token file holds {bin_bytes} bytes ({tokens} tokens) (truncated?)",
+                "the last offset is {} but {bin} holds {bin_bytes} bytes ({tokens} tokens) (truncated?)",
                 Self::offset(idx, len)
             ));
         }
