@@ -66,6 +66,9 @@ fn prepare(cfg: &RunConfig, log: &mut dyn FnMut(&str)) -> Result<Data> {
         log(&format!("learning a {}-entry BPE vocabulary from the training text", d.vocab_size));
         let text = d.task.read_pairs(&d.train_src, &d.train_tgt)?;
         let bpe = Bpe::learn(text.iter().flat_map(|(s, t)| [s, t]), d.vocab_size, 2)?;
+        if let Some(w) = bpe.shortfall(d.vocab_size) {
+            log(&format!("warning: {w}"));
+        }
         bpe.save(&d.bpe)?;
         bpe
     };
