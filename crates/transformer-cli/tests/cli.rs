@@ -126,6 +126,17 @@ fn bpe_learn_apply_decode_round_trip() {
         model.to_str().unwrap(),
     ]);
     assert!(ok, "{err}");
+    assert!(!err.contains("warning"), "{err}");
+    // A text with too few distinct pairs for the size asked: a warning, and the smaller model.
+    let tiny = tmp("bpe-tiny.txt", b"ab ab\n");
+    let tiny_model = tiny.with_file_name("bpe-tiny.json");
+    let (t, m) = (tiny.to_str().unwrap(), tiny_model.to_str().unwrap());
+    let (ok, _, err) = transformer(&["bpe", "learn", "--input", t, "--vocab-size", "300", "--output", m]);
+    assert!(ok, "{err}");
+    assert!(
+        err.contains("warning: learned 2") && err.contains("fewer than the 300 asked: the text has too few"),
+        "{err}"
+    );
     let (ok, pieces, err) =
         transformer(&["bpe", "apply", "--model", model.to_str().unwrap(), "--input", input.to_str().unwrap()]);
     assert!(ok, "{err}");

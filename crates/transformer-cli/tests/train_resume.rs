@@ -135,5 +135,43 @@ fn sigkill_and_restart_equals_uninterrupted() {
     let (la, lb) = (curve(&a), curve(&b));
     assert_eq!(la.len(), 240);
     assert!(la == lb, "loss curves differ after resume");
+    // The records the killed process wrote after its last checkpoint were replaced, not duplicated.
+    let train_steps = |d: &Path| -> Vec<u64> {
+        let text = std::fs::read_to_string(d.join("out/metrics.jsonl")).unwrap();
+        let records = text.lines().map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap());
+        records.filter(|v| v["kind"] == "train").map(|v| v["step"].as_u64().unwrap()).collect()
+    };
+    assert_eq!(train_steps(&b), (1..=240).collect::<Vec<_>>(), "duplicate or missing steps after resume");
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+#[test]
+fn a_second_run_on_the_same_directory_fails_fast_naming_the_holder() {
+    let root = std::env::temp_dir().join(format!("transformer-lock-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    std::fs::create_dir_all(&root).unwrap();
+    let cfg = config(&root, &root.join("bpe.json"));
+    let mut first =
+        train_cmd(&cfg).stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null()).spawn().unwrap();
+    let lock = root.join("out/.lock");
+    let t0 = Instant::now();
+    while !std::fs::read_to_string(&lock).is_ok_and(|t| t.ends_with('\n')) {
+        assert!(t0.elapsed() < Duration::from_secs(60), "the first run never locked its directory");
+        assert!(first.try_wait().unwrap().is_none(), "the first run ended before the second could start");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let t1 = Instant::now();
+    let out = train_cmd(&cfg).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "the second run must not start");
+    assert!(t1.elapsed() < Duration::from_secs(20), "the second run must fail fast");
+    let want = format!("{}: another training run (pid {} on ", root.join("out").display(), first.id());
+    assert!(err.contains(&want), "{err}");
+    first.kill().unwrap();
+    first.wait().unwrap();
+    // The killed run's lock is stale: the next run takes it over (and stops at once).
+    let out = train_cmd(&cfg).args(["--set", "train.max_steps=1"]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && err.contains("taking over a stale lock"), "{err}");
     let _ = std::fs::remove_dir_all(&root);
 }

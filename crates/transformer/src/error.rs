@@ -102,6 +102,27 @@ pub enum Error {
         /// The learning rate of that update.
         lr: f32,
     },
+    /// Another live process holds a run directory's lock.
+    #[error(
+        "{dir}: another training run (pid {pid} on {host}) is using this directory; wait for it to end, \
+         stop it, or set another train.output_dir"
+    )]
+    RunDirLocked {
+        /// The run directory.
+        dir: PathBuf,
+        /// The process holding it, as written in its `.lock` file.
+        pid: String,
+        /// The host it runs on.
+        host: String,
+    },
+    /// A prepared (binarised) data directory is corrupt, truncated or from an older version.
+    #[error("{path}: {reason}; run `transformer prepare` again to rebuild the directory")]
+    PreparedData {
+        /// The file at fault.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// Decoding cannot go on.
     #[error("decoding failed: {0}")]
     Decode(String),

@@ -38,12 +38,21 @@ fn a_writer_killed_mid_write_leaves_the_old_file_intact() {
             .stderr(std::process::Stdio::null())
             .spawn()
             .unwrap();
-        // Kill as soon as the child's temporary file holds some bytes.
-        let tmp = dir.join(format!(".file.bin.tmp.{}", child.id()));
+        // Kill as soon as one of the child's temporary files (`.file.bin.tmp.PID.N`) holds bytes.
+        let prefix = format!(".file.bin.tmp.{}.", child.id());
+        let child_tmp = || {
+            std::fs::read_dir(&dir).unwrap().filter_map(|e| e.ok()).map(|e| e.path()).find(|p| {
+                p.file_name().is_some_and(|n| n.to_string_lossy().starts_with(&prefix))
+                    && std::fs::metadata(p).is_ok_and(|m| m.len() > 0)
+            })
+        };
         let start = Instant::now();
-        while std::fs::metadata(&tmp).map_or(true, |m| m.len() == 0) && start.elapsed() < Duration::from_secs(20) {
+        let mut tmp = None;
+        while tmp.is_none() && start.elapsed() < Duration::from_secs(20) {
             std::thread::sleep(Duration::from_micros(200));
+            tmp = child_tmp();
         }
+        let tmp = tmp.unwrap_or_default();
         child.kill().unwrap();
         child.wait().unwrap();
         let now = std::fs::read(&target).unwrap();

@@ -219,3 +219,59 @@ fn averaging_is_the_elementwise_mean_and_refuses_mismatches() {
     let err = checkpoint::average(&[pa, pd]).unwrap_err().to_string();
     assert!(err.contains("d.safetensors") && err.contains("vocabulary") && err.contains("sha256:other"), "{err}");
 }
+
+#[test]
+fn run_dir_is_locked_for_one_run_and_a_stale_lock_is_taken_over() {
+    use transformer::train::run_dir::RunDir;
+    let dir = tmpdir("run-lock");
+    let mut lines = Vec::new();
+    let first = RunDir::open(&dir, 3, &mut |l| lines.push(l.to_string())).unwrap();
+    assert!(lines.is_empty(), "{lines:?}");
+    // A second opener (here the same process, through another file handle) is refused, naming the
+    // directory and the holder.
+    let err = RunDir::open(&dir, 3, &mut |_| {}).err().expect("the directory is locked").to_string();
+    let pid = std::process::id().to_string();
+    assert!(err.contains(&*dir.to_string_lossy()) && err.contains(&format!("pid {pid}")), "{err}");
+    assert!(matches!(RunDir::open(&dir, 3, &mut |_| {}), Err(Error::RunDirLocked { .. })));
+    drop(first);
+    assert!(!dir.join(".lock").exists(), "the lock is released and removed when the run ends");
+    // A lock file left by a killed run (its pid gone, its flock released by the kernel) is stale.
+    std::fs::write(dir.join(".lock"), "4194999 some-host\n").unwrap();
+    let _again = RunDir::open(&dir, 3, &mut |l| lines.push(l.to_string())).unwrap();
+    assert!(lines.iter().any(|l| l.contains("stale lock") && l.contains("4194999")), "{lines:?}");
+    assert!(std::fs::read_to_string(dir.join(".lock")).unwrap().starts_with(&format!("{pid} ")));
+}
+
+#[test]
+fn crash_recovery_removes_only_temp_files_of_dead_writers() {
+    use transformer::train::run_dir::RunDir;
+    let dir = tmpdir("run-recovery");
+    let live = std::os::unix::process::parent_id(); // the test harness's parent: alive
+    let (dead, mine) = (4194999, std::process::id());
+    let temp = |pid: u32| dir.join(format!(".ckpt-00000007.safetensors.tmp.{pid}.0"));
+    for pid in [live, dead, mine] {
+        std::fs::write(temp(pid), b"partial").unwrap();
+    }
+    let other = dir.join("notes.tmp.1.0");
+    std::fs::write(&other, b"not ours").unwrap();
+    let _run = RunDir::open(&dir, 3, &mut |_| {}).unwrap();
+    assert!(temp(live).exists(), "a live process's temp file is left alone");
+    assert!(!temp(dead).exists() && !temp(mine).exists(), "a dead writer's temp files are removed");
+    assert!(other.exists(), "only checkpoint temp files are touched");
+}
+
+#[test]
+fn metrics_after_the_resumed_step_are_dropped() {
+    use transformer::train::run_dir::RunDir;
+    let dir = tmpdir("run-metrics");
+    let run = RunDir::open(&dir, 3, &mut |_| {}).unwrap();
+    for step in 1..=5u64 {
+        run.append_metrics(&serde_json::json!({"kind": "train", "step": step})).unwrap();
+    }
+    assert_eq!(run.drop_metrics_after(3).unwrap(), 2);
+    assert_eq!(run.drop_metrics_after(3).unwrap(), 0);
+    let text = std::fs::read_to_string(dir.join("metrics.jsonl")).unwrap();
+    let steps: Vec<u64> =
+        text.lines().map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["step"].as_u64().unwrap()).collect();
+    assert_eq!(steps, [1, 2, 3]);
+}

@@ -141,7 +141,8 @@ fn prepared_corpus_equals_in_memory_pairs_and_detects_truncation() {
     let len = std::fs::metadata(&bin).unwrap().len();
     std::fs::OpenOptions::new().write(true).open(&bin).unwrap().set_len(len - 8).unwrap();
     let err = Binarized::open(&dir).err().unwrap().to_string();
-    assert!(err.contains("tgt.idx/tgt.bin do not match") && err.contains("transformer prepare"), "{err}");
+    assert!(err.contains("tgt.idx: the last offset") && err.contains("tgt.bin holds"), "{err}");
+    assert!(err.contains("truncated") && err.contains("transformer prepare"), "{err}");
     // Misaligned inputs are an error naming both files.
     let d2 = tmpdir("prepared-misaligned");
     std::fs::write(d2.join("a"), "one\ntwo\n").unwrap();
@@ -149,4 +150,46 @@ fn prepared_corpus_equals_in_memory_pairs_and_detects_truncation() {
     let err =
         prepare(&d2.join("a"), &d2.join("b"), &bpe, &filter, &d2.join("out"), &mut |_| {}).unwrap_err().to_string();
     assert!(err.contains("not line-aligned") && err.contains("/b ends after 1 lines"), "{err}");
+}
+
+#[test]
+fn prepared_corpus_with_a_corrupt_offset_or_flipped_bytes_is_refused_naming_the_file() {
+    use transformer::data::binarized::{prepare, Binarized};
+    let pairs = read_parallel(&shared("val.en.gz"), &shared("val.de.gz")).unwrap();
+    let bpe = Bpe::learn(pairs.iter().take(200).flat_map(|(s, t)| [s, t]), 400, 2).unwrap();
+    let filter = FilterConfig { max_tokens: 100, max_ratio: 9.0 };
+    let dir = tmpdir("prepared-corrupt");
+    prepare(&shared("val.en.gz"), &shared("val.de.gz"), &bpe, &filter, &dir, &mut |_| {}).unwrap();
+    Binarized::open(&dir).unwrap();
+    let patch = |file: &str, at: usize, bytes: &[u8]| {
+        let p = dir.join(file);
+        let mut data = std::fs::read(&p).unwrap();
+        let old = data[at..at + bytes.len()].to_vec();
+        data[at..at + bytes.len()].copy_from_slice(bytes);
+        std::fs::write(&p, data).unwrap();
+        old
+    };
+    let refused = |want: &str| {
+        let err = Binarized::open(&dir).err().expect("a corrupt directory is refused").to_string();
+        assert!(err.contains(want) && err.contains("transformer prepare"), "{err}");
+    };
+    // An interior offset past the end of the token file (it used to panic on a slice index).
+    let old = patch("src.idx", 8 * 5, &u64::MAX.to_le_bytes());
+    refused("src.idx: offset 5 is 18446744073709551615");
+    patch("src.idx", 8 * 5, &old);
+    // An interior offset that is wrong but keeps the offsets increasing: the checksum catches it.
+    let o4 = u64::from_le_bytes(std::fs::read(dir.join("tgt.idx")).unwrap()[32..40].try_into().unwrap());
+    let old = patch("tgt.idx", 8 * 4, &(o4 + 1).to_le_bytes());
+    refused("tgt.idx: SHA-256");
+    patch("tgt.idx", 8 * 4, &old);
+    // Flipped bytes in a token file.
+    let old = patch("tgt.bin", 100, &[0xff, 0xff]);
+    refused("tgt.bin: SHA-256");
+    patch("tgt.bin", 100, &old);
+    Binarized::open(&dir).unwrap();
+    // A directory of the previous format (no checksums) is refused with the advice to prepare again.
+    let meta = dir.join("meta.json");
+    let text = std::fs::read_to_string(&meta).unwrap().replace("\"format_version\":2", "\"format_version\":1");
+    std::fs::write(&meta, text).unwrap();
+    refused("meta.json: format version 1");
 }

@@ -37,6 +37,9 @@ pub fn bpe(cmd: BpeCommand) -> Result<()> {
             let start = Instant::now();
             let bpe = Bpe::learn(lines.iter(), vocab_size, min_frequency)?;
             bpe.save(&output).with_context(|| format!("writing {}", output.display()))?;
+            if let Some(w) = bpe.shortfall(vocab_size) {
+                eprintln!("warning: {w}");
+            }
             eprintln!(
                 "learned {} entries from {} lines in {:.1}s -> {} ({})",
                 bpe.vocab_size(),

@@ -5,24 +5,32 @@
 //! Layout of a directory written by [`prepare`]:
 //! - `src.bin`, `tgt.bin`: little-endian u32 token ids, pairs concatenated;
 //! - `src.idx`, `tgt.idx`: little-endian u64 offsets (in tokens), n + 1 of them;
-//! - `meta.json`: format version, vocabulary hash, pair count, filter report.
+//! - `meta.json`: format version, vocabulary hash, pair count, filter report, and the SHA-256 of
+//!   each of the four files, checked (with the offsets) by [`Binarized::open`].
 
 use super::bpe::Bpe;
 use super::corpus;
 use super::parallel::{FilterConfig, FilterReport};
 use crate::error::{Error, Result};
 use crate::io::{io_err, write_atomically};
+use sha2::{Digest, Sha256};
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
-/// Format version written in meta.json.
-pub const FORMAT_VERSION: u32 = 1;
+/// Format version written in meta.json. Version 2 added the checksums; a version-1 directory is
+/// refused with the advice to prepare it again.
+pub const FORMAT_VERSION: u32 = 2;
+
+/// The four data files of a prepared directory.
+const FILES: [&str; 4] = ["src.bin", "src.idx", "tgt.bin", "tgt.idx"];
 
 struct Writer {
     bin: BufWriter<std::fs::File>,
     idx: BufWriter<std::fs::File>,
+    sha: (Sha256, Sha256),
     offset: u64,
     paths: (PathBuf, PathBuf),
+    buf: Vec<u8>,
 }
 
 impl Writer {
@@ -31,19 +39,29 @@ impl Writer {
         let bin = BufWriter::with_capacity(1 << 20, std::fs::File::create(&b).map_err(io_err(&b))?);
         let mut idx = BufWriter::with_capacity(1 << 20, std::fs::File::create(&i).map_err(io_err(&i))?);
         idx.write_all(&0u64.to_le_bytes()).map_err(io_err(&i))?;
-        Ok(Writer { bin, idx, offset: 0, paths: (b, i) })
+        let mut sha = (Sha256::new(), Sha256::new());
+        sha.1.update(0u64.to_le_bytes());
+        Ok(Writer { bin, idx, sha, offset: 0, paths: (b, i), buf: Vec::new() })
     }
     fn push(&mut self, ids: &[u32]) -> Result<()> {
-        for id in ids {
-            self.bin.write_all(&id.to_le_bytes()).map_err(io_err(&self.paths.0))?;
-        }
+        self.buf.clear();
+        self.buf.extend(ids.iter().flat_map(|id| id.to_le_bytes()));
+        self.bin.write_all(&self.buf).map_err(io_err(&self.paths.0))?;
+        self.sha.0.update(&self.buf);
         self.offset += ids.len() as u64;
+        self.sha.1.update(self.offset.to_le_bytes());
         self.idx.write_all(&self.offset.to_le_bytes()).map_err(io_err(&self.paths.1))
     }
-    fn finish(mut self) -> Result<()> {
+    /// Flushes both files and returns their SHA-256 (bin, idx) in hex.
+    fn finish(mut self) -> Result<(String, String)> {
         self.bin.flush().map_err(io_err(&self.paths.0))?;
-        self.idx.flush().map_err(io_err(&self.paths.1))
+        self.idx.flush().map_err(io_err(&self.paths.1))?;
+        Ok((hex(self.sha.0.finalize()), hex(self.sha.1.finalize())))
     }
+}
+
+fn hex(digest: impl AsRef<[u8]>) -> String {
+    digest.as_ref().iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Streams `src`/`tgt` (line-aligned, plain or .gz) through BPE and `filter` into `out`, a few
@@ -103,11 +121,12 @@ pub fn prepare(
             break;
         }
     }
-    ws.finish()?;
-    wt.finish()?;
+    let (src_bin, src_idx) = ws.finish()?;
+    let (tgt_bin, tgt_idx) = wt.finish()?;
     let meta = serde_json::json!({
         "format": "transformer-binarized", "format_version": FORMAT_VERSION, "vocab_hash": bpe.hash(),
         "pairs": report.kept, "read": report.read, "empty": report.empty, "too_long": report.too_long, "bad_ratio": report.bad_ratio,
+        "sha256": {"src.bin": src_bin, "src.idx": src_idx, "tgt.bin": tgt_bin, "tgt.idx": tgt_idx},
     });
     write_atomically(&out.join("meta.json"), meta.to_string().as_bytes())?;
     Ok(report)
@@ -132,33 +151,73 @@ fn map(path: &Path) -> Result<memmap2::Mmap> {
 }
 
 impl Binarized {
-    /// Opens a directory written by [`prepare`], checking its files against each other.
+    /// Opens a directory written by [`prepare`], checking its files against meta.json and each
+    /// other: the offsets (as many as the pairs plus one, from 0, never decreasing, ending at the
+    /// token file's length) and the SHA-256 of every file. Any mismatch is an error naming the file.
     pub fn open(dir: &Path) -> Result<Binarized> {
-        let bad = |reason: String| Error::Corpus { path: dir.to_path_buf(), line: 0, reason };
         let meta_path = dir.join("meta.json");
-        let meta: serde_json::Value =
-            serde_json::from_slice(&std::fs::read(&meta_path).map_err(io_err(&meta_path))?)
-                .map_err(|e| bad(format!("meta.json is not JSON ({e}); run `transformer prepare` again")))?;
-        if meta["format"] != "transformer-binarized" || meta["format_version"] != FORMAT_VERSION {
-            return Err(bad("not a prepared directory of this version; run `transformer prepare` again".into()));
+        let bad = |file: &str, reason: String| Error::PreparedData { path: dir.join(file), reason };
+        let meta: serde_json::Value = serde_json::from_slice(&std::fs::read(&meta_path).map_err(io_err(&meta_path))?)
+            .map_err(|e| bad("meta.json", format!("not JSON ({e})")))?;
+        if meta["format"] != "transformer-binarized" {
+            return Err(bad("meta.json", "not the meta.json of a prepared directory".into()));
         }
-        let len = meta["pairs"].as_u64().ok_or_else(|| bad("meta.json lacks the pair count".into()))? as usize;
-        let b = Binarized {
-            src: map(&dir.join("src.bin"))?,
-            tgt: map(&dir.join("tgt.bin"))?,
-            src_idx: map(&dir.join("src.idx"))?,
-            tgt_idx: map(&dir.join("tgt.idx"))?,
-            len,
-            vocab_hash: meta["vocab_hash"].as_str().unwrap_or("").to_string(),
-        };
-        for (idx, bin, name) in [(&b.src_idx, &b.src, "src"), (&b.tgt_idx, &b.tgt, "tgt")] {
-            if idx.len() != (len + 1) * 8 || Self::offset(idx, len) * 4 != bin.len() as u64 {
-                return Err(bad(format!(
-                    "{name}.idx/{name}.bin do not match meta.json (truncated?); run `transformer prepare` again"
-                )));
+        if meta["format_version"] != FORMAT_VERSION {
+            return Err(bad(
+                "meta.json",
+                format!(
+                    "format version {}, this program reads version {FORMAT_VERSION} (with checksums)",
+                    meta["format_version"]
+                ),
+            ));
+        }
+        let len = meta["pairs"].as_u64().ok_or_else(|| bad("meta.json", "no pair count".into()))? as usize;
+        let maps: Vec<memmap2::Mmap> = FILES.iter().map(|f| map(&dir.join(f))).collect::<Result<_>>()?;
+        for (idx, bin) in [(1, 0), (3, 2)] {
+            Self::check_offsets(&maps[idx], (FILES[bin], maps[bin].len()), len).map_err(|r| bad(FILES[idx], r))?;
+        }
+        for (file, data) in FILES.iter().zip(&maps) {
+            let want =
+                meta["sha256"][file].as_str().ok_or_else(|| bad("meta.json", format!("no SHA-256 for {file}")))?;
+            let found = hex(Sha256::digest(&data[..]));
+            if found != want {
+                return Err(bad(file, format!("SHA-256 is {found}, meta.json says {want}: the file is corrupt")));
             }
         }
-        Ok(b)
+        let Ok([src, src_idx, tgt, tgt_idx]) = <[memmap2::Mmap; 4]>::try_from(maps) else { unreachable!("four files") };
+        let vocab_hash = meta["vocab_hash"].as_str().unwrap_or("").to_string();
+        Ok(Binarized { src, tgt, src_idx, tgt_idx, len, vocab_hash })
+    }
+
+    /// Checks an offsets file against the pair count and its token file's (name, length in bytes).
+    fn check_offsets(idx: &[u8], (bin, bin_bytes): (&str, usize), len: usize) -> std::result::Result<(), String> {
+        let expected = len.checked_add(1).and_then(|n| n.checked_mul(8));
+        if expected != Some(idx.len()) {
+            return Err(format!(
+                "{} bytes, expected {} for the {len} pairs of meta.json (truncated?)",
+                idx.len(),
+                expected.map_or_else(|| "more than can exist".to_string(), |e| e.to_string())
+            ));
+        }
+        let tokens = (bin_bytes / 4) as u64;
+        if bin_bytes % 4 != 0 || Self::offset(idx, len) != tokens {
+            return Err(format!(
+                "the last offset is {} but {bin} holds {bin_bytes} bytes ({tokens} tokens) (truncated?)",
+                Self::offset(idx, len)
+            ));
+        }
+        let mut prev = Self::offset(idx, 0);
+        if prev != 0 {
+            return Err(format!("the first offset is {prev}, not 0"));
+        }
+        for i in 1..=len {
+            let o = Self::offset(idx, i);
+            if o < prev || o > tokens {
+                return Err(format!("offset {i} is {o}, outside {prev}..={tokens}"));
+            }
+            prev = o;
+        }
+        Ok(())
     }
 
     fn offset(idx: &[u8], i: usize) -> u64 {

@@ -108,6 +108,17 @@ impl Bpe {
         self.tokenizer.get_vocab_size(true)
     }
 
+    /// What to warn about when learning gave fewer than the `asked` entries: `None` if it gave them all.
+    pub fn shortfall(&self, asked: usize) -> Option<String> {
+        let learned = self.vocab_size();
+        (learned < asked).then(|| {
+            format!(
+                "learned {learned} entries, fewer than the {asked} asked: the text has too few distinct pairs \
+                 frequent enough to merge"
+            )
+        })
+    }
+
     /// `sha256:…` of the model's canonical JSON: stored in checkpoints to catch a mismatched vocabulary.
     pub fn hash(&self) -> &str {
         &self.hash

@@ -68,6 +68,9 @@ fn prepare(cfg: &RunConfig, log: &mut dyn FnMut(&str)) -> Result<Data> {
         log(&format!("learning a {}-entry BPE vocabulary from the training text", d.vocab_size));
         let text = d.task.read_pairs(&d.train_src, &d.train_tgt)?;
         let bpe = Bpe::learn(text.iter().flat_map(|(s, t)| [s, t]), d.vocab_size, 2)?;
+        if let Some(w) = bpe.shortfall(d.vocab_size) {
+            log(&format!("warning: {w}"));
+        }
         bpe.save(&d.bpe)?;
         bpe
     };
@@ -252,7 +255,7 @@ pub fn run(cfg: &RunConfig, log: &mut dyn FnMut(&str)) -> Result<RunSummary> {
     let t = &cfg.train;
     cfg.validate()?;
     let precision = t.bf16_matmul.precision(crate::kernels::cpu::bf16::available(), log)?;
-    let run_dir = RunDir::open(&t.output_dir, t.keep_last)?;
+    let run_dir = RunDir::open(&t.output_dir, t.keep_last, log)?;
     let data = prepare(cfg, log)?;
     let model_cfg = data.model.clone();
     let model = crate::model::Transformer::new(model_cfg.clone(), t.seed)?.with_precision(precision)?;
@@ -262,6 +265,7 @@ pub fn run(cfg: &RunConfig, log: &mut dyn FnMut(&str)) -> Result<RunSummary> {
     if let Some((last, resumed)) = resume_newest_good(&mut trainer, &t.output_dir, &model_cfg, data.bpe.hash(), log)? {
         state = resumed;
         log(&format!("resuming from {} (step {}, epoch {})", last.display(), state.step, state.epoch + 1));
+        run_dir.drop_metrics_after(state.step)?;
     }
     let n_batches = data.batches.len();
     log(&format!(

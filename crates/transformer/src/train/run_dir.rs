@@ -1,26 +1,113 @@
 //! §5 A run's directory: checkpoints `ckpt-STEP.safetensors` written atomically with the last k
 //! kept (the paper averages the last 5), `metrics.jsonl` with one record a line, the learning curve
-//! drawn from it, and the clean-up after a crash that lets a run resume.
+//! drawn from it, the lock that keeps one run per directory, and the clean-up after a crash that
+//! lets a run resume.
 
 use super::checkpoint::{self, Checkpoint};
-use crate::error::Result;
-use crate::io::io_err;
-use std::io::Write;
+use crate::error::{Error, Result};
+use crate::io::{io_err, pid_alive, temp_writer_pid, write_atomically};
+use std::io::{Read, Seek, Write};
 use std::path::{Path, PathBuf};
 
-/// The output directory of a training run.
+/// The output directory of a training run, locked for as long as this value lives.
 pub struct RunDir {
     dir: PathBuf,
     keep_last: usize,
+    _lock: DirLock,
+}
+
+/// `<dir>/.lock`: an OS advisory lock (`flock`) on the file, which the kernel releases whatever way
+/// the process ends, SIGKILL included, and inside it the holder's pid and host for the error
+/// message. A `.lock` file whose lock nobody holds is stale (its writer died) and is taken over.
+struct DirLock {
+    path: PathBuf,
+    file: std::fs::File,
+}
+
+impl DirLock {
+    fn acquire(dir: &Path, log: &mut dyn FnMut(&str)) -> Result<DirLock> {
+        let path = dir.join(".lock");
+        loop {
+            let mut file = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(&path)
+                .map_err(io_err(&path))?;
+            let mut held_by = String::new();
+            if let Err(e) = file.try_lock() {
+                if let std::fs::TryLockError::Error(source) = e {
+                    return Err(Error::Io { path, source });
+                }
+                let _ = file.read_to_string(&mut held_by);
+                let mut it = held_by.split_whitespace();
+                let (pid, host) = (it.next().unwrap_or("?").to_string(), it.next().unwrap_or("?").to_string());
+                return Err(Error::RunDirLocked { dir: dir.to_path_buf(), pid, host });
+            }
+            // The holder that was here may have removed the file between our open and our lock:
+            // then the lock is on a dead inode, and we start again with the file now at `path`.
+            if !still_at(&file, &path) {
+                continue;
+            }
+            file.read_to_string(&mut held_by).map_err(io_err(&path))?;
+            if !held_by.trim().is_empty() {
+                log(&format!(
+                    "{}: taking over a stale lock (pid {} is gone without releasing it)",
+                    path.display(),
+                    held_by.split_whitespace().next().unwrap_or("?")
+                ));
+            }
+            file.set_len(0).map_err(io_err(&path))?;
+            file.rewind().map_err(io_err(&path))?;
+            file.write_all(format!("{} {}\n", std::process::id(), hostname()).as_bytes()).map_err(io_err(&path))?;
+            return Ok(DirLock { path, file });
+        }
+    }
+}
+
+impl Drop for DirLock {
+    fn drop(&mut self) {
+        // Removed while still locked, so no one can lock this inode and believe it is the live one.
+        let _ = std::fs::remove_file(&self.path);
+        let _ = self.file.unlock();
+    }
+}
+
+/// Whether `path` still names the open `file` (not a file created after it was removed).
+#[cfg(unix)]
+fn still_at(file: &std::fs::File, path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (file.metadata(), std::fs::metadata(path)) {
+        (Ok(f), Ok(p)) => (f.dev(), f.ino()) == (p.dev(), p.ino()),
+        _ => false,
+    }
+}
+
+#[cfg(not(unix))]
+fn still_at(_: &std::fs::File, path: &Path) -> bool {
+    path.exists()
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".into())
 }
 
 impl RunDir {
-    /// Opens `dir` (created if missing) for a run that keeps its last `keep_last` checkpoints, and
-    /// cleans up after a crash: checkpoint temp files that were never renamed are removed, and a
-    /// metrics line that was half written is cut, so new records start on a line of their own.
-    pub fn open(dir: &Path, keep_last: usize) -> Result<RunDir> {
+    /// Opens `dir` (created if missing) for a run that keeps its last `keep_last` checkpoints: locks
+    /// it (an error naming the holder if another live run has it; a stale lock is taken over with a
+    /// line to `log`), and cleans up after a crash: checkpoint temp files whose writer is gone are
+    /// removed, and a metrics line that was half written is cut, so new records start on a line of
+    /// their own.
+    pub fn open(dir: &Path, keep_last: usize, log: &mut dyn FnMut(&str)) -> Result<RunDir> {
         std::fs::create_dir_all(dir).map_err(io_err(dir))?;
-        let run_dir = RunDir { dir: dir.to_path_buf(), keep_last };
+        let lock = DirLock::acquire(dir, log)?;
+        let run_dir = RunDir { dir: dir.to_path_buf(), keep_last, _lock: lock };
         run_dir.recover_after_crash()?;
         Ok(run_dir)
     }
@@ -30,7 +117,13 @@ impl RunDir {
         for e in std::fs::read_dir(dir).map_err(io_err(dir))? {
             let p = e.map_err(io_err(dir))?.path();
             let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
-            if name.starts_with(".ckpt-") && name.contains(".safetensors.tmp.") {
+            if !(name.starts_with(".ckpt-") && name.contains(".safetensors.tmp.")) {
+                continue;
+            }
+            // Only leftovers of a dead writer (or of this process): another live process may be
+            // writing a checkpoint here (e.g. `transformer average`).
+            let Some(pid) = temp_writer_pid(name) else { continue };
+            if pid == std::process::id() || pid_alive(pid) != Some(true) {
                 std::fs::remove_file(&p).map_err(io_err(&p))?;
             }
         }
@@ -66,11 +159,38 @@ impl RunDir {
         Ok(path)
     }
 
-    /// Appends one record to `metrics.jsonl`.
+    /// Appends one record to `metrics.jsonl`: the whole line in one `write` to a file opened with
+    /// `O_APPEND`, so a line is never interleaved or split by another write.
     pub fn append_metrics(&self, record: &serde_json::Value) -> Result<()> {
         let path = self.metrics();
+        let line = format!("{record}\n");
         let mut f = std::fs::OpenOptions::new().create(true).append(true).open(&path).map_err(io_err(&path))?;
-        writeln!(f, "{record}").map_err(io_err(&path))
+        f.write_all(line.as_bytes()).map_err(io_err(&path))
+    }
+
+    /// Removes the records of `metrics.jsonl` with a "step" after `step`: called when a run resumes
+    /// from the checkpoint of `step`, so the records the killed process wrote after its last
+    /// checkpoint are replaced by the new ones, not duplicated. The file is rewritten atomically.
+    /// Returns how many records were removed.
+    pub fn drop_metrics_after(&self, step: u64) -> Result<usize> {
+        let path = self.metrics();
+        let text = match std::fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+            Err(e) => return Err(Error::Io { path, source: e }),
+        };
+        let after = |line: &str| {
+            serde_json::from_str::<serde_json::Value>(line)
+                .ok()
+                .and_then(|v| v["step"].as_u64())
+                .is_some_and(|s| s > step)
+        };
+        let kept: String = text.split_inclusive('\n').filter(|l| !after(l)).collect();
+        let removed = text.split_inclusive('\n').count() - kept.split_inclusive('\n').count();
+        if removed > 0 {
+            write_atomically(&path, kept.as_bytes())?;
+        }
+        Ok(removed)
     }
 
     /// Draws `learning_curve.svg` from `metrics.jsonl`.
