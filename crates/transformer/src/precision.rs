@@ -2,9 +2,10 @@
 //! weights) is built and carried by that object, never switched for the whole process. Two models
 //! at two precisions can therefore run side by side in one process.
 //!
-//! Only the products change: weights, gradients, Adam and every other kernel stay f32.
+//! Only the products change: weights, gradients, Adam and every other kernel stay f32. Whether
+//! this CPU can compute at a precision ([`Precision::available`]) is the kernels' to say
+//! (`kernels/cpu/linear.rs`), so this ground-floor module imports nothing above it.
 
-use crate::error::{Error, Result};
 use serde::{Deserialize, Serialize};
 
 /// How matrix products are computed.
@@ -22,15 +23,6 @@ pub enum Precision {
 impl Precision {
     /// Every precision, in order.
     pub const ALL: [Precision; 2] = [Precision::F32, Precision::Bf16];
-
-    /// Whether this CPU can compute products at this precision; the error says why not.
-    pub fn available(self) -> Result<()> {
-        match self {
-            Precision::F32 => Ok(()),
-            Precision::Bf16 => crate::kernels::cpu::bf16::available()
-                .map_err(|why| Error::Config(format!("bf16 matrix products are not available: {why}"))),
-        }
-    }
 
     /// The lower-case name (`f32`, `bf16`).
     pub fn name(self) -> &'static str {

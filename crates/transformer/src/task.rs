@@ -27,6 +27,13 @@ pub enum LongInputs {
     Refuse,
 }
 
+/// What a training run's validation measures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Validation {
+    /// Per-token loss and perplexity of the validation targets, teacher-forced.
+    Perplexity,
+}
+
 /// What evaluation reports.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Report {
@@ -49,6 +56,13 @@ impl Task {
     pub fn search_defaults(self) -> BeamConfig {
         match self {
             Task::Translation => BeamConfig::translation(),
+        }
+    }
+
+    /// What a training run's validation measures.
+    pub fn validation(self) -> Validation {
+        match self {
+            Task::Translation => Validation::Perplexity,
         }
     }
 

@@ -18,6 +18,7 @@ use crate::data::bpe::Bpe;
 use crate::data::parallel::{encode_and_filter, FilterConfig, TokenPairs};
 use crate::error::{Error, Result};
 use crate::model::Batch;
+use crate::task::Validation;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -175,12 +176,17 @@ fn batch_of(pairs: &dyn Pairs, idx: &[usize]) -> Batch {
     Batch::from_pairs(&sel)
 }
 
-/// Label-smoothed loss and NLL per target token over `pairs`, without dropout.
+/// The run's validation, as its task measures it: for translation, label-smoothed loss and NLL per
+/// target token over `pairs`, without dropout (the validation set is never empty: `prepare` says).
 fn validate(trainer: &mut Trainer, pairs: &TokenPairs, cfg: &RunConfig) -> Result<(f64, f64)> {
-    let bc = BatchConfig { max_src_tokens: cfg.train.max_src_tokens, max_tgt_tokens: cfg.train.max_tgt_tokens };
-    let totals = trainer.score(pairs, &bc)?;
-    let tokens = totals.tokens.max(1) as f64;
-    Ok((totals.loss / tokens, totals.nll / tokens))
+    match cfg.data.task.validation() {
+        Validation::Perplexity => {
+            let bc = BatchConfig { max_src_tokens: cfg.train.max_src_tokens, max_tgt_tokens: cfg.train.max_tgt_tokens };
+            let totals = trainer.score(pairs, &bc)?;
+            let tokens = totals.tokens.max(1) as f64;
+            Ok((totals.loss / tokens, totals.nll / tokens))
+        }
+    }
 }
 
 /// The metrics record of a validation: loss and NLL per target token, perplexity.

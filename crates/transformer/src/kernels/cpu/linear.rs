@@ -3,7 +3,19 @@
 //! [`super::matmul::matmul`], bf16 to [`super::bf16::matmul_bf16`].
 
 use super::matmul::{matmul, Op};
+use crate::error::{Error, Result};
 use crate::precision::Precision;
+
+impl Precision {
+    /// Whether this CPU can compute products at this precision; the error says why not.
+    pub fn available(self) -> Result<()> {
+        match self {
+            Precision::F32 => Ok(()),
+            Precision::Bf16 => super::bf16::available()
+                .map_err(|why| Error::Config(format!("bf16 matrix products are not available: {why}"))),
+        }
+    }
+}
 
 /// C (m, n) = [C +] op(A) · op(B) at precision `prec`; the contract of [`matmul`]. For
 /// [`Precision::Bf16`] the caller has checked [`Precision::available`] (the model does so when it
