@@ -163,17 +163,17 @@ pub enum Command {
         #[arg(long)]
         out: PathBuf,
         /// Longest side kept, in BPE tokens.
-        #[arg(long, default_value_t = 250)]
-        max_tokens: usize,
-        /// Largest length ratio kept.
+        #[arg(long, default_value_t = 250, value_parser = clap::value_parser!(u64).range(1..=1 << 20))]
+        max_tokens: u64,
+        /// Largest length ratio kept (a finite number ≥ 1).
         #[arg(long, default_value_t = 3.0)]
         max_ratio: f64,
     },
     /// Average checkpoints element-wise (§6.1): the last K of a run directory, or explicit files.
     Average {
         /// Average the newest K checkpoints of DIR.
-        #[arg(long, requires = "dir")]
-        last: Option<usize>,
+        #[arg(long, requires = "dir", value_parser = clap::value_parser!(u64).range(1..))]
+        last: Option<u64>,
         /// The run directory (with --last).
         dir: Option<PathBuf>,
         /// Explicit checkpoint files instead of --last.

@@ -61,6 +61,17 @@ fn exit_codes_tell_usage_errors_from_runtime_errors() {
         assert_eq!(code, Some(2), "{flag} {value}: {err}");
         assert!(err.contains(flag), "{flag} {value}: {err}");
     }
+    for (args, flag) in [
+        (vec!["prepare", "--src", "s", "--tgt", "t", "--bpe", "b", "--out", "o", "--max-ratio", "nan"], "--max-ratio"),
+        (vec!["prepare", "--src", "s", "--tgt", "t", "--bpe", "b", "--out", "o", "--max-ratio", "0.5"], "--max-ratio"),
+        (vec!["prepare", "--src", "s", "--tgt", "t", "--bpe", "b", "--out", "o", "--max-tokens", "0"], "--max-tokens"),
+        (vec!["average", "--last", "0", "dir", "--output", "x"], "--last"),
+        (vec!["bleu", "--ref", "r", "--hyp", "h", "--smooth", "floor", "--smooth-value", "nan"], "--smooth-value"),
+    ] {
+        let (code, err) = exit_code(&args);
+        assert_eq!(code, Some(2), "{args:?}: {err}");
+        assert!(err.contains(flag), "{args:?} should name {flag}: {err}");
+    }
     let (code, err) = exit_code(&["average", "--output", "x.safetensors"]);
     assert_eq!(code, Some(2), "average without inputs: {err}");
     assert!(err.contains("--last K DIR or --inputs"), "{err}");

@@ -14,9 +14,11 @@ pub fn run(cmd: Command) -> Result<()> {
         Command::Params { preset, vocab, all, json } => train::params(&preset, vocab, all, json),
         Command::Synthetic { task, steps, seed, save } => train::synthetic(task, steps, seed, save.as_deref()),
         Command::Train { config, overrides, time_limit } => train::train(&config, overrides, time_limit),
-        Command::Average { last, dir, inputs, output } => train::average(last, dir.as_deref(), inputs, &output),
+        Command::Average { last, dir, inputs, output } => {
+            train::average(last.map(|k| k as usize), dir.as_deref(), inputs, &output)
+        }
         Command::Prepare { src, tgt, bpe, out, max_tokens, max_ratio } => {
-            train::prepare(&src, &tgt, &bpe, &out, max_tokens, max_ratio)
+            train::prepare(&src, &tgt, &bpe, &out, max_tokens as usize, max_ratio)
         }
         Command::Translate { model, input, search, nbest, speed, profile } => {
             decode::translate(&model, input.as_deref(), &search, nbest as usize, speed, profile)

@@ -82,6 +82,9 @@ pub fn bleu(
     score_only: bool,
 ) -> Result<()> {
     use transformer::eval::{bleu, chrf};
+    if let Some(v) = smooth_value.filter(|v| !(v.is_finite() && *v >= 0.0)) {
+        crate::usage!("--smooth-value {v}: it must be a finite number ≥ 0");
+    }
     let smooth = bleu::Smooth::from_name(smooth, smooth_value)
         .with_context(|| format!("unknown smoothing '{smooth}': use exp, floor, add-k or none"))?;
     let hyps = read_lines(hyp_path)?;

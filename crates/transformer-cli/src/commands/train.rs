@@ -102,8 +102,11 @@ pub fn average(last: Option<usize>, dir: Option<&Path>, inputs: Vec<PathBuf>, ou
 }
 
 pub fn prepare(src: &Path, tgt: &Path, bpe: &Path, out: &Path, max_tokens: usize, max_ratio: f64) -> Result<()> {
-    let model = transformer::data::bpe::Bpe::load(bpe)?;
     let filter = transformer::data::parallel::FilterConfig { max_tokens, max_ratio };
+    if let Err(e) = filter.validate() {
+        usage!("--{}", e.to_string().trim_start_matches("invalid configuration: ").replace('_', "-"));
+    }
+    let model = transformer::data::bpe::Bpe::load(bpe)?;
     let start = Instant::now();
     let report = transformer::data::binarized::prepare(src, tgt, &model, &filter, out, &mut |m| eprintln!("{m}"))?;
     println!(

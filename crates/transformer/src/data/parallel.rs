@@ -18,6 +18,23 @@ pub struct FilterConfig {
     pub max_ratio: f64,
 }
 
+impl FilterConfig {
+    /// Checks the filter: `max_tokens` at least 1, `max_ratio` a finite number ≥ 1 (errors name the
+    /// field as `--max-tokens` / `--max-ratio` and `data.max_tokens` / `data.max_ratio` call it).
+    pub fn validate(&self) -> crate::error::Result<()> {
+        if self.max_tokens == 0 {
+            return Err(crate::error::Error::Config("max_tokens = 0: it must be at least 1".into()));
+        }
+        if !(self.max_ratio.is_finite() && self.max_ratio >= 1.0) {
+            return Err(crate::error::Error::Config(format!(
+                "max_ratio = {} must be a finite number ≥ 1",
+                self.max_ratio
+            )));
+        }
+        Ok(())
+    }
+}
+
 impl Default for FilterConfig {
     fn default() -> Self {
         FilterConfig { max_tokens: 250, max_ratio: 3.0 }
