@@ -6,3 +6,4 @@ pub mod bpe;
 pub mod corpus;
 pub mod download;
 pub mod parallel;
+pub mod trees;

@@ -1,0 +1,138 @@
+//! Penn Treebank trees (§6.3): reading the sample, preprocessing, linearisation and its inverse on
+//! every tree, and repair of any token sequence into a tree over exactly the input words.
+
+use std::path::{Path, PathBuf};
+use transformer::data::trees::{delinearise, parse_trees, punctuation_tag, read_trees, strip_label, Tree};
+use transformer::rng::Rng;
+
+fn sample_files() -> Vec<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/ptb-sample");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "mrg"))
+        .collect();
+    files.sort();
+    files
+}
+
+fn labels(t: &Tree, out: &mut Vec<String>) {
+    out.push(t.label.clone());
+    t.children.iter().for_each(|c| labels(c, out));
+}
+
+fn well_formed(t: &Tree) -> bool {
+    match &t.word {
+        Some(_) => t.children.is_empty(),
+        None => !t.children.is_empty() && t.children.iter().all(well_formed),
+    }
+}
+
+#[test]
+fn every_sample_tree_reads_preprocesses_and_survives_linearisation() {
+    let files = sample_files();
+    assert_eq!(files.len(), 189);
+    let mut trees = 0;
+    for f in &files {
+        for raw in read_trees(f).unwrap() {
+            let t = raw.preprocess().expect("a sample tree has words");
+            trees += 1;
+            assert_eq!(t.label, "TOP");
+            assert!(well_formed(&t), "{}", t.to_bracketed());
+            let mut l = Vec::new();
+            labels(&t, &mut l);
+            for label in &l {
+                assert!(label != "-NONE-", "{}: an empty element survived", f.display());
+                assert!(
+                    label.starts_with('-') || !label.contains(['-', '=']),
+                    "{}: a function tag survived in {label}",
+                    f.display()
+                );
+            }
+            let words = t.words();
+            // The words are the raw tree's, less the empty elements.
+            fn overt<'a>(t: &'a Tree, out: &mut Vec<&'a str>) {
+                match &t.word {
+                    Some(w) if t.label != "-NONE-" => out.push(w),
+                    Some(_) => {}
+                    None => t.children.iter().for_each(|c| overt(c, out)),
+                }
+            }
+            let mut raw_words = Vec::new();
+            overt(&raw, &mut raw_words);
+            assert_eq!(words, raw_words, "{}", f.display());
+            let back = delinearise(&t.linearise(), &words);
+            assert_eq!(back, t, "{}: linearise → delinearise changed {}", f.display(), t.to_bracketed());
+        }
+    }
+    // The 189 files hold 3,796 trees (counted independently by bracket depth).
+    assert_eq!(trees, 3796);
+}
+
+#[test]
+fn preprocessing_follows_the_documented_steps() {
+    let text = "( (S (NP-SBJ-1 (-NONE- *T*-1)) (NP-SBJ=2 (NNP John)) (VP (VBD ran) (PP-LOC (-NONE- *U*)) (ADVP-TMP (RB today))) (. .)) )";
+    let t = parse_trees(text, "inline").unwrap().remove(0).preprocess().unwrap();
+    assert_eq!(t.to_bracketed(), "(TOP (S (NP (NNP John)) (VP (VBD ran) (ADVP (RB today))) (. .)))");
+    assert_eq!(t.linearise().join(" "), "(S (NP NNP )NP (VP VBD (ADVP RB )ADVP )VP . )S");
+    assert_eq!(strip_label("NP-SBJ-1"), "NP");
+    assert_eq!(strip_label("PP-LOC=2"), "PP");
+    assert_eq!(strip_label("-LRB-"), "-LRB-");
+    assert_eq!(strip_label("=1"), "=1", "no label becomes empty (found by fuzzing)");
+    // A labelled root goes under TOP; comments between trees are skipped.
+    let ts = parse_trees("% a comment\n(S (NN a))\n(S (-LRB- -LRB-) (NN b) (-RRB- -RRB-))", "inline").unwrap();
+    assert_eq!(ts.len(), 2);
+    assert_eq!(ts[0].preprocess().unwrap().to_bracketed(), "(TOP (S (NN a)))");
+    assert_eq!(ts[1].preprocess().unwrap().words(), vec!["-LRB-", "b", "-RRB-"]);
+    // Nothing but empty elements: nothing left.
+    assert!(parse_trees("( (S (-NONE- *)) )", "x").unwrap()[0].preprocess().is_none());
+}
+
+#[test]
+fn malformed_files_are_errors_naming_file_and_line() {
+    for (text, line, what) in [
+        ("( (S (NP (NN a))\n", 1, "never closed"),
+        ("(S (NN a)))\n", 1, "closes no bracket"),
+        ("(S (NN a))\n\n(S (NN a b))", 3, "two words"),
+        ("(S (NN a)\n (NP))", 2, "neither a word nor children"),
+        ("hello (S (NN a))", 1, "outside a tree"),
+    ] {
+        let err = parse_trees(text, "bad.mrg").unwrap_err().to_string();
+        assert!(err.starts_with(&format!("bad.mrg:{line}:")) && err.contains(what), "{text:?}: {err}");
+    }
+}
+
+/// Any token sequence, however malformed, becomes a well-formed tree under TOP whose leaves are
+/// exactly the words, and punctuation carries its punctuation tag.
+#[test]
+fn any_token_sequence_becomes_a_tree_over_exactly_the_words() {
+    let vocab = ["(S", "(NP", "(VP", "(PP", "(", ")", ")S", ")NP", ")VP", ")PP", "NN", "VBD", "DT", ",", ".", "XX", ""];
+    let pool = ["the", "dog", ",", "ran", ".", "-LRB-", "quickly", "''"];
+    let mut rng = Rng::new(5);
+    for case in 0..3000 {
+        let n_words = rng.below(8) as usize;
+        let words: Vec<&str> = (0..n_words).map(|_| pool[rng.below(pool.len() as u64) as usize]).collect();
+        let n_tokens = rng.below(25) as usize;
+        let tokens: Vec<String> =
+            (0..n_tokens).map(|_| vocab[rng.below(vocab.len() as u64) as usize].to_string()).collect();
+        let t = delinearise(&tokens, &words);
+        assert_eq!(t.label, "TOP");
+        assert_eq!(t.words(), words, "case {case}: {tokens:?}");
+        assert!(t.children.iter().all(well_formed), "case {case}: {tokens:?} gave {}", t.to_bracketed());
+        fn tags<'a>(t: &'a Tree, out: &mut Vec<(&'a str, &'a str)>) {
+            match &t.word {
+                Some(w) => out.push((&t.label, w)),
+                None => t.children.iter().for_each(|c| tags(c, out)),
+            }
+        }
+        let mut leaves = Vec::new();
+        tags(&t, &mut leaves);
+        for (tag, w) in leaves {
+            if let Some(p) = punctuation_tag(w) {
+                assert_eq!(tag, p, "case {case}: '{w}' tagged {tag}");
+            }
+        }
+    }
+    // An empty output still covers the words.
+    assert_eq!(delinearise(&[], &["a", "."]).to_bracketed(), "(TOP (XX a) (. .))");
+}
