@@ -103,8 +103,8 @@ pub fn average(last: Option<usize>, dir: Option<&Path>, inputs: Vec<PathBuf>, ou
 
 pub fn prepare(src: &Path, tgt: &Path, bpe: &Path, out: &Path, max_tokens: usize, max_ratio: f64) -> Result<()> {
     let filter = transformer::data::parallel::FilterConfig { max_tokens, max_ratio };
-    if let Err(e) = filter.validate() {
-        usage!("--{}", e.to_string().trim_start_matches("invalid configuration: ").replace('_', "-"));
+    if let Err(e) = filter.validate(("--max-tokens", "--max-ratio")) {
+        usage!("{}", e.to_string().trim_start_matches("invalid configuration: "));
     }
     let model = transformer::data::bpe::Bpe::load(bpe)?;
     let start = Instant::now();

@@ -74,7 +74,7 @@ pub fn prepare(
     out: &Path,
     log: &mut dyn FnMut(&str),
 ) -> Result<FilterReport> {
-    filter.validate()?;
+    filter.validate(("max_tokens", "max_ratio"))?;
     std::fs::create_dir_all(out).map_err(io_err(out))?;
     let (mut rs, mut rt) = (corpus::Lines::open(src)?, corpus::Lines::open(tgt)?);
     let (mut ws, mut wt) = (Writer::create(out, "src")?, Writer::create(out, "tgt")?);

@@ -19,16 +19,25 @@ pub struct FilterConfig {
 }
 
 impl FilterConfig {
-    /// Checks the filter: `max_tokens` at least 1, `max_ratio` a finite number ≥ 1 (errors name the
-    /// field as `--max-tokens` / `--max-ratio` and `data.max_tokens` / `data.max_ratio` call it).
-    pub fn validate(&self) -> crate::error::Result<()> {
-        if self.max_tokens == 0 {
-            return Err(crate::error::Error::Config("max_tokens = 0: it must be at least 1".into()));
+    /// The largest `max_tokens` accepted.
+    pub const MAX_TOKENS: usize = 1 << 20;
+
+    /// Checks the filter: `max_tokens` in [1, 2^20], `max_ratio` a finite number ≥ 1. Errors call
+    /// the two fields by `names` (`("data.max_tokens", "data.max_ratio")` in a run config,
+    /// `("--max-tokens", "--max-ratio")` on the command line).
+    pub fn validate(&self, names: (&str, &str)) -> crate::error::Result<()> {
+        if self.max_tokens == 0 || self.max_tokens > Self::MAX_TOKENS {
+            return Err(crate::error::Error::Config(format!(
+                "{} = {}: it must be at least 1 and at most {}",
+                names.0,
+                self.max_tokens,
+                Self::MAX_TOKENS
+            )));
         }
         if !(self.max_ratio.is_finite() && self.max_ratio >= 1.0) {
             return Err(crate::error::Error::Config(format!(
-                "max_ratio = {} must be a finite number ≥ 1",
-                self.max_ratio
+                "{} = {} must be a finite number ≥ 1",
+                names.1, self.max_ratio
             )));
         }
         Ok(())

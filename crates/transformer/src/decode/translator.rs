@@ -54,22 +54,10 @@ pub struct TranslateStats {
     pub rows_decoded: usize,
 }
 
-/// Translates `srcs` (token ids without BOS/EOS). Returns each sentence's n-best list, best first,
-/// in input order. `warn` receives one message per chunked sentence (naming its 1-based index).
-/// Packs the decoder's weights for this call; a [`Translator`] packs them once.
-pub fn translate_all(
-    model: &Transformer,
-    srcs: &[Vec<u32>],
-    opts: &TranslateOptions,
-    ws: &mut Workspace,
-    warn: &mut dyn FnMut(String),
-) -> Result<(Vec<Vec<Hypothesis>>, TranslateStats)> {
-    let packed = Arc::new(model.pack_decoder());
-    let mut state = DecoderState::default();
-    translate_ids(model, &packed, Task::Translation, srcs, opts, ws, &mut state, warn)
-}
-
-/// [`translate_all`] with packed weights, a reusable state and the task's long-input policy.
+/// Translates `srcs` (token ids without BOS/EOS) with `packed` weights of `model`, reusing the
+/// buffers of `ws` and `state`. Returns each sentence's n-best list, best first, in input order.
+/// `warn` receives one message per chunked sentence (naming its 1-based index); a task that
+/// refuses long inputs gets an error instead.
 #[allow(clippy::too_many_arguments)]
 fn translate_ids(
     model: &Transformer,

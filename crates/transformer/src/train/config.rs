@@ -3,6 +3,7 @@
 //! sections' `Default` literals and the presets; `--set section.field=value` overrides any field.
 
 use crate::config::ModelConfig;
+use crate::data::parallel::FilterConfig;
 use crate::error::{Error, Result};
 use crate::precision::Precision;
 use crate::task::Task;
@@ -327,7 +328,6 @@ impl RunConfig {
             ("train.warmup", t.warmup),
             ("train.checkpoint_steps", t.checkpoint_steps.unwrap_or(1)),
             ("train.valid_steps", t.valid_steps.unwrap_or(1)),
-            ("data.max_tokens", d.max_tokens as u64),
         ];
         for (name, v) in at_least_one {
             if v == 0 {
@@ -340,7 +340,6 @@ impl RunConfig {
             ("train.accumulate", t.accumulate, 1 << 20),
             ("train.keep_last", t.keep_last, 1 << 20),
             ("data.vocab_size", d.vocab_size, 1 << 24),
-            ("data.max_tokens", d.max_tokens, 1 << 20),
         ] {
             if v > max {
                 return bad(format!("{name} = {v} exceeds the supported maximum of {max}"));
@@ -356,9 +355,8 @@ impl RunConfig {
         if !(t.lr_scale.is_finite() && t.lr_scale > 0.0 && t.lr_scale <= 1e3) {
             return bad(format!("train.lr_scale = {} must be a number in (0, 1000]", t.lr_scale));
         }
-        if !(d.max_ratio.is_finite() && d.max_ratio >= 1.0) {
-            return bad(format!("data.max_ratio = {} must be a finite number ≥ 1", d.max_ratio));
-        }
+        FilterConfig { max_tokens: d.max_tokens, max_ratio: d.max_ratio }
+            .validate(("data.max_tokens", "data.max_ratio"))?;
         if !(t.checkpoint_minutes.is_finite() && t.checkpoint_minutes > 0.0) {
             return bad(format!("train.checkpoint_minutes = {} must be a positive number", t.checkpoint_minutes));
         }

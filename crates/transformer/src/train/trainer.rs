@@ -164,12 +164,6 @@ impl Trainer {
         Ok(StepStats { step, loss: loss / tokens as f64, nll: nll / tokens as f64, tokens, lr })
     }
 
-    /// Loss sums of `batch` without dropout and without touching gradients.
-    pub fn evaluate(&mut self, batch: &Batch) -> Result<crate::model::LossSums> {
-        self.model.forward(batch, &mut self.workspace, None)?;
-        Ok(self.model.loss(batch, &mut self.workspace, self.model.config.label_smoothing, 0.0))
-    }
-
     /// Label-smoothed loss and NLL sums of `pairs` (token ids without BOS/EOS) without dropout,
     /// in batches under `budget`: the validation score ([`crate::eval::perplexity::score`], the
     /// routine `evaluate` also uses).
