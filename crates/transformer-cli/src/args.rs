@@ -105,21 +105,68 @@ pub enum Command {
         #[arg(long)]
         profile: bool,
     },
-    /// Translate a test set and score it: BLEU and chrF (sacreBLEU), tokenized BLEU, and perplexity.
+    /// Translate a test set and score it: BLEU and chrF (sacreBLEU), tokenized BLEU, and
+    /// perplexity. For a parsing model: parse it and score the trees with EVALB (COLLINS.prm).
     Evaluate {
         #[command(flatten)]
         model: ModelArgs,
-        /// Source sentences.
+        /// Source sentences (parsing: optional, the words of the gold trees by default).
         #[arg(long)]
-        src: PathBuf,
-        /// Reference translations, line-aligned; repeat for several references. Perplexity uses the first.
+        src: Option<PathBuf>,
+        /// Reference translations, line-aligned; repeat for several references. Perplexity uses the
+        /// first. Parsing: the gold trees (one file, bracketed, one tree per sentence).
         #[arg(long = "ref", required = true, num_args = 1..)]
         refs: Vec<PathBuf>,
-        /// Also write the translations here.
+        /// Also write the translations (parsing: the trees) here.
         #[arg(long)]
         output: Option<PathBuf>,
         #[command(flatten)]
         search: SearchArgs,
+        #[command(flatten)]
+        parsing: ParsingArgs,
+    },
+    /// Parse sentences into constituency trees (§6.3): one sentence a line in, one bracketed tree a
+    /// line out; beam 21, α 0.3, maximum length input + 300 unless overridden.
+    Parse {
+        /// The checkpoint of a parsing run.
+        #[arg(long)]
+        checkpoint: PathBuf,
+        /// The vocabulary the checkpoint was trained with.
+        #[arg(long)]
+        bpe: PathBuf,
+        /// Input file (plain or .gz; default: stdin), words separated by spaces (PTB tokens).
+        #[arg(long)]
+        input: Option<PathBuf>,
+        /// The input is raw English text: split it into Penn Treebank tokens first.
+        #[arg(long)]
+        tokenize: bool,
+        /// Arithmetic of the matrix products.
+        #[arg(long, default_value = "f32", value_parser = library_enum(&Precision::ALL, Precision::name))]
+        precision: Precision,
+        #[command(flatten)]
+        search: SearchArgs,
+        #[command(flatten)]
+        parsing: ParsingArgs,
+        /// Print sentences/s and the number of outputs that needed repair on stderr.
+        #[arg(long)]
+        speed: bool,
+    },
+    /// Write the sentences and the preprocessed trees of a treebank (a bracketed file or a
+    /// directory of .mrg files), one per line: the input of `parse` and the gold trees of
+    /// `parse-eval`.
+    Treebank {
+        /// A bracketed file or a directory of .mrg files.
+        #[arg(long)]
+        input: PathBuf,
+        /// Only the files FIRST..LAST by name (e.g. wsj_0175..wsj_0189).
+        #[arg(long)]
+        files: Option<String>,
+        /// Write the sentences here (words separated by spaces).
+        #[arg(long)]
+        words: Option<PathBuf>,
+        /// Write the trees here (bracketed, one per line).
+        #[arg(long)]
+        trees: Option<PathBuf>,
     },
     /// Attention heatmaps (PNG, like the paper's Figures 3–5) for one sentence: encoder
     /// self-attention (source × source), decoder self-attention (decoder input × decoder input) and
@@ -150,12 +197,18 @@ pub enum Command {
     },
     /// Binarise a parallel corpus (BPE ids, filtered) into memory-mappable files for training.
     Prepare {
-        /// Source text (plain or .gz).
+        /// Source text (plain or .gz). Parsing: a treebank (a bracketed file or a directory of .mrg files).
         #[arg(long)]
         src: PathBuf,
-        /// Target text, line-aligned with the source.
+        /// Target text, line-aligned with the source (not given for parsing).
         #[arg(long)]
-        tgt: PathBuf,
+        tgt: Option<PathBuf>,
+        /// What the pairs are for: translation (two text files) or parsing (a treebank).
+        #[arg(long, default_value = "translation", value_parser = library_enum(&Task::ALL, Task::name))]
+        task: Task,
+        /// Parsing: only the treebank files FIRST..LAST by name (e.g. wsj_0001..wsj_0159).
+        #[arg(long)]
+        files: Option<String>,
         /// The shared BPE model.
         #[arg(long)]
         bpe: PathBuf,
@@ -232,9 +285,9 @@ pub struct ModelArgs {
     /// The BPE model the checkpoint was trained with.
     #[arg(long)]
     pub bpe: PathBuf,
-    /// What the model does.
-    #[arg(long, default_value = "translation", value_parser = library_enum(&Task::ALL, Task::name))]
-    pub task: Task,
+    /// What the model does (default: the task stored in the checkpoint).
+    #[arg(long, value_parser = library_enum(&Task::ALL, Task::name))]
+    pub task: Option<Task>,
     /// Arithmetic of the matrix products: f32, or bf16 operands with f32 sums (AMX or
     /// AVX512-BF16; the bf16-matmul departure).
     #[arg(long, default_value = "f32", value_parser = library_enum(&Precision::ALL, Precision::name))]
@@ -244,12 +297,26 @@ pub struct ModelArgs {
     pub no_pack: bool,
 }
 
-/// Search and batching options shared by `translate` and `evaluate`.
+/// Parsing options of `parse` and `evaluate`.
+#[derive(Args, Clone, Copy)]
+pub struct ParsingArgs {
+    /// Restrict the beam to sequences that can still become a valid tree over exactly the input
+    /// words (a named deviation, docs/deviations.md).
+    #[arg(long)]
+    pub constrained: bool,
+    /// Output `(TOP)` with a warning for a sentence longer than the model's positions, instead of
+    /// stopping with an error (a sentence is never split).
+    #[arg(long)]
+    pub skip_long: bool,
+}
+
+/// Search and batching options shared by `translate`, `evaluate` and `parse`.
 #[derive(Args)]
 pub struct SearchArgs {
-    /// Decoding preset: translation (beam 4, α 0.6, +50), parsing (beam 21, α 0.3, +300) or greedy.
-    #[arg(long, default_value = "translation", value_parser = one_of(&BeamConfig::PRESETS))]
-    pub preset: String,
+    /// Decoding preset: translation (beam 4, α 0.6, +50), parsing (beam 21, α 0.3, +300) or greedy
+    /// (default: the model's task's).
+    #[arg(long, value_parser = one_of(&BeamConfig::PRESETS))]
+    pub preset: Option<String>,
     /// Beam size (overrides the preset; 1 = greedy).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     pub beam: Option<u32>,

@@ -1,10 +1,13 @@
 //! What a model is trained and used for. Translation (§6.1) and English constituency parsing
 //! (§6.3) share the model, the training loop and the search; they differ in a few places, each a
 //! plain `match` on [`Task`]: how over-long inputs are handled, the decoding defaults, and what
-//! evaluation reports. Parsing arrives with its own issue; this enum is the seam it plugs into.
+//! evaluation reports, and how targets are read, encoded and decoded.
 
+use crate::data::bpe::Bpe;
+use crate::data::parallel::TargetEncoding;
+use crate::data::trees::{read_treebank, training_pair, FileRange};
 use crate::decode::BeamConfig;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use std::path::Path;
 
 /// The task of a model.
@@ -14,6 +17,9 @@ pub enum Task {
     /// Translation from one language to another (§6.1).
     #[default]
     Translation,
+    /// English constituency parsing (§6.3): sentences in, linearised trees out
+    /// ([`crate::data::trees`]).
+    Parsing,
 }
 
 /// What to do with an input longer than the model's `max_positions`.
@@ -32,6 +38,9 @@ pub enum LongInputs {
 pub enum Validation {
     /// Per-token loss and perplexity of the validation targets, teacher-forced.
     Perplexity,
+    /// Perplexity, and every few epochs bracketing F1 (EVALB) of beam-decoded trees of the
+    /// validation sentences; the best checkpoint is picked on it.
+    PerplexityAndF1,
 }
 
 /// What evaluation reports.
@@ -39,16 +48,20 @@ pub enum Validation {
 pub enum Report {
     /// sacreBLEU BLEU and chrF2, tokenized BLEU, and per-token perplexity of the references.
     BleuChrfPerplexity,
+    /// EVALB bracketing recall, precision and F1 (COLLINS.prm), complete match, tagging accuracy,
+    /// the number of outputs that needed repair, and per-token perplexity of the gold trees.
+    Evalb,
 }
 
 impl Task {
     /// Every task.
-    pub const ALL: [Task; 1] = [Task::Translation];
+    pub const ALL: [Task; 2] = [Task::Translation, Task::Parsing];
 
     /// The policy for inputs longer than the model's positions.
     pub fn long_inputs(self) -> LongInputs {
         match self {
             Task::Translation => LongInputs::Chunk,
+            Task::Parsing => LongInputs::Refuse,
         }
     }
 
@@ -56,6 +69,7 @@ impl Task {
     pub fn search_defaults(self) -> BeamConfig {
         match self {
             Task::Translation => BeamConfig::translation(),
+            Task::Parsing => BeamConfig::parsing(),
         }
     }
 
@@ -63,6 +77,7 @@ impl Task {
     pub fn validation(self) -> Validation {
         match self {
             Task::Translation => Validation::Perplexity,
+            Task::Parsing => Validation::PerplexityAndF1,
         }
     }
 
@@ -70,14 +85,79 @@ impl Task {
     pub fn report(self) -> Report {
         match self {
             Task::Translation => Report::BleuChrfPerplexity,
+            Task::Parsing => Report::Evalb,
         }
     }
 
-    /// Reads a training or validation corpus as (source, target) text pairs, line-aligned: for
-    /// translation, two parallel text files. Errors name the file and line.
-    pub fn read_pairs(self, src: &Path, tgt: &Path) -> Result<Vec<(String, String)>> {
+    /// Reads a training or validation corpus as (source, target) text pairs. For translation,
+    /// two line-aligned text files (`range` must be `None`). For parsing, `src` is a treebank (a
+    /// bracketed file, or a directory of `.mrg` files, restricted to the file range `range`,
+    /// `FIRST..LAST`, if given) and `tgt` must be empty: each tree gives its words and its
+    /// linearisation. Errors name the file and line.
+    pub fn read_pairs(self, src: &Path, tgt: &Path, range: Option<&str>) -> Result<Vec<(String, String)>> {
         match self {
-            Task::Translation => crate::data::parallel::read_parallel(src, tgt),
+            Task::Translation => {
+                if let Some(r) = range {
+                    return Err(Error::Config(format!("a file range ({r}) applies to parsing treebanks only")));
+                }
+                crate::data::parallel::read_parallel(src, tgt)
+            }
+            Task::Parsing => {
+                if !tgt.as_os_str().is_empty() {
+                    return Err(Error::Config(format!(
+                        "{}: parsing reads its targets from the trees of {}; give no target file",
+                        tgt.display(),
+                        src.display()
+                    )));
+                }
+                let range = range.map(FileRange::parse).transpose()?;
+                Ok(read_treebank(src, range.as_ref())?.iter().map(training_pair).collect())
+            }
+        }
+    }
+
+    /// Learns the vocabulary from training pairs. Translation: one BPE model over both sides
+    /// (§5.1's shared vocabulary). Parsing: BPE of `vocab_size` entries over the sentences, and
+    /// every tree token of the targets added as one whole entry of the same (shared) vocabulary,
+    /// so a tree is one token per bracket or tag (docs/parsing.md).
+    pub fn learn_vocabulary(self, pairs: &[(String, String)], vocab_size: usize) -> Result<Bpe> {
+        match self {
+            Task::Translation => Bpe::learn(pairs.iter().flat_map(|(s, t)| [s, t]), vocab_size, 2),
+            Task::Parsing => {
+                let bpe = Bpe::learn(pairs.iter().map(|(s, _)| s), vocab_size, 2)?;
+                let mut tokens: Vec<&str> = pairs.iter().flat_map(|(_, t)| t.split_whitespace()).collect();
+                tokens.sort_unstable();
+                tokens.dedup();
+                bpe.with_whole_tokens(&tokens)
+            }
+        }
+    }
+
+    /// How targets become ids: BPE for translation, one whole entry per tree token for parsing.
+    pub fn target_encoding(self) -> TargetEncoding {
+        match self {
+            Task::Translation => TargetEncoding::Bpe,
+            Task::Parsing => TargetEncoding::WholeTokens,
+        }
+    }
+
+    /// Token ids of a target (no BOS/EOS).
+    pub fn encode_target(self, bpe: &Bpe, text: &str) -> Result<Vec<u32>> {
+        self.target_encoding().encode(bpe, text)
+    }
+
+    /// The text of output ids. Parsing: the tree tokens joined by spaces (any other entry the
+    /// model produced is kept as its piece, for [`crate::data::trees::delinearise`] to treat as a
+    /// leaf); BOS, EOS and PAD are dropped.
+    pub fn decode_target(self, bpe: &Bpe, ids: &[u32]) -> Result<String> {
+        match self {
+            Task::Translation => bpe.decode(ids),
+            Task::Parsing => Ok(ids
+                .iter()
+                .filter(|&&id| id as usize >= crate::SPECIAL_TOKENS || id == crate::UNK)
+                .map(|&id| bpe.token_of(id).unwrap_or_else(|| crate::vocab::SPECIALS[crate::UNK as usize].to_string()))
+                .collect::<Vec<_>>()
+                .join(" ")),
         }
     }
 
@@ -85,6 +165,7 @@ impl Task {
     pub fn name(self) -> &'static str {
         match self {
             Task::Translation => "translation",
+            Task::Parsing => "parsing",
         }
     }
 }

@@ -1,6 +1,6 @@
 //! `translate`, `evaluate` and `attention`: thin layers over [`Translator`].
 
-use crate::args::{ModelArgs, SearchArgs};
+use crate::args::{ModelArgs, ParsingArgs, SearchArgs};
 use crate::usage;
 use anyhow::{Context, Result};
 use std::path::{Path, PathBuf};
@@ -8,19 +8,27 @@ use std::time::Instant;
 use transformer::decode::translator::{TranslateOptions, TranslateStats, Translator, TranslatorOptions};
 use transformer::decode::BeamConfig;
 use transformer::kernels::cpu::profile::Profile;
-use transformer::task::Report;
+use transformer::task::{Report, Task};
 
 impl ModelArgs {
     /// The translator session these arguments name.
     fn load(&self) -> Result<Translator> {
-        let options = TranslatorOptions { precision: self.precision, pack: !self.no_pack, task: self.task };
+        let task = match self.task {
+            Some(t) => t,
+            None => transformer::train::checkpoint::read_task(&self.checkpoint)?,
+        };
+        let options = TranslatorOptions { precision: self.precision, pack: !self.no_pack, task };
         Ok(Translator::load(&self.checkpoint, &self.bpe, options)?)
     }
 }
 
 impl SearchArgs {
-    fn options(&self, nbest: usize) -> Result<TranslateOptions> {
-        let mut search = BeamConfig::preset(&self.preset)?;
+    /// The search and batching options, from the preset (default: `task`'s) and the overrides.
+    pub(crate) fn options(&self, nbest: usize, task: Task) -> Result<TranslateOptions> {
+        let mut search = match &self.preset {
+            Some(p) => BeamConfig::preset(p)?,
+            None => task.search_defaults(),
+        };
         if let Some(b) = self.beam {
             search.beam = b as usize;
         }
@@ -46,14 +54,14 @@ impl SearchArgs {
         })
     }
 
-    fn describe(&self, o: &TranslateOptions) -> String {
+    pub(crate) fn describe(&self, o: &TranslateOptions) -> String {
         let s = &o.search;
         let stop = if s.early_exit { ", early exit" } else { "" };
         format!("beam {}, α {}, max length {}·src + {}{stop}", s.beam, s.alpha, s.max_len_a, s.max_len_b)
     }
 }
 
-fn warn(m: String) {
+pub(crate) fn warn(m: String) {
     eprintln!("warning: {m}");
 }
 
@@ -94,8 +102,9 @@ pub fn translate(
     profile: bool,
 ) -> Result<()> {
     use std::io::Write;
-    let opts = search.options(nbest)?;
+    search.options(nbest, model.task.unwrap_or_default())?; // bad flags: a usage error before loading
     let translator = model.load()?;
+    let opts = search.options(nbest, translator.task())?;
     let mut lines = Vec::new();
     for_each_input_line(input, |l| {
         lines.push(l.to_string());
@@ -154,14 +163,23 @@ pub(crate) fn read_references(paths: &[PathBuf], base: &Path, n: usize, what: &s
 
 pub fn evaluate(
     model: &ModelArgs,
-    src_path: &Path,
+    src_path: Option<&Path>,
     ref_paths: &[PathBuf],
     output: Option<&Path>,
     search: &SearchArgs,
+    parsing: ParsingArgs,
 ) -> Result<()> {
     use transformer::eval::{bleu, chrf};
-    let opts = search.options(1)?;
+    search.options(1, model.task.unwrap_or_default())?; // bad flags: a usage error before loading
     let translator = model.load()?;
+    let opts = search.options(1, translator.task())?;
+    if translator.task().report() == Report::Evalb {
+        if ref_paths.len() != 1 {
+            usage!("a parsing model is scored against one file of gold trees; give one --ref");
+        }
+        return super::parse::evaluate(&translator, src_path, &ref_paths[0], output, &opts, parsing);
+    }
+    let Some(src_path) = src_path else { usage!("give the source sentences with --src") };
     let srcs = super::read_lines(src_path)?;
     let refs = read_references(ref_paths, src_path, srcs.len(), "sources")?;
     if srcs.is_empty() {
@@ -178,6 +196,7 @@ pub fn evaluate(
         transformer::io::write_atomically(p, text.as_bytes())?;
     }
     match translator.task().report() {
+        Report::Evalb => unreachable!("parsing models are evaluated above"),
         Report::BleuChrfPerplexity => {
             println!("{}", bleu::corpus_bleu(&hyps, &refs, &bleu::BleuConfig::default()).line());
             println!("{}", chrf::corpus_chrf(&hyps, &refs, &chrf::ChrfConfig::default()).line());

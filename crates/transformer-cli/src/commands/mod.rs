@@ -2,6 +2,7 @@
 
 mod bench;
 mod decode;
+mod parse;
 mod text;
 mod train;
 
@@ -17,14 +18,20 @@ pub fn run(cmd: Command) -> Result<()> {
         Command::Average { last, dir, inputs, output } => {
             train::average(last.map(|k| k as usize), dir.as_deref(), inputs, &output)
         }
-        Command::Prepare { src, tgt, bpe, out, max_tokens, max_ratio } => {
-            train::prepare(&src, &tgt, &bpe, &out, max_tokens as usize, max_ratio)
+        Command::Prepare { src, tgt, task, files, bpe, out, max_tokens, max_ratio } => {
+            train::prepare(&src, tgt.as_deref(), task, files.as_deref(), &bpe, &out, max_tokens as usize, max_ratio)
         }
         Command::Translate { model, input, search, nbest, speed, profile } => {
             decode::translate(&model, input.as_deref(), &search, nbest as usize, speed, profile)
         }
-        Command::Evaluate { model, src, refs, output, search } => {
-            decode::evaluate(&model, &src, &refs, output.as_deref(), &search)
+        Command::Evaluate { model, src, refs, output, search, parsing } => {
+            decode::evaluate(&model, src.as_deref(), &refs, output.as_deref(), &search, parsing)
+        }
+        Command::Parse { checkpoint, bpe, input, tokenize, precision, search, parsing, speed } => {
+            parse::parse(&checkpoint, &bpe, input.as_deref(), tokenize, precision, &search, parsing, speed)
+        }
+        Command::Treebank { input, files, words, trees } => {
+            parse::treebank(&input, files.as_deref(), words.as_deref(), trees.as_deref())
         }
         Command::Attention { model, src, tgt, layer, head, out } => {
             decode::attention(&model, &src, tgt.as_deref(), layer.map(|l| l as usize), head.map(|h| h as usize), &out)

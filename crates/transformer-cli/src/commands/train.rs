@@ -101,14 +101,38 @@ pub fn average(last: Option<usize>, dir: Option<&Path>, inputs: Vec<PathBuf>, ou
     Ok(())
 }
 
-pub fn prepare(src: &Path, tgt: &Path, bpe: &Path, out: &Path, max_tokens: usize, max_ratio: f64) -> Result<()> {
+#[allow(clippy::too_many_arguments)]
+pub fn prepare(
+    src: &Path,
+    tgt: Option<&Path>,
+    task: transformer::Task,
+    files: Option<&str>,
+    bpe: &Path,
+    out: &Path,
+    max_tokens: usize,
+    max_ratio: f64,
+) -> Result<()> {
     let filter = transformer::data::parallel::FilterConfig { max_tokens, max_ratio };
     if let Err(e) = filter.validate(("--max-tokens", "--max-ratio")) {
         usage!("{}", e.to_string().trim_start_matches("invalid configuration: "));
     }
     let model = transformer::data::bpe::Bpe::load(bpe)?;
     let start = Instant::now();
-    let report = transformer::data::binarized::prepare(src, tgt, &model, &filter, out, &mut |m| eprintln!("{m}"))?;
+    let log = &mut |m: &str| eprintln!("{m}");
+    let report = match (task, tgt) {
+        (transformer::Task::Translation, Some(tgt)) if files.is_none() => {
+            transformer::data::binarized::prepare(src, tgt, &model, &filter, out, log)?
+        }
+        (transformer::Task::Translation, None) => usage!("give the target text with --tgt"),
+        (transformer::Task::Translation, Some(_)) => usage!("--files selects treebank files: give --task parsing"),
+        (transformer::Task::Parsing, Some(_)) => {
+            usage!("parsing reads its targets from the trees of --src; give no --tgt")
+        }
+        (transformer::Task::Parsing, None) => {
+            let pairs = task.read_pairs(src, Path::new(""), files)?;
+            transformer::data::binarized::prepare_pairs(pairs, task.target_encoding(), &model, &filter, out, log)?
+        }
+    };
     println!(
         "{report} -> {} in {:.1} s, peak RSS {:.0} MB",
         out.display(),

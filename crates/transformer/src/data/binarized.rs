@@ -10,7 +10,7 @@
 
 use super::bpe::Bpe;
 use super::corpus;
-use super::parallel::{FilterConfig, FilterReport};
+use super::parallel::{FilterConfig, FilterReport, TargetEncoding};
 use crate::error::{Error, Result};
 use crate::io::{io_err, write_atomically};
 use sha2::{Digest, Sha256};
@@ -75,15 +75,10 @@ pub fn prepare(
     log: &mut dyn FnMut(&str),
 ) -> Result<FilterReport> {
     filter.validate(("max_tokens", "max_ratio"))?;
-    std::fs::create_dir_all(out).map_err(io_err(out))?;
     let (mut rs, mut rt) = (corpus::Lines::open(src)?, corpus::Lines::open(tgt)?);
-    let (mut ws, mut wt) = (Writer::create(out, "src")?, Writer::create(out, "tgt")?);
-    let mut report = FilterReport::default();
-    let mut chunk: Vec<(String, String)> = Vec::with_capacity(10_000);
     let mut n = 0;
-    loop {
-        chunk.clear();
-        while chunk.len() < 10_000 {
+    let mut next_chunk = |chunk: &mut Vec<(String, String)>| -> Result<()> {
+        while chunk.len() < CHUNK {
             n += 1;
             match (rs.next_line()?.map(str::to_string), rt.next_line()?) {
                 (Some(s), Some(t)) => chunk.push((s, t.to_string())),
@@ -102,10 +97,54 @@ pub fn prepare(
                 }
             }
         }
+        Ok(())
+    };
+    write_prepared(TargetEncoding::Bpe, &mut next_chunk, bpe, filter, out, log)
+}
+
+/// [`prepare`] for pairs already read (for parsing, from a treebank), their targets encoded as
+/// `target` says.
+pub fn prepare_pairs(
+    pairs: Vec<(String, String)>,
+    target: TargetEncoding,
+    bpe: &Bpe,
+    filter: &FilterConfig,
+    out: &Path,
+    log: &mut dyn FnMut(&str),
+) -> Result<FilterReport> {
+    filter.validate(("max_tokens", "max_ratio"))?;
+    let mut pairs = pairs.into_iter();
+    let mut next_chunk = |chunk: &mut Vec<(String, String)>| -> Result<()> {
+        chunk.extend(pairs.by_ref().take(CHUNK));
+        Ok(())
+    };
+    write_prepared(target, &mut next_chunk, bpe, filter, out, log)
+}
+
+/// Pairs encoded and written at a time.
+const CHUNK: usize = 10_000;
+
+/// Encodes, filters and writes the pairs `next_chunk` gives (up to [`CHUNK`] a call; fewer means
+/// the end) into `out`.
+fn write_prepared(
+    target: TargetEncoding,
+    next_chunk: &mut dyn FnMut(&mut Vec<(String, String)>) -> Result<()>,
+    bpe: &Bpe,
+    filter: &FilterConfig,
+    out: &Path,
+    log: &mut dyn FnMut(&str),
+) -> Result<FilterReport> {
+    std::fs::create_dir_all(out).map_err(io_err(out))?;
+    let (mut ws, mut wt) = (Writer::create(out, "src")?, Writer::create(out, "tgt")?);
+    let mut report = FilterReport::default();
+    let mut chunk: Vec<(String, String)> = Vec::with_capacity(CHUNK);
+    loop {
+        chunk.clear();
+        next_chunk(&mut chunk)?;
         if chunk.is_empty() {
             break;
         }
-        let (pairs, r) = super::parallel::encode_and_filter(&chunk, bpe, filter)?;
+        let (pairs, r) = super::parallel::encode_and_filter_with(target, &chunk, bpe, filter)?;
         report.read += r.read;
         report.kept += r.kept;
         report.empty += r.empty;
@@ -115,10 +154,10 @@ pub fn prepare(
             ws.push(s)?;
             wt.push(t)?;
         }
-        if report.read % 500_000 < 10_000 {
+        if report.read % 500_000 < CHUNK {
             log(&format!("{} pairs read, {} kept", report.read, report.kept));
         }
-        if chunk.len() < 10_000 {
+        if chunk.len() < CHUNK {
             break;
         }
     }

@@ -15,6 +15,7 @@ use tokenizers::pre_tokenizers::byte_level::ByteLevel;
 use tokenizers::{AddedToken, DecoderWrapper, ModelWrapper, PreTokenizerWrapper, Tokenizer};
 
 /// A learned BPE model.
+#[derive(Clone)]
 pub struct Bpe {
     tokenizer: Tokenizer,
     hash: String,
@@ -129,6 +130,34 @@ impl Bpe {
         self.tokenizer.token_to_id(piece)
     }
 
+    /// This vocabulary with `tokens` added as whole entries (special tokens of the tokenizer, so
+    /// they are never matched inside ordinary text: source text is encoded as before). Parsing
+    /// adds its tree tokens this way. Tokens already present keep their ids.
+    pub fn with_whole_tokens(&self, tokens: &[&str]) -> Result<Bpe> {
+        let mut tokenizer = self.tokenizer.clone();
+        let added: Vec<AddedToken> = tokens.iter().map(|t| AddedToken::from(t.to_string(), true)).collect();
+        tokenizer.add_special_tokens(&added);
+        Self::from_tokenizer(tokenizer)
+    }
+
+    /// The whole entries added by [`Bpe::with_whole_tokens`], as (id, token), by id.
+    pub fn whole_tokens(&self) -> Vec<(u32, String)> {
+        let mut v: Vec<(u32, String)> = self
+            .tokenizer
+            .get_added_tokens_decoder()
+            .into_iter()
+            .filter(|(id, _)| *id as usize >= crate::SPECIAL_TOKENS)
+            .map(|(id, t)| (id, t.content))
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// The entry `id` as written in the vocabulary (a piece or a whole token).
+    pub fn token_of(&self, id: u32) -> Option<String> {
+        self.tokenizer.id_to_token(id)
+    }
+
     /// Token ids of `line` (no BOS/EOS).
     pub fn encode(&self, line: &str) -> Result<Vec<u32>> {
         Ok(self.tokenizer.encode(line, false).map_err(bpe_err)?.get_ids().to_vec())
@@ -139,9 +168,11 @@ impl Bpe {
         Ok(self.tokenizer.encode(line, false).map_err(bpe_err)?.get_tokens().to_vec())
     }
 
-    /// The text of token ids (special tokens are dropped).
+    /// The text of token ids (PAD, BOS, EOS and UNK are dropped; whole tokens a parsing
+    /// vocabulary added are kept, since some of them, such as `.`, are also ordinary pieces).
     pub fn decode(&self, ids: &[u32]) -> Result<String> {
-        self.tokenizer.decode(ids, true).map_err(bpe_err)
+        let kept: Vec<u32> = ids.iter().copied().filter(|&id| id as usize >= crate::SPECIAL_TOKENS).collect();
+        self.tokenizer.decode(&kept, false).map_err(bpe_err)
     }
 
     /// The text of subword pieces; an unknown piece is an error naming it.

@@ -96,8 +96,40 @@ pub fn read_parallel(src: &Path, tgt: &Path) -> Result<Vec<(String, String)>> {
     Ok(s.into_iter().zip(t).collect())
 }
 
-/// BPE-encodes pairs and keeps those that pass `filter`.
+/// BPE-encodes translation pairs and keeps those that pass `filter`.
 pub fn encode_and_filter(
+    pairs: &[(String, String)],
+    bpe: &Bpe,
+    filter: &FilterConfig,
+) -> Result<(TokenPairs, FilterReport)> {
+    encode_and_filter_with(TargetEncoding::Bpe, pairs, bpe, filter)
+}
+
+/// How target text becomes ids.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TargetEncoding {
+    /// BPE, as the source (translation).
+    Bpe,
+    /// One id per whitespace-separated token, each a whole vocabulary entry, an unknown one as UNK
+    /// (the tree tokens of parsing).
+    WholeTokens,
+}
+
+impl TargetEncoding {
+    /// The ids of `text`.
+    pub fn encode(self, bpe: &Bpe, text: &str) -> Result<Vec<u32>> {
+        match self {
+            TargetEncoding::Bpe => bpe.encode(text),
+            TargetEncoding::WholeTokens => {
+                Ok(text.split_whitespace().map(|t| bpe.id_of(t).unwrap_or(crate::UNK)).collect())
+            }
+        }
+    }
+}
+
+/// Encodes pairs (sources with BPE, targets with `target`) and keeps those that pass `filter`.
+pub fn encode_and_filter_with(
+    target: TargetEncoding,
     pairs: &[(String, String)],
     bpe: &Bpe,
     filter: &FilterConfig,
@@ -109,7 +141,7 @@ pub fn encode_and_filter(
             report.empty += 1;
             continue;
         }
-        let (se, te) = (bpe.encode(s)?, bpe.encode(t)?);
+        let (se, te) = (bpe.encode(s)?, target.encode(bpe, t)?);
         if se.len() > filter.max_tokens || te.len() > filter.max_tokens {
             report.too_long += 1;
             continue;

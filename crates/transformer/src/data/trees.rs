@@ -141,8 +141,8 @@ pub fn punctuation_tag(word: &str) -> Option<&'static str> {
     Some(match word {
         "," => ",",
         "." | "?" | "!" => ".",
-        ":" | ";" | "--" | "..." => ":",
-        "``" => "``",
+        ":" | ";" | "--" | "..." | "-" => ":",
+        "``" | "`" => "``",
         "''" => "''",
         "-LRB-" | "-LCB-" => "-LRB-",
         "-RRB-" | "-RCB-" => "-RRB-",
@@ -229,6 +229,131 @@ pub fn read_trees(path: &Path) -> Result<Vec<Tree>> {
     parse_trees(&text, &path.display().to_string())
 }
 
+/// A range of treebank file names, `FIRST..LAST` (inclusive, compared by file stem as strings):
+/// `wsj_0001..wsj_0159` selects `wsj_0001.mrg` to `wsj_0159.mrg`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FileRange {
+    /// The first stem kept.
+    pub first: String,
+    /// The last stem kept.
+    pub last: String,
+}
+
+impl FileRange {
+    /// Parses `FIRST..LAST`.
+    pub fn parse(s: &str) -> Result<FileRange> {
+        match s.split_once("..") {
+            Some((a, b)) if !a.trim().is_empty() && !b.trim().is_empty() && a.trim() <= b.trim() => {
+                Ok(FileRange { first: a.trim().to_string(), last: b.trim().to_string() })
+            }
+            _ => Err(Error::Config(format!(
+                "file range {s:?}: expected FIRST..LAST with FIRST <= LAST, such as wsj_0001..wsj_0159"
+            ))),
+        }
+    }
+
+    /// Whether the file's stem lies in the range.
+    pub fn contains(&self, path: &Path) -> bool {
+        let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+        self.first.as_str() <= stem.as_str() && stem.as_str() <= self.last.as_str()
+    }
+}
+
+/// The tree files of a treebank path: the file itself, or every `.mrg` file under a directory
+/// (searched recursively, sorted by path), in `range` if given. Finding no file is an error.
+pub fn treebank_files(path: &Path, range: Option<&FileRange>) -> Result<Vec<std::path::PathBuf>> {
+    fn walk(dir: &Path, out: &mut Vec<std::path::PathBuf>) -> Result<()> {
+        for e in std::fs::read_dir(dir).map_err(crate::io::io_err(dir))? {
+            let p = e.map_err(crate::io::io_err(dir))?.path();
+            if p.is_dir() {
+                walk(&p, out)?;
+            } else if p.extension().is_some_and(|e| e.eq_ignore_ascii_case("mrg")) {
+                out.push(p);
+            }
+        }
+        Ok(())
+    }
+    let mut files = Vec::new();
+    if path.is_dir() {
+        walk(path, &mut files)?;
+        files.sort();
+        if let Some(r) = range {
+            files.retain(|p| r.contains(p));
+        }
+    } else {
+        std::fs::metadata(path).map_err(crate::io::io_err(path))?;
+        files.push(path.to_path_buf());
+    }
+    if files.is_empty() {
+        let within = range.map(|r| format!(" named {}..{}", r.first, r.last)).unwrap_or_default();
+        return Err(Error::Config(format!("{}: no .mrg tree file{within} found", path.display())));
+    }
+    Ok(files)
+}
+
+/// Reads and preprocesses every tree of a treebank path (see [`treebank_files`]); trees left with no
+/// words by preprocessing are skipped.
+pub fn read_treebank(path: &Path, range: Option<&FileRange>) -> Result<Vec<Tree>> {
+    let mut trees = Vec::new();
+    for f in treebank_files(path, range)? {
+        trees.extend(read_trees(&f)?.iter().filter_map(Tree::preprocess));
+    }
+    Ok(trees)
+}
+
+/// A (sentence, linearised tree) training pair of a preprocessed tree: the words joined by spaces,
+/// and the tokens of [`Tree::linearise`] joined by spaces.
+pub fn training_pair(tree: &Tree) -> (String, String) {
+    (tree.words().join(" "), tree.linearise().join(" "))
+}
+
+/// Retags every word with a letter or digit that carries one of the punctuation tags EVALB
+/// deletes (`,` `:` `` `` `` `''` `.`) as `XX`: in the treebank such words are never punctuation
+/// (one annotation slip aside), and a deleted tag on one would make EVALB reject the sentence as a
+/// length mismatch. Applied to a model's trees, not to gold ones. Returns how many were retagged.
+pub fn retag_deleted_punctuation(tree: &mut Tree) -> usize {
+    match &tree.word {
+        Some(w) => {
+            let deleted = matches!(tree.label.as_str(), "," | ":" | "``" | "''" | ".");
+            if deleted && w.chars().any(char::is_alphanumeric) {
+                tree.label = "XX".into();
+                1
+            } else {
+                0
+            }
+        }
+        None => tree.children.iter_mut().map(retag_deleted_punctuation).sum(),
+    }
+}
+
+/// Whether `tokens` is a well-formed linearised tree (what [`Tree::linearise`] produces) over
+/// `n_words` words: every closing token closes the innermost open constituent with its own label,
+/// no constituent is empty, everything opened is closed, and there is exactly one leaf token per
+/// word.
+pub fn is_well_formed(tokens: &[String], n_words: usize) -> bool {
+    let mut stack: Vec<(&str, bool)> = Vec::new();
+    let mut leaves = 0;
+    for t in tokens {
+        if let Some(label) = t.strip_prefix('(').filter(|l| !l.is_empty()) {
+            stack.push((label, false));
+        } else if let Some(label) = t.strip_prefix(')').filter(|l| !l.is_empty()) {
+            match stack.pop() {
+                Some((open, true)) if open == label => {}
+                _ => return false,
+            }
+            if let Some(top) = stack.last_mut() {
+                top.1 = true;
+            }
+        } else {
+            leaves += 1;
+            if let Some(top) = stack.last_mut() {
+                top.1 = true;
+            }
+        }
+    }
+    stack.is_empty() && leaves == n_words
+}
+
 /// A well-formed tree under `TOP` whose leaves are exactly `words` in order, built from `tokens` (a
 /// linearised tree, or anything a model produced). Repairs, in this order: a closing token with no
 /// open constituent is ignored; a closing token closes the innermost open constituent whatever its
@@ -266,4 +391,132 @@ pub fn delinearise(tokens: &[String], words: &[&str]) -> Tree {
         top.children.push(Tree::leaf(&tag_for("XX", w), w));
     }
     top
+}
+
+/// Splits raw English text into Penn Treebank tokens, after the treebank's own tokenisation
+/// conventions (as the Treebank tokenizer sed script does): punctuation split off words (a comma
+/// or colon inside a number stays), the sentence-final period split but abbreviations' periods
+/// kept, `n't` and the clitics `'s 'm 'd 'll 're 've` split, double quotes as `` `` `` and `''`,
+/// brackets as `-LRB-`/`-RRB-` (`-LCB-`/`-RCB-` for braces), and `--` as its own token.
+pub fn ptb_tokenize(text: &str) -> Vec<String> {
+    let chunks: Vec<&str> = text.split_whitespace().collect();
+    let mut out = Vec::new();
+    for (i, chunk) in chunks.iter().enumerate() {
+        for piece in split_dashes(chunk) {
+            tokenize_chunk(piece, i + 1 == chunks.len(), &mut out);
+        }
+    }
+    out
+}
+
+fn split_dashes(chunk: &str) -> Vec<&str> {
+    let mut parts = Vec::new();
+    let mut rest = chunk;
+    while let Some(i) = rest.find("--") {
+        if i > 0 {
+            parts.push(&rest[..i]);
+        }
+        parts.push("--");
+        rest = &rest[i + 2..];
+    }
+    if !rest.is_empty() {
+        parts.push(rest);
+    }
+    parts
+}
+
+fn bracket(c: char) -> Option<&'static str> {
+    Some(match c {
+        '(' | '[' => "-LRB-",
+        ')' | ']' => "-RRB-",
+        '{' => "-LCB-",
+        '}' => "-RCB-",
+        _ => return None,
+    })
+}
+
+fn tokenize_chunk(chunk: &str, last: bool, out: &mut Vec<String>) {
+    if chunk == "--" {
+        out.push(chunk.to_string());
+        return;
+    }
+    let mut s = chunk;
+    // Prefixes.
+    loop {
+        let c = match s.chars().next() {
+            Some(c) => c,
+            None => return,
+        };
+        if s.starts_with("``") {
+            out.push("``".into());
+            s = &s[2..];
+        } else if c == '"' {
+            out.push("``".into());
+            s = &s[1..];
+        } else if let Some(b) = bracket(c) {
+            out.push(b.into());
+            s = &s[1..];
+        } else if matches!(c, '$' | '#') && s.len() > 1 {
+            out.push(c.to_string());
+            s = &s[1..];
+        } else if c == '\'' && s.len() > 1 && !is_clitic(s) {
+            out.push("`".into());
+            s = &s[1..];
+        } else {
+            break;
+        }
+    }
+    // Suffixes, innermost last.
+    let mut tail: Vec<String> = Vec::new();
+    loop {
+        let c = match s.chars().last() {
+            Some(c) => c,
+            None => break,
+        };
+        let n = s.len();
+        if s.ends_with("''") && n > 2 {
+            tail.push("''".into());
+            s = &s[..n - 2];
+        } else if c == '"' && n > 1 {
+            tail.push("''".into());
+            s = &s[..n - 1];
+        } else if let Some(b) = bracket(c).filter(|_| n > 1) {
+            tail.push(b.into());
+            s = &s[..n - 1];
+        } else if s.ends_with("...") && n > 3 {
+            tail.push("...".into());
+            s = &s[..n - 3];
+        } else if matches!(c, ',' | ';' | ':' | '?' | '!' | '%') && n > 1 {
+            tail.push(c.to_string());
+            s = &s[..n - 1];
+        } else if c == '.' && n > 1 && last && tail.iter().all(|t| t != ".") {
+            tail.push(".".into());
+            s = &s[..n - 1];
+        } else if c == '\'' && n > 1 && !s.ends_with("''") {
+            tail.push("'".into());
+            s = &s[..n - 1];
+        } else {
+            break;
+        }
+    }
+    // Clitics.
+    let lower = s.to_lowercase();
+    let clitic = ["n't", "'s", "'m", "'d", "'ll", "'re", "'ve"]
+        .iter()
+        .find(|c| lower.ends_with(*c) && lower.len() > c.len())
+        .map(|c| c.len());
+    match clitic {
+        Some(k) => {
+            out.push(s[..s.len() - k].to_string());
+            out.push(s[s.len() - k..].to_string());
+        }
+        None if !s.is_empty() => out.push(s.to_string()),
+        None => {}
+    }
+    out.extend(tail.into_iter().rev());
+}
+
+fn is_clitic(s: &str) -> bool {
+    let l = s.to_lowercase();
+    ["'s", "'m", "'d", "'ll", "'re", "'ve"].contains(&l.as_str())
 }

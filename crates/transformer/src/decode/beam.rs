@@ -169,6 +169,47 @@ fn better(a: &Cand, b: &Cand) -> std::cmp::Ordering {
     b.log_prob.total_cmp(&a.log_prob).then(a.row.cmp(&b.row)).then(a.token.cmp(&b.token))
 }
 
+/// A restriction of the search to outputs of a given form: at each step a hypothesis may only be
+/// extended by the tokens the constraint allows (at the maximum length, EOS only, as always).
+pub trait Constraint: Sync {
+    /// Appends to `out` the tokens allowed after `prefix` (output tokens so far, without BOS) in
+    /// sentence `sent` of the search, EOS among them when the output may end there. At least one
+    /// token must be allowed.
+    fn allowed(&self, sent: usize, prefix: &[u32], out: &mut Vec<u32>);
+}
+
+/// A constraint seen through a map from a search's sentences to the constraint's: sentence `i`
+/// of the search is sentence `map[i]` of `inner`.
+pub struct Remapped<'a> {
+    /// The constraint.
+    pub inner: &'a dyn Constraint,
+    /// Search sentence → constraint sentence.
+    pub map: Vec<usize>,
+}
+
+impl Constraint for Remapped<'_> {
+    fn allowed(&self, sent: usize, prefix: &[u32], out: &mut Vec<u32>) {
+        self.inner.allowed(self.map[sent], prefix, out)
+    }
+}
+
+/// The `k` best of the allowed tokens of a row by log-probability (ties: lower id first).
+fn top_k_allowed(row: &[f32], norm: f32, k: usize, allowed: &[u32]) -> Vec<(f64, u32)> {
+    let key = |x: f32| {
+        let y = x - norm;
+        if y.is_nan() {
+            f64::NEG_INFINITY
+        } else {
+            y as f64
+        }
+    };
+    let mut c: Vec<(f64, u32)> = allowed.iter().map(|&t| (key(row[t as usize]), t)).collect();
+    c.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+    c.dedup_by_key(|x| x.1);
+    c.truncate(k);
+    c
+}
+
 /// Beam search over `src_lens.len()` sentences. Returns, per sentence, its `nbest` best finished
 /// hypotheses, best first. `max_len` caps the output length (EOS not counted) whatever the config
 /// says, e.g. at the model's positions.
@@ -177,6 +218,17 @@ pub fn beam_search(
     src_lens: &[usize],
     cfg: &BeamConfig,
     max_len: usize,
+) -> Result<Vec<Vec<Hypothesis>>> {
+    beam_search_constrained(scorer, src_lens, cfg, max_len, None)
+}
+
+/// [`beam_search`] restricted by `constraint`, if given.
+pub fn beam_search_constrained(
+    scorer: &mut impl Scorer,
+    src_lens: &[usize],
+    cfg: &BeamConfig,
+    max_len: usize,
+    constraint: Option<&dyn Constraint>,
 ) -> Result<Vec<Vec<Hypothesis>>> {
     cfg.validate()?;
     let v = scorer.vocab();
@@ -200,7 +252,15 @@ pub fn beam_search(
             .zip(out.log_norms.par_iter())
             .zip(live.par_iter())
             .map(|((row, &norm), h)| {
-                top_k(row, norm, cfg.beam - finished[h.sent].len(), h.tokens.len() >= limit[h.sent])
+                let (k, at_limit) = (cfg.beam - finished[h.sent].len(), h.tokens.len() >= limit[h.sent]);
+                match constraint {
+                    Some(c) if !at_limit => {
+                        let mut allowed = Vec::new();
+                        c.allowed(h.sent, &h.tokens, &mut allowed);
+                        top_k_allowed(row, norm, k, &allowed)
+                    }
+                    _ => top_k(row, norm, k, at_limit),
+                }
             })
             .collect();
         drop(_t);
@@ -347,12 +407,12 @@ pub fn translate_batch(
     ws: &mut Workspace,
 ) -> Result<Vec<Vec<Hypothesis>>> {
     let packed = Arc::new(model.pack_decoder());
-    Ok(search_batch(model, srcs, cfg, ws, &packed, &mut DecoderState::default())?.0)
+    Ok(search_batch(model, srcs, cfg, ws, &packed, &mut DecoderState::default(), None)?.0)
 }
 
 /// [`translate_batch`] with the decoder weights packed once by `model.pack_decoder()` and the
 /// buffers of `state` reused (it is left holding them for the next batch); also returns the rows
-/// decoded summed over steps.
+/// decoded summed over steps. `constraint`, if given, restricts the search.
 pub fn search_batch(
     model: &Transformer,
     srcs: &[&[u32]],
@@ -360,13 +420,14 @@ pub fn search_batch(
     ws: &mut Workspace,
     packed: &Arc<PackedDecoder>,
     state: &mut DecoderState,
+    constraint: Option<&dyn Constraint>,
 ) -> Result<(Vec<Vec<Hypothesis>>, usize)> {
     cfg.validate()?;
     let cap = model.config.max_positions - 1;
     let steps = srcs.iter().map(|s| cfg.max_len(s.len()).min(cap) + 1).max().unwrap_or(0);
     let mut scorer = ModelScorer::reusing(model, srcs, steps, ws, Arc::clone(packed), std::mem::take(state))?;
     let lens: Vec<usize> = srcs.iter().map(|s| s.len()).collect();
-    let hyps = beam_search(&mut scorer, &lens, cfg, cap);
+    let hyps = beam_search_constrained(&mut scorer, &lens, cfg, cap, constraint);
     let rows = scorer.rows_decoded;
     *state = scorer.into_state();
     Ok((hyps?, rows))

@@ -5,3 +5,4 @@ pub mod beam;
 
 pub use beam::{beam_search, search_batch, translate_batch, BeamConfig, Hypothesis, ModelScorer, Scorer, StepScores};
 pub mod translator;
+pub mod tree_constraint;

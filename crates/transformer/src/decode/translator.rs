@@ -8,7 +8,9 @@
 //! into chunks that are translated one after the other (with a warning) rather than cut, or
 //! refused, as the [`Task`] says.
 
-use super::beam::{search_batch, BeamConfig, Hypothesis};
+use super::beam::{search_batch, BeamConfig, Constraint, Hypothesis, Remapped};
+use super::tree_constraint::TreeConstraint;
+use crate::data::trees::{delinearise, is_well_formed, retag_deleted_punctuation, Tree};
 use crate::data::batching::BatchConfig;
 use crate::data::bpe::Bpe;
 use crate::error::{Error, Result};
@@ -67,9 +69,13 @@ fn translate_ids(
     opts: &TranslateOptions,
     ws: &mut Workspace,
     state: &mut DecoderState,
+    constraint: Option<&dyn Constraint>,
     warn: &mut dyn FnMut(String),
 ) -> Result<(Vec<Vec<Hypothesis>>, TranslateStats)> {
     opts.search.validate()?;
+    if constraint.is_some() && task.long_inputs() != LongInputs::Refuse {
+        return Err(Error::Config(format!("constrained decoding is for parsing, not {}", task.name())));
+    }
     let max_src = model.config.max_positions;
     let mut stats = TranslateStats { sentences: srcs.len(), ..Default::default() };
     // Pieces: (sentence, chunk) → ids. Most sentences are one piece.
@@ -108,7 +114,10 @@ fn translate_ids(
         let fit = (opts.max_tokens / longest.max(1)).clamp(1, opts.max_sentences.max(1));
         let end = (start + fit).min(order.len());
         let batch: Vec<&[u32]> = order[start..end].iter().map(|&p| pieces[p].1).collect();
-        let (hyps, rows) = search_batch(model, &batch, &opts.search, ws, packed, state)?;
+        let remapped =
+            constraint.map(|inner| Remapped { inner, map: order[start..end].iter().map(|&p| pieces[p].0).collect() });
+        let c = remapped.as_ref().map(|r| r as &dyn Constraint);
+        let (hyps, rows) = search_batch(model, &batch, &opts.search, ws, packed, state, c)?;
         stats.rows_decoded += rows;
         for (&p, h) in order[start..end].iter().zip(hyps) {
             piece_hyps[p] = h;
@@ -164,6 +173,54 @@ impl Default for TranslatorOptions {
     }
 }
 
+/// How to parse.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ParseOptions {
+    /// Batching and search (§6.3: beam 21, α 0.3, input length + 300).
+    pub translate: TranslateOptions,
+    /// Restrict the search to sequences that can still become a valid tree (`--constrained`, a
+    /// named deviation).
+    pub constrained: bool,
+    /// Give `(TOP)` with a warning for a sentence longer than the model's positions, instead of an
+    /// error.
+    pub skip_long: bool,
+}
+
+impl Default for ParseOptions {
+    fn default() -> Self {
+        ParseOptions {
+            translate: TranslateOptions { search: BeamConfig::parsing(), ..Default::default() },
+            constrained: false,
+            skip_long: false,
+        }
+    }
+}
+
+/// One parsed sentence.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Parse {
+    /// The tree, over exactly the sentence's words (`(TOP)` for a skipped sentence).
+    pub tree: Tree,
+    /// Whether the model's output was not a well-formed linearised tree over the words (or held a
+    /// token that is not a tree token) and needed repair.
+    pub malformed: bool,
+    /// Whether the sentence was empty or too long and not parsed.
+    pub skipped: bool,
+    /// The model's output.
+    pub hypothesis: Hypothesis,
+}
+
+impl Parse {
+    fn skipped() -> Parse {
+        Parse {
+            tree: Tree::node("TOP", Vec::new()),
+            malformed: false,
+            skipped: true,
+            hypothesis: Hypothesis { tokens: Vec::new(), log_prob: 0.0, score: 0.0 },
+        }
+    }
+}
+
 /// One output sentence: the detokenised text of a hypothesis.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Translation {
@@ -213,6 +270,16 @@ impl Translator {
                 vocab.hash()
             )));
         }
+        let stored = crate::train::checkpoint::task_of(checkpoint, &ckpt)?;
+        if stored != options.task {
+            return Err(Error::Config(format!(
+                "{} is a {} model, not a {} one{}",
+                checkpoint.display(),
+                stored.name(),
+                options.task.name(),
+                if stored == Task::Parsing { ": use `transformer parse`" } else { "" }
+            )));
+        }
         Self::new(Transformer::from_params(ckpt.config, ckpt.params)?, vocab, options)
     }
 
@@ -249,7 +316,7 @@ impl Translator {
         warn: &mut dyn FnMut(String),
     ) -> Result<(Vec<Vec<Hypothesis>>, TranslateStats)> {
         self.with_buffers(|ws, state| {
-            translate_ids(&self.model, &self.packed, self.task, srcs, options, ws, state, warn)
+            translate_ids(&self.model, &self.packed, self.task, srcs, options, ws, state, None, warn)
         })
     }
 
@@ -268,7 +335,7 @@ impl Translator {
             .map(|nbest| {
                 nbest
                     .into_iter()
-                    .map(|h| Ok(Translation { text: self.bpe.decode(&h.tokens)?, hypothesis: h }))
+                    .map(|h| Ok(Translation { text: self.task.decode_target(&self.bpe, &h.tokens)?, hypothesis: h }))
                     .collect::<Result<Vec<_>>>()
             })
             .collect::<Result<Vec<_>>>()?;
@@ -284,7 +351,7 @@ impl Translator {
         }
         let mut pairs = Vec::with_capacity(srcs.len());
         for (s, r) in srcs.iter().zip(refs) {
-            pairs.push((self.bpe.encode(s)?, self.bpe.encode(r)?));
+            pairs.push((self.bpe.encode(s)?, self.task.encode_target(&self.bpe, r)?));
         }
         let (keep, too_long) = perplexity::scorable(&self.model, &pairs);
         for i in too_long {
@@ -297,6 +364,71 @@ impl Translator {
         let pairs: Vec<(Vec<u32>, Vec<u32>)> = keep.into_iter().map(|i| std::mem::take(&mut pairs[i])).collect();
         let budget = BatchConfig { max_src_tokens: 4096, max_tgt_tokens: 4096 };
         self.with_buffers(|ws, _| perplexity::score(&self.model, &pairs, &budget, 0.0, ws))
+    }
+
+    /// Parses sentences (words separated by spaces, already tokenised as the treebank's) into trees
+    /// over exactly their words, in input order, with the counts for a speed report. A sentence
+    /// longer than the model's positions is an error naming its line, or with
+    /// `options.skip_long` gives the tree `(TOP)` and a warning; so does an empty line.
+    pub fn parse(
+        &self,
+        sentences: &[String],
+        options: &ParseOptions,
+        warn: &mut dyn FnMut(String),
+    ) -> Result<(Vec<Parse>, TranslateStats)> {
+        if self.task != Task::Parsing {
+            return Err(Error::Config(format!("parsing needs a parsing model, not a {} one", self.task.name())));
+        }
+        let max = self.model.config.max_positions;
+        let mut out: Vec<Parse> = Vec::with_capacity(sentences.len());
+        let (mut idx, mut srcs, mut words) = (Vec::new(), Vec::new(), Vec::new());
+        for (i, line) in sentences.iter().enumerate() {
+            let w: Vec<&str> = line.split_whitespace().collect();
+            out.push(Parse::skipped());
+            if w.is_empty() {
+                warn(format!("line {}: empty; its tree is (TOP)", i + 1));
+                continue;
+            }
+            let ids = self.bpe.encode(&w.join(" "))?;
+            if ids.len() > max {
+                let what = format!(
+                    "line {}: {} words make {} tokens, more than the model's max_positions = {max}",
+                    i + 1,
+                    w.len(),
+                    ids.len()
+                );
+                if !options.skip_long {
+                    return Err(Error::Decode(format!(
+                        "{what}; a sentence is never split for parsing (give --skip-long to output (TOP) for it)"
+                    )));
+                }
+                warn(format!("{what}; skipped, its tree is (TOP)"));
+                continue;
+            }
+            idx.push(i);
+            srcs.push(ids);
+            words.push(w.len());
+        }
+        let constraint = match options.constrained {
+            true => Some(TreeConstraint::new(&self.bpe, words.clone())?),
+            false => None,
+        };
+        let (hyps, stats) = self.with_buffers(|ws, state| {
+            let c = constraint.as_ref().map(|c| c as &dyn Constraint);
+            translate_ids(&self.model, &self.packed, self.task, &srcs, &options.translate, ws, state, c, warn)
+        })?;
+        let whole: std::collections::HashSet<u32> = self.bpe.whole_tokens().into_iter().map(|(id, _)| id).collect();
+        for ((&i, nbest), &n) in idx.iter().zip(hyps).zip(&words) {
+            let h = nbest.into_iter().next().unwrap_or(Hypothesis { tokens: Vec::new(), log_prob: 0.0, score: 0.0 });
+            let text = self.task.decode_target(&self.bpe, &h.tokens)?;
+            let tokens: Vec<String> = text.split_whitespace().map(str::to_string).collect();
+            let w: Vec<&str> = sentences[i].split_whitespace().collect();
+            let malformed = !h.tokens.iter().all(|t| whole.contains(t)) || !is_well_formed(&tokens, n);
+            let mut tree = delinearise(&tokens, &w);
+            retag_deleted_punctuation(&mut tree);
+            out[i] = Parse { tree, malformed, skipped: false, hypothesis: h };
+        }
+        Ok((out, stats))
     }
 
     /// Every attention weight of one sentence pair (token ids without BOS/EOS), from a

@@ -15,6 +15,9 @@ use std::path::{Path, PathBuf};
 pub const FORMAT: &str = "transformer-checkpoint";
 /// The current format version.
 pub const FORMAT_VERSION: u32 = 1;
+/// The metadata key naming the model's task (`translation`, `parsing`); absent in checkpoints
+/// written before tasks existed, which are translation models.
+pub const TASK_KEY: &str = "task";
 const ADAM_M: &str = "optimizer.adam_m";
 const ADAM_V: &str = "optimizer.adam_v";
 
@@ -240,9 +243,46 @@ pub fn average(paths: &[PathBuf]) -> Result<Checkpoint> {
     let n = paths.len() as f64;
     out.params = sum.iter().map(|&s| (s / n) as f32).collect();
     out.adam = None;
+    let task = out.extra.remove(TASK_KEY);
     out.extra =
         [("averaged_from".to_string(), paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(","))]
             .into_iter()
             .collect();
+    if let Some(task) = task {
+        out.extra.insert(TASK_KEY.to_string(), task);
+    }
     Ok(out)
+}
+
+/// The task stored in a checkpoint's metadata (translation when none is stored); an unknown name
+/// is an error naming the file.
+pub fn task_of(path: &Path, ckpt: &Checkpoint) -> Result<crate::task::Task> {
+    task_named(path, ckpt.extra.get(TASK_KEY).map(String::as_str))
+}
+
+fn task_named(path: &Path, name: Option<&str>) -> Result<crate::task::Task> {
+    match name {
+        None => Ok(crate::task::Task::Translation),
+        Some(name) => crate::task::Task::ALL.into_iter().find(|t| t.name() == name).ok_or_else(|| {
+            Error::CorruptCheckpoint { path: path.to_path_buf(), reason: format!("unknown task {name:?} in its metadata") }
+        }),
+    }
+}
+
+/// The task stored in the checkpoint at `path`, reading only its header (see [`task_of`]).
+pub fn read_task(path: &Path) -> Result<crate::task::Task> {
+    use std::io::Read;
+    let corrupt = |reason: String| Error::CorruptCheckpoint { path: path.to_path_buf(), reason };
+    let mut f = std::fs::File::open(path).map_err(io_err(path))?;
+    let mut len = [0u8; 8];
+    f.read_exact(&mut len).map_err(|e| corrupt(format!("no safetensors header ({e})")))?;
+    let n = u64::from_le_bytes(len);
+    if n > 100 << 20 {
+        return Err(corrupt(format!("a safetensors header of {n} bytes")));
+    }
+    let mut header = vec![0u8; n as usize];
+    f.read_exact(&mut header).map_err(|e| corrupt(format!("truncated safetensors header ({e})")))?;
+    let json: serde_json::Value =
+        serde_json::from_slice(&header).map_err(|e| corrupt(format!("unreadable safetensors header ({e})")))?;
+    task_named(path, json.get("__metadata__").and_then(|m| m.get(TASK_KEY)).and_then(|t| t.as_str()))
 }

@@ -85,16 +85,22 @@ fn struct_fields<'de, T: Deserialize<'de>>() -> &'static [&'static str] {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct DataSection {
-    /// What the model learns (`"translation"`); decides how the corpora are read.
+    /// What the model learns (`"translation"` or `"parsing"`); decides how the corpora are read.
     pub task: Task,
-    /// Training source text (plain or .gz), line-aligned with `train_tgt`.
+    /// Training source text (plain or .gz), line-aligned with `train_tgt`. For parsing, a treebank:
+    /// a bracketed file or a directory of `.mrg` files (searched recursively).
     pub train_src: PathBuf,
-    /// Training target text.
+    /// Training target text (not given for parsing: the targets are the trees).
     pub train_tgt: PathBuf,
-    /// Validation source text.
+    /// Validation source text (for parsing, a treebank).
     pub valid_src: PathBuf,
-    /// Validation target text.
+    /// Validation target text (not given for parsing).
     pub valid_tgt: PathBuf,
+    /// Parsing: the treebank files to train on, `FIRST..LAST` by file name (`wsj_0001..wsj_0159`);
+    /// all of `train_src` if not given.
+    pub train_files: Option<String>,
+    /// Parsing: the treebank files to validate on.
+    pub valid_files: Option<String>,
     /// The shared BPE model; learned from the training text (and saved here) if it does not exist.
     pub bpe: PathBuf,
     /// A directory from `transformer prepare` to train from (memory-mapped) instead of
@@ -117,6 +123,8 @@ impl Default for DataSection {
             train_tgt: PathBuf::new(),
             valid_src: PathBuf::new(),
             valid_tgt: PathBuf::new(),
+            train_files: None,
+            valid_files: None,
             bpe: PathBuf::new(),
             train_bin: None,
             vocab_size: 8000,
@@ -160,6 +168,11 @@ pub struct TrainSection {
     pub keep_last: usize,
     /// Validate every this many updates (and at every epoch's end).
     pub valid_steps: Option<u64>,
+    /// Parsing: decode the validation sentences and score them with EVALB every this many epochs
+    /// (and at the end of the run); the best checkpoint by F1 is kept as `best.safetensors`. 0: never.
+    pub valid_f1_epochs: u64,
+    /// Parsing: the beam of that decoding (α and maximum length are §6.3's).
+    pub valid_f1_beam: usize,
     /// Matrix products with bf16 operands and f32 sums on AMX or AVX512-BF16 (the `bf16-matmul` departure);
     /// weights, gradients, Adam and every other kernel stay f32. `true`, `false` or `"auto"`.
     pub bf16_matmul: Bf16Matmul,
@@ -184,6 +197,8 @@ impl Default for TrainSection {
             checkpoint_steps: None,
             keep_last: 5,
             valid_steps: None,
+            valid_f1_epochs: 2,
+            valid_f1_beam: 4,
             bf16_matmul: Bf16Matmul::Off,
         }
     }
@@ -305,6 +320,9 @@ impl RunConfig {
         let cfg: RunConfig =
             toml::Value::Table(doc.clone()).try_into().map_err(|e| Error::Config(format!("{origin}: {e}")))?;
         for (section, field) in REQUIRED {
+            if cfg.data.task == Task::Parsing && matches!(field, "train_tgt" | "valid_tgt") {
+                continue; // parsing reads its targets from the trees
+            }
             if !doc.get(section).and_then(|s| s.as_table()).is_some_and(|s| s.contains_key(field)) {
                 return Err(Error::Config(format!("{origin}: missing field `{field}`\nin `{section}`\n")));
             }
@@ -351,6 +369,35 @@ impl RunConfig {
                 d.vocab_size,
                 crate::SPECIAL_TOKENS
             ));
+        }
+        if t.valid_f1_beam == 0 || t.valid_f1_beam > crate::decode::beam::MAX_BEAM {
+            return bad(format!(
+                "train.valid_f1_beam = {} must lie in [1, {}]",
+                t.valid_f1_beam,
+                crate::decode::beam::MAX_BEAM
+            ));
+        }
+        match d.task {
+            Task::Translation => {
+                if let Some(f) = d.train_files.as_ref().or(d.valid_files.as_ref()) {
+                    return bad(format!(
+                        "data.train_files/valid_files ({f}) select treebank files: they apply to task = \"parsing\" only"
+                    ));
+                }
+            }
+            Task::Parsing => {
+                for (name, p) in [("data.train_tgt", &d.train_tgt), ("data.valid_tgt", &d.valid_tgt)] {
+                    if !p.as_os_str().is_empty() {
+                        return bad(format!(
+                            "{name} = {:?}: parsing reads its targets from the trees of the treebank; remove it",
+                            p.display().to_string()
+                        ));
+                    }
+                }
+                for r in [&d.train_files, &d.valid_files].into_iter().flatten() {
+                    crate::data::trees::FileRange::parse(r)?;
+                }
+            }
         }
         if !(t.lr_scale.is_finite() && t.lr_scale > 0.0 && t.lr_scale <= 1e3) {
             return bad(format!("train.lr_scale = {} must be a number in (0, 1000]", t.lr_scale));

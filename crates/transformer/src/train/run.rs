@@ -15,10 +15,10 @@ use crate::config::ModelConfig;
 use crate::data::batching::{epoch_order, make_batches, BatchConfig};
 use crate::data::binarized::{Binarized, Pairs};
 use crate::data::bpe::Bpe;
-use crate::data::parallel::{encode_and_filter, FilterConfig, TokenPairs};
+use crate::data::parallel::{encode_and_filter_with, FilterConfig, TokenPairs};
 use crate::error::{Error, Result};
 use crate::model::Batch;
-use crate::task::Validation;
+use crate::task::{Task, Validation};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -36,6 +36,9 @@ pub struct RunState {
     pub cursor: usize,
     /// Seconds of training over all processes.
     pub elapsed_s: f64,
+    /// Parsing: the best validation F1 so far (its checkpoint is `best.safetensors`).
+    #[serde(default)]
+    pub best_f1: Option<f64>,
 }
 
 /// What a run did.
@@ -59,6 +62,8 @@ struct Data {
     train: Box<dyn Pairs>,
     batches: Vec<Vec<usize>>,
     valid: TokenPairs,
+    /// The validation text pairs (for parsing: sentence, linearised gold tree).
+    valid_text: Vec<(String, String)>,
 }
 
 fn prepare(cfg: &RunConfig, log: &mut dyn FnMut(&str)) -> Result<Data> {
@@ -67,8 +72,8 @@ fn prepare(cfg: &RunConfig, log: &mut dyn FnMut(&str)) -> Result<Data> {
         Bpe::load(&d.bpe)?
     } else {
         log(&format!("learning a {}-entry BPE vocabulary from the training text", d.vocab_size));
-        let text = d.task.read_pairs(&d.train_src, &d.train_tgt)?;
-        let bpe = Bpe::learn(text.iter().flat_map(|(s, t)| [s, t]), d.vocab_size, 2)?;
+        let text = d.task.read_pairs(&d.train_src, &d.train_tgt, d.train_files.as_deref())?;
+        let bpe = d.task.learn_vocabulary(&text, d.vocab_size)?;
         if let Some(w) = bpe.shortfall(d.vocab_size) {
             log(&format!("warning: {w}"));
         }
@@ -92,14 +97,16 @@ fn prepare(cfg: &RunConfig, log: &mut dyn FnMut(&str)) -> Result<Data> {
         }
         None => {
             let filter = FilterConfig { max_tokens: d.max_tokens, max_ratio: d.max_ratio };
-            let (pairs, report) = encode_and_filter(&d.task.read_pairs(&d.train_src, &d.train_tgt)?, &bpe, &filter)?;
+            let text = d.task.read_pairs(&d.train_src, &d.train_tgt, d.train_files.as_deref())?;
+            let (pairs, report) = encode_and_filter_with(d.task.target_encoding(), &text, &bpe, &filter)?;
             log(&format!("train: {report}"));
             Box::new(pairs)
         }
     };
     let model = cfg.model_config(bpe.vocab_size())?;
     cfg.validate_for(&model, super::config::machine_memory_bytes())?;
-    let valid = validation_pairs(&d.task.read_pairs(&d.valid_src, &d.valid_tgt)?, &bpe, &model, d, log)?;
+    let valid_text = d.task.read_pairs(&d.valid_src, &d.valid_tgt, d.valid_files.as_deref())?;
+    let valid = validation_pairs(&valid_text, &bpe, &model, d, log)?;
     if train.count() == 0 {
         return Err(Error::Config(
             "no training pairs left after filtering; check data.max_tokens and data.max_ratio".into(),
@@ -124,7 +131,7 @@ fn prepare(cfg: &RunConfig, log: &mut dyn FnMut(&str)) -> Result<Data> {
     }
     let bc = BatchConfig { max_src_tokens: cfg.train.max_src_tokens, max_tgt_tokens: cfg.train.max_tgt_tokens };
     let batches = make_batches(&lengths, &bc);
-    Ok(Data { bpe, model, train, batches, valid })
+    Ok(Data { bpe, model, train, batches, valid, valid_text })
 }
 
 /// The validation pairs: every pair with two non-empty sides, encoded; a pair too long for the
@@ -138,7 +145,7 @@ fn validation_pairs(
     log: &mut dyn FnMut(&str),
 ) -> Result<TokenPairs> {
     let keep_all = FilterConfig { max_tokens: usize::MAX, max_ratio: f64::INFINITY };
-    let (encoded, mut report) = encode_and_filter(text, bpe, &keep_all)?;
+    let (encoded, mut report) = encode_and_filter_with(d.task.target_encoding(), text, bpe, &keep_all)?;
     let max = model.max_positions;
     let mut valid = Vec::with_capacity(encoded.len());
     let non_empty = text.iter().enumerate().filter(|(_, (s, t))| !s.trim().is_empty() && !t.trim().is_empty());
@@ -180,7 +187,7 @@ fn batch_of(pairs: &dyn Pairs, idx: &[usize]) -> Batch {
 /// target token over `pairs`, without dropout (the validation set is never empty: `prepare` says).
 fn validate(trainer: &mut Trainer, pairs: &TokenPairs, cfg: &RunConfig) -> Result<(f64, f64)> {
     match cfg.data.task.validation() {
-        Validation::Perplexity => {
+        Validation::Perplexity | Validation::PerplexityAndF1 => {
             let bc = BatchConfig { max_src_tokens: cfg.train.max_src_tokens, max_tgt_tokens: cfg.train.max_tgt_tokens };
             let totals = trainer.score(pairs, &bc)?;
             let tokens = totals.tokens.max(1) as f64;
@@ -189,15 +196,82 @@ fn validate(trainer: &mut Trainer, pairs: &TokenPairs, cfg: &RunConfig) -> Resul
     }
 }
 
+/// Parsing validation: beam-decodes the validation sentences (beam `train.valid_f1_beam`, §6.3's α
+/// and length) and scores the trees against the gold ones with EVALB (COLLINS.prm). Returns the
+/// F-measure over all lengths (0 where EVALB has no valid sentence) and the number of outputs
+/// that needed repair.
+fn validate_f1(trainer: &Trainer, data: &Data, cfg: &RunConfig) -> Result<(f64, usize)> {
+    use crate::data::trees::delinearise;
+    use crate::decode::translator::{ParseOptions, Translator, TranslatorOptions};
+    let model = trainer.model().clone();
+    let precision = model.precision();
+    let options = TranslatorOptions { precision, pack: true, task: cfg.data.task };
+    let translator = Translator::new(model, data.bpe.clone(), options)?;
+    let mut popts = ParseOptions { skip_long: true, ..Default::default() };
+    popts.translate.search.beam = cfg.train.valid_f1_beam;
+    let sentences: Vec<String> = data.valid_text.iter().map(|(s, _)| s.clone()).collect();
+    let (parses, _) = translator.parse(&sentences, &popts, &mut |_| {})?;
+    let mut gold = Vec::with_capacity(parses.len());
+    let mut test = Vec::with_capacity(parses.len());
+    for ((s, t), p) in data.valid_text.iter().zip(&parses) {
+        let words: Vec<&str> = s.split_whitespace().collect();
+        let tokens: Vec<String> = t.split_whitespace().map(str::to_string).collect();
+        gold.push(delinearise(&tokens, &words).to_bracketed());
+        test.push(p.tree.to_bracketed());
+    }
+    let report = crate::eval::evalb::score(&gold, &test, &crate::eval::evalb::Params::collins());
+    let f1 = report.all.fmeasure;
+    Ok((if f1.is_finite() { f1 } else { 0.0 }, parses.iter().filter(|p| p.malformed).count()))
+}
+
+/// Runs the F1 validation, logs and records it, and keeps the checkpoint `ckpt` as
+/// `best.safetensors` when it is the best so far.
+fn f1_checkpoint(
+    trainer: &Trainer,
+    data: &Data,
+    cfg: &RunConfig,
+    state: &mut RunState,
+    run_dir: &RunDir,
+    log: &mut dyn FnMut(&str),
+) -> Result<()> {
+    let start = Instant::now();
+    let (f1, malformed) = validate_f1(trainer, data, cfg)?;
+    let best = state.best_f1.is_none_or(|b| f1 > b);
+    if best {
+        state.best_f1 = Some(f1);
+        let extra = checkpoint_extra(state, cfg.data.task);
+        checkpoint::save(&cfg.train.output_dir.join(BEST), &trainer.to_checkpoint(data.bpe.hash(), extra))?;
+    }
+    log(&format!(
+        "validation F1 {f1:.2} at step {} ({malformed} of {} outputs repaired, {:.0} s){}",
+        state.step,
+        data.valid_text.len(),
+        start.elapsed().as_secs_f64(),
+        if best { "; best so far, saved as best.safetensors" } else { "" }
+    ));
+    run_dir.append_metrics(&serde_json::json!({"kind": "valid_f1", "step": state.step, "epoch": state.epoch, "f1": f1, "malformed": malformed, "best": best}))
+}
+
+/// The file name of a parsing run's best checkpoint by validation F1.
+pub const BEST: &str = "best.safetensors";
+
 /// The metrics record of a validation: loss and NLL per target token, perplexity.
 fn valid_record(step: u64, epoch: u64, (loss, nll): (f64, f64)) -> serde_json::Value {
     serde_json::json!({"kind": "valid", "step": step, "epoch": epoch, "loss": loss, "nll": nll, "ppl": nll.exp()})
 }
 
 /// Saves the trainer with the run's position, so that a restart continues exactly.
-fn save(run_dir: &RunDir, trainer: &Trainer, state: &RunState, vocab_hash: &str) -> Result<PathBuf> {
-    let extra = [("run_state".to_string(), serde_json::to_string(state).expect("state serialises"))].into();
-    run_dir.save(&trainer.to_checkpoint(vocab_hash, extra))
+fn save(run_dir: &RunDir, trainer: &Trainer, state: &RunState, vocab_hash: &str, task: Task) -> Result<PathBuf> {
+    run_dir.save(&trainer.to_checkpoint(vocab_hash, checkpoint_extra(state, task)))
+}
+
+/// The metadata a run's checkpoints carry: its position and its task.
+fn checkpoint_extra(state: &RunState, task: Task) -> std::collections::BTreeMap<String, String> {
+    [
+        ("run_state".to_string(), serde_json::to_string(state).expect("state serialises")),
+        (checkpoint::TASK_KEY.to_string(), task.name().to_string()),
+    ]
+    .into()
 }
 
 /// Restores `trainer` from the checkpoint at `path` (which must be for `model_cfg` and the
@@ -346,7 +420,7 @@ pub fn run(cfg: &RunConfig, log: &mut dyn FnMut(&str)) -> Result<RunSummary> {
             }
             let due_steps = t.checkpoint_steps.is_some_and(|c| state.step % c == 0);
             if due_steps || state.elapsed_s - last_ckpt >= t.checkpoint_minutes * 60.0 {
-                save(&run_dir, &trainer, &state, data.bpe.hash())?;
+                save(&run_dir, &trainer, &state, data.bpe.hash(), cfg.data.task)?;
                 last_ckpt = state.elapsed_s;
             }
         }
@@ -360,11 +434,21 @@ pub fn run(cfg: &RunConfig, log: &mut dyn FnMut(&str)) -> Result<RunSummary> {
             vn.exp()
         ));
         run_dir.append_metrics(&valid_record(state.step, state.epoch, (vl, vn)))?;
+        let f1_due = t.valid_f1_epochs > 0 && state.epoch % t.valid_f1_epochs == 0;
+        if cfg.data.task.validation() == Validation::PerplexityAndF1 && f1_due {
+            f1_checkpoint(&trainer, &data, cfg, &mut state, &run_dir, log)?;
+        }
     }
     state.elapsed_s = elapsed();
+    // Parsing scores the final model too, before the last checkpoint, so that the best F1 it
+    // records is current.
+    let f1_at_end = cfg.data.task.validation() == Validation::PerplexityAndF1 && t.valid_f1_epochs > 0;
+    if f1_at_end {
+        f1_checkpoint(&trainer, &data, cfg, &mut state, &run_dir, log)?;
+    }
     let last_path = match run_dir.latest_checkpoint()? {
-        Some((step, path)) if step == state.step => path,
-        _ => save(&run_dir, &trainer, &state, data.bpe.hash())?,
+        Some((step, path)) if step == state.step && !f1_at_end => path,
+        _ => save(&run_dir, &trainer, &state, data.bpe.hash(), cfg.data.task)?,
     };
     let valid = validate(&mut trainer, &data.valid, cfg)?;
     run_dir.append_metrics(&valid_record(state.step, state.epoch + 1, valid))?;

@@ -1,0 +1,153 @@
+//! `parse`, `treebank` and `evaluate` of a parsing model: thin layers over [`Translator::parse`]
+//! and the EVALB scorer.
+
+use super::decode::{for_each_input_line, warn};
+use crate::args::{ParsingArgs, SearchArgs};
+use anyhow::Result;
+use std::path::Path;
+use std::time::Instant;
+use transformer::data::trees::{self, Tree};
+use transformer::decode::translator::{Parse, ParseOptions, TranslateOptions, Translator, TranslatorOptions};
+use transformer::eval::evalb;
+use transformer::{Precision, Task};
+
+fn parse_options(translate: TranslateOptions, p: ParsingArgs) -> ParseOptions {
+    ParseOptions { translate, constrained: p.constrained, skip_long: p.skip_long }
+}
+
+#[allow(clippy::too_many_arguments)]
+pub fn parse(
+    checkpoint: &Path,
+    bpe: &Path,
+    input: Option<&Path>,
+    tokenize: bool,
+    precision: Precision,
+    search: &SearchArgs,
+    parsing: ParsingArgs,
+    speed: bool,
+) -> Result<()> {
+    use std::io::Write;
+    let opts = parse_options(search.options(1, Task::Parsing)?, parsing);
+    let translator =
+        Translator::load(checkpoint, bpe, TranslatorOptions { precision, pack: true, task: Task::Parsing })?;
+    let mut lines = Vec::new();
+    for_each_input_line(input, |l| {
+        lines.push(if tokenize { trees::ptb_tokenize(l).join(" ") } else { l.to_string() });
+        Ok(())
+    })?;
+    let start = Instant::now();
+    let (parses, stats) = translator.parse(&lines, &opts, &mut warn)?;
+    let secs = start.elapsed().as_secs_f64();
+    let stdout = std::io::stdout();
+    let mut w = std::io::BufWriter::new(stdout.lock());
+    for p in &parses {
+        writeln!(w, "{}", p.tree.to_bracketed())?;
+    }
+    w.flush()?;
+    if speed {
+        eprintln!(
+            "parsed {} sentences in {secs:.2} s: {:.2} sentences/s, {} outputs repaired, {} skipped ({}{})",
+            stats.sentences,
+            stats.sentences as f64 / secs,
+            parses.iter().filter(|p| p.malformed).count(),
+            parses.iter().filter(|p| p.skipped).count(),
+            search.describe(&opts.translate),
+            if opts.constrained { ", constrained" } else { "" }
+        );
+    }
+    Ok(())
+}
+
+pub fn treebank(input: &Path, files: Option<&str>, words: Option<&Path>, trees_out: Option<&Path>) -> Result<()> {
+    let range = files.map(trees::FileRange::parse).transpose()?;
+    let all = trees::read_treebank(input, range.as_ref())?;
+    let write = |path: &Path, f: &dyn Fn(&Tree) -> String| -> Result<()> {
+        let mut text: String = all.iter().map(|t| f(t) + "\n").collect();
+        if all.is_empty() {
+            text.clear();
+        }
+        transformer::io::write_atomically(path, text.as_bytes())?;
+        Ok(())
+    };
+    if let Some(p) = words {
+        write(p, &|t| t.words().join(" "))?;
+    }
+    if let Some(p) = trees_out {
+        write(p, &|t| t.to_bracketed())?;
+    }
+    println!(
+        "{} trees, {} words{}",
+        all.len(),
+        all.iter().map(|t| t.words().len()).sum::<usize>(),
+        if words.is_none() && trees_out.is_none() { " (give --words and --trees to write them)" } else { "" }
+    );
+    Ok(())
+}
+
+/// `evaluate` of a parsing model: parses the sentences (by default the words of the gold trees),
+/// scores the trees with EVALB against the gold ones, and reports the repairs and the perplexity
+/// of the gold trees.
+pub fn evaluate(
+    translator: &Translator,
+    src: Option<&Path>,
+    gold_path: &Path,
+    output: Option<&Path>,
+    opts: &TranslateOptions,
+    parsing: ParsingArgs,
+) -> Result<()> {
+    let gold_trees = trees::read_trees(gold_path)?;
+    let gold: Vec<Tree> = gold_trees.iter().map(|t| t.preprocess().unwrap_or_else(|| t.clone())).collect();
+    let sentences: Vec<String> = match src {
+        Some(p) => {
+            let s = super::read_lines(p)?;
+            if s.len() != gold.len() {
+                anyhow::bail!(
+                    "{} has {} lines but {} has {} trees: sentences and gold trees must be aligned",
+                    p.display(),
+                    s.len(),
+                    gold_path.display(),
+                    gold.len()
+                );
+            }
+            s
+        }
+        None => gold.iter().map(|t| t.words().join(" ")).collect(),
+    };
+    if sentences.is_empty() {
+        anyhow::bail!("{} has no trees: there is nothing to evaluate", gold_path.display());
+    }
+    let popts = parse_options(*opts, parsing);
+    let start = Instant::now();
+    let (parses, stats) = translator.parse(&sentences, &popts, &mut warn)?;
+    let secs = start.elapsed().as_secs_f64();
+    let test: Vec<String> = parses.iter().map(|p: &Parse| p.tree.to_bracketed()).collect();
+    if let Some(p) = output {
+        let text: String = test.iter().map(|t| format!("{t}\n")).collect();
+        transformer::io::write_atomically(p, text.as_bytes())?;
+    }
+    let gold_lines: Vec<String> = gold.iter().map(Tree::to_bracketed).collect();
+    let report = evalb::score(&gold_lines, &test, &evalb::Params::collins());
+    let stdout = std::io::stdout();
+    report.write_evalb(&mut stdout.lock(), true)?;
+    let malformed = parses.iter().filter(|p| p.malformed).count();
+    println!("Outputs repaired          = {malformed} of {} ({:.2}%)", parses.len(), 100.0 * malformed as f64 / parses.len() as f64);
+    let targets: Vec<String> = gold.iter().map(|t| t.linearise().join(" ")).collect();
+    let totals = translator.perplexity(&sentences, &targets, &mut warn)?;
+    if let Some(nll) = totals.nll_per_token() {
+        println!(
+            "perplexity = {:.2} (per tree token, EOS included, teacher-forced on {}: {} tokens)",
+            nll.exp(),
+            gold_path.display(),
+            totals.tokens
+        );
+    }
+    eprintln!(
+        "parsed {} sentences in {secs:.2} s: {:.2} sentences/s (beam {}, α {}{})",
+        stats.sentences,
+        stats.sentences as f64 / secs,
+        opts.search.beam,
+        opts.search.alpha,
+        if parsing.constrained { ", constrained" } else { "" }
+    );
+    Ok(())
+}

@@ -1,0 +1,272 @@
+//! Parsing as a task (§6.3): treebank pairs and the shared vocabulary with whole tree tokens, the
+//! run configuration's parsing rules, constrained decoding (always a tree over exactly the words),
+//! a short parsing run with validation F1 and its best checkpoint, and the parse session's
+//! handling of long and empty lines.
+
+use std::path::{Path, PathBuf};
+use transformer::data::trees::{self, delinearise, is_well_formed, ptb_tokenize, FileRange};
+use transformer::decode::beam::{beam_search_constrained, BeamConfig, Constraint, Scorer, StepScores};
+use transformer::decode::translator::{ParseOptions, Translator, TranslatorOptions};
+use transformer::decode::tree_constraint::TreeConstraint;
+use transformer::rng::Rng;
+use transformer::train::run::{run, RunConfig};
+use transformer::{Task, EOS};
+
+fn sample() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/ptb-sample")
+}
+
+fn dir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("transformer-parsing-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+#[test]
+fn file_ranges_select_treebank_files_by_name() {
+    let r = FileRange::parse("wsj_0160..wsj_0174").unwrap();
+    let files = trees::treebank_files(&sample(), Some(&r)).unwrap();
+    assert_eq!(files.len(), 15);
+    assert!(files[0].ends_with("wsj_0160.mrg") && files[14].ends_with("wsj_0174.mrg"));
+    assert_eq!(trees::treebank_files(&sample(), None).unwrap().len(), 189);
+    for bad in ["wsj_0174..wsj_0160", "wsj_0001", "..x", ""] {
+        assert!(FileRange::parse(bad).is_err(), "{bad}");
+    }
+    let err = trees::treebank_files(&sample(), Some(&FileRange::parse("x_1..x_2").unwrap())).unwrap_err();
+    assert!(err.to_string().contains("no .mrg tree file named x_1..x_2"), "{err}");
+}
+
+#[test]
+fn parsing_pairs_and_vocabulary_keep_tree_tokens_whole() {
+    let pairs = Task::Parsing.read_pairs(&sample(), Path::new(""), Some("wsj_0001..wsj_0010")).unwrap();
+    assert_eq!(pairs[0].0, "Pierre Vinken , 61 years old , will join the board as a nonexecutive director Nov. 29 .");
+    assert!(pairs[0].1.starts_with("(S (NP (NP NNP NNP )NP , (ADJP (NP CD NNS )NP JJ )ADJP , )NP (VP MD"));
+    let err = Task::Parsing.read_pairs(&sample(), Path::new("x.de"), None).unwrap_err().to_string();
+    assert!(err.contains("give no target file"), "{err}");
+    let err = Task::Translation.read_pairs(Path::new("a"), Path::new("b"), Some("a..b")).unwrap_err().to_string();
+    assert!(err.contains("parsing treebanks only"), "{err}");
+
+    let bpe = Task::Parsing.learn_vocabulary(&pairs, 400).unwrap();
+    let whole = bpe.whole_tokens();
+    assert!(whole.iter().any(|(_, t)| t == "(NP") && whole.iter().any(|(_, t)| t == ")NP"));
+    assert!(whole.iter().any(|(_, t)| t == "NNP") && whole.iter().any(|(_, t)| t == ","));
+    assert_eq!(bpe.vocab_size(), 400 + whole.iter().filter(|(id, _)| *id >= 400).count());
+    for (s, t) in &pairs {
+        let ids = Task::Parsing.encode_target(&bpe, t).unwrap();
+        assert_eq!(ids.len(), t.split_whitespace().count(), "one id per tree token");
+        assert!(!ids.contains(&transformer::UNK));
+        assert_eq!(&Task::Parsing.decode_target(&bpe, &ids).unwrap(), t);
+        // The source is BPE over the words, untouched by the tree tokens.
+        let src = bpe.encode(s).unwrap();
+        assert_eq!(bpe.decode(&src).unwrap(), *s);
+    }
+    // A token never seen in training is UNK, and decodes as <unk>.
+    let ids = Task::Parsing.encode_target(&bpe, "(NP NEWTAG )NP").unwrap();
+    assert_eq!(ids[1], transformer::UNK);
+}
+
+#[test]
+fn well_formedness_is_exactly_a_linearised_tree_over_the_words() {
+    let t = |s: &str| s.split_whitespace().map(str::to_string).collect::<Vec<_>>();
+    assert!(is_well_formed(&t("(S (NP DT NN )NP (VP VBD )VP . )S"), 4));
+    assert!(is_well_formed(&t("NN"), 1));
+    assert!(!is_well_formed(&t("(S (NP DT NN )NP (VP VBD )VP . )S"), 5), "too few leaves");
+    assert!(!is_well_formed(&t("(S (NP DT NN )VP )S"), 2), "wrong closing label");
+    assert!(!is_well_formed(&t("(S (NP )NP NN )S"), 1), "empty constituent");
+    assert!(!is_well_formed(&t("(S NN"), 1), "unclosed");
+    assert!(!is_well_formed(&t("NN )S"), 1), "closes nothing");
+    assert!(!is_well_formed(&[], 1));
+    // Every sample tree's linearisation is well-formed.
+    for tree in trees::read_treebank(&sample(), Some(&FileRange::parse("wsj_0001..wsj_0020").unwrap())).unwrap() {
+        assert!(is_well_formed(&tree.linearise(), tree.words().len()));
+    }
+}
+
+/// Random scores over a vocabulary: the tree constraint must hold whatever the model says.
+struct Noise {
+    v: usize,
+    rows: usize,
+    rng: Rng,
+    scores: Vec<f32>,
+    norms: Vec<f32>,
+}
+
+impl Scorer for Noise {
+    fn vocab(&self) -> usize {
+        self.v
+    }
+    fn step(&mut self, tokens: &[u32]) -> transformer::Result<StepScores<'_>> {
+        self.rows = tokens.len();
+        self.scores = (0..self.rows * self.v).map(|_| 4.0 * self.rng.uniform() as f32).collect();
+        self.norms = vec![0.0; self.rows];
+        Ok(StepScores { scores: &self.scores, log_norms: &self.norms })
+    }
+    fn reorder(&mut self, _: &[usize]) {}
+}
+
+#[test]
+fn constrained_search_always_gives_a_tree_over_exactly_the_words() {
+    let pairs = Task::Parsing.read_pairs(&sample(), Path::new(""), Some("wsj_0001..wsj_0010")).unwrap();
+    let bpe = Task::Parsing.learn_vocabulary(&pairs, 400).unwrap();
+    let words: Vec<usize> = vec![1, 2, 3, 5, 8, 13, 21];
+    let constraint = TreeConstraint::new(&bpe, words.clone()).unwrap();
+    for seed in 0..6 {
+        let mut scorer =
+            Noise { v: bpe.vocab_size(), rows: 0, rng: Rng::new(seed), scores: Vec::new(), norms: Vec::new() };
+        let cfg = BeamConfig { beam: 1 + seed as usize % 4, max_len_b: 400, ..BeamConfig::parsing() };
+        let src: Vec<usize> = words.clone();
+        let hyps = beam_search_constrained(&mut scorer, &src, &cfg, 10_000, Some(&constraint)).unwrap();
+        for (n, h) in words.iter().zip(hyps) {
+            let text = Task::Parsing.decode_target(&bpe, &h[0].tokens).unwrap();
+            let tokens: Vec<String> = text.split_whitespace().map(str::to_string).collect();
+            assert!(is_well_formed(&tokens, *n), "seed {seed}, {n} words: {text}");
+        }
+    }
+    // What it allows: at the start a leaf or an opening bracket, never a close or EOS; after the
+    // last word's leaf inside an open constituent, only its own closing token.
+    let mut out = Vec::new();
+    constraint.allowed(0, &[], &mut out);
+    assert!(!out.contains(&EOS) && !out.is_empty());
+    let id = |t: &str| bpe.id_of(t).unwrap();
+    out.clear();
+    constraint.allowed(0, &[id("(NP"), id("NN")], &mut out);
+    assert_eq!(out, vec![id(")NP")]);
+    out.clear();
+    constraint.allowed(0, &[id("(NP"), id("NN"), id(")NP")], &mut out);
+    assert_eq!(out, vec![EOS]);
+    assert!(TreeConstraint::new(&transformer::data::bpe::Bpe::learn(["a b c"].iter(), 300, 1).unwrap(), vec![1])
+        .is_err());
+}
+
+#[test]
+fn the_penn_treebank_tokenizer_splits_as_the_treebank_does() {
+    let cases = [
+        (
+            "Pierre Vinken, 61 years old, will join the board Nov. 29.",
+            "Pierre Vinken , 61 years old , will join the board Nov. 29 .",
+        ),
+        ("He didn't say \"yes\" (really).", "He did n't say `` yes '' -LRB- really -RRB- ."),
+        ("It's $1,000 -- or 5%; can't we?", "It 's $ 1,000 -- or 5 % ; ca n't we ?"),
+        ("the investors' shares cost 3.5 yen...", "the investors ' shares cost 3.5 yen ..."),
+        ("U.S. Inc. rose.", "U.S. Inc. rose ."),
+        ("", ""),
+    ];
+    for (raw, want) in cases {
+        assert_eq!(ptb_tokenize(raw).join(" "), want, "{raw}");
+    }
+}
+
+fn parsing_config(out: &Path, extra: &[&str]) -> transformer::Result<RunConfig> {
+    let text = format!(
+        "[model]\npreset = \"base\"\nn_layers = 1\nd_model = 32\nd_ff = 64\nn_heads = 2\nd_k = 16\nd_v = 16\nmax_positions = 512\n\
+         [data]\ntask = \"parsing\"\ntrain_src = \"{s}\"\ntrain_files = \"wsj_0001..wsj_0012\"\nvalid_src = \"{s}\"\nvalid_files = \"wsj_0160..wsj_0161\"\n\
+         bpe = \"{}\"\nvocab_size = 500\nmax_tokens = 400\nmax_ratio = 12.0\n\
+         [train]\noutput_dir = \"{}\"\nseed = 3\nmax_src_tokens = 2048\nmax_tgt_tokens = 2048\nwarmup = 50\nmax_steps = 12\nvalid_f1_epochs = 1\nvalid_f1_beam = 2\n",
+        out.join("vocab.json").display(),
+        out.display(),
+        s = sample().display(),
+    );
+    let overrides: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+    RunConfig::from_toml(&text, "parse.toml", &overrides)
+}
+
+#[test]
+fn the_configuration_checks_the_parsing_fields() {
+    let d = dir("config");
+    let err = |extra: &[&str]| {
+        let cfg = parsing_config(&d, extra).unwrap();
+        cfg.validate().unwrap_err().to_string()
+    };
+    let e = err(&["data.train_tgt=x.de"]);
+    assert!(e.contains("data.train_tgt") && e.contains("remove it"), "{e}");
+    let e = err(&["data.valid_files=b..a"]);
+    assert!(e.contains("FIRST..LAST"), "{e}");
+    let e = err(&["data.task=translation", "data.train_tgt=x", "data.valid_tgt=y"]);
+    assert!(e.contains("apply to task = \"parsing\" only"), "{e}");
+    let e = err(&["train.valid_f1_beam=0"]);
+    assert!(e.contains("train.valid_f1_beam"), "{e}");
+    // Translation still requires its target files.
+    let e = parsing_config(&d, &["data.task=translation"]).unwrap_err().to_string();
+    assert!(e.contains("missing field `train_tgt`"), "{e}");
+}
+
+#[test]
+fn a_parsing_run_validates_f1_keeps_its_best_checkpoint_and_parses() {
+    let d = dir("run");
+    let cfg = parsing_config(&d, &[]).unwrap();
+    let mut log = Vec::new();
+    let summary = run(&cfg, &mut |m| log.push(m.to_string())).unwrap();
+    assert_eq!(summary.state.step, 12);
+    let metrics = std::fs::read_to_string(d.join("metrics.jsonl")).unwrap();
+    let f1s: Vec<serde_json::Value> = metrics
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|r| r["kind"] == "valid_f1")
+        .collect();
+    assert!(!f1s.is_empty(), "{log:?}");
+    for r in &f1s {
+        let f1 = r["f1"].as_f64().unwrap();
+        assert!((0.0..=100.0).contains(&f1), "{r}");
+    }
+    assert!(log.iter().any(|l| l.contains("validation F1")), "{log:?}");
+    let best = d.join("best.safetensors");
+    assert!(best.exists());
+    let best_f1 = f1s.iter().map(|r| r["f1"].as_f64().unwrap()).fold(f64::MIN, f64::max);
+    assert!(f1s.iter().filter(|r| r["best"] == true).any(|r| r["f1"].as_f64() == Some(best_f1)));
+
+    // The checkpoint says it is a parsing model: loading it as a translator is refused.
+    let bpe = d.join("vocab.json");
+    let err = Translator::load(&best, &bpe, TranslatorOptions::default()).err().unwrap().to_string();
+    assert!(err.contains("is a parsing model") && err.contains("transformer parse"), "{err}");
+    assert_eq!(transformer::train::checkpoint::read_task(&best).unwrap(), Task::Parsing);
+    let parser = Translator::load(&best, &bpe, TranslatorOptions { task: Task::Parsing, ..Default::default() }).unwrap();
+
+    // Constrained: every output is a well-formed tree over exactly the words, never repaired.
+    let sentences: Vec<String> = vec![
+        "The board met .".into(),
+        "Pierre Vinken , 61 years old , will join the board as a nonexecutive director Nov. 29 .".into(),
+        "Yes".into(),
+    ];
+    let mut opts = ParseOptions { constrained: true, ..Default::default() };
+    opts.translate.search.beam = 3;
+    let (parses, _) = parser.parse(&sentences, &opts, &mut |_| {}).unwrap();
+    for (s, p) in sentences.iter().zip(&parses) {
+        let words: Vec<&str> = s.split_whitespace().collect();
+        assert_eq!(p.tree.words(), words);
+        assert!(!p.malformed, "{}", p.tree.to_bracketed());
+        let tokens = p.tree.linearise();
+        assert!(is_well_formed(&tokens, words.len()));
+        assert_eq!(delinearise(&tokens, &words), p.tree);
+    }
+    // Unconstrained: trees over exactly the words too (repaired where needed).
+    opts.constrained = false;
+    let (parses, _) = parser.parse(&sentences, &opts, &mut |_| {}).unwrap();
+    for (s, p) in sentences.iter().zip(&parses) {
+        assert_eq!(p.tree.words(), s.split_whitespace().collect::<Vec<_>>());
+    }
+
+    // A line longer than the model's positions is refused naming it, never split; with
+    // skip_long it gives (TOP) and a warning. An empty line gives (TOP) too.
+    let long = vec!["word ".repeat(600)];
+    let lines = vec!["The board met .".to_string(), long[0].clone(), String::new()];
+    let err = parser.parse(&lines, &opts, &mut |_| {}).err().unwrap().to_string();
+    assert!(err.contains("line 2") && err.contains("never split"), "{err}");
+    opts.skip_long = true;
+    let mut warnings = Vec::new();
+    let (parses, _) = parser.parse(&lines, &opts, &mut |w| warnings.push(w)).unwrap();
+    assert_eq!(parses[1].tree.to_bracketed(), "(TOP)");
+    assert!(parses[1].skipped && parses[2].skipped && !parses[0].skipped);
+    assert!(warnings.iter().any(|w| w.contains("line 2")) && warnings.iter().any(|w| w.contains("line 3")));
+
+    // Resuming keeps the best F1 (a later, worse F1 does not replace best.safetensors).
+    let before = std::fs::read(&best).unwrap();
+    let cfg2 = parsing_config(&d, &["train.max_steps=13", "train.lr_scale=0.000001"]).unwrap();
+    run(&cfg2, &mut |_| {}).unwrap();
+    let state = transformer::train::checkpoint::load(&d.join("ckpt-00000013.safetensors")).unwrap();
+    let rs: serde_json::Value = serde_json::from_str(&state.extra["run_state"]).unwrap();
+    assert!(rs["best_f1"].as_f64().unwrap() >= best_f1);
+    if rs["best_f1"].as_f64().unwrap() == best_f1 {
+        assert_eq!(std::fs::read(&best).unwrap(), before);
+    }
+}
