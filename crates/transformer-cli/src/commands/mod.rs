@@ -2,6 +2,7 @@
 
 mod bench;
 mod decode;
+mod evalb;
 mod text;
 mod train;
 
@@ -34,6 +35,7 @@ pub fn run(cmd: Command) -> Result<()> {
         Command::Bleu { refs, hyp, tokenize, lowercase, smooth, smooth_value, metrics, score_only } => {
             text::bleu(&refs, &hyp, tokenize, lowercase, &smooth, smooth_value, &metrics, score_only)
         }
+        Command::ParseEval { gold, test, summary_only } => evalb::parse_eval(&gold, &test, summary_only),
         Command::Bench { which } => bench::run(which),
     }
 }
