@@ -222,13 +222,13 @@ fn garbage_never_panics() {
     ];
     for b in bad {
         for (g, t) in [(gold.clone(), b.to_string()), (b.to_string(), gold.clone()), (b.to_string(), b.to_string())] {
-            let report = score(&[g.clone()], &[t.clone()], &Params::collins());
+            let report = score(std::slice::from_ref(&g), std::slice::from_ref(&t), &Params::collins());
             assert_eq!(report.sentences.len(), 1, "{g} | {t}");
             let mut out = Vec::new();
             report.write_evalb(&mut out, false).unwrap();
         }
         if !b.trim().is_empty() {
-            let report = score(&[gold.clone()], &[b.to_string()], &Params::collins());
+            let report = score(std::slice::from_ref(&gold), &[b.to_string()], &Params::collins());
             assert_ne!(report.sentences[0].status, Status::Ok, "{b}");
         }
     }

@@ -22,7 +22,8 @@
 //! stray word is skipped, and [`Report::evalb_abort_line`] says where EVALB would have stopped. Also
 //! beyond EVALB: lines longer than its 5,000-byte buffer or with more than 200 words or brackets are
 //! scored whole (EVALB splits or overflows), and a `)` with no open bracket closes nothing (EVALB
-//! reads before its stack); a line with one is always an error sentence.
+//! reads before its stack); a line with one is an error sentence (skipped if the test line has no
+//! words).
 
 use crate::data::trees::Tree;
 use std::io::Write;
