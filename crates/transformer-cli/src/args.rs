@@ -269,6 +269,19 @@ pub enum Command {
         #[arg(long)]
         score_only: bool,
     },
+    /// Score parse trees: labeled bracketing exactly as EVALB with COLLINS.prm (its report, its
+    /// error messages on stderr); unlike EVALB it never aborts on errors.
+    ParseEval {
+        /// Gold trees, one per line (EVALB's format).
+        #[arg(long)]
+        gold: PathBuf,
+        /// Test (parser output) trees, line-aligned with the gold trees.
+        #[arg(long)]
+        test: PathBuf,
+        /// Print only the summary (All and len<=40), not the per-sentence table.
+        #[arg(long)]
+        summary_only: bool,
+    },
     /// Benchmarks.
     Bench {
         #[command(subcommand)]

@@ -303,3 +303,48 @@ fn train_then_translate_keeps_line_order_and_empty_lines() {
         transformer(&["attention", "--checkpoint", ck, "--bpe", bp, "--src", "x", "--layer", "2", "--out", "/tmp"]);
     assert!(!ok && err.contains("--layer 2: the model has 1 layers"), "{err}");
 }
+
+/// `parse-eval` prints EVALB's report: byte for byte EVALB's stdout on a fixture case, its messages
+/// on stderr; `--summary-only` keeps the summary; misaligned and non-UTF-8 files are errors.
+#[test]
+fn parse_eval_prints_evalbs_report() {
+    let case = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/evalb-fixtures");
+    let (gold, test) = (case.join("17-length-mismatch/gold.txt"), case.join("17-length-mismatch/test.txt"));
+    let (gold, test) = (gold.to_str().unwrap(), test.to_str().unwrap());
+    let (ok, out, err) = transformer(&["parse-eval", "--gold", gold, "--test", test]);
+    assert!(ok, "{err}");
+    assert_eq!(out, std::fs::read_to_string(case.join("17-length-mismatch/evalb.out")).unwrap());
+    assert!(out.contains("Bracketing FMeasure       =  96.39\n"), "{out}");
+    assert_eq!(err, std::fs::read_to_string(case.join("17-length-mismatch/evalb.err")).unwrap());
+
+    let (ok, out, err) = transformer(&["parse-eval", "--gold", gold, "--test", test, "--summary-only"]);
+    assert!(ok, "{err}");
+    assert!(out.starts_with("=== Summary ===\n") && !out.contains("Stat."), "{out}");
+    assert!(out.contains("Bracketing FMeasure       =  96.39\n") && out.contains("-- len<=40 --"), "{out}");
+
+    // Where EVALB aborts (case 27), we print the whole report and say where it would have stopped.
+    let (g27, t27) = (case.join("27-max-error-abort/gold.txt"), case.join("27-max-error-abort/test.txt"));
+    let (ok, out, err) = transformer(&[
+        "parse-eval",
+        "--gold",
+        g27.to_str().unwrap(),
+        "--test",
+        t27.to_str().unwrap(),
+        "--summary-only",
+    ]);
+    assert!(ok, "{err}");
+    assert!(out.contains("Number of Error sentence  =     12\n"), "{out}");
+    assert!(err.contains("EVALB itself would have stopped at line 14"), "{err}");
+
+    let short = tmp("short-test.txt", b"(TOP (NN a))\n");
+    let (code, err) = exit_code(&["parse-eval", "--gold", gold, "--test", short.to_str().unwrap()]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("gold.txt has 30 lines but") && err.contains("short-test.txt has 1"), "{err}");
+    let bad = tmp("bad-tree.txt", b"(TOP (NN a))\n(TOP (NN \xff))\n");
+    let (code, err) = exit_code(&["parse-eval", "--gold", bad.to_str().unwrap(), "--test", bad.to_str().unwrap()]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("bad-tree.txt:2: invalid UTF-8"), "{err}");
+    let (code, err) = exit_code(&["parse-eval", "--gold", "/nonexistent/gold.txt", "--test", test]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("/nonexistent/gold.txt"), "{err}");
+}

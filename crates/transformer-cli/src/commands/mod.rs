@@ -2,6 +2,7 @@
 
 mod bench;
 mod decode;
+mod evalb;
 mod parse;
 mod text;
 mod train;
@@ -41,6 +42,7 @@ pub fn run(cmd: Command) -> Result<()> {
         Command::Bleu { refs, hyp, tokenize, lowercase, smooth, smooth_value, metrics, score_only } => {
             text::bleu(&refs, &hyp, tokenize, lowercase, &smooth, smooth_value, &metrics, score_only)
         }
+        Command::ParseEval { gold, test, summary_only } => evalb::parse_eval(&gold, &test, summary_only),
         Command::Bench { which } => bench::run(which),
     }
 }

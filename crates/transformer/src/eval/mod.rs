@@ -1,10 +1,12 @@
 //! Evaluation: corpus BLEU and chrF exactly as sacreBLEU 2.x computes them (every tokenizer and
 //! smoothing named in the signature), so the scores we print are the scores others print; and
-//! attention heatmaps like the paper's Figures 3–5 (`heatmap`, behind the default-on `heatmap` feature).
+//! attention heatmaps like the paper's Figures 3–5 (`heatmap`, behind the default-on `heatmap` feature);
+//! and constituency parsing's labeled bracketing F1 exactly as EVALB computes it (`evalb`).
 
 pub mod attention;
 pub mod bleu;
 pub mod chrf;
+pub mod evalb;
 #[cfg(feature = "heatmap")]
 pub mod heatmap;
 pub mod perplexity;
