@@ -348,3 +348,136 @@ fn parse_eval_prints_evalbs_report() {
     assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("/nonexistent/gold.txt"), "{err}");
 }
+
+#[test]
+fn parsing_trains_parses_and_evaluates_from_the_command_line() {
+    let sample = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/ptb-sample");
+    let dir = std::env::temp_dir().join(format!("transformer-cli-parse-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("parse.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[model]\npreset = \"base\"\nn_layers = 1\nd_model = 32\nd_ff = 64\nn_heads = 2\nd_k = 16\nd_v = 16\nmax_positions = 400\n\
+             [data]\ntask = \"parsing\"\ntrain_src = \"{s}\"\ntrain_files = \"wsj_0001..wsj_0008\"\nvalid_src = \"{s}\"\nvalid_files = \"wsj_0160..wsj_0160\"\n\
+             bpe = \"{d}/vocab.json\"\nvocab_size = 400\nmax_tokens = 390\nmax_ratio = 12.0\n\
+             [train]\noutput_dir = \"{d}\"\nmax_src_tokens = 2048\nmax_tgt_tokens = 2048\nwarmup = 20\nmax_steps = 6\nvalid_f1_beam = 2\n",
+            s = sample.display(),
+            d = dir.display()
+        ),
+    )
+    .unwrap();
+    let (ok, _, err) = transformer(&["train", "--config", config.to_str().unwrap()]);
+    assert!(ok, "{err}");
+    assert!(err.contains("validation F1"), "{err}");
+    let (best, vocab) = (dir.join("best.safetensors"), dir.join("vocab.json"));
+    let (best, vocab) = (best.to_str().unwrap(), vocab.to_str().unwrap());
+
+    // Gold trees and sentences of two test files.
+    let (words, gold) = (dir.join("test.words"), dir.join("test.gold"));
+    let s = sample.to_str().unwrap();
+    let (ok, out, err) = transformer(&[
+        "treebank",
+        "--input",
+        s,
+        "--files",
+        "wsj_0175..wsj_0176",
+        "--words",
+        words.to_str().unwrap(),
+        "--trees",
+        gold.to_str().unwrap(),
+    ]);
+    assert!(ok, "{err}");
+    let n = std::fs::read_to_string(&words).unwrap().lines().count();
+    assert!(out.starts_with(&format!("{n} trees")), "{out}");
+
+    // parse: one tree a line, over exactly the line's words, constrained or not.
+    let input = tmp("parse-in.txt", b"The board met .\n\nShares rose 5 % , traders said .\n");
+    for extra in [&[][..], &["--constrained"][..]] {
+        let mut args = vec!["parse", "--checkpoint", best, "--bpe", vocab, "--input", input.to_str().unwrap()];
+        args.extend_from_slice(&["--beam", "3", "--speed"]);
+        args.extend_from_slice(extra);
+        let (ok, out, err) = transformer(&args);
+        assert!(ok, "{err}");
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines.len(), 3, "{out}");
+        assert_eq!(lines[1], "(TOP)");
+        assert!(err.contains("line 2: empty") && err.contains("sentences/s"), "{err}");
+        let t = transformer::data::trees::parse_trees(lines[2], "out").unwrap();
+        assert_eq!(t[0].words(), "Shares rose 5 % , traders said .".split(' ').collect::<Vec<_>>());
+        if extra.is_empty() {
+            continue;
+        }
+        assert!(err.contains("0 outputs repaired"), "{err}");
+    }
+    // --tokenize splits raw English first.
+    let raw = tmp("parse-raw.txt", b"Shares didn't rise, traders said.\n");
+    let (ok, out, err) =
+        transformer(&["parse", "--checkpoint", best, "--bpe", vocab, "--input", raw.to_str().unwrap(), "--tokenize"]);
+    assert!(ok, "{err}");
+    let t = transformer::data::trees::parse_trees(&out, "out").unwrap();
+    assert_eq!(t[0].words().join(" "), "Shares did n't rise , traders said .");
+
+    // A line longer than the model's positions: an error naming it, or (TOP) with --skip-long.
+    let long = tmp("parse-long.txt", format!("A b .\n{}\n", "word ".repeat(500)).as_bytes());
+    let (code, err) = exit_code(&["parse", "--checkpoint", best, "--bpe", vocab, "--input", long.to_str().unwrap()]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("line 2") && err.contains("--skip-long"), "{err}");
+    let (ok, out, err) = transformer(&[
+        "parse",
+        "--checkpoint",
+        best,
+        "--bpe",
+        vocab,
+        "--input",
+        long.to_str().unwrap(),
+        "--skip-long",
+    ]);
+    assert!(ok, "{err}");
+    assert_eq!(out.lines().nth(1), Some("(TOP)"));
+
+    // evaluate on a parsing checkpoint: EVALB's summary, the repairs and the perplexity.
+    let out_trees = dir.join("test.trees");
+    let (ok, out, err) = transformer(&[
+        "evaluate",
+        "--checkpoint",
+        best,
+        "--bpe",
+        vocab,
+        "--ref",
+        gold.to_str().unwrap(),
+        "--beam",
+        "2",
+        "--constrained",
+        "--output",
+        out_trees.to_str().unwrap(),
+    ]);
+    assert!(ok, "{err}");
+    assert!(out.contains("Bracketing FMeasure") && out.contains("-- len<=40 --"), "{out}");
+    assert!(out.contains(&format!("Number of sentence        = {n:>6}")), "{out}");
+    assert!(out.contains("Outputs repaired          = 0 of"), "{out}");
+    assert!(out.contains("perplexity = "), "{out}");
+    // Constrained trees are never length errors for EVALB.
+    assert!(out.contains("Number of Error sentence  =      0"), "{out}");
+    // parse-eval on the written trees gives the same summary.
+    let (ok, pe, err) =
+        transformer(&["parse-eval", "--gold", gold.to_str().unwrap(), "--test", out_trees.to_str().unwrap(), "--summary-only"]);
+    assert!(ok, "{err}");
+    assert!(out.starts_with(&pe), "{pe}\n---\n{out}");
+
+    // A parsing checkpoint is not a translation model.
+    let (code, err) = exit_code(&["translate", "--checkpoint", best, "--bpe", vocab, "--task", "translation"]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("is a parsing model") && err.contains("transformer parse"), "{err}");
+    // prepare --task parsing binarises the trees; --tgt is refused for parsing.
+    let prep = dir.join("prepared");
+    let (ok, out, err) = transformer(&[
+        "prepare", "--task", "parsing", "--src", s, "--files", "wsj_0001..wsj_0003", "--bpe", vocab, "--out",
+        prep.to_str().unwrap(), "--max-ratio", "12",
+    ]);
+    assert!(ok, "{err}");
+    assert!(out.contains("kept") && prep.join("meta.json").exists(), "{out}");
+    let (code, _) = exit_code(&["prepare", "--task", "parsing", "--src", s, "--tgt", s, "--bpe", vocab, "--out", "x"]);
+    assert_eq!(code, Some(2));
+}

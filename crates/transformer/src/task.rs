@@ -4,7 +4,7 @@
 //! evaluation reports, and how targets are read, encoded and decoded.
 
 use crate::data::bpe::Bpe;
-use crate::data::parallel::TargetEncoding;
+use crate::data::parallel::{tag_entry, TargetEncoding, TAG_PREFIX};
 use crate::data::trees::{read_treebank, training_pair, FileRange};
 use crate::decode::BeamConfig;
 use crate::error::{Error, Result};
@@ -117,18 +117,30 @@ impl Task {
     }
 
     /// Learns the vocabulary from training pairs. Translation: one BPE model over both sides
-    /// (§5.1's shared vocabulary). Parsing: BPE of `vocab_size` entries over the sentences, and
-    /// every tree token of the targets added as one whole entry of the same (shared) vocabulary,
-    /// so a tree is one token per bracket or tag (docs/parsing.md).
+    /// (§5.1's shared vocabulary). Parsing: BPE of `vocab_size` entries over the sentences (which
+    /// also spell the words of the trees), and every bracket and POS tag of the training trees added
+    /// as one whole entry of the same shared vocabulary, so each is one decoding step
+    /// (docs/parsing.md).
     pub fn learn_vocabulary(self, pairs: &[(String, String)], vocab_size: usize) -> Result<Bpe> {
         match self {
             Task::Translation => Bpe::learn(pairs.iter().flat_map(|(s, t)| [s, t]), vocab_size, 2),
             Task::Parsing => {
+                use crate::data::trees::{items, Item};
                 let bpe = Bpe::learn(pairs.iter().map(|(s, _)| s), vocab_size, 2)?;
-                let mut tokens: Vec<&str> = pairs.iter().flat_map(|(_, t)| t.split_whitespace()).collect();
-                tokens.sort_unstable();
-                tokens.dedup();
-                bpe.with_whole_tokens(&tokens)
+                let mut entries: Vec<String> = Vec::new();
+                for (_, t) in pairs {
+                    let tokens: Vec<String> = t.split_whitespace().map(str::to_string).collect();
+                    for (item, token) in items(&tokens).into_iter().zip(&tokens) {
+                        match item {
+                            Item::Open(_) | Item::Close(_) => entries.push(token.clone()),
+                            Item::Tag(tag) => entries.push(tag_entry(tag)),
+                            Item::Word(_) => {}
+                        }
+                    }
+                }
+                entries.sort_unstable();
+                entries.dedup();
+                bpe.with_whole_tokens(&entries.iter().map(String::as_str).collect::<Vec<_>>())
             }
         }
     }
@@ -137,7 +149,7 @@ impl Task {
     pub fn target_encoding(self) -> TargetEncoding {
         match self {
             Task::Translation => TargetEncoding::Bpe,
-            Task::Parsing => TargetEncoding::WholeTokens,
+            Task::Parsing => TargetEncoding::Tree,
         }
     }
 
@@ -146,18 +158,42 @@ impl Task {
         self.target_encoding().encode(bpe, text)
     }
 
-    /// The text of output ids. Parsing: the tree tokens joined by spaces (any other entry the
-    /// model produced is kept as its piece, for [`crate::data::trees::delinearise`] to treat as a
-    /// leaf); BOS, EOS and PAD are dropped.
+    /// The text of output ids. Parsing: the linearised tree, tokens joined by spaces: brackets and
+    /// tags as written, and each run of BPE pieces between them as the word(s) it decodes to; BOS,
+    /// EOS and PAD are dropped.
     pub fn decode_target(self, bpe: &Bpe, ids: &[u32]) -> Result<String> {
         match self {
             Task::Translation => bpe.decode(ids),
-            Task::Parsing => Ok(ids
-                .iter()
-                .filter(|&&id| id as usize >= crate::SPECIAL_TOKENS || id == crate::UNK)
-                .map(|&id| bpe.token_of(id).unwrap_or_else(|| crate::vocab::SPECIALS[crate::UNK as usize].to_string()))
-                .collect::<Vec<_>>()
-                .join(" ")),
+            Task::Parsing => {
+                let whole: std::collections::HashMap<u32, String> = bpe.whole_tokens().into_iter().collect();
+                let mut out: Vec<String> = Vec::new();
+                let mut run: Vec<u32> = Vec::new();
+                let flush = |run: &mut Vec<u32>, out: &mut Vec<String>| -> Result<()> {
+                    if !run.is_empty() {
+                        out.extend(bpe.decode(run)?.split_whitespace().map(str::to_string));
+                        run.clear();
+                    }
+                    Ok(())
+                };
+                for &id in ids {
+                    if (id as usize) < crate::SPECIAL_TOKENS && id != crate::UNK {
+                        continue;
+                    }
+                    match whole.get(&id) {
+                        Some(t) => {
+                            flush(&mut run, &mut out)?;
+                            out.push(t.strip_prefix(TAG_PREFIX).unwrap_or(t).to_string());
+                        }
+                        None if id == crate::UNK => {
+                            flush(&mut run, &mut out)?;
+                            out.push(crate::vocab::SPECIALS[crate::UNK as usize].to_string());
+                        }
+                        None => run.push(id),
+                    }
+                }
+                flush(&mut run, &mut out)?;
+                Ok(out.join(" "))
+            }
         }
     }
 

@@ -41,7 +41,7 @@ fn file_ranges_select_treebank_files_by_name() {
 fn parsing_pairs_and_vocabulary_keep_tree_tokens_whole() {
     let pairs = Task::Parsing.read_pairs(&sample(), Path::new(""), Some("wsj_0001..wsj_0010")).unwrap();
     assert_eq!(pairs[0].0, "Pierre Vinken , 61 years old , will join the board as a nonexecutive director Nov. 29 .");
-    assert!(pairs[0].1.starts_with("(S (NP (NP NNP NNP )NP , (ADJP (NP CD NNS )NP JJ )ADJP , )NP (VP MD"));
+    assert!(pairs[0].1.starts_with("(S (NP (NP NNP Pierre NNP Vinken )NP , , (ADJP (NP CD 61 NNS years )NP JJ old )ADJP , , )NP (VP MD will"));
     let err = Task::Parsing.read_pairs(&sample(), Path::new("x.de"), None).unwrap_err().to_string();
     assert!(err.contains("give no target file"), "{err}");
     let err = Task::Translation.read_pairs(Path::new("a"), Path::new("b"), Some("a..b")).unwrap_err().to_string();
@@ -49,37 +49,46 @@ fn parsing_pairs_and_vocabulary_keep_tree_tokens_whole() {
 
     let bpe = Task::Parsing.learn_vocabulary(&pairs, 400).unwrap();
     let whole = bpe.whole_tokens();
-    assert!(whole.iter().any(|(_, t)| t == "(NP") && whole.iter().any(|(_, t)| t == ")NP"));
-    assert!(whole.iter().any(|(_, t)| t == "NNP") && whole.iter().any(|(_, t)| t == ","));
-    assert_eq!(bpe.vocab_size(), 400 + whole.iter().filter(|(id, _)| *id >= 400).count());
+    let has = |t: &str| whole.iter().any(|(_, w)| w == t);
+    assert!(has("(NP") && has(")NP") && has("TAG=NNP") && has("TAG=,") && !has("NNP") && !has("Pierre"));
+    // Whole entries never share an id with a BPE piece: every one was added past the learned pieces.
+    assert!(whole.iter().all(|(id, _)| *id >= 400), "{whole:?}");
+    assert_eq!(bpe.vocab_size(), 400 + whole.len());
     for (s, t) in &pairs {
         let ids = Task::Parsing.encode_target(&bpe, t).unwrap();
-        assert_eq!(ids.len(), t.split_whitespace().count(), "one id per tree token");
+        let tokens: Vec<String> = t.split_whitespace().map(str::to_string).collect();
+        let structure = trees::items(&tokens).iter().filter(|i| !matches!(i, trees::Item::Word(_))).count();
+        assert_eq!(ids.iter().filter(|&&id| id >= 400).count(), structure, "one id per bracket and tag");
         assert!(!ids.contains(&transformer::UNK));
         assert_eq!(&Task::Parsing.decode_target(&bpe, &ids).unwrap(), t);
         // The source is BPE over the words, untouched by the tree tokens.
         let src = bpe.encode(s).unwrap();
+        assert!(src.iter().all(|&id| id < 400));
         assert_eq!(bpe.decode(&src).unwrap(), *s);
     }
-    // A token never seen in training is UNK, and decodes as <unk>.
-    let ids = Task::Parsing.encode_target(&bpe, "(NP NEWTAG )NP").unwrap();
+    // A tag or bracket never seen in training is UNK.
+    let ids = Task::Parsing.encode_target(&bpe, "(NP NEWTAG word )NP").unwrap();
     assert_eq!(ids[1], transformer::UNK);
 }
 
 #[test]
 fn well_formedness_is_exactly_a_linearised_tree_over_the_words() {
     let t = |s: &str| s.split_whitespace().map(str::to_string).collect::<Vec<_>>();
-    assert!(is_well_formed(&t("(S (NP DT NN )NP (VP VBD )VP . )S"), 4));
-    assert!(is_well_formed(&t("NN"), 1));
-    assert!(!is_well_formed(&t("(S (NP DT NN )NP (VP VBD )VP . )S"), 5), "too few leaves");
-    assert!(!is_well_formed(&t("(S (NP DT NN )VP )S"), 2), "wrong closing label");
-    assert!(!is_well_formed(&t("(S (NP )NP NN )S"), 1), "empty constituent");
-    assert!(!is_well_formed(&t("(S NN"), 1), "unclosed");
-    assert!(!is_well_formed(&t("NN )S"), 1), "closes nothing");
-    assert!(!is_well_formed(&[], 1));
+    let w = |s: &'static str| s.split(' ').collect::<Vec<&str>>();
+    let good = t("(S (NP DT The NN board )NP (VP VBD met )VP . . )S");
+    assert!(is_well_formed(&good, &w("The board met .")));
+    assert!(is_well_formed(&t("NN yes"), &w("yes")));
+    assert!(!is_well_formed(&good, &w("The board met . .")), "too few leaves");
+    assert!(!is_well_formed(&good, &w("The board sat .")), "a word other than the input's");
+    assert!(!is_well_formed(&t("(S (NP DT a NN b )VP )S"), &w("a b")), "wrong closing label");
+    assert!(!is_well_formed(&t("(S (NP )NP NN a )S"), &w("a")), "empty constituent");
+    assert!(!is_well_formed(&t("(S NN a"), &w("a")), "unclosed");
+    assert!(!is_well_formed(&t("NN a )S"), &w("a")), "closes nothing");
+    assert!(!is_well_formed(&t("(S NN )S"), &w("a")), "a tag without its word");
+    assert!(!is_well_formed(&[], &w("a")));
     // Every sample tree's linearisation is well-formed.
     for tree in trees::read_treebank(&sample(), Some(&FileRange::parse("wsj_0001..wsj_0020").unwrap())).unwrap() {
-        assert!(is_well_formed(&tree.linearise(), tree.words().len()));
+        assert!(is_well_formed(&tree.linearise(), &tree.words()));
     }
 }
 
@@ -109,34 +118,50 @@ impl Scorer for Noise {
 fn constrained_search_always_gives_a_tree_over_exactly_the_words() {
     let pairs = Task::Parsing.read_pairs(&sample(), Path::new(""), Some("wsj_0001..wsj_0010")).unwrap();
     let bpe = Task::Parsing.learn_vocabulary(&pairs, 400).unwrap();
-    let words: Vec<usize> = vec![1, 2, 3, 5, 8, 13, 21];
-    let constraint = TreeConstraint::new(&bpe, words.clone()).unwrap();
+    let sentences: Vec<Vec<&str>> = ["board", "the board", "Pierre Vinken , 61", "a b c d e f g h", "unknownish words here ."]
+        .iter()
+        .map(|s| s.split(' ').collect())
+        .collect();
+    let pieces = |s: &[&str]| s.iter().map(|w| bpe.encode(&format!(" {w}")).unwrap()).collect::<Vec<_>>();
+    let constraint = TreeConstraint::new(&bpe, sentences.iter().map(|s| pieces(s)).collect()).unwrap();
     for seed in 0..6 {
         let mut scorer =
             Noise { v: bpe.vocab_size(), rows: 0, rng: Rng::new(seed), scores: Vec::new(), norms: Vec::new() };
-        let cfg = BeamConfig { beam: 1 + seed as usize % 4, max_len_b: 400, ..BeamConfig::parsing() };
-        let src: Vec<usize> = words.clone();
+        let cfg = BeamConfig { beam: 1 + seed as usize % 4, max_len_b: 600, ..BeamConfig::parsing() };
+        let src: Vec<usize> = sentences.iter().map(|s| s.len()).collect();
         let hyps = beam_search_constrained(&mut scorer, &src, &cfg, 10_000, Some(&constraint)).unwrap();
-        for (n, h) in words.iter().zip(hyps) {
+        for (words, h) in sentences.iter().zip(hyps) {
             let text = Task::Parsing.decode_target(&bpe, &h[0].tokens).unwrap();
             let tokens: Vec<String> = text.split_whitespace().map(str::to_string).collect();
-            assert!(is_well_formed(&tokens, *n), "seed {seed}, {n} words: {text}");
+            assert!(is_well_formed(&tokens, words), "seed {seed}, {words:?}: {text}");
         }
     }
-    // What it allows: at the start a leaf or an opening bracket, never a close or EOS; after the
-    // last word's leaf inside an open constituent, only its own closing token.
+    // What it allows: at the start a tag or an opening bracket, never a close or EOS; after a tag,
+    // exactly the word's pieces; after the last word inside an open constituent, only its own
+    // closing token; then EOS.
     let mut out = Vec::new();
-    constraint.allowed(0, &[], &mut out);
+    constraint.allowed(0, &[], 100, &mut out);
     assert!(!out.contains(&EOS) && !out.is_empty());
     let id = |t: &str| bpe.id_of(t).unwrap();
+    let board = pieces(&["board"]).remove(0);
+    let mut prefix = vec![id("(NP"), id("TAG=NN")];
     out.clear();
-    constraint.allowed(0, &[id("(NP"), id("NN")], &mut out);
+    constraint.allowed(0, &prefix, 100, &mut out);
+    assert_eq!(out, vec![board[0]]);
+    prefix.extend(&board);
+    out.clear();
+    constraint.allowed(0, &prefix, 100, &mut out);
     assert_eq!(out, vec![id(")NP")]);
+    prefix.push(id(")NP"));
     out.clear();
-    constraint.allowed(0, &[id("(NP"), id("NN"), id(")NP")], &mut out);
+    constraint.allowed(0, &prefix, 100, &mut out);
     assert_eq!(out, vec![EOS]);
-    assert!(TreeConstraint::new(&transformer::data::bpe::Bpe::learn(["a b c"].iter(), 300, 1).unwrap(), vec![1])
-        .is_err());
+    // No room left for another bracket: only the tag of the last word.
+    out.clear();
+    constraint.allowed(0, &[], 2, &mut out);
+    assert!(!out.contains(&id("(NP")) && out.contains(&id("TAG=NN")));
+    let plain = transformer::data::bpe::Bpe::learn(["a b c"].iter(), 300, 1).unwrap();
+    assert!(TreeConstraint::new(&plain, vec![vec![vec![5]]]).is_err());
 }
 
 #[test]
@@ -236,7 +261,7 @@ fn a_parsing_run_validates_f1_keeps_its_best_checkpoint_and_parses() {
         assert_eq!(p.tree.words(), words);
         assert!(!p.malformed, "{}", p.tree.to_bracketed());
         let tokens = p.tree.linearise();
-        assert!(is_well_formed(&tokens, words.len()));
+        assert!(is_well_formed(&tokens, &words));
         assert_eq!(delinearise(&tokens, &words), p.tree);
     }
     // Unconstrained: trees over exactly the words too (repaired where needed).

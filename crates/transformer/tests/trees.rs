@@ -74,7 +74,7 @@ fn preprocessing_follows_the_documented_steps() {
     let text = "( (S (NP-SBJ-1 (-NONE- *T*-1)) (NP-SBJ=2 (NNP John)) (VP (VBD ran) (PP-LOC (-NONE- *U*)) (ADVP-TMP (RB today))) (. .)) )";
     let t = parse_trees(text, "inline").unwrap().remove(0).preprocess().unwrap();
     assert_eq!(t.to_bracketed(), "(TOP (S (NP (NNP John)) (VP (VBD ran) (ADVP (RB today))) (. .)))");
-    assert_eq!(t.linearise().join(" "), "(S (NP NNP )NP (VP VBD (ADVP RB )ADVP )VP . )S");
+    assert_eq!(t.linearise().join(" "), "(S (NP NNP John )NP (VP VBD ran (ADVP RB today )ADVP )VP . . )S");
     assert_eq!(strip_label("NP-SBJ-1"), "NP");
     assert_eq!(strip_label("PP-LOC=2"), "PP");
     assert_eq!(strip_label("-LRB-"), "-LRB-");
@@ -106,7 +106,8 @@ fn malformed_files_are_errors_naming_file_and_line() {
 /// exactly the words, and punctuation carries its punctuation tag.
 #[test]
 fn any_token_sequence_becomes_a_tree_over_exactly_the_words() {
-    let vocab = ["(S", "(NP", "(VP", "(PP", "(", ")", ")S", ")NP", ")VP", ")PP", "NN", "VBD", "DT", ",", ".", "XX", ""];
+    let vocab =
+        ["(S", "(NP", "(VP", "(PP", "(", ")", ")S", ")NP", ")VP", ")PP", "NN", "VBD", "DT", ",", ".", "XX", "", "dog", "the"];
     let pool = ["the", "dog", ",", "ran", ".", "-LRB-", "quickly", "''"];
     let mut rng = Rng::new(5);
     for case in 0..3000 {

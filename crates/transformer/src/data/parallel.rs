@@ -110,18 +110,39 @@ pub fn encode_and_filter(
 pub enum TargetEncoding {
     /// BPE, as the source (translation).
     Bpe,
-    /// One id per whitespace-separated token, each a whole vocabulary entry, an unknown one as UNK
-    /// (the tree tokens of parsing).
-    WholeTokens,
+    /// A linearised tree ([`crate::data::trees::items`]): each bracket and tag one whole entry of
+    /// the vocabulary (tags as `TAG=` + tag, a spelling no BPE piece can have), an unknown one as
+    /// UNK, and each word as the BPE pieces of the word after a space, as inside a sentence.
+    Tree,
 }
+
+/// The vocabulary entry of a POS tag in a parsing vocabulary: `TAG=` + the tag. It mixes letters
+/// and punctuation, so no byte-level BPE piece is spelled like it (a tag such as `,` or `NN` would
+/// otherwise share its id with a piece of a word).
+pub fn tag_entry(tag: &str) -> String {
+    format!("{TAG_PREFIX}{tag}")
+}
+
+/// The prefix of [`tag_entry`].
+pub const TAG_PREFIX: &str = "TAG=";
 
 impl TargetEncoding {
     /// The ids of `text`.
     pub fn encode(self, bpe: &Bpe, text: &str) -> Result<Vec<u32>> {
+        use crate::data::trees::{items, Item};
         match self {
             TargetEncoding::Bpe => bpe.encode(text),
-            TargetEncoding::WholeTokens => {
-                Ok(text.split_whitespace().map(|t| bpe.id_of(t).unwrap_or(crate::UNK)).collect())
+            TargetEncoding::Tree => {
+                let tokens: Vec<String> = text.split_whitespace().map(str::to_string).collect();
+                let mut ids = Vec::with_capacity(tokens.len() * 2);
+                for (item, token) in items(&tokens).into_iter().zip(&tokens) {
+                    match item {
+                        Item::Open(_) | Item::Close(_) => ids.push(bpe.id_of(token).unwrap_or(crate::UNK)),
+                        Item::Tag(t) => ids.push(bpe.id_of(&tag_entry(t)).unwrap_or(crate::UNK)),
+                        Item::Word(w) => ids.extend(bpe.encode(&format!(" {w}"))?),
+                    }
+                }
+                Ok(ids)
             }
         }
     }

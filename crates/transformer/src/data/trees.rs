@@ -10,11 +10,13 @@
 //! 3. the root is `TOP`: the treebank's outer unlabelled bracket `( (S …) )` becomes `(TOP (S …))`,
 //!    and a tree with a labelled root is put under a `TOP`.
 //!
-//! Linearisation ([`Tree::linearise`]): an opening token `(X` per constituent, the POS tag per word
-//! (the words themselves are the source sentence; keeping the tags, unlike Vinyals et al.'s `XX`,
-//! gives EVALB the tags it deletes punctuation by), and a labelled closing token `)X`. `TOP` is
-//! implicit. [`delinearise`] turns any token sequence, however malformed, back into a tree over
-//! exactly the given words.
+//! Linearisation ([`Tree::linearise`]): an opening token `(X` per constituent, each leaf as its POS
+//! tag followed by its word, and a labelled closing token `)X`; `TOP` is implicit:
+//! `(S (NP NNP Pierre NNP Vinken )NP (VP VBD joined )VP . . )S`. Vinyals et al. replaced every
+//! leaf by `XX`; the tags give EVALB the tags it deletes punctuation by, and the copied words let
+//! the decoder find its place in the sentence by content (a model that emits tags alone must count
+//! words, and did not learn to in a 30-minute run: docs/parsing.md). [`delinearise`] turns any
+//! token sequence, however malformed, back into a tree over exactly the given words.
 
 use crate::error::{Error, Result};
 use std::path::Path;
@@ -110,8 +112,9 @@ impl Tree {
     }
 
     fn linearise_into(&self, out: &mut Vec<String>) {
-        if self.word.is_some() {
+        if let Some(w) = &self.word {
             out.push(self.label.clone());
+            out.push(w.clone());
             return;
         }
         out.push(format!("({}", self.label));
@@ -304,6 +307,7 @@ pub fn read_treebank(path: &Path, range: Option<&FileRange>) -> Result<Vec<Tree>
 /// A (sentence, linearised tree) training pair of a preprocessed tree: the words joined by spaces,
 /// and the tokens of [`Tree::linearise`] joined by spaces.
 pub fn training_pair(tree: &Tree) -> (String, String) {
+    // Words hold no whitespace (the reader splits on it), so the target splits back into its tokens.
     (tree.words().join(" "), tree.linearise().join(" "))
 }
 
@@ -327,37 +331,79 @@ pub fn retag_deleted_punctuation(tree: &mut Tree) -> usize {
 }
 
 /// Whether `tokens` is a well-formed linearised tree (what [`Tree::linearise`] produces) over
-/// `n_words` words: every closing token closes the innermost open constituent with its own label,
-/// no constituent is empty, everything opened is closed, and there is exactly one leaf token per
-/// word.
-pub fn is_well_formed(tokens: &[String], n_words: usize) -> bool {
+/// `words`: every closing token closes the innermost open constituent with its own label, no
+/// constituent is empty, everything opened is closed, and the leaves are one tag and word for each
+/// of `words`, in order.
+pub fn is_well_formed(tokens: &[String], words: &[&str]) -> bool {
     let mut stack: Vec<(&str, bool)> = Vec::new();
-    let mut leaves = 0;
-    for t in tokens {
-        if let Some(label) = t.strip_prefix('(').filter(|l| !l.is_empty()) {
-            stack.push((label, false));
-        } else if let Some(label) = t.strip_prefix(')').filter(|l| !l.is_empty()) {
-            match stack.pop() {
-                Some((open, true)) if open == label => {}
-                _ => return false,
+    let mut next = 0;
+    let all = items(tokens);
+    for (k, item) in all.iter().enumerate() {
+        match *item {
+            Item::Open(label) => stack.push((label, false)),
+            Item::Close(label) => {
+                match stack.pop() {
+                    Some((open, true)) if open == label => {}
+                    _ => return false,
+                }
+                if let Some(top) = stack.last_mut() {
+                    top.1 = true;
+                }
             }
-            if let Some(top) = stack.last_mut() {
-                top.1 = true;
+            Item::Tag(_) => {
+                if all.get(k + 1) != Some(&Item::Word(words.get(next).copied().unwrap_or("\0"))) {
+                    return false;
+                }
+                next += 1;
+                if let Some(top) = stack.last_mut() {
+                    top.1 = true;
+                }
             }
-        } else {
-            leaves += 1;
-            if let Some(top) = stack.last_mut() {
-                top.1 = true;
-            }
+            Item::Word(_) => {}
         }
     }
-    stack.is_empty() && leaves == n_words
+    stack.is_empty() && next == words.len()
+}
+
+/// One token of a linearised tree, by its role.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Item<'a> {
+    /// `(X`: opens a constituent labelled `X`.
+    Open(&'a str),
+    /// `)X`: closes one.
+    Close(&'a str),
+    /// A POS tag: starts a leaf.
+    Tag(&'a str),
+    /// The word after a tag.
+    Word(&'a str),
+}
+
+/// The roles of a linearised tree's tokens: `(X` and `)X` are brackets; any other token is a tag,
+/// except the one right after a tag, which is that tag's word.
+pub fn items(tokens: &[String]) -> Vec<Item<'_>> {
+    let mut out = Vec::with_capacity(tokens.len());
+    let mut after_tag = false;
+    for t in tokens {
+        let item = if let Some(label) = t.strip_prefix('(').filter(|l| !l.is_empty()) {
+            Item::Open(label)
+        } else if let Some(label) = t.strip_prefix(')').filter(|l| !l.is_empty()) {
+            Item::Close(label)
+        } else if after_tag {
+            Item::Word(t)
+        } else {
+            Item::Tag(t)
+        };
+        after_tag = matches!(item, Item::Tag(_));
+        out.push(item);
+    }
+    out
 }
 
 /// A well-formed tree under `TOP` whose leaves are exactly `words` in order, built from `tokens` (a
-/// linearised tree, or anything a model produced). Repairs, in this order: a closing token with no
-/// open constituent is ignored; a closing token closes the innermost open constituent whatever its
-/// label; leaf tokens past the last word are dropped; constituents still open at the end are
+/// linearised tree, or anything a model produced; roles as [`items`] gives them). Each tag takes the
+/// next input word, whatever word the model wrote after it. Repairs, in this order: a closing token
+/// with no open constituent is ignored; a closing token closes the innermost open constituent
+/// whatever its label; tags past the last word are dropped; constituents still open at the end are
 /// closed; constituents left with no children are dropped; words with no leaf token are attached
 /// to `TOP`, tagged `XX`; a punctuation word always gets its punctuation tag.
 pub fn delinearise(tokens: &[String], words: &[&str]) -> Tree {
@@ -370,17 +416,20 @@ pub fn delinearise(tokens: &[String], words: &[&str]) -> Tree {
             stack.last_mut().expect("TOP stays open").children.push(done);
         }
     };
-    for t in tokens {
-        if let Some(label) = t.strip_prefix('(').filter(|l| !l.is_empty()) {
-            stack.push(Tree::node(label, Vec::new()));
-        } else if t.starts_with(')') && t.len() > 1 {
-            if stack.len() > 1 {
-                close(&mut stack);
+    for item in items(tokens) {
+        match item {
+            Item::Open(label) => stack.push(Tree::node(label, Vec::new())),
+            Item::Close(_) => {
+                if stack.len() > 1 {
+                    close(&mut stack);
+                }
             }
-        } else if next < words.len() {
-            let w = words[next];
-            stack.last_mut().expect("TOP stays open").children.push(Tree::leaf(&tag_for(t, w), w));
-            next += 1;
+            Item::Tag(tag) if next < words.len() => {
+                let w = words[next];
+                stack.last_mut().expect("TOP stays open").children.push(Tree::leaf(&tag_for(tag, w), w));
+                next += 1;
+            }
+            Item::Tag(_) | Item::Word(_) => {}
         }
     }
     while stack.len() > 1 {

@@ -173,9 +173,10 @@ fn better(a: &Cand, b: &Cand) -> std::cmp::Ordering {
 /// extended by the tokens the constraint allows (at the maximum length, EOS only, as always).
 pub trait Constraint: Sync {
     /// Appends to `out` the tokens allowed after `prefix` (output tokens so far, without BOS) in
-    /// sentence `sent` of the search, EOS among them when the output may end there. At least one
+    /// sentence `sent` of the search, EOS among them when the output may end there. `budget` is the
+    /// number of tokens the output may still take before the length limit forces EOS. At least one
     /// token must be allowed.
-    fn allowed(&self, sent: usize, prefix: &[u32], out: &mut Vec<u32>);
+    fn allowed(&self, sent: usize, prefix: &[u32], budget: usize, out: &mut Vec<u32>);
 }
 
 /// A constraint seen through a map from a search's sentences to the constraint's: sentence `i`
@@ -188,8 +189,8 @@ pub struct Remapped<'a> {
 }
 
 impl Constraint for Remapped<'_> {
-    fn allowed(&self, sent: usize, prefix: &[u32], out: &mut Vec<u32>) {
-        self.inner.allowed(self.map[sent], prefix, out)
+    fn allowed(&self, sent: usize, prefix: &[u32], budget: usize, out: &mut Vec<u32>) {
+        self.inner.allowed(self.map[sent], prefix, budget, out)
     }
 }
 
@@ -256,7 +257,7 @@ pub fn beam_search_constrained(
                 match constraint {
                     Some(c) if !at_limit => {
                         let mut allowed = Vec::new();
-                        c.allowed(h.sent, &h.tokens, &mut allowed);
+                        c.allowed(h.sent, &h.tokens, limit[h.sent] - h.tokens.len(), &mut allowed);
                         top_k_allowed(row, norm, k, &allowed)
                     }
                     _ => top_k(row, norm, k, at_limit),

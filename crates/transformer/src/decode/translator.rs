@@ -201,8 +201,9 @@ impl Default for ParseOptions {
 pub struct Parse {
     /// The tree, over exactly the sentence's words (`(TOP)` for a skipped sentence).
     pub tree: Tree,
-    /// Whether the model's output was not a well-formed linearised tree over the words (or held a
-    /// token that is not a tree token) and needed repair.
+    /// Whether the model's output was not a well-formed linearised tree over the words (brackets
+    /// that do not match, a leaf without its word, a word other than the input's, too many or too
+    /// few leaves) and needed repair.
     pub malformed: bool,
     /// Whether the sentence was empty or too long and not parsed.
     pub skipped: bool,
@@ -381,7 +382,7 @@ impl Translator {
         }
         let max = self.model.config.max_positions;
         let mut out: Vec<Parse> = Vec::with_capacity(sentences.len());
-        let (mut idx, mut srcs, mut words) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut idx, mut srcs, mut pieces) = (Vec::new(), Vec::new(), Vec::new());
         for (i, line) in sentences.iter().enumerate() {
             let w: Vec<&str> = line.split_whitespace().collect();
             out.push(Parse::skipped());
@@ -407,23 +408,24 @@ impl Translator {
             }
             idx.push(i);
             srcs.push(ids);
-            words.push(w.len());
+            if options.constrained {
+                pieces.push(w.iter().map(|w| self.bpe.encode(&format!(" {w}"))).collect::<Result<Vec<_>>>()?);
+            }
         }
         let constraint = match options.constrained {
-            true => Some(TreeConstraint::new(&self.bpe, words.clone())?),
+            true => Some(TreeConstraint::new(&self.bpe, pieces)?),
             false => None,
         };
         let (hyps, stats) = self.with_buffers(|ws, state| {
             let c = constraint.as_ref().map(|c| c as &dyn Constraint);
             translate_ids(&self.model, &self.packed, self.task, &srcs, &options.translate, ws, state, c, warn)
         })?;
-        let whole: std::collections::HashSet<u32> = self.bpe.whole_tokens().into_iter().map(|(id, _)| id).collect();
-        for ((&i, nbest), &n) in idx.iter().zip(hyps).zip(&words) {
+        for (&i, nbest) in idx.iter().zip(hyps) {
             let h = nbest.into_iter().next().unwrap_or(Hypothesis { tokens: Vec::new(), log_prob: 0.0, score: 0.0 });
             let text = self.task.decode_target(&self.bpe, &h.tokens)?;
             let tokens: Vec<String> = text.split_whitespace().map(str::to_string).collect();
             let w: Vec<&str> = sentences[i].split_whitespace().collect();
-            let malformed = !h.tokens.iter().all(|t| whole.contains(t)) || !is_well_formed(&tokens, n);
+            let malformed = !is_well_formed(&tokens, &w);
             let mut tree = delinearise(&tokens, &w);
             retag_deleted_punctuation(&mut tree);
             out[i] = Parse { tree, malformed, skipped: false, hypothesis: h };

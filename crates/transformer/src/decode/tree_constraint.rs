@@ -1,12 +1,16 @@
 //! Constrained decoding for parsing (`--constrained`, a named deviation: docs/deviations.md): the
 //! beam may only grow sequences that can still become a well-formed linearised tree over exactly
-//! the input words (see [`crate::data::trees`]). A leaf (POS tag) token only while words remain; an
-//! opening token only while words remain (every constituent needs one) and below a depth cap; the
-//! closing token of the innermost open constituent only once it has a child; end of sentence only
-//! when every word has its leaf and every bracket is closed.
+//! the input words (see [`crate::data::trees`]). A tag only while words remain, and after a tag
+//! exactly the BPE pieces of the next input word (the words are copied, not chosen); an opening
+//! token only while words remain (every constituent needs one), below a depth cap, and while the
+//! length limit leaves room to finish the tree after it; the closing token of the innermost open
+//! constituent only once it has a child; end of sentence only when every word has its leaf and
+//! every bracket is closed. So, given room for the words' leaves, the output always ends as a
+//! well-formed tree before the length limit.
 
 use super::beam::Constraint;
 use crate::data::bpe::Bpe;
+use crate::data::parallel::TAG_PREFIX;
 use crate::error::{Error, Result};
 use crate::EOS;
 use std::collections::HashMap;
@@ -17,33 +21,33 @@ pub const MAX_DEPTH: usize = 64;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
-    /// Not a tree token.
-    Other,
-    /// `(X`: opens label `X` (an index); the id of `)X`.
+    /// A BPE piece (part of a word).
+    Piece,
+    /// `(X`, with the id of `)X`.
     Open { close: u32 },
     /// `)X`.
     Close,
     /// A POS tag.
-    Leaf,
+    Tag,
 }
 
-/// The tree constraint over a vocabulary's tree tokens, for a batch of sentences of known word
-/// counts.
+/// The tree constraint over a parsing vocabulary, for a batch of sentences given as the BPE pieces
+/// of each word (as a target spells it: the word after a space).
 pub struct TreeConstraint {
     kinds: Vec<Kind>,
-    leaves: Vec<u32>,
+    tags: Vec<u32>,
     opens: Vec<u32>,
-    words: Vec<usize>,
+    words: Vec<Vec<Vec<u32>>>,
 }
 
 impl TreeConstraint {
-    /// The constraint for sentences of `words[i]` words, over the whole tokens of `bpe` (the tree
-    /// tokens a parsing vocabulary adds). A vocabulary without tree tokens is an error.
-    pub fn new(bpe: &Bpe, words: Vec<usize>) -> Result<Self> {
+    /// The constraint for sentences `words[i]` (each word's pieces), over the whole tokens of
+    /// `bpe`. A vocabulary without tree tokens, or a word with no pieces, is an error.
+    pub fn new(bpe: &Bpe, words: Vec<Vec<Vec<u32>>>) -> Result<Self> {
         let whole = bpe.whole_tokens();
         let ids: HashMap<&str, u32> = whole.iter().map(|(id, t)| (t.as_str(), *id)).collect();
-        let mut kinds = vec![Kind::Other; bpe.vocab_size()];
-        let (mut leaves, mut opens) = (Vec::new(), Vec::new());
+        let mut kinds = vec![Kind::Piece; bpe.vocab_size()];
+        let (mut tags, mut opens) = (Vec::new(), Vec::new());
         for (id, t) in &whole {
             let kind = if let Some(label) = t.strip_prefix('(').filter(|l| !l.is_empty()) {
                 match ids.get(format!("){label}").as_str()) {
@@ -52,34 +56,54 @@ impl TreeConstraint {
                 }
             } else if t.starts_with(')') && t.len() > 1 {
                 Kind::Close
+            } else if t.starts_with(TAG_PREFIX) {
+                Kind::Tag
             } else {
-                Kind::Leaf
+                continue;
             };
             if let Some(k) = kinds.get_mut(*id as usize) {
                 *k = kind;
                 match kind {
                     Kind::Open { .. } => opens.push(*id),
-                    Kind::Leaf => leaves.push(*id),
+                    Kind::Tag => tags.push(*id),
                     _ => {}
                 }
             }
         }
-        if leaves.is_empty() {
+        if tags.is_empty() {
             return Err(Error::Config(
                 "constrained decoding needs a parsing vocabulary (with tree tokens); this one has none".into(),
             ));
         }
-        Ok(TreeConstraint { kinds, leaves, opens, words })
+        if words.iter().flatten().any(|w| w.is_empty()) {
+            return Err(Error::Config("constrained decoding: a word with no BPE pieces".into()));
+        }
+        Ok(TreeConstraint { kinds, tags, opens, words })
     }
 }
 
 impl Constraint for TreeConstraint {
-    fn allowed(&self, sent: usize, prefix: &[u32], out: &mut Vec<u32>) {
+    fn allowed(&self, sent: usize, prefix: &[u32], budget: usize, out: &mut Vec<u32>) {
+        let words = &self.words[sent];
         // (closing id, has a child) of each open constituent, innermost last.
         let mut stack: Vec<(u32, bool)> = Vec::new();
         let mut used = 0;
+        // Pieces of word `used` written so far, after its tag.
+        let mut in_word: Option<usize> = None;
         for &t in prefix {
-            match self.kinds.get(t as usize).copied().unwrap_or(Kind::Other) {
+            if let Some(j) = in_word {
+                if j + 1 == words[used].len() {
+                    in_word = None;
+                    used += 1;
+                    if let Some(top) = stack.last_mut() {
+                        top.1 = true;
+                    }
+                } else {
+                    in_word = Some(j + 1);
+                }
+                continue;
+            }
+            match self.kinds.get(t as usize).copied().unwrap_or(Kind::Piece) {
                 Kind::Open { close } => stack.push((close, false)),
                 Kind::Close => {
                     stack.pop();
@@ -87,19 +111,21 @@ impl Constraint for TreeConstraint {
                         top.1 = true;
                     }
                 }
-                Kind::Leaf => {
-                    used += 1;
-                    if let Some(top) = stack.last_mut() {
-                        top.1 = true;
-                    }
-                }
-                Kind::Other => {}
+                Kind::Tag if used < words.len() => in_word = Some(0),
+                Kind::Tag | Kind::Piece => {}
             }
         }
-        let left = self.words[sent].saturating_sub(used);
+        if let Some(j) = in_word {
+            out.push(words[used][j]);
+            return;
+        }
+        let left = words.len() - used.min(words.len());
         if left > 0 {
-            out.extend_from_slice(&self.leaves);
-            if stack.len() < MAX_DEPTH {
+            out.extend_from_slice(&self.tags);
+            // The shortest finish after an opening bracket: a tag and the pieces of each word left,
+            // and a closing token for it and for every bracket open now.
+            let finish: usize = words[used..].iter().map(|w| 1 + w.len()).sum::<usize>() + stack.len() + 1;
+            if stack.len() < MAX_DEPTH && 1 + finish <= budget {
                 out.extend_from_slice(&self.opens);
             }
         }
