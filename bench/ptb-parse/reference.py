@@ -11,7 +11,7 @@ would use bf16 products.
 
 Same config: [model] and [train] of the run's TOML file (layers, widths, heads, dropout and
 attention_dropout, label smoothing, warmup, lr_scale, token budgets, seed, bf16_matmul, time limit,
-checkpoint interval, keep_last, valid_f1_epochs, valid_f1_beam).
+checkpoint interval, keep_last, valid_f1_epochs, valid_f1_beam, valid_f1_constrained).
 Same data and vocabulary: the training pairs are the ids that `transformer prepare --task parsing`
 writes from the treebank files of data.train_files with the run's vocabulary (data.bpe, learned by
 our `transformer train`) and filters (data.max_tokens, data.max_ratio).
@@ -248,7 +248,8 @@ def main():
         t1 = time.time()
         cand = save_checkpoint(model, c, step, vocab_hash, out / "f1-candidate.safetensors")
         r = run([args.binary, "evaluate", "--checkpoint", cand, "--bpe", bpe, "--ref", dev_gold,
-                 "--beam", f1_beam, "--skip-long", "--threads", args.threads, "--precision", "bf16" if bf16 else "f32"])
+                 "--beam", f1_beam, "--skip-long", "--threads", args.threads, "--precision", "bf16" if bf16 else "f32"]
+                + (["--constrained"] if t.get("valid_f1_constrained", False) else []))
         s = evalb_summary(r.stdout)
         f1 = s.get("f1", float("nan"))
         f1 = f1 if math.isfinite(f1) else 0.0

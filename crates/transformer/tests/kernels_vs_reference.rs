@@ -405,6 +405,9 @@ fn attention_cross_split() {
 fn attention_single_query_and_wide_heads() {
     check_attention(AttnDims { b: 2, h: 8, t: 1, s: 6, k: 64, v: 64 }, &[6, 3], Mask::Padding, 0.1, false, 23);
     check_attention(AttnDims { b: 1, h: 1, t: 1, s: 1, k: 1, v: 1 }, &[1], Mask::Causal, 0.0, true, 24);
+    // Long sequences (parse trees run to hundreds of tokens).
+    check_attention(AttnDims { b: 2, h: 2, t: 300, s: 300, k: 16, v: 16 }, &[300, 211], Mask::Causal, 0.1, true, 26);
+    check_attention(AttnDims { b: 2, h: 2, t: 290, s: 130, k: 16, v: 16 }, &[130, 77], Mask::Padding, 0.1, false, 27);
 }
 
 #[test]

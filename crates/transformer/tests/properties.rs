@@ -150,8 +150,27 @@ fn batch_loss_is_sum_of_sentence_losses() {
 /// gradient checks through explicit masks are in gradcheck.rs.)
 #[test]
 fn dropout_backward_matches_finite_difference() {
-    for (p, pa) in [(0.0, 0.0), (0.3, 0.0), (0.0, 0.3), (0.2, 0.2)] {
-        let mut model = Transformer::new(tiny(p, pa, 0.1, Positions::Learned), 7).unwrap();
+    let rates = [(0.0, 0.0), (0.3, 0.0), (0.0, 0.3), (0.2, 0.2)];
+    slopes_match_finite_differences(&rates, 32, Positions::Learned, &sample_pairs(5, 4));
+}
+
+/// The same on sequences of 100–180 tokens (parse trees are that long): every kernel's tiling and
+/// the positions past the short ones are exercised.
+#[test]
+fn long_sequences_backward_matches_finite_difference() {
+    let long = pairs(SyntheticTask::Reverse, &mut Rng::new(9), 2, 26, 100, 180);
+    slopes_match_finite_differences(&[(0.1, 0.1)], 200, Positions::Sinusoidal, &long);
+}
+
+fn slopes_match_finite_differences(
+    rates: &[(f32, f32)],
+    max_positions: usize,
+    positions: Positions,
+    pairs: &[(Vec<u32>, Vec<u32>)],
+) {
+    for &(p, pa) in rates {
+        let cfg = ModelConfig { max_positions, ..tiny(p, pa, 0.1, positions) };
+        let mut model = Transformer::new(cfg, 7).unwrap();
         // Keep every ReLU unit active: a finite step that moves a pre-activation across 0 measures
         // the kink, not the gradient (seen here as errors of several percent in the tiny FFN).
         let b1: Vec<_> =
@@ -159,7 +178,7 @@ fn dropout_backward_matches_finite_difference() {
         for r in b1 {
             model.params[r].fill(4.0);
         }
-        let batch = Batch::from_pairs(&sample_pairs(5, 4));
+        let batch = Batch::from_pairs(pairs);
         let ctx = Some(DropoutCtx { seed: 11, counter: 3 });
         let (_, g) = loss_and_grads(&model, &batch, ctx);
         // Per tensor, along that tensor's unit gradient the directional derivative is |g_tensor|,

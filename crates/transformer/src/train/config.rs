@@ -173,6 +173,9 @@ pub struct TrainSection {
     pub valid_f1_epochs: u64,
     /// Parsing: the beam of that decoding (α and maximum length are §6.3's).
     pub valid_f1_beam: usize,
+    /// Parsing: decode the validation sentences with constrained search (the `constrained`
+    /// deviation), so the best checkpoint is picked for constrained parsing.
+    pub valid_f1_constrained: bool,
     /// Matrix products with bf16 operands and f32 sums on AMX or AVX512-BF16 (the `bf16-matmul` departure);
     /// weights, gradients, Adam and every other kernel stay f32. `true`, `false` or `"auto"`.
     pub bf16_matmul: Bf16Matmul,
@@ -199,6 +202,7 @@ impl Default for TrainSection {
             valid_steps: None,
             valid_f1_epochs: 2,
             valid_f1_beam: 4,
+            valid_f1_constrained: false,
             bf16_matmul: Bf16Matmul::Off,
         }
     }

@@ -207,7 +207,7 @@ fn validate_f1(trainer: &Trainer, data: &Data, cfg: &RunConfig) -> Result<(f64, 
     let precision = model.precision();
     let options = TranslatorOptions { precision, pack: true, task: cfg.data.task };
     let translator = Translator::new(model, data.bpe.clone(), options)?;
-    let mut popts = ParseOptions { skip_long: true, ..Default::default() };
+    let mut popts = ParseOptions { skip_long: true, constrained: cfg.train.valid_f1_constrained, ..Default::default() };
     popts.translate.search.beam = cfg.train.valid_f1_beam;
     let sentences: Vec<String> = data.valid_text.iter().map(|(s, _)| s.clone()).collect();
     let (parses, _) = translator.parse(&sentences, &popts, &mut |_| {})?;
