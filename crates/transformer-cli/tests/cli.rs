@@ -424,16 +424,8 @@ fn parsing_trains_parses_and_evaluates_from_the_command_line() {
     let (code, err) = exit_code(&["parse", "--checkpoint", best, "--bpe", vocab, "--input", long.to_str().unwrap()]);
     assert_eq!(code, Some(1));
     assert!(err.contains("line 2") && err.contains("--skip-long"), "{err}");
-    let (ok, out, err) = transformer(&[
-        "parse",
-        "--checkpoint",
-        best,
-        "--bpe",
-        vocab,
-        "--input",
-        long.to_str().unwrap(),
-        "--skip-long",
-    ]);
+    let (ok, out, err) =
+        transformer(&["parse", "--checkpoint", best, "--bpe", vocab, "--input", long.to_str().unwrap(), "--skip-long"]);
     assert!(ok, "{err}");
     assert_eq!(out.lines().nth(1), Some("(TOP)"));
 
@@ -461,8 +453,14 @@ fn parsing_trains_parses_and_evaluates_from_the_command_line() {
     // Constrained trees are never length errors for EVALB.
     assert!(out.contains("Number of Error sentence  =      0"), "{out}");
     // parse-eval on the written trees gives the same summary.
-    let (ok, pe, err) =
-        transformer(&["parse-eval", "--gold", gold.to_str().unwrap(), "--test", out_trees.to_str().unwrap(), "--summary-only"]);
+    let (ok, pe, err) = transformer(&[
+        "parse-eval",
+        "--gold",
+        gold.to_str().unwrap(),
+        "--test",
+        out_trees.to_str().unwrap(),
+        "--summary-only",
+    ]);
     assert!(ok, "{err}");
     assert!(out.starts_with(&pe), "{pe}\n---\n{out}");
 
@@ -473,8 +471,19 @@ fn parsing_trains_parses_and_evaluates_from_the_command_line() {
     // prepare --task parsing binarises the trees; --tgt is refused for parsing.
     let prep = dir.join("prepared");
     let (ok, out, err) = transformer(&[
-        "prepare", "--task", "parsing", "--src", s, "--files", "wsj_0001..wsj_0003", "--bpe", vocab, "--out",
-        prep.to_str().unwrap(), "--max-ratio", "12",
+        "prepare",
+        "--task",
+        "parsing",
+        "--src",
+        s,
+        "--files",
+        "wsj_0001..wsj_0003",
+        "--bpe",
+        vocab,
+        "--out",
+        prep.to_str().unwrap(),
+        "--max-ratio",
+        "12",
     ]);
     assert!(ok, "{err}");
     assert!(out.contains("kept") && prep.join("meta.json").exists(), "{out}");

@@ -41,7 +41,9 @@ fn file_ranges_select_treebank_files_by_name() {
 fn parsing_pairs_and_vocabulary_keep_tree_tokens_whole() {
     let pairs = Task::Parsing.read_pairs(&sample(), Path::new(""), Some("wsj_0001..wsj_0010")).unwrap();
     assert_eq!(pairs[0].0, "Pierre Vinken , 61 years old , will join the board as a nonexecutive director Nov. 29 .");
-    assert!(pairs[0].1.starts_with("(S (NP (NP NNP Pierre NNP Vinken )NP , , (ADJP (NP CD 61 NNS years )NP JJ old )ADJP , , )NP (VP MD will"));
+    assert!(pairs[0].1.starts_with(
+        "(S (NP (NP NNP Pierre NNP Vinken )NP , , (ADJP (NP CD 61 NNS years )NP JJ old )ADJP , , )NP (VP MD will"
+    ));
     let err = Task::Parsing.read_pairs(&sample(), Path::new("x.de"), None).unwrap_err().to_string();
     assert!(err.contains("give no target file"), "{err}");
     let err = Task::Translation.read_pairs(Path::new("a"), Path::new("b"), Some("a..b")).unwrap_err().to_string();
@@ -118,10 +120,11 @@ impl Scorer for Noise {
 fn constrained_search_always_gives_a_tree_over_exactly_the_words() {
     let pairs = Task::Parsing.read_pairs(&sample(), Path::new(""), Some("wsj_0001..wsj_0010")).unwrap();
     let bpe = Task::Parsing.learn_vocabulary(&pairs, 400).unwrap();
-    let sentences: Vec<Vec<&str>> = ["board", "the board", "Pierre Vinken , 61", "a b c d e f g h", "unknownish words here ."]
-        .iter()
-        .map(|s| s.split(' ').collect())
-        .collect();
+    let sentences: Vec<Vec<&str>> =
+        ["board", "the board", "Pierre Vinken , 61", "a b c d e f g h", "unknownish words here ."]
+            .iter()
+            .map(|s| s.split(' ').collect())
+            .collect();
     let pieces = |s: &[&str]| s.iter().map(|w| bpe.encode(&format!(" {w}")).unwrap()).collect::<Vec<_>>();
     let constraint = TreeConstraint::new(&bpe, sentences.iter().map(|s| pieces(s)).collect()).unwrap();
     for seed in 0..6 {
@@ -245,7 +248,8 @@ fn a_parsing_run_validates_f1_keeps_its_best_checkpoint_and_parses() {
     let err = Translator::load(&best, &bpe, TranslatorOptions::default()).err().unwrap().to_string();
     assert!(err.contains("is a parsing model") && err.contains("transformer parse"), "{err}");
     assert_eq!(transformer::train::checkpoint::read_task(&best).unwrap(), Task::Parsing);
-    let parser = Translator::load(&best, &bpe, TranslatorOptions { task: Task::Parsing, ..Default::default() }).unwrap();
+    let parser =
+        Translator::load(&best, &bpe, TranslatorOptions { task: Task::Parsing, ..Default::default() }).unwrap();
 
     // Constrained: every output is a well-formed tree over exactly the words, never repaired.
     let sentences: Vec<String> = vec![

@@ -106,8 +106,10 @@ fn malformed_files_are_errors_naming_file_and_line() {
 /// exactly the words, and punctuation carries its punctuation tag.
 #[test]
 fn any_token_sequence_becomes_a_tree_over_exactly_the_words() {
-    let vocab =
-        ["(S", "(NP", "(VP", "(PP", "(", ")", ")S", ")NP", ")VP", ")PP", "NN", "VBD", "DT", ",", ".", "XX", "", "dog", "the"];
+    let vocab = [
+        "(S", "(NP", "(VP", "(PP", "(", ")", ")S", ")NP", ")VP", ")PP", "NN", "VBD", "DT", ",", ".", "XX", "", "dog",
+        "the",
+    ];
     let pool = ["the", "dog", ",", "ran", ".", "-LRB-", "quickly", "''"];
     let mut rng = Rng::new(5);
     for case in 0..3000 {

@@ -130,7 +130,11 @@ pub fn evaluate(
     let stdout = std::io::stdout();
     report.write_evalb(&mut stdout.lock(), true)?;
     let malformed = parses.iter().filter(|p| p.malformed).count();
-    println!("Outputs repaired          = {malformed} of {} ({:.2}%)", parses.len(), 100.0 * malformed as f64 / parses.len() as f64);
+    println!(
+        "Outputs repaired          = {malformed} of {} ({:.2}%)",
+        parses.len(),
+        100.0 * malformed as f64 / parses.len() as f64
+    );
     let targets: Vec<String> = gold.iter().map(|t| t.linearise().join(" ")).collect();
     let totals = translator.perplexity(&sentences, &targets, &mut warn)?;
     if let Some(nll) = totals.nll_per_token() {

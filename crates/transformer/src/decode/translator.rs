@@ -10,9 +10,9 @@
 
 use super::beam::{search_batch, BeamConfig, Constraint, Hypothesis, Remapped};
 use super::tree_constraint::TreeConstraint;
-use crate::data::trees::{delinearise, is_well_formed, retag_deleted_punctuation, Tree};
 use crate::data::batching::BatchConfig;
 use crate::data::bpe::Bpe;
+use crate::data::trees::{delinearise, is_well_formed, retag_deleted_punctuation, Tree};
 use crate::error::{Error, Result};
 use crate::eval::attention::{attention_weights, AttentionWeights};
 use crate::eval::perplexity::{self, Totals};

@@ -263,9 +263,12 @@ pub fn task_of(path: &Path, ckpt: &Checkpoint) -> Result<crate::task::Task> {
 fn task_named(path: &Path, name: Option<&str>) -> Result<crate::task::Task> {
     match name {
         None => Ok(crate::task::Task::Translation),
-        Some(name) => crate::task::Task::ALL.into_iter().find(|t| t.name() == name).ok_or_else(|| {
-            Error::CorruptCheckpoint { path: path.to_path_buf(), reason: format!("unknown task {name:?} in its metadata") }
-        }),
+        Some(name) => {
+            crate::task::Task::ALL.into_iter().find(|t| t.name() == name).ok_or_else(|| Error::CorruptCheckpoint {
+                path: path.to_path_buf(),
+                reason: format!("unknown task {name:?} in its metadata"),
+            })
+        }
     }
 }
 
