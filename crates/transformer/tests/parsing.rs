@@ -277,7 +277,7 @@ fn a_parsing_run_validates_f1_keeps_its_best_checkpoint_and_parses() {
 
     // A line longer than the model's positions is refused naming it, never split; with
     // skip_long it gives (TOP) and a warning. An empty line gives (TOP) too.
-    let long = vec!["word ".repeat(600)];
+    let long = ["word ".repeat(600)];
     let lines = vec!["The board met .".to_string(), long[0].clone(), String::new()];
     let err = parser.parse(&lines, &opts, &mut |_| {}).err().unwrap().to_string();
     assert!(err.contains("line 2") && err.contains("never split"), "{err}");

@@ -121,6 +121,9 @@ pub fn prepare_pairs(
     write_prepared(target, &mut next_chunk, bpe, filter, out, log)
 }
 
+/// Fills a chunk with the next pairs (fewer than [`CHUNK`] at the end).
+type NextChunk<'a> = &'a mut dyn FnMut(&mut Vec<(String, String)>) -> Result<()>;
+
 /// Pairs encoded and written at a time.
 const CHUNK: usize = 10_000;
 
@@ -128,7 +131,7 @@ const CHUNK: usize = 10_000;
 /// the end) into `out`.
 fn write_prepared(
     target: TargetEncoding,
-    next_chunk: &mut dyn FnMut(&mut Vec<(String, String)>) -> Result<()>,
+    next_chunk: NextChunk<'_>,
     bpe: &Bpe,
     filter: &FilterConfig,
     out: &Path,

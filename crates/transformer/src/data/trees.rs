@@ -517,11 +517,7 @@ fn tokenize_chunk(chunk: &str, last: bool, out: &mut Vec<String>) {
     }
     // Suffixes, innermost last.
     let mut tail: Vec<String> = Vec::new();
-    loop {
-        let c = match s.chars().last() {
-            Some(c) => c,
-            None => break,
-        };
+    while let Some(c) = s.chars().last() {
         let n = s.len();
         if s.ends_with("''") && n > 2 {
             tail.push("''".into());

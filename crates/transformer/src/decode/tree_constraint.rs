@@ -140,7 +140,7 @@ impl Constraint for TreeConstraint {
             // The shortest finish after an opening bracket: a tag and the pieces of each word left,
             // and a closing token for it and for every bracket open now.
             let finish: usize = words[used..].iter().map(|w| 1 + w.len()).sum::<usize>() + stack.len() + 1;
-            if stack.len() < MAX_DEPTH && run < MAX_OPEN_RUN && 1 + finish <= budget {
+            if stack.len() < MAX_DEPTH && run < MAX_OPEN_RUN && finish < budget {
                 out.extend_from_slice(&self.opens);
             }
         }
