@@ -537,7 +537,8 @@ mod tests {
         let read = |extra: &str| RunConfig::from_toml(MINIMAL, "t.toml", &[extra.to_string()]);
         assert_eq!(RunConfig::from_toml(MINIMAL, "t.toml", &[]).unwrap().data.task, Task::Translation);
         assert_eq!(read("data.task=translation").unwrap().data.task, Task::Translation);
-        let err = read("data.task=parsing").unwrap_err().to_string();
+        assert_eq!(read("data.task=parsing").unwrap().data.task, Task::Parsing);
+        let err = read("data.task=parse").unwrap_err().to_string();
         assert!(err.contains("parsing") && err.contains("translation"), "{err}");
     }
 
