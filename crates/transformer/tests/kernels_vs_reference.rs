@@ -589,6 +589,15 @@ fn top_k_with_block_skip_equals_a_full_sort() {
             "trial {trial}: len {len}, k {k}"
         );
         assert_eq!(search::top_k(&row, norm, k, true), r::top_k(&row, norm, k, true), "trial {trial}: EOS only");
+        // Restricted to every id but PAD and BOS (listed backwards, one twice), the constrained
+        // variant ranks as the full sort does.
+        let mut allowed: Vec<u32> = (2..len as u32).rev().collect();
+        allowed.push(2);
+        assert_eq!(
+            search::top_k_among(&row, norm, k, &allowed),
+            r::top_k(&row, norm, k, false),
+            "trial {trial}: among"
+        );
     }
 }
 

@@ -74,7 +74,6 @@ pub fn prepare(
     out: &Path,
     log: &mut dyn FnMut(&str),
 ) -> Result<FilterReport> {
-    filter.validate(("max_tokens", "max_ratio"))?;
     let (mut rs, mut rt) = (corpus::Lines::open(src)?, corpus::Lines::open(tgt)?);
     let mut n = 0;
     let mut next_chunk = |chunk: &mut Vec<(String, String)>| -> Result<()> {
@@ -112,7 +111,6 @@ pub fn prepare_pairs(
     out: &Path,
     log: &mut dyn FnMut(&str),
 ) -> Result<FilterReport> {
-    filter.validate(("max_tokens", "max_ratio"))?;
     let mut pairs = pairs.into_iter();
     let mut next_chunk = |chunk: &mut Vec<(String, String)>| -> Result<()> {
         chunk.extend(pairs.by_ref().take(CHUNK));
@@ -137,6 +135,7 @@ fn write_prepared(
     out: &Path,
     log: &mut dyn FnMut(&str),
 ) -> Result<FilterReport> {
+    filter.validate(("max_tokens", "max_ratio"))?;
     std::fs::create_dir_all(out).map_err(io_err(out))?;
     let (mut ws, mut wt) = (Writer::create(out, "src")?, Writer::create(out, "tgt")?);
     let mut report = FilterReport::default();

@@ -153,11 +153,6 @@ impl Bpe {
         v
     }
 
-    /// The entry `id` as written in the vocabulary (a piece or a whole token).
-    pub fn token_of(&self, id: u32) -> Option<String> {
-        self.tokenizer.id_to_token(id)
-    }
-
     /// Token ids of `line` (no BOS/EOS).
     pub fn encode(&self, line: &str) -> Result<Vec<u32>> {
         Ok(self.tokenizer.encode(line, false).map_err(bpe_err)?.get_ids().to_vec())

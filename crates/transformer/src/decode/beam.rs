@@ -22,7 +22,7 @@
 
 use crate::error::{Error, Result};
 use crate::kernels::cpu::profile::{self, Slot};
-use crate::kernels::cpu::search::{log_sum_exp, top_k};
+use crate::kernels::cpu::search::{log_sum_exp, top_k, top_k_among};
 use crate::model::{DecoderState, Encoded, PackedDecoder, Transformer, Workspace};
 use crate::{BOS, EOS};
 use rayon::prelude::*;
@@ -194,23 +194,6 @@ impl Constraint for Remapped<'_> {
     }
 }
 
-/// The `k` best of the allowed tokens of a row by log-probability (ties: lower id first).
-fn top_k_allowed(row: &[f32], norm: f32, k: usize, allowed: &[u32]) -> Vec<(f64, u32)> {
-    let key = |x: f32| {
-        let y = x - norm;
-        if y.is_nan() {
-            f64::NEG_INFINITY
-        } else {
-            y as f64
-        }
-    };
-    let mut c: Vec<(f64, u32)> = allowed.iter().map(|&t| (key(row[t as usize]), t)).collect();
-    c.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
-    c.dedup_by_key(|x| x.1);
-    c.truncate(k);
-    c
-}
-
 /// Beam search over `src_lens.len()` sentences. Returns, per sentence, its `nbest` best finished
 /// hypotheses, best first. `max_len` caps the output length (EOS not counted) whatever the config
 /// says, e.g. at the model's positions.
@@ -258,7 +241,7 @@ pub fn beam_search_constrained(
                     Some(c) if !at_limit => {
                         let mut allowed = Vec::new();
                         c.allowed(h.sent, &h.tokens, limit[h.sent] - h.tokens.len(), &mut allowed);
-                        top_k_allowed(row, norm, k, &allowed)
+                        top_k_among(row, norm, k, &allowed)
                     }
                     _ => top_k(row, norm, k, at_limit),
                 }

@@ -15,14 +15,7 @@ use multiversion::multiversion;
     "x86_64+avx2+fma"
 ))]
 pub fn top_k(row: &[f32], norm: f32, k: usize, eos_only: bool) -> Vec<(f64, u32)> {
-    let key = |x: f32| {
-        let y = x - norm;
-        if y.is_nan() {
-            f64::NEG_INFINITY
-        } else {
-            y as f64
-        }
-    };
+    let key = |x: f32| log_prob(x, norm);
     if eos_only {
         return vec![(key(row[EOS as usize]), EOS)];
     }
@@ -60,4 +53,24 @@ pub fn log_sum_exp(row: &[f32]) -> f32 {
     }
     let mx = max(row);
     mx + exp_sum(row, mx).ln()
+}
+
+/// log p of a score under a normaliser, NaN ranked as −∞.
+fn log_prob(x: f32, norm: f32) -> f64 {
+    let y = x - norm;
+    if y.is_nan() {
+        f64::NEG_INFINITY
+    } else {
+        y as f64
+    }
+}
+
+/// [`top_k`] restricted to the tokens `allowed` (a constrained search's choices): the `k` best of
+/// them by log-probability, ties by lower id, each token once.
+pub fn top_k_among(row: &[f32], norm: f32, k: usize, allowed: &[u32]) -> Vec<(f64, u32)> {
+    let mut c: Vec<(f64, u32)> = allowed.iter().map(|&t| (log_prob(row[t as usize], norm), t)).collect();
+    c.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+    c.dedup_by_key(|x| x.1);
+    c.truncate(k);
+    c
 }
