@@ -436,6 +436,20 @@ pub enum BenchCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Seconds per all-reduce (sum) of a flat f32 buffer over the workers of `mpirun -np N`
+    /// (default: the base model's 63M gradients).
+    #[cfg(feature = "mpi")]
+    Allreduce {
+        /// f32 values per all-reduce.
+        #[arg(long, default_value_t = 63_000_000)]
+        floats: usize,
+        /// Timed repetitions (median reported).
+        #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
+        reps: u32,
+        /// Print one JSON line.
+        #[arg(long)]
+        json: bool,
+    },
     /// GFLOP/s of f32 matrix products at the shapes of a training step (and square ones).
     Matmul {
         /// Repetitions per shape (median reported).

@@ -16,6 +16,8 @@ pub fn run(which: BenchCommand) -> Result<()> {
             train_step(steps as usize, warmup, bf16, dropout, json)
         }
         BenchCommand::Matmul { reps } => matmul_rates(reps as usize),
+        #[cfg(feature = "mpi")]
+        BenchCommand::Allreduce { floats, reps, json } => super::distributed::bench_allreduce(floats, reps as usize, json),
         BenchCommand::DataIter { data, max_tokens } => {
             use transformer::data::batching::{epoch_order, make_batches, BatchConfig};
             let start = Instant::now();

@@ -2,6 +2,7 @@
 
 mod bench;
 mod decode;
+mod distributed;
 mod evalb;
 mod parse;
 mod text;

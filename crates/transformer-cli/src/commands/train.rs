@@ -70,7 +70,9 @@ pub fn train(config: &Path, mut overrides: Vec<String>, time_limit: Option<f64>)
     let cfg = transformer::train::run::RunConfig::from_toml(&text, &config.display().to_string(), &overrides)?;
     let start = Instant::now();
     let summary =
-        transformer::train::run::run(&cfg, &mut |msg| eprintln!("[{:>7.1}s] {msg}", start.elapsed().as_secs_f64()))?;
+        super::distributed::train(&cfg, &mut |msg| eprintln!("[{:>7.1}s] {msg}", start.elapsed().as_secs_f64()))?;
+    // Under `mpirun -np N`, rank 0 reports for every worker.
+    let Some(summary) = summary else { return Ok(()) };
     println!(
         "step {} epoch {}: {} ({:.0} s of training); valid perplexity {:.2}; {}",
         summary.state.step,

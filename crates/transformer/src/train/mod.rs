@@ -4,6 +4,7 @@
 pub mod checkpoint;
 pub mod config;
 pub mod curve;
+pub mod distributed;
 pub mod run;
 pub mod run_dir;
 pub mod schedule;

@@ -6,6 +6,7 @@
 //! thread count). Where checkpoints and metrics go is [`RunDir`]'s business.
 
 use super::checkpoint;
+use super::distributed::{agree, check_accumulate, digest, share_of, Collective, SingleProcess};
 pub use super::config::{Bf16Matmul, DataSection, ModelSection, RunConfig, TrainSection};
 pub use super::run_dir::list_checkpoints;
 use super::run_dir::RunDir;
@@ -28,7 +29,8 @@ use std::time::Instant;
 pub struct RunState {
     /// Updates done.
     pub step: u64,
-    /// Forward/backward passes done (keys the dropout masks).
+    /// Forward/backward passes done, by every worker of the run (a batch's position keys its
+    /// dropout masks).
     pub passes: u64,
     /// Current epoch (0-based).
     pub epoch: u64,
@@ -64,6 +66,24 @@ struct Data {
     valid: TokenPairs,
     /// The validation text pairs (for parsing: sentence, linearised gold tree).
     valid_text: Vec<(String, String)>,
+}
+
+impl Data {
+    /// A digest of what the workers of a data-parallel run must share: the vocabulary, the
+    /// training pairs' lengths (hence the batches and their order) and the validation pairs.
+    fn fingerprint(&self) -> [u64; 4] {
+        let mut bytes = self.bpe.hash().as_bytes().to_vec();
+        for i in 0..self.train.count() {
+            let (s, t) = self.train.lengths_of(i);
+            bytes.extend_from_slice(&(s as u32).to_le_bytes());
+            bytes.extend_from_slice(&(t as u32).to_le_bytes());
+        }
+        for (s, t) in &self.valid {
+            bytes.extend(s.iter().chain(t).flat_map(|x| x.to_le_bytes()));
+            bytes.push(0xff);
+        }
+        digest(&bytes)
+    }
 }
 
 fn prepare(cfg: &RunConfig, log: &mut dyn FnMut(&str)) -> Result<Data> {
@@ -178,6 +198,15 @@ fn validation_pairs(
     Ok(valid)
 }
 
+/// Whether the run's time limit is reached: rank 0's clock decides for every worker, so that all
+/// stop at the same update (a collective when there is a limit and more than one worker).
+fn time_is_up(comm: &dyn Collective, limit_minutes: Option<f64>, elapsed_s: f64) -> bool {
+    let Some(m) = limit_minutes else { return false };
+    let mut up = [(elapsed_s >= m * 60.0) as u64];
+    comm.broadcast_u64(&mut up);
+    up[0] != 0
+}
+
 fn batch_of(pairs: &dyn Pairs, idx: &[usize]) -> Batch {
     let sel: Vec<(Vec<u32>, Vec<u32>)> = idx.iter().map(|&i| pairs.get(i)).collect();
     Batch::from_pairs(&sel)
@@ -185,7 +214,11 @@ fn batch_of(pairs: &dyn Pairs, idx: &[usize]) -> Batch {
 
 /// The run's validation, as its task measures it: for translation, label-smoothed loss and NLL per
 /// target token over `pairs`, without dropout (the validation set is never empty: `prepare` says).
-fn validate(trainer: &mut Trainer, pairs: &TokenPairs, cfg: &RunConfig) -> Result<(f64, f64)> {
+/// Rank 0 validates; the other workers of a data-parallel run get NaN (they record nothing).
+fn validate(trainer: &mut Trainer, pairs: &TokenPairs, cfg: &RunConfig, comm: &dyn Collective) -> Result<(f64, f64)> {
+    if !comm.is_root() {
+        return Ok((f64::NAN, f64::NAN));
+    }
     match cfg.data.task.validation() {
         Validation::Perplexity | Validation::PerplexityAndF1 => {
             let bc = BatchConfig { max_src_tokens: cfg.train.max_src_tokens, max_tgt_tokens: cfg.train.max_tgt_tokens };
@@ -330,29 +363,88 @@ fn resume_newest_good(
     )))
 }
 
-/// Runs (or resumes) training. `log` receives one-line progress messages.
+/// Runs (or resumes) training in one process. `log` receives one-line progress messages.
 pub fn run(cfg: &RunConfig, log: &mut dyn FnMut(&str)) -> Result<RunSummary> {
+    run_with(cfg, &SingleProcess, log)
+}
+
+/// Runs (or resumes) training as one of the workers of `comm` (data parallelism, see
+/// [`super::distributed`]): every worker calls this with the same configuration and data (checked
+/// at the start) and the same run directory; rank 0 writes it, logs and validates, and the others
+/// only compute their share of each update. With [`SingleProcess`] this is [`run`].
+pub fn run_with(cfg: &RunConfig, comm: &dyn Collective, log: &mut dyn FnMut(&str)) -> Result<RunSummary> {
     let t = &cfg.train;
+    let root = comm.is_root();
+    let mut quiet = |_: &str| {};
+    let log: &mut dyn FnMut(&str) = if root { log } else { &mut quiet };
     cfg.validate()?;
+    check_accumulate(t.accumulate, comm.size())?;
     let precision = t.bf16_matmul.precision(crate::kernels::cpu::bf16::available(), log)?;
-    let run_dir = RunDir::open(&t.output_dir, t.keep_last, log)?;
-    let data = prepare(cfg, log)?;
+    let fingerprint = format!("{}\n{precision:?}", serde_json::to_string(cfg).expect("a run config serialises"));
+    agree(
+        comm,
+        "run configuration (the TOML file with its --set overrides, or train.bf16_matmul's outcome)",
+        digest(fingerprint.as_bytes()),
+        "start every worker with the same configuration file and options",
+    )?;
+    let run_dir = if root { RunDir::open(&t.output_dir, t.keep_last, log)? } else { RunDir::follow(&t.output_dir, t.keep_last) };
+    // Rank 0 prepares first (it learns and saves the BPE model if it is missing), then says
+    // whether it could, and the others prepare (reading that model).
+    let mut root_ok = [0u64];
+    let data = if root {
+        let prepared = prepare(cfg, log);
+        root_ok[0] = prepared.is_ok() as u64;
+        comm.broadcast_u64(&mut root_ok);
+        prepared?
+    } else {
+        comm.broadcast_u64(&mut root_ok);
+        if root_ok[0] == 0 {
+            return Err(Error::Config("rank 0 could not prepare the data (its error says why)".into()));
+        }
+        prepare(cfg, log)?
+    };
+    agree(
+        comm,
+        "training data (BPE vocabulary, pair lengths or validation pairs)",
+        data.fingerprint(),
+        &format!(
+            "every worker must read the same files: check {} and the data paths on every host",
+            cfg.data.bpe.display()
+        ),
+    )?;
     let model_cfg = data.model.clone();
     let model = crate::model::Transformer::new(model_cfg.clone(), t.seed)?.with_precision(precision)?;
     let schedule = Schedule { d_model: model_cfg.d_model, warmup: t.warmup, lr_scale: t.lr_scale };
     let mut trainer = Trainer::new(model, schedule, t.seed);
     let mut state = RunState::default();
-    if let Some((last, resumed)) = resume_newest_good(&mut trainer, &t.output_dir, &model_cfg, data.bpe.hash(), log)? {
+    let resumed = resume_newest_good(&mut trainer, &t.output_dir, &model_cfg, data.bpe.hash(), log)?;
+    // Every worker resumes from the run directory itself (Adam moments included); they must have
+    // found the same checkpoint, and rank 0's parameters are then given to all.
+    let position = resumed.as_ref().map(|(_, s)| serde_json::to_string(s).expect("state serialises"));
+    agree(
+        comm,
+        "checkpoint to resume from",
+        digest(position.unwrap_or_default().as_bytes()),
+        &format!(
+            "every worker must see rank 0's checkpoints in {}: put it on a filesystem all hosts share",
+            t.output_dir.display()
+        ),
+    )?;
+    if comm.size() > 1 {
+        trainer.broadcast_params(comm);
+    }
+    if let Some((last, resumed)) = resumed {
         state = resumed;
         log(&format!("resuming from {} (step {}, epoch {})", last.display(), state.step, state.epoch + 1));
         run_dir.drop_metrics_after(state.step)?;
     }
     let n_batches = data.batches.len();
     log(&format!(
-        "{} parameters, {} training pairs in {n_batches} batches, {} per update",
+        "{} parameters, {} training pairs in {n_batches} batches, {} per update{}",
         trainer.model().params.len(),
         data.train.count(),
-        t.accumulate
+        t.accumulate,
+        if comm.size() > 1 { format!(" over {} workers ({} each)", comm.size(), t.accumulate / comm.size()) } else { String::new() }
     ));
     let start = Instant::now();
     let (base_elapsed, start_step) = (state.elapsed_s, state.step);
@@ -374,14 +466,15 @@ pub fn run(cfg: &RunConfig, log: &mut dyn FnMut(&str)) -> Result<RunSummary> {
                 stopped = format!("reached {} steps", state.step);
                 break 'run;
             }
-            if t.time_limit_minutes.is_some_and(|m| elapsed() >= m * 60.0) {
+            if time_is_up(comm, t.time_limit_minutes, elapsed()) {
                 stopped = format!("time limit of {} minutes", t.time_limit_minutes.unwrap_or(0.0));
                 break 'run;
             }
             let end = (state.cursor + t.accumulate).min(n_batches);
-            let group: Vec<Batch> =
-                order[state.cursor..end].iter().map(|&b| batch_of(data.train.as_ref(), &data.batches[b])).collect();
-            let stats = trainer.train_step(&group)?;
+            let share = share_of(end - state.cursor, comm.rank(), comm.size());
+            let mine = &order[state.cursor + share.start..state.cursor + share.end];
+            let group: Vec<Batch> = mine.iter().map(|&b| batch_of(data.train.as_ref(), &data.batches[b])).collect();
+            let stats = trainer.train_step_shared(&group, share.start, end - state.cursor, comm)?;
             state.cursor = end;
             state.step = trainer.step();
             state.passes = trainer.passes();
@@ -415,7 +508,7 @@ pub fn run(cfg: &RunConfig, log: &mut dyn FnMut(&str)) -> Result<RunSummary> {
                 window_start = Instant::now();
             }
             if t.valid_steps.is_some_and(|v| state.step % v == 0) {
-                let (vl, vn) = validate(&mut trainer, &data.valid, cfg)?;
+                let (vl, vn) = validate(&mut trainer, &data.valid, cfg, comm)?;
                 run_dir.append_metrics(&valid_record(state.step, state.epoch + 1, (vl, vn)))?;
             }
             let due_steps = t.checkpoint_steps.is_some_and(|c| state.step % c == 0);
@@ -426,7 +519,7 @@ pub fn run(cfg: &RunConfig, log: &mut dyn FnMut(&str)) -> Result<RunSummary> {
         }
         state.epoch += 1;
         state.cursor = 0;
-        let (vl, vn) = validate(&mut trainer, &data.valid, cfg)?;
+        let (vl, vn) = validate(&mut trainer, &data.valid, cfg, comm)?;
         log(&format!(
             "epoch {} done at step {}: valid loss {vl:.4}, perplexity {:.2}",
             state.epoch,
@@ -435,7 +528,7 @@ pub fn run(cfg: &RunConfig, log: &mut dyn FnMut(&str)) -> Result<RunSummary> {
         ));
         run_dir.append_metrics(&valid_record(state.step, state.epoch, (vl, vn)))?;
         let f1_due = t.valid_f1_epochs > 0 && state.epoch % t.valid_f1_epochs == 0;
-        if cfg.data.task.validation() == Validation::PerplexityAndF1 && f1_due {
+        if cfg.data.task.validation() == Validation::PerplexityAndF1 && f1_due && root {
             f1_checkpoint(&trainer, &data, cfg, &mut state, &run_dir, log)?;
         }
     }
@@ -443,14 +536,14 @@ pub fn run(cfg: &RunConfig, log: &mut dyn FnMut(&str)) -> Result<RunSummary> {
     // Parsing scores the final model too, before the last checkpoint, so that the best F1 it
     // records is current.
     let f1_at_end = cfg.data.task.validation() == Validation::PerplexityAndF1 && t.valid_f1_epochs > 0;
-    if f1_at_end {
+    if f1_at_end && root {
         f1_checkpoint(&trainer, &data, cfg, &mut state, &run_dir, log)?;
     }
     let last_path = match run_dir.latest_checkpoint()? {
         Some((step, path)) if step == state.step && !f1_at_end => path,
         _ => save(&run_dir, &trainer, &state, data.bpe.hash(), cfg.data.task)?,
     };
-    let valid = validate(&mut trainer, &data.valid, cfg)?;
+    let valid = validate(&mut trainer, &data.valid, cfg, comm)?;
     run_dir.append_metrics(&valid_record(state.step, state.epoch + 1, valid))?;
     run_dir.write_learning_curve()?;
     log(&format!(

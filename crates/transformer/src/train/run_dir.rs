@@ -9,11 +9,13 @@ use crate::io::{io_err, pid_alive, temp_writer_pid, write_atomically};
 use std::io::{Read, Seek, Write};
 use std::path::{Path, PathBuf};
 
-/// The output directory of a training run, locked for as long as this value lives.
+/// The output directory of a training run, locked for as long as this value lives. The other
+/// workers of a data-parallel run [follow](RunDir::follow) it: they read it and write nothing.
 pub struct RunDir {
     dir: PathBuf,
     keep_last: usize,
-    _lock: DirLock,
+    /// `None` for a follower.
+    lock: Option<DirLock>,
 }
 
 /// `<dir>/.lock`: an OS advisory lock (`flock`) on the file, which the kernel releases whatever way
@@ -107,9 +109,20 @@ impl RunDir {
     pub fn open(dir: &Path, keep_last: usize, log: &mut dyn FnMut(&str)) -> Result<RunDir> {
         std::fs::create_dir_all(dir).map_err(io_err(dir))?;
         let lock = DirLock::acquire(dir, log)?;
-        let run_dir = RunDir { dir: dir.to_path_buf(), keep_last, _lock: lock };
+        let run_dir = RunDir { dir: dir.to_path_buf(), keep_last, lock: Some(lock) };
         run_dir.recover_after_crash()?;
         Ok(run_dir)
+    }
+
+    /// `dir` as a worker other than rank 0 of a data-parallel run sees it: it reads the
+    /// checkpoints there (rank 0's, on a shared filesystem) and writes nothing: saving returns the
+    /// path rank 0 writes, and metrics and the curve are rank 0's to write.
+    pub fn follow(dir: &Path, keep_last: usize) -> RunDir {
+        RunDir { dir: dir.to_path_buf(), keep_last, lock: None }
+    }
+
+    fn writes(&self) -> bool {
+        self.lock.is_some()
     }
 
     fn recover_after_crash(&self) -> Result<()> {
@@ -151,6 +164,9 @@ impl RunDir {
     /// Returns its path.
     pub fn save(&self, ckpt: &Checkpoint) -> Result<PathBuf> {
         let path = self.dir.join(format!("ckpt-{:08}.safetensors", ckpt.step));
+        if !self.writes() {
+            return Ok(path);
+        }
         checkpoint::save(&path, ckpt)?;
         let all = list_checkpoints(&self.dir)?;
         for (_, old) in all.iter().take(all.len().saturating_sub(self.keep_last.max(1))) {
@@ -162,6 +178,9 @@ impl RunDir {
     /// Appends one record to `metrics.jsonl`: the whole line in one `write` to a file opened with
     /// `O_APPEND`, so a line is never interleaved or split by another write.
     pub fn append_metrics(&self, record: &serde_json::Value) -> Result<()> {
+        if !self.writes() {
+            return Ok(());
+        }
         let path = self.metrics();
         let line = format!("{record}\n");
         let mut f = std::fs::OpenOptions::new().create(true).append(true).open(&path).map_err(io_err(&path))?;
@@ -173,6 +192,9 @@ impl RunDir {
     /// checkpoint are replaced by the new ones, not duplicated. The file is rewritten atomically.
     /// Returns how many records were removed.
     pub fn drop_metrics_after(&self, step: u64) -> Result<usize> {
+        if !self.writes() {
+            return Ok(0);
+        }
         let path = self.metrics();
         let text = match std::fs::read_to_string(&path) {
             Ok(t) => t,
@@ -195,6 +217,9 @@ impl RunDir {
 
     /// Draws `learning_curve.svg` from `metrics.jsonl`.
     pub fn write_learning_curve(&self) -> Result<()> {
+        if !self.writes() {
+            return Ok(());
+        }
         super::curve::write_svg(&self.metrics(), &self.dir.join("learning_curve.svg"))
     }
 }

@@ -2,6 +2,7 @@
 //! flat parameter, gradient and moment buffers.
 
 use super::checkpoint::Checkpoint;
+use super::distributed::{Collective, SingleProcess};
 use super::schedule::Schedule;
 use crate::error::{Error, Result};
 use crate::kernels::cpu::adam::{adam_update, AdamConfig};
@@ -124,8 +125,15 @@ impl Trainer {
     /// Forward + backward of one (micro-)batch with dropout, accumulating gradients scaled by
     /// `grad_scale` (1 / target tokens of the whole update). Returns the loss sums.
     pub fn accumulate(&mut self, batch: &Batch, grad_scale: f32) -> Result<crate::model::LossSums> {
-        let ctx = DropoutCtx { seed: self.seed, counter: self.passes };
+        let sums = self.accumulate_at(batch, grad_scale, self.passes)?;
         self.passes += 1;
+        Ok(sums)
+    }
+
+    /// [`Trainer::accumulate`] with dropout masks keyed by `pass`, the batch's global position in
+    /// the run (the batches before it, on every worker), which leaves the pass counter alone.
+    fn accumulate_at(&mut self, batch: &Batch, grad_scale: f32, pass: u64) -> Result<crate::model::LossSums> {
+        let ctx = DropoutCtx { seed: self.seed, counter: pass };
         self.model.forward(batch, &mut self.workspace, Some(ctx))?;
         let sums = self.model.loss(batch, &mut self.workspace, self.model.config.label_smoothing, grad_scale);
         self.model.backward(batch, &mut self.workspace, Some(ctx), &mut self.grads);
@@ -135,7 +143,26 @@ impl Trainer {
     /// One update from `batches` (gradient accumulation over all of them), normalised per target
     /// token. A non-finite loss leaves parameters and moments untouched and returns an error.
     pub fn train_step(&mut self, batches: &[Batch]) -> Result<StepStats> {
-        let tokens: usize = batches.iter().map(|b| b.target_tokens()).sum();
+        self.train_step_shared(batches, 0, batches.len(), &SingleProcess)
+    }
+
+    /// One update of `update_len` batches shared among the workers of `comm`: this worker's share
+    /// is `batches`, the update's batches `first..first + batches.len()`. The gradients of the
+    /// shares are summed by an all-reduce and normalised by the update's target tokens over every
+    /// worker; every worker then makes the same Adam update, so the parameters stay equal. Each
+    /// batch's dropout masks are keyed by its position in the update, as in one process. Every
+    /// worker must call this with the same `update_len` (it is collective).
+    pub fn train_step_shared(
+        &mut self,
+        batches: &[Batch],
+        first: usize,
+        update_len: usize,
+        comm: &dyn Collective,
+    ) -> Result<StepStats> {
+        assert!(first + batches.len() <= update_len, "share {first}+{} of {update_len}", batches.len());
+        let mut tokens = [batches.iter().map(|b| b.target_tokens() as u64).sum::<u64>()];
+        comm.all_reduce_sum_u64(&mut tokens);
+        let tokens = tokens[0] as usize;
         if tokens == 0 {
             return Err(Error::Batch("the update has no target tokens".into()));
         }
@@ -143,12 +170,18 @@ impl Trainer {
             let _t = crate::kernels::cpu::profile::scope(crate::kernels::cpu::profile::Slot::Elementwise);
             self.grads.par_chunks_mut(1 << 16).for_each(|c| c.fill(0.0));
         }
-        let (mut loss, mut nll) = (0.0, 0.0);
-        for b in batches {
-            let s = self.accumulate(b, 1.0 / tokens as f32)?;
-            loss += s.loss;
-            nll += s.nll;
+        let mut sums = [0.0f64; 2]; // label-smoothed loss, NLL
+        for (i, b) in batches.iter().enumerate() {
+            let s = self.accumulate_at(b, 1.0 / tokens as f32, self.passes + (first + i) as u64)?;
+            sums[0] += s.loss;
+            sums[1] += s.nll;
         }
+        self.passes += update_len as u64;
+        if comm.size() > 1 {
+            comm.all_reduce_sum_f32(&mut self.grads);
+            comm.all_reduce_sum_f64(&mut sums);
+        }
+        let [loss, nll] = sums;
         let step = self.step + 1;
         if !loss.is_finite() || !all_finite(&self.grads) {
             return Err(Error::NonFiniteLoss { step, loss: loss as f32 });
@@ -162,6 +195,13 @@ impl Trainer {
         }
         self.step = step;
         Ok(StepStats { step, loss: loss / tokens as f64, nll: nll / tokens as f64, tokens, lr })
+    }
+
+    /// Makes every worker's parameters rank 0's (at the start of a run: they are equal when every
+    /// worker initialised from the same seed or resumed from the same checkpoint, and this makes
+    /// sure).
+    pub fn broadcast_params(&mut self, comm: &dyn Collective) {
+        comm.broadcast_f32(&mut self.model.params);
     }
 
     /// Label-smoothed loss and NLL sums of `pairs` (token ids without BOS/EOS) without dropout,

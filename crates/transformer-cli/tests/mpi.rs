@@ -1,0 +1,287 @@
+//! Data-parallel training over MPI (`--features mpi`; needs `mpirun` on the PATH): two workers give
+//! the updates of one process, a worker killed with SIGKILL ends the run within a bounded time and
+//! the same command resumes it exactly, the worker count may change between runs, and workers that
+//! disagree on the configuration or the data stop at the start, naming what differs.
+//!
+//! Every process runs one thread (`--threads 1`), so that the comparisons measure only what the
+//! worker count changes.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+use transformer::train::checkpoint::{self, Checkpoint};
+use transformer::train::run::list_checkpoints;
+
+const STEPS: u64 = 16;
+
+fn shared(name: &str) -> String {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/multi30k").join(name).display().to_string()
+}
+
+/// A run of `STEPS` updates of 4 batches with dropout, crossing an epoch's end (the first 400
+/// pairs of Multi30k's validation set make 29 batches: 7 updates and one of 1 batch an epoch).
+fn config(dir: &Path, bpe: &Path, train: (&str, &str)) -> PathBuf {
+    let text = format!(
+        r#"
+[model]
+n_layers = 1
+d_model = 32
+d_ff = 64
+n_heads = 2
+d_k = 16
+d_v = 16
+dropout = 0.1
+attention_dropout = 0.1
+max_positions = 256
+
+[data]
+train_src = "{}"
+train_tgt = "{}"
+valid_src = "{}"
+valid_tgt = "{}"
+bpe = "{}"
+vocab_size = 600
+
+[train]
+output_dir = "{}"
+seed = 5
+max_src_tokens = 200
+max_tgt_tokens = 200
+accumulate = 4
+warmup = 20
+max_steps = {STEPS}
+checkpoint_steps = 2
+keep_last = 100
+"#,
+        train.0,
+        train.1,
+        shared("test_2016_flickr.en.gz"),
+        shared("test_2016_flickr.de.gz"),
+        bpe.display(),
+        dir.join("out").display()
+    );
+    std::fs::create_dir_all(dir).unwrap();
+    let p = dir.join("run.toml");
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+/// The first 400 pairs of the validation set, written to `dir` (shorter than the whole file, so
+/// that a run crosses an epoch in a few updates).
+fn small_corpus(dir: &Path, lines: usize) -> (String, String) {
+    std::fs::create_dir_all(dir).unwrap();
+    let mut out = Vec::new();
+    for (name, lang) in [("train.en", "val.en.gz"), ("train.de", "val.de.gz")] {
+        let text = transformer::data::corpus::read_lines(Path::new(&shared(lang))).unwrap();
+        let p = dir.join(name);
+        std::fs::write(&p, text[..lines].join("\n") + "\n").unwrap();
+        out.push(p.display().to_string());
+    }
+    (out[0].clone(), out[1].clone())
+}
+
+fn transformer() -> &'static str {
+    env!("CARGO_BIN_EXE_transformer")
+}
+
+/// `mpirun -np N transformer --threads 1 train --config CFG ARGS…`, as root if need be, with
+/// more processes than cores allowed.
+fn mpirun(n: usize) -> Command {
+    let mut c = Command::new("mpirun");
+    c.env("OMPI_ALLOW_RUN_AS_ROOT", "1").env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
+    c.args(["--oversubscribe", "-np", &n.to_string()]);
+    c
+}
+
+fn train(n: usize, cfg: &Path, extra: &[&str]) -> Command {
+    let mut c = if n == 1 { Command::new(transformer()) } else { mpirun(n) };
+    if n > 1 {
+        c.arg(transformer());
+    }
+    c.args(["--threads", "1", "train", "--config", cfg.to_str().unwrap()]).args(extra);
+    c
+}
+
+fn ok(out: Output) -> String {
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{err}");
+    err
+}
+
+fn last(dir: &Path) -> Checkpoint {
+    checkpoint::load(&list_checkpoints(&dir.join("out")).unwrap().last().unwrap().1).unwrap()
+}
+
+/// (step, loss) of every training record.
+fn curve(dir: &Path) -> Vec<(u64, f64)> {
+    let text = std::fs::read_to_string(dir.join("out/metrics.jsonl")).unwrap();
+    let records = text.lines().map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap());
+    records.filter(|v| v["kind"] == "train").map(|v| (v["step"].as_u64().unwrap(), v["loss"].as_f64().unwrap())).collect()
+}
+
+fn run_state(c: &Checkpoint) -> serde_json::Value {
+    let mut v: serde_json::Value = serde_json::from_str(&c.extra["run_state"]).unwrap();
+    v.as_object_mut().unwrap().remove("elapsed_s");
+    v
+}
+
+/// The largest |a − b| over the parameters, and over the parameters' magnitudes.
+fn max_diff(a: &[f32], b: &[f32]) -> (f32, f32) {
+    assert_eq!(a.len(), b.len());
+    let d = a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max);
+    (d, a.iter().map(|x| x.abs()).fold(0.0, f32::max))
+}
+
+/// The process with `OMPI_COMM_WORLD_RANK=rank` among the children of `mpirun`'s process.
+fn worker_pid(mpirun_pid: u32, rank: usize) -> Option<u32> {
+    for e in std::fs::read_dir("/proc").ok()? {
+        let Some(pid) = e.ok()?.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
+        let ppid = stat.rsplit(')').next().and_then(|r| r.split_whitespace().nth(1)).and_then(|p| p.parse::<u32>().ok());
+        if ppid != Some(mpirun_pid) {
+            continue;
+        }
+        let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+        let want = format!("OMPI_COMM_WORLD_RANK={rank}");
+        if env.split(|&b| b == 0).any(|v| v == want.as_bytes()) {
+            return Some(pid);
+        }
+    }
+    None
+}
+
+/// Two workers against one process on the same global batches; a worker killed with SIGKILL; the
+/// same command again; and the worker count changed half-way. One test, so that the runs are
+/// made once and run one after another (the machine may have 2 cores).
+#[test]
+fn two_workers_make_the_updates_of_one_process_and_survive_a_kill() {
+    let root = std::env::temp_dir().join(format!("transformer-mpi-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let data = small_corpus(&root.join("data"), 400);
+    let data = (data.0.as_str(), data.1.as_str());
+    let bpe = root.join("bpe.json");
+    let (one, two, killed, switched) = (root.join("one"), root.join("two"), root.join("killed"), root.join("switched"));
+
+    // One process (it learns the shared BPE model), then two workers.
+    ok(train(1, &config(&one, &bpe, data), &[]).output().unwrap());
+    let err = ok(train(2, &config(&two, &bpe, data), &[]).output().unwrap());
+    assert!(err.contains("over 2 workers (2 each)"), "{err}");
+    let (c1, c2) = (last(&one), last(&two));
+    assert_eq!((c1.step, c2.step), (STEPS, STEPS));
+    // The same batches, dropout masks and schedule: the run's position agrees exactly.
+    assert_eq!(run_state(&c1), run_state(&c2));
+    // The gradients differ only in the f32 order of their sum (two partial sums added instead of
+    // one sequential accumulation): measured max |Δ| 1e-7 relative to the largest parameter
+    // after 16 updates; Adam's division by √v can magnify a rounding difference in a tiny
+    // gradient, hence the margin.
+    let (d, scale) = max_diff(&c1.params, &c2.params);
+    eprintln!("1 process vs 2 workers after {STEPS} updates: max |Δparam| = {d:e} (max |param| = {scale})");
+    assert!(d <= 1e-4 * scale, "parameters differ by {d} (scale {scale})");
+    assert!(c1.params != c2.params || d == 0.0);
+    let (l1, l2) = (curve(&one), curve(&two));
+    assert_eq!(l1.len(), STEPS as usize);
+    assert_eq!(l1.iter().map(|r| r.0).collect::<Vec<_>>(), l2.iter().map(|r| r.0).collect::<Vec<_>>());
+    for ((s, a), (_, b)) in l1.iter().zip(&l2) {
+        assert!((a - b).abs() <= 1e-4 * a.abs(), "step {s}: loss {a} with 1 process, {b} with 2 workers");
+    }
+    // Only rank 0 wrote the run directory: one record per update.
+    let text = std::fs::read_to_string(two.join("out/metrics.jsonl")).unwrap();
+    assert_eq!(text.lines().filter(|l| l.contains("\"kind\":\"train\"")).count(), STEPS as usize);
+
+    // Two workers again; worker 1 is killed with SIGKILL once a few checkpoints are written.
+    let cfg_k = config(&killed, &bpe, data);
+    let mut child = train(2, &cfg_k, &[])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    let victim = loop {
+        let latest = list_checkpoints(&killed.join("out")).unwrap().last().map_or(0, |c| c.0);
+        if latest >= 6 {
+            if let Some(pid) = worker_pid(child.id(), 1) {
+                break pid;
+            }
+        }
+        assert!(t0.elapsed() < Duration::from_secs(120), "the run made no progress");
+        assert!(child.try_wait().unwrap().is_none(), "the run ended before a worker could be killed");
+        std::thread::sleep(Duration::from_millis(2));
+    };
+    let killed_at = Instant::now();
+    assert!(Command::new("kill").args(["-KILL", &victim.to_string()]).status().unwrap().success());
+    let out = child.wait_with_output().unwrap();
+    let stopped_in = killed_at.elapsed();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "a run whose worker was killed must fail: {err}");
+    assert!(stopped_in < Duration::from_secs(60), "the other worker took {stopped_in:?} to stop");
+    assert!(err.contains("signal 9"), "mpirun should name the killed worker: {err}");
+    eprintln!("worker 1 killed: the run stopped {:.2} s later", stopped_in.as_secs_f64());
+    let step_at_kill = list_checkpoints(&killed.join("out")).unwrap().last().unwrap().0;
+    assert!(step_at_kill < STEPS, "killed after the end");
+    // The same command resumes from the last checkpoint and ends where the uninterrupted run did.
+    let err = ok(train(2, &cfg_k, &[]).output().unwrap());
+    assert!(err.contains("resuming from"), "{err}");
+    let ck = last(&killed);
+    assert!(ck.params == c2.params, "parameters differ from the uninterrupted 2-worker run");
+    assert!(ck.adam == c2.adam, "Adam moments differ from the uninterrupted 2-worker run");
+    assert_eq!(run_state(&ck), run_state(&c2));
+    let bits = |c: &[(u64, f64)]| c.iter().map(|(s, l)| (*s, l.to_bits())).collect::<Vec<_>>();
+    assert_eq!(bits(&curve(&killed)), bits(&l2), "loss curves differ after resume");
+
+    // Half the run with two workers, the rest with one: the same position, parameters within the
+    // tolerance of one process against two workers.
+    let cfg_s = config(&switched, &bpe, data);
+    ok(train(2, &cfg_s, &["--set", &format!("train.max_steps={}", STEPS / 2)]).output().unwrap());
+    let err = ok(train(1, &cfg_s, &[]).output().unwrap());
+    assert!(err.contains(&format!("(step {}", STEPS / 2)), "{err}");
+    let cs = last(&switched);
+    assert_eq!(run_state(&cs), run_state(&c1));
+    let (d, scale) = max_diff(&cs.params, &c1.params);
+    assert!(d <= 1e-4 * scale, "parameters differ by {d} (scale {scale})");
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+/// Workers that disagree stop at the start with an error naming what differs; an accumulation
+/// that does not split among the workers is refused naming `train.accumulate`.
+#[test]
+fn workers_that_disagree_stop_at_the_start() {
+    let root = std::env::temp_dir().join(format!("transformer-mpi-bad-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let data = small_corpus(&root.join("data"), 200);
+    let bpe = root.join("bpe.json");
+    let cfg = config(&root.join("run"), &bpe, (&data.0, &data.1));
+    // Learn the BPE model once, so the runs below fail on what they are meant to.
+    ok(train(1, &cfg, &["--set", "train.max_steps=1", "--set", &format!("train.output_dir=\"{}\"", root.join("first").display())]).output().unwrap());
+
+    let t0 = Instant::now();
+    let out = train(2, &cfg, &["--set", "train.accumulate=3"]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("train.accumulate = 3 is not divisible by the 2 workers"), "{err}");
+
+    // MPMD: worker 1 gets another warmup.
+    let mut c = mpirun(1);
+    c.args([transformer(), "--threads", "1", "train", "--config", cfg.to_str().unwrap()]);
+    c.args([":", "-np", "1", transformer(), "--threads", "1", "train", "--config", cfg.to_str().unwrap()]);
+    c.args(["--set", "train.warmup=21"]);
+    let out = c.output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("this worker (rank 1 of 2) has a different run configuration than rank 0"), "{err}");
+
+    // Worker 1 reads other training text through the same (relative) paths.
+    let other = small_corpus(&root.join("other/data"), 150);
+    let _ = other;
+    let rel = config(&root.join("rel"), &bpe, ("data/train.en", "data/train.de"));
+    let mut c = mpirun(1);
+    c.args(["-wdir", root.to_str().unwrap(), transformer(), "--threads", "1", "train", "--config", rel.to_str().unwrap()]);
+    let other_dir = root.join("other");
+    c.args([":", "-np", "1", "-wdir", other_dir.to_str().unwrap(), transformer(), "--threads", "1", "train"]);
+    c.args(["--config", rel.to_str().unwrap()]);
+    let out = c.output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("has a different training data (BPE vocabulary, pair lengths or validation pairs)"), "{err}");
+    assert!(t0.elapsed() < Duration::from_secs(120), "the failing runs took {:?}", t0.elapsed());
+    let _ = std::fs::remove_dir_all(&root);
+}
