@@ -12,7 +12,12 @@ use std::time::{Duration, Instant};
 use transformer::train::checkpoint::{self, Checkpoint};
 use transformer::train::run::list_checkpoints;
 
-const STEPS: u64 = 16;
+/// Updates of the runs killed and resumed.
+const STEPS: u64 = 40;
+/// Updates after which one process and two workers are compared: the sum order's rounding grows
+/// slowly at first and then, as training is chaotic, faster (measured on this run: losses agree to
+/// 1e-8 relative up to update 30, 1e-3 by update 40).
+const COMPARED: u64 = 16;
 
 fn shared(name: &str) -> String {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/multi30k").join(name).display().to_string()
@@ -116,7 +121,10 @@ fn last(dir: &Path) -> Checkpoint {
 fn curve(dir: &Path) -> Vec<(u64, f64)> {
     let text = std::fs::read_to_string(dir.join("out/metrics.jsonl")).unwrap();
     let records = text.lines().map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap());
-    records.filter(|v| v["kind"] == "train").map(|v| (v["step"].as_u64().unwrap(), v["loss"].as_f64().unwrap())).collect()
+    records
+        .filter(|v| v["kind"] == "train")
+        .map(|v| (v["step"].as_u64().unwrap(), v["loss"].as_f64().unwrap()))
+        .collect()
 }
 
 fn run_state(c: &Checkpoint) -> serde_json::Value {
@@ -125,19 +133,36 @@ fn run_state(c: &Checkpoint) -> serde_json::Value {
     v
 }
 
-/// The largest |a − b| over the parameters, and over the parameters' magnitudes.
-fn max_diff(a: &[f32], b: &[f32]) -> (f32, f32) {
-    assert_eq!(a.len(), b.len());
-    let d = a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max);
-    (d, a.iter().map(|x| x.abs()).fold(0.0, f32::max))
+/// The largest |a − b| over the parameters of `a` and `b` (checkpoints of one model), leaving out
+/// the attention key biases `b_k`, and the largest over those. A key bias adds the same q·b_k to
+/// every score of a query, which the softmax ignores: its gradient is exactly 0, so what is
+/// computed is rounding noise, and Adam (dividing by √v) turns noise into full-size steps whose
+/// sign depends on the order of the sum. The key biases therefore drift apart by about the
+/// learning rate times the steps whatever the tolerance of the rest.
+fn max_diff(a: &Checkpoint, b: &Checkpoint) -> (f32, f32) {
+    assert_eq!(a.params.len(), b.params.len());
+    let (mut rest, mut key_bias) = (0.0f32, 0.0f32);
+    for e in transformer::params::ParamLayout::new(&a.config).entries() {
+        let d = a.params[e.range()].iter().zip(&b.params[e.range()]).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max);
+        let m = if e.name.ends_with(".b_k") { &mut key_bias } else { &mut rest };
+        *m = m.max(d);
+    }
+    (rest, key_bias)
 }
+
+/// What the f32 order of the gradient sum may move the parameters other than the key biases by,
+/// in `COMPARED` updates of the tiny model (measured: 3.6e-7, a few ulps of the largest, 1.24).
+const PARAM_TOLERANCE: f32 = 1e-5;
+/// ... and the loss of an update, relative (measured: 5e-9).
+const LOSS_TOLERANCE: f64 = 1e-6;
 
 /// The process with `OMPI_COMM_WORLD_RANK=rank` among the children of `mpirun`'s process.
 fn worker_pid(mpirun_pid: u32, rank: usize) -> Option<u32> {
     for e in std::fs::read_dir("/proc").ok()? {
         let Some(pid) = e.ok()?.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
         let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
-        let ppid = stat.rsplit(')').next().and_then(|r| r.split_whitespace().nth(1)).and_then(|p| p.parse::<u32>().ok());
+        let ppid =
+            stat.rsplit(')').next().and_then(|r| r.split_whitespace().nth(1)).and_then(|p| p.parse::<u32>().ok());
         if ppid != Some(mpirun_pid) {
             continue;
         }
@@ -163,26 +188,27 @@ fn two_workers_make_the_updates_of_one_process_and_survive_a_kill() {
     let (one, two, killed, switched) = (root.join("one"), root.join("two"), root.join("killed"), root.join("switched"));
 
     // One process (it learns the shared BPE model), then two workers.
-    ok(train(1, &config(&one, &bpe, data), &[]).output().unwrap());
+    let compared = format!("train.max_steps={COMPARED}");
+    ok(train(1, &config(&one, &bpe, data), &["--set", &compared]).output().unwrap());
     let err = ok(train(2, &config(&two, &bpe, data), &[]).output().unwrap());
     assert!(err.contains("over 2 workers (2 each)"), "{err}");
-    let (c1, c2) = (last(&one), last(&two));
-    assert_eq!((c1.step, c2.step), (STEPS, STEPS));
+    let c1 = last(&one);
+    let c2 = checkpoint::load(&two.join(format!("out/ckpt-{COMPARED:08}.safetensors"))).unwrap();
+    assert_eq!((c1.step, c2.step), (COMPARED, COMPARED));
     // The same batches, dropout masks and schedule: the run's position agrees exactly.
     assert_eq!(run_state(&c1), run_state(&c2));
     // The gradients differ only in the f32 order of their sum (two partial sums added instead of
-    // one sequential accumulation): measured max |Δ| 1e-7 relative to the largest parameter
-    // after 16 updates; Adam's division by √v can magnify a rounding difference in a tiny
-    // gradient, hence the margin.
-    let (d, scale) = max_diff(&c1.params, &c2.params);
-    eprintln!("1 process vs 2 workers after {STEPS} updates: max |Δparam| = {d:e} (max |param| = {scale})");
-    assert!(d <= 1e-4 * scale, "parameters differ by {d} (scale {scale})");
-    assert!(c1.params != c2.params || d == 0.0);
+    // one sequential accumulation).
+    let (d, key_bias) = max_diff(&c1, &c2);
+    eprintln!("1 process vs 2 workers after {COMPARED} updates: max |Δparam| = {d:e} (key biases: {key_bias:e})");
+    assert!(d <= PARAM_TOLERANCE, "parameters differ by {d}");
     let (l1, l2) = (curve(&one), curve(&two));
-    assert_eq!(l1.len(), STEPS as usize);
-    assert_eq!(l1.iter().map(|r| r.0).collect::<Vec<_>>(), l2.iter().map(|r| r.0).collect::<Vec<_>>());
+    assert_eq!(l1.len(), COMPARED as usize);
+    assert_eq!(l2.len(), STEPS as usize);
+    assert_eq!(l1.iter().map(|r| r.0).collect::<Vec<_>>(), l2[..l1.len()].iter().map(|r| r.0).collect::<Vec<_>>());
+    assert_eq!(l1[0].1.to_bits(), l2[0].1.to_bits(), "the first update's loss comes from equal parameters");
     for ((s, a), (_, b)) in l1.iter().zip(&l2) {
-        assert!((a - b).abs() <= 1e-4 * a.abs(), "step {s}: loss {a} with 1 process, {b} with 2 workers");
+        assert!((a - b).abs() <= LOSS_TOLERANCE * a.abs(), "step {s}: loss {a} with 1 process, {b} with 2 workers");
     }
     // Only rank 0 wrote the run directory: one record per update.
     let text = std::fs::read_to_string(two.join("out/metrics.jsonl")).unwrap();
@@ -198,7 +224,7 @@ fn two_workers_make_the_updates_of_one_process_and_survive_a_kill() {
     let t0 = Instant::now();
     let victim = loop {
         let latest = list_checkpoints(&killed.join("out")).unwrap().last().map_or(0, |c| c.0);
-        if latest >= 6 {
+        if latest >= 10 {
             if let Some(pid) = worker_pid(child.id(), 1) {
                 break pid;
             }
@@ -221,7 +247,8 @@ fn two_workers_make_the_updates_of_one_process_and_survive_a_kill() {
     // The same command resumes from the last checkpoint and ends where the uninterrupted run did.
     let err = ok(train(2, &cfg_k, &[]).output().unwrap());
     assert!(err.contains("resuming from"), "{err}");
-    let ck = last(&killed);
+    let (ck, c2) = (last(&killed), last(&two));
+    assert_eq!((ck.step, c2.step), (STEPS, STEPS));
     assert!(ck.params == c2.params, "parameters differ from the uninterrupted 2-worker run");
     assert!(ck.adam == c2.adam, "Adam moments differ from the uninterrupted 2-worker run");
     assert_eq!(run_state(&ck), run_state(&c2));
@@ -231,13 +258,13 @@ fn two_workers_make_the_updates_of_one_process_and_survive_a_kill() {
     // Half the run with two workers, the rest with one: the same position, parameters within the
     // tolerance of one process against two workers.
     let cfg_s = config(&switched, &bpe, data);
-    ok(train(2, &cfg_s, &["--set", &format!("train.max_steps={}", STEPS / 2)]).output().unwrap());
-    let err = ok(train(1, &cfg_s, &[]).output().unwrap());
-    assert!(err.contains(&format!("(step {}", STEPS / 2)), "{err}");
+    ok(train(2, &cfg_s, &["--set", &format!("train.max_steps={}", COMPARED / 2)]).output().unwrap());
+    let err = ok(train(1, &cfg_s, &["--set", &compared]).output().unwrap());
+    assert!(err.contains(&format!("(step {}", COMPARED / 2)), "{err}");
     let cs = last(&switched);
     assert_eq!(run_state(&cs), run_state(&c1));
-    let (d, scale) = max_diff(&cs.params, &c1.params);
-    assert!(d <= 1e-4 * scale, "parameters differ by {d} (scale {scale})");
+    let (d, _) = max_diff(&cs, &c1);
+    assert!(d <= PARAM_TOLERANCE, "parameters differ by {d}");
     let _ = std::fs::remove_dir_all(&root);
 }
 
@@ -251,7 +278,13 @@ fn workers_that_disagree_stop_at_the_start() {
     let bpe = root.join("bpe.json");
     let cfg = config(&root.join("run"), &bpe, (&data.0, &data.1));
     // Learn the BPE model once, so the runs below fail on what they are meant to.
-    ok(train(1, &cfg, &["--set", "train.max_steps=1", "--set", &format!("train.output_dir=\"{}\"", root.join("first").display())]).output().unwrap());
+    ok(train(
+        1,
+        &cfg,
+        &["--set", "train.max_steps=1", "--set", &format!("train.output_dir=\"{}\"", root.join("first").display())],
+    )
+    .output()
+    .unwrap());
 
     let t0 = Instant::now();
     let out = train(2, &cfg, &["--set", "train.accumulate=3"]).output().unwrap();
@@ -267,14 +300,23 @@ fn workers_that_disagree_stop_at_the_start() {
     let out = c.output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
-    assert!(err.contains("this worker (rank 1 of 2) has a different run configuration than rank 0"), "{err}");
+    assert!(err.contains("this worker (rank 1 of 2) has a different run configuration (the TOML file"), "{err}");
 
     // Worker 1 reads other training text through the same (relative) paths.
     let other = small_corpus(&root.join("other/data"), 150);
     let _ = other;
     let rel = config(&root.join("rel"), &bpe, ("data/train.en", "data/train.de"));
     let mut c = mpirun(1);
-    c.args(["-wdir", root.to_str().unwrap(), transformer(), "--threads", "1", "train", "--config", rel.to_str().unwrap()]);
+    c.args([
+        "-wdir",
+        root.to_str().unwrap(),
+        transformer(),
+        "--threads",
+        "1",
+        "train",
+        "--config",
+        rel.to_str().unwrap(),
+    ]);
     let other_dir = root.join("other");
     c.args([":", "-np", "1", "-wdir", other_dir.to_str().unwrap(), transformer(), "--threads", "1", "train"]);
     c.args(["--config", rel.to_str().unwrap()]);

@@ -17,7 +17,9 @@ pub fn run(which: BenchCommand) -> Result<()> {
         }
         BenchCommand::Matmul { reps } => matmul_rates(reps as usize),
         #[cfg(feature = "mpi")]
-        BenchCommand::Allreduce { floats, reps, json } => super::distributed::bench_allreduce(floats, reps as usize, json),
+        BenchCommand::Allreduce { floats, reps, json } => {
+            super::distributed::bench_allreduce(floats, reps as usize, json)
+        }
         BenchCommand::DataIter { data, max_tokens } => {
             use transformer::data::batching::{epoch_order, make_batches, BatchConfig};
             let start = Instant::now();

@@ -109,7 +109,10 @@ pub fn agree(comm: &dyn Collective, what: &str, mine: [u64; 4], fix: &str) -> Re
     } else {
         format!("{} of the {} workers", count[0], comm.size())
     };
-    Err(Error::Config(format!("{who} {} a different {what} than rank 0: {fix}", if count[0] == 1 { "has" } else { "have" })))
+    Err(Error::Config(format!(
+        "{who} {} a different {what} than rank 0: {fix}",
+        if count[0] == 1 { "has" } else { "have" }
+    )))
 }
 
 #[cfg(feature = "mpi")]
@@ -137,7 +140,9 @@ mod mpi_impl {
         /// Whether this process was started by an MPI launcher (`mpirun`, `srun` …), by the
         /// variables they set.
         pub fn launched() -> bool {
-            ["OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_SIZE", "MPI_LOCALNRANKS"].iter().any(|v| std::env::var_os(v).is_some())
+            ["OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_SIZE", "MPI_LOCALNRANKS"]
+                .iter()
+                .any(|v| std::env::var_os(v).is_some())
         }
 
         /// Initialises MPI (once per process). Only the thread that calls this may call MPI.
@@ -223,7 +228,10 @@ mod tests {
     fn accumulate_must_divide_among_the_workers() {
         assert!(check_accumulate(4, 2).is_ok() && check_accumulate(3, 1).is_ok());
         let err = check_accumulate(3, 2).unwrap_err().to_string();
-        assert!(err.contains("train.accumulate = 3") && err.contains("2 workers") && err.contains("accumulate=4"), "{err}");
+        assert!(
+            err.contains("train.accumulate = 3") && err.contains("2 workers") && err.contains("accumulate=4"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -6,8 +6,8 @@
 //! thread count). Where checkpoints and metrics go is [`RunDir`]'s business.
 
 use super::checkpoint;
-use super::distributed::{agree, check_accumulate, digest, share_of, Collective, SingleProcess};
 pub use super::config::{Bf16Matmul, DataSection, ModelSection, RunConfig, TrainSection};
+use super::distributed::{agree, check_accumulate, digest, share_of, Collective, SingleProcess};
 pub use super::run_dir::list_checkpoints;
 use super::run_dir::RunDir;
 use super::schedule::Schedule;
@@ -387,7 +387,8 @@ pub fn run_with(cfg: &RunConfig, comm: &dyn Collective, log: &mut dyn FnMut(&str
         digest(fingerprint.as_bytes()),
         "start every worker with the same configuration file and options",
     )?;
-    let run_dir = if root { RunDir::open(&t.output_dir, t.keep_last, log)? } else { RunDir::follow(&t.output_dir, t.keep_last) };
+    let run_dir =
+        if root { RunDir::open(&t.output_dir, t.keep_last, log)? } else { RunDir::follow(&t.output_dir, t.keep_last) };
     // Rank 0 prepares first (it learns and saves the BPE model if it is missing), then says
     // whether it could, and the others prepare (reading that model).
     let mut root_ok = [0u64];
@@ -444,7 +445,11 @@ pub fn run_with(cfg: &RunConfig, comm: &dyn Collective, log: &mut dyn FnMut(&str
         trainer.model().params.len(),
         data.train.count(),
         t.accumulate,
-        if comm.size() > 1 { format!(" over {} workers ({} each)", comm.size(), t.accumulate / comm.size()) } else { String::new() }
+        if comm.size() > 1 {
+            format!(" over {} workers ({} each)", comm.size(), t.accumulate / comm.size())
+        } else {
+            String::new()
+        }
     ));
     let start = Instant::now();
     let (base_elapsed, start_step) = (state.elapsed_s, state.step);

@@ -252,6 +252,132 @@ mod tests {
         assert_eq!((&fresh.adam_m, &fresh.adam_v), (&done.adam_m, &done.adam_v));
     }
 
+    /// Two workers as two threads of one process, meeting at a barrier to sum their buffers in
+    /// f32 / f64 as an MPI all-reduce of two workers does (one addition per element).
+    struct ThreadPair {
+        rank: usize,
+        meet: std::sync::Arc<(std::sync::Barrier, std::sync::Mutex<[Vec<f64>; 2]>)>,
+    }
+
+    impl ThreadPair {
+        fn exchange(&self, mine: Vec<f64>) -> [Vec<f64>; 2] {
+            let (barrier, slots) = &*self.meet;
+            slots.lock().unwrap()[self.rank] = mine;
+            barrier.wait();
+            let both = slots.lock().unwrap().clone();
+            barrier.wait();
+            both
+        }
+    }
+
+    impl Collective for ThreadPair {
+        fn rank(&self) -> usize {
+            self.rank
+        }
+        fn size(&self) -> usize {
+            2
+        }
+        fn all_reduce_sum_f32(&self, buf: &mut [f32]) {
+            let [a, b] = self.exchange(buf.iter().map(|&x| x as f64).collect());
+            for (o, (x, y)) in buf.iter_mut().zip(a.iter().zip(&b)) {
+                *o = *x as f32 + *y as f32;
+            }
+        }
+        fn all_reduce_sum_f64(&self, buf: &mut [f64]) {
+            let [a, b] = self.exchange(buf.to_vec());
+            for (o, (x, y)) in buf.iter_mut().zip(a.iter().zip(&b)) {
+                *o = x + y;
+            }
+        }
+        fn all_reduce_sum_u64(&self, buf: &mut [u64]) {
+            let [a, b] = self.exchange(buf.iter().map(|&x| x as f64).collect());
+            for (o, (x, y)) in buf.iter_mut().zip(a.iter().zip(&b)) {
+                *o = (x + y) as u64;
+            }
+        }
+        fn broadcast_f32(&self, buf: &mut [f32]) {
+            let [a, _] = self.exchange(buf.iter().map(|&x| x as f64).collect());
+            buf.iter_mut().zip(a).for_each(|(o, x)| *o = x as f32);
+        }
+        fn broadcast_u64(&self, buf: &mut [u64]) {
+            let [a, _] = self.exchange(buf.iter().map(|&x| x as f64).collect());
+            buf.iter_mut().zip(a).for_each(|(o, x)| *o = x as u64);
+        }
+        fn barrier(&self) {
+            self.meet.0.wait();
+        }
+    }
+
+    /// Three updates of 4 batches with dropout by one trainer, and by two trainers taking 2
+    /// batches each (the second keyed from batch `second_first` of each update).
+    fn one_and_two_workers(second_first: usize) -> (Trainer, Trainer, Trainer) {
+        let mut cfg = model_config(6);
+        (cfg.dropout, cfg.attention_dropout) = (0.1, 0.1);
+        // A learning rate of 2e-3 to 5e-3 (Eq. 3 with a short warmup), so that the updates move
+        // the parameters by more than their rounding.
+        let schedule = Schedule { d_model: cfg.d_model, warmup: 4, lr_scale: 0.1 };
+        let new = || Trainer::new(Transformer::new(cfg.clone(), 1).unwrap(), schedule, 1);
+        let mut rng = crate::rng::Rng::new(2);
+        let updates: Vec<Vec<Batch>> = (0..3)
+            .map(|_| (0..4).map(|_| Batch::from_pairs(&pairs(SyntheticTask::Copy, &mut rng, 4, 6, 2, 5))).collect())
+            .collect();
+        let mut one = new();
+        let mut losses = Vec::new();
+        for u in &updates {
+            losses.push(one.train_step(u).unwrap());
+        }
+        let meet = std::sync::Arc::new((std::sync::Barrier::new(2), std::sync::Mutex::new([vec![], vec![]])));
+        let workers: Vec<Trainer> = std::thread::scope(|s| {
+            let handles: Vec<_> = [(0, 0), (1, second_first)]
+                .map(|(rank, first)| {
+                    let (comm, updates, losses) = (ThreadPair { rank, meet: meet.clone() }, &updates, &losses);
+                    s.spawn(move || {
+                        let mut t = new();
+                        t.broadcast_params(&comm);
+                        for (u, want) in updates.iter().zip(losses) {
+                            let got = t.train_step_shared(&u[2 * rank..2 * rank + 2], first, 4, &comm).unwrap();
+                            assert_eq!((got.step, got.tokens, got.lr), (want.step, want.tokens, want.lr));
+                        }
+                        t
+                    })
+                })
+                .into_iter()
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let [a, b]: [Trainer; 2] = workers.try_into().ok().unwrap();
+        (one, a, b)
+    }
+
+    fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+        a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+    }
+
+    #[test]
+    fn two_workers_make_one_process_updates_up_to_the_order_of_the_sum() {
+        let (one, a, b) = one_and_two_workers(2);
+        assert!(a.model().params == b.model().params, "the workers' parameters must stay equal");
+        assert!(a.adam_m == b.adam_m && a.adam_v == b.adam_v);
+        assert_eq!((a.step(), a.passes()), (one.step(), one.passes()));
+        // The key biases' gradient is 0 (the softmax ignores a shift shared by a query's scores):
+        // computed, it is rounding noise, which Adam scales to full steps; leave them out.
+        let layout = crate::params::ParamLayout::new(&one.model().config);
+        let d = layout
+            .entries()
+            .iter()
+            .filter(|e| !e.name.ends_with(".b_k"))
+            .map(|e| max_abs_diff(&one.model().params[e.range()], &a.model().params[e.range()]))
+            .fold(0.0, f32::max);
+        eprintln!("one process against two workers: max |Δparam| {d:e}");
+        assert!(d < 1e-5, "one process and two workers differ by {d}");
+        // Keyed from the wrong batch, the second worker's dropout masks move the parameters far
+        // more than the sum order does: the comparison above would see it.
+        let (one, wrong, _) = one_and_two_workers(0);
+        let d_wrong = max_abs_diff(&one.model().params, &wrong.model().params);
+        eprintln!("with wrong dropout keys: {d_wrong:e}");
+        assert!(d_wrong > 100.0 * d.max(1e-7), "wrong dropout keys moved the parameters by only {d_wrong}");
+    }
+
     #[test]
     fn resume_needs_adam_moments_and_the_model_size() {
         let mut t = trained(0);
