@@ -70,7 +70,7 @@ pub fn share_of(m: usize, rank: usize, size: usize) -> Range<usize> {
 /// `train.accumulate` must split evenly over the workers, so that every worker does the same work
 /// and the update is the same at any worker count.
 pub fn check_accumulate(accumulate: usize, workers: usize) -> Result<()> {
-    if workers > 1 && accumulate % workers != 0 {
+    if workers > 1 && !accumulate.is_multiple_of(workers) {
         return Err(Error::Config(format!(
             "train.accumulate = {accumulate} is not divisible by the {workers} workers of this run: each worker \
              takes train.accumulate / N batches of an update; set train.accumulate to a multiple of {workers} \
