@@ -51,15 +51,16 @@ record() { # mode, json from rate
 "$BIN" --threads 2 train --config "$CONFIG" "${COMMON[@]}" --set train.max_steps=0 \
     --set "train.output_dir=\"$WORK/bpe-run\"" >/dev/null 2>&1
 
-"$BIN" --threads 2 train --config "$CONFIG" "${COMMON[@]}" --set "train.output_dir=\"$WORK/p1t2\"" >/dev/null
+"$BIN" --threads 2 train --config "$CONFIG" "${COMMON[@]}" --set "train.output_dir=\"$WORK/p1t2\"" >/dev/null 2>"$WORK/p1t2.log" \
+    || { cat "$WORK/p1t2.log" >&2; exit 1; }
 record "1 process x 2 threads" "$(rate "$WORK/p1t2")"
 
 mpirun --oversubscribe --bind-to none -np 2 "$BIN" --threads 1 train --config "$CONFIG" "${COMMON[@]}" \
-    --set "train.output_dir=\"$WORK/p2t1\"" >/dev/null
+    --set "train.output_dir=\"$WORK/p2t1\"" >/dev/null 2>"$WORK/p2t1.log" || { cat "$WORK/p2t1.log" >&2; exit 1; }
 record "2 processes x 1 thread, shared memory" "$(rate "$WORK/p2t1")"
 
 bench/mpi/netns.sh mpirun --bind-to none "$BIN" --threads 1 train --config "$PWD/$CONFIG" "${COMMON[@]}" \
-    --set "train.output_dir=\"$WORK/tcp\"" >/dev/null
+    --set "train.output_dir=\"$WORK/tcp\"" >/dev/null 2>"$WORK/tcp.log" || { cat "$WORK/tcp.log" >&2; exit 1; }
 record "2 processes x 1 thread, TCP between two network namespaces" "$(rate "$WORK/tcp")"
 
 # The 2-process runs make the same updates: their loss curves agree exactly (one f32 add per

@@ -268,6 +268,24 @@ fn two_workers_make_the_updates_of_one_process_and_survive_a_kill() {
     let _ = std::fs::remove_dir_all(&root);
 }
 
+/// A time limit is rank 0's clock: every worker stops at the same update, and the run ends cleanly
+/// with a checkpoint.
+#[test]
+fn a_time_limit_stops_every_worker_at_the_same_update() {
+    let root = std::env::temp_dir().join(format!("transformer-mpi-time-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let data = small_corpus(&root.join("data"), 200);
+    let cfg = config(&root.join("run"), &root.join("bpe.json"), (&data.0, &data.1));
+    let t0 = Instant::now();
+    let out = train(2, &cfg, &["--set", "train.max_steps=1000000", "--time-limit", "0.02"]).output().unwrap();
+    let err = ok(out);
+    assert!(err.contains("stopped: time limit of 0.02 minutes"), "{err}");
+    assert!(t0.elapsed() < Duration::from_secs(60), "took {:?}", t0.elapsed());
+    let c = last(&root.join("run"));
+    assert!(c.step > 0, "no update in 1.2 s");
+    let _ = std::fs::remove_dir_all(&root);
+}
+
 /// Workers that disagree stop at the start with an error naming what differs; an accumulation
 /// that does not split among the workers is refused naming `train.accumulate`.
 #[test]

@@ -46,7 +46,8 @@ pub struct Trainer {
     step: u64,
     /// Seed of the dropout masks.
     seed: u64,
-    /// Forward/backward passes done so far (keys the dropout masks).
+    /// Forward/backward passes done so far by every worker of the run (a batch's position among
+    /// them keys its dropout masks).
     passes: u64,
     /// Activations and scratch.
     workspace: Workspace,
