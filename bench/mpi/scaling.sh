@@ -7,6 +7,7 @@
 #
 #   bench/mpi/scaling.sh [STEPS] [CONFIG] [ALLREDUCE_FLOATS]
 #   defaults: 20 updates of configs/multi30k-en-de.toml, 63000000 floats
+#   EXTRA="--set model.n_layers=6 ..." adds train options to every run (e.g. the base model's shape)
 # Run from the repository root on a quiet machine; builds with --features mpi. Tokens/s is the run's
 # target tokens over its training time (run_state.elapsed_s of the last checkpoint: data preparation
 # and BPE learning excluded, the first updates' warm-up included). One JSON line per measurement
@@ -25,6 +26,8 @@ BIN="$PWD/target/release/transformer"
 # The same updates in every mode; no checkpoint or validation inside the timed updates.
 COMMON=(--set "train.max_steps=$STEPS" --set train.accumulate=2 --set train.checkpoint_minutes=1000
         --set train.time_limit_minutes=1000 --set "data.bpe=\"$WORK/bpe.json\"")
+read -ra EXTRA_ARGS <<<"${EXTRA:-}"
+COMMON+=("${EXTRA_ARGS[@]}")
 
 # Target tokens/s of the run in $1: every train record's tokens over the last checkpoint's elapsed_s.
 rate() {

@@ -490,3 +490,19 @@ fn parsing_trains_parses_and_evaluates_from_the_command_line() {
     let (code, _) = exit_code(&["prepare", "--task", "parsing", "--src", s, "--tgt", s, "--bpe", vocab, "--out", "x"]);
     assert_eq!(code, Some(2));
 }
+
+/// A build without the `mpi` feature started by `mpirun -np 2` would train two separate copies on
+/// one directory: it refuses, saying how to build with the feature.
+#[cfg(not(feature = "mpi"))]
+#[test]
+fn train_under_mpirun_needs_the_mpi_feature() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_transformer"))
+        .args(["train", "--config", "../../configs/tiny-test.toml"])
+        .env("OMPI_COMM_WORLD_SIZE", "2")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("built without the `mpi` feature but was started as one of 2 MPI processes"), "{err}");
+    assert!(err.contains("--features mpi"), "{err}");
+}
