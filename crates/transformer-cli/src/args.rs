@@ -282,6 +282,9 @@ pub enum Command {
         #[arg(long)]
         summary_only: bool,
     },
+    /// Serve translations over HTTP: POST /translate (JSON), GET /health, GET /metrics
+    /// (Prometheus), and a web page at / (docs/serve.md). Stops cleanly on SIGTERM or Ctrl-C.
+    Serve(crate::serve::ServeArgs),
     /// Benchmarks.
     Bench {
         #[command(subcommand)]

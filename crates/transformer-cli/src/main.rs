@@ -4,6 +4,7 @@
 
 mod args;
 mod commands;
+mod serve;
 
 use clap::Parser;
 use std::process::ExitCode;

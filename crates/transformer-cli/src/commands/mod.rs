@@ -44,6 +44,7 @@ pub fn run(cmd: Command) -> Result<()> {
         }
         Command::ParseEval { gold, test, summary_only } => evalb::parse_eval(&gold, &test, summary_only),
         Command::Bench { which } => bench::run(which),
+        Command::Serve(args) => crate::serve::run(args),
     }
 }
 
