@@ -50,6 +50,8 @@ pub struct Metrics {
     pub dropped: AtomicU64,
     /// Requests refused because the queue was full.
     pub rejected_full: AtomicU64,
+    /// Sentences in the batch being decoded now (0 when the batcher is idle).
+    pub decoding: AtomicU64,
     /// Sentences per decoded batch.
     pub batch_sentences: Histogram,
     /// Source tokens per decoded batch (padding not counted).
@@ -72,6 +74,7 @@ impl Default for Metrics {
             batches: AtomicU64::new(0),
             dropped: AtomicU64::new(0),
             rejected_full: AtomicU64::new(0),
+            decoding: AtomicU64::new(0),
             batch_sentences: Histogram::new(SIZES),
             batch_tokens: Histogram::new(TOKENS),
             batch_seconds: Histogram::new(SECONDS),
@@ -126,6 +129,12 @@ impl Metrics {
         };
         gauge(&mut out, "transformer_queue_sentences", "Sentences waiting to be decoded.", g.queue_sentences);
         gauge(&mut out, "transformer_queue_requests", "Requests waiting to be decoded.", g.queue_requests);
+        gauge(
+            &mut out,
+            "transformer_decoding_sentences",
+            "Sentences in the batch being decoded now.",
+            self.decoding.load(Ordering::Relaxed) as usize,
+        );
         gauge(&mut out, "transformer_ready", "1 once the model is loaded.", g.ready as usize);
         self.batch_sentences.write(&mut out, "transformer_batch_sentences", "Sentences per decoded batch.");
         self.batch_tokens.write(&mut out, "transformer_batch_tokens", "Source tokens per decoded batch.");
