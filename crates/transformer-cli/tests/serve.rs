@@ -89,7 +89,7 @@ impl Server {
     fn start_with(bpe: &Path, extra: &[&str], wait_ready: bool) -> Server {
         let (ckpt, _) = model();
         let mut child = Command::new(bin())
-            .args(["--threads", "2", "serve", "--checkpoint", ckpt.to_str().unwrap(), "--bpe", bpe.to_str().unwrap()])
+            .args(["--threads", "1", "serve", "--checkpoint", ckpt.to_str().unwrap(), "--bpe", bpe.to_str().unwrap()])
             .args(["--port", "0"])
             .args(extra)
             .stdin(Stdio::null())
