@@ -221,7 +221,7 @@ fn translations_equal_the_cli_one_by_one_batched_and_nbest() {
     for (line, want) in lines.iter().zip(&expected) {
         let a = post(&s, &json!({ "q": line }));
         assert_eq!(a.status, 200, "{}", a.body);
-        assert_eq!(strings(&a.body["translations"]), [want.clone()], "for {line:?}");
+        assert_eq!(strings(&a.body["translations"]), std::slice::from_ref(want), "for {line:?}");
         assert!(a.body.get("nbest").is_none() && a.body.get("attention").is_none(), "{}", a.body);
     }
     let a = post(&s, &json!({ "q": lines }));
