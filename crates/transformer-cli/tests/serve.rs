@@ -323,18 +323,19 @@ fn every_error_is_json_and_says_what_went_wrong() {
     assert!(metrics.contains("transformer_requests_total{route=\"other\",code=\"404\"} 1"), "{metrics}");
 }
 
-/// A slow request: many long sentences with a wide beam (the untrained model runs to the length
-/// limit), so the batcher is busy for a while.
+/// A slow request: 64 long sentences, beam 32 and α 10 (long outputs win, so the search runs to the
+/// length limit): about 2 s on one thread, so the batcher is busy while the test acts. Needs
+/// `--max-beam 32`.
 fn slow_request() -> Value {
     let long =
         "A man in a blue shirt and a woman in a red dress are walking their two dogs along the beach at sunset. "
             .repeat(2);
-    json!({ "q": vec![long.trim(); 64], "beam": 16 })
+    json!({ "q": vec![long.trim(); 64], "beam": 32, "alpha": 10 })
 }
 
 #[test]
 fn a_full_queue_answers_503_with_retry_after_and_a_gone_client_is_dropped() {
-    let s = Arc::new(Server::start(&["--max-queue", "3", "--max-request-sentences", "64", "--max-beam", "16"]));
+    let s = Arc::new(Server::start(&["--max-queue", "3", "--max-request-sentences", "64", "--max-beam", "32"]));
     let slow = {
         let s = s.clone();
         std::thread::spawn(move || post(&s, &slow_request()).status)
@@ -434,7 +435,7 @@ fn concurrent_clients_are_batched_together_and_each_gets_its_own_answer() {
 fn sigterm_finishes_the_requests_in_flight_and_exits_0() {
     let lines = sentences(8);
     let expected = cli_translate(&lines, &[]);
-    let s = Server::start(&[]);
+    let s = Server::start(&["--max-beam", "32"]);
     let addr = s.addr.clone();
     // A slow request first, so the others are still queued when SIGTERM comes.
     let slow = {
