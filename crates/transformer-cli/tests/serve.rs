@@ -465,6 +465,47 @@ fn sigterm_finishes_the_requests_in_flight_and_exits_0() {
     assert!(std::net::TcpStream::connect(&addr).is_err(), "still accepting after shutdown");
 }
 
+#[test]
+fn a_model_that_does_not_load_stops_the_server_with_exit_1() {
+    let (_, bpe) = model();
+    let out = Command::new(bin())
+        .args([
+            "serve",
+            "--checkpoint",
+            "/nonexistent/model.safetensors",
+            "--bpe",
+            bpe.to_str().unwrap(),
+            "--port",
+            "0",
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("listening on http://127.0.0.1:") && err.contains("/nonexistent/model.safetensors"), "{err}");
+}
+
+#[test]
+fn help_lists_every_option_with_its_default() {
+    let out = Command::new(bin()).args(["serve", "--help"]).output().unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    for default in [
+        "[default: 127.0.0.1]",
+        "[default: 8080]",
+        "[default: f32]",
+        "[default: 2048]",
+        "[default: 128]",
+        "[default: 1048576]",
+        "[default: 64]",
+        "[default: the model's max_positions]",
+        "[default: 1024]",
+        "[default: 16]",
+        "[default: 2]",
+    ] {
+        assert!(help.contains(default), "{default} missing from\n{help}");
+    }
+}
+
 /// Waits (at most 30 s) until the metric `name` reaches `value`.
 fn wait_for(s: &Server, name: &str, value: f64) {
     let deadline = Instant::now() + Duration::from_secs(30);

@@ -225,10 +225,9 @@ fn router(app: Arc<App>, body_limit: usize) -> Router {
         .with_state(app)
 }
 
-/// Resolves on SIGTERM, SIGINT (Ctrl-C) or `stop`.
+/// Resolves on SIGTERM, SIGINT (Ctrl-C) or `stop` (a model that did not load).
 async fn shutdown_signal(stop: Arc<Notify>) {
     stop.notified().await;
-    eprintln!("shutting down: no new connections; finishing the requests in flight");
 }
 
 /// Runs the server: binds, prints `listening on http://ADDR`, loads the model (`/health` turns
@@ -250,6 +249,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
             let stop = stop.clone();
             tokio::spawn(async move {
                 s.recv().await;
+                eprintln!("shutting down: no new connections; finishing the requests in flight");
                 stop.notify_one();
             });
         }
