@@ -4,6 +4,7 @@
 
 mod args;
 mod commands;
+mod progress;
 
 use clap::Parser;
 use std::process::ExitCode;

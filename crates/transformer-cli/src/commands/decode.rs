@@ -217,22 +217,6 @@ pub fn evaluate(
     Ok(())
 }
 
-#[cfg(feature = "heatmap")]
-/// Token labels for a heatmap: each piece decoded on its own; pieces that continue a word (no
-/// leading space, not first) are marked with a leading '-'.
-fn piece_labels(bpe: &transformer::data::bpe::Bpe, ids: &[u32]) -> Result<Vec<String>> {
-    let mut out = Vec::with_capacity(ids.len());
-    for (i, &id) in ids.iter().enumerate() {
-        let text = bpe.decode(&[id])?;
-        out.push(match text.strip_prefix(' ') {
-            Some(word) => word.to_string(),
-            None if i > 0 => format!("-{text}"),
-            None => text,
-        });
-    }
-    Ok(out)
-}
-
 #[cfg(not(feature = "heatmap"))]
 pub fn attention(_: &ModelArgs, _: &str, _: Option<&str>, _: Option<usize>, _: Option<usize>, _: &Path) -> Result<()> {
     anyhow::bail!(
@@ -251,6 +235,7 @@ pub fn attention(
 ) -> Result<()> {
     use crate::usage;
     use transformer::eval::{attention as attn, heatmap};
+    use attn::piece_labels;
     let translator = model.load()?;
     let c = &translator.model().config;
     if let Some(l) = layer.filter(|&l| l > c.n_layers) {

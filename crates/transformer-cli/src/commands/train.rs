@@ -68,9 +68,13 @@ pub fn train(config: &Path, mut overrides: Vec<String>, time_limit: Option<f64>)
         overrides.push(format!("train.time_limit_minutes={m}"));
     }
     let cfg = transformer::train::run::RunConfig::from_toml(&text, &config.display().to_string(), &overrides)?;
-    let start = Instant::now();
+    let bar = std::cell::RefCell::new(crate::progress::TrainBar::new());
     let summary =
-        transformer::train::run::run(&cfg, &mut |msg| eprintln!("[{:>7.1}s] {msg}", start.elapsed().as_secs_f64()))?;
+        transformer::train::run::run_with_progress(&cfg, &mut |msg| bar.borrow().log(msg), &mut |p| {
+            bar.borrow_mut().update(p)
+        });
+    bar.borrow().finish();
+    let summary = summary?;
     println!(
         "step {} epoch {}: {} ({:.0} s of training); valid perplexity {:.2}; {}",
         summary.state.step,
