@@ -86,6 +86,24 @@ pub enum Command {
         /// Machine-readable JSON output.
         #[arg(long)]
         json: bool,
+        /// Also print the compute cost (Table 2's column, computed): forward multiply-adds per
+        /// source and target token, a training step's (3× forward), and with --tokens-per-step and
+        /// --steps the training cost in FLOPs (2 per multiply-add), beside the paper's figure for
+        /// base and big. Formulas: docs/cost.md.
+        #[arg(long)]
+        cost: bool,
+        /// Source sentence length assumed for the attention products (they grow with it).
+        #[arg(long, default_value_t = 25, requires = "cost")]
+        src_len: u64,
+        /// Target sentence length assumed for the attention products.
+        #[arg(long, default_value_t = 25, requires = "cost")]
+        tgt_len: u64,
+        /// Source tokens per update, and as many target tokens (§5.1: about 25000 each).
+        #[arg(long, requires = "cost")]
+        tokens_per_step: Option<u64>,
+        /// Updates (§5.2: 100000 for base, 300000 for big).
+        #[arg(long, requires = "tokens_per_step")]
+        steps: Option<u64>,
     },
     /// Train a small model on a synthetic copy/reverse task and report held-out token accuracy.
     Synthetic {

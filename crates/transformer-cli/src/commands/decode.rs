@@ -1,6 +1,7 @@
 //! `translate`, `evaluate` and `attention`: thin layers over [`Translator`].
 
 use crate::args::{ModelArgs, ParsingArgs, SearchArgs};
+use crate::progress::CountBar;
 use crate::usage;
 use anyhow::{Context, Result};
 use std::path::{Path, PathBuf};
@@ -112,8 +113,15 @@ pub fn translate(
     })?;
     let prof = Profile::new();
     let start = Instant::now();
-    let run = || translator.translate(&lines, &opts, &mut warn);
-    let (out, stats) = if profile { prof.install(run)? } else { run()? };
+    let bar = std::cell::RefCell::new(CountBar::new("sentences", lines.len() as u64));
+    let run = || {
+        translator.translate_with_progress(&lines, &opts, &mut |m| bar.borrow().println(&format!("warning: {m}")), &mut |d, t| {
+            bar.borrow_mut().update(d, t)
+        })
+    };
+    let result = if profile { prof.install(run) } else { run() };
+    bar.borrow().finish();
+    let (out, stats) = result?;
     let secs = start.elapsed().as_secs_f64();
     if profile {
         let (slots, flops) = prof.take();
@@ -187,7 +195,13 @@ pub fn evaluate(
         anyhow::bail!("{} has no sentences: there is nothing to evaluate", src_path.display());
     }
     let start = Instant::now();
-    let (out, stats) = translator.translate(&srcs, &opts, &mut warn)?;
+    let bar = std::cell::RefCell::new(CountBar::new("sentences", srcs.len() as u64));
+    let result =
+        translator.translate_with_progress(&srcs, &opts, &mut |m| bar.borrow().println(&format!("warning: {m}")), &mut |d, t| {
+            bar.borrow_mut().update(d, t)
+        });
+    bar.borrow().finish();
+    let (out, stats) = result?;
     let secs = start.elapsed().as_secs_f64();
     let hyps: Vec<String> = out.into_iter().map(|mut l| l.swap_remove(0).text).collect();
     if let Some(p) = output {

@@ -25,7 +25,10 @@ pub fn run(cmd: Command) -> Result<()> {
                 valid_steps,
             })
         }
-        Command::Params { preset, vocab, all, json } => train::params(&preset, vocab, all, json),
+        Command::Params { preset, vocab, all, json, cost, src_len, tgt_len, tokens_per_step, steps } => {
+            let cost = cost.then_some(train::CostArgs { src_len, tgt_len, tokens_per_step, steps });
+            train::params(&preset, vocab, all, json, cost)
+        }
         Command::Synthetic { task, steps, seed, save } => train::synthetic(task, steps, seed, save.as_deref()),
         Command::Train { config, overrides, time_limit } => train::train(&config, overrides, time_limit),
         Command::Average { last, dir, inputs, output } => {
