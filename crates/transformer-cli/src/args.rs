@@ -116,7 +116,7 @@ pub enum Command {
         /// Random seed.
         #[arg(long, default_value_t = 1)]
         seed: u64,
-        /// Write the final checkpoint here.
+        /// Write the final checkpoint here (default: not saved).
         #[arg(long)]
         save: Option<PathBuf>,
     },
@@ -128,7 +128,8 @@ pub enum Command {
         /// Override a field: --set train.lr_scale=2 (repeatable).
         #[arg(long = "set")]
         overrides: Vec<String>,
-        /// Stop cleanly, with a checkpoint, after this many minutes.
+        /// Stop cleanly, with a checkpoint, after this many minutes of training (default: the
+        /// config's train.time_limit_minutes; no limit if it has none).
         #[arg(long)]
         time_limit: Option<f64>,
     },
@@ -271,7 +272,7 @@ pub enum Command {
     },
     /// Average checkpoints element-wise (§6.1): the last K of a run directory, or explicit files.
     Average {
-        /// Average the newest K checkpoints of DIR.
+        /// Average the newest K checkpoints of DIR (§6.1: 5 for base models, 20 for big).
         #[arg(long, requires = "dir", value_parser = clap::value_parser!(u64).range(1..))]
         last: Option<u64>,
         /// The run directory (with --last).
@@ -377,16 +378,16 @@ pub struct SearchArgs {
     /// (default: the model's task's).
     #[arg(long, value_parser = one_of(&BeamConfig::PRESETS))]
     pub preset: Option<String>,
-    /// Beam size (overrides the preset; 1 = greedy).
+    /// Beam size (overrides the preset; §6.1: 4 for translation, §6.3: 21 for parsing; 1 = greedy).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     pub beam: Option<u32>,
-    /// Length-penalty exponent α, lp = ((5 + |Y|) / 6)^α (overrides the preset).
+    /// Length-penalty exponent α, lp = ((5 + |Y|) / 6)^α (overrides the preset; §6.1: 0.6, §6.3: 0.3).
     #[arg(long)]
     pub alpha: Option<f64>,
     /// Maximum output length = a · source length + b: a (overrides the preset).
     #[arg(long)]
     pub max_len_a: Option<f64>,
-    /// Maximum output length: b (overrides the preset).
+    /// Maximum output length: b (overrides the preset; §6.1: 50, §6.3: 300).
     #[arg(long)]
     pub max_len_b: Option<usize>,
     /// Source tokens per batch, padding included.
@@ -424,7 +425,7 @@ pub enum BpeCommand {
         /// Training text, one sentence a line (give both languages).
         #[arg(long = "input", required = true, num_args = 1..)]
         inputs: Vec<PathBuf>,
-        /// Vocabulary size (e.g. 8000 for Multi30k, 37000 for WMT14 En-De).
+        /// Vocabulary size (e.g. 8000 for Multi30k; §5.1: about 37000 for WMT14 En-De, shared).
         #[arg(long)]
         vocab_size: usize,
         /// Pairs seen fewer times are not merged.
