@@ -38,7 +38,10 @@ fn quickstart_writes_every_promised_file_and_report_line_then_resumes() {
     // The report, line by line.
     let lines: Vec<&str> = stdout.lines().collect();
     let find = |prefix: &str| {
-        lines.iter().position(|l| l.trim_start().starts_with(prefix)).unwrap_or_else(|| panic!("no {prefix:?}:\n{stdout}"))
+        lines
+            .iter()
+            .position(|l| l.trim_start().starts_with(prefix))
+            .unwrap_or_else(|| panic!("no {prefix:?}:\n{stdout}"))
     };
     assert!(lines[find("# Quick start: Multi30k en-de")].contains("minutes of training"));
     assert!(lines[find("Trained ")].contains("time limit of 0.25 minutes"), "{stdout}");
@@ -99,7 +102,9 @@ fn quickstart_killed_during_training_resumes_when_run_again() {
     // Wait for two checkpoints (every 15 s at 5 minutes), then kill without warning.
     loop {
         let n = std::fs::read_dir(&run)
-            .map(|d| d.filter(|e| e.as_ref().is_ok_and(|e| e.file_name().to_string_lossy().starts_with("ckpt-"))).count())
+            .map(|d| {
+                d.filter(|e| e.as_ref().is_ok_and(|e| e.file_name().to_string_lossy().starts_with("ckpt-"))).count()
+            })
             .unwrap_or(0);
         if n >= 2 {
             break;
@@ -125,7 +130,10 @@ fn quickstart_names_what_is_missing_for_other_languages() {
     let out = quickstart(&dir, &["--src", "fr", "--tgt", "de", "--data", "nowhere"]).output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1));
-    assert!(stderr.contains("fr-de is not built in") && stderr.contains("transformer data multi30k --cache nowhere"), "{stderr}");
+    assert!(
+        stderr.contains("fr-de is not built in") && stderr.contains("transformer data multi30k --cache nowhere"),
+        "{stderr}"
+    );
     let out = quickstart(&dir, &["--src", "de", "--tgt", "de"]).output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && stderr.contains("both \"de\""), "{stderr}");

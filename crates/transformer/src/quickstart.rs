@@ -154,7 +154,7 @@ impl QuickstartReport {
         t.push_str(&format!(
             "  train longer (same directory, resumes):  transformer quickstart --output {} --minutes {}\n",
             o.output.display(),
-            o.minutes * 3.0
+            short_number(o.minutes * 3.0)
         ));
         t.push_str(&format!(
             "  translate your own sentences:            echo \"A man reads a book.\" | transformer translate --checkpoint {model} --bpe {bpe}\n"
@@ -162,9 +162,17 @@ impl QuickstartReport {
         t.push_str(&format!(
             "  serve it over HTTP with a web page:      transformer serve --checkpoint {model} --bpe {bpe}\n"
         ));
-        t.push_str("  the full 30-minute recipe:               transformer train --config configs/multi30k-en-de.toml\n");
+        t.push_str(
+            "  the full 30-minute recipe:               transformer train --config configs/multi30k-en-de.toml\n",
+        );
         t
     }
+}
+
+/// `x` with at most two decimals and no trailing zeros: 30, 0.75, 1.33.
+fn short_number(x: f64) -> String {
+    let s = format!("{x:.2}");
+    s.trim_end_matches('0').trim_end_matches('.').to_string()
 }
 
 /// The run configuration the quick start trains: the shipped Multi30k recipe, reading the copied
@@ -328,6 +336,7 @@ pub fn write_heatmap(translator: &Translator, source: &str, path: &Path) -> Resu
     let mut row_labels = piece_labels(bpe, &tgt)?;
     row_labels.push("</s>".into());
     let col_labels = piece_labels(bpe, &src)?;
-    let title = format!("encoder-decoder attention, layer {} of {}, mean of {} heads", c.n_layers, c.n_layers, c.n_heads);
+    let title =
+        format!("encoder-decoder attention, layer {} of {}, mean of {} heads", c.n_layers, c.n_layers, c.n_heads);
     crate::eval::heatmap::render(&mean, &row_labels, &col_labels, &title).save_png(path)
 }

@@ -41,7 +41,8 @@ fn every_shipped_config_parses_validates_and_resolves() {
         assert_eq!(model.vocab_size, cfg.data.vocab_size, "{name}");
     }
     // The built-in copy of multi30k-en-de.toml that quickstart trains is the file itself.
-    let shipped = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs/multi30k-en-de.toml"));
+    let shipped =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs/multi30k-en-de.toml"));
     assert_eq!(shipped.unwrap(), transformer::quickstart::MULTI30K_CONFIG);
 }
 
@@ -49,9 +50,10 @@ fn every_shipped_config_parses_validates_and_resolves() {
 fn the_wmt14_recipes_are_the_papers() {
     let all = configs();
     let get = |n: &str| &all.iter().find(|(name, _)| name == n).unwrap().1;
-    for (name, preset, d_model, dropout, steps, keep) in
-        [("wmt14-en-de-base.toml", "base", 512, 0.1, 100_000, 5), ("wmt14-en-de-big.toml", "big", 1024, 0.3, 300_000, 20)]
-    {
+    for (name, preset, d_model, dropout, steps, keep) in [
+        ("wmt14-en-de-base.toml", "base", 512, 0.1, 100_000, 5),
+        ("wmt14-en-de-big.toml", "big", 1024, 0.3, 300_000, 20),
+    ] {
         let c = get(name);
         let m = c.model_config(c.data.vocab_size).unwrap();
         assert_eq!(c.model.preset.as_deref(), Some(preset), "{name}");

@@ -115,9 +115,12 @@ pub fn translate(
     let start = Instant::now();
     let bar = std::cell::RefCell::new(CountBar::new("sentences", lines.len() as u64));
     let run = || {
-        translator.translate_with_progress(&lines, &opts, &mut |m| bar.borrow().println(&format!("warning: {m}")), &mut |d, t| {
-            bar.borrow_mut().update(d, t)
-        })
+        translator.translate_with_progress(
+            &lines,
+            &opts,
+            &mut |m| bar.borrow().println(&format!("warning: {m}")),
+            &mut |d, t| bar.borrow_mut().update(d, t),
+        )
     };
     let result = if profile { prof.install(run) } else { run() };
     bar.borrow().finish();
@@ -196,10 +199,12 @@ pub fn evaluate(
     }
     let start = Instant::now();
     let bar = std::cell::RefCell::new(CountBar::new("sentences", srcs.len() as u64));
-    let result =
-        translator.translate_with_progress(&srcs, &opts, &mut |m| bar.borrow().println(&format!("warning: {m}")), &mut |d, t| {
-            bar.borrow_mut().update(d, t)
-        });
+    let result = translator.translate_with_progress(
+        &srcs,
+        &opts,
+        &mut |m| bar.borrow().println(&format!("warning: {m}")),
+        &mut |d, t| bar.borrow_mut().update(d, t),
+    );
     bar.borrow().finish();
     let (out, stats) = result?;
     let secs = start.elapsed().as_secs_f64();
@@ -248,8 +253,8 @@ pub fn attention(
     out: &Path,
 ) -> Result<()> {
     use crate::usage;
-    use transformer::eval::{attention as attn, heatmap};
     use attn::piece_labels;
+    use transformer::eval::{attention as attn, heatmap};
     let translator = model.load()?;
     let c = &translator.model().config;
     if let Some(l) = layer.filter(|&l| l > c.n_layers) {

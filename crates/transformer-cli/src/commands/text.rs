@@ -43,7 +43,8 @@ pub fn bpe(cmd: BpeCommand) -> Result<()> {
                 lines.extend(read_lines(p)?);
             }
             let start = Instant::now();
-            let spinner = crate::progress::Spinner::new(&format!("learning {vocab_size} BPE entries from {} lines", lines.len()));
+            let spinner =
+                crate::progress::Spinner::new(&format!("learning {vocab_size} BPE entries from {} lines", lines.len()));
             let bpe = Bpe::learn(lines.iter(), vocab_size, min_frequency);
             spinner.finish();
             let bpe = bpe?;

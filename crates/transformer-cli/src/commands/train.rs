@@ -128,10 +128,9 @@ pub fn train(config: &Path, mut overrides: Vec<String>, time_limit: Option<f64>)
     }
     let cfg = transformer::train::run::RunConfig::from_toml(&text, &config.display().to_string(), &overrides)?;
     let bar = std::cell::RefCell::new(crate::progress::TrainBar::new());
-    let summary =
-        transformer::train::run::run_with_progress(&cfg, &mut |msg| bar.borrow().log(msg), &mut |p| {
-            bar.borrow_mut().update(p)
-        });
+    let summary = transformer::train::run::run_with_progress(&cfg, &mut |msg| bar.borrow().log(msg), &mut |p| {
+        bar.borrow_mut().update(p)
+    });
     bar.borrow().finish();
     let summary = summary?;
     println!(

@@ -444,7 +444,18 @@ impl Translator {
         };
         let (hyps, stats) = self.with_buffers(|ws, state| {
             let c = constraint.as_ref().map(|c| c as &dyn Constraint);
-            translate_ids(&self.model, &self.packed, self.task, &srcs, &options.translate, ws, state, c, warn, &mut |_, _| {})
+            translate_ids(
+                &self.model,
+                &self.packed,
+                self.task,
+                &srcs,
+                &options.translate,
+                ws,
+                state,
+                c,
+                warn,
+                &mut |_, _| {},
+            )
         })?;
         for (&i, nbest) in idx.iter().zip(hyps) {
             let h = nbest.into_iter().next().unwrap_or(Hypothesis { tokens: Vec::new(), log_prob: 0.0, score: 0.0 });
