@@ -284,7 +284,7 @@ pub fn attention(
     dec_in.extend(piece_labels(bpe, &tgt_ids)?);
     let mut dec_out: Vec<String> = dec_in[1..].to_vec();
     dec_out.push("</s>".into());
-    std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
+    std::fs::create_dir_all(out).map_err(transformer::io::io_err(out))?;
     let layers: Vec<usize> = layer.map_or((1..=c.n_layers).collect(), |l| vec![l]);
     let heads: Vec<usize> = head.map_or((1..=c.n_heads).collect(), |h| vec![h]);
     let mut written = 0;

@@ -122,7 +122,7 @@ pub fn synthetic(task: SyntheticTask, steps: u64, seed: u64, save: Option<&Path>
 }
 
 pub fn train(config: &Path, mut overrides: Vec<String>, time_limit: Option<f64>) -> Result<()> {
-    let text = std::fs::read_to_string(config).with_context(|| format!("cannot read {}", config.display()))?;
+    let text = std::fs::read_to_string(config).map_err(transformer::io::io_err(config))?;
     if let Some(m) = time_limit {
         overrides.push(format!("train.time_limit_minutes={m}"));
     }
