@@ -45,7 +45,14 @@ fn quickstart_writes_every_promised_file_and_report_line_then_resumes() {
     };
     assert!(lines[find("# Quick start: Multi30k en-de")].contains("minutes of training"));
     assert!(lines[find("Trained ")].contains("time limit of 0.25 minutes"), "{stdout}");
-    assert!(lines[find("Averaged the last ")].contains("5 checkpoints"), "{stdout}");
+    // As many as were written, up to 5 (how many depends on the machine's speed).
+    let written = std::fs::read_dir(dir.join("out/run"))
+        .unwrap()
+        .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().starts_with("ckpt-"))
+        .count();
+    assert!(written >= 1, "no checkpoint in out/run");
+    let averaged = format!("Averaged the last {} checkpoints.", written.min(5));
+    assert_eq!(lines[find("Averaged the last ")], averaged, "{stdout}");
     assert!(lines[find("test_2016_flickr (20 sentences, beam 4, alpha 0.6)")].ends_with(':'));
     assert!(lines[find("BLEU|nrefs:1|case:mixed")].contains("tok:13a"), "cased sacreBLEU: {stdout}");
     find("chrF2|nrefs:1");
