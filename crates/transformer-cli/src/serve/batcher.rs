@@ -13,7 +13,7 @@ use std::time::Instant;
 use tokio::sync::oneshot;
 use transformer::decode::translator::{TranslateOptions, Translator};
 use transformer::decode::BeamConfig;
-use transformer::eval::attention::Kind;
+use transformer::eval::attention::{piece_labels, Kind};
 
 /// One output sentence: the n-best list, best first, as (text, log P, score).
 #[derive(Debug, Clone)]
@@ -166,22 +166,6 @@ impl Queue {
     }
 }
 
-/// Token labels for the attention map: each piece decoded on its own; a piece that continues a
-/// word (no leading space, not first) gets a leading '-'.
-fn piece_labels(t: &Translator, ids: &[u32]) -> Vec<String> {
-    ids.iter()
-        .enumerate()
-        .map(|(i, &id)| {
-            let text = t.bpe().decode(&[id]).unwrap_or_else(|_| format!("#{id}"));
-            match text.strip_prefix(' ') {
-                Some(word) => word.to_string(),
-                None if i > 0 => format!("-{text}"),
-                None => text,
-            }
-        })
-        .collect()
-}
-
 /// The encoder–decoder attention of (src, best output): every layer and head, (T, S) row-major,
 /// rows the tokens the decoder predicts (the output, then `</s>`), columns the source tokens;
 /// rounded to 3 decimals.
@@ -200,10 +184,11 @@ fn attention_json(t: &Translator, src: &[u32], tgt: &[u32]) -> Result<serde_json
         }
         all.push(heads);
     }
-    let mut rows = piece_labels(t, tgt);
+    let mut rows = piece_labels(t.bpe(), tgt).map_err(|e| e.to_string())?;
     rows.push("</s>".into());
+    let columns = piece_labels(t.bpe(), src).map_err(|e| e.to_string())?;
     Ok(serde_json::json!({
-        "source": piece_labels(t, src),
+        "source": columns,
         "target": rows,
         "layers": layers,
         "heads": w.heads,
