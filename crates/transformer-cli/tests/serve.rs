@@ -405,10 +405,13 @@ fn health_is_503_until_the_model_is_loaded() {
 }
 
 #[test]
-fn concurrent_clients_are_batched_together_and_each_gets_its_own_answer() {
+fn concurrent_clients_are_batched_together_and_a_stalled_client_blocks_nobody() {
     let lines = sentences(48);
     let expected = cli_translate(&lines, &[]);
     let s = Arc::new(Server::start(&[]));
+    // A slow client: it sends half its body and stalls for the whole test. Nobody waits for it.
+    let mut stalled = std::net::TcpStream::connect(&s.addr).unwrap();
+    write!(stalled, "POST /translate HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{{\"q\": \"A dog").unwrap();
     let clients: Vec<_> = (0..16)
         .map(|c| {
             let (s, lines, expected) = (s.clone(), lines.clone(), expected.clone());
@@ -425,6 +428,7 @@ fn concurrent_clients_are_batched_together_and_each_gets_its_own_answer() {
         c.join().unwrap();
     }
     assert_eq!(s.metric("transformer_sentences_total"), 48.0);
+    drop(stalled);
     // One-sentence requests, fewer batches than requests: some batches held several requests.
     let batches = s.metric("transformer_batches_total");
     let single = s.metric("transformer_batch_sentences_bucket{le=\"1\"}");

@@ -128,5 +128,5 @@ $("layer").addEventListener("change", drawHeatmap);
 $("head").addEventListener("change", drawHeatmap);
 if (location.hash.startsWith("#q=")) {
   $("src").value = decodeURIComponent(location.hash.slice(3));
-  translate();
+  $("go").click(); // the same path as a person pressing the button
 }
