@@ -43,6 +43,35 @@ pub struct Cli {
 
 #[derive(Subcommand)]
 pub enum Command {
+    /// The main job in one command: train an English→German model on the built-in Multi30k data
+    /// (offline), average its last 5 checkpoints (§6.1), score test_2016_flickr with cased
+    /// sacreBLEU and chrF (beam 4, α 0.6), translate examples, draw the learning curve and an
+    /// attention heatmap, and print a report. Run it again with the same --output to resume.
+    Quickstart {
+        /// Training budget in minutes (the recipe of configs/multi30k-en-de.toml, §5; checkpoints
+        /// every minutes/20).
+        #[arg(long, default_value_t = 10.0)]
+        minutes: f64,
+        /// Where everything goes; an existing run there is resumed.
+        #[arg(long, default_value = "quickstart")]
+        output: PathBuf,
+        /// Source language: en or de are built in; fr and cs need `transformer data multi30k`.
+        #[arg(long, default_value = "en", value_parser = ["en", "de", "fr", "cs"])]
+        src: String,
+        /// Target language.
+        #[arg(long, default_value = "de", value_parser = ["en", "de", "fr", "cs"])]
+        tgt: String,
+        /// Where `transformer data multi30k` put the files, for languages that are not built in.
+        #[arg(long, default_value = "data/multi30k")]
+        data: PathBuf,
+        /// Score only the first N of the 1,000 test sentences (for a quick smoke test; the BLEU is
+        /// then not comparable).
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+        test_sentences: Option<u64>,
+        /// Validation perplexity every N updates (and at every epoch's end).
+        #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..))]
+        valid_steps: u64,
+    },
     /// Print the exact parameter count of a Table 3 preset (or all presets with --all).
     Params {
         /// A Table 3 row.
@@ -57,6 +86,24 @@ pub enum Command {
         /// Machine-readable JSON output.
         #[arg(long)]
         json: bool,
+        /// Also print the compute cost (Table 2's column, computed): forward multiply-adds per
+        /// source and target token, a training step's (3× forward), and with --tokens-per-step and
+        /// --steps the training cost in FLOPs (2 per multiply-add), beside the paper's figure for
+        /// base and big. Formulas: docs/cost.md.
+        #[arg(long)]
+        cost: bool,
+        /// Source sentence length assumed for the attention products (they grow with it).
+        #[arg(long, default_value_t = 25, requires = "cost")]
+        src_len: u64,
+        /// Target sentence length assumed for the attention products.
+        #[arg(long, default_value_t = 25, requires = "cost")]
+        tgt_len: u64,
+        /// Source tokens per update, and as many target tokens (§5.1: about 25000 each).
+        #[arg(long, requires = "cost")]
+        tokens_per_step: Option<u64>,
+        /// Updates (§5.2: 100000 for base, 300000 for big).
+        #[arg(long, requires = "tokens_per_step")]
+        steps: Option<u64>,
     },
     /// Train a small model on a synthetic copy/reverse task and report held-out token accuracy.
     Synthetic {
@@ -69,7 +116,7 @@ pub enum Command {
         /// Random seed.
         #[arg(long, default_value_t = 1)]
         seed: u64,
-        /// Write the final checkpoint here.
+        /// Write the final checkpoint here (default: not saved).
         #[arg(long)]
         save: Option<PathBuf>,
     },
@@ -81,7 +128,8 @@ pub enum Command {
         /// Override a field: --set train.lr_scale=2 (repeatable).
         #[arg(long = "set")]
         overrides: Vec<String>,
-        /// Stop cleanly, with a checkpoint, after this many minutes.
+        /// Stop cleanly, with a checkpoint, after this many minutes of training (default: the
+        /// config's train.time_limit_minutes; no limit if it has none).
         #[arg(long)]
         time_limit: Option<f64>,
     },
@@ -224,7 +272,7 @@ pub enum Command {
     },
     /// Average checkpoints element-wise (§6.1): the last K of a run directory, or explicit files.
     Average {
-        /// Average the newest K checkpoints of DIR.
+        /// Average the newest K checkpoints of DIR (§6.1: 5 for base models, 20 for big).
         #[arg(long, requires = "dir", value_parser = clap::value_parser!(u64).range(1..))]
         last: Option<u64>,
         /// The run directory (with --last).
@@ -282,6 +330,9 @@ pub enum Command {
         #[arg(long)]
         summary_only: bool,
     },
+    /// Serve translations over HTTP: POST /translate (JSON), GET /health, GET /metrics
+    /// (Prometheus), and a web page at / (docs/serve.md). Stops cleanly on SIGTERM or Ctrl-C.
+    Serve(crate::serve::ServeArgs),
     /// Benchmarks.
     Bench {
         #[command(subcommand)]
@@ -330,16 +381,16 @@ pub struct SearchArgs {
     /// (default: the model's task's).
     #[arg(long, value_parser = one_of(&BeamConfig::PRESETS))]
     pub preset: Option<String>,
-    /// Beam size (overrides the preset; 1 = greedy).
+    /// Beam size (overrides the preset; §6.1: 4 for translation, §6.3: 21 for parsing; 1 = greedy).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     pub beam: Option<u32>,
-    /// Length-penalty exponent α, lp = ((5 + |Y|) / 6)^α (overrides the preset).
+    /// Length-penalty exponent α, lp = ((5 + |Y|) / 6)^α (overrides the preset; §6.1: 0.6, §6.3: 0.3).
     #[arg(long)]
     pub alpha: Option<f64>,
     /// Maximum output length = a · source length + b: a (overrides the preset).
     #[arg(long)]
     pub max_len_a: Option<f64>,
-    /// Maximum output length: b (overrides the preset).
+    /// Maximum output length: b (overrides the preset; §6.1: 50, §6.3: 300).
     #[arg(long)]
     pub max_len_b: Option<usize>,
     /// Source tokens per batch, padding included.
@@ -377,7 +428,7 @@ pub enum BpeCommand {
         /// Training text, one sentence a line (give both languages).
         #[arg(long = "input", required = true, num_args = 1..)]
         inputs: Vec<PathBuf>,
-        /// Vocabulary size (e.g. 8000 for Multi30k, 37000 for WMT14 En-De).
+        /// Vocabulary size (e.g. 8000 for Multi30k; §5.1: about 37000 for WMT14 En-De, shared).
         #[arg(long)]
         vocab_size: usize,
         /// Pairs seen fewer times are not merged.

@@ -4,6 +4,8 @@
 
 mod args;
 mod commands;
+mod progress;
+mod serve;
 
 use clap::Parser;
 use std::process::ExitCode;

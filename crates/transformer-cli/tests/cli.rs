@@ -491,6 +491,40 @@ fn parsing_trains_parses_and_evaluates_from_the_command_line() {
     assert_eq!(code, Some(2));
 }
 
+/// `params --cost` against the count written out by hand in docs/cost.md.
+#[test]
+fn params_cost_matches_the_written_count() {
+    let (ok, out, err) =
+        transformer(&["params", "--preset", "base", "--cost", "--tokens-per-step", "25000", "--steps", "100000"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("forward: 22173696 multiply-adds per source token, 41271296 per target token"), "{out}");
+    assert!(out.contains("training step (3x forward): 66521088 per source token, 123813888 per target token"));
+    assert!(out.contains("training, 100000 steps: 9.517e17 FLOPs; paper (Table 2): 3.3e18"), "{out}");
+    let (ok, out, _) = transformer(&[
+        "params",
+        "--preset",
+        "big",
+        "--cost",
+        "--tokens-per-step",
+        "25000",
+        "--steps",
+        "300000",
+        "--json",
+    ]);
+    assert!(ok);
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(v["cost"]["forward_macs_per_src_token"], 88387584u64);
+    assert_eq!(v["cost"]["forward_macs_per_tgt_token"], 126582784u64);
+    let flops = v["cost"]["train_flops"].as_f64().unwrap();
+    assert_eq!(flops, 6.0 * 25000.0 * (88387584.0 + 126582784.0) * 300000.0);
+    assert_eq!(v["cost"]["paper_train_flops"], 2.3e19);
+    // --steps without --tokens-per-step, or cost flags without --cost, are usage errors.
+    let (code, _) = exit_code(&["params", "--cost", "--steps", "10"]);
+    assert_eq!(code, Some(2));
+    let (code, _) = exit_code(&["params", "--src-len", "10"]);
+    assert_eq!(code, Some(2));
+}
+
 /// A build without the `mpi` feature started by `mpirun -np 2` would train two separate copies on
 /// one directory: it refuses, saying how to build with the feature.
 #[cfg(not(feature = "mpi"))]

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// Reading or writing a file failed.
-    #[error("{path}: {source}")]
+    #[error("{path}: {source}{}", io_hint(.source))]
     Io {
         /// The file involved.
         path: PathBuf,
@@ -130,3 +130,15 @@ pub enum Error {
 
 /// Shorthand for `Result<T, Error>`.
 pub type Result<T> = std::result::Result<T, Error>;
+
+/// What to do about an I/O error, by its kind.
+fn io_hint(e: &std::io::Error) -> &'static str {
+    use std::io::ErrorKind::*;
+    match e.kind() {
+        NotFound => " (check the path: relative paths start from the current directory)",
+        PermissionDenied => " (check the file's permissions, or choose another location)",
+        AlreadyExists => " (remove it or choose another name)",
+        StorageFull => " (the disk is full: free space and run the same command again)",
+        _ => "",
+    }
+}

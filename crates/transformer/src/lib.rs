@@ -28,6 +28,7 @@
 //! - [`data`]: shared BPE, corpora, downloads, batching, binarised data (§5.1).
 //! - [`decode`]: greedy decoding (§6.1; beam search to come).
 //! - [`eval`]: sacreBLEU-exact BLEU and chrF.
+//! - [`quickstart`]: the main job in one call (built-in Multi30k to a scored model and a report).
 //! - [`synthetic`]: copy/reverse tasks for learning smoke tests.
 //! - [`rng`]: counter-based dropout masks and the initialisation generator.
 
@@ -44,6 +45,7 @@ pub mod kernels;
 pub mod model;
 pub mod params;
 pub mod precision;
+pub mod quickstart;
 pub mod rng;
 pub mod synthetic;
 pub mod task;

@@ -695,3 +695,47 @@ mod tests {
         assert_eq!(range(base, pos.unwrap()), named("embed.positions".into()));
     }
 }
+
+/// Multiply-adds of one forward pass, per token, counted layer by layer (docs/cost.md writes the
+/// formulas out): the Table 2 "training cost" column computed rather than estimated.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Cost {
+    /// Per source token: the encoder layers, plus the decoder's encoder–decoder keys and values
+    /// (computed once per source token per decoder layer).
+    pub per_src_token: u64,
+    /// Per target token: the decoder layers and the output projection.
+    pub per_tgt_token: u64,
+}
+
+/// How a training step relates to a forward pass: the backward pass computes two products (the
+/// gradients of the inputs and of the weights) for every product of the forward.
+pub const TRAIN_STEP_OVER_FORWARD: u64 = 3;
+
+impl Cost {
+    /// Forward multiply-adds of a batch of `src` and `tgt` tokens.
+    pub fn forward(&self, src: u64, tgt: u64) -> u64 {
+        src * self.per_src_token + tgt * self.per_tgt_token
+    }
+
+    /// FLOPs (2 per multiply-add) of a training step on `src` + `tgt` tokens.
+    pub fn train_step_flops(&self, src: u64, tgt: u64) -> f64 {
+        2.0 * TRAIN_STEP_OVER_FORWARD as f64 * self.forward(src, tgt) as f64
+    }
+}
+
+/// The forward multiply-adds per token of `c` on sentences of `src_len` source and `tgt_len`
+/// target tokens (the attention products grow with them). Matrix products only: softmax, layer
+/// normalisation, the embedding lookup and the activations are left out (each is linear in
+/// d_model, not quadratic). Decoder self-attention is counted over all `tgt_len` positions, as a
+/// batched training forward computes it (the causal mask hides half).
+pub fn cost(c: &ModelConfig, src_len: u64, tgt_len: u64) -> Cost {
+    let (d, f, v) = (c.d_model as u64, c.d_ff as u64, c.vocab_size as u64);
+    let (a, o) = ((c.n_heads * c.d_k) as u64, (c.n_heads * c.d_v) as u64);
+    let layers = c.n_layers as u64;
+    // Projections of one attention sublayer for its own queries, keys and values, and its output.
+    let self_proj = d * (2 * a + o) + o * d;
+    let ffn = 2 * d * f;
+    let enc_layer = self_proj + (a + o) * src_len + ffn;
+    let dec_layer = self_proj + (a + o) * tgt_len + (d * a + o * d + (a + o) * src_len) + ffn;
+    Cost { per_src_token: layers * (enc_layer + d * (a + o)), per_tgt_token: layers * dec_layer + d * v }
+}

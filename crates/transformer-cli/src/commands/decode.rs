@@ -1,6 +1,7 @@
 //! `translate`, `evaluate` and `attention`: thin layers over [`Translator`].
 
 use crate::args::{ModelArgs, ParsingArgs, SearchArgs};
+use crate::progress::CountBar;
 use crate::usage;
 use anyhow::{Context, Result};
 use std::path::{Path, PathBuf};
@@ -112,8 +113,18 @@ pub fn translate(
     })?;
     let prof = Profile::new();
     let start = Instant::now();
-    let run = || translator.translate(&lines, &opts, &mut warn);
-    let (out, stats) = if profile { prof.install(run)? } else { run()? };
+    let bar = std::cell::RefCell::new(CountBar::new("sentences", lines.len() as u64));
+    let run = || {
+        translator.translate_with_progress(
+            &lines,
+            &opts,
+            &mut |m| bar.borrow().println(&format!("warning: {m}")),
+            &mut |d, t| bar.borrow_mut().update(d, t),
+        )
+    };
+    let result = if profile { prof.install(run) } else { run() };
+    bar.borrow().finish();
+    let (out, stats) = result?;
     let secs = start.elapsed().as_secs_f64();
     if profile {
         let (slots, flops) = prof.take();
@@ -187,7 +198,15 @@ pub fn evaluate(
         anyhow::bail!("{} has no sentences: there is nothing to evaluate", src_path.display());
     }
     let start = Instant::now();
-    let (out, stats) = translator.translate(&srcs, &opts, &mut warn)?;
+    let bar = std::cell::RefCell::new(CountBar::new("sentences", srcs.len() as u64));
+    let result = translator.translate_with_progress(
+        &srcs,
+        &opts,
+        &mut |m| bar.borrow().println(&format!("warning: {m}")),
+        &mut |d, t| bar.borrow_mut().update(d, t),
+    );
+    bar.borrow().finish();
+    let (out, stats) = result?;
     let secs = start.elapsed().as_secs_f64();
     let hyps: Vec<String> = out.into_iter().map(|mut l| l.swap_remove(0).text).collect();
     if let Some(p) = output {
@@ -217,22 +236,6 @@ pub fn evaluate(
     Ok(())
 }
 
-#[cfg(feature = "heatmap")]
-/// Token labels for a heatmap: each piece decoded on its own; pieces that continue a word (no
-/// leading space, not first) are marked with a leading '-'.
-fn piece_labels(bpe: &transformer::data::bpe::Bpe, ids: &[u32]) -> Result<Vec<String>> {
-    let mut out = Vec::with_capacity(ids.len());
-    for (i, &id) in ids.iter().enumerate() {
-        let text = bpe.decode(&[id])?;
-        out.push(match text.strip_prefix(' ') {
-            Some(word) => word.to_string(),
-            None if i > 0 => format!("-{text}"),
-            None => text,
-        });
-    }
-    Ok(out)
-}
-
 #[cfg(not(feature = "heatmap"))]
 pub fn attention(_: &ModelArgs, _: &str, _: Option<&str>, _: Option<usize>, _: Option<usize>, _: &Path) -> Result<()> {
     anyhow::bail!(
@@ -250,6 +253,7 @@ pub fn attention(
     out: &Path,
 ) -> Result<()> {
     use crate::usage;
+    use attn::piece_labels;
     use transformer::eval::{attention as attn, heatmap};
     let translator = model.load()?;
     let c = &translator.model().config;
@@ -280,7 +284,7 @@ pub fn attention(
     dec_in.extend(piece_labels(bpe, &tgt_ids)?);
     let mut dec_out: Vec<String> = dec_in[1..].to_vec();
     dec_out.push("</s>".into());
-    std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
+    std::fs::create_dir_all(out).map_err(transformer::io::io_err(out))?;
     let layers: Vec<usize> = layer.map_or((1..=c.n_layers).collect(), |l| vec![l]);
     let heads: Vec<usize> = head.map_or((1..=c.n_heads).collect(), |h| vec![h]);
     let mut written = 0;

@@ -5,6 +5,7 @@ mod decode;
 mod distributed;
 mod evalb;
 mod parse;
+mod quickstart;
 mod text;
 mod train;
 
@@ -14,7 +15,21 @@ use anyhow::Result;
 /// Runs one command.
 pub fn run(cmd: Command) -> Result<()> {
     match cmd {
-        Command::Params { preset, vocab, all, json } => train::params(&preset, vocab, all, json),
+        Command::Quickstart { minutes, output, src, tgt, data, test_sentences, valid_steps } => {
+            quickstart::quickstart(transformer::quickstart::QuickstartOptions {
+                output,
+                minutes,
+                src,
+                tgt,
+                data_dir: data,
+                test_sentences: test_sentences.map(|n| n as usize),
+                valid_steps,
+            })
+        }
+        Command::Params { preset, vocab, all, json, cost, src_len, tgt_len, tokens_per_step, steps } => {
+            let cost = cost.then_some(train::CostArgs { src_len, tgt_len, tokens_per_step, steps });
+            train::params(&preset, vocab, all, json, cost)
+        }
         Command::Synthetic { task, steps, seed, save } => train::synthetic(task, steps, seed, save.as_deref()),
         Command::Train { config, overrides, time_limit } => train::train(&config, overrides, time_limit),
         Command::Average { last, dir, inputs, output } => {
@@ -45,6 +60,7 @@ pub fn run(cmd: Command) -> Result<()> {
         }
         Command::ParseEval { gold, test, summary_only } => evalb::parse_eval(&gold, &test, summary_only),
         Command::Bench { which } => bench::run(which),
+        Command::Serve(args) => crate::serve::run(args),
     }
 }
 

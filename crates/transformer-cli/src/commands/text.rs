@@ -18,7 +18,15 @@ pub fn data(which: DataCommand) -> Result<()> {
                 Some(dir) => Source::Dir(dir),
                 None => Source::Url(url),
             };
-            let paths = fetch_verified(&source, &MULTI30K_FILES, &cache, &mut |m| eprintln!("{m}"))?;
+            let mut bar = crate::progress::CountBar::new("files", MULTI30K_FILES.len() as u64);
+            let mut done = 0;
+            let paths = fetch_verified(&source, &MULTI30K_FILES, &cache, &mut |m| {
+                done += 1;
+                bar.println(m);
+                bar.update(done, MULTI30K_FILES.len());
+            });
+            bar.finish();
+            let paths = paths?;
             println!("{} files verified in {}", paths.len(), cache.display());
             Ok(())
         }
@@ -35,7 +43,11 @@ pub fn bpe(cmd: BpeCommand) -> Result<()> {
                 lines.extend(read_lines(p)?);
             }
             let start = Instant::now();
-            let bpe = Bpe::learn(lines.iter(), vocab_size, min_frequency)?;
+            let spinner =
+                crate::progress::Spinner::new(&format!("learning {vocab_size} BPE entries from {} lines", lines.len()));
+            let bpe = Bpe::learn(lines.iter(), vocab_size, min_frequency);
+            spinner.finish();
+            let bpe = bpe?;
             bpe.save(&output).with_context(|| format!("writing {}", output.display()))?;
             if let Some(w) = bpe.shortfall(vocab_size) {
                 eprintln!("warning: {w}");

@@ -11,7 +11,25 @@ use transformer::synthetic::{self, SyntheticTask};
 use transformer::train::{checkpoint, Schedule, Trainer};
 use transformer::{Batch, Transformer};
 
-pub fn params(preset: &str, vocab: usize, all: bool, json: bool) -> Result<()> {
+/// `params --cost` settings.
+pub struct CostArgs {
+    pub src_len: u64,
+    pub tgt_len: u64,
+    pub tokens_per_step: Option<u64>,
+    pub steps: Option<u64>,
+}
+
+/// Table 2's training cost of base and big: hours × 8 P100 GPUs × 9.5 TFLOPS (the paper's
+/// footnote 5 accounting), with the hours of §5.2.
+fn paper_training_flops(preset: &str) -> Option<(f64, &'static str)> {
+    match preset {
+        "base" => Some((3.3e18, "12 hours on 8 P100 at 9.5 TFLOPS")),
+        "big" => Some((2.3e19, "3.5 days on 8 P100 at 9.5 TFLOPS")),
+        _ => None,
+    }
+}
+
+pub fn params(preset: &str, vocab: usize, all: bool, json: bool, cost: Option<CostArgs>) -> Result<()> {
     let names: Vec<&str> = if all { PRESET_NAMES.to_vec() } else { vec![preset] };
     let mut rows = Vec::new();
     for name in names {
@@ -23,14 +41,55 @@ pub fn params(preset: &str, vocab: usize, all: bool, json: bool) -> Result<()> {
         rows.push((name, c, count, paper));
     }
     for (name, c, count, paper) in rows {
+        let cost = cost.as_ref().map(|a| {
+            let k = transformer::params::cost(&c, a.src_len, a.tgt_len);
+            let total = match (a.tokens_per_step, a.steps) {
+                (Some(t), Some(s)) => Some(k.train_step_flops(t, t) * s as f64),
+                _ => None,
+            };
+            let step = a.tokens_per_step.map(|t| k.train_step_flops(t, t));
+            (a, k, step, total)
+        });
         if json {
-            let v = serde_json::json!({ "preset": name, "vocab": vocab, "params": count, "paper_params_millions": paper, "config": c });
+            let mut v = serde_json::json!({ "preset": name, "vocab": vocab, "params": count, "paper_params_millions": paper, "config": c });
+            if let Some((a, k, step, total)) = &cost {
+                v["cost"] = serde_json::json!({
+                    "src_len": a.src_len, "tgt_len": a.tgt_len,
+                    "forward_macs_per_src_token": k.per_src_token, "forward_macs_per_tgt_token": k.per_tgt_token,
+                    "train_macs_per_src_token": k.per_src_token * transformer::params::TRAIN_STEP_OVER_FORWARD,
+                    "train_macs_per_tgt_token": k.per_tgt_token * transformer::params::TRAIN_STEP_OVER_FORWARD,
+                    "tokens_per_step": a.tokens_per_step, "steps": a.steps,
+                    "train_step_flops": step, "train_flops": total,
+                    "paper_train_flops": paper_training_flops(name).map(|p| p.0),
+                });
+            }
             println!("{v}");
-        } else {
-            let paper = paper
-                .map(|p| format!(" (paper: {p}M, {:+.1}%)", (count as f64 / 1e6 / p - 1.0) * 100.0))
-                .unwrap_or_default();
-            println!("{name:<5} {count:>11} parameters = {:.1}M{paper}", count as f64 / 1e6);
+            continue;
+        }
+        let paper = paper
+            .map(|p| format!(" (paper: {p}M, {:+.1}%)", (count as f64 / 1e6 / p - 1.0) * 100.0))
+            .unwrap_or_default();
+        println!("{name:<5} {count:>11} parameters = {:.1}M{paper}", count as f64 / 1e6);
+        if let Some((a, k, step, total)) = cost {
+            let x = transformer::params::TRAIN_STEP_OVER_FORWARD;
+            println!(
+                "      forward: {} multiply-adds per source token, {} per target token (sentences of {} + {} tokens)",
+                k.per_src_token, k.per_tgt_token, a.src_len, a.tgt_len
+            );
+            println!(
+                "      training step ({x}x forward): {} per source token, {} per target token",
+                k.per_src_token * x,
+                k.per_tgt_token * x
+            );
+            if let (Some(t), Some(step)) = (a.tokens_per_step, step) {
+                println!("      one step of {t} + {t} tokens: {step:.3e} FLOPs (2 per multiply-add)");
+            }
+            if let (Some(s), Some(total)) = (a.steps, total) {
+                let paper = paper_training_flops(name)
+                    .map(|(p, how)| format!("; paper (Table 2): {p:.1e} = {how}, {:.2}x this count", p / total))
+                    .unwrap_or_default();
+                println!("      training, {s} steps: {total:.3e} FLOPs{paper}");
+            }
         }
     }
     Ok(())
@@ -63,16 +122,17 @@ pub fn synthetic(task: SyntheticTask, steps: u64, seed: u64, save: Option<&Path>
 }
 
 pub fn train(config: &Path, mut overrides: Vec<String>, time_limit: Option<f64>) -> Result<()> {
-    let text = std::fs::read_to_string(config).with_context(|| format!("cannot read {}", config.display()))?;
+    let text = std::fs::read_to_string(config).map_err(transformer::io::io_err(config))?;
     if let Some(m) = time_limit {
         overrides.push(format!("train.time_limit_minutes={m}"));
     }
     let cfg = transformer::train::run::RunConfig::from_toml(&text, &config.display().to_string(), &overrides)?;
-    let start = Instant::now();
+    let bar = std::cell::RefCell::new(crate::progress::TrainBar::new());
     let summary =
-        super::distributed::train(&cfg, &mut |msg| eprintln!("[{:>7.1}s] {msg}", start.elapsed().as_secs_f64()))?;
+        super::distributed::train(&cfg, &mut |msg| bar.borrow().log(msg), &mut |p| bar.borrow_mut().update(p));
+    bar.borrow().finish();
     // Under `mpirun -np N`, rank 0 reports for every worker.
-    let Some(summary) = summary else { return Ok(()) };
+    let Some(summary) = summary? else { return Ok(()) };
     println!(
         "step {} epoch {}: {} ({:.0} s of training); valid perplexity {:.2}; {}",
         summary.state.step,
@@ -120,7 +180,8 @@ pub fn prepare(
     }
     let model = transformer::data::bpe::Bpe::load(bpe)?;
     let start = Instant::now();
-    let log = &mut |m: &str| eprintln!("{m}");
+    let spinner = crate::progress::Spinner::new(&format!("binarising {}", src.display()));
+    let log = &mut |m: &str| spinner.println(m);
     let report = match (task, tgt) {
         (transformer::Task::Translation, Some(tgt)) if files.is_none() => {
             transformer::data::binarized::prepare(src, tgt, &model, &filter, out, log)?
@@ -135,6 +196,7 @@ pub fn prepare(
             transformer::data::binarized::prepare_pairs(pairs, task.target_encoding(), &model, &filter, out, log)?
         }
     };
+    spinner.finish();
     println!(
         "{report} -> {} in {:.1} s, peak RSS {:.0} MB",
         out.display(),

@@ -40,6 +40,45 @@ pub enum Source {
     Url(String),
     /// A local directory holding the files.
     Dir(PathBuf),
+    /// The copies built into this library ([`EMBEDDED_MULTI30K`]: English and German of train, val
+    /// and test_2016_flickr).
+    Embedded,
+}
+
+/// Multi30k task 1 English–German (train, val, test_2016_flickr), raw and gzip-compressed as
+/// published, carried in the repository (`data/multi30k/`, with provenance and checksums) and
+/// built into the library so that `quickstart` needs no network and no mirror.
+pub const EMBEDDED_MULTI30K: [(&str, &[u8]); 6] = [
+    ("train.en.gz", include_bytes!("../../../../data/multi30k/train.en.gz")),
+    ("train.de.gz", include_bytes!("../../../../data/multi30k/train.de.gz")),
+    ("val.en.gz", include_bytes!("../../../../data/multi30k/val.en.gz")),
+    ("val.de.gz", include_bytes!("../../../../data/multi30k/val.de.gz")),
+    ("test_2016_flickr.en.gz", include_bytes!("../../../../data/multi30k/test_2016_flickr.en.gz")),
+    ("test_2016_flickr.de.gz", include_bytes!("../../../../data/multi30k/test_2016_flickr.de.gz")),
+];
+
+/// The Multi30k files of one language pair and the three standard splits, with their checksums:
+/// `[train.src, train.tgt, val.src, val.tgt, test_2016_flickr.src, test_2016_flickr.tgt]`. An
+/// error names the languages that exist.
+pub fn multi30k_pair(src: &str, tgt: &str) -> Result<Vec<(&'static str, &'static str)>> {
+    const LANGS: [&str; 4] = ["en", "de", "fr", "cs"];
+    for l in [src, tgt] {
+        if !LANGS.contains(&l) {
+            return Err(Error::Config(format!("Multi30k task 1 has no language {l:?}; it has en, de, fr and cs")));
+        }
+    }
+    if src == tgt {
+        return Err(Error::Config(format!("source and target are both {src:?}: give two different languages")));
+    }
+    let mut out = Vec::with_capacity(6);
+    for split in ["train", "val", "test_2016_flickr"] {
+        for l in [src, tgt] {
+            let name = format!("{split}.{l}.gz");
+            let entry = MULTI30K_FILES.iter().find(|(n, _)| *n == name).expect("every split and language is listed");
+            out.push(*entry);
+        }
+    }
+    Ok(out)
 }
 
 /// SHA-256 of `bytes`, hex.
@@ -49,6 +88,12 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 
 fn fetch(source: &Source, name: &str) -> Result<Vec<u8>> {
     match source {
+        Source::Embedded => match EMBEDDED_MULTI30K.iter().find(|(n, _)| *n == name) {
+            Some((_, bytes)) => Ok(bytes.to_vec()),
+            None => Err(Error::Config(format!(
+                "{name} is not built in (only English and German are); download it first: transformer data multi30k"
+            ))),
+        },
         Source::Dir(dir) => {
             let p = dir.join(name);
             std::fs::read(&p).map_err(io_err(&p))

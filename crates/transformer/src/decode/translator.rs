@@ -59,7 +59,8 @@ pub struct TranslateStats {
 /// Translates `srcs` (token ids without BOS/EOS) with `packed` weights of `model`, reusing the
 /// buffers of `ws` and `state`. Returns each sentence's n-best list, best first, in input order.
 /// `warn` receives one message per chunked sentence (naming its 1-based index); a task that
-/// refuses long inputs gets an error instead.
+/// refuses long inputs gets an error instead. `progress(done, total)` hears after every batch how
+/// many of the non-empty pieces (sentences, or chunks of long ones) are decoded.
 #[allow(clippy::too_many_arguments)]
 fn translate_ids(
     model: &Transformer,
@@ -71,6 +72,7 @@ fn translate_ids(
     state: &mut DecoderState,
     constraint: Option<&dyn Constraint>,
     warn: &mut dyn FnMut(String),
+    progress: &mut dyn FnMut(usize, usize),
 ) -> Result<(Vec<Vec<Hypothesis>>, TranslateStats)> {
     opts.search.validate()?;
     if constraint.is_some() && task.long_inputs() != LongInputs::Refuse {
@@ -124,6 +126,7 @@ fn translate_ids(
         }
         stats.batches += 1;
         start = end;
+        progress(end, order.len());
     }
     // Join chunks rank by rank (a chunk with fewer hypotheses repeats its last).
     let empty = Hypothesis { tokens: Vec::new(), log_prob: 0.0, score: 0.0 };
@@ -316,8 +319,20 @@ impl Translator {
         options: &TranslateOptions,
         warn: &mut dyn FnMut(String),
     ) -> Result<(Vec<Vec<Hypothesis>>, TranslateStats)> {
+        self.translate_ids_with_progress(srcs, options, warn, &mut |_, _| {})
+    }
+
+    /// [`Translator::translate_ids`], calling `progress(done, total)` after every batch (pieces
+    /// decoded of all non-empty pieces: sentences, or chunks of long ones).
+    pub fn translate_ids_with_progress(
+        &self,
+        srcs: &[Vec<u32>],
+        options: &TranslateOptions,
+        warn: &mut dyn FnMut(String),
+        progress: &mut dyn FnMut(usize, usize),
+    ) -> Result<(Vec<Vec<Hypothesis>>, TranslateStats)> {
         self.with_buffers(|ws, state| {
-            translate_ids(&self.model, &self.packed, self.task, srcs, options, ws, state, None, warn)
+            translate_ids(&self.model, &self.packed, self.task, srcs, options, ws, state, None, warn, progress)
         })
     }
 
@@ -329,8 +344,19 @@ impl Translator {
         options: &TranslateOptions,
         warn: &mut dyn FnMut(String),
     ) -> Result<(Vec<Vec<Translation>>, TranslateStats)> {
+        self.translate_with_progress(lines, options, warn, &mut |_, _| {})
+    }
+
+    /// [`Translator::translate`], calling `progress(done, total)` after every batch.
+    pub fn translate_with_progress(
+        &self,
+        lines: &[String],
+        options: &TranslateOptions,
+        warn: &mut dyn FnMut(String),
+        progress: &mut dyn FnMut(usize, usize),
+    ) -> Result<(Vec<Vec<Translation>>, TranslateStats)> {
         let srcs = lines.iter().map(|l| self.bpe.encode(l)).collect::<Result<Vec<_>>>()?;
-        let (hyps, stats) = self.translate_ids(&srcs, options, warn)?;
+        let (hyps, stats) = self.translate_ids_with_progress(&srcs, options, warn, progress)?;
         let out = hyps
             .into_iter()
             .map(|nbest| {
@@ -418,7 +444,18 @@ impl Translator {
         };
         let (hyps, stats) = self.with_buffers(|ws, state| {
             let c = constraint.as_ref().map(|c| c as &dyn Constraint);
-            translate_ids(&self.model, &self.packed, self.task, &srcs, &options.translate, ws, state, c, warn)
+            translate_ids(
+                &self.model,
+                &self.packed,
+                self.task,
+                &srcs,
+                &options.translate,
+                ws,
+                state,
+                c,
+                warn,
+                &mut |_, _| {},
+            )
         })?;
         for (&i, nbest) in idx.iter().zip(hyps) {
             let h = nbest.into_iter().next().unwrap_or(Hypothesis { tokens: Vec::new(), log_prob: 0.0, score: 0.0 });

@@ -69,6 +69,21 @@ impl AttentionWeights {
     }
 }
 
+/// Token labels for a heatmap: each piece decoded on its own; pieces that continue a word (no
+/// leading space, not first) are marked with a leading '-'.
+pub fn piece_labels(bpe: &crate::data::bpe::Bpe, ids: &[u32]) -> Result<Vec<String>> {
+    let mut out = Vec::with_capacity(ids.len());
+    for (i, &id) in ids.iter().enumerate() {
+        let text = bpe.decode(&[id])?;
+        out.push(match text.strip_prefix(' ') {
+            Some(word) => word.to_string(),
+            None if i > 0 => format!("-{text}"),
+            None => text,
+        });
+    }
+    Ok(out)
+}
+
 /// Runs the model on (src, tgt) (token ids without BOS/EOS; tgt is what the decoder is fed after
 /// BOS, typically the model's own translation) and returns every attention weight.
 pub fn attention_weights(

@@ -56,6 +56,53 @@ pub struct RunSummary {
     pub valid: (f64, f64),
 }
 
+/// Where training is, after every update: what a progress bar shows.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Progress {
+    /// Updates done.
+    pub step: u64,
+    /// Current epoch (1-based).
+    pub epoch: u64,
+    /// Batches of this epoch consumed, of `epoch_batches`.
+    pub cursor: usize,
+    /// Batches in an epoch.
+    pub epoch_batches: usize,
+    /// Label-smoothed training loss per target token of this update.
+    pub loss: f64,
+    /// Learning rate of this update.
+    pub lr: f64,
+    /// Target tokens per second since the previous [`Progress`] of this process.
+    pub tokens_per_s: f64,
+    /// Seconds of training over every process of the run.
+    pub elapsed_s: f64,
+    /// Seconds left by the time or step limit (the nearer), when there is one.
+    pub eta_s: Option<f64>,
+    /// The run's whole budget in seconds, when it has a time limit.
+    pub limit_s: Option<f64>,
+    /// Validation perplexity at the last validation of this process, if any.
+    pub valid_perplexity: Option<f64>,
+}
+
+impl Progress {
+    /// The one-line form written to logs: epoch, step, loss, speed, learning rate, ETA.
+    pub fn line(&self) -> String {
+        let eta = self.eta_s.map(|s| format!("  ETA {:.0} min {:02.0} s", (s / 60.0).floor(), s % 60.0));
+        let ppl = self.valid_perplexity.map(|p| format!("  valid ppl {p:.2}"));
+        format!(
+            "epoch {} step {} ({}/{} batches)  loss {:.4}  {:.0} tgt tok/s  lr {:.2e}{}{}",
+            self.epoch,
+            self.step,
+            self.cursor,
+            self.epoch_batches,
+            self.loss,
+            self.tokens_per_s,
+            self.lr,
+            ppl.unwrap_or_default(),
+            eta.unwrap_or_default()
+        )
+    }
+}
+
 /// Prepared data: the BPE model, the model configuration it implies, filtered training pairs,
 /// their batches, validation pairs.
 struct Data {
@@ -363,20 +410,45 @@ fn resume_newest_good(
     )))
 }
 
-/// Runs (or resumes) training in one process. `log` receives one-line progress messages.
+/// Runs (or resumes) training in one process. `log` receives one-line messages, among them a
+/// progress line every 2 s.
 pub fn run(cfg: &RunConfig, log: &mut dyn FnMut(&str)) -> Result<RunSummary> {
-    run_with(cfg, &SingleProcess, log)
+    let log = std::cell::RefCell::new(log);
+    let mut last = Instant::now();
+    run_with_progress(cfg, &mut |m| (*log.borrow_mut())(m), &mut |p| {
+        if last.elapsed().as_secs_f64() >= 2.0 {
+            (*log.borrow_mut())(&p.line());
+            last = Instant::now();
+        }
+    })
 }
 
-/// Runs (or resumes) training as one of the workers of `comm` (data parallelism, see
-/// [`super::distributed`]): every worker calls this with the same configuration and data (checked
-/// at the start) and the same run directory; rank 0 writes it, logs and validates, and the others
-/// only compute their share of each update. With [`SingleProcess`] this is [`run`].
-pub fn run_with(cfg: &RunConfig, comm: &dyn Collective, log: &mut dyn FnMut(&str)) -> Result<RunSummary> {
+/// Runs (or resumes) training in one process like [`run`], giving `progress` a [`Progress`] after
+/// every update (for a progress bar) and `log` every other message.
+pub fn run_with_progress(
+    cfg: &RunConfig,
+    log: &mut dyn FnMut(&str),
+    progress: &mut dyn FnMut(&Progress),
+) -> Result<RunSummary> {
+    run_distributed(cfg, &SingleProcess, log, progress)
+}
+
+/// Runs (or resumes) training like [`run_with_progress`] as one of the workers of `comm` (data
+/// parallelism, see [`super::distributed`]): every worker calls this with the same configuration
+/// and data (checked at the start) and the same run directory; rank 0 writes it, logs, reports
+/// progress and validates, and the others only compute their share of each update. With
+/// [`SingleProcess`] this is [`run_with_progress`].
+pub fn run_distributed(
+    cfg: &RunConfig,
+    comm: &dyn Collective,
+    log: &mut dyn FnMut(&str),
+    progress: &mut dyn FnMut(&Progress),
+) -> Result<RunSummary> {
     let t = &cfg.train;
     let root = comm.is_root();
-    let mut quiet = |_: &str| {};
+    let (mut quiet, mut no_progress) = (|_: &str| {}, |_: &Progress| {});
     let log: &mut dyn FnMut(&str) = if root { log } else { &mut quiet };
+    let progress: &mut dyn FnMut(&Progress) = if root { progress } else { &mut no_progress };
     cfg.validate()?;
     check_accumulate(t.accumulate, comm.size())?;
     let precision = t.bf16_matmul.precision(crate::kernels::cpu::bf16::available(), log)?;
@@ -457,7 +529,7 @@ pub fn run_with(cfg: &RunConfig, comm: &dyn Collective, log: &mut dyn FnMut(&str
     // count it, so that a run killed and started again trains the same budget.
     let elapsed = || base_elapsed + start.elapsed().as_secs_f64();
     let mut last_ckpt = base_elapsed;
-    let mut last_log = Instant::now();
+    let mut valid_perplexity = None;
     let (mut tok_window, mut window_start) = (0usize, Instant::now());
     let stopped;
     'run: loop {
@@ -488,32 +560,32 @@ pub fn run_with(cfg: &RunConfig, comm: &dyn Collective, log: &mut dyn FnMut(&str
             run_dir.append_metrics(
                 &serde_json::json!({"kind": "train", "step": state.step, "epoch": state.epoch + 1, "loss": stats.loss, "nll": stats.nll, "lr": stats.lr, "tokens": stats.tokens}),
             )?;
-            if last_log.elapsed().as_secs_f64() >= 2.0 {
-                let tps = tok_window as f64 / window_start.elapsed().as_secs_f64();
-                let per_step = start.elapsed().as_secs_f64() / (state.step - start_step).max(1) as f64;
-                let by_steps = t.max_steps.map(|m| per_step * m.saturating_sub(state.step) as f64);
-                let by_time = t.time_limit_minutes.map(|m| (m * 60.0 - elapsed()).max(0.0));
-                let eta = match (by_steps, by_time) {
+            let per_step = start.elapsed().as_secs_f64() / (state.step - start_step).max(1) as f64;
+            let by_steps = t.max_steps.map(|m| per_step * m.saturating_sub(state.step) as f64);
+            let by_time = t.time_limit_minutes.map(|m| (m * 60.0 - elapsed()).max(0.0));
+            progress(&Progress {
+                step: state.step,
+                epoch: state.epoch + 1,
+                cursor: state.cursor,
+                epoch_batches: n_batches,
+                loss: stats.loss,
+                lr: f64::from(stats.lr),
+                tokens_per_s: tok_window as f64 / window_start.elapsed().as_secs_f64().max(1e-9),
+                elapsed_s: state.elapsed_s,
+                eta_s: match (by_steps, by_time) {
                     (Some(a), Some(b)) => Some(a.min(b)),
                     (a, b) => a.or(b),
-                }
-                .map(|s| format!("  ETA {:.0} min {:02.0} s", (s / 60.0).floor(), s % 60.0));
-                log(&format!(
-                    "epoch {} step {} ({}/{n_batches} batches)  loss {:.4}  {:.0} tgt tok/s  lr {:.2e}{}",
-                    state.epoch + 1,
-                    state.step,
-                    state.cursor,
-                    stats.loss,
-                    tps,
-                    stats.lr,
-                    eta.unwrap_or_default()
-                ));
-                last_log = Instant::now();
+                },
+                limit_s: t.time_limit_minutes.map(|m| m * 60.0),
+                valid_perplexity,
+            });
+            if window_start.elapsed().as_secs_f64() >= 2.0 {
                 tok_window = 0;
                 window_start = Instant::now();
             }
             if t.valid_steps.is_some_and(|v| state.step % v == 0) {
                 let (vl, vn) = validate(&mut trainer, &data.valid, cfg, comm)?;
+                valid_perplexity = Some(vn.exp());
                 run_dir.append_metrics(&valid_record(state.step, state.epoch + 1, (vl, vn)))?;
             }
             let due_steps = t.checkpoint_steps.is_some_and(|c| state.step % c == 0);
@@ -525,6 +597,7 @@ pub fn run_with(cfg: &RunConfig, comm: &dyn Collective, log: &mut dyn FnMut(&str
         state.epoch += 1;
         state.cursor = 0;
         let (vl, vn) = validate(&mut trainer, &data.valid, cfg, comm)?;
+        valid_perplexity = Some(vn.exp());
         log(&format!(
             "epoch {} done at step {}: valid loss {vl:.4}, perplexity {:.2}",
             state.epoch,

@@ -1,0 +1,61 @@
+//! `quickstart`: the library's [`transformer::quickstart`] with progress bars and the report.
+
+use crate::progress::{CountBar, TrainBar};
+use anyhow::Result;
+use transformer::quickstart::{self, Observer, QuickstartOptions};
+use transformer::train::run::Progress;
+
+/// Renders the quick start's steps: a line per stage, the training bar, the test-set bar.
+struct Bars {
+    train: Option<TrainBar>,
+    test: Option<CountBar>,
+    start: std::time::Instant,
+}
+
+impl Bars {
+    fn close(&mut self) {
+        if let Some(b) = self.train.take() {
+            b.finish();
+        }
+        if let Some(b) = self.test.take() {
+            b.finish();
+        }
+    }
+}
+
+impl Observer for Bars {
+    fn stage(&mut self, name: &str) {
+        self.close();
+        eprintln!("== {name} ({:.0} s)", self.start.elapsed().as_secs_f64());
+        if name == "training" {
+            self.train = Some(TrainBar::new());
+        }
+    }
+
+    fn log(&mut self, message: &str) {
+        match (&self.train, &self.test) {
+            (Some(b), _) => b.log(message),
+            (_, Some(b)) => b.println(message),
+            _ => eprintln!("{message}"),
+        }
+    }
+
+    fn train(&mut self, p: &Progress) {
+        if let Some(b) = &mut self.train {
+            b.update(p);
+        }
+    }
+
+    fn translate(&mut self, done: usize, total: usize) {
+        self.test.get_or_insert_with(|| CountBar::new("test sentences", total as u64)).update(done, total);
+    }
+}
+
+pub fn quickstart(opts: QuickstartOptions) -> Result<()> {
+    let mut bars = Bars { train: None, test: None, start: std::time::Instant::now() };
+    let report = quickstart::run(&opts, &mut bars);
+    bars.close();
+    let report = report?;
+    println!("{}", report.text());
+    Ok(())
+}

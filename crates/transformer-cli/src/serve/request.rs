@@ -1,0 +1,150 @@
+//! The body of `POST /translate`, checked field by field so that every 400 names the field (or the
+//! limit) at fault and says what to send instead.
+
+use serde_json::Value;
+
+/// The fields a request may hold.
+pub const FIELDS: &str = "q, beam, alpha, nbest, attention";
+
+/// A checked translation request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TranslateRequest {
+    /// The sentences, in order (`q` as a string is one sentence).
+    pub q: Vec<String>,
+    /// Beam size (default: the server's).
+    pub beam: Option<usize>,
+    /// Length-penalty exponent α (default: the server's).
+    pub alpha: Option<f64>,
+    /// Hypotheses per sentence, with scores; `None`: only the best, as text.
+    pub nbest: Option<usize>,
+    /// Return the encoder–decoder attention of each best hypothesis.
+    pub attention: bool,
+}
+
+/// The request limits that do not need the model.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Most sentences in one request.
+    pub max_request_sentences: usize,
+    /// Largest beam.
+    pub max_beam: usize,
+}
+
+fn kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+fn positive_int(v: &Value, field: &str, max: usize, what: &str) -> Result<usize, String> {
+    match v.as_u64() {
+        Some(n) if n >= 1 && n <= max as u64 => Ok(n as usize),
+        _ => Err(format!("field `{field}` must be an integer between 1 and {max}{what} (got {v})")),
+    }
+}
+
+/// Parses and checks a request body.
+pub fn parse(body: &[u8], limits: &Limits) -> Result<TranslateRequest, String> {
+    let value: Value = serde_json::from_slice(body)
+        .map_err(|e| format!("the body is not valid JSON ({e}); send an object such as {{\"q\": \"A dog runs.\"}}"))?;
+    let Value::Object(map) = value else {
+        return Err(format!("the body must be a JSON object such as {{\"q\": \"A dog runs.\"}}, not {}", kind(&value)));
+    };
+    if let Some(k) = map.keys().find(|k| !FIELDS.split(", ").any(|f| f == k.as_str())) {
+        return Err(format!("unknown field `{k}`: the fields are {FIELDS}"));
+    }
+    let q = match map.get("q") {
+        None => return Err("field `q` is missing: give the text to translate, a string or an array of strings".into()),
+        Some(Value::String(s)) => vec![s.clone()],
+        Some(Value::Array(items)) => items
+            .iter()
+            .enumerate()
+            .map(|(i, v)| match v {
+                Value::String(s) => Ok(s.clone()),
+                other => Err(format!("field `q[{i}]` must be a string (got {})", kind(other))),
+            })
+            .collect::<Result<Vec<_>, _>>()?,
+        Some(other) => {
+            return Err(format!("field `q` must be a string or an array of strings (got {})", kind(other)));
+        }
+    };
+    if q.len() > limits.max_request_sentences {
+        return Err(format!(
+            "field `q` has {} sentences; the limit is {} per request (--max-request-sentences): split the request",
+            q.len(),
+            limits.max_request_sentences
+        ));
+    }
+    let beam = match map.get("beam") {
+        None | Some(Value::Null) => None,
+        Some(v) => Some(positive_int(v, "beam", limits.max_beam, " (--max-beam)")?),
+    };
+    let alpha = match map.get("alpha") {
+        None | Some(Value::Null) => None,
+        Some(v) => match v.as_f64() {
+            Some(a) if a.is_finite() && (0.0..=10.0).contains(&a) => Some(a),
+            _ => return Err(format!("field `alpha` must be a number between 0 and 10 (got {v})")),
+        },
+    };
+    let nbest = match map.get("nbest") {
+        None | Some(Value::Null) => None,
+        Some(v) => {
+            let most = beam.unwrap_or(limits.max_beam);
+            let what = if beam.is_some() { " (the beam size)" } else { " (--max-beam)" };
+            Some(positive_int(v, "nbest", most, what)?)
+        }
+    };
+    let attention = match map.get("attention") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(v) => return Err(format!("field `attention` must be true or false (got {})", kind(v))),
+    };
+    Ok(TranslateRequest { q, beam, alpha, nbest, attention })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LIMITS: Limits = Limits { max_request_sentences: 3, max_beam: 8 };
+
+    fn err(body: &str) -> String {
+        parse(body.as_bytes(), &LIMITS).unwrap_err()
+    }
+
+    #[test]
+    fn accepts_a_string_or_a_list_and_the_options() {
+        let r = parse(br#"{"q": "A dog."}"#, &LIMITS).unwrap();
+        assert_eq!(
+            r,
+            TranslateRequest { q: vec!["A dog.".into()], beam: None, alpha: None, nbest: None, attention: false }
+        );
+        let r = parse(br#"{"q": ["a", ""], "beam": 5, "alpha": 0, "nbest": 5, "attention": true}"#, &LIMITS).unwrap();
+        assert_eq!(r.q, ["a", ""]);
+        assert_eq!((r.beam, r.alpha, r.nbest, r.attention), (Some(5), Some(0.0), Some(5), true));
+    }
+
+    #[test]
+    fn every_error_names_its_field_or_limit() {
+        assert!(err("{").contains("not valid JSON"));
+        assert!(err("[1]").contains("must be a JSON object") && err("[1]").contains("an array"));
+        assert!(err("{}").contains("field `q` is missing"));
+        assert!(err(r#"{"q": 3}"#).contains("field `q` must be a string or an array of strings (got a number)"));
+        assert!(err(r#"{"q": ["a", null]}"#).contains("field `q[1]` must be a string (got null)"));
+        assert!(err(r#"{"q": ["a","b","c","d"]}"#).contains("has 4 sentences; the limit is 3"));
+        assert!(err(r#"{"q": "a", "beam": 0}"#).contains("field `beam` must be an integer between 1 and 8"));
+        assert!(err(r#"{"q": "a", "beam": "4"}"#).contains("field `beam`"));
+        assert!(err(r#"{"q": "a", "beam": 2.5}"#).contains("field `beam`"));
+        assert!(err(r#"{"q": "a", "alpha": -1}"#).contains("field `alpha`"));
+        assert!(
+            err(r#"{"q": "a", "beam": 2, "nbest": 3}"#).contains("field `nbest` must be an integer between 1 and 2")
+        );
+        assert!(err(r#"{"q": "a", "attention": 1}"#).contains("field `attention` must be true or false"));
+        assert!(err(r#"{"q": "a", "text": 1}"#).contains("unknown field `text`: the fields are q, beam"));
+    }
+}

@@ -1,0 +1,314 @@
+//! The HTTP side: axum routes on a tokio runtime of its own, start-up (bind, print the address,
+//! load the model, then ready) and graceful shutdown on SIGTERM or Ctrl-C. Decoding never runs on
+//! the runtime's threads: handlers queue their sentences and await a oneshot reply from the
+//! batcher, which runs on the thread that called [`run`] (a worker of the rayon pool, where the
+//! model's parallel kernels fork cheaply).
+
+use super::batcher::{self, Budget, Job, Output, Queue, Refused};
+use super::metrics::{Gauges, Metrics};
+use super::request::{self, Limits};
+use super::ServeArgs;
+use anyhow::{Context, Result};
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde_json::json;
+use std::sync::{Arc, OnceLock};
+use std::time::Instant;
+use tokio::sync::{oneshot, Notify};
+use transformer::decode::translator::{Translator, TranslatorOptions};
+use transformer::Task;
+
+const INDEX_HTML: &str = include_str!("page/index.html");
+const PAGE_CSS: &str = include_str!("page/page.css");
+const PAGE_JS: &str = include_str!("page/page.js");
+
+/// What every handler shares.
+struct App {
+    /// Set once the model is loaded (`/health` is 503 until then).
+    translator: OnceLock<Arc<Translator>>,
+    queue: Queue,
+    metrics: Metrics,
+    limits: Limits,
+    /// The longest sentence in BPE tokens (resolved once the model is loaded).
+    max_sentence_tokens: Option<usize>,
+    /// The largest request body in bytes.
+    body_limit: usize,
+}
+
+/// An error answer: a status and `{"error": "…"}`.
+struct ApiError {
+    status: StatusCode,
+    message: String,
+    retry_after: Option<u32>,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, message: impl Into<String>) -> Self {
+        ApiError { status, message: message.into(), retry_after: None }
+    }
+
+    fn unavailable(message: impl Into<String>) -> Self {
+        ApiError { status: StatusCode::SERVICE_UNAVAILABLE, message: message.into(), retry_after: Some(1) }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut r = (self.status, Json(json!({ "error": self.message }))).into_response();
+        if let Some(s) = self.retry_after {
+            r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(s));
+        }
+        r
+    }
+}
+
+fn loading() -> ApiError {
+    ApiError::unavailable("the model is still loading; retry when GET /health answers 200")
+}
+
+async fn translate(State(app): State<Arc<App>>, body: Result<Bytes, BytesRejection>) -> Result<Response, ApiError> {
+    let body = body.map_err(|r| {
+        let status = r.status();
+        let message = match status {
+            StatusCode::PAYLOAD_TOO_LARGE => format!(
+                "the request body is larger than the limit of {} bytes (--max-body-bytes): send fewer or shorter sentences per request",
+                app.body_limit
+            ),
+            _ => format!("cannot read the request body: {}", r.body_text()),
+        };
+        ApiError::new(status, message)
+    })?;
+    let req = request::parse(&body, &app.limits).map_err(|m| ApiError::new(StatusCode::BAD_REQUEST, m))?;
+    let t = app.translator.get().ok_or_else(loading)?;
+    let max_len = app.max_sentence_tokens.unwrap_or(t.model().config.max_positions);
+    let mut srcs = Vec::with_capacity(req.q.len());
+    for (i, line) in req.q.iter().enumerate() {
+        let ids = t.bpe().encode(line).map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, format!("q[{i}]: {e}")))?;
+        if ids.len() > max_len {
+            return Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                format!(
+                    "sentence q[{i}] has {} BPE tokens; the limit is {max_len} (--max-sentence-tokens, at most the model's max_positions): split it",
+                    ids.len()
+                ),
+            ));
+        }
+        srcs.push(ids);
+    }
+    let mut search = t.task().search_defaults();
+    search.beam = req.beam.unwrap_or(search.beam);
+    search.alpha = req.alpha.unwrap_or(search.alpha);
+    search.nbest = req.nbest.unwrap_or(1);
+    if search.nbest > search.beam {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            format!("field `nbest` ({}) is larger than the beam size {}", search.nbest, search.beam),
+        ));
+    }
+    let n = srcs.len();
+    let outputs: Vec<Output> = if n == 0 {
+        Vec::new()
+    } else {
+        let (tx, rx) = oneshot::channel();
+        match app.queue.push(Job { srcs, search, attention: req.attention, reply: tx }) {
+            Ok(()) => {}
+            Err(Refused::Full { waiting, limit }) => {
+                app.metrics.rejected_full.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                return Err(ApiError::unavailable(format!(
+                    "the queue is full ({waiting} sentences waiting, the limit is {limit}, --max-queue); retry after 1 s"
+                )));
+            }
+            Err(Refused::Closed) => return Err(ApiError::unavailable("the server is shutting down")),
+        }
+        match rx.await {
+            Ok(Ok(outputs)) => outputs,
+            Ok(Err(m)) => return Err(ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, m)),
+            Err(_) => return Err(ApiError::unavailable("the server stopped before decoding the request")),
+        }
+    };
+    let mut answer = serde_json::Map::new();
+    answer.insert("translations".into(), outputs.iter().map(|o| json!(o.nbest[0].0)).collect());
+    if req.nbest.is_some() {
+        let lists = outputs
+            .iter()
+            .map(|o| {
+                o.nbest.iter().map(|(text, lp, score)| json!({"text": text, "log_prob": lp, "score": score})).collect()
+            })
+            .collect();
+        answer.insert("nbest".into(), serde_json::Value::Array(lists));
+    }
+    if req.attention {
+        answer.insert("attention".into(), outputs.iter().map(|o| o.attention.clone().unwrap_or_default()).collect());
+    }
+    Ok(Json(serde_json::Value::Object(answer)).into_response())
+}
+
+async fn health(State(app): State<Arc<App>>) -> Result<Response, ApiError> {
+    let t = app.translator.get().ok_or_else(loading)?;
+    let c = &t.model().config;
+    Ok(Json(json!({
+        "status": "ready",
+        "model": {
+            "layers": c.n_layers, "d_model": c.d_model, "heads": c.n_heads, "vocab": c.vocab_size,
+            "max_positions": c.max_positions,
+        },
+    }))
+    .into_response())
+}
+
+async fn metrics(State(app): State<Arc<App>>) -> Response {
+    let (queue_sentences, queue_requests) = app.queue.depth();
+    let text = app.metrics.render(&Gauges { queue_sentences, queue_requests, ready: app.translator.get().is_some() });
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text).into_response()
+}
+
+fn asset(content_type: &'static str, body: &'static str) -> Response {
+    ([(header::CONTENT_TYPE, content_type)], body).into_response()
+}
+
+async fn not_found(req: Request) -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        format!(
+            "no route {} {}: the routes are GET /, GET /health, GET /metrics and POST /translate",
+            req.method(),
+            req.uri().path()
+        ),
+    )
+}
+
+async fn wrong_method(req: Request) -> ApiError {
+    let allowed = if req.uri().path() == "/translate" { "POST" } else { "GET" };
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        format!("{} does not take {}: use {allowed}", req.uri().path(), req.method()),
+    )
+}
+
+/// Counts every answer by route and status, and times `/translate`.
+async fn track(State(app): State<Arc<App>>, req: Request, next: Next) -> Response {
+    let route = match req.uri().path() {
+        "/" => "/",
+        "/translate" => "/translate",
+        "/health" => "/health",
+        "/metrics" => "/metrics",
+        "/page.js" | "/page.css" => "/page",
+        _ => "other",
+    };
+    let start = Instant::now();
+    let response = next.run(req).await;
+    if route == "/translate" {
+        app.metrics.latency.observe(start.elapsed().as_secs_f64());
+    }
+    app.metrics.request(route, response.status().as_u16());
+    response
+}
+
+fn router(app: Arc<App>, body_limit: usize) -> Router {
+    Router::new()
+        .route("/", get(|| async { asset("text/html; charset=utf-8", INDEX_HTML) }))
+        .route("/page.css", get(|| async { asset("text/css; charset=utf-8", PAGE_CSS) }))
+        .route("/page.js", get(|| async { asset("text/javascript; charset=utf-8", PAGE_JS) }))
+        .route("/translate", post(translate))
+        .route("/health", get(health))
+        .route("/metrics", get(metrics))
+        .fallback(not_found)
+        .method_not_allowed_fallback(wrong_method)
+        .layer(DefaultBodyLimit::max(body_limit))
+        .layer(middleware::from_fn_with_state(app.clone(), track))
+        .with_state(app)
+}
+
+/// Resolves on SIGTERM, SIGINT (Ctrl-C) or `stop` (a model that did not load).
+async fn shutdown_signal(stop: Arc<Notify>) {
+    stop.notified().await;
+}
+
+/// Runs the server: binds, prints `listening on http://ADDR`, loads the model (`/health` turns
+/// 200 and `ready` is printed), decodes on this thread until a signal, then drains and returns.
+pub fn run(args: ServeArgs) -> Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(args.http_threads as usize)
+        .thread_name("serve-http")
+        .enable_all()
+        .build()
+        .context("cannot start the HTTP runtime")?;
+    let stop = Arc::new(Notify::new());
+    // Signal handlers go in before the address is printed, so a SIGTERM sent as soon as the
+    // address is known is never missed.
+    let listener = runtime.block_on(async {
+        use tokio::signal::unix::{signal, SignalKind};
+        for kind in [SignalKind::terminate(), SignalKind::interrupt()] {
+            let mut s = signal(kind).context("cannot install a signal handler")?;
+            let stop = stop.clone();
+            tokio::spawn(async move {
+                s.recv().await;
+                eprintln!("shutting down: no new connections; finishing the requests in flight");
+                stop.notify_one();
+            });
+        }
+        tokio::net::TcpListener::bind((args.host.as_str(), args.port)).await.with_context(|| {
+            format!("cannot listen on {}:{} (is the port taken? --port 0 picks a free one)", args.host, args.port)
+        })
+    })?;
+    let addr = listener.local_addr()?;
+    let limits =
+        Limits { max_request_sentences: args.max_request_sentences as usize, max_beam: args.max_beam as usize };
+    let app = Arc::new(App {
+        translator: OnceLock::new(),
+        queue: Queue::new(args.max_queue as usize),
+        metrics: Metrics::default(),
+        limits,
+        max_sentence_tokens: args.max_sentence_tokens.map(|n| n as usize),
+        body_limit: args.max_body_bytes as usize,
+    });
+    let router = router(app.clone(), args.max_body_bytes as usize);
+    let serving = axum::serve(listener, router).with_graceful_shutdown(shutdown_signal(stop.clone()));
+    let server = runtime.spawn(async move { serving.await });
+    eprintln!("listening on http://{addr} (loading the model)");
+    let options = TranslatorOptions { precision: args.precision, pack: true, task: Task::Translation };
+    let translator = match Translator::load(&args.checkpoint, &args.bpe, options) {
+        Ok(t) => Arc::new(t),
+        Err(e) => {
+            stop.notify_one();
+            let _ = runtime.block_on(server);
+            return Err(e.into());
+        }
+    };
+    let c = &translator.model().config;
+    if let Some(n) = args.max_sentence_tokens.filter(|&n| n as usize > c.max_positions) {
+        stop.notify_one();
+        let _ = runtime.block_on(server);
+        crate::usage!("--max-sentence-tokens {n} is more than the model's max_positions = {}", c.max_positions);
+    }
+    let _ = app.translator.set(translator.clone());
+    eprintln!(
+        "ready: {} layers, d_model {}, vocabulary {}; POST /translate, GET / for the page",
+        c.n_layers, c.d_model, c.vocab_size
+    );
+    // When the server has stopped (every in-flight request answered), close the queue so the
+    // batcher below returns.
+    let watcher = {
+        let app = app.clone();
+        runtime.spawn(async move {
+            let r = server.await;
+            app.queue.close();
+            r.context("the HTTP server task failed")?.context("the HTTP server failed")
+        })
+    };
+    let budget = Budget { max_tokens: args.max_tokens as usize, max_sentences: args.max_sentences as usize };
+    batcher::run(&translator, &app.queue, budget, &app.metrics);
+    runtime.block_on(watcher).context("the HTTP server task failed")??;
+    eprintln!(
+        "stopped: {} sentences translated in {} batches",
+        app.metrics.sentences.load(std::sync::atomic::Ordering::Relaxed),
+        app.metrics.batches.load(std::sync::atomic::Ordering::Relaxed)
+    );
+    Ok(())
+}

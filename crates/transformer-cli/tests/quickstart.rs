@@ -1,0 +1,151 @@
+//! The main job, `transformer quickstart`, from a temporary directory that has no `../shared`
+//! and no repository around it: the built-in data alone must carry it. Checks every file and every
+//! line of the report it promises (not the BLEU value: a few seconds of training give ~0), then
+//! that a SIGKILL during training followed by the same command resumes.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn workdir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("transformer-qs-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    assert!(!dir.join("../shared/data").exists(), "the test must run away from ../shared");
+    dir
+}
+
+fn quickstart(dir: &Path, args: &[&str]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_transformer"));
+    c.current_dir(dir).args(["--threads", "2", "quickstart"]).args(args);
+    c
+}
+
+const SMALL: [&str; 6] = ["--minutes", "0.25", "--test-sentences", "20", "--output", "out"];
+
+#[test]
+fn quickstart_writes_every_promised_file_and_report_line_then_resumes() {
+    let dir = workdir("report");
+    let out = quickstart(&dir, &SMALL).output().unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    // Stages and the plain (non-terminal) progress lines.
+    for stage in ["== data", "== training", "== averaging", "== evaluating", "== examples"] {
+        assert!(stderr.contains(stage), "missing {stage:?} in stderr:\n{stderr}");
+    }
+    assert!(stderr.contains("train.en.gz: 568929 bytes, checksum ok"), "{stderr}");
+    assert!(stderr.contains("tgt tok/s") && stderr.contains("ETA"), "no progress line:\n{stderr}");
+    // The report, line by line.
+    let lines: Vec<&str> = stdout.lines().collect();
+    let find = |prefix: &str| {
+        lines
+            .iter()
+            .position(|l| l.trim_start().starts_with(prefix))
+            .unwrap_or_else(|| panic!("no {prefix:?}:\n{stdout}"))
+    };
+    assert!(lines[find("# Quick start: Multi30k en-de")].contains("minutes of training"));
+    assert!(lines[find("Trained ")].contains("time limit of 0.25 minutes"), "{stdout}");
+    // As many as were written, up to 5 (how many depends on the machine's speed).
+    let written = std::fs::read_dir(dir.join("out/run"))
+        .unwrap()
+        .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().starts_with("ckpt-"))
+        .count();
+    assert!(written >= 1, "no checkpoint in out/run");
+    let averaged = format!("Averaged the last {} checkpoints.", written.min(5));
+    assert_eq!(lines[find("Averaged the last ")], averaged, "{stdout}");
+    assert!(lines[find("test_2016_flickr (20 sentences, beam 4, alpha 0.6)")].ends_with(':'));
+    assert!(lines[find("BLEU|nrefs:1|case:mixed")].contains("tok:13a"), "cased sacreBLEU: {stdout}");
+    find("chrF2|nrefs:1");
+    let ex = find("Examples:");
+    for (k, src) in transformer::quickstart::EXAMPLES.iter().enumerate() {
+        assert_eq!(lines[ex + 1 + 2 * k].trim(), *src);
+        assert!(lines[ex + 2 + 2 * k].trim_start().starts_with("->"), "{stdout}");
+    }
+    let files = find("Files:");
+    let expected = [
+        "data (verified copy)",
+        "run directory",
+        "vocabulary",
+        "learning curve",
+        "metrics",
+        "model",
+        "test translations",
+        "attention heatmap",
+        "report",
+    ];
+    for (k, what) in expected.iter().enumerate() {
+        let line = lines[files + 1 + k].trim();
+        assert!(line.starts_with(what), "file line {k}: {line:?}");
+        let path = dir.join(line[what.len()..].trim());
+        assert!(path.exists(), "{} is promised but missing", path.display());
+    }
+    let next = find("Next:");
+    assert!(lines[next + 1].contains("transformer quickstart --output out --minutes 0.75"), "{stdout}");
+    assert!(lines[next + 2].contains("transformer translate --checkpoint out/model.safetensors --bpe out/run/bpe.json"));
+    assert!(lines[next + 3].contains("transformer serve --checkpoint out/model.safetensors"));
+    assert!(lines[next + 4].contains("configs/multi30k-en-de.toml"));
+    // The files hold what they say.
+    let hyps = std::fs::read_to_string(dir.join("out/test_2016_flickr.hyp.de")).unwrap();
+    assert_eq!(hyps.lines().count(), 20);
+    let png = std::fs::read(dir.join("out/attention.png")).unwrap();
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+    assert!(std::fs::read_to_string(dir.join("out/run/learning_curve.svg")).unwrap().starts_with("<svg"));
+    assert_eq!(std::fs::read_to_string(dir.join("out/report.txt")).unwrap().trim_end(), stdout.trim_end());
+    // Running it again resumes from the last checkpoint rather than starting over.
+    let again = quickstart(&dir, &SMALL).output().unwrap();
+    let stderr = String::from_utf8_lossy(&again.stderr);
+    assert!(again.status.success(), "{stderr}");
+    assert!(stderr.contains("cached, checksum ok") && stderr.contains("resuming from"), "{stderr}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn quickstart_killed_during_training_resumes_when_run_again() {
+    let dir = workdir("kill");
+    let args = ["--minutes", "5", "--test-sentences", "5", "--output", "out"];
+    let mut child = quickstart(&dir, &args).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    let run = dir.join("out/run");
+    let start = Instant::now();
+    // Wait for two checkpoints (every 15 s at 5 minutes), then kill without warning.
+    loop {
+        let n = std::fs::read_dir(&run)
+            .map(|d| {
+                d.filter(|e| e.as_ref().is_ok_and(|e| e.file_name().to_string_lossy().starts_with("ckpt-"))).count()
+            })
+            .unwrap_or(0);
+        if n >= 2 {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(240), "no checkpoints after 4 minutes");
+        assert!(child.try_wait().unwrap().is_none(), "quickstart ended before it was killed");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    // The same command, with a budget already spent: it resumes and finishes.
+    let again = quickstart(&dir, &["--minutes", "0.25", "--test-sentences", "5", "--output", "out"]).output().unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&again.stdout), String::from_utf8_lossy(&again.stderr));
+    assert!(again.status.success(), "{stderr}");
+    assert!(stderr.contains("resuming from"), "{stderr}");
+    assert!(stdout.contains("time limit of 0.25 minutes"), "{stdout}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn quickstart_names_what_is_missing_for_other_languages() {
+    let dir = workdir("langs");
+    let out = quickstart(&dir, &["--src", "fr", "--tgt", "de", "--data", "nowhere"]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr.contains("fr-de is not built in") && stderr.contains("transformer data multi30k --cache nowhere"),
+        "{stderr}"
+    );
+    let out = quickstart(&dir, &["--src", "de", "--tgt", "de"]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && stderr.contains("both \"de\""), "{stderr}");
+    let out = quickstart(&dir, &["--minutes", "0"]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && stderr.contains("--minutes 0 must be a positive number"), "{stderr}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -1,0 +1,604 @@
+//! `transformer serve` end to end: the built binary on 127.0.0.1 (a free port), a small model
+//! trained here, real HTTP requests. The browser test drives the web page in headless Chromium; it
+//! fails when Chromium is missing unless TRANSFORMER_SKIP_BROWSER=1.
+#![cfg(feature = "serve")]
+
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_transformer")
+}
+
+fn data() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/multi30k")
+}
+
+fn dir() -> PathBuf {
+    let d = std::env::temp_dir().join(format!("transformer-serve-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// A small translation model (1 layer, d_model 32, 20 steps on Multi30k val), trained once per
+/// test binary: (checkpoint, bpe).
+fn model() -> &'static (PathBuf, PathBuf) {
+    static MODEL: OnceLock<(PathBuf, PathBuf)> = OnceLock::new();
+    MODEL.get_or_init(|| {
+        let dir = dir().join("model");
+        std::fs::create_dir_all(&dir).unwrap();
+        let cfg = dir.join("tiny.toml");
+        std::fs::write(
+            &cfg,
+            format!(
+                "[model]\nn_layers = 1\nd_model = 32\nd_ff = 64\nn_heads = 2\nd_k = 16\nd_v = 16\nmax_positions = 128\n\
+                 [data]\ntrain_src = \"{0}/val.en.gz\"\ntrain_tgt = \"{0}/val.de.gz\"\nvalid_src = \"{0}/test_2016_flickr.en.gz\"\n\
+                 valid_tgt = \"{0}/test_2016_flickr.de.gz\"\nbpe = \"{1}/bpe.json\"\nvocab_size = 600\nmax_tokens = 120\n\
+                 [train]\noutput_dir = \"{1}/out\"\nmax_steps = 20\nwarmup = 10\nmax_src_tokens = 1024\nmax_tgt_tokens = 1024\n",
+                data().display(),
+                dir.display()
+            ),
+        )
+        .unwrap();
+        let out = Command::new(bin()).args(["train", "--config", cfg.to_str().unwrap()]).output().unwrap();
+        assert!(out.status.success(), "training the test model failed: {}", String::from_utf8_lossy(&out.stderr));
+        (dir.join("out/ckpt-00000020.safetensors"), dir.join("bpe.json"))
+    })
+}
+
+/// The first `n` English sentences of the Multi30k test set.
+fn sentences(n: usize) -> Vec<String> {
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(format!("gzip -dc '{}' | head -n {n}", data().join("test_2016_flickr.en.gz").display()))
+        .output()
+        .unwrap();
+    String::from_utf8(out.stdout).unwrap().lines().map(str::to_string).collect()
+}
+
+/// `transformer translate` on `lines` (with `extra` flags): its stdout lines.
+fn cli_translate(lines: &[String], extra: &[&str]) -> Vec<String> {
+    let (ckpt, bpe) = model();
+    let input = dir().join(format!("cli-in-{}.txt", lines.len()));
+    std::fs::write(&input, lines.join("\n") + "\n").unwrap();
+    let out = Command::new(bin())
+        .args(["translate", "--checkpoint", ckpt.to_str().unwrap(), "--bpe", bpe.to_str().unwrap()])
+        .args(["--input", input.to_str().unwrap()])
+        .args(extra)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap().lines().map(str::to_string).collect()
+}
+
+/// A running server; killed on drop if still running.
+struct Server {
+    child: Child,
+    addr: String,
+    log: Arc<Mutex<String>>,
+}
+
+impl Server {
+    /// Starts `transformer serve --port 0` with `extra` flags and waits for its address (and, if
+    /// `wait_ready`, for /health to answer 200).
+    fn start_with(bpe: &Path, extra: &[&str], wait_ready: bool) -> Server {
+        let (ckpt, _) = model();
+        let mut child = Command::new(bin())
+            .args(["--threads", "1", "serve", "--checkpoint", ckpt.to_str().unwrap(), "--bpe", bpe.to_str().unwrap()])
+            .args(["--port", "0"])
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let log = Arc::new(Mutex::new(String::new()));
+        let (tx, rx) = mpsc::channel();
+        let stderr = child.stderr.take().unwrap();
+        let log2 = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                log2.lock().unwrap().push_str(&format!("{line}\n"));
+                if let Some(rest) = line.strip_prefix("listening on http://") {
+                    let _ = tx.send(rest.split(' ').next().unwrap().to_string());
+                }
+            }
+        });
+        let addr = rx.recv_timeout(Duration::from_secs(60)).unwrap_or_else(|_| {
+            panic!("the server printed no address: {}", log.lock().unwrap());
+        });
+        let server = Server { child, addr, log };
+        if wait_ready {
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while get(&server.addr, "/health").0 != 200 {
+                assert!(Instant::now() < deadline, "never ready: {}", server.log.lock().unwrap());
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        server
+    }
+
+    fn start(extra: &[&str]) -> Server {
+        Server::start_with(&model().1, extra, true)
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    /// Sends SIGTERM and waits for the exit: (exit code, the log).
+    fn terminate(mut self) -> (Option<i32>, String) {
+        let ok = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status().unwrap();
+        assert!(ok.success());
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                std::thread::sleep(Duration::from_millis(50)); // the log reader's last lines
+                return (status.code(), self.log.lock().unwrap().clone());
+            }
+            assert!(Instant::now() < deadline, "still running a minute after SIGTERM");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The value of an unlabelled metric.
+    fn metric(&self, name: &str) -> f64 {
+        let (code, text) = get(&self.addr, "/metrics");
+        assert_eq!(code, 200);
+        text.lines()
+            .find_map(|l| l.strip_prefix(name).and_then(|v| v.strip_prefix(' ')))
+            .unwrap_or_else(|| panic!("no {name} in\n{text}"))
+            .parse()
+            .unwrap()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn agent() -> ureq::Agent {
+    ureq::AgentBuilder::new().timeout(Duration::from_secs(120)).build()
+}
+
+/// GET: (status, body).
+fn get(addr: &str, path: &str) -> (u16, String) {
+    match agent().get(&format!("http://{addr}{path}")).call() {
+        Ok(r) => (r.status(), r.into_string().unwrap()),
+        Err(ureq::Error::Status(code, r)) => (code, r.into_string().unwrap()),
+        Err(e) => panic!("GET {path}: {e}"),
+    }
+}
+
+/// An answer: status, Retry-After, Content-Type and the JSON body.
+struct Answer {
+    status: u16,
+    retry_after: Option<String>,
+    content_type: String,
+    body: Value,
+}
+
+fn post_raw(url: &str, body: &str) -> Answer {
+    let r = match agent().post(url).set("content-type", "application/json").send_string(body) {
+        Ok(r) => r,
+        Err(ureq::Error::Status(_, r)) => r,
+        Err(e) => panic!("POST {url}: {e}"),
+    };
+    let (status, retry_after, content_type) =
+        (r.status(), r.header("retry-after").map(str::to_string), r.content_type().to_string());
+    let text = r.into_string().unwrap();
+    let body = serde_json::from_str(&text).unwrap_or_else(|e| panic!("not JSON ({e}): {text:?}"));
+    Answer { status, retry_after, content_type, body }
+}
+
+fn post(s: &Server, body: &Value) -> Answer {
+    post_raw(&s.url("/translate"), &body.to_string())
+}
+
+fn strings(v: &Value) -> Vec<String> {
+    v.as_array()
+        .unwrap_or_else(|| panic!("not an array: {v}"))
+        .iter()
+        .map(|s| s.as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn translations_equal_the_cli_one_by_one_batched_and_nbest() {
+    let mut lines = sentences(12);
+    lines.insert(3, String::new());
+    let expected = cli_translate(&lines, &[]);
+    assert_eq!(expected.len(), lines.len());
+    let s = Server::start(&[]);
+    for (line, want) in lines.iter().zip(&expected) {
+        let a = post(&s, &json!({ "q": line }));
+        assert_eq!(a.status, 200, "{}", a.body);
+        assert_eq!(strings(&a.body["translations"]), std::slice::from_ref(want), "for {line:?}");
+        assert!(a.body.get("nbest").is_none() && a.body.get("attention").is_none(), "{}", a.body);
+    }
+    let a = post(&s, &json!({ "q": lines }));
+    assert_eq!(a.status, 200, "{}", a.body);
+    assert_eq!(strings(&a.body["translations"]), expected);
+
+    // n-best lists and scores: the CLI's `index ||| text ||| log P ||| score` lines.
+    let cli: Vec<Vec<String>> = cli_translate(&lines, &["--nbest", "3", "--beam", "5", "--alpha", "1.0"])
+        .iter()
+        .map(|l| l.split(" ||| ").map(str::to_string).collect())
+        .collect();
+    let a = post(&s, &json!({ "q": lines, "nbest": 3, "beam": 5, "alpha": 1.0 }));
+    assert_eq!(a.status, 200, "{}", a.body);
+    let mut ours = Vec::new();
+    for (i, list) in a.body["nbest"].as_array().unwrap().iter().enumerate() {
+        for h in list.as_array().unwrap() {
+            ours.push(vec![
+                i.to_string(),
+                h["text"].as_str().unwrap().to_string(),
+                format!("{:.4}", h["log_prob"].as_f64().unwrap()),
+                format!("{:.4}", h["score"].as_f64().unwrap()),
+            ]);
+        }
+    }
+    assert_eq!(ours, cli);
+    let best: Vec<String> =
+        a.body["nbest"].as_array().unwrap().iter().map(|l| l[0]["text"].as_str().unwrap().into()).collect();
+    assert_eq!(strings(&a.body["translations"]), best);
+
+    // Attention: one (T, S) map per layer and head; each row sums to 1.
+    let a = post(&s, &json!({ "q": [lines[0].clone(), ""], "attention": true }));
+    assert_eq!(a.status, 200, "{}", a.body);
+    let att = &a.body["attention"][0];
+    let (rows, cols) = (att["target"].as_array().unwrap().len(), att["source"].as_array().unwrap().len());
+    assert_eq!(att["target"].as_array().unwrap().last().unwrap(), "</s>");
+    let w = &att["weights"][0][1];
+    assert_eq!(w.as_array().unwrap().len(), rows * cols);
+    for r in 0..rows {
+        let sum: f64 = (0..cols).map(|c| w[r * cols + c].as_f64().unwrap()).sum();
+        assert!((sum - 1.0).abs() < 0.01, "row {r} sums to {sum}");
+    }
+    assert!(a.body["attention"][1].is_null(), "an empty sentence has no attention: {}", a.body);
+    let (code, _) = s.terminate();
+    assert_eq!(code, Some(0));
+}
+
+#[test]
+fn every_error_is_json_and_says_what_went_wrong() {
+    let s = Server::start(&[
+        "--max-body-bytes",
+        "2000",
+        "--max-request-sentences",
+        "4",
+        "--max-sentence-tokens",
+        "20",
+        "--max-beam",
+        "6",
+    ]);
+    let url = s.url("/translate");
+    let cases: Vec<(String, u16, &str)> = vec![
+        (format!("{{\"q\": \"{}\"}}", "a".repeat(3000)), 413, "larger than the limit of 2000 bytes (--max-body-bytes)"),
+        (json!({"q": ["a", "b", "c", "d", "e"]}).to_string(), 400, "has 5 sentences; the limit is 4 per request"),
+        (json!({"q": ["fine", "A dog runs. ".repeat(10)]}).to_string(), 400, "sentence q[1] has"),
+        (json!({"q": "A dog runs. ".repeat(10)}).to_string(), 400, "the limit is 20 (--max-sentence-tokens"),
+        ("{\"q\": ".to_string(), 400, "not valid JSON"),
+        ("[\"a\"]".to_string(), 400, "must be a JSON object"),
+        (json!({"text": "a"}).to_string(), 400, "unknown field `text`"),
+        (json!({"beam": 2}).to_string(), 400, "field `q` is missing"),
+        (json!({"q": 7}).to_string(), 400, "field `q` must be a string or an array of strings (got a number)"),
+        (json!({"q": ["a", 7]}).to_string(), 400, "field `q[1]` must be a string"),
+        (json!({"q": "a", "beam": 7}).to_string(), 400, "field `beam` must be an integer between 1 and 6"),
+        (json!({"q": "a", "beam": "4"}).to_string(), 400, "field `beam`"),
+        (json!({"q": "a", "alpha": "x"}).to_string(), 400, "field `alpha`"),
+        (json!({"q": "a", "beam": 2, "nbest": 3}).to_string(), 400, "field `nbest` must be an integer between 1 and 2"),
+        (json!({"q": "a", "nbest": 5}).to_string(), 400, "field `nbest` (5) is larger than the beam size 4"),
+        (json!({"q": "a", "attention": "yes"}).to_string(), 400, "field `attention` must be true or false"),
+    ];
+    for (body, status, needle) in &cases {
+        let a = post_raw(&url, body);
+        assert_eq!(a.status, *status, "{body:.80}: {}", a.body);
+        assert_eq!(a.content_type, "application/json", "{body:.80}");
+        let msg = a.body["error"].as_str().unwrap_or_else(|| panic!("no error field: {}", a.body));
+        assert!(msg.contains(needle), "{body:.80}: {msg:?} should contain {needle:?}");
+    }
+    // Unknown route and wrong method.
+    let (code, body) = get(&s.addr, "/nope");
+    assert_eq!(code, 404);
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert!(v["error"].as_str().unwrap().contains("no route GET /nope"), "{body}");
+    let (code, body) = get(&s.addr, "/translate");
+    assert_eq!(code, 405);
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert!(v["error"].as_str().unwrap().contains("use POST"), "{body}");
+    // The good request still works, and the errors were counted.
+    assert_eq!(post(&s, &json!({"q": "A dog runs."})).status, 200);
+    let (_, metrics) = get(&s.addr, "/metrics");
+    assert!(metrics.contains("transformer_requests_total{route=\"/translate\",code=\"400\"} 15"), "{metrics}");
+    assert!(metrics.contains("transformer_requests_total{route=\"/translate\",code=\"413\"} 1"), "{metrics}");
+    assert!(metrics.contains("transformer_requests_total{route=\"other\",code=\"404\"} 1"), "{metrics}");
+}
+
+/// A slow request: 64 long sentences, beam 32 and α 10 (long outputs win, so the search runs to the
+/// length limit): about 2 s on one thread, so the batcher is busy while the test acts. Needs
+/// `--max-beam 32`.
+fn slow_request() -> Value {
+    let long =
+        "A man in a blue shirt and a woman in a red dress are walking their two dogs along the beach at sunset. "
+            .repeat(2);
+    json!({ "q": vec![long.trim(); 64], "beam": 32, "alpha": 10 })
+}
+
+#[test]
+fn a_full_queue_answers_503_with_retry_after_and_a_gone_client_is_dropped() {
+    let s = Arc::new(Server::start(&["--max-queue", "3", "--max-request-sentences", "64", "--max-beam", "32"]));
+    let slow = {
+        let s = s.clone();
+        std::thread::spawn(move || post(&s, &slow_request()).status)
+    };
+    wait_for(&s, "transformer_decoding_sentences", 64.0);
+    // A client that sends a request and goes away while the batcher is busy.
+    {
+        let body = json!({"q": ["Two dogs play."]}).to_string();
+        let mut tcp = std::net::TcpStream::connect(&s.addr).unwrap();
+        write!(
+            tcp,
+            "POST /translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .unwrap();
+        wait_for(&s, "transformer_queue_requests", 1.0);
+        tcp.shutdown(std::net::Shutdown::Both).unwrap();
+    }
+    // The gone client's sentence is still counted until the batcher looks again; two more fill
+    // the queue (--max-queue 3) and the next request is refused.
+    let filler = {
+        let s = s.clone();
+        std::thread::spawn(move || post(&s, &json!({"q": ["One.", "Two."]})).status)
+    };
+    wait_for(&s, "transformer_queue_sentences", 3.0);
+    assert_eq!(s.metric("transformer_decoding_sentences"), 64.0, "the slow batch ended too soon for this test");
+    let a = post(&s, &json!({"q": "Three."}));
+    assert_eq!(a.status, 503, "{}", a.body);
+    assert_eq!(a.retry_after.as_deref(), Some("1"));
+    assert!(a.body["error"].as_str().unwrap().contains("the queue is full"), "{}", a.body);
+    assert!(a.body["error"].as_str().unwrap().contains("--max-queue"), "{}", a.body);
+    assert!(s.metric("transformer_queue_full_total") >= 1.0);
+    assert_eq!(s.metric("transformer_decoding_sentences"), 64.0, "the slow batch ended too soon for this test");
+    assert_eq!(slow.join().unwrap(), 200);
+    assert_eq!(filler.join().unwrap(), 200);
+    // The gone client's request was dropped, not decoded: 64 + 2 sentences, not 67.
+    assert_eq!(s.metric("transformer_dropped_requests_total"), 1.0);
+    assert_eq!(s.metric("transformer_sentences_total"), 66.0);
+}
+
+#[test]
+fn health_is_503_until_the_model_is_loaded() {
+    // The BPE model is a named pipe: loading blocks until the test writes it.
+    let fifo = dir().join("bpe.fifo");
+    let _ = std::fs::remove_file(&fifo);
+    assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    let s = Server::start_with(&fifo, &[], false);
+    let (code, body) = get(&s.addr, "/health");
+    assert_eq!(code, 503, "{body}");
+    assert!(body.contains("the model is still loading"), "{body}");
+    let a = post(&s, &json!({"q": "A dog."}));
+    assert_eq!((a.status, a.retry_after.as_deref()), (503, Some("1")), "{}", a.body);
+    assert_eq!(s.metric("transformer_ready"), 0.0);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&fifo)
+        .unwrap()
+        .write_all(&std::fs::read(&model().1).unwrap())
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while get(&s.addr, "/health").0 != 200 {
+        assert!(Instant::now() < deadline, "never ready: {}", s.log.lock().unwrap());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(s.metric("transformer_ready"), 1.0);
+    assert_eq!(post(&s, &json!({"q": "A dog."})).status, 200);
+}
+
+#[test]
+fn concurrent_clients_are_batched_together_and_a_stalled_client_blocks_nobody() {
+    let lines = sentences(48);
+    let expected = cli_translate(&lines, &[]);
+    let s = Arc::new(Server::start(&[]));
+    // A slow client: it sends half its body and stalls for the whole test. Nobody waits for it.
+    let mut stalled = std::net::TcpStream::connect(&s.addr).unwrap();
+    write!(stalled, "POST /translate HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{{\"q\": \"A dog").unwrap();
+    let clients: Vec<_> = (0..16)
+        .map(|c| {
+            let (s, lines, expected) = (s.clone(), lines.clone(), expected.clone());
+            std::thread::spawn(move || {
+                for i in (c..lines.len()).step_by(16) {
+                    let a = post(&s, &json!({ "q": lines[i] }));
+                    assert_eq!(a.status, 200, "{}", a.body);
+                    assert_eq!(strings(&a.body["translations"]), [expected[i].clone()], "client {c}, line {i}");
+                }
+            })
+        })
+        .collect();
+    for c in clients {
+        c.join().unwrap();
+    }
+    assert_eq!(s.metric("transformer_sentences_total"), 48.0);
+    drop(stalled);
+    // One-sentence requests, fewer batches than requests: some batches held several requests.
+    let batches = s.metric("transformer_batches_total");
+    let single = s.metric("transformer_batch_sentences_bucket{le=\"1\"}");
+    assert!(batches < 48.0 && single < batches, "{batches} batches, {single} of one sentence");
+}
+
+#[test]
+fn sigterm_finishes_the_requests_in_flight_and_exits_0() {
+    let lines = sentences(8);
+    let expected = cli_translate(&lines, &[]);
+    let s = Server::start(&["--max-beam", "32"]);
+    let addr = s.addr.clone();
+    // A slow request first, so the others are still queued when SIGTERM comes.
+    let slow = {
+        let url = s.url("/translate");
+        std::thread::spawn(move || post_raw(&url, &slow_request().to_string()).status)
+    };
+    wait_for(&s, "transformer_decoding_sentences", 64.0);
+    let clients: Vec<_> = (0..8)
+        .map(|i| {
+            let (url, line, want) = (s.url("/translate"), lines[i].clone(), expected[i].clone());
+            std::thread::spawn(move || {
+                let a = post_raw(&url, &json!({ "q": line }).to_string());
+                assert_eq!(a.status, 200, "{}", a.body);
+                assert_eq!(strings(&a.body["translations"]), [want]);
+            })
+        })
+        .collect();
+    wait_for(&s, "transformer_queue_requests", 8.0);
+    assert_eq!(s.metric("transformer_decoding_sentences"), 64.0, "the slow batch ended too soon for this test");
+    let (code, log) = s.terminate();
+    assert_eq!(code, Some(0), "{log}");
+    assert_eq!(slow.join().unwrap(), 200);
+    for c in clients {
+        c.join().expect("every request in flight was answered in full");
+    }
+    assert!(log.contains("shutting down") && log.contains("stopped: 72 sentences translated"), "{log}");
+    assert!(std::net::TcpStream::connect(&addr).is_err(), "still accepting after shutdown");
+}
+
+#[test]
+fn a_model_that_does_not_load_stops_the_server_with_exit_1() {
+    let (_, bpe) = model();
+    let out = Command::new(bin())
+        .args([
+            "serve",
+            "--checkpoint",
+            "/nonexistent/model.safetensors",
+            "--bpe",
+            bpe.to_str().unwrap(),
+            "--port",
+            "0",
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("listening on http://127.0.0.1:") && err.contains("/nonexistent/model.safetensors"), "{err}");
+}
+
+#[test]
+fn help_lists_every_option_with_its_default() {
+    let out = Command::new(bin()).args(["serve", "--help"]).output().unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    for default in [
+        "[default: 127.0.0.1]",
+        "[default: 8080]",
+        "[default: f32]",
+        "[default: 2048]",
+        "[default: 128]",
+        "[default: 1048576]",
+        "[default: 64]",
+        "[default: the model's max_positions]",
+        "[default: 1024]",
+        "[default: 16]",
+        "[default: 2]",
+    ] {
+        assert!(help.contains(default), "{default} missing from\n{help}");
+    }
+}
+
+/// Waits (at most 30 s) until the metric `name` reaches `value`.
+fn wait_for(s: &Server, name: &str, value: f64) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while s.metric(name) < value {
+        assert!(Instant::now() < deadline, "{name} never reached {value}: {}", get(&s.addr, "/metrics").1);
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// Finds Chromium, or fails the test (unless TRANSFORMER_SKIP_BROWSER=1).
+fn chromium() -> Option<String> {
+    if std::env::var("TRANSFORMER_SKIP_BROWSER").as_deref() == Ok("1") {
+        eprintln!("skipped: TRANSFORMER_SKIP_BROWSER=1");
+        return None;
+    }
+    let candidates = [std::env::var("CHROMIUM").unwrap_or_default(), "chromium".into(), "chromium-browser".into()];
+    for c in candidates.iter().filter(|c| !c.is_empty()) {
+        if Command::new(c).arg("--version").output().is_ok_and(|o| o.status.success()) {
+            return Some(c.clone());
+        }
+    }
+    panic!("Chromium not found: install it (apt-get install -y chromium), name it in $CHROMIUM, or set TRANSFORMER_SKIP_BROWSER=1");
+}
+
+/// Runs headless Chromium on `url` with `args`, killing it after two minutes: its stdout.
+fn run_chromium(chromium: &str, args: &[String], url: &str) -> String {
+    let profile = dir().join(format!("chromium-{}", args.len()));
+    let mut child = Command::new(chromium)
+        .args(["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--virtual-time-budget=60000"])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .args(args)
+        .arg(url)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        stdout.read_to_string(&mut s).unwrap();
+        s
+    });
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("Chromium did not finish within two minutes on {url}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    reader.join().unwrap()
+}
+
+fn unescape(html: &str) -> String {
+    html.replace("&lt;", "<").replace("&gt;", ">").replace("&quot;", "\"").replace("&#39;", "'").replace("&amp;", "&")
+}
+
+/// The page, driven in headless Chromium: `#q=TEXT` fills in the text box and presses Translate;
+/// the page shows the API's translation, its n-best list and an attention grid.
+#[test]
+fn the_web_page_shows_the_api_translation_in_chromium() {
+    let Some(chromium) = chromium() else { return };
+    let s = Server::start(&[]);
+    let (code, page) = get(&s.addr, "/");
+    assert_eq!(code, 200);
+    assert!(page.contains("<textarea id=\"src\"") && page.contains("/page.js"), "{page}");
+    let text = "A little girl climbs into a wooden playhouse.";
+    let api = post(&s, &json!({ "q": [text], "beam": 4, "nbest": 4, "attention": true }));
+    assert_eq!(api.status, 200);
+    let want = strings(&api.body["translations"]).remove(0);
+    let url = format!("{}#q={}", s.url("/"), text.replace(' ', "%20"));
+    let dom = run_chromium(&chromium, &["--dump-dom".into()], &url);
+    let shown = dom
+        .split("id=\"translation-0\">")
+        .nth(1)
+        .and_then(|rest| rest.split('<').next())
+        .unwrap_or_else(|| panic!("no translation on the page:\n{dom}"));
+    assert_eq!(unescape(shown), want, "the page shows another translation than the API");
+    assert!(dom.contains("data-state=\"done\""), "{dom}");
+    let rows = dom.matches("class=\"hyp\"").count();
+    assert_eq!(rows, api.body["nbest"][0].as_array().unwrap().len(), "n-best rows on the page");
+    let cells = dom.matches("class=\"cell\"").count();
+    let att = &api.body["attention"][0];
+    assert_eq!(cells, att["source"].as_array().unwrap().len() * att["target"].as_array().unwrap().len());
+    // A screenshot, for a person to look at: $TRANSFORMER_SCREENSHOT or the test's directory.
+    let shot = std::env::var("TRANSFORMER_SCREENSHOT").map(PathBuf::from).unwrap_or_else(|_| dir().join("serve.png"));
+    let _ = std::fs::remove_file(&shot);
+    run_chromium(&chromium, &[format!("--screenshot={}", shot.display()), "--window-size=1100,1200".into()], &url);
+    let png = std::fs::read(&shot).unwrap_or_else(|e| panic!("no screenshot at {}: {e}", shot.display()));
+    assert!(png.starts_with(b"\x89PNG") && png.len() > 10_000, "{} bytes", png.len());
+    eprintln!("screenshot: {}", shot.display());
+}

@@ -1,0 +1,342 @@
+//! The main job in one call: from the built-in Multi30k English–German data (or a downloaded
+//! language pair) to a trained, averaged, evaluated model with a report. Every step is one of the
+//! library's own objects: [`fetch_verified`] for the data, a [`RunConfig`] (the shipped
+//! `configs/multi30k-en-de.toml`, with paths, budget and checkpoint interval set here) trained by
+//! [`run_with_progress`], [`checkpoint::average`], a [`Translator`] for the test set, the examples
+//! and the attention map. Running it again in the same output directory resumes: verified data and
+//! the learned BPE are reused, training continues from its last checkpoint (and stops at once when
+//! its budget is spent), and the later steps are redone from the files.
+
+use crate::data::download::{fetch_verified, multi30k_pair, Source};
+use crate::decode::translator::{TranslateOptions, Translator, TranslatorOptions};
+use crate::error::{Error, Result};
+use crate::eval::bleu::{corpus_bleu, BleuConfig, BleuScore};
+use crate::eval::chrf::{corpus_chrf, ChrfConfig, ChrfScore};
+use crate::io::{io_err, write_atomically};
+use crate::train::checkpoint;
+use crate::train::run::{list_checkpoints, run_with_progress, Progress, RunConfig};
+use std::path::{Path, PathBuf};
+
+/// The shipped Multi30k configuration: the quick start trains exactly this recipe, on a shorter
+/// budget.
+pub const MULTI30K_CONFIG: &str = include_str!("../../../configs/multi30k-en-de.toml");
+
+/// English sentences in the style of Multi30k's image captions, translated at the end.
+pub const EXAMPLES: [&str; 5] = [
+    "A little girl is playing with a red ball in the park.",
+    "Two men are sitting on a bench and talking.",
+    "A dog runs through the snow.",
+    "A woman in a blue dress is singing on a stage.",
+    "People are waiting for the bus in the rain.",
+];
+
+/// Checkpoints averaged at the end (§6.1: "averaging the last 5 checkpoints").
+pub const AVERAGE_LAST: usize = 5;
+
+/// Checkpoints written per run: the interval is the budget divided by this, so the averaged five
+/// span the last quarter of training.
+pub const CHECKPOINTS_PER_RUN: f64 = 20.0;
+
+/// What to run.
+#[derive(Clone, Debug, PartialEq)]
+pub struct QuickstartOptions {
+    /// Where everything goes (data copy, run directory, averaged model, translations, report).
+    pub output: PathBuf,
+    /// Training budget in minutes (wall clock over every process of the run).
+    pub minutes: f64,
+    /// Source language (en, de, fr or cs).
+    pub src: String,
+    /// Target language.
+    pub tgt: String,
+    /// A directory with downloaded Multi30k files (`transformer data multi30k`), read for
+    /// languages that are not built in.
+    pub data_dir: PathBuf,
+    /// Score only the first N test sentences (all 1,000 by default; smaller for smoke tests).
+    pub test_sentences: Option<usize>,
+    /// Validate (perplexity on val) every this many updates, besides at every epoch's end.
+    pub valid_steps: u64,
+}
+
+impl Default for QuickstartOptions {
+    fn default() -> Self {
+        QuickstartOptions {
+            output: PathBuf::from("quickstart"),
+            minutes: 10.0,
+            src: "en".into(),
+            tgt: "de".into(),
+            data_dir: PathBuf::from("data/multi30k"),
+            test_sentences: None,
+            valid_steps: 200,
+        }
+    }
+}
+
+/// What the quick start tells its front end as it goes.
+pub trait Observer {
+    /// A step begins (a short title, e.g. "training").
+    fn stage(&mut self, name: &str);
+    /// A message.
+    fn log(&mut self, message: &str);
+    /// After every training update.
+    fn train(&mut self, _progress: &Progress) {}
+    /// After every decoded batch of the test set: sentences done of total.
+    fn translate(&mut self, _done: usize, _total: usize) {}
+}
+
+/// One translated example.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Example {
+    /// The source sentence.
+    pub source: String,
+    /// The model's translation (beam 4, α 0.6).
+    pub translation: String,
+}
+
+/// What the quick start produced.
+#[derive(Clone, Debug, PartialEq)]
+pub struct QuickstartReport {
+    /// The options it ran with.
+    pub options: QuickstartOptions,
+    /// Updates trained.
+    pub steps: u64,
+    /// Seconds of training.
+    pub train_seconds: f64,
+    /// Why training stopped.
+    pub stopped: String,
+    /// Validation perplexity of the last checkpoint.
+    pub valid_perplexity: f64,
+    /// Checkpoints averaged into the model.
+    pub averaged: usize,
+    /// Test sentences scored.
+    pub test_sentences: usize,
+    /// Cased sacreBLEU (13a) on test_2016_flickr.
+    pub bleu: BleuScore,
+    /// chrF2 on test_2016_flickr.
+    pub chrf: ChrfScore,
+    /// Translated examples.
+    pub examples: Vec<Example>,
+    /// The files written, as (what, where).
+    pub files: Vec<(String, PathBuf)>,
+}
+
+impl QuickstartReport {
+    /// The report as text: results, files, next commands.
+    pub fn text(&self) -> String {
+        let o = &self.options;
+        let pair = format!("{}-{}", o.src, o.tgt);
+        let file = |what: &str| self.files.iter().find(|(w, _)| w == what).map(|(_, p)| p.display().to_string());
+        let model = file("model").unwrap_or_default();
+        let bpe = file("vocabulary").unwrap_or_default();
+        let mut t = String::new();
+        t.push_str(&format!(
+            "# Quick start: Multi30k {pair}, {:.1} minutes of training\n\n",
+            self.train_seconds / 60.0
+        ));
+        t.push_str(&format!(
+            "Trained {} updates ({}); validation perplexity {:.2}.\nAveraged the last {} checkpoints.\n\n",
+            self.steps, self.stopped, self.valid_perplexity, self.averaged
+        ));
+        t.push_str(&format!(
+            "test_2016_flickr ({} sentences, beam 4, alpha 0.6):\n  {}\n  {}\n\n",
+            self.test_sentences,
+            self.bleu.line(),
+            self.chrf.line()
+        ));
+        t.push_str("Examples:\n");
+        for e in &self.examples {
+            t.push_str(&format!("  {}\n  -> {}\n", e.source, e.translation));
+        }
+        t.push_str("\nFiles:\n");
+        for (what, path) in &self.files {
+            t.push_str(&format!("  {what:<22} {}\n", path.display()));
+        }
+        t.push_str("\nNext:\n");
+        t.push_str(&format!(
+            "  train longer (same directory, resumes):  transformer quickstart --output {} --minutes {}\n",
+            o.output.display(),
+            short_number(o.minutes * 3.0)
+        ));
+        t.push_str(&format!(
+            "  translate your own sentences:            echo \"A man reads a book.\" | transformer translate --checkpoint {model} --bpe {bpe}\n"
+        ));
+        t.push_str(&format!(
+            "  serve it over HTTP with a web page:      transformer serve --checkpoint {model} --bpe {bpe}\n"
+        ));
+        t.push_str(
+            "  the full 30-minute recipe:               transformer train --config configs/multi30k-en-de.toml\n",
+        );
+        t
+    }
+}
+
+/// `x` with at most two decimals and no trailing zeros: 30, 0.75, 1.33.
+fn short_number(x: f64) -> String {
+    let s = format!("{x:.2}");
+    s.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
+/// The run configuration the quick start trains: the shipped Multi30k recipe, reading the copied
+/// data in `data`, writing to `run`, with the budget and checkpoint interval of `opts`.
+pub fn run_config(opts: &QuickstartOptions, data: &[PathBuf], run: &Path) -> Result<RunConfig> {
+    let quote = |p: &Path| format!("{:?}", p.display().to_string());
+    let overrides = vec![
+        format!("data.train_src={}", quote(&data[0])),
+        format!("data.train_tgt={}", quote(&data[1])),
+        format!("data.valid_src={}", quote(&data[2])),
+        format!("data.valid_tgt={}", quote(&data[3])),
+        format!("data.bpe={}", quote(&run.join("bpe.json"))),
+        format!("train.output_dir={}", quote(run)),
+        format!("train.time_limit_minutes={}", opts.minutes),
+        format!("train.checkpoint_minutes={}", opts.minutes / CHECKPOINTS_PER_RUN),
+        format!("train.keep_last={AVERAGE_LAST}"),
+        format!("train.valid_steps={}", opts.valid_steps),
+    ];
+    RunConfig::from_toml(MULTI30K_CONFIG, "configs/multi30k-en-de.toml (built in)", &overrides)
+}
+
+/// Runs the quick start (or resumes it): see the module's documentation.
+pub fn run(opts: &QuickstartOptions, obs: &mut dyn Observer) -> Result<QuickstartReport> {
+    if !(opts.minutes.is_finite() && opts.minutes > 0.0) {
+        return Err(Error::Config(format!("--minutes {} must be a positive number", opts.minutes)));
+    }
+    if opts.test_sentences == Some(0) {
+        return Err(Error::Config("--test-sentences 0 scores nothing: give at least 1".into()));
+    }
+    let out = &opts.output;
+    std::fs::create_dir_all(out).map_err(io_err(out))?;
+    let mut files: Vec<(String, PathBuf)> = Vec::new();
+
+    obs.stage("data");
+    let wanted = multi30k_pair(&opts.src, &opts.tgt)?;
+    let builtin = ["en", "de"].contains(&opts.src.as_str()) && ["en", "de"].contains(&opts.tgt.as_str());
+    let source = if builtin { Source::Embedded } else { Source::Dir(opts.data_dir.clone()) };
+    if !builtin && !opts.data_dir.is_dir() {
+        return Err(Error::Config(format!(
+            "{}-{} is not built in (English and German are) and {} does not exist: download it first with `transformer data multi30k --cache {}`",
+            opts.src,
+            opts.tgt,
+            opts.data_dir.display(),
+            opts.data_dir.display()
+        )));
+    }
+    let data = fetch_verified(&source, &wanted, &out.join("data"), &mut |m| obs.log(m))?;
+    files.push(("data (verified copy)".into(), out.join("data")));
+
+    obs.stage("training");
+    let run_dir = out.join("run");
+    let cfg = run_config(opts, &data, &run_dir)?;
+    let summary = {
+        let obs = std::cell::RefCell::new(&mut *obs);
+        run_with_progress(&cfg, &mut |m| obs.borrow_mut().log(m), &mut |p| obs.borrow_mut().train(p))?
+    };
+    files.push(("run directory".into(), run_dir.clone()));
+    files.push(("vocabulary".into(), run_dir.join("bpe.json")));
+    files.push(("learning curve".into(), run_dir.join("learning_curve.svg")));
+    files.push(("metrics".into(), run_dir.join("metrics.jsonl")));
+
+    obs.stage("averaging");
+    let all = list_checkpoints(&run_dir)?;
+    let last: Vec<PathBuf> = all.iter().rev().take(AVERAGE_LAST).rev().map(|(_, p)| p.clone()).collect();
+    let avg = checkpoint::average(&last)?;
+    let model_path = out.join("model.safetensors");
+    checkpoint::save(&model_path, &avg)?;
+    obs.log(&format!("averaged {} checkpoints -> {}", last.len(), model_path.display()));
+    files.push(("model".into(), model_path.clone()));
+
+    obs.stage("evaluating");
+    let translator = Translator::load(&model_path, &run_dir.join("bpe.json"), TranslatorOptions::default())?;
+    let read = |p: &Path| crate::data::corpus::read_lines(p);
+    let (mut test_src, mut test_ref) = (read(&data[4])?, read(&data[5])?);
+    if let Some(n) = opts.test_sentences {
+        test_src.truncate(n);
+        test_ref.truncate(n);
+    }
+    let topts = TranslateOptions::default();
+    let (hyps, _) = {
+        let obs = std::cell::RefCell::new(&mut *obs);
+        translator.translate_with_progress(
+            &test_src,
+            &topts,
+            &mut |w| obs.borrow_mut().log(&format!("warning: {w}")),
+            &mut |d, t| obs.borrow_mut().translate(d, t),
+        )?
+    };
+    let hyps: Vec<String> = hyps.into_iter().map(|mut n| std::mem::take(&mut n[0].text)).collect();
+    let hyp_path = out.join(format!("test_2016_flickr.hyp.{}", opts.tgt));
+    let mut text = hyps.join("\n");
+    text.push('\n');
+    write_atomically(&hyp_path, text.as_bytes())?;
+    files.push(("test translations".into(), hyp_path));
+    let refs = vec![test_ref];
+    let bleu = corpus_bleu(&hyps, &refs, &BleuConfig::default());
+    let chrf = corpus_chrf(&hyps, &refs, &ChrfConfig::default());
+
+    obs.stage("examples");
+    let sources: Vec<String> = if opts.src == "en" {
+        EXAMPLES.iter().map(|s| s.to_string()).collect()
+    } else {
+        read(&data[2])?.into_iter().take(EXAMPLES.len()).collect()
+    };
+    let (outs, _) = translator.translate(&sources, &topts, &mut |w| obs.log(&format!("warning: {w}")))?;
+    let examples: Vec<Example> = sources
+        .into_iter()
+        .zip(outs)
+        .map(|(source, mut n)| Example { source, translation: std::mem::take(&mut n[0].text) })
+        .collect();
+
+    #[cfg(feature = "heatmap")]
+    {
+        let path = out.join("attention.png");
+        write_heatmap(&translator, &examples[0].source, &path)?;
+        files.push(("attention heatmap".into(), path));
+    }
+
+    let report = QuickstartReport {
+        options: opts.clone(),
+        steps: summary.state.step,
+        train_seconds: summary.state.elapsed_s,
+        stopped: summary.stopped,
+        valid_perplexity: summary.valid.1.exp(),
+        averaged: last.len(),
+        test_sentences: hyps.len(),
+        bleu,
+        chrf,
+        examples,
+        files: {
+            let mut f = files;
+            f.push(("report".into(), out.join("report.txt")));
+            f
+        },
+    };
+    write_atomically(&out.join("report.txt"), report.text().as_bytes())?;
+    Ok(report)
+}
+
+/// Draws the encoder–decoder attention of the last layer (mean over heads) for `source` and the
+/// model's translation of it.
+#[cfg(feature = "heatmap")]
+pub fn write_heatmap(translator: &Translator, source: &str, path: &Path) -> Result<()> {
+    use crate::eval::attention::{piece_labels, Kind};
+    let bpe = translator.bpe();
+    let src = bpe.encode(source)?;
+    let opts = TranslateOptions::default();
+    let (h, _) = translator.translate_ids(std::slice::from_ref(&src), &opts, &mut |_| {})?;
+    let tgt = h[0][0].tokens.clone();
+    let w = translator.attention(&src, &tgt)?;
+    let c = &translator.model().config;
+    let (first, rows, cols) = w.get(Kind::EncoderDecoder, c.n_layers - 1, 0);
+    let mut mean = vec![0f32; first.len()];
+    for head in 0..c.n_heads {
+        let (m, _, _) = w.get(Kind::EncoderDecoder, c.n_layers - 1, head);
+        for (a, b) in mean.iter_mut().zip(m) {
+            *a += b / c.n_heads as f32;
+        }
+    }
+    debug_assert_eq!(mean.len(), rows * cols);
+    let mut row_labels = piece_labels(bpe, &tgt)?;
+    row_labels.push("</s>".into());
+    let col_labels = piece_labels(bpe, &src)?;
+    let title =
+        format!("encoder-decoder attention, layer {} of {}, mean of {} heads", c.n_layers, c.n_layers, c.n_heads);
+    crate::eval::heatmap::render(&mean, &row_labels, &col_labels, &title).save_png(path)
+}
