@@ -24,7 +24,7 @@
 //! - [`kernels`]: fused CPU kernels ([`kernels::cpu`]) and their naive twins ([`kernels::reference`]).
 //! - [`model`]: wiring of the encoder–decoder (§3).
 //! - [`train`]: learning-rate schedule (Eq. 3), Adam (§5.3), the training step, checkpoints,
-//!   averaging, and whole training runs with exact resume.
+//!   averaging, whole training runs with exact resume, and data-parallel runs over MPI (feature `mpi`).
 //! - [`data`]: shared BPE, corpora, downloads, batching, binarised data (§5.1).
 //! - [`decode`]: greedy decoding (§6.1; beam search to come).
 //! - [`eval`]: sacreBLEU-exact BLEU and chrF.
