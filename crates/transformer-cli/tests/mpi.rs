@@ -352,6 +352,36 @@ fn workers_that_disagree_stop_at_the_start() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert!(err.contains("has a different training data (BPE vocabulary, pair lengths or validation pairs)"), "{err}");
+
+    // Worker 1 does not see rank 0's checkpoints (a run directory that is not shared): the same
+    // relative output_dir from two working directories, only the first holding a checkpoint.
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    let out_line = text.lines().find(|l| l.starts_with("output_dir")).unwrap();
+    let local = root.join("local.toml");
+    std::fs::write(&local, text.replace(out_line, "output_dir = \"out\"")).unwrap();
+    let (here, there) = (root.join("here"), root.join("there"));
+    std::fs::create_dir_all(&there).unwrap();
+    std::fs::create_dir_all(&here).unwrap();
+    let one = train(1, &local, &["--set", "train.max_steps=2"]).current_dir(&here).output().unwrap();
+    ok(one);
+    let mut c = mpirun(1);
+    c.args([
+        "-wdir",
+        here.to_str().unwrap(),
+        transformer(),
+        "--threads",
+        "1",
+        "train",
+        "--config",
+        local.to_str().unwrap(),
+    ]);
+    c.args([":", "-np", "1", "-wdir", there.to_str().unwrap(), transformer(), "--threads", "1", "train"]);
+    c.args(["--config", local.to_str().unwrap()]);
+    let out = c.output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("(rank 1 of 2) has a different checkpoint to resume from than rank 0"), "{err}");
+    assert!(err.contains("put it on a filesystem all hosts share"), "{err}");
     assert!(t0.elapsed() < Duration::from_secs(120), "the failing runs took {:?}", t0.elapsed());
     let _ = std::fs::remove_dir_all(&root);
 }
