@@ -385,3 +385,32 @@ fn workers_that_disagree_stop_at_the_start() {
     assert!(t0.elapsed() < Duration::from_secs(120), "the failing runs took {:?}", t0.elapsed());
     let _ = std::fs::remove_dir_all(&root);
 }
+
+/// Two "hosts": the workers in two network namespaces talking over TCP only
+/// (`bench/mpi/netns.sh`) make exactly the updates of two workers over shared memory. Needs root
+/// (CAP_NET_ADMIN, CAP_SYS_ADMIN), hence ignored by default:
+/// `cargo test -p transformer-cli --features mpi --test mpi -- --ignored`.
+#[test]
+#[ignore = "needs root to create network namespaces"]
+fn two_hosts_over_tcp_make_the_updates_of_shared_memory() {
+    let root = std::env::temp_dir().join(format!("transformer-mpi-tcp-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let data = small_corpus(&root.join("data"), 200);
+    let bpe = root.join("bpe.json");
+    let (shm, tcp) = (root.join("shm"), root.join("tcp"));
+    let steps = ["--set", "train.max_steps=8"];
+    ok(train(2, &config(&shm, &bpe, (&data.0, &data.1)), &steps).output().unwrap());
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../bench/mpi/netns.sh");
+    let mut c = Command::new(script);
+    c.env("OMPI_ALLOW_RUN_AS_ROOT", "1").env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
+    let cfg = config(&tcp, &bpe, (&data.0, &data.1));
+    c.args(["mpirun", transformer(), "--threads", "1", "train", "--config", cfg.to_str().unwrap()]).args(steps);
+    let err = ok(c.output().unwrap());
+    assert!(err.contains("over 2 workers (2 each)"), "{err}");
+    let (a, b) = (last(&shm), last(&tcp));
+    assert_eq!((a.step, b.step), (8, 8));
+    assert!(a.params == b.params && a.adam == b.adam, "TCP and shared memory runs differ");
+    let bits = |c: &[(u64, f64)]| c.iter().map(|(s, l)| (*s, l.to_bits())).collect::<Vec<_>>();
+    assert_eq!(bits(&curve(&shm)), bits(&curve(&tcp)));
+    let _ = std::fs::remove_dir_all(&root);
+}
