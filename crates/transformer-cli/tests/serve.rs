@@ -4,7 +4,7 @@
 #![cfg(feature = "serve")]
 
 use serde_json::{json, Value};
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
@@ -534,43 +534,29 @@ fn chromium() -> Option<String> {
     panic!("Chromium not found: install it (apt-get install -y chromium), name it in $CHROMIUM, or set TRANSFORMER_SKIP_BROWSER=1");
 }
 
-/// Runs headless Chromium on `url` with `args`, killing it after two minutes: its stdout.
-fn run_chromium(chromium: &str, args: &[String], url: &str) -> String {
-    let profile = dir().join(format!("chromium-{}", args.len()));
-    let mut child = Command::new(chromium)
-        .args(["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--virtual-time-budget=60000"])
-        .arg(format!("--user-data-dir={}", profile.display()))
-        .args(args)
-        .arg(url)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut stdout = child.stdout.take().unwrap();
-    let reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        stdout.read_to_string(&mut s).unwrap();
-        s
-    });
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while child.try_wait().unwrap().is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("Chromium did not finish within two minutes on {url}");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    reader.join().unwrap()
+/// What the page shows, read with `Runtime.evaluate`.
+const SHOWN: &str = r##"JSON.stringify({
+  state: document.getElementById("status").dataset.state,
+  status: document.getElementById("status").textContent,
+  src: document.getElementById("src").value,
+  focused: document.activeElement && document.activeElement.id,
+  translation: (document.getElementById("translation-0") || {}).textContent,
+  hyps: Array.from(document.querySelectorAll("#nbest-table .hyp"), (e) => e.textContent),
+  cells: document.querySelectorAll("#heatmap .cell").length,
+})"##;
+
+fn shown(tab: &headless_chrome::Tab) -> Value {
+    let v = tab.evaluate(SHOWN, false).unwrap_or_else(|e| panic!("Runtime.evaluate: {e:#}")).value;
+    serde_json::from_str(v.as_ref().and_then(Value::as_str).unwrap_or_else(|| panic!("not a string: {v:?}"))).unwrap()
 }
 
-fn unescape(html: &str) -> String {
-    html.replace("&lt;", "<").replace("&gt;", ">").replace("&quot;", "\"").replace("&#39;", "'").replace("&amp;", "&")
-}
-
-/// The page, driven in headless Chromium: `#q=TEXT` fills in the text box and presses Translate;
-/// the page shows the API's translation, its n-best list and an attention grid.
+/// The page, driven in headless Chromium over the DevTools protocol like a person would: click
+/// into the text box, type a sentence key by key, click Translate, wait for the answer. The page
+/// shows the API's translation, its n-best list and an attention grid; then a screenshot.
 #[test]
 fn the_web_page_shows_the_api_translation_in_chromium() {
+    use headless_chrome::protocol::cdp::Page::CaptureScreenshotFormatOption;
+    use headless_chrome::{Browser, LaunchOptions};
     let Some(chromium) = chromium() else { return };
     let s = Server::start(&[]);
     let (code, page) = get(&s.addr, "/");
@@ -580,25 +566,63 @@ fn the_web_page_shows_the_api_translation_in_chromium() {
     let api = post(&s, &json!({ "q": [text], "beam": 4, "nbest": 4, "attention": true }));
     assert_eq!(api.status, 200);
     let want = strings(&api.body["translations"]).remove(0);
-    let url = format!("{}#q={}", s.url("/"), text.replace(' ', "%20"));
-    let dom = run_chromium(&chromium, &["--dump-dom".into()], &url);
-    let shown = dom
-        .split("id=\"translation-0\">")
-        .nth(1)
-        .and_then(|rest| rest.split('<').next())
-        .unwrap_or_else(|| panic!("no translation on the page:\n{dom}"));
-    assert_eq!(unescape(shown), want, "the page shows another translation than the API");
-    assert!(dom.contains("data-state=\"done\""), "{dom}");
-    let rows = dom.matches("class=\"hyp\"").count();
-    assert_eq!(rows, api.body["nbest"][0].as_array().unwrap().len(), "n-best rows on the page");
-    let cells = dom.matches("class=\"cell\"").count();
+
+    // Chromium runs as long as `browser`: its Drop closes it and kills the process, also when an
+    // assertion below panics.
+    let profile = dir().join("chromium");
+    let browser = Browser::new(LaunchOptions {
+        path: Some(PathBuf::from(&chromium)),
+        headless: true,
+        sandbox: false,
+        window_size: Some((1100, 1200)),
+        user_data_dir: Some(profile),
+        idle_browser_timeout: Duration::from_secs(180),
+        args: vec![std::ffi::OsStr::new("--hide-scrollbars")],
+        ..LaunchOptions::default()
+    })
+    .unwrap_or_else(|e| panic!("Chromium ({chromium}) did not start: {e:#}"));
+    let tab = browser.new_tab().unwrap_or_else(|e| panic!("no tab: {e:#}"));
+    tab.set_default_timeout(Duration::from_secs(60));
+    tab.navigate_to(&s.url("/"))
+        .and_then(|t| t.wait_until_navigated())
+        .unwrap_or_else(|e| panic!("loading {}: {e:#}", s.url("/")));
+    // A mouse click into the text box, then one key down/up pair per character.
+    tab.wait_for_element("#src")
+        .and_then(|e| e.click().map(|_| ()))
+        .unwrap_or_else(|e| panic!("clicking the text box: {e:#}"));
+    tab.type_str(text).unwrap_or_else(|e| panic!("typing: {e:#}"));
+    let before = shown(&tab);
+    assert_eq!(before["src"], text, "the text box after typing: {before}");
+    assert_eq!(before["focused"], "src", "{before}");
+    assert_eq!(before["state"], "idle", "nothing is translated before Translate is pressed: {before}");
+    // A mouse click on the button, at its middle.
+    tab.wait_for_element("#go")
+        .and_then(|e| e.click().map(|_| ()))
+        .unwrap_or_else(|e| panic!("clicking Translate: {e:#}"));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let after = loop {
+        let v = shown(&tab);
+        if v["state"] == "done" {
+            break v;
+        }
+        assert_ne!(v["state"], "error", "the page shows an error: {v}");
+        assert!(Instant::now() < deadline, "no translation on the page within 60 s: {v}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(after["translation"], want.as_str(), "the page shows another translation than the API: {after}");
+    let nbest: Vec<&str> =
+        api.body["nbest"][0].as_array().unwrap().iter().map(|h| h["text"].as_str().unwrap()).collect();
+    assert_eq!(after["hyps"], json!(nbest), "the n-best rows on the page");
     let att = &api.body["attention"][0];
-    assert_eq!(cells, att["source"].as_array().unwrap().len() * att["target"].as_array().unwrap().len());
+    let cells = att["source"].as_array().unwrap().len() * att["target"].as_array().unwrap().len();
+    assert_eq!(after["cells"], cells, "attention cells on the page: {after}");
+
     // A screenshot, for a person to look at: $TRANSFORMER_SCREENSHOT or the test's directory.
     let shot = std::env::var("TRANSFORMER_SCREENSHOT").map(PathBuf::from).unwrap_or_else(|_| dir().join("serve.png"));
-    let _ = std::fs::remove_file(&shot);
-    run_chromium(&chromium, &[format!("--screenshot={}", shot.display()), "--window-size=1100,1200".into()], &url);
-    let png = std::fs::read(&shot).unwrap_or_else(|e| panic!("no screenshot at {}: {e}", shot.display()));
+    let png = tab
+        .capture_screenshot(CaptureScreenshotFormatOption::Png, None, None, true)
+        .unwrap_or_else(|e| panic!("Page.captureScreenshot: {e:#}"));
     assert!(png.starts_with(b"\x89PNG") && png.len() > 10_000, "{} bytes", png.len());
+    std::fs::write(&shot, &png).unwrap_or_else(|e| panic!("writing {}: {e}", shot.display()));
     eprintln!("screenshot: {}", shot.display());
 }

@@ -1,6 +1,6 @@
 // The page of `transformer serve`: translate, show the n-best list of the chosen sentence and its
 // encoder–decoder attention as a grid of cells. `#q=TEXT` in the address fills in TEXT and
-// translates it at once (the browser test uses this).
+// translates it at once (a link to a translation; `chromium --screenshot` of one).
 "use strict";
 const $ = (id) => document.getElementById(id);
 let result = null; // {lines, translations, nbest, attention}
