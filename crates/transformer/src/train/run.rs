@@ -342,6 +342,10 @@ fn valid_record(step: u64, epoch: u64, (loss, nll): (f64, f64)) -> serde_json::V
 
 /// Saves the trainer with the run's position, so that a restart continues exactly.
 fn save(run_dir: &RunDir, trainer: &Trainer, state: &RunState, vocab_hash: &str, task: Task) -> Result<PathBuf> {
+    if !run_dir.writes() {
+        // A follower: rank 0 writes this checkpoint; copying the model and moments is not needed.
+        return Ok(run_dir.checkpoint_path(state.step));
+    }
     run_dir.save(&trainer.to_checkpoint(vocab_hash, checkpoint_extra(state, task)))
 }
 

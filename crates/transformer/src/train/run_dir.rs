@@ -121,8 +121,14 @@ impl RunDir {
         RunDir { dir: dir.to_path_buf(), keep_last, lock: None }
     }
 
-    fn writes(&self) -> bool {
+    /// Whether this process writes the directory (rank 0, or a single process), not a follower.
+    pub fn writes(&self) -> bool {
         self.lock.is_some()
+    }
+
+    /// The path of the checkpoint of `step`.
+    pub fn checkpoint_path(&self, step: u64) -> PathBuf {
+        self.dir.join(format!("ckpt-{step:08}.safetensors"))
     }
 
     fn recover_after_crash(&self) -> Result<()> {
@@ -163,7 +169,7 @@ impl RunDir {
     /// Writes `ckpt` as `ckpt-STEP.safetensors`, then deletes all but the newest `keep_last`.
     /// Returns its path.
     pub fn save(&self, ckpt: &Checkpoint) -> Result<PathBuf> {
-        let path = self.dir.join(format!("ckpt-{:08}.safetensors", ckpt.step));
+        let path = self.checkpoint_path(ckpt.step);
         if !self.writes() {
             return Ok(path);
         }
