@@ -155,7 +155,7 @@ def main():
     ap.add_argument("--checkpoint", required=True)
     ap.add_argument("--bpe", required=True)
     ap.add_argument("--bin", default=str(ROOT / "target/release/transformer"))
-    ap.add_argument("--src", default=str(ROOT.parent / "shared/data/multi30k/test_2016_flickr.en.gz"))
+    ap.add_argument("--src", default=str(ROOT / "data/multi30k/test_2016_flickr.en.gz"))
     ap.add_argument("--sentences", type=int, default=1000, help="first N lines of --src (default: all 1000)")
     ap.add_argument("--threads", type=int, default=os.cpu_count(), help="decoding threads, both tools")
     ap.add_argument("--clients", type=int, default=64)
