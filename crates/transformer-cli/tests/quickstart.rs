@@ -144,6 +144,14 @@ fn quickstart_names_what_is_missing_for_other_languages() {
     let out = quickstart(&dir, &["--src", "de", "--tgt", "de"]).output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && stderr.contains("both \"de\""), "{stderr}");
+    // An output directory made for one pair is not resumed with another.
+    std::fs::create_dir_all(dir.join("out")).unwrap();
+    std::fs::write(dir.join("out/quickstart.json"), "{\"src\":\"en\",\"tgt\":\"de\"}\n").unwrap();
+    let out = quickstart(&dir, &["--src", "de", "--tgt", "en", "--output", "out"]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("holds a quick start of en-de, not de-en: choose another --output"), "{stderr}");
+    assert!(!dir.join("out/run").exists(), "nothing was trained");
     let out = quickstart(&dir, &["--minutes", "0"]).output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && stderr.contains("--minutes 0 must be a positive number"), "{stderr}");

@@ -169,6 +169,32 @@ impl QuickstartReport {
     }
 }
 
+/// The language pair an output directory was made for, in `quickstart.json`: a directory made for
+/// one pair is never resumed with another (the run would go on training the first pair's model,
+/// with its vocabulary, on the second pair's text).
+fn check_pair(out: &Path, src: &str, tgt: &str) -> Result<()> {
+    let marker = out.join("quickstart.json");
+    let want = serde_json::json!({ "src": src, "tgt": tgt });
+    match std::fs::read_to_string(&marker) {
+        Ok(text) => {
+            let found: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
+                Error::Config(format!("{}: {e}; remove the file or choose another --output", marker.display()))
+            })?;
+            if found != want {
+                return Err(Error::Config(format!(
+                    "{} holds a quick start of {}-{}, not {src}-{tgt}: choose another --output (or remove that directory)",
+                    out.display(),
+                    found["src"].as_str().unwrap_or("?"),
+                    found["tgt"].as_str().unwrap_or("?")
+                )));
+            }
+            Ok(())
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => write_atomically(&marker, format!("{want}\n").as_bytes()),
+        Err(e) => Err(Error::Io { path: marker, source: e }),
+    }
+}
+
 /// `x` with at most two decimals and no trailing zeros: 30, 0.75, 1.33.
 fn short_number(x: f64) -> String {
     let s = format!("{x:.2}");
@@ -202,11 +228,6 @@ pub fn run(opts: &QuickstartOptions, obs: &mut dyn Observer) -> Result<Quickstar
     if opts.test_sentences == Some(0) {
         return Err(Error::Config("--test-sentences 0 scores nothing: give at least 1".into()));
     }
-    let out = &opts.output;
-    std::fs::create_dir_all(out).map_err(io_err(out))?;
-    let mut files: Vec<(String, PathBuf)> = Vec::new();
-
-    obs.stage("data");
     let wanted = multi30k_pair(&opts.src, &opts.tgt)?;
     let builtin = ["en", "de"].contains(&opts.src.as_str()) && ["en", "de"].contains(&opts.tgt.as_str());
     let source = if builtin { Source::Embedded } else { Source::Dir(opts.data_dir.clone()) };
@@ -219,6 +240,12 @@ pub fn run(opts: &QuickstartOptions, obs: &mut dyn Observer) -> Result<Quickstar
             opts.data_dir.display()
         )));
     }
+    let out = &opts.output;
+    std::fs::create_dir_all(out).map_err(io_err(out))?;
+    check_pair(out, &opts.src, &opts.tgt)?;
+    let mut files: Vec<(String, PathBuf)> = Vec::new();
+
+    obs.stage("data");
     let data = fetch_verified(&source, &wanted, &out.join("data"), &mut |m| obs.log(m))?;
     files.push(("data (verified copy)".into(), out.join("data")));
 
