@@ -279,6 +279,8 @@ fn every_error_is_json_and_says_what_went_wrong() {
         "20",
         "--max-beam",
         "6",
+        "--max-attention-weights",
+        "1000",
     ]);
     let url = s.url("/translate");
     let cases: Vec<(String, u16, &str)> = vec![
@@ -298,6 +300,11 @@ fn every_error_is_json_and_says_what_went_wrong() {
         (json!({"q": "a", "beam": 2, "nbest": 3}).to_string(), 400, "field `nbest` must be an integer between 1 and 2"),
         (json!({"q": "a", "nbest": 5}).to_string(), 400, "field `nbest` (5) is larger than the beam size 4"),
         (json!({"q": "a", "attention": "yes"}).to_string(), 400, "field `attention` must be true or false"),
+        (
+            json!({"q": ["A dog runs.", "A man reads."], "attention": true}).to_string(),
+            400,
+            "more than the limit of 1000 (--max-attention-weights): ask for attention on fewer or shorter sentences",
+        ),
     ];
     for (body, status, needle) in &cases {
         let a = post_raw(&url, body);
@@ -318,7 +325,7 @@ fn every_error_is_json_and_says_what_went_wrong() {
     // The good request still works, and the errors were counted.
     assert_eq!(post(&s, &json!({"q": "A dog runs."})).status, 200);
     let (_, metrics) = get(&s.addr, "/metrics");
-    assert!(metrics.contains("transformer_requests_total{route=\"/translate\",code=\"400\"} 15"), "{metrics}");
+    assert!(metrics.contains("transformer_requests_total{route=\"/translate\",code=\"400\"} 16"), "{metrics}");
     assert!(metrics.contains("transformer_requests_total{route=\"/translate\",code=\"413\"} 1"), "{metrics}");
     assert!(metrics.contains("transformer_requests_total{route=\"other\",code=\"404\"} 1"), "{metrics}");
 }
@@ -435,6 +442,24 @@ fn concurrent_clients_are_batched_together_and_a_stalled_client_blocks_nobody() 
     assert!(batches < 48.0 && single < batches, "{batches} batches, {single} of one sentence");
 }
 
+/// A client that sent half a request and stalled cannot hold the server after SIGTERM: the open
+/// connection is closed after --drain-seconds, and the server exits 0.
+#[test]
+fn sigterm_with_a_stalled_client_exits_after_the_drain_deadline() {
+    use std::io::Write;
+    let s = Server::start(&["--drain-seconds", "2"]);
+    let mut stalled = std::net::TcpStream::connect(&s.addr).unwrap();
+    write!(stalled, "POST /translate HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{{\"q\": \"A dog").unwrap();
+    stalled.flush().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let start = Instant::now();
+    let (code, log) = s.terminate();
+    assert_eq!(code, Some(0), "{log}");
+    assert!(log.contains("connections still open after 2 s"), "{log}");
+    assert!(start.elapsed() < Duration::from_secs(20), "took {:?}", start.elapsed());
+    drop(stalled);
+}
+
 #[test]
 fn sigterm_finishes_the_requests_in_flight_and_exits_0() {
     let lines = sentences(8);
@@ -504,6 +529,8 @@ fn help_lists_every_option_with_its_default() {
         "[default: the model's max_positions]",
         "[default: 1024]",
         "[default: 16]",
+        "[default: 2000000]",
+        "[default: 30]",
         "[default: 2]",
     ] {
         assert!(help.contains(default), "{default} missing from\n{help}");

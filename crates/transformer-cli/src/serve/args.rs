@@ -45,6 +45,14 @@ pub struct ServeArgs {
     /// Largest beam a request may ask for (more: 400).
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=64))]
     pub max_beam: u32,
+    /// Most attention weights one request may ask for with "attention": true, counted with the
+    /// longest outputs the search allows (more: 400).
+    #[arg(long, default_value_t = 2_000_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_attention_weights: u64,
+    /// On SIGTERM or Ctrl-C, seconds to wait for open connections to finish before closing them
+    /// (a client that stopped sending mid-request would otherwise hold the server forever).
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(0..=3600))]
+    pub drain_seconds: u64,
     /// Threads of the HTTP runtime (decoding runs on the --threads pool, not on these).
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=256))]
     pub http_threads: u32,

@@ -216,34 +216,40 @@ fn decode(t: &Translator, jobs: Vec<Job>, budget: Budget, metrics: &Metrics) {
     };
     metrics.sentences.fetch_add(srcs.len() as u64, Ordering::Relaxed);
     for job in jobs {
-        let mut outs = Vec::with_capacity(job.srcs.len());
-        let mut error = None;
-        for src in &job.srcs {
-            let nbest = hyps.next().expect("one n-best list per sentence");
-            let mut list = Vec::with_capacity(nbest.len());
-            for h in &nbest {
-                match t.task().decode_target(t.bpe(), &h.tokens) {
-                    Ok(text) => list.push((text, h.log_prob, h.score)),
-                    Err(e) => error = Some(format!("cannot turn the output into text: {e}")),
-                }
-            }
-            let attention = match job.attention {
-                true => match attention_json(t, src, &nbest[0].tokens) {
-                    Ok(a) => Some(a),
-                    Err(e) => {
-                        error = Some(format!("attention failed: {e}"));
-                        None
+        // This job's n-best lists, taken first, so that a panic below cannot shift the next
+        // job's results.
+        let mine: Vec<_> = hyps.by_ref().take(job.srcs.len()).collect();
+        let answer = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let mut outs = Vec::with_capacity(job.srcs.len());
+            let mut error = None;
+            for (src, nbest) in job.srcs.iter().zip(&mine) {
+                let mut list = Vec::with_capacity(nbest.len());
+                for h in nbest {
+                    match t.task().decode_target(t.bpe(), &h.tokens) {
+                        Ok(text) => list.push((text, h.log_prob, h.score)),
+                        Err(e) => error = Some(format!("cannot turn the output into text: {e}")),
                     }
-                },
-                false => None,
-            };
-            outs.push(Output { nbest: list, attention });
-        }
+                }
+                let attention = match job.attention {
+                    true => match attention_json(t, src, &nbest[0].tokens) {
+                        Ok(a) => Some(a),
+                        Err(e) => {
+                            error = Some(format!("attention failed: {e}"));
+                            None
+                        }
+                    },
+                    false => None,
+                };
+                outs.push(Output { nbest: list, attention });
+            }
+            match error {
+                Some(e) => Err(e),
+                None => Ok(outs),
+            }
+        }))
+        .unwrap_or_else(|_| Err("preparing the answer failed (a panic in the batcher; see the server's log)".into()));
         // A client that went away meanwhile is not an error.
-        let _ = job.reply.send(match error {
-            Some(e) => Err(e),
-            None => Ok(outs),
-        });
+        let _ = job.reply.send(answer);
     }
 }
 

@@ -39,6 +39,8 @@ struct App {
     max_sentence_tokens: Option<usize>,
     /// The largest request body in bytes.
     body_limit: usize,
+    /// Most attention weights one request may ask for.
+    max_attention_weights: u64,
 }
 
 /// An error answer: a status and `{"error": "…"}`.
@@ -111,6 +113,27 @@ async fn translate(State(app): State<Arc<App>>, body: Result<Bytes, BytesRejecti
             format!("field `nbest` ({}) is larger than the beam size {}", search.nbest, search.beam),
         ));
     }
+    if req.attention {
+        // The answer holds layers × heads × output length × source length weights per sentence:
+        // bounded before decoding, with the longest output the search allows.
+        let c = &t.model().config;
+        let cells: u64 = srcs
+            .iter()
+            .map(|s| {
+                let out = (search.max_len_a * s.len() as f64) as u64 + search.max_len_b as u64 + 1;
+                (c.n_layers * c.n_heads) as u64 * out * s.len() as u64
+            })
+            .sum();
+        if cells > app.max_attention_weights {
+            return Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                format!(
+                    "field `attention`: these sentences could return up to {cells} attention weights, more than the limit of {} (--max-attention-weights): ask for attention on fewer or shorter sentences",
+                    app.max_attention_weights
+                ),
+            ));
+        }
+    }
     let n = srcs.len();
     let outputs: Vec<Output> = if n == 0 {
         Vec::new()
@@ -144,7 +167,7 @@ async fn translate(State(app): State<Arc<App>>, body: Result<Bytes, BytesRejecti
         answer.insert("nbest".into(), serde_json::Value::Array(lists));
     }
     if req.attention {
-        answer.insert("attention".into(), outputs.iter().map(|o| o.attention.clone().unwrap_or_default()).collect());
+        answer.insert("attention".into(), outputs.into_iter().map(|o| o.attention.unwrap_or_default()).collect());
     }
     Ok(Json(serde_json::Value::Object(answer)).into_response())
 }
@@ -240,6 +263,8 @@ pub fn run(args: ServeArgs) -> Result<()> {
         .build()
         .context("cannot start the HTTP runtime")?;
     let stop = Arc::new(Notify::new());
+    // Told with `stop`: starts the drain deadline.
+    let drain = Arc::new(Notify::new());
     // Signal handlers go in before the address is printed, so a SIGTERM sent as soon as the
     // address is known is never missed.
     let listener = runtime.block_on(async {
@@ -247,10 +272,12 @@ pub fn run(args: ServeArgs) -> Result<()> {
         for kind in [SignalKind::terminate(), SignalKind::interrupt()] {
             let mut s = signal(kind).context("cannot install a signal handler")?;
             let stop = stop.clone();
+            let drain = drain.clone();
             tokio::spawn(async move {
                 s.recv().await;
                 eprintln!("shutting down: no new connections; finishing the requests in flight");
                 stop.notify_one();
+                drain.notify_one();
             });
         }
         tokio::net::TcpListener::bind((args.host.as_str(), args.port)).await.with_context(|| {
@@ -267,7 +294,9 @@ pub fn run(args: ServeArgs) -> Result<()> {
         limits,
         max_sentence_tokens: args.max_sentence_tokens.map(|n| n as usize),
         body_limit: args.max_body_bytes as usize,
+        max_attention_weights: args.max_attention_weights,
     });
+    let drain_seconds = args.drain_seconds;
     let router = router(app.clone(), args.max_body_bytes as usize);
     let serving = axum::serve(listener, router).with_graceful_shutdown(shutdown_signal(stop.clone()));
     let server = runtime.spawn(async move { serving.await });
@@ -297,7 +326,22 @@ pub fn run(args: ServeArgs) -> Result<()> {
     let watcher = {
         let app = app.clone();
         runtime.spawn(async move {
-            let r = server.await;
+            let mut server = server;
+            let r = tokio::select! {
+                r = &mut server => r,
+                _ = drain.notified() => {
+                    match tokio::time::timeout(std::time::Duration::from_secs(drain_seconds), &mut server).await {
+                        Ok(r) => r,
+                        Err(_) => {
+                            eprintln!(
+                                "shutting down: connections still open after {drain_seconds} s (clients that stopped sending); closing them"
+                            );
+                            server.abort();
+                            Ok(Ok(()))
+                        }
+                    }
+                }
+            };
             app.queue.close();
             r.context("the HTTP server task failed")?.context("the HTTP server failed")
         })
