@@ -305,6 +305,9 @@ pub fn run(opts: &QuickstartOptions, obs: &mut dyn Observer) -> Result<Quickstar
         read(&data[2])?.into_iter().take(EXAMPLES.len()).collect()
     };
     let (outs, _) = translator.translate(&sources, &topts, &mut |w| obs.log(&format!("warning: {w}")))?;
+    // The first example's output tokens, for its attention map.
+    #[cfg(feature = "heatmap")]
+    let first_tokens = outs[0][0].hypothesis.tokens.clone();
     let examples: Vec<Example> = sources
         .into_iter()
         .zip(outs)
@@ -314,7 +317,7 @@ pub fn run(opts: &QuickstartOptions, obs: &mut dyn Observer) -> Result<Quickstar
     #[cfg(feature = "heatmap")]
     {
         let path = out.join("attention.png");
-        write_heatmap(&translator, &examples[0].source, &path)?;
+        write_heatmap(&translator, &translator.bpe().encode(&examples[0].source)?, &first_tokens, &path)?;
         files.push(("attention heatmap".into(), path));
     }
 
@@ -339,17 +342,13 @@ pub fn run(opts: &QuickstartOptions, obs: &mut dyn Observer) -> Result<Quickstar
     Ok(report)
 }
 
-/// Draws the encoder–decoder attention of the last layer (mean over heads) for `source` and the
-/// model's translation of it.
+/// Draws the encoder–decoder attention of the last layer (mean over heads) of the model fed `src`
+/// and producing `tgt` (token ids without BOS/EOS: a sentence and its translation).
 #[cfg(feature = "heatmap")]
-pub fn write_heatmap(translator: &Translator, source: &str, path: &Path) -> Result<()> {
+pub fn write_heatmap(translator: &Translator, src: &[u32], tgt: &[u32], path: &Path) -> Result<()> {
     use crate::eval::attention::{piece_labels, Kind};
     let bpe = translator.bpe();
-    let src = bpe.encode(source)?;
-    let opts = TranslateOptions::default();
-    let (h, _) = translator.translate_ids(std::slice::from_ref(&src), &opts, &mut |_| {})?;
-    let tgt = h[0][0].tokens.clone();
-    let w = translator.attention(&src, &tgt)?;
+    let w = translator.attention(src, tgt)?;
     let c = &translator.model().config;
     let (first, rows, cols) = w.get(Kind::EncoderDecoder, c.n_layers - 1, 0);
     let mut mean = vec![0f32; first.len()];
@@ -360,9 +359,9 @@ pub fn write_heatmap(translator: &Translator, source: &str, path: &Path) -> Resu
         }
     }
     debug_assert_eq!(mean.len(), rows * cols);
-    let mut row_labels = piece_labels(bpe, &tgt)?;
+    let mut row_labels = piece_labels(bpe, tgt)?;
     row_labels.push("</s>".into());
-    let col_labels = piece_labels(bpe, &src)?;
+    let col_labels = piece_labels(bpe, src)?;
     let title =
         format!("encoder-decoder attention, layer {} of {}, mean of {} heads", c.n_layers, c.n_layers, c.n_heads);
     crate::eval::heatmap::render(&mean, &row_labels, &col_labels, &title).save_png(path)
