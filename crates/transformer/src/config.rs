@@ -43,6 +43,10 @@ pub struct ModelConfig {
     pub vocab_size: usize,
     /// ε inside LayerNorm (1e-6 as in tensor2tensor; the paper is silent).
     pub layer_norm_eps: f32,
+    /// Parsing only: the next-word pointer adds W_p · enc_out[j] to each decoder input, j the
+    /// source word the tree is at (`model/pointer.rs`; a named deviation, `next-word-pointer`).
+    #[serde(default)]
+    pub source_pointer: bool,
 }
 
 /// The paper's vocabulary for WMT14 En–De (§5.1), used by the presets.
@@ -81,6 +85,7 @@ const fn row(
         max_positions: 1024,
         vocab_size: PAPER_VOCAB,
         layer_norm_eps: 1e-6,
+        source_pointer: false,
     }
 }
 

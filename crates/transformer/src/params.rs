@@ -145,6 +145,10 @@ pub struct ModelOffsets {
     pub encoder: Vec<EncoderLayerOffsets>,
     /// Decoder layers, bottom first.
     pub decoder: Vec<DecoderLayerOffsets>,
+    /// The next-word pointer's W_p (D, D), with `source_pointer`.
+    pub pointer: Option<usize>,
+    /// D·D.
+    pub pointer_len: usize,
 }
 
 /// The named layout of all parameters of a model.
@@ -239,6 +243,9 @@ impl ParamLayout {
                 }
             })
             .collect();
+        let pointer = c
+            .source_pointer
+            .then(|| b.add("decoder.source_pointer.weight".into(), &[c.d_model, c.d_model], Init::XavierUniform));
         let index = b.entries.iter().enumerate().map(|(i, e)| (e.name.clone(), i)).collect();
         ParamLayout {
             entries: b.entries,
@@ -251,6 +258,8 @@ impl ParamLayout {
                 positions_len: c.max_positions * c.d_model,
                 encoder,
                 decoder,
+                pointer,
+                pointer_len: c.d_model * c.d_model,
             },
         }
     }
@@ -583,6 +592,16 @@ impl ModelOffsets {
     /// The shared embedding (V, D) in `p`.
     pub fn embedding<'a>(&self, p: &'a [f32]) -> &'a [f32] {
         &p[self.embed..][..self.embed_len]
+    }
+
+    /// The next-word pointer's W_p (D, D) in `p`, with `source_pointer`.
+    pub fn pointer<'a>(&self, p: &'a [f32]) -> Option<&'a [f32]> {
+        self.pointer.map(|off| &p[off..][..self.pointer_len])
+    }
+
+    /// W_p's gradient in `g`, with `source_pointer`.
+    pub fn pointer_mut<'a>(&self, g: &'a mut [f32]) -> Option<&'a mut [f32]> {
+        self.pointer.map(|off| &mut g[off..][..self.pointer_len])
     }
 
     /// The learned positions (max_positions, D) in `p`, if any.

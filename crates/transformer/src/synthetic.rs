@@ -44,6 +44,7 @@ pub fn model_config(symbols: usize) -> ModelConfig {
         max_positions: 64,
         vocab_size: SPECIAL_TOKENS + symbols,
         layer_norm_eps: 1e-6,
+        source_pointer: false,
     }
 }
 

@@ -22,6 +22,7 @@ fn model() -> Transformer {
         max_positions: 32,
         vocab_size: 20,
         layer_norm_eps: 1e-6,
+        source_pointer: false,
     };
     let mut m = Transformer::new(c, 3).unwrap();
     let mut rng = Rng::new(1);

@@ -20,6 +20,7 @@ fn cfg() -> ModelConfig {
         max_positions: 16,
         vocab_size: 20,
         layer_norm_eps: 1e-6,
+        source_pointer: false,
     }
 }
 

@@ -24,6 +24,7 @@ fn config(positions: Positions) -> ModelConfig {
         max_positions: 48,
         vocab_size: 37,
         layer_norm_eps: 1e-6,
+        source_pointer: false,
     }
 }
 
@@ -36,6 +37,26 @@ fn model(positions: Positions, seed: u64) -> Transformer {
         *p += ((rng.uniform() * 2.0 - 1.0) * 0.2) as f32;
     }
     m
+}
+
+/// A random model with the next-word pointer over a made-up parsing vocabulary: ids 4–6 brackets,
+/// 7–12 tags, 13–24 pieces that start a word, 25–36 pieces inside a word.
+fn pointer_model(seed: u64) -> Transformer {
+    use transformer::model::pointer::{PointerTable, TokenClass};
+    let mut m = Transformer::new(ModelConfig { source_pointer: true, ..config(Positions::Sinusoidal) }, seed).unwrap();
+    let mut rng = Rng::new(seed ^ 0x5eed);
+    for p in &mut m.params {
+        *p += ((rng.uniform() * 2.0 - 1.0) * 0.2) as f32;
+    }
+    let classes = (0..37u32)
+        .map(|id| match id {
+            0..=6 if id != transformer::UNK => TokenClass::Structure,
+            7..=12 => TokenClass::Tag,
+            13..=24 => TokenClass::Piece { starts_word: true },
+            _ => TokenClass::Piece { starts_word: false },
+        })
+        .collect();
+    m.with_pointer_table(PointerTable::new(classes)).unwrap()
 }
 
 fn log_softmax(row: &[f32]) -> Vec<f64> {
@@ -62,8 +83,10 @@ fn random_ids(rng: &mut Rng, n: usize, vocab: usize) -> Vec<u32> {
 
 #[test]
 fn incremental_matches_teacher_forcing() {
-    for positions in [Positions::Sinusoidal, Positions::Learned] {
-        let m = model(positions, 11);
+    for (positions, pointer) in
+        [(Positions::Sinusoidal, false), (Positions::Learned, false), (Positions::Sinusoidal, true)]
+    {
+        let m = if pointer { pointer_model(11) } else { model(positions, 11) };
         let v = m.config.vocab_size;
         let mut rng = Rng::new(3);
         let srcs: Vec<Vec<u32>> = [5, 1, 9, 3].iter().map(|&n| random_ids(&mut rng, n, v)).collect();
@@ -86,7 +109,13 @@ fn incremental_matches_teacher_forcing() {
                 if t < batch.tgt_lens[i] {
                     let want = log_softmax(&full[(i * batch.t + t) * v..][..v]);
                     let got = log_softmax(&logits[i * v..(i + 1) * v]);
-                    assert_close(&format!("{positions:?} sentence {i} step {t}"), &got, &want, 2e-5, 1e-5);
+                    assert_close(
+                        &format!("{positions:?} pointer {pointer} sentence {i} step {t}"),
+                        &got,
+                        &want,
+                        2e-5,
+                        1e-5,
+                    );
                     compared += 1;
                 }
             }
@@ -98,7 +127,27 @@ fn incremental_matches_teacher_forcing() {
 
 #[test]
 fn reordered_rows_continue_their_own_prefixes() {
-    let m = model(Positions::Sinusoidal, 5);
+    reordered_rows(&model(Positions::Sinusoidal, 5));
+}
+
+/// The same with the next-word pointer: each row's place in its sentence moves with the row.
+#[test]
+fn reordered_rows_keep_their_pointer() {
+    reordered_rows(&pointer_model(5));
+}
+
+#[test]
+fn a_pointer_model_needs_its_table() {
+    let m = Transformer::new(ModelConfig { source_pointer: true, ..config(Positions::Sinusoidal) }, 1).unwrap();
+    let batch = Batch::from_pairs(&[(vec![13, 14], vec![7, 13])]);
+    let err = m.forward(&batch, &mut Workspace::new(), None).unwrap_err().to_string();
+    assert!(err.contains("pointer table"), "{err}");
+    let short = transformer::model::pointer::PointerTable::new(vec![]);
+    assert!(m.with_pointer_table(short).unwrap_err().to_string().contains("covers 0 ids"));
+}
+
+fn reordered_rows(m: &Transformer) {
+    let m = m.clone();
     let v = m.config.vocab_size;
     let mut rng = Rng::new(9);
     let srcs: Vec<Vec<u32>> = [4, 7].iter().map(|&n| random_ids(&mut rng, n, v)).collect();

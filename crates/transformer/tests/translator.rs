@@ -29,6 +29,7 @@ fn translator(precision: Precision) -> Translator {
         max_positions: 64,
         vocab_size: bpe.vocab_size(),
         layer_norm_eps: 1e-6,
+        source_pointer: false,
     };
     let model = Transformer::new(config, 7).unwrap();
     Translator::new(model, bpe, TranslatorOptions { precision, ..Default::default() }).unwrap()

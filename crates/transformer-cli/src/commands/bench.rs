@@ -72,6 +72,7 @@ fn bench_config(dropout: f32) -> ModelConfig {
         max_positions: 1024,
         vocab_size: 8000,
         layer_norm_eps: 1e-6,
+        source_pointer: false,
     }
 }
 

@@ -125,6 +125,11 @@ impl Bpe {
         &self.hash
     }
 
+    /// The piece (or special token) of an id, as the vocabulary spells it.
+    pub fn piece_of(&self, id: u32) -> Option<String> {
+        self.tokenizer.id_to_token(id)
+    }
+
     /// The id of a vocabulary entry (a piece or a special token).
     pub fn id_of(&self, piece: &str) -> Option<u32> {
         self.tokenizer.token_to_id(piece)

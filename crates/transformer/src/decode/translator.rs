@@ -255,7 +255,9 @@ impl Translator {
                 bpe.vocab_size()
             )));
         }
-        let model = model.with_precision(options.precision)?;
+        let model = model
+            .with_precision(options.precision)?
+            .with_pointer_table(crate::model::pointer::PointerTable::from_bpe(&bpe))?;
         let packed = Arc::new(model.pack_decoder_with(options.pack));
         Ok(Translator { model, bpe, packed, task: options.task, pool: Mutex::new(Vec::new()) })
     }

@@ -7,6 +7,8 @@ use super::masks::{DecoderLayerMasks, EmbeddingMasks};
 use super::workspace::Workspace;
 use super::{attention, feed_forward, Batch, DropoutCtx, Transformer};
 use crate::kernels::cpu::embedding::{embedding_backward, embedding_forward};
+use crate::kernels::cpu::linear::product;
+use crate::kernels::cpu::matmul::Op;
 use crate::kernels::Mask;
 
 impl Transformer {
@@ -28,6 +30,16 @@ impl Transformer {
             EmbeddingMasks::new(c, dropout).target,
         );
         let enc_out: &[f32] = if c.n_layers == 0 { &ws.enc_in } else { &ws.enc[c.n_layers - 1].ffn.norm.out };
+        if let Some(w_p) = o.pointer(p) {
+            // The next-word pointer: dec_in += enc_out[ptr] W_pᵀ (after the embedding's dropout).
+            let (b, s, t) = (ws.dims.b, ws.dims.s, ws.dims.t);
+            let mt = b * t;
+            for (i, row) in ws.ptr_in[..mt * d].chunks_exact_mut(d).enumerate() {
+                let src_row = (i / t) * s + ws.ptr[i] as usize;
+                row.copy_from_slice(&enc_out[src_row * d..][..d]);
+            }
+            product(self.precision, &mut ws.dec_in[..mt * d], &ws.ptr_in[..mt * d], Op::N, w_p, Op::T, mt, d, d, true);
+        }
         for l in 0..c.n_layers {
             let lp = o.decoder[l].params(p);
             let masks = DecoderLayerMasks::new(c, dropout, l);
@@ -153,6 +165,19 @@ impl Transformer {
             std::mem::swap(&mut ws.g_a, &mut ws.g_b);
         }
         // g_a holds d(dec_in). With no decoder layers the encoder output is unused.
+        if let Some(w_p) = o.pointer(p) {
+            // Pointer: d(ptr_in) = d(dec_in) W_p, scattered into d(enc_out); dW_p += d(dec_in)ᵀ ptr_in.
+            let g = &ws.g_a[..mt * d];
+            product(self.precision, &mut ws.g_b[..mt * d], g, Op::N, w_p, Op::N, mt, d, d, false);
+            let w_g = o.pointer_mut(grads).expect("the layout has the pointer");
+            product(self.precision, w_g, g, Op::T, &ws.ptr_in[..mt * d], Op::N, d, d, mt, true);
+            for (i, row) in ws.g_b[..mt * d].chunks_exact(d).enumerate() {
+                let src_row = (i / dims.t) * dims.s + ws.ptr[i] as usize;
+                for (e, &x) in ws.d_enc[src_row * d..][..d].iter_mut().zip(row) {
+                    *e += x;
+                }
+            }
+        }
         let (emb_g, pos_g) = o.embedding_mut(grads);
         embedding_backward(
             emb_g,

@@ -16,6 +16,7 @@
 //! equal those of the teacher-forced [`Transformer::forward`] to float rounding
 //! (tests/incremental.rs).
 
+use super::pointer::PointerState;
 use super::{Batch, Transformer, Workspace};
 use crate::error::{Error, Result};
 use crate::kernels::cpu::cached_attention::{attend, KeyValues};
@@ -40,6 +41,10 @@ pub struct Encoded {
     pub src_lens: Vec<usize>,
     /// Per decoder layer: (B·S, H·K + H·V) encoder–decoder keys | values.
     cross_kv: Vec<Vec<f32>>,
+    /// With the next-word pointer: (B·S, D) the encoder output times W_pᵀ, and each source's
+    /// word start positions.
+    ptr_proj: Vec<f32>,
+    word_starts: Vec<Vec<u32>>,
 }
 
 /// The decoder's weights packed for inference products ([`PackedLinear`]): built once per model
@@ -93,6 +98,8 @@ pub struct DecoderState {
     /// H·K and H·V: the widths of a cached key and value.
     hk: usize,
     hv: usize,
+    /// Per row, with the next-word pointer: where its output is in the sentence.
+    ptr: Vec<PointerState>,
     /// Buffers to re-lay the cache and the maps into.
     spare: Vec<f32>,
     spare_origin: Vec<u32>,
@@ -115,7 +122,14 @@ impl Transformer {
         let c = &self.config;
         let b = srcs.len();
         if b == 0 {
-            return Ok(Encoded { b: 0, s: 0, src_lens: Vec::new(), cross_kv: vec![Vec::new(); c.n_layers] });
+            return Ok(Encoded {
+                b: 0,
+                s: 0,
+                src_lens: Vec::new(),
+                cross_kv: vec![Vec::new(); c.n_layers],
+                ptr_proj: Vec::new(),
+                word_starts: Vec::new(),
+            });
         }
         let s = srcs.iter().map(|x| x.len()).max().unwrap_or(0).max(1);
         // The target side is a placeholder: the encoder ignores it, but the batch must be valid.
@@ -150,7 +164,13 @@ impl Transformer {
                 kv
             })
             .collect();
-        Ok(Encoded { b, s, src_lens: batch.src_lens, cross_kv })
+        let (mut ptr_proj, mut word_starts) = (Vec::new(), Vec::new());
+        if let (Some(table), Some(w_p)) = (self.pointer_table()?, self.layout.offsets.pointer(p)) {
+            ptr_proj = vec![0.0; b * s * d];
+            linear_forward(self.precision, &mut ptr_proj, enc, w_p, None, b * s, d, d);
+            word_starts = srcs.iter().map(|x| table.word_starts(x)).collect();
+        }
+        Ok(Encoded { b, s, src_lens: batch.src_lens, cross_kv, ptr_proj, word_starts })
     }
 
     /// Packs the decoder's weights for [`Transformer::start_decoding_packed`], at the model's
@@ -237,6 +257,8 @@ impl Transformer {
         }
         st.sent.clear();
         st.sent.extend(0..enc.b);
+        st.ptr.clear();
+        st.ptr.resize(enc.b, PointerState::default());
         (st.len, st.max_steps, st.slots) = (0, max_steps, 0);
         st.cap = max_steps.min(16);
         at_least(&mut st.origin, enc.b * st.cap);
@@ -294,6 +316,20 @@ impl Transformer {
         let scale = self.embedding_scale();
         let pos = &self.positions()[st.len * d..(st.len + 1) * d];
         embedding_step(&mut st.x, tokens, emb, pos, d, scale);
+        if let Some(table) = self.pointer_table()? {
+            // The next-word pointer: x += (enc_out W_pᵀ)[j] for the row's source position j.
+            for (r, x) in st.x.chunks_exact_mut(d).take(rows).enumerate() {
+                let i = st.sent[r];
+                let n = enc.src_lens[i];
+                if n == 0 {
+                    continue;
+                }
+                let j = st.ptr[r].advance(table.class(tokens[r]), &enc.word_starts[i], n);
+                for (a, &p) in x.iter_mut().zip(&enc.ptr_proj[(i * enc.s + j) * d..][..d]) {
+                    *a += p;
+                }
+            }
+        }
         let t = st.len + 1; // keys visible to this step, the new one included
         for (l, (lo, pl)) in o.decoder.iter().zip(&packed.layers).enumerate() {
             let lp = lo.params(p);
@@ -428,6 +464,9 @@ impl DecoderState {
         std::mem::swap(&mut self.origin, &mut self.spare_origin);
         self.logits.clear();
         self.sent = keep.iter().map(|&r| self.sent[r]).collect();
+        if !self.ptr.is_empty() {
+            self.ptr = keep.iter().map(|&r| self.ptr[r]).collect();
+        }
     }
 
     /// Doubles the positions a slot has room for (up to `max_steps`), and compacts: each row's

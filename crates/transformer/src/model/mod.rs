@@ -9,6 +9,7 @@ mod encoder;
 mod feed_forward;
 mod incremental;
 mod masks;
+pub mod pointer;
 mod workspace;
 
 pub use incremental::{DecoderState, Encoded, PackedDecoder};
@@ -155,6 +156,8 @@ pub struct Transformer {
     sinusoids: Vec<f32>,
     /// How its matrix products are computed.
     precision: Precision,
+    /// With `source_pointer`: what each vocabulary id is to the next-word pointer.
+    pointer: Option<std::sync::Arc<pointer::PointerTable>>,
 }
 
 /// Loss sums of one batch.
@@ -184,7 +187,7 @@ impl Transformer {
             crate::config::Positions::Sinusoidal => sinusoid_table(config.max_positions, config.d_model),
             crate::config::Positions::Learned => Vec::new(),
         };
-        Ok(Transformer { config, layout, params, sinusoids, precision: Precision::F32 })
+        Ok(Transformer { config, layout, params, sinusoids, precision: Precision::F32, pointer: None })
     }
 
     /// The same model computing its matrix products at `precision` (f32 by default); an error
@@ -193,6 +196,36 @@ impl Transformer {
         precision.available()?;
         self.precision = precision;
         Ok(self)
+    }
+
+    /// The same model with the vocabulary's [`pointer::PointerTable`], which a model with
+    /// `source_pointer` needs before it can run (a no-op without `source_pointer`). An error
+    /// when the table does not cover the vocabulary.
+    pub fn with_pointer_table(mut self, table: pointer::PointerTable) -> Result<Self> {
+        if self.config.source_pointer {
+            if table.len() != self.config.vocab_size {
+                return Err(Error::Config(format!(
+                    "the pointer table covers {} ids, the model's vocabulary has {}",
+                    table.len(),
+                    self.config.vocab_size
+                )));
+            }
+            self.pointer = Some(std::sync::Arc::new(table));
+        }
+        Ok(self)
+    }
+
+    /// The pointer table (with `source_pointer`), or the error that says it is missing.
+    fn pointer_table(&self) -> Result<Option<&pointer::PointerTable>> {
+        match (&self.pointer, self.config.source_pointer) {
+            (_, false) => Ok(None),
+            (Some(t), true) => Ok(Some(t)),
+            (None, true) => Err(Error::Config(
+                "this model has the next-word pointer (model.source_pointer) but no pointer table: build it with \
+                 Transformer::with_pointer_table(PointerTable::from_bpe(&bpe))"
+                    .into(),
+            )),
+        }
     }
 
     /// How the model's matrix products are computed.
@@ -219,6 +252,9 @@ impl Transformer {
     pub fn forward(&self, batch: &Batch, ws: &mut Workspace, dropout: Option<DropoutCtx>) -> Result<()> {
         batch.validate(&self.config)?;
         ws.prepare(&self.config, batch.b, batch.s, batch.t);
+        if let Some(table) = self.pointer_table()? {
+            ws.ptr = pointer::batch_positions(table, batch);
+        }
         let (d, v, n) = (self.config.d_model, self.config.vocab_size, self.config.n_layers);
         self.encoder_forward(batch, ws, dropout);
         self.decoder_forward(batch, ws, dropout);

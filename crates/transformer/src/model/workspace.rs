@@ -99,6 +99,11 @@ pub struct Workspace {
     pub enc_in: Vec<f32>,
     /// (B·T, D) decoder input.
     pub dec_in: Vec<f32>,
+    /// (B·T) next-word pointer positions and (B·T, D) the encoder rows they gather (with
+    /// `source_pointer`).
+    pub ptr: Vec<u32>,
+    /// See `ptr`.
+    pub ptr_in: Vec<f32>,
     /// Encoder layers' saved values.
     pub enc: Vec<EncoderActs>,
     /// Decoder layers' saved values.
@@ -155,6 +160,9 @@ impl Workspace {
         let mx = ms.max(mt);
         fit(&mut self.enc_in, ms * d);
         fit(&mut self.dec_in, mt * d);
+        if c.source_pointer {
+            fit(&mut self.ptr_in, mt * d);
+        }
         self.enc.resize_with(c.n_layers, Default::default);
         self.dec.resize_with(c.n_layers, Default::default);
         for e in &mut self.enc {

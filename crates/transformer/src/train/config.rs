@@ -422,6 +422,13 @@ impl RunConfig {
     /// (`available_bytes`, when known).
     pub fn validate_for(&self, model: &ModelConfig, available_bytes: Option<u64>) -> Result<()> {
         let (d, t) = (&self.data, &self.train);
+        if model.source_pointer && d.task != crate::task::Task::Parsing {
+            return Err(Error::Config(
+                "model.source_pointer (the next-word pointer) follows the leaves of a tree: it needs \
+                 data.task = \"parsing\""
+                    .into(),
+            ));
+        }
         if d.train_bin.is_none() && d.max_tokens >= model.max_positions {
             return Err(Error::Config(format!(
                 "data.max_tokens = {} must be below model.max_positions = {} (a target of max_tokens \
@@ -620,7 +627,7 @@ mod tests {
             let err = parse("", &[&format!("model.{key}=1")]).unwrap_err().to_string();
             assert!(err.contains(&format!("test.toml: unknown field `{key}`, expected one of `preset`")), "{err}");
             let list = "`preset`, `n_layers`, `d_model`, `d_ff`, `n_heads`, `d_k`, `d_v`, `dropout`, \
-                        `attention_dropout`, `label_smoothing`, `positions`, `max_positions`\nin `model`";
+                        `attention_dropout`, `label_smoothing`, `positions`, `max_positions`, `source_pointer`\nin `model`";
             assert!(err.contains(list), "{err}");
             let expected = err.split("expected one of").nth(1).unwrap();
             assert!(!expected.contains("vocab_size") && !expected.contains("layer_norm_eps"), "{err}");

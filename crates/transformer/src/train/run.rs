@@ -18,6 +18,7 @@ use crate::data::binarized::{Binarized, Pairs};
 use crate::data::bpe::Bpe;
 use crate::data::parallel::{encode_and_filter_with, FilterConfig, TokenPairs};
 use crate::error::{Error, Result};
+use crate::eval::perplexity::SourceReading;
 use crate::model::Batch;
 use crate::task::{Task, Validation};
 use serde::{Deserialize, Serialize};
@@ -54,6 +55,20 @@ pub struct RunSummary {
     pub checkpoint: PathBuf,
     /// Validation loss per token at the end (label-smoothed, NLL).
     pub valid: (f64, f64),
+    /// How much the final model reads its validation sources (rank 0).
+    pub reading: Option<SourceReading>,
+}
+
+/// ", source gap G nats, spread S" for a log line (empty without a reading).
+fn reading_text(v: &Validated) -> String {
+    match v.reading {
+        Some(r) => format!(
+            ", shifted-source gap {} nats/token, encoder spread {:.3}",
+            r.gap.map_or("n/a".to_string(), |g| format!("{g:.3}")),
+            r.spread
+        ),
+        None => String::new(),
+    }
 }
 
 /// Where training is, after every update: what a progress bar shows.
@@ -259,21 +274,49 @@ fn batch_of(pairs: &dyn Pairs, idx: &[usize]) -> Batch {
     Batch::from_pairs(&sel)
 }
 
-/// The run's validation, as its task measures it: for translation, label-smoothed loss and NLL per
-/// target token over `pairs`, without dropout (the validation set is never empty: `prepare` says).
-/// Rank 0 validates; the other workers of a data-parallel run get NaN (they record nothing).
-fn validate(trainer: &mut Trainer, pairs: &TokenPairs, cfg: &RunConfig, comm: &dyn Collective) -> Result<(f64, f64)> {
+/// One validation's scores.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Validated {
+    /// Label-smoothed loss per target token.
+    loss: f64,
+    /// NLL per target token.
+    nll: f64,
+    /// How much the model reads its sources (rank 0 only).
+    reading: Option<SourceReading>,
+}
+
+/// The run's validation, as its task measures it: label-smoothed loss and NLL per target token over
+/// `pairs`, without dropout (the validation set is never empty: `prepare` says), and the
+/// [`SourceReading`] (encoder-output spread, shifted-sentence gap). Rank 0 validates; the other
+/// workers of a data-parallel run get NaN (they record nothing).
+fn validate(trainer: &mut Trainer, pairs: &TokenPairs, cfg: &RunConfig, comm: &dyn Collective) -> Result<Validated> {
     if !comm.is_root() {
-        return Ok((f64::NAN, f64::NAN));
+        return Ok(Validated { loss: f64::NAN, nll: f64::NAN, reading: None });
     }
     match cfg.data.task.validation() {
         Validation::Perplexity | Validation::PerplexityAndF1 => {
             let bc = BatchConfig { max_src_tokens: cfg.train.max_src_tokens, max_tgt_tokens: cfg.train.max_tgt_tokens };
-            let totals = trainer.score(pairs, &bc)?;
+            let (totals, reading) = trainer.score_and_reading(pairs, &bc)?;
             let tokens = totals.tokens.max(1) as f64;
-            Ok((totals.loss / tokens, totals.nll / tokens))
+            Ok(Validated { loss: totals.loss / tokens, nll: totals.nll / tokens, reading: Some(reading) })
         }
     }
+}
+
+/// Records a validation in the metrics and warns, once warmup is over, when the source path looks
+/// dead.
+fn record_validation(
+    run_dir: &RunDir,
+    state: &RunState,
+    epoch: u64,
+    v: &Validated,
+    warmup: u64,
+    log: &mut dyn FnMut(&str),
+) -> Result<()> {
+    if let Some(w) = v.reading.and_then(|r| r.warning()).filter(|_| state.step >= warmup) {
+        log(&format!("warning: step {}: {w}", state.step));
+    }
+    run_dir.append_metrics(&valid_record(state.step, epoch, v))
 }
 
 /// Parsing validation: beam-decodes the validation sentences (beam `train.valid_f1_beam`, §6.3's α
@@ -335,9 +378,11 @@ fn f1_checkpoint(
 /// The file name of a parsing run's best checkpoint by validation F1.
 pub const BEST: &str = "best.safetensors";
 
-/// The metrics record of a validation: loss and NLL per target token, perplexity.
-fn valid_record(step: u64, epoch: u64, (loss, nll): (f64, f64)) -> serde_json::Value {
-    serde_json::json!({"kind": "valid", "step": step, "epoch": epoch, "loss": loss, "nll": nll, "ppl": nll.exp()})
+/// The metrics record of a validation: loss and NLL per target token, perplexity, and the source
+/// reading (shifted-sentence gap in nats per token, encoder-output spread).
+fn valid_record(step: u64, epoch: u64, v: &Validated) -> serde_json::Value {
+    let (gap, spread) = (v.reading.and_then(|r| r.gap), v.reading.map(|r| r.spread));
+    serde_json::json!({"kind": "valid", "step": step, "epoch": epoch, "loss": v.loss, "nll": v.nll, "ppl": v.nll.exp(), "gap": gap, "spread": spread})
 }
 
 /// Saves the trainer with the run's position, so that a restart continues exactly.
@@ -490,7 +535,9 @@ pub fn run_distributed(
         ),
     )?;
     let model_cfg = data.model.clone();
-    let model = crate::model::Transformer::new(model_cfg.clone(), t.seed)?.with_precision(precision)?;
+    let model = crate::model::Transformer::new(model_cfg.clone(), t.seed)?
+        .with_precision(precision)?
+        .with_pointer_table(crate::model::pointer::PointerTable::from_bpe(&data.bpe))?;
     let schedule = Schedule { d_model: model_cfg.d_model, warmup: t.warmup, lr_scale: t.lr_scale };
     let mut trainer = Trainer::new(model, schedule, t.seed);
     let mut state = RunState::default();
@@ -588,9 +635,9 @@ pub fn run_distributed(
                 window_start = Instant::now();
             }
             if t.valid_steps.is_some_and(|v| state.step % v == 0) {
-                let (vl, vn) = validate(&mut trainer, &data.valid, cfg, comm)?;
-                valid_perplexity = Some(vn.exp());
-                run_dir.append_metrics(&valid_record(state.step, state.epoch + 1, (vl, vn)))?;
+                let v = validate(&mut trainer, &data.valid, cfg, comm)?;
+                valid_perplexity = Some(v.nll.exp());
+                record_validation(&run_dir, &state, state.epoch + 1, &v, t.warmup, log)?;
             }
             let due_steps = t.checkpoint_steps.is_some_and(|c| state.step % c == 0);
             if due_steps || state.elapsed_s - last_ckpt >= t.checkpoint_minutes * 60.0 {
@@ -600,15 +647,17 @@ pub fn run_distributed(
         }
         state.epoch += 1;
         state.cursor = 0;
-        let (vl, vn) = validate(&mut trainer, &data.valid, cfg, comm)?;
-        valid_perplexity = Some(vn.exp());
+        let v = validate(&mut trainer, &data.valid, cfg, comm)?;
+        valid_perplexity = Some(v.nll.exp());
         log(&format!(
-            "epoch {} done at step {}: valid loss {vl:.4}, perplexity {:.2}",
+            "epoch {} done at step {}: valid loss {:.4}, perplexity {:.2}{}",
             state.epoch,
             state.step,
-            vn.exp()
+            v.loss,
+            v.nll.exp(),
+            reading_text(&v)
         ));
-        run_dir.append_metrics(&valid_record(state.step, state.epoch, (vl, vn)))?;
+        record_validation(&run_dir, &state, state.epoch, &v, t.warmup, log)?;
         let f1_due = t.valid_f1_epochs > 0 && state.epoch % t.valid_f1_epochs == 0;
         if cfg.data.task.validation() == Validation::PerplexityAndF1 && f1_due && root {
             f1_checkpoint(&trainer, &data, cfg, &mut state, &run_dir, log)?;
@@ -625,14 +674,15 @@ pub fn run_distributed(
         Some((step, path)) if step == state.step && !f1_at_end => path,
         _ => save(&run_dir, &trainer, &state, data.bpe.hash(), cfg.data.task)?,
     };
-    let valid = validate(&mut trainer, &data.valid, cfg, comm)?;
-    run_dir.append_metrics(&valid_record(state.step, state.epoch + 1, valid))?;
+    let v = validate(&mut trainer, &data.valid, cfg, comm)?;
+    record_validation(&run_dir, &state, state.epoch + 1, &v, t.warmup, log)?;
     run_dir.write_learning_curve()?;
     log(&format!(
-        "stopped: {stopped}; valid loss {:.4}, perplexity {:.2}; checkpoint {}",
-        valid.0,
-        valid.1.exp(),
+        "stopped: {stopped}; valid loss {:.4}, perplexity {:.2}{}; checkpoint {}",
+        v.loss,
+        v.nll.exp(),
+        reading_text(&v),
         last_path.display()
     ));
-    Ok(RunSummary { state, stopped, checkpoint: last_path, valid })
+    Ok(RunSummary { state, stopped, checkpoint: last_path, valid: (v.loss, v.nll), reading: v.reading })
 }

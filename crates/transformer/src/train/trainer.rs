@@ -217,6 +217,17 @@ impl Trainer {
         crate::eval::perplexity::score(&self.model, pairs, budget, ls, &mut self.workspace)
     }
 
+    /// [`Trainer::score`] and how much the model reads its sources
+    /// ([`crate::eval::perplexity::score_and_reading`]).
+    pub fn score_and_reading(
+        &mut self,
+        pairs: &[(Vec<u32>, Vec<u32>)],
+        budget: &crate::data::batching::BatchConfig,
+    ) -> Result<(crate::eval::perplexity::Totals, crate::eval::perplexity::SourceReading)> {
+        let ls = self.model.config.label_smoothing;
+        crate::eval::perplexity::score_and_reading(&self.model, pairs, budget, ls, &mut self.workspace)
+    }
+
     /// The logits of `batch` without dropout, (B·T, V).
     pub fn logits(&mut self, batch: &Batch) -> Result<&[f32]> {
         self.model.forward(batch, &mut self.workspace, None)?;
