@@ -199,9 +199,14 @@ class Model(torch.nn.Module):
 
     def decode(self, memory, src_mask, tin, tlen):
         """Logits (B, T, V) of the decoder over inputs tin given the encoder output."""
-        t = tin.shape[1]
+        return self.decoder_stack(self.embed(tin), memory, src_mask, tlen)
+
+    def decoder_stack(self, y, memory, src_mask, tlen):
+        """Logits (B, T, V) of the decoder layers over the embedded decoder input y (B, T, D): the
+        part of `decode` after the embedding, for a subclass that adds to its input
+        (bench/ptb-parse/reference.py's next-word pointer)."""
+        t = y.shape[1]
         tgt_mask = (torch.arange(t) < tlen[:, None])[:, None, None, :] & torch.ones(t, t, dtype=torch.bool).tril()
-        y = self.embed(tin)
         for i in range(self.c["n_layers"]):
             p = f"decoder.layers.{i}"
             y = self.residual(f"{p}.self_attn_norm", y, self.attention(f"{p}.self_attn", y, y, tgt_mask))

@@ -7,11 +7,14 @@ The model, batching, loss and checkpoint layout are those of bench/multi30k/refe
 from it (not copied): a post-norm encoder-decoder with tied embeddings under the Rust layout's
 parameter names, Adam (0.9, 0.98, 1e-9), the Eq. 3 schedule with warmup and lr_scale, label
 smoothing, residual and attention dropout, token-budget batches, bf16 autocast where our trainer
-would use bf16 products.
+would use bf16 products. With model.source_pointer, the decoder input also gets our next-word
+pointer, W_p · enc_out[j] (crates/transformer/src/model/pointer.rs; its rule is re-implemented
+here from the vocabulary file, and W_p is saved as `decoder.source_pointer.weight`).
 
 Same config: [model] and [train] of the run's TOML file (layers, widths, heads, dropout and
 attention_dropout, label smoothing, warmup, lr_scale, token budgets, seed, bf16_matmul, time limit,
-checkpoint interval, keep_last, valid_f1_epochs, valid_f1_beam, valid_f1_constrained).
+checkpoint interval, keep_last, valid_f1_epochs, valid_f1_beam, valid_f1_constrained,
+source_pointer).
 Same data and vocabulary: the training pairs are the ids that `transformer prepare --task parsing`
 writes from the treebank files of data.train_files with the run's vocabulary (data.bpe, learned by
 our `transformer train`) and filters (data.max_tokens, data.max_ratio).
@@ -19,6 +22,10 @@ Same model selection: every valid_f1_epochs epochs and at the end, the model is 
 `transformer evaluate --beam {valid_f1_beam} --skip-long` scores its EVALB F1 on the validation
 trees (data.valid_files); the best is kept as best.safetensors. The time this takes counts
 against the budget, as in our trainer.
+Same validation: at every epoch's end and at the end, the label-smoothed loss and NLL per target
+token of the validation pairs and how much the model reads its sentence: the shifted-sentence gap
+and the encoder-output spread (crates/transformer/src/eval/perplexity.rs, `score_and_reading`),
+logged and recorded in metrics.jsonl as `valid` records, as ours are.
 Same decoding and scoring: checkpoints are in the project's safetensors format with
 `task = parsing`, so the `transformer` binary parses and scores them exactly as it does its own.
 
@@ -103,6 +110,183 @@ def vocab_size_of(bpe: Path) -> int:
     if len(ids) != n:
         log(f"warning: {bpe} has {len(ids)} distinct ids but its largest is {n - 1}; using {n}")
     return n
+
+
+# ------------------------------------------------------------------------------------------------
+# The next-word pointer (model.source_pointer): crates/transformer/src/model/pointer.rs
+# ------------------------------------------------------------------------------------------------
+
+TAG, STRUCTURE, PIECE, WORD_PIECE = 0, 1, 2, 3  # WORD_PIECE: a piece that starts a word
+UNK, SPECIAL_TOKENS, TAG_PREFIX = 3, 4, "TAG="  # crates/transformer/src/vocab.rs, data/parallel.rs
+
+
+class PointerTable:
+    """What each vocabulary id is to the pointer, as `PointerTable::from_bpe` decides: a whole
+    (added) entry is a tag if it starts with `TAG=`, else structure (a bracket); the special ids
+    below SPECIAL_TOKENS other than UNK are structure; every other id is a piece, which starts a
+    word if its token starts with 'Ġ' (or a space)."""
+
+    def __init__(self, bpe: Path, vocab_size: int):
+        v = json.loads(bpe.read_text())
+        token = {i: t for t, i in v["model"]["vocab"].items()}
+        added = {a["id"]: a["content"] for a in v.get("added_tokens", [])}
+        token.update(added)  # id_to_token: an added entry's content first
+        self.classes = [WORD_PIECE if token.get(i, "").startswith(("Ġ", " ")) else PIECE for i in range(vocab_size)]
+        for i in range(min(SPECIAL_TOKENS, vocab_size)):
+            if i != UNK:
+                self.classes[i] = STRUCTURE
+        for i, content in added.items():
+            if i >= SPECIAL_TOKENS and i < vocab_size:
+                self.classes[i] = TAG if content.startswith(TAG_PREFIX) else STRUCTURE
+
+    def word_starts(self, src):
+        """Position 0 and every source piece that starts a word."""
+        n = len(self.classes)
+        return [i for i, x in enumerate(src) if i == 0 or (x < n and self.classes[x] == WORD_PIECE)]
+
+    def positions(self, src, tin):
+        """The source position each decoder input position reads (`PointerState::advance` over
+        tin = BOS and the target tokens fed so far): the word whose leaf is open (after its tag,
+        until its last piece), else the next word (the count of tags so far), else the source's
+        last position."""
+        starts, n, nc = self.word_starts(src), len(src), len(self.classes)
+        tags, remaining, out = 0, 0, []
+        for x in tin:
+            k = self.classes[x] if x < nc else PIECE
+            if k == TAG:
+                tags += 1
+                w = tags - 1
+                pieces = ((starts[w + 1] if w + 1 < len(starts) else n) - starts[w]) if w < len(starts) else 0
+                remaining = max(pieces, 1)
+            elif k == STRUCTURE:
+                remaining = 0
+            else:
+                remaining = max(remaining - 1, 0)
+            word = tags - 1 if remaining > 0 else tags
+            out.append(starts[word] if word < len(starts) else n - 1)
+        return out
+
+    def batch_positions(self, src, slen, tin, tlen):
+        """`batch_positions`: (B, T) source positions of a padded batch; 0 on padding."""
+        out = torch.zeros(tin.shape, dtype=torch.long)
+        src_l, tin_l = src.tolist(), tin.tolist()
+        for b, (ns, nt) in enumerate(zip(slen.tolist(), tlen.tolist())):
+            if ns > 0:
+                out[b, :nt] = torch.tensor(self.positions(src_l[b][:ns], tin_l[b][:nt]), dtype=torch.long)
+        return out
+
+
+POINTER = "decoder.source_pointer.weight"
+
+
+class Parser(m30k.Model):
+    """bench/multi30k/reference.py's model, and with c["source_pointer"] our next-word pointer: the
+    embedded decoder input (after its dropout) plus enc_out[b, j_t] W_pᵀ, W_p (D, D) Xavier-uniform,
+    no bias, no dropout on the term. W_p comes last in the layout, as in our ParamLayout."""
+
+    def __init__(self, c, seed, table: PointerTable | None):
+        super().__init__(c, seed)
+        if c.get("source_pointer") and table is None:
+            raise ValueError("a model with source_pointer needs the vocabulary's PointerTable")
+        self.table = table if c.get("source_pointer") else None
+        if self.table is not None:
+            d = c["d_model"]
+            a = math.sqrt(6.0 / (d + d))
+            # Its own generator: the base model's is local to its constructor.
+            gen = torch.Generator().manual_seed(seed + 1)
+            self.p[POINTER.replace(".", "__")] = torch.nn.Parameter(torch.empty(d, d).uniform_(-a, a, generator=gen))
+            self.names.append(POINTER)
+
+    def decode_pointed(self, memory, src_mask, src, slen, tin, tlen):
+        """Logits (B, T, V) over decoder inputs tin given the encoder output memory (B, S, D)."""
+        y = self.embed(tin)
+        if self.table is not None:
+            ptr = self.table.batch_positions(src, slen, tin, tlen)  # (B, T)
+            picked = memory.gather(1, ptr[:, :, None].expand(-1, -1, memory.shape[-1]))  # (B, T, D)
+            y = y + F.linear(picked, self.w(POINTER))
+        return self.decoder_stack(y, memory, src_mask, tlen)
+
+    def forward(self, src, slen, tin, tlen):
+        memory, src_mask = self.encode(src, slen)
+        return self.decode_pointed(memory, src_mask, src, slen, tin, tlen)
+
+
+# ------------------------------------------------------------------------------------------------
+# Validation: loss, NLL and how much the model reads its sentence (eval/perplexity.rs)
+# ------------------------------------------------------------------------------------------------
+
+DEAD_SPREAD, DEAD_GAP = 0.3, 0.1  # eval/perplexity.rs: below these a run warns
+
+
+def encoder_spread(h):
+    """`encoder_spread` of one encoder output h (L, D): mean ‖hᵢ − h̄‖ / mean ‖hᵢ‖ (f64)."""
+    h = h.double()
+    if h.shape[0] == 0:
+        return 0.0
+    size = h.norm(dim=1).sum().item()
+    return (h - h.mean(0)).norm(dim=1).sum().item() / size if size > 0 else 0.0
+
+
+def score(model, pairs, batches, amp, label_smoothing, spread=False):
+    """Σ label-smoothed loss, Σ NLL, target tokens (EOS included) and, with spread, Σ over the
+    pairs of their encoder spread: teacher-forced, without dropout."""
+    loss, nll, n, spread_sum = 0.0, 0.0, 0, 0.0
+    for b in batches:
+        src, slen, tin, tout, tlen = m30k.tensors(pairs, b)
+        with amp():
+            memory, src_mask = model.encode(src, slen)
+            logits = model.decode_pointed(memory, src_mask, src, slen, tin, tlen).float()
+        if spread:
+            spread_sum += sum(encoder_spread(memory[i, :l].float()) for i, l in enumerate(slen.tolist()))
+        flat, gold = logits.reshape(-1, logits.shape[-1]), tout.reshape(-1)
+        nll += F.cross_entropy(flat, gold, ignore_index=PAD, reduction="sum").item()
+        loss += F.cross_entropy(flat, gold, ignore_index=PAD, label_smoothing=label_smoothing, reduction="sum").item()
+        n += int((tout != PAD).sum())
+    return loss, nll, n, spread_sum
+
+
+class Validation:
+    """Our trainer's validation (`score_and_reading`): the pairs scored as given, and again with
+    every source replaced by the next pair's (the last takes the first's), each set in its own
+    token-budget batches."""
+
+    def __init__(self, pairs, max_src, max_tgt, label_smoothing):
+        self.pairs, self.ls = pairs, label_smoothing
+        self.batches = m30k.make_batches(pairs, max_src, max_tgt)
+        k = len(pairs)
+        self.shifted = [(pairs[(i + 1) % k][0], pairs[i][1]) for i in range(k)] if k >= 2 else None
+        self.shifted_batches = m30k.make_batches(self.shifted, max_src, max_tgt) if self.shifted else None
+
+    def __call__(self, model, amp) -> dict:
+        """{"loss", "nll"} per target token, "gap" (nats per target token; None under two pairs)
+        and "spread" (mean over the sources)."""
+        model.eval()
+        with torch.no_grad():
+            loss, nll, n, spread_sum = score(model, self.pairs, self.batches, amp, self.ls, spread=True)
+            gap = None
+            if self.shifted is not None:
+                _, wrong, wn, _ = score(model, self.shifted, self.shifted_batches, amp, self.ls)
+                gap = wrong / max(wn, 1) - nll / max(n, 1)
+        model.train()
+        return {"loss": loss / max(n, 1), "nll": nll / max(n, 1), "gap": gap,
+                "spread": spread_sum / max(len(self.pairs), 1), "tokens": n}
+
+
+def reading_text(v) -> str:
+    """Our log's ", shifted-source gap G nats/token, encoder spread S"."""
+    gap = "n/a" if v["gap"] is None else f"{v['gap']:.3f}"
+    return f", shifted-source gap {gap} nats/token, encoder spread {v['spread']:.3f}"
+
+
+def reading_warning(v):
+    """`SourceReading::warning`: a line when the source path looks dead, else None."""
+    dead_gap = v["gap"] is not None and v["gap"] < DEAD_GAP
+    if v["spread"] < DEAD_SPREAD or dead_gap:
+        gap = "n/a" if v["gap"] is None else f"{v['gap']:.3f}"
+        return (f"the decoder hardly reads its source: encoder-output spread {v['spread']:.3f} (dead below "
+                f"{DEAD_SPREAD}), shifted-sentence gap {gap} nats/token (dead below {DEAD_GAP}); see "
+                f"docs/parsing.md, \"Reading the sentence\"")
+    return None
 
 
 # ------------------------------------------------------------------------------------------------
@@ -200,6 +384,12 @@ def main():
     # trainer validates on (every pair whose sides fit model.max_positions).
     vocab_size = vocab_size_of(bpe)
     c = m30k.model_config(cfg, vocab_size)
+    # model.source_pointer (ours: `#[serde(default)] source_pointer: bool`); the checkpoints carry it
+    # in their config, so that our binary builds the same layout and computes the pointer itself.
+    c["source_pointer"] = cfg["model"].get("source_pointer", False)
+    if not isinstance(c["source_pointer"], bool):
+        sys.exit(f"{args.config}: model.source_pointer must be true or false, not {c['source_pointer']!r}")
+    table = PointerTable(bpe, vocab_size) if c["source_pointer"] else None
     train, meta = prepare(args.binary, d["train_src"], d.get("train_files"), bpe, out / "prepared-train",
                           d.get("max_tokens", 250), d.get("max_ratio", 3.0))
     valid, _ = prepare(args.binary, d["valid_src"], d.get("valid_files"), bpe, out / "prepared-valid",
@@ -213,7 +403,7 @@ def main():
     # The recipe (bench/multi30k/reference.py's, whose training loop lives in its main()).
     seed = t.get("seed", 1)
     torch.manual_seed(seed)
-    model = m30k.Model(c, seed)
+    model = Parser(c, seed, table)
     n_params = sum(p.numel() for p in model.parameters())
     warmup, lr_scale = t.get("warmup", 4000), t.get("lr_scale", 1.0)
     opt = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
@@ -229,17 +419,28 @@ def main():
         sys.exit(f"{args.config}: train.bf16_matmul must be true, false or \"auto\", not {bf16!r}")
     amp = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if bf16 else contextlib.nullcontext
     batches = m30k.make_batches(train, t["max_src_tokens"], t["max_tgt_tokens"])
-    vbatches = m30k.make_batches(valid, t["max_src_tokens"], t["max_tgt_tokens"])
+    validate = Validation(valid, t["max_src_tokens"], t["max_tgt_tokens"], c["label_smoothing"])
     budget = 60.0 * (args.minutes if args.minutes is not None else t["time_limit_minutes"])
     ckpt_every = 60.0 * t.get("checkpoint_minutes", 10.0)
     keep = t.get("keep_last", 5)
     f1_epochs, f1_beam = t.get("valid_f1_epochs", 2), t.get("valid_f1_beam", 4)
     log(f"{n_params} parameters (vocabulary {vocab_size}), {len(train)} training pairs in {len(batches)} batches, "
         f"{len(valid)} validation pairs, {args.threads} threads, {budget / 60:g} min"
-        f"{', bf16 autocast' if bf16 else ''}; F1 every {f1_epochs} epochs with beam {f1_beam}")
+        f"{', bf16 autocast' if bf16 else ''}{', next-word pointer' if table else ''}; "
+        f"F1 every {f1_epochs} epochs with beam {f1_beam}")
 
     best = {"f1": None, "step": None}
     (out / "metrics.jsonl").write_text("")
+
+    def record_validation(step, epoch, v):
+        """Our record_validation: the metrics record, and a warning once warmup is over when the
+        source path looks dead."""
+        w = reading_warning(v)
+        if w is not None and step >= warmup:
+            log(f"warning: step {step}: {w}")
+        with open(out / "metrics.jsonl", "a") as f:
+            f.write(json.dumps({"kind": "valid", "step": step, "epoch": epoch, "loss": v["loss"], "nll": v["nll"],
+                                "ppl": math.exp(v["nll"]), "gap": v["gap"], "spread": v["spread"]}) + "\n")
 
     def f1_checkpoint(step, epoch):
         """Our trainer's f1_checkpoint: decode the validation sentences with the current model
@@ -304,8 +505,10 @@ def main():
                 last_ckpt = time.time()
         else:
             epoch += 1
-            v = m30k.validate(model, valid, vbatches, amp)
-            log(f"epoch {epoch} done at step {step}: valid perplexity {math.exp(v):.2f}")
+            v = validate(model, amp)
+            log(f"epoch {epoch} done at step {step}: valid loss {v['loss']:.4f}, perplexity {math.exp(v['nll']):.2f}"
+                + reading_text(v))
+            record_validation(step, epoch, v)
             if f1_epochs > 0 and epoch % f1_epochs == 0:
                 f1_checkpoint(step, epoch)
     # As our trainer: the final model is scored too (the budget is spent by then, so this runs
@@ -314,9 +517,11 @@ def main():
         f1_checkpoint(step, epoch)
     save_rotating(model, c, step, vocab_hash, out, keep)
     elapsed = time.time() - start
-    v = m30k.validate(model, valid, vbatches, amp)
+    v = validate(model, amp)
+    record_validation(step, epoch + 1, v)
     log(f"PyTorch {torch.__version__}: {step} updates, {epoch} full epochs in {elapsed:.0f} s ({stopped}); "
-        f"valid perplexity {math.exp(v):.2f}; {tokens} target tokens, {tokens / elapsed:.0f} target tokens/s over "
+        f"valid loss {v['loss']:.4f}, perplexity {math.exp(v['nll']):.2f} (NLL {v['nll']:.6f} nats over {v['tokens']} "
+        f"target tokens){reading_text(v)}; {tokens} target tokens, {tokens / elapsed:.0f} target tokens/s over "
         f"the run (validation included), {tokens / max(step_time, 1e-9):.0f} in training steps alone; best validation F1 "
         + (f"{best['f1']:.2f} at step {best['step']}" if best["f1"] is not None else "never scored (valid_f1_epochs = 0)"))
 

@@ -1,33 +1,38 @@
-//! The learning curve: training loss (smoothed) and validation loss per step, from metrics.jsonl,
-//! as a self-contained SVG next to the checkpoints.
+//! The learning curve from metrics.jsonl, as a self-contained SVG next to the checkpoints: one
+//! panel of training loss (smoothed) and validation loss per step; one of how much the model
+//! reads its source (the shifted-sentence gap and the encoder-output spread of every
+//! validation, docs/parsing.md); and, for parsing, one of validation F1.
 
 use crate::error::Result;
 use crate::io::{io_err, write_atomically};
+use std::collections::BTreeMap;
 use std::path::Path;
 
-/// Reads `metrics` (JSON lines with kind, step, loss) and writes the curve to `svg`.
-pub fn write_svg(metrics: &Path, svg: &Path) -> Result<()> {
-    let text = std::fs::read_to_string(metrics).map_err(io_err(metrics))?;
-    let (mut train, mut valid) = (Vec::new(), Vec::new());
-    for line in text.lines() {
-        let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else { continue };
-        let (Some(step), Some(loss)) = (v["step"].as_f64(), v["loss"].as_f64()) else { continue };
-        match v["kind"].as_str() {
-            Some("train") => train.push((step, loss)),
-            Some("valid") => valid.push((step, loss)),
-            _ => {}
+/// One named line of a panel.
+struct Series {
+    name: &'static str,
+    color: &'static str,
+    points: Vec<(f64, f64)>,
+    dots: bool,
+}
+
+/// Points of `kind` records' `field` by step; a resumed run repeats steps after its last
+/// checkpoint, so the latest record of each step is kept.
+fn series(records: &[serde_json::Value], kind: &str, field: &str) -> Vec<(f64, f64)> {
+    let mut seen = BTreeMap::new();
+    for v in records.iter().filter(|v| v["kind"].as_str() == Some(kind)) {
+        if let (Some(step), Some(y)) = (v["step"].as_u64(), v[field].as_f64()) {
+            seen.insert(step, y);
         }
     }
-    // A resumed run repeats steps after its last checkpoint: keep the latest record of each step.
-    let dedup = |v: &mut Vec<(f64, f64)>| {
-        let mut seen = std::collections::BTreeMap::new();
-        for (s, l) in v.drain(..) {
-            seen.insert(s as u64, l);
-        }
-        *v = seen.into_iter().map(|(s, l)| (s as f64, l)).collect();
-    };
-    dedup(&mut train);
-    dedup(&mut valid);
+    seen.into_iter().map(|(s, y)| (s as f64, y)).collect()
+}
+
+/// Reads `metrics` (JSON lines with kind, step and values) and writes the curve to `svg`.
+pub fn write_svg(metrics: &Path, svg: &Path) -> Result<()> {
+    let text = std::fs::read_to_string(metrics).map_err(io_err(metrics))?;
+    let records: Vec<serde_json::Value> = text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    let train = series(&records, "train", "loss");
     // Exponential moving average of the training loss.
     let mut ema = None;
     let smooth: Vec<(f64, f64)> = train
@@ -38,37 +43,124 @@ pub fn write_svg(metrics: &Path, svg: &Path) -> Result<()> {
             (s, e)
         })
         .collect();
-    let all: Vec<&(f64, f64)> = smooth.iter().chain(&valid).collect();
-    let (w, h, pad) = (800.0, 480.0, 60.0);
-    let max_step = all.iter().map(|p| p.0).fold(1.0, f64::max);
-    let (lo, hi) = all.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), p| (lo.min(p.1), hi.max(p.1)));
-    let (lo, hi) = if lo.is_finite() && hi > lo { (lo, hi) } else { (0.0, 1.0) };
-    let x = |s: f64| pad + (w - 2.0 * pad) * s / max_step;
-    let y = |l: f64| h - pad - (h - 2.0 * pad) * (l - lo) / (hi - lo);
-    let line =
-        |pts: &[(f64, f64)]| pts.iter().map(|&(s, l)| format!("{:.1},{:.1}", x(s), y(l))).collect::<Vec<_>>().join(" ");
+    let max_step = records.iter().filter_map(|v| v["step"].as_f64()).fold(1.0, f64::max);
+    let mut panels = vec![(
+        "loss per target token",
+        vec![
+            Series { name: "training loss (EMA)", color: "#1f77b4", points: smooth, dots: false },
+            Series { name: "validation loss", color: "#d62728", points: series(&records, "valid", "loss"), dots: true },
+        ],
+        None,
+    )];
+    let (gap, spread) = (series(&records, "valid", "gap"), series(&records, "valid", "spread"));
+    if !gap.is_empty() || !spread.is_empty() {
+        panels.push((
+            "reads its source",
+            vec![
+                Series { name: "shifted-source gap (nats/token)", color: "#2ca02c", points: gap, dots: true },
+                Series { name: "encoder-output spread", color: "#9467bd", points: spread, dots: true },
+            ],
+            Some(0.0),
+        ));
+    }
+    let f1 = series(&records, "valid_f1", "f1");
+    if !f1.is_empty() {
+        panels.push((
+            "validation F1",
+            vec![Series { name: "validation F1 (EVALB)", color: "#ff7f0e", points: f1, dots: true }],
+            Some(0.0),
+        ));
+    }
+    let (w, ph) = (800.0, 480.0);
     let mut out = format!(
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" font-family=\"sans-serif\" font-size=\"12\">\n\
-         <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n\
-         <line x1=\"{pad}\" y1=\"{b}\" x2=\"{r}\" y2=\"{b}\" stroke=\"black\"/><line x1=\"{pad}\" y1=\"{pad}\" x2=\"{pad}\" y2=\"{b}\" stroke=\"black\"/>\n\
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{}\" font-family=\"sans-serif\" font-size=\"12\">\n\
+         <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n",
+        ph * panels.len() as f64
+    );
+    for (i, (label, lines, floor)) in panels.iter().enumerate() {
+        out += &panel(lines, label, *floor, max_step, w, ph, ph * i as f64);
+    }
+    out += "</svg>\n";
+    write_atomically(svg, out.as_bytes())
+}
+
+/// One panel `h` high at vertical offset `top`: axes, the y range of its series (from `floor`
+/// when given), each series as a line (with dots), and a legend.
+fn panel(lines: &[Series], label: &str, floor: Option<f64>, max_step: f64, w: f64, h: f64, top: f64) -> String {
+    let pad = 60.0;
+    let ys = lines.iter().flat_map(|s| s.points.iter().map(|p| p.1)).filter(|y| y.is_finite());
+    let (lo, hi) = ys.fold((floor.unwrap_or(f64::INFINITY), f64::NEG_INFINITY), |(lo, hi), y| (lo.min(y), hi.max(y)));
+    let (lo, hi) = match (lo.is_finite(), hi.is_finite()) {
+        (true, true) if hi > lo => (lo, hi),
+        (true, _) => (lo, lo + 1.0),
+        _ => (0.0, 1.0),
+    };
+    let x = |s: f64| pad + (w - 2.0 * pad) * s / max_step;
+    let y = |l: f64| top + h - pad - (h - 2.0 * pad) * (l - lo) / (hi - lo);
+    let (b, r, cy) = (top + h - pad, w - pad, top + h / 2.0);
+    let mut out = format!(
+        "<line x1=\"{pad}\" y1=\"{b}\" x2=\"{r}\" y2=\"{b}\" stroke=\"black\"/><line x1=\"{pad}\" y1=\"{t}\" x2=\"{pad}\" y2=\"{b}\" stroke=\"black\"/>\n\
          <text x=\"{cx}\" y=\"{xl}\" text-anchor=\"middle\">update step (max {max_step:.0})</text>\n\
-         <text x=\"15\" y=\"{cy}\" transform=\"rotate(-90 15 {cy})\" text-anchor=\"middle\">loss per target token</text>\n\
-         <text x=\"{lx}\" y=\"{b}\" text-anchor=\"end\">{lo:.2}</text><text x=\"{lx}\" y=\"{pad}\" text-anchor=\"end\">{hi:.2}</text>\n",
-        b = h - pad,
-        r = w - pad,
+         <text x=\"15\" y=\"{cy}\" transform=\"rotate(-90 15 {cy})\" text-anchor=\"middle\">{label}</text>\n\
+         <text x=\"{lx}\" y=\"{b}\" text-anchor=\"end\">{lo:.2}</text><text x=\"{lx}\" y=\"{t}\" text-anchor=\"end\">{hi:.2}</text>\n",
+        t = top + pad,
         cx = w / 2.0,
-        xl = h - 20.0,
-        cy = h / 2.0,
+        xl = top + h - 20.0,
         lx = pad - 5.0
     );
-    out += &format!("<polyline fill=\"none\" stroke=\"#1f77b4\" stroke-width=\"1.5\" points=\"{}\"/>\n", line(&smooth));
-    out += &format!("<polyline fill=\"none\" stroke=\"#d62728\" stroke-width=\"2\" points=\"{}\"/>\n", line(&valid));
-    for &(s, l) in &valid {
-        out += &format!("<circle cx=\"{:.1}\" cy=\"{:.1}\" r=\"3\" fill=\"#d62728\"/>\n", x(s), y(l));
+    for (k, s) in lines.iter().enumerate() {
+        let pts: Vec<String> =
+            s.points.iter().filter(|p| p.1.is_finite()).map(|&(a, l)| format!("{:.1},{:.1}", x(a), y(l))).collect();
+        out += &format!(
+            "<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"1.5\" points=\"{}\"/>\n",
+            s.color,
+            pts.join(" ")
+        );
+        if s.dots {
+            for &(a, l) in s.points.iter().filter(|p| p.1.is_finite()) {
+                out += &format!("<circle cx=\"{:.1}\" cy=\"{:.1}\" r=\"3\" fill=\"{}\"/>\n", x(a), y(l), s.color);
+            }
+        }
+        out += &format!(
+            "<text x=\"{}\" y=\"{}\" fill=\"{}\">{}</text>\n",
+            w - 260.0,
+            top + 20.0 + 16.0 * k as f64,
+            s.color,
+            s.name
+        );
     }
-    out += &format!(
-        "<text x=\"{0}\" y=\"20\" fill=\"#1f77b4\">training loss (EMA)</text><text x=\"{0}\" y=\"36\" fill=\"#d62728\">validation loss</text>\n</svg>\n",
-        w - 220.0
-    );
-    write_atomically(svg, out.as_bytes())
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn panels_follow_the_records() {
+        let dir = std::env::temp_dir().join(format!("curve-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let m = dir.join("metrics.jsonl");
+        let lines = [
+            r#"{"kind":"train","step":1,"loss":5.0}"#,
+            r#"{"kind":"train","step":2,"loss":4.0}"#,
+            r#"{"kind":"valid","step":2,"loss":4.5,"gap":0.5,"spread":0.8}"#,
+            r#"{"kind":"valid_f1","step":2,"f1":40.0}"#,
+        ];
+        std::fs::write(&m, lines.join("\n")).unwrap();
+        let svg = dir.join("curve.svg");
+        write_svg(&m, &svg).unwrap();
+        let text = std::fs::read_to_string(&svg).unwrap();
+        for want in
+            ["height=\"1440\"", "validation loss", "shifted-source gap", "encoder-output spread", "validation F1"]
+        {
+            assert!(text.contains(want), "{want} missing");
+        }
+        // Translation before this change: loss only, one panel.
+        std::fs::write(&m, lines[..2].join("\n")).unwrap();
+        write_svg(&m, &svg).unwrap();
+        let text = std::fs::read_to_string(&svg).unwrap();
+        assert!(text.contains("height=\"480\"") && !text.contains("spread"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
