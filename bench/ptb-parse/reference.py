@@ -146,9 +146,9 @@ class PointerTable:
 
     def positions(self, src, tin):
         """The source position each decoder input position reads (`PointerState::advance` over
-        tin = BOS and the target tokens fed so far): the word whose leaf is open (after its tag,
-        until its last piece), else the next word (the count of tags so far), else the source's
-        last position."""
+        tin = BOS and the target tokens fed so far): inside an open leaf (after its tag, until its
+        word's last piece) the next piece of its word to copy, else the next word's first piece
+        (the count of tags so far), else the source's last position."""
         starts, n, nc = self.word_starts(src), len(src), len(self.classes)
         tags, remaining, out = 0, 0, []
         for x in tin:
@@ -162,8 +162,15 @@ class PointerTable:
                 remaining = 0
             else:
                 remaining = max(remaining - 1, 0)
-            word = tags - 1 if remaining > 0 else tags
-            out.append(starts[word] if word < len(starts) else n - 1)
+            if remaining > 0:  # inside a leaf: the next piece of its word to copy
+                w = tags - 1
+                if w < len(starts):
+                    end = starts[w + 1] if w + 1 < len(starts) else n
+                    out.append(min(max(end - remaining, 0), n - 1))
+                else:
+                    out.append(n - 1)
+            else:  # the next word's first piece
+                out.append(starts[tags] if tags < len(starts) else n - 1)
         return out
 
     def batch_positions(self, src, slen, tin, tlen):

@@ -1,11 +1,12 @@
 //! The next-word pointer (`model.source_pointer`, a named deviation: docs/deviations.md,
 //! `next-word-pointer`). For parsing, the decoder input at each position gets one more term,
-//! `W_p · enc_out[j]`, where j is the source position of the word the tree is at: the word whose
-//! leaf is being written (after its tag, until its last piece), else the next word to attach
-//! (the count of leaves written so far), clamped to the source's last position. j depends only
-//! on the tokens fed so far and on the source, so it is the same in teacher forcing and in
-//! search. One gather and one D×D product: the decoder no longer has to find its place in the
-//! sentence through attention alone (docs/parsing.md, "Reading the sentence").
+//! `W_p · enc_out[j]`, where j is the source position the tree is at: inside a leaf (after its
+//! tag, until its word's last piece) the next piece of the leaf's word to copy, else the first
+//! piece of the next word to attach (the count of leaves written so far); past the last word,
+//! the source's last position. j depends only on the tokens fed so far and on the source, so it
+//! is the same in teacher forcing and in search. One gather and one D×D product: the decoder no
+//! longer has to find its place in the sentence through attention alone (docs/parsing.md,
+//! "Reading the sentence").
 //!
 //! What a token is comes from the vocabulary ([`PointerTable`]): a POS tag opens a leaf, a
 //! bracket or special token closes any open leaf, and a BPE piece is a piece of the leaf's word.
@@ -102,8 +103,9 @@ pub struct PointerState {
 
 impl PointerState {
     /// Feeds one token (BOS first) and returns the source position the next prediction reads:
-    /// the open leaf's word, else the next word, clamped to the last position of a source of
-    /// `src_len` positions whose words start at `starts`. `src_len` must be at least 1.
+    /// the open leaf's next piece to copy, else the next word's first piece, clamped to the last
+    /// position of a source of `src_len` positions whose words start at `starts`. `src_len` must
+    /// be at least 1.
     pub fn advance(&mut self, class: TokenClass, starts: &[u32], src_len: usize) -> usize {
         let pieces = |w: usize| -> u32 {
             match starts.get(w) {
@@ -119,10 +121,14 @@ impl PointerState {
             TokenClass::Structure => self.remaining = 0,
             TokenClass::Piece { .. } => self.remaining = self.remaining.saturating_sub(1),
         }
-        let word = if self.remaining > 0 { self.tags as usize - 1 } else { self.tags as usize };
-        match starts.get(word) {
-            Some(&s) => s as usize,
-            None => src_len - 1,
+        if self.remaining > 0 {
+            let word = self.tags as usize - 1;
+            match starts.get(word) {
+                Some(&s) => ((s + pieces(word)).saturating_sub(self.remaining) as usize).min(src_len - 1),
+                None => src_len - 1,
+            }
+        } else {
+            starts.get(self.tags as usize).map_or(src_len - 1, |&s| s as usize)
         }
     }
 }
@@ -163,7 +169,8 @@ mod tests {
         let mut st = PointerState::default();
         // BOS (S (NP NNP Pierre NNP Vin ken )NP . . )S EOS
         let feed = [S, S, S, T, W, T, W, P, S, T, W, S];
-        let want = [0, 0, 0, 0, 1, 1, 1, 3, 3, 3, 3, 3];
+        // After `Vin` the pointer is at `ken`, the piece to copy next.
+        let want = [0, 0, 0, 0, 1, 1, 2, 3, 3, 3, 3, 3];
         let got: Vec<usize> = feed.iter().map(|&c| st.advance(c, &starts, 4)).collect();
         assert_eq!(got, want);
         // Past the last word: clamped to the last position.
