@@ -212,7 +212,16 @@ fn quickstart_parsing_fetches_the_sample_trains_parses_reports_then_resumes() {
     assert!(lines[find("# Quick start: parsing the Penn Treebank")].contains("minutes of training"));
     assert!(lines[find("Trained ")].contains("time limit of 0.25 minutes"), "{stdout}");
     assert!(lines[find("Picked the checkpoint of step ")].contains("best by validation F1"), "{stdout}");
-    let test = find("Test wsj_0175..wsj_0189 (10 sentences; beam 4, alpha 0.3, constrained)");
+    // The test is decoded as the built-in config's validation decodes.
+    let cfg = transformer::train::run::RunConfig::from_toml(
+        transformer::quickstart::parsing::PTB_PARSE_CONFIG,
+        "ptb-parse.toml",
+        &[],
+    )
+    .unwrap();
+    let constrained = if cfg.train.valid_f1_constrained { ", constrained" } else { "" };
+    let beam = cfg.train.valid_f1_beam;
+    let test = find(&format!("Test wsj_0175..wsj_0189 (10 sentences; beam {beam}, alpha 0.3{constrained})"));
     assert_eq!(lines[test + 1].trim(), "=== Summary ===");
     // EVALB's summary, both blocks, as `parse-eval --summary-only` prints it.
     for (k, block) in ["-- All --", "-- len<=40 --"].iter().enumerate() {
@@ -254,9 +263,10 @@ fn quickstart_parsing_fetches_the_sample_trains_parses_reports_then_resumes() {
     }
     let next = find("Next:");
     assert!(lines[next + 1].contains("transformer quickstart --task parsing --output out --minutes 0.75"), "{stdout}");
-    assert!(lines[next + 2].contains(
-        "transformer parse --tokenize --constrained --checkpoint out/model.safetensors --bpe out/run/vocab.json"
-    ));
+    let flag = if cfg.train.valid_f1_constrained { " --constrained" } else { "" };
+    let parse =
+        format!("transformer parse --tokenize{flag} --checkpoint out/model.safetensors --bpe out/run/vocab.json");
+    assert!(lines[next + 2].contains(&parse), "{stdout}");
     assert!(lines[next + 3].contains("transformer parse-eval --gold out/test.gold --test out/test.trees"));
     assert!(lines[next + 4].contains("configs/ptb-parse.toml"));
     for name in ["test.words", "test.gold", "test.trees"] {
