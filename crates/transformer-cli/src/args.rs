@@ -46,26 +46,52 @@ pub enum Command {
     /// The main job in one command: train an English→German model on the built-in Multi30k data
     /// (offline), average its last 5 checkpoints (§6.1), score test_2016_flickr with cased
     /// sacreBLEU and chrF (beam 4, α 0.6), translate examples, draw the learning curve and an
-    /// attention heatmap, and print a report. Run it again with the same --output to resume.
+    /// attention heatmap, and print a report. With --task parsing: train a parser on the Penn
+    /// Treebank sample (after `transformer data ptb-sample`), pick its best checkpoint by
+    /// validation F1, parse the test files and print EVALB's summary and example trees. Run it
+    /// again with the same --output to resume.
     Quickstart {
-        /// Training budget in minutes (the recipe of configs/multi30k-en-de.toml, §5; checkpoints
-        /// every minutes/20).
+        /// What to train: translation (Multi30k) or parsing (configs/ptb-parse.toml on a treebank).
+        #[arg(long, default_value = "translation", value_parser = library_enum(&Task::ALL, Task::name))]
+        task: Task,
+        /// Training budget in minutes (the recipe of configs/multi30k-en-de.toml, §5, or of
+        /// configs/ptb-parse.toml; checkpoints every minutes/20).
         #[arg(long, default_value_t = 10.0)]
         minutes: f64,
-        /// Where everything goes; an existing run there is resumed.
-        #[arg(long, default_value = "quickstart")]
-        output: PathBuf,
-        /// Source language: en or de are built in; fr and cs need `transformer data multi30k`.
-        #[arg(long, default_value = "en", value_parser = ["en", "de", "fr", "cs"])]
-        src: String,
-        /// Target language.
-        #[arg(long, default_value = "de", value_parser = ["en", "de", "fr", "cs"])]
-        tgt: String,
-        /// Where `transformer data multi30k` put the files, for languages that are not built in.
-        #[arg(long, default_value = "data/multi30k")]
-        data: PathBuf,
-        /// Score only the first N of the 1,000 test sentences (for a quick smoke test; the BLEU is
-        /// then not comparable).
+        /// Where everything goes; an existing run there is resumed [default: quickstart, or
+        /// quickstart-parsing with --task parsing].
+        #[arg(long)]
+        output: Option<PathBuf>,
+        /// Source language: en or de are built in; fr and cs need `transformer data multi30k`
+        /// [default: en].
+        #[arg(long, value_parser = ["en", "de", "fr", "cs"])]
+        src: Option<String>,
+        /// Target language [default: de].
+        #[arg(long, value_parser = ["en", "de", "fr", "cs"])]
+        tgt: Option<String>,
+        /// Where `transformer data multi30k` put the files, for languages that are not built in
+        /// [default: data/multi30k].
+        #[arg(long)]
+        data: Option<PathBuf>,
+        /// Parsing: the treebank, a directory searched for .mrg files (`transformer data
+        /// ptb-sample` puts the sample in data/ptb-sample; or your own WSJ copy) [default:
+        /// data/ptb-sample].
+        #[arg(long)]
+        treebank: Option<PathBuf>,
+        /// Parsing: the files to train on, FIRST..LAST by name [default: wsj_0001..wsj_0159; for
+        /// the full WSJ, sections 02-21: wsj_0200..wsj_2199].
+        #[arg(long)]
+        train_files: Option<String>,
+        /// Parsing: the validation files, which pick the best checkpoint by F1 [default:
+        /// wsj_0160..wsj_0174; full WSJ section 22: wsj_2200..wsj_2299].
+        #[arg(long)]
+        valid_files: Option<String>,
+        /// Parsing: the test files, parsed and scored at the end [default: wsj_0175..wsj_0189; full
+        /// WSJ section 23: wsj_2300..wsj_2399].
+        #[arg(long)]
+        test_files: Option<String>,
+        /// Score only the first N test sentences (for a quick smoke test; the score is then not
+        /// comparable).
         #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
         test_sentences: Option<u64>,
         /// Validation perplexity every N updates (and at every epoch's end).
@@ -418,6 +444,28 @@ pub enum DataCommand {
         /// Download from this base URL.
         #[arg(long, default_value = transformer::data::download::MULTI30K_URL)]
         url: String,
+    },
+    /// The Penn Treebank sample (NLTK's corpora/treebank: wsj_0001-wsj_0199, combined .mrg trees;
+    /// non-commercial use only, terms printed), each file verified by SHA-256, for
+    /// configs/ptb-parse.toml and `quickstart --task parsing`. Without --from, --from-nltk-data or
+    /// --url it looks in $TRANSFORMER_PTB_MIRROR, then in NLTK's data directories ($NLTK_DATA,
+    /// ~/nltk_data, /usr/share/nltk_data, /usr/local/share/nltk_data, /usr/lib/nltk_data,
+    /// /usr/local/lib/nltk_data), then downloads NLTK's treebank.zip.
+    PtbSample {
+        /// Where the verified files go.
+        #[arg(long, default_value = transformer::data::ptb_sample::PTB_SAMPLE_DIR)]
+        cache: PathBuf,
+        /// Copy from a local mirror instead of downloading: a directory of .mrg files, or a
+        /// treebank.zip.
+        #[arg(long, conflicts_with_all = ["from_nltk_data", "url"])]
+        from: Option<PathBuf>,
+        /// Take it from this nltk_data directory (corpora/treebank/combined, or corpora/treebank.zip).
+        #[arg(long, conflicts_with = "url")]
+        from_nltk_data: Option<PathBuf>,
+        /// Download treebank.zip from this URL [default: NLTK's,
+        /// https://raw.githubusercontent.com/nltk/nltk_data/gh-pages/packages/corpora/treebank.zip].
+        #[arg(long)]
+        url: Option<String>,
     },
 }
 

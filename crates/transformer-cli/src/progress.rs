@@ -141,6 +141,47 @@ impl CountBar {
     }
 }
 
+/// A download: bytes received of the announced length (a spinner when none is announced) on a
+/// terminal, nothing otherwise (the download's own lines say when it ends).
+pub struct DownloadBar(Option<ProgressBar>);
+
+impl DownloadBar {
+    pub fn new() -> Self {
+        DownloadBar(interactive().then(|| {
+            let b = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
+            b.set_style(style("{spinner} download [{bar:30}] {bytes}/{total_bytes}  {bytes_per_sec}  ETA {eta}"));
+            b.enable_steady_tick(Duration::from_millis(200));
+            b
+        }))
+    }
+
+    pub fn update(&self, done: u64, total: Option<u64>) {
+        if let Some(b) = &self.0 {
+            match total {
+                Some(t) => b.set_length(t),
+                None => b.set_style(
+                    ProgressStyle::with_template("{spinner} download {bytes}  {bytes_per_sec}")
+                        .expect("a valid template"),
+                ),
+            }
+            b.set_position(done);
+        }
+    }
+
+    pub fn println(&self, msg: &str) {
+        match &self.0 {
+            Some(b) => b.println(msg),
+            None => eprintln!("{msg}"),
+        }
+    }
+
+    pub fn finish(&self) {
+        if let Some(b) = &self.0 {
+            b.finish_and_clear();
+        }
+    }
+}
+
 /// A spinner for work of unknown length (learning a BPE, binarising): a spinner with the elapsed
 /// time on a terminal, nothing otherwise (the work's own lines say when it ends).
 pub struct Spinner(Option<ProgressBar>);

@@ -1,7 +1,9 @@
 //! The main job, `transformer quickstart`, from a temporary directory that has no `../shared`
 //! and no repository around it: the built-in data alone must carry it. Checks every file and every
 //! line of the report it promises (not the BLEU value: a few seconds of training give ~0), then
-//! that a SIGKILL during training followed by the same command resumes.
+//! that a SIGKILL during training followed by the same command resumes. The parsing quick start
+//! runs there too, on the Penn Treebank sample that `data ptb-sample` copies from ../shared (the
+//! only thing taken from there: a user's clone fetches it from NLTK).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -155,5 +157,171 @@ fn quickstart_names_what_is_missing_for_other_languages() {
     let out = quickstart(&dir, &["--minutes", "0"]).output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && stderr.contains("--minutes 0 must be a positive number"), "{stderr}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The verified Penn Treebank sample the parsing tests fetch from (as a local mirror), or `None`
+/// with a message where this checkout has no ../shared.
+fn ptb_mirror() -> Option<PathBuf> {
+    let d = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/ptb-sample");
+    if d.join("wsj_0001.mrg").is_file() {
+        Some(d)
+    } else {
+        eprintln!("skipped: no Penn Treebank sample at {} to fetch from", d.display());
+        None
+    }
+}
+
+const SMALL_PARSING: [&str; 8] =
+    ["--task", "parsing", "--minutes", "0.25", "--test-sentences", "10", "--output", "out"];
+
+#[test]
+fn quickstart_parsing_fetches_the_sample_trains_parses_reports_then_resumes() {
+    let Some(mirror) = ptb_mirror() else { return };
+    let dir = workdir("parsing");
+    // From a fresh clone: the treebank is fetched into data/ptb-sample, where the quick start looks.
+    let fetch = Command::new(env!("CARGO_BIN_EXE_transformer"))
+        .current_dir(&dir)
+        .args(["data", "ptb-sample", "--from", mirror.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&fetch.stdout), String::from_utf8_lossy(&fetch.stderr));
+    assert!(fetch.status.success(), "{stderr}");
+    assert!(stderr.contains("non-commercial use only") && stderr.contains("University of Pennsylvania"), "{stderr}");
+    assert!(
+        stdout.contains("189 files verified (SHA-256) in data/ptb-sample; terms: data/ptb-sample/README"),
+        "{stdout}"
+    );
+
+    let out = quickstart(&dir, &SMALL_PARSING).output().unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    for stage in ["== data", "== training", "== picking", "== parsing"] {
+        assert!(stderr.contains(stage), "missing {stage:?} in stderr:\n{stderr}");
+    }
+    assert!(stderr.contains("train: 159 files wsj_0001..wsj_0159 of data/ptb-sample"), "{stderr}");
+    assert!(stderr.contains("tgt tok/s") && stderr.contains("ETA"), "no progress line:\n{stderr}");
+    assert!(stderr.contains("validation F1"), "{stderr}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    let find = |prefix: &str| {
+        lines
+            .iter()
+            .position(|l| l.trim_start().starts_with(prefix))
+            .unwrap_or_else(|| panic!("no {prefix:?}:\n{stdout}"))
+    };
+    assert!(lines[find("# Quick start: parsing the Penn Treebank")].contains("minutes of training"));
+    assert!(lines[find("Trained ")].contains("time limit of 0.25 minutes"), "{stdout}");
+    assert!(lines[find("Picked the checkpoint of step ")].contains("best by validation F1"), "{stdout}");
+    // The test is decoded as the built-in config's validation decodes.
+    let cfg = transformer::train::run::RunConfig::from_toml(
+        transformer::quickstart::parsing::PTB_PARSE_CONFIG,
+        "ptb-parse.toml",
+        &[],
+    )
+    .unwrap();
+    let constrained = if cfg.train.valid_f1_constrained { ", constrained" } else { "" };
+    let beam = cfg.train.valid_f1_beam;
+    let test = find(&format!("Test wsj_0175..wsj_0189 (10 sentences; beam {beam}, alpha 0.3{constrained})"));
+    assert_eq!(lines[test + 1].trim(), "=== Summary ===");
+    // EVALB's summary, both blocks, as `parse-eval --summary-only` prints it.
+    for (k, block) in ["-- All --", "-- len<=40 --"].iter().enumerate() {
+        let at = lines.iter().position(|l| l.trim() == *block);
+        let at = at.unwrap_or_else(|| panic!("no {block} block:\n{stdout}"));
+        assert!(lines[at + 1].trim() == "Number of sentence        =     10", "block {k}: {stdout}");
+        assert!(lines[at + 7].trim().starts_with("Bracketing FMeasure       ="), "block {k}: {stdout}");
+        assert!(lines[at + 12].trim().starts_with("Tagging accuracy"), "block {k}: {stdout}");
+    }
+    assert!(lines[find("Outputs repaired")].contains("of 10"), "{stdout}");
+    // Three example trees, each over exactly its sentence's words.
+    let ex = find("Examples:");
+    for k in 0..3 {
+        let sentence = lines[ex + 1 + 2 * k].trim();
+        let tree = lines[ex + 2 + 2 * k].trim().strip_prefix("-> ").unwrap_or_else(|| panic!("{stdout}"));
+        assert!(tree.starts_with("(TOP "), "{tree}");
+        let parsed = transformer::data::trees::parse_trees(tree, "report").unwrap();
+        assert_eq!(parsed[0].words().join(" "), sentence, "{stdout}");
+    }
+    let files = find("Files:");
+    let expected = [
+        "treebank",
+        "run directory",
+        "vocabulary",
+        "learning curve",
+        "metrics",
+        "model",
+        "test sentences",
+        "gold trees",
+        "test trees",
+        "EVALB report",
+        "report",
+    ];
+    for (k, what) in expected.iter().enumerate() {
+        let line = lines[files + 1 + k].trim();
+        assert!(line.starts_with(what), "file line {k}: {line:?}");
+        let path = dir.join(line[what.len()..].trim());
+        assert!(path.exists(), "{} is promised but missing", path.display());
+    }
+    let next = find("Next:");
+    assert!(lines[next + 1].contains("transformer quickstart --task parsing --output out --minutes 0.75"), "{stdout}");
+    let flag = if cfg.train.valid_f1_constrained { " --constrained" } else { "" };
+    let parse =
+        format!("transformer parse --tokenize{flag} --checkpoint out/model.safetensors --bpe out/run/vocab.json");
+    assert!(lines[next + 2].contains(&parse), "{stdout}");
+    assert!(lines[next + 3].contains("transformer parse-eval --gold out/test.gold --test out/test.trees"));
+    assert!(lines[next + 4].contains("configs/ptb-parse.toml"));
+    for name in ["test.words", "test.gold", "test.trees"] {
+        assert_eq!(std::fs::read_to_string(dir.join("out").join(name)).unwrap().lines().count(), 10, "{name}");
+    }
+    let evalb = std::fs::read_to_string(dir.join("out/test.evalb")).unwrap();
+    assert!(evalb.contains(" ID  Len.  Stat. Recal") && evalb.contains("=== Summary ==="), "{evalb}");
+    assert!(dir.join("out/run/best.safetensors").is_file());
+    assert_eq!(std::fs::read_to_string(dir.join("out/report.txt")).unwrap().trim_end(), stdout.trim_end());
+
+    // Again: it resumes rather than starting over.
+    let again = quickstart(&dir, &SMALL_PARSING).output().unwrap();
+    let stderr = String::from_utf8_lossy(&again.stderr);
+    assert!(again.status.success(), "{stderr}");
+    assert!(stderr.contains("resuming from"), "{stderr}");
+    // A translation quick start is refused there, before anything is trained.
+    let other = quickstart(&dir, &["--minutes", "0.25", "--output", "out"]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&other.stderr);
+    assert_eq!(other.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("out holds a quick start of parsing (train wsj_0001..wsj_0159"), "{stderr}");
+    assert!(!dir.join("out/data").exists(), "nothing of a translation run was written");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn quickstart_parsing_names_what_is_missing() {
+    let dir = workdir("parsing-missing");
+    // No treebank yet: the error says how to get it.
+    let out = quickstart(&dir, &["--task", "parsing"]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("the treebank data/ptb-sample does not exist")
+            && stderr.contains("`transformer data ptb-sample`")
+            && stderr.contains("--treebank DIR"),
+        "{stderr}"
+    );
+    assert!(!dir.join("quickstart-parsing").exists(), "nothing is written before the data is there");
+    // An output directory of a translation quick start is refused.
+    if let Some(mirror) = ptb_mirror() {
+        std::fs::create_dir_all(dir.join("out")).unwrap();
+        std::fs::write(dir.join("out/quickstart.json"), "{\"src\":\"en\",\"tgt\":\"de\"}\n").unwrap();
+        let args = ["--task", "parsing", "--treebank", mirror.to_str().unwrap(), "--output", "out"];
+        let out = quickstart(&dir, &args).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        assert!(stderr.contains("out holds a quick start of en-de, not parsing"), "{stderr}");
+        assert!(!dir.join("out/run").exists(), "nothing was trained");
+    }
+    // Options of the other task are usage errors.
+    let out = quickstart(&dir, &["--task", "parsing", "--src", "de"]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("--src is an option of --task translation, not of --task parsing"), "{stderr}");
+    let out = quickstart(&dir, &["--treebank", "x"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
     std::fs::remove_dir_all(&dir).unwrap();
 }

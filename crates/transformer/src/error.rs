@@ -76,6 +76,14 @@ pub enum Error {
         /// What the file has.
         found: String,
     },
+    /// An archive (a downloaded or local zip file) cannot be read, or lacks a file it must hold.
+    #[error("{archive}: {reason}")]
+    Archive {
+        /// The archive: its URL or path.
+        archive: String,
+        /// What is wrong and what to do.
+        reason: String,
+    },
     /// A configuration value is out of range or inconsistent.
     #[error("invalid configuration: {0}")]
     Config(String),

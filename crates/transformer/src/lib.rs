@@ -25,10 +25,12 @@
 //! - [`model`]: wiring of the encoder–decoder (§3).
 //! - [`train`]: learning-rate schedule (Eq. 3), Adam (§5.3), the training step, checkpoints,
 //!   averaging, whole training runs with exact resume, and data-parallel runs over MPI (feature `mpi`).
-//! - [`data`]: shared BPE, corpora, downloads, batching, binarised data (§5.1).
+//! - [`data`]: shared BPE, corpora, downloads (Multi30k, the Penn Treebank sample), batching,
+//!   binarised data (§5.1), treebanks (§6.3).
 //! - [`decode`]: greedy decoding (§6.1; beam search to come).
 //! - [`eval`]: sacreBLEU-exact BLEU and chrF.
-//! - [`quickstart`]: the main job in one call (built-in Multi30k to a scored model and a report).
+//! - [`quickstart`]: the main job in one call (built-in Multi30k to a scored model and a report;
+//!   [`quickstart::parsing`]: a treebank to a parser, its EVALB scores and a report).
 //! - [`synthetic`]: copy/reverse tasks for learning smoke tests.
 //! - [`rng`]: counter-based dropout masks and the initialisation generator.
 

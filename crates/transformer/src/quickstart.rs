@@ -5,7 +5,10 @@
 //! [`run_with_progress`], [`checkpoint::average`], a [`Translator`] for the test set, the examples
 //! and the attention map. Running it again in the same output directory resumes: verified data and
 //! the learned BPE are reused, training continues from its last checkpoint (and stops at once when
-//! its budget is spent), and the later steps are redone from the files.
+//! its budget is spent), and the later steps are redone from the files. [`parsing`] is the same
+//! job for constituency parsing (§6.3) on the Penn Treebank sample.
+
+pub mod parsing;
 
 use crate::data::download::{fetch_verified, multi30k_pair, Source};
 use crate::decode::translator::{TranslateOptions, Translator, TranslatorOptions};
@@ -13,6 +16,7 @@ use crate::error::{Error, Result};
 use crate::eval::bleu::{corpus_bleu, BleuConfig, BleuScore};
 use crate::eval::chrf::{corpus_chrf, ChrfConfig, ChrfScore};
 use crate::io::{io_err, write_atomically};
+use crate::task::Task;
 use crate::train::checkpoint;
 use crate::train::run::{list_checkpoints, run_with_progress, Progress, RunConfig};
 use std::path::{Path, PathBuf};
@@ -55,6 +59,18 @@ pub struct QuickstartOptions {
     pub test_sentences: Option<usize>,
     /// Validate (perplexity on val) every this many updates, besides at every epoch's end.
     pub valid_steps: u64,
+    /// What to train: translation on Multi30k ([`run`]) or parsing on a treebank
+    /// ([`parsing::run`]).
+    pub task: Task,
+    /// Parsing: the treebank, a directory searched for `.mrg` files (where `transformer data
+    /// ptb-sample` puts the sample, or a full WSJ copy).
+    pub treebank: PathBuf,
+    /// Parsing: the treebank files trained on, `FIRST..LAST` by name.
+    pub train_files: String,
+    /// Parsing: the files validated on (the best checkpoint is picked by their F1).
+    pub valid_files: String,
+    /// Parsing: the files parsed and scored at the end.
+    pub test_files: String,
 }
 
 impl Default for QuickstartOptions {
@@ -67,6 +83,11 @@ impl Default for QuickstartOptions {
             data_dir: PathBuf::from("data/multi30k"),
             test_sentences: None,
             valid_steps: 200,
+            task: Task::Translation,
+            treebank: PathBuf::from(crate::data::ptb_sample::PTB_SAMPLE_DIR),
+            train_files: parsing::SAMPLE_SPLIT[0].into(),
+            valid_files: parsing::SAMPLE_SPLIT[1].into(),
+            test_files: parsing::SAMPLE_SPLIT[2].into(),
         }
     }
 }
@@ -79,7 +100,7 @@ pub trait Observer {
     fn log(&mut self, message: &str);
     /// After every training update.
     fn train(&mut self, _progress: &Progress) {}
-    /// After every decoded batch of the test set: sentences done of total.
+    /// After every decoded batch of the test set (translated, or parsed): sentences done of total.
     fn translate(&mut self, _done: usize, _total: usize) {}
 }
 
@@ -169,29 +190,42 @@ impl QuickstartReport {
     }
 }
 
-/// The language pair an output directory was made for, in `quickstart.json`: a directory made for
-/// one pair is never resumed with another (the run would go on training the first pair's model,
-/// with its vocabulary, on the second pair's text).
-fn check_pair(out: &Path, src: &str, tgt: &str) -> Result<()> {
+/// What an output directory was made for, in `quickstart.json`: the task, and the language pair
+/// or the treebank's split. A directory made for one is never resumed with another (the run would
+/// go on training the first model, with its vocabulary, on other data).
+fn check_marker(out: &Path, want: &serde_json::Value) -> Result<()> {
     let marker = out.join("quickstart.json");
-    let want = serde_json::json!({ "src": src, "tgt": tgt });
     match std::fs::read_to_string(&marker) {
         Ok(text) => {
-            let found: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
+            let bad = |e: String| {
                 Error::Config(format!("{}: {e}; remove the file or choose another --output", marker.display()))
-            })?;
-            if found != want {
+            };
+            let mut found: serde_json::Value = serde_json::from_str(&text).map_err(|e| bad(e.to_string()))?;
+            let fields = found.as_object_mut().ok_or_else(|| bad("not a JSON object".into()))?;
+            // Markers written before parsing existed name no task: they are translation ones.
+            fields.entry("task").or_insert_with(|| Task::Translation.name().into());
+            if found != *want {
                 return Err(Error::Config(format!(
-                    "{} holds a quick start of {}-{}, not {src}-{tgt}: choose another --output (or remove that directory)",
+                    "{} holds a quick start of {}, not {}: choose another --output (or remove that directory)",
                     out.display(),
-                    found["src"].as_str().unwrap_or("?"),
-                    found["tgt"].as_str().unwrap_or("?")
+                    marker_name(&found),
+                    marker_name(want)
                 )));
             }
             Ok(())
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => write_atomically(&marker, format!("{want}\n").as_bytes()),
         Err(e) => Err(Error::Io { path: marker, source: e }),
+    }
+}
+
+/// A marker's contents in words: `en-de`, or `parsing (train wsj_0001..wsj_0159, valid …)`.
+fn marker_name(v: &serde_json::Value) -> String {
+    let field = |k: &str| v[k].as_str().unwrap_or("?").to_string();
+    if field("task") == Task::Parsing.name() {
+        format!("parsing (train {}, valid {})", field("train_files"), field("valid_files"))
+    } else {
+        format!("{}-{}", field("src"), field("tgt"))
     }
 }
 
@@ -220,14 +254,26 @@ pub fn run_config(opts: &QuickstartOptions, data: &[PathBuf], run: &Path) -> Res
     RunConfig::from_toml(MULTI30K_CONFIG, "configs/multi30k-en-de.toml (built in)", &overrides)
 }
 
-/// Runs the quick start (or resumes it): see the module's documentation.
-pub fn run(opts: &QuickstartOptions, obs: &mut dyn Observer) -> Result<QuickstartReport> {
+/// Checks the options every quick start shares.
+fn check_common(opts: &QuickstartOptions) -> Result<()> {
     if !(opts.minutes.is_finite() && opts.minutes > 0.0) {
         return Err(Error::Config(format!("--minutes {} must be a positive number", opts.minutes)));
     }
     if opts.test_sentences == Some(0) {
         return Err(Error::Config("--test-sentences 0 scores nothing: give at least 1".into()));
     }
+    Ok(())
+}
+
+/// Runs the translation quick start (or resumes it): see the module's documentation.
+pub fn run(opts: &QuickstartOptions, obs: &mut dyn Observer) -> Result<QuickstartReport> {
+    if opts.task != Task::Translation {
+        return Err(Error::Config(format!(
+            "quickstart::run trains translation, not {}: see parsing::run",
+            opts.task.name()
+        )));
+    }
+    check_common(opts)?;
     let wanted = multi30k_pair(&opts.src, &opts.tgt)?;
     let builtin = ["en", "de"].contains(&opts.src.as_str()) && ["en", "de"].contains(&opts.tgt.as_str());
     let source = if builtin { Source::Embedded } else { Source::Dir(opts.data_dir.clone()) };
@@ -242,7 +288,8 @@ pub fn run(opts: &QuickstartOptions, obs: &mut dyn Observer) -> Result<Quickstar
     }
     let out = &opts.output;
     std::fs::create_dir_all(out).map_err(io_err(out))?;
-    check_pair(out, &opts.src, &opts.tgt)?;
+    let task = Task::Translation.name();
+    check_marker(out, &serde_json::json!({ "task": task, "src": opts.src, "tgt": opts.tgt }))?;
     let mut files: Vec<(String, PathBuf)> = Vec::new();
 
     obs.stage("data");

@@ -1,6 +1,7 @@
 //! Every shipped configuration in `configs/` parses, passes validation and resolves to a model
 //! configuration (at its own vocabulary size), so a recipe in the README never meets a config
-//! error after its data is prepared. The shapes of the paper's recipes are checked against §5.
+//! error after its data is prepared. The shapes of the paper's recipes are checked against §5, and
+//! the quick starts' built-in recipes against the files.
 
 use std::path::Path;
 use transformer::train::run::RunConfig;
@@ -44,6 +45,19 @@ fn every_shipped_config_parses_validates_and_resolves() {
     let shipped =
         std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs/multi30k-en-de.toml"));
     assert_eq!(shipped.unwrap(), transformer::quickstart::MULTI30K_CONFIG);
+    // So is the parsing quick start's, whose default split is the config's.
+    use transformer::quickstart::parsing::{PTB_PARSE_CONFIG, SAMPLE_SPLIT};
+    let shipped = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs/ptb-parse.toml"));
+    assert_eq!(shipped.unwrap(), PTB_PARSE_CONFIG);
+    let ptb = &all.iter().find(|(n, _)| n == "ptb-parse.toml").unwrap().1;
+    assert_eq!(ptb.data.train_files.as_deref(), Some(SAMPLE_SPLIT[0]));
+    assert_eq!(ptb.data.valid_files.as_deref(), Some(SAMPLE_SPLIT[1]));
+    // The parsing configs read the treebank where `transformer data ptb-sample` puts it, inside the
+    // repository, never from a path a user's clone lacks.
+    for (name, cfg) in all.iter().filter(|(n, _)| n.starts_with("ptb-parse")) {
+        let dir = Path::new(transformer::data::ptb_sample::PTB_SAMPLE_DIR);
+        assert_eq!((cfg.data.train_src.as_path(), cfg.data.valid_src.as_path()), (dir, dir), "{name}");
+    }
 }
 
 #[test]

@@ -1,5 +1,7 @@
-//! The Multi30k downloader against a local HTTP server on 127.0.0.1 serving a mirror: verified
-//! downloads, the cache, a corrupted file (checksum error, nothing kept) and a missing file.
+//! The downloaders against a local HTTP server on 127.0.0.1 serving a mirror. Multi30k: verified
+//! downloads, the cache, a corrupted file (checksum error, nothing kept) and a missing file. The
+//! Penn Treebank sample: NLTK's treebank.zip rebuilt from the verified copy, then the same, a
+//! damaged or incomplete archive, and the treebank of nltk_data directories and local mirrors.
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
@@ -127,4 +129,208 @@ fn missing_file_is_an_error_naming_the_url() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("nowhere/train.en.gz"), "{err}");
+}
+
+// The Penn Treebank sample (`data ptb-sample`): NLTK's treebank.zip rebuilt from the verified copy
+// in ../shared, served on 127.0.0.1, taken from nltk_data directories and local mirrors.
+
+mod ptb {
+    use super::{files_in, serve, tmpdir};
+    use std::io::Write;
+    use std::path::{Path, PathBuf};
+    use std::sync::atomic::Ordering;
+    use transformer::data::download::sha256_hex;
+    use transformer::data::ptb_sample::{
+        fetch_ptb_sample, find_nltk_treebank, nltk_data_dirs, TreebankSource, PTB_SAMPLE_FILES,
+    };
+    use transformer::Error;
+
+    /// The verified copy, or `None` (with a message) where this checkout has no ../shared.
+    fn sample() -> Option<PathBuf> {
+        let d = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/ptb-sample");
+        if d.join("wsj_0001.mrg").is_file() {
+            Some(d)
+        } else {
+            eprintln!("skipped: no Penn Treebank sample at {} to serve", d.display());
+            None
+        }
+    }
+
+    /// A change to one file of the archive: its new bytes, or `None` to leave it out.
+    type Change = dyn Fn(&str, Vec<u8>) -> Option<Vec<u8>>;
+
+    /// NLTK's layout: `treebank/combined/*.mrg`, `treebank/README`, and other folders we must
+    /// ignore. `change(name, bytes)` may alter or drop (`None`) a file; `extra` adds files.
+    fn treebank_zip(sample: &Path, change: &Change, extra: &[(&str, &[u8])]) -> Vec<u8> {
+        let mut zip = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+        let opts = zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Deflated);
+        zip.add_directory("treebank/", opts).unwrap();
+        zip.start_file("treebank/README", opts).unwrap();
+        zip.write_all(&std::fs::read(sample.join("README.orig")).unwrap()).unwrap();
+        for (name, _) in PTB_SAMPLE_FILES {
+            if let Some(bytes) = change(name, std::fs::read(sample.join(name)).unwrap()) {
+                zip.start_file(format!("treebank/combined/{name}"), opts).unwrap();
+                zip.write_all(&bytes).unwrap();
+            }
+        }
+        zip.start_file("treebank/parsed/wsj_0001.prd", opts).unwrap();
+        zip.write_all(b"( (S (NP Pierre Vinken) ))\n").unwrap();
+        for (name, bytes) in extra {
+            zip.start_file(*name, opts).unwrap();
+            zip.write_all(bytes).unwrap();
+        }
+        zip.finish().unwrap().into_inner()
+    }
+
+    fn unchanged(_: &str, b: Vec<u8>) -> Option<Vec<u8>> {
+        Some(b)
+    }
+
+    const EXTRA: &[(&str, &[u8])] = &[("treebank/combined/wsj_0199.mrg", b"( (S (NP (NN x)) ))\n")];
+
+    #[test]
+    fn downloads_verify_keep_the_readme_and_cache() {
+        let Some(sample) = sample() else { return };
+        let served = tmpdir("ptb-served");
+        std::fs::write(served.join("treebank.zip"), treebank_zip(&sample, &unchanged, EXTRA)).unwrap();
+        let (url, count) = serve(served.clone());
+        let source = TreebankSource::Url(format!("{url}treebank.zip"));
+        let dest = tmpdir("ptb-dest").join("ptb-sample");
+        let mut lines = Vec::new();
+        let mut last = (0, None);
+        let got =
+            fetch_ptb_sample(&source, &dest, &mut |m| lines.push(m.to_string()), &mut |d, t| last = (d, t)).unwrap();
+        let zip_len = std::fs::metadata(served.join("treebank.zip")).unwrap().len();
+        assert_eq!(last, (zip_len, Some(zip_len)), "the progress ends at the whole archive");
+        assert_eq!((got.verified, got.cached), (189, false));
+        assert_eq!(got.unverified, ["wsj_0199.mrg"]);
+        assert!(lines.iter().any(|l| l.contains("wsj_0199.mrg kept unverified")), "{lines:?}");
+        for (name, sha) in PTB_SAMPLE_FILES {
+            assert_eq!(sha256_hex(&std::fs::read(dest.join(name)).unwrap()), sha, "{name}");
+        }
+        assert_eq!(std::fs::read(dest.join("README")).unwrap(), std::fs::read(sample.join("README.orig")).unwrap());
+        let names = files_in(&dest);
+        assert_eq!(names.len(), 191, "189 verified, 1 unverified, the README; nothing else: {names:?}");
+        assert_eq!(count.load(Ordering::SeqCst), 1);
+        // Again: the verified copy is kept and nothing is fetched.
+        let again = fetch_ptb_sample(&source, &dest, &mut |_| {}, &mut |_, _| {}).unwrap();
+        assert_eq!((again.cached, again.unverified.as_slice()), (true, &["wsj_0199.mrg".to_string()][..]));
+        assert_eq!(count.load(Ordering::SeqCst), 1, "a verified copy must not be fetched again");
+        // A corrupt file in the copy: fetched again, and repaired.
+        std::fs::write(dest.join("wsj_0042.mrg"), b"(damaged").unwrap();
+        let repaired = fetch_ptb_sample(&source, &dest, &mut |_| {}, &mut |_, _| {}).unwrap();
+        assert!(!repaired.cached);
+        assert_eq!(count.load(Ordering::SeqCst), 2);
+        assert_eq!(sha256_hex(&std::fs::read(dest.join("wsj_0042.mrg")).unwrap()), PTB_SAMPLE_FILES[41].1);
+    }
+
+    #[test]
+    fn a_checksum_mismatch_names_the_file_and_writes_nothing() {
+        let Some(sample) = sample() else { return };
+        let served = tmpdir("ptb-corrupt-served");
+        let altered = |name: &str, mut b: Vec<u8>| {
+            if name == "wsj_0100.mrg" {
+                let n = b.len() / 2;
+                b[n] ^= 0x20;
+            }
+            Some(b)
+        };
+        std::fs::write(served.join("treebank.zip"), treebank_zip(&sample, &altered, EXTRA)).unwrap();
+        std::fs::write(
+            served.join("short.zip"),
+            treebank_zip(&sample, &|n, b| (n != "wsj_0150.mrg").then_some(b), &[]),
+        )
+        .unwrap();
+        // A damaged archive: bytes flipped inside a compressed member.
+        let mut damaged = treebank_zip(&sample, &unchanged, &[]);
+        let n = damaged.len();
+        for b in &mut damaged[n / 2..n / 2 + 16] {
+            *b ^= 0xff;
+        }
+        std::fs::write(served.join("damaged.zip"), damaged).unwrap();
+        let (url, _) = serve(served);
+        let dest = tmpdir("ptb-corrupt").join("ptb-sample");
+
+        let err =
+            fetch_ptb_sample(&TreebankSource::Url(format!("{url}treebank.zip")), &dest, &mut |_| {}, &mut |_, _| {})
+                .unwrap_err();
+        assert!(matches!(err, Error::Checksum { .. }), "{err}");
+        let msg = err.to_string();
+        assert!(msg.contains("wsj_0100.mrg") && msg.contains(PTB_SAMPLE_FILES[99].1), "{msg}");
+        assert!(!dest.exists(), "nothing may be written when a file is corrupt");
+
+        let err = fetch_ptb_sample(&TreebankSource::Url(format!("{url}short.zip")), &dest, &mut |_| {}, &mut |_, _| {})
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("has no wsj_0150.mrg") && err.contains("1 of the sample's 189 files missing"), "{err}");
+        assert!(!dest.exists());
+
+        let err =
+            fetch_ptb_sample(&TreebankSource::Url(format!("{url}damaged.zip")), &dest, &mut |_| {}, &mut |_, _| {})
+                .unwrap_err()
+                .to_string();
+        assert!(err.contains("damaged.zip") && err.contains("fetch it again"), "{err}");
+        assert!(!dest.exists());
+
+        let err =
+            fetch_ptb_sample(&TreebankSource::Url(format!("{url}missing.zip")), &dest, &mut |_| {}, &mut |_, _| {})
+                .unwrap_err()
+                .to_string();
+        assert!(err.contains("404") && err.contains("--from-nltk-data DIR"), "{err}");
+    }
+
+    #[test]
+    fn nltk_data_directories_and_local_mirrors() {
+        let Some(sample) = sample() else { return };
+        // NLTK's search order: $NLTK_DATA's entries, ~/nltk_data, then the system directories.
+        let dirs = nltk_data_dirs(Some("/a:/b".as_ref()), Some(Path::new("/home/u")));
+        assert_eq!(&dirs[..3], [Path::new("/a"), Path::new("/b"), Path::new("/home/u/nltk_data")]);
+        assert_eq!(dirs[3], Path::new("/usr/share/nltk_data"));
+        assert_eq!(nltk_data_dirs(None, None)[0], Path::new("/usr/share/nltk_data"));
+
+        // A zip as NLTK's downloader leaves it, in the second directory searched.
+        let root = tmpdir("ptb-nltk");
+        let (empty, zipped, unpacked) = (root.join("empty"), root.join("zipped"), root.join("unpacked"));
+        std::fs::create_dir_all(empty.join("corpora")).unwrap();
+        std::fs::create_dir_all(zipped.join("corpora")).unwrap();
+        std::fs::write(zipped.join("corpora/treebank.zip"), treebank_zip(&sample, &unchanged, EXTRA)).unwrap();
+        let (found, source) = find_nltk_treebank(&[empty.clone(), zipped.clone()]).unwrap();
+        assert_eq!((found, &source), (zipped.clone(), &TreebankSource::Zip(zipped.join("corpora/treebank.zip"))));
+        let dest = root.join("from-zip");
+        let got = fetch_ptb_sample(&source, &dest, &mut |_| {}, &mut |_, _| {}).unwrap();
+        assert_eq!((got.verified, got.unverified.len()), (189, 1));
+        assert_eq!(files_in(&dest).len(), 191);
+
+        // Unpacked (corpora/treebank/combined), which is preferred to the zip.
+        let combined = unpacked.join("corpora/treebank/combined");
+        std::fs::create_dir_all(&combined).unwrap();
+        for (name, _) in PTB_SAMPLE_FILES {
+            std::fs::copy(sample.join(name), combined.join(name)).unwrap();
+        }
+        let source = TreebankSource::from_nltk_data(&unpacked).unwrap();
+        assert_eq!(source, TreebankSource::Dir(combined));
+        let dest = root.join("from-dir");
+        let mut lines = Vec::new();
+        let got = fetch_ptb_sample(&source, &dest, &mut |m| lines.push(m.to_string()), &mut |_, _| {}).unwrap();
+        assert!(got.unverified.is_empty());
+        // That directory has no README: the terms are written in its place.
+        assert!(lines.iter().any(|l| l.contains("has no README")), "{lines:?}");
+        let readme = std::fs::read_to_string(dest.join("README")).unwrap();
+        assert!(readme.contains("non-commercial use only") && readme.contains("University of Pennsylvania"));
+
+        let err = TreebankSource::from_nltk_data(&empty).unwrap_err().to_string();
+        assert!(err.contains("python -m nltk.downloader") && err.contains("empty"), "{err}");
+
+        // A local mirror: the verified copy itself (its README is README.orig).
+        let dest = root.join("from-mirror");
+        let got = fetch_ptb_sample(&TreebankSource::local(&sample), &dest, &mut |_| {}, &mut |_, _| {}).unwrap();
+        assert_eq!((got.verified, got.cached), (189, false));
+        assert_eq!(std::fs::read(dest.join("README")).unwrap(), std::fs::read(sample.join("README.orig")).unwrap());
+        // A mirror that is a zip file.
+        assert_eq!(
+            TreebankSource::local(&zipped.join("corpora/treebank.zip")),
+            TreebankSource::Zip(zipped.join("corpora/treebank.zip"))
+        );
+        std::fs::remove_dir_all(&root).unwrap();
+    }
 }

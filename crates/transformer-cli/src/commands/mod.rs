@@ -11,19 +11,55 @@ mod train;
 
 use crate::args::Command;
 use anyhow::Result;
+use transformer::Task;
 
 /// Runs one command.
 pub fn run(cmd: Command) -> Result<()> {
     match cmd {
-        Command::Quickstart { minutes, output, src, tgt, data, test_sentences, valid_steps } => {
+        Command::Quickstart {
+            task,
+            minutes,
+            output,
+            src,
+            tgt,
+            data,
+            treebank,
+            train_files,
+            valid_files,
+            test_files,
+            test_sentences,
+            valid_steps,
+        } => {
+            let d = transformer::quickstart::QuickstartOptions::default();
+            let flags = [
+                (src.is_some(), "--src", Task::Translation),
+                (tgt.is_some(), "--tgt", Task::Translation),
+                (data.is_some(), "--data", Task::Translation),
+                (treebank.is_some(), "--treebank", Task::Parsing),
+                (train_files.is_some(), "--train-files", Task::Parsing),
+                (valid_files.is_some(), "--valid-files", Task::Parsing),
+                (test_files.is_some(), "--test-files", Task::Parsing),
+            ];
+            if let Some((_, flag, owner)) = flags.iter().find(|(given, _, owner)| *given && *owner != task) {
+                crate::usage!("{flag} is an option of --task {}, not of --task {}", owner.name(), task.name());
+            }
+            let default_output = match task {
+                Task::Translation => d.output.clone(),
+                Task::Parsing => transformer::quickstart::parsing::DEFAULT_OUTPUT.into(),
+            };
             quickstart::quickstart(transformer::quickstart::QuickstartOptions {
-                output,
+                output: output.unwrap_or(default_output),
                 minutes,
-                src,
-                tgt,
-                data_dir: data,
+                src: src.unwrap_or(d.src),
+                tgt: tgt.unwrap_or(d.tgt),
+                data_dir: data.unwrap_or(d.data_dir),
                 test_sentences: test_sentences.map(|n| n as usize),
                 valid_steps,
+                task,
+                treebank: treebank.unwrap_or(d.treebank),
+                train_files: train_files.unwrap_or(d.train_files),
+                valid_files: valid_files.unwrap_or(d.valid_files),
+                test_files: test_files.unwrap_or(d.test_files),
             })
         }
         Command::Params { preset, vocab, all, json, cost, src_len, tgt_len, tokens_per_step, steps } => {

@@ -1,9 +1,11 @@
-//! `quickstart`: the library's [`transformer::quickstart`] with progress bars and the report.
+//! `quickstart`: the library's [`transformer::quickstart`] (translation) and
+//! [`transformer::quickstart::parsing`] with progress bars and the report.
 
 use crate::progress::{CountBar, TrainBar};
 use anyhow::Result;
 use transformer::quickstart::{self, Observer, QuickstartOptions};
 use transformer::train::run::Progress;
+use transformer::Task;
 
 /// Renders the quick start's steps: a line per stage, the training bar, the test-set bar.
 struct Bars {
@@ -53,9 +55,11 @@ impl Observer for Bars {
 
 pub fn quickstart(opts: QuickstartOptions) -> Result<()> {
     let mut bars = Bars { train: None, test: None, start: std::time::Instant::now() };
-    let report = quickstart::run(&opts, &mut bars);
+    let report = match opts.task {
+        Task::Translation => quickstart::run(&opts, &mut bars).map(|r| r.text()),
+        Task::Parsing => quickstart::parsing::run(&opts, &mut bars).map(|r| r.text()),
+    };
     bars.close();
-    let report = report?;
-    println!("{}", report.text());
+    println!("{}", report?);
     Ok(())
 }

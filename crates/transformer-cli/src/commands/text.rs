@@ -30,7 +30,53 @@ pub fn data(which: DataCommand) -> Result<()> {
             println!("{} files verified in {}", paths.len(), cache.display());
             Ok(())
         }
+        DataCommand::PtbSample { cache, from, from_nltk_data, url } => ptb_sample(&cache, from, from_nltk_data, url),
     }
+}
+
+/// `data ptb-sample`: picks the source (see its `--help`), prints the terms, fetches and verifies.
+fn ptb_sample(cache: &Path, from: Option<PathBuf>, nltk: Option<PathBuf>, url: Option<String>) -> Result<()> {
+    use transformer::data::ptb_sample::*;
+    let env = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
+    let source = if let Some(p) = from {
+        TreebankSource::local(&p)
+    } else if let Some(d) = nltk {
+        TreebankSource::from_nltk_data(&d)?
+    } else if let Some(u) = url {
+        TreebankSource::Url(u)
+    } else if let Some(m) = env(PTB_MIRROR_ENV) {
+        TreebankSource::local(Path::new(&m))
+    } else {
+        let home = env("HOME").map(PathBuf::from);
+        let dirs = nltk_data_dirs(env("NLTK_DATA").as_deref(), home.as_deref());
+        match find_nltk_treebank(&dirs) {
+            Some((dir, s)) => {
+                eprintln!("found NLTK's treebank in {}", dir.display());
+                s
+            }
+            None => TreebankSource::Url(PTB_SAMPLE_URL.into()),
+        }
+    };
+    eprintln!("{PTB_SAMPLE_TERMS}\n");
+    let bar = crate::progress::DownloadBar::new();
+    let got = fetch_ptb_sample(&source, cache, &mut |m| bar.println(m), &mut |d, t| bar.update(d, t));
+    bar.finish();
+    let got = got?;
+    let unverified = match got.unverified.len() {
+        0 => String::new(),
+        n => format!(
+            " and {n} more with no recorded checksum ({}..{}, unverified)",
+            got.unverified[0],
+            got.unverified[n - 1]
+        ),
+    };
+    println!(
+        "{} files verified (SHA-256){unverified} in {}; terms: {}",
+        got.verified,
+        got.dir.display(),
+        got.dir.join("README").display()
+    );
+    Ok(())
 }
 
 pub fn bpe(cmd: BpeCommand) -> Result<()> {

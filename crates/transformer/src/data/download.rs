@@ -105,35 +105,65 @@ fn fetch(source: &Source, name: &str) -> Result<Vec<u8>> {
     }
 }
 
-#[cfg(feature = "download")]
 fn fetch_url(url: String) -> Result<Vec<u8>> {
+    fetch_url_with(&url, &format!("--from DIR or ${MIRROR_ENV}"), &mut |_, _| {})
+}
+
+/// Fetches `url` whole (at most 1 GiB), telling `progress` the bytes read so far and the length the
+/// server announced, if it did. Errors say how to do without the network: `mirror_hint` (e.g.
+/// `--from DIR or $TRANSFORMER_MULTI30K_MIRROR`).
+#[cfg(feature = "download")]
+pub(crate) fn fetch_url_with(
+    url: &str,
+    mirror_hint: &str,
+    progress: &mut dyn FnMut(u64, Option<u64>),
+) -> Result<Vec<u8>> {
     let agent = ureq::AgentBuilder::new()
         .timeout_connect(Duration::from_secs(20))
         .timeout_read(Duration::from_secs(60))
         .build();
-    let resp = agent.get(&url).call().map_err(|e| Error::Download {
-        url: url.clone(),
+    let resp = agent.get(url).call().map_err(|e| Error::Download {
+        url: url.to_string(),
         reason: match e {
             ureq::Error::Status(code, _) => {
-                format!("HTTP status {code}; check the URL or use a local mirror (--from DIR or ${MIRROR_ENV})")
+                format!("HTTP status {code}; check the URL or use a local mirror ({mirror_hint})")
             }
-            other => format!("{other}; check the network or use a local mirror (--from DIR or ${MIRROR_ENV})"),
+            other => format!("{other}; check the network or use a local mirror ({mirror_hint})"),
         },
     })?;
-    let mut bytes = Vec::new();
-    resp.into_reader()
-        .take(1 << 30)
-        .read_to_end(&mut bytes)
-        .map_err(|e| Error::Download { url, reason: e.to_string() })?;
+    // The announced length, for the progress bar only (a compressed transfer announces the
+    // compressed length; a truncated body is caught by the checksums).
+    let total = match resp.header("Content-Encoding") {
+        Some(_) => None,
+        None => resp.header("Content-Length").and_then(|v| v.trim().parse::<u64>().ok()),
+    };
+    let mut reader = resp.into_reader().take(1 << 30);
+    let mut bytes = Vec::with_capacity(total.unwrap_or(0).min(1 << 26) as usize);
+    let mut buf = vec![0u8; 1 << 16];
+    progress(0, total);
+    loop {
+        let n = match reader.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(Error::Download { url: url.to_string(), reason: e.to_string() }),
+        };
+        bytes.extend_from_slice(&buf[..n]);
+        progress(bytes.len() as u64, total);
+    }
     Ok(bytes)
 }
 
 #[cfg(not(feature = "download"))]
-fn fetch_url(url: String) -> Result<Vec<u8>> {
+pub(crate) fn fetch_url_with(
+    url: &str,
+    mirror_hint: &str,
+    _progress: &mut dyn FnMut(u64, Option<u64>),
+) -> Result<Vec<u8>> {
     Err(Error::Download {
-        url,
+        url: url.to_string(),
         reason: format!(
-            "this binary was built without downloads (the `download` feature is off); use a local mirror (--from DIR or ${MIRROR_ENV}) or rebuild with default features"
+            "this binary was built without downloads (the `download` feature is off); use a local mirror ({mirror_hint}) or rebuild with default features"
         ),
     })
 }

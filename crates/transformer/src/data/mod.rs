@@ -6,4 +6,5 @@ pub mod bpe;
 pub mod corpus;
 pub mod download;
 pub mod parallel;
+pub mod ptb_sample;
 pub mod trees;

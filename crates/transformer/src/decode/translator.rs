@@ -405,6 +405,18 @@ impl Translator {
         options: &ParseOptions,
         warn: &mut dyn FnMut(String),
     ) -> Result<(Vec<Parse>, TranslateStats)> {
+        self.parse_with_progress(sentences, options, warn, &mut |_, _| {})
+    }
+
+    /// [`Translator::parse`], calling `progress(done, total)` after every batch (sentences parsed
+    /// of those not skipped).
+    pub fn parse_with_progress(
+        &self,
+        sentences: &[String],
+        options: &ParseOptions,
+        warn: &mut dyn FnMut(String),
+        progress: &mut dyn FnMut(usize, usize),
+    ) -> Result<(Vec<Parse>, TranslateStats)> {
         if self.task != Task::Parsing {
             return Err(Error::Config(format!("parsing needs a parsing model, not a {} one", self.task.name())));
         }
@@ -446,18 +458,7 @@ impl Translator {
         };
         let (hyps, stats) = self.with_buffers(|ws, state| {
             let c = constraint.as_ref().map(|c| c as &dyn Constraint);
-            translate_ids(
-                &self.model,
-                &self.packed,
-                self.task,
-                &srcs,
-                &options.translate,
-                ws,
-                state,
-                c,
-                warn,
-                &mut |_, _| {},
-            )
+            translate_ids(&self.model, &self.packed, self.task, &srcs, &options.translate, ws, state, c, warn, progress)
         })?;
         for (&i, nbest) in idx.iter().zip(hyps) {
             let h = nbest.into_iter().next().unwrap_or(Hypothesis { tokens: Vec::new(), log_prob: 0.0, score: 0.0 });
