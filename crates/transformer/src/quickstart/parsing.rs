@@ -10,7 +10,7 @@
 use super::{check_common, check_marker, short_number, Observer, QuickstartOptions, CHECKPOINTS_PER_RUN};
 use crate::data::ptb_sample::PTB_SAMPLE_DIR;
 use crate::data::trees::{read_treebank, treebank_files, FileRange};
-use crate::decode::translator::{ParseOptions, Translator, TranslatorOptions};
+use crate::decode::translator::{Translator, TranslatorOptions};
 use crate::error::{Error, Result};
 use crate::eval::evalb;
 use crate::io::{io_err, write_atomically};
@@ -268,8 +268,7 @@ pub fn run(opts: &QuickstartOptions, obs: &mut dyn Observer) -> Result<ParsingRe
     }
     let sentences: Vec<String> = gold.iter().map(|t| t.words().join(" ")).collect();
     // The decoding the run's validation picked the checkpoint with.
-    let mut popts = ParseOptions { skip_long: true, constrained: cfg.train.valid_f1_constrained, ..Default::default() };
-    popts.translate.search.beam = cfg.train.valid_f1_beam;
+    let popts = cfg.train.valid_f1_parse_options();
     let (parses, _) = {
         let obs = std::cell::RefCell::new(&mut *obs);
         translator.parse_with_progress(

@@ -181,6 +181,21 @@ pub struct TrainSection {
     pub bf16_matmul: Bf16Matmul,
 }
 
+impl TrainSection {
+    /// How a parsing run's validation F1 decodes (beam `valid_f1_beam`, §6.3's α and length,
+    /// `valid_f1_constrained`, too-long sentences skipped): the one definition that picks
+    /// `best.safetensors`, and that the quick start decodes its test files with.
+    pub fn valid_f1_parse_options(&self) -> crate::decode::translator::ParseOptions {
+        let mut popts = crate::decode::translator::ParseOptions {
+            skip_long: true,
+            constrained: self.valid_f1_constrained,
+            ..Default::default()
+        };
+        popts.translate.search.beam = self.valid_f1_beam;
+        popts
+    }
+}
+
 impl Default for TrainSection {
     /// The paper's recipe (§5.2–5.4: warmup 4000, a checkpoint every 10 minutes, the last 5 kept,
     /// f32) at a small machine's batch size; `output_dir` is empty (a TOML file must give it).

@@ -325,13 +325,12 @@ fn record_validation(
 /// that needed repair.
 fn validate_f1(trainer: &Trainer, data: &Data, cfg: &RunConfig) -> Result<(f64, usize)> {
     use crate::data::trees::delinearise;
-    use crate::decode::translator::{ParseOptions, Translator, TranslatorOptions};
+    use crate::decode::translator::{Translator, TranslatorOptions};
     let model = trainer.model().clone();
     let precision = model.precision();
     let options = TranslatorOptions { precision, pack: true, task: cfg.data.task };
     let translator = Translator::new(model, data.bpe.clone(), options)?;
-    let mut popts = ParseOptions { skip_long: true, constrained: cfg.train.valid_f1_constrained, ..Default::default() };
-    popts.translate.search.beam = cfg.train.valid_f1_beam;
+    let popts = cfg.train.valid_f1_parse_options();
     let sentences: Vec<String> = data.valid_text.iter().map(|(s, _)| s.clone()).collect();
     let (parses, _) = translator.parse(&sentences, &popts, &mut |_| {})?;
     let mut gold = Vec::with_capacity(parses.len());
