@@ -9,12 +9,15 @@ parameter names, Adam (0.9, 0.98, 1e-9), the Eq. 3 schedule with warmup and lr_s
 smoothing, residual and attention dropout, token-budget batches, bf16 autocast where our trainer
 would use bf16 products. With model.source_pointer, the decoder input also gets our next-word
 pointer, W_p · enc_out[j] (crates/transformer/src/model/pointer.rs; its rule is re-implemented
-here from the vocabulary file, and W_p is saved as `decoder.source_pointer.weight`).
+here from the vocabulary file, and W_p is saved as `decoder.source_pointer.weight`). With
+model.next_closer, it also gets our next-closer input, C[c] + H[depth], c the token that closes the
+innermost open constituent (EOS when none is open) and depth how many are open, the zero-initialised
+tables saved as `decoder.next_closer.weight` and `decoder.open_depth.weight`.
 
 Same config: [model] and [train] of the run's TOML file (layers, widths, heads, dropout and
 attention_dropout, label smoothing, warmup, lr_scale, token budgets, seed, bf16_matmul, time limit,
 checkpoint interval, keep_last, valid_f1_epochs, valid_f1_beam, valid_f1_constrained,
-source_pointer).
+source_pointer, next_closer).
 Same data and vocabulary: the training pairs are the ids that `transformer prepare --task parsing`
 writes from the treebank files of data.train_files with the run's vocabulary (data.bpe, learned by
 our `transformer train`) and filters (data.max_tokens, data.max_ratio).
@@ -116,7 +119,8 @@ def vocab_size_of(bpe: Path) -> int:
 # The next-word pointer (model.source_pointer): crates/transformer/src/model/pointer.rs
 # ------------------------------------------------------------------------------------------------
 
-TAG, STRUCTURE, PIECE, WORD_PIECE = 0, 1, 2, 3  # WORD_PIECE: a piece that starts a word
+TAG, STRUCTURE, PIECE, WORD_PIECE, OPEN, CLOSE = 0, 1, 2, 3, 4, 5  # WORD_PIECE: a piece that starts a word
+EOS = 2
 UNK, SPECIAL_TOKENS, TAG_PREFIX = 3, 4, "TAG="  # crates/transformer/src/vocab.rs, data/parallel.rs
 
 
@@ -135,9 +139,19 @@ class PointerTable:
         for i in range(min(SPECIAL_TOKENS, vocab_size)):
             if i != UNK:
                 self.classes[i] = STRUCTURE
+        ids = {content: i for i, content in added.items()}
+        self.closer = {}  # an OPEN id -> the id of its `)X` (its own id where there is none)
         for i, content in added.items():
             if i >= SPECIAL_TOKENS and i < vocab_size:
-                self.classes[i] = TAG if content.startswith(TAG_PREFIX) else STRUCTURE
+                if content.startswith(TAG_PREFIX):
+                    self.classes[i] = TAG
+                elif content.startswith("(") and len(content) > 1:
+                    self.classes[i] = OPEN
+                    self.closer[i] = ids.get(")" + content[1:], i)
+                elif content.startswith(")") and len(content) > 1:
+                    self.classes[i] = CLOSE
+                else:
+                    self.classes[i] = STRUCTURE
 
     def word_starts(self, src):
         """Position 0 and every source piece that starts a word."""
@@ -148,7 +162,7 @@ class PointerTable:
         """The source position each decoder input position reads (`PointerState::advance` over
         tin = BOS and the target tokens fed so far): inside an open leaf (after its tag, until its
         word's last piece) the next piece of its word to copy, else the next word's first piece
-        (the count of tags so far), else the source's last position."""
+        (the count of tags so far); past the last word len(src), where the pointer adds nothing."""
         starts, n, nc = self.word_starts(src), len(src), len(self.classes)
         tags, remaining, out = 0, 0, []
         for x in tin:
@@ -158,7 +172,7 @@ class PointerTable:
                 w = tags - 1
                 pieces = ((starts[w + 1] if w + 1 < len(starts) else n) - starts[w]) if w < len(starts) else 0
                 remaining = max(pieces, 1)
-            elif k == STRUCTURE:
+            elif k in (STRUCTURE, OPEN, CLOSE):
                 remaining = 0
             else:
                 remaining = max(remaining - 1, 0)
@@ -168,22 +182,53 @@ class PointerTable:
                     end = starts[w + 1] if w + 1 < len(starts) else n
                     out.append(min(max(end - remaining, 0), n - 1))
                 else:
-                    out.append(n - 1)
-            else:  # the next word's first piece
-                out.append(starts[tags] if tags < len(starts) else n - 1)
+                    out.append(n)
+            else:  # the next word's first piece; n (nothing) past the last word
+                out.append(starts[tags] if tags < len(starts) else n)
         return out
 
     def batch_positions(self, src, slen, tin, tlen):
-        """`batch_positions`: (B, T) source positions of a padded batch; 0 on padding."""
-        out = torch.zeros(tin.shape, dtype=torch.long)
+        """`batch_positions`: (B, T) source positions of a padded batch; -1 (nothing) past the last
+        word and on padding."""
+        out = torch.full(tin.shape, -1, dtype=torch.long)
         src_l, tin_l = src.tolist(), tin.tolist()
         for b, (ns, nt) in enumerate(zip(slen.tolist(), tlen.tolist())):
             if ns > 0:
-                out[b, :nt] = torch.tensor(self.positions(src_l[b][:ns], tin_l[b][:nt]), dtype=torch.long)
+                pos = [j if j < ns else -1 for j in self.positions(src_l[b][:ns], tin_l[b][:nt])]
+                out[b, :nt] = torch.tensor(pos, dtype=torch.long)
         return out
 
 
+    def closers(self, tin):
+        """The next-closer input's ids and depths (`CloserStacks` over tin): after each token fed,
+        the id that closes the innermost open constituent (EOS when none is open) and how many are
+        open (capped at MAX_OPEN_DEPTH - 1); a close with nothing open is ignored."""
+        nc, stack, ids, depths = len(self.classes), [], [], []
+        for x in tin:
+            k = self.classes[x] if x < nc else PIECE
+            if k == OPEN:
+                stack.append(self.closer[x])
+            elif k == CLOSE and stack:
+                stack.pop()
+            ids.append(stack[-1] if stack else EOS)
+            depths.append(min(len(stack), MAX_OPEN_DEPTH - 1))
+        return ids, depths
+
+    def batch_closers(self, tin, tlen):
+        """`batch_closers`: (B, T) next-closer ids and depths of a padded batch; (EOS, 0) on
+        padding."""
+        ids = torch.full(tin.shape, EOS, dtype=torch.long)
+        depths = torch.zeros(tin.shape, dtype=torch.long)
+        for b, (row, nt) in enumerate(zip(tin.tolist(), tlen.tolist())):
+            i, h = self.closers(row[:nt])
+            ids[b, :nt] = torch.tensor(i, dtype=torch.long)
+            depths[b, :nt] = torch.tensor(h, dtype=torch.long)
+        return ids, depths
+
+
 POINTER = "decoder.source_pointer.weight"
+CLOSER, DEPTH = "decoder.next_closer.weight", "decoder.open_depth.weight"
+MAX_OPEN_DEPTH = 32  # model/pointer.rs
 
 
 class Parser(m30k.Model):
@@ -193,24 +238,34 @@ class Parser(m30k.Model):
 
     def __init__(self, c, seed, table: PointerTable | None):
         super().__init__(c, seed)
-        if c.get("source_pointer") and table is None:
-            raise ValueError("a model with source_pointer needs the vocabulary's PointerTable")
+        if (c.get("source_pointer") or c.get("next_closer")) and table is None:
+            raise ValueError("a model with source_pointer or next_closer needs the vocabulary's PointerTable")
         self.table = table if c.get("source_pointer") else None
+        self.closer_table = table if c.get("next_closer") else None
+        d = c["d_model"]
+        a = math.sqrt(6.0 / (d + d))
+        # Its own generator: the base model's is local to its constructor.
+        gen = torch.Generator().manual_seed(seed + 1)
         if self.table is not None:
-            d = c["d_model"]
-            a = math.sqrt(6.0 / (d + d))
-            # Its own generator: the base model's is local to its constructor.
-            gen = torch.Generator().manual_seed(seed + 1)
             self.p[POINTER.replace(".", "__")] = torch.nn.Parameter(torch.empty(d, d).uniform_(-a, a, generator=gen))
             self.names.append(POINTER)
+        if self.closer_table is not None:  # zeros, as ours: at initialisation the paper's input
+            for name, rows in ((CLOSER, c["vocab_size"]), (DEPTH, MAX_OPEN_DEPTH)):
+                self.p[name.replace(".", "__")] = torch.nn.Parameter(torch.zeros(rows, d))
+                self.names.append(name)
 
     def decode_pointed(self, memory, src_mask, src, slen, tin, tlen):
         """Logits (B, T, V) over decoder inputs tin given the encoder output memory (B, S, D)."""
         y = self.embed(tin)
         if self.table is not None:
             ptr = self.table.batch_positions(src, slen, tin, tlen)  # (B, T)
-            picked = memory.gather(1, ptr[:, :, None].expand(-1, -1, memory.shape[-1]))  # (B, T, D)
+            picked = memory.gather(1, ptr.clamp(min=0)[:, :, None].expand(-1, -1, memory.shape[-1]))  # (B, T, D)
+            picked = picked * (ptr >= 0)[:, :, None].to(picked.dtype)  # past the last word: nothing
             y = y + F.linear(picked, self.w(POINTER))
+        if self.closer_table is not None:
+            # The next-closer input: C[closer] + H[depth], no dropout on the term.
+            ids, depths = self.closer_table.batch_closers(tin, tlen)
+            y = y + F.embedding(ids, self.w(CLOSER)) + F.embedding(depths, self.w(DEPTH))
         return self.decoder_stack(y, memory, src_mask, tlen)
 
     def forward(self, src, slen, tin, tlen):
@@ -396,7 +451,10 @@ def main():
     c["source_pointer"] = cfg["model"].get("source_pointer", False)
     if not isinstance(c["source_pointer"], bool):
         sys.exit(f"{args.config}: model.source_pointer must be true or false, not {c['source_pointer']!r}")
-    table = PointerTable(bpe, vocab_size) if c["source_pointer"] else None
+    c["next_closer"] = cfg["model"].get("next_closer", False)
+    if not isinstance(c["next_closer"], bool):
+        sys.exit(f"{args.config}: model.next_closer must be true or false, not {c['next_closer']!r}")
+    table = PointerTable(bpe, vocab_size) if c["source_pointer"] or c["next_closer"] else None
     train, meta = prepare(args.binary, d["train_src"], d.get("train_files"), bpe, out / "prepared-train",
                           d.get("max_tokens", 250), d.get("max_ratio", 3.0))
     valid, _ = prepare(args.binary, d["valid_src"], d.get("valid_files"), bpe, out / "prepared-valid",
@@ -433,7 +491,7 @@ def main():
     f1_epochs, f1_beam = t.get("valid_f1_epochs", 2), t.get("valid_f1_beam", 4)
     log(f"{n_params} parameters (vocabulary {vocab_size}), {len(train)} training pairs in {len(batches)} batches, "
         f"{len(valid)} validation pairs, {args.threads} threads, {budget / 60:g} min"
-        f"{', bf16 autocast' if bf16 else ''}{', next-word pointer' if table else ''}; "
+        f"{', bf16 autocast' if bf16 else ''}{', next-word pointer' if model.table else ''}{', next-closer input' if model.closer_table else ''}; "
         f"F1 every {f1_epochs} epochs with beam {f1_beam}")
 
     best = {"f1": None, "step": None}

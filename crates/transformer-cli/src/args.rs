@@ -194,6 +194,9 @@ pub enum Command {
         /// Also write the translations (parsing: the trees) here.
         #[arg(long)]
         output: Option<PathBuf>,
+        /// Translation: also report BLEU by source length in words (1–8, 9–12, 13–16, 17–24, 25+).
+        #[arg(long)]
+        by_length: bool,
         #[command(flatten)]
         search: SearchArgs,
         #[command(flatten)]

@@ -47,6 +47,11 @@ pub struct ModelConfig {
     /// source word the tree is at (`model/pointer.rs`; a named deviation, `next-word-pointer`).
     #[serde(default)]
     pub source_pointer: bool,
+    /// Parsing only: the next-closer input adds W_c · √D · E[c] to each decoder input, c the
+    /// token that closes the innermost open constituent (EOS when none is open;
+    /// `model/pointer.rs`; a named deviation, `next-closer-input`).
+    #[serde(default)]
+    pub next_closer: bool,
 }
 
 /// The paper's vocabulary for WMT14 En–De (§5.1), used by the presets.
@@ -86,6 +91,7 @@ const fn row(
         vocab_size: PAPER_VOCAB,
         layer_norm_eps: 1e-6,
         source_pointer: false,
+        next_closer: false,
     }
 }
 

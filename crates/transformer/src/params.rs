@@ -149,6 +149,11 @@ pub struct ModelOffsets {
     pub pointer: Option<usize>,
     /// D·D.
     pub pointer_len: usize,
+    /// The next-closer input's tables, with `next_closer`: (V, D) one row per closer id, then
+    /// (MAX_OPEN_DEPTH, D) one per depth, contiguous.
+    pub closer: Option<usize>,
+    /// (V + MAX_OPEN_DEPTH)·D.
+    pub closer_len: usize,
 }
 
 /// The named layout of all parameters of a model.
@@ -246,6 +251,12 @@ impl ParamLayout {
         let pointer = c
             .source_pointer
             .then(|| b.add("decoder.source_pointer.weight".into(), &[c.d_model, c.d_model], Init::XavierUniform));
+        // Zeros: at initialisation the decoder input is the paper's.
+        let closer = c.next_closer.then(|| {
+            let off = b.add("decoder.next_closer.weight".into(), &[c.vocab_size, c.d_model], Init::Zeros);
+            b.add("decoder.open_depth.weight".into(), &[crate::model::pointer::MAX_OPEN_DEPTH, c.d_model], Init::Zeros);
+            off
+        });
         let index = b.entries.iter().enumerate().map(|(i, e)| (e.name.clone(), i)).collect();
         ParamLayout {
             entries: b.entries,
@@ -260,6 +271,8 @@ impl ParamLayout {
                 decoder,
                 pointer,
                 pointer_len: c.d_model * c.d_model,
+                closer,
+                closer_len: (c.vocab_size + crate::model::pointer::MAX_OPEN_DEPTH) * c.d_model,
             },
         }
     }
@@ -602,6 +615,17 @@ impl ModelOffsets {
     /// W_p's gradient in `g`, with `source_pointer`.
     pub fn pointer_mut<'a>(&self, g: &'a mut [f32]) -> Option<&'a mut [f32]> {
         self.pointer.map(|off| &mut g[off..][..self.pointer_len])
+    }
+
+    /// The next-closer input's tables in `p`, with `next_closer`: (V, D) per closer id, then
+    /// (MAX_OPEN_DEPTH, D) per depth.
+    pub fn closer<'a>(&self, p: &'a [f32]) -> Option<&'a [f32]> {
+        self.closer.map(|off| &p[off..][..self.closer_len])
+    }
+
+    /// Their gradient in `g`, with `next_closer`.
+    pub fn closer_mut<'a>(&self, g: &'a mut [f32]) -> Option<&'a mut [f32]> {
+        self.closer.map(|off| &mut g[off..][..self.closer_len])
     }
 
     /// The learned positions (max_positions, D) in `p`, if any.

@@ -45,6 +45,7 @@ pub fn model_config(symbols: usize) -> ModelConfig {
         vocab_size: SPECIAL_TOKENS + symbols,
         layer_norm_eps: 1e-6,
         source_pointer: false,
+        next_closer: false,
     }
 }
 

@@ -126,7 +126,8 @@ impl Task {
             Task::Translation => Bpe::learn(pairs.iter().flat_map(|(s, t)| [s, t]), vocab_size, 2),
             Task::Parsing => {
                 use crate::data::trees::{items, Item};
-                let bpe = Bpe::learn(pairs.iter().map(|(s, _)| s), vocab_size, 2)?;
+                // Sentences as they are encoded (`encode_source`): every word after a space.
+                let bpe = Bpe::learn(pairs.iter().map(|(s, _)| format!(" {}", s.trim_start())), vocab_size, 2)?;
                 let mut entries: Vec<String> = Vec::new();
                 for (_, t) in pairs {
                     let tokens: Vec<String> = t.split_whitespace().map(str::to_string).collect();
@@ -151,6 +152,12 @@ impl Task {
             Task::Translation => TargetEncoding::Bpe,
             Task::Parsing => TargetEncoding::Tree,
         }
+    }
+
+    /// Token ids of a source line (no BOS/EOS): BPE; for parsing after a leading space, so that
+    /// the first word is encoded as it is inside the tree ([`TargetEncoding::encode_source`]).
+    pub fn encode_source(self, bpe: &Bpe, text: &str) -> Result<Vec<u32>> {
+        self.target_encoding().encode_source(bpe, text)
     }
 
     /// Token ids of a target (no BOS/EOS).

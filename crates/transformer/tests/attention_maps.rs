@@ -23,6 +23,7 @@ fn model() -> Transformer {
         vocab_size: 20,
         layer_norm_eps: 1e-6,
         source_pointer: false,
+        next_closer: false,
     };
     let mut m = Transformer::new(c, 3).unwrap();
     let mut rng = Rng::new(1);

@@ -349,6 +349,7 @@ fn model_beam_search_agrees_with_full_forward_search() {
         vocab_size: V,
         layer_norm_eps: 1e-6,
         source_pointer: false,
+        next_closer: false,
     };
     let mut m = Transformer::new(config, 4).unwrap();
     let mut rng = Rng::new(8);

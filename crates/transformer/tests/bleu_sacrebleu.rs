@@ -82,3 +82,24 @@ fn tokenized_bleu_is_a_named_unsmoothed_13a_mode() {
     let short = tokenized_bleu(&["the cat sat".to_string()], &[vec!["the cat sat on the mat".to_string()]], false);
     assert_eq!(short.score, 0.0);
 }
+
+/// BLEU by source length: each bucket is the corpus BLEU of its own sentences alone.
+#[test]
+fn buckets_score_their_own_sentences() {
+    use transformer::eval::bleu::{bleu_by_source_length, corpus_bleu, BleuConfig};
+    let srcs: Vec<String> = ["a b", "a b c d e f g h i j", "a"].iter().map(|s| s.to_string()).collect();
+    let hyps: Vec<String> =
+        ["the cat sat on the mat", "a dog runs in the park today", "x"].iter().map(|s| s.to_string()).collect();
+    let refs = vec![vec!["the cat sat on the mat".to_string(), "a dog ran in a park".to_string(), "y".to_string()]];
+    let cfg = BleuConfig::default();
+    let b = bleu_by_source_length(&srcs, &hyps, &refs, &[2, 8], &cfg);
+    let shape: Vec<(usize, usize, usize)> = b.iter().map(|x| (x.lo, x.hi, x.sentences)).collect();
+    assert_eq!(shape, vec![(1, 2, 2), (3, 8, 0), (9, usize::MAX, 1)]);
+    let want = corpus_bleu(&[hyps[0].clone(), hyps[2].clone()], &[vec![refs[0][0].clone(), refs[0][2].clone()]], &cfg);
+    assert_eq!(b[0].score.as_ref().unwrap().score, want.score);
+    assert!(want.score > 0.0 && want.score < 100.0, "{}", want.score);
+    assert!(b[1].score.is_none() && b[1].line().contains("3–8: no sentences"), "{}", b[1].line());
+    let want = corpus_bleu(&hyps[1..2], &[refs[0][1..2].to_vec()], &cfg);
+    assert_eq!(b[2].score.as_ref().unwrap().score, want.score);
+    assert!(b[2].line().starts_with("source words 9+ (1 sentences): BLEU|"), "{}", b[2].line());
+}

@@ -21,6 +21,7 @@ fn cfg() -> ModelConfig {
         vocab_size: 20,
         layer_norm_eps: 1e-6,
         source_pointer: false,
+        next_closer: false,
     }
 }
 

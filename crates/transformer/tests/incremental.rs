@@ -25,6 +25,7 @@ fn config(positions: Positions) -> ModelConfig {
         vocab_size: 37,
         layer_norm_eps: 1e-6,
         source_pointer: false,
+        next_closer: false,
     }
 }
 
@@ -39,17 +40,27 @@ fn model(positions: Positions, seed: u64) -> Transformer {
     m
 }
 
-/// A random model with the next-word pointer over a made-up parsing vocabulary: ids 4–6 brackets,
-/// 7–12 tags, 13–24 pieces that start a word, 25–36 pieces inside a word.
+/// A random model with the next-word pointer over a made-up parsing vocabulary: ids 4–6 brackets
+/// (4 and 5 open, closed by 6 and by 5 itself; 6 closes), 7–12 tags, 13–24 pieces that start a
+/// word, 25–36 pieces inside a word.
 fn pointer_model(seed: u64) -> Transformer {
+    tree_model(seed, true, false)
+}
+
+/// [`pointer_model`] with or without each of the pointer and the next-closer input.
+fn tree_model(seed: u64, source_pointer: bool, next_closer: bool) -> Transformer {
     use transformer::model::pointer::{PointerTable, TokenClass};
-    let mut m = Transformer::new(ModelConfig { source_pointer: true, ..config(Positions::Sinusoidal) }, seed).unwrap();
+    let cfg = ModelConfig { source_pointer, next_closer, ..config(Positions::Sinusoidal) };
+    let mut m = Transformer::new(cfg, seed).unwrap();
     let mut rng = Rng::new(seed ^ 0x5eed);
     for p in &mut m.params {
         *p += ((rng.uniform() * 2.0 - 1.0) * 0.2) as f32;
     }
     let classes = (0..37u32)
         .map(|id| match id {
+            4 => TokenClass::Open { closer: 6 },
+            5 => TokenClass::Open { closer: 5 },
+            6 => TokenClass::Close,
             0..=6 if id != transformer::UNK => TokenClass::Structure,
             7..=12 => TokenClass::Tag,
             13..=24 => TokenClass::Piece { starts_word: true },
@@ -83,10 +94,14 @@ fn random_ids(rng: &mut Rng, n: usize, vocab: usize) -> Vec<u32> {
 
 #[test]
 fn incremental_matches_teacher_forcing() {
-    for (positions, pointer) in
-        [(Positions::Sinusoidal, false), (Positions::Learned, false), (Positions::Sinusoidal, true)]
-    {
-        let m = if pointer { pointer_model(11) } else { model(positions, 11) };
+    for (positions, pointer, closer) in [
+        (Positions::Sinusoidal, false, false),
+        (Positions::Learned, false, false),
+        (Positions::Sinusoidal, true, false),
+        (Positions::Sinusoidal, false, true),
+        (Positions::Sinusoidal, true, true),
+    ] {
+        let m = if pointer || closer { tree_model(11, pointer, closer) } else { model(positions, 11) };
         let v = m.config.vocab_size;
         let mut rng = Rng::new(3);
         let srcs: Vec<Vec<u32>> = [5, 1, 9, 3].iter().map(|&n| random_ids(&mut rng, n, v)).collect();
@@ -110,7 +125,7 @@ fn incremental_matches_teacher_forcing() {
                     let want = log_softmax(&full[(i * batch.t + t) * v..][..v]);
                     let got = log_softmax(&logits[i * v..(i + 1) * v]);
                     assert_close(
-                        &format!("{positions:?} pointer {pointer} sentence {i} step {t}"),
+                        &format!("{positions:?} pointer {pointer} closer {closer} sentence {i} step {t}"),
                         &got,
                         &want,
                         2e-5,
@@ -136,6 +151,12 @@ fn reordered_rows_keep_their_pointer() {
     reordered_rows(&pointer_model(5));
 }
 
+/// The same with the next-closer input: each row's open constituents move with the row.
+#[test]
+fn reordered_rows_keep_their_open_constituents() {
+    reordered_rows(&tree_model(5, false, true));
+}
+
 #[test]
 fn a_pointer_model_needs_its_table() {
     let m = Transformer::new(ModelConfig { source_pointer: true, ..config(Positions::Sinusoidal) }, 1).unwrap();
@@ -144,6 +165,9 @@ fn a_pointer_model_needs_its_table() {
     assert!(err.contains("pointer table"), "{err}");
     let short = transformer::model::pointer::PointerTable::new(vec![]);
     assert!(m.with_pointer_table(short).unwrap_err().to_string().contains("covers 0 ids"));
+    let m = Transformer::new(ModelConfig { next_closer: true, ..config(Positions::Sinusoidal) }, 1).unwrap();
+    let err = m.forward(&batch, &mut Workspace::new(), None).unwrap_err().to_string();
+    assert!(err.contains("model.next_closer") && err.contains("pointer table"), "{err}");
 }
 
 fn reordered_rows(m: &Transformer) {

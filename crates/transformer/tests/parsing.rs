@@ -63,10 +63,14 @@ fn parsing_pairs_and_vocabulary_keep_tree_tokens_whole() {
         assert_eq!(ids.iter().filter(|&&id| id >= 400).count(), structure, "one id per bracket and tag");
         assert!(!ids.contains(&transformer::UNK));
         assert_eq!(&Task::Parsing.decode_target(&bpe, &ids).unwrap(), t);
-        // The source is BPE over the words, untouched by the tree tokens.
-        let src = bpe.encode(s).unwrap();
+        // The source is BPE over the words, untouched by the tree tokens, after a leading space:
+        // every word, the first included, has exactly the pieces it has inside the tree, which is
+        // what the next-word pointer copies.
+        let src = Task::Parsing.encode_source(&bpe, s).unwrap();
         assert!(src.iter().all(|&id| id < 400));
-        assert_eq!(bpe.decode(&src).unwrap(), *s);
+        assert_eq!(bpe.decode(&src).unwrap().trim_start(), *s);
+        let pieces_in_tree: Vec<u32> = ids.iter().copied().filter(|&id| id < 400).collect();
+        assert_eq!(src, pieces_in_tree, "{s}");
     }
     // A tag or bracket never seen in training is UNK.
     let ids = Task::Parsing.encode_target(&bpe, "(NP NEWTAG word )NP").unwrap();

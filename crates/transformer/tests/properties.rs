@@ -24,6 +24,7 @@ fn tiny(dropout: f32, attention_dropout: f32, label_smoothing: f32, positions: P
         vocab_size: 30,
         layer_norm_eps: 1e-6,
         source_pointer: false,
+        next_closer: false,
     }
 }
 
@@ -152,7 +153,7 @@ fn batch_loss_is_sum_of_sentence_losses() {
 #[test]
 fn dropout_backward_matches_finite_difference() {
     let rates = [(0.0, 0.0), (0.3, 0.0), (0.0, 0.3), (0.2, 0.2)];
-    slopes_match_finite_differences(&rates, 32, Positions::Learned, &sample_pairs(5, 4), false);
+    slopes_match_finite_differences(&rates, 32, Positions::Learned, &sample_pairs(5, 4), (false, false));
 }
 
 /// The same on sequences of 100–180 tokens (parse trees are that long): every kernel's tiling and
@@ -160,14 +161,21 @@ fn dropout_backward_matches_finite_difference() {
 #[test]
 fn long_sequences_backward_matches_finite_difference() {
     let long = pairs(SyntheticTask::Reverse, &mut Rng::new(9), 2, 26, 100, 180);
-    slopes_match_finite_differences(&[(0.1, 0.1)], 200, Positions::Sinusoidal, &long, false);
+    slopes_match_finite_differences(&[(0.1, 0.1)], 200, Positions::Sinusoidal, &long, (false, false));
 }
 
 /// The same with the next-word pointer (its W_p and the encoder gradient it scatters), on pairs
 /// whose tokens play tags, brackets and word pieces of a made-up parsing vocabulary.
 #[test]
 fn pointer_backward_matches_finite_difference() {
-    slopes_match_finite_differences(&[(0.1, 0.0)], 32, Positions::Sinusoidal, &sample_pairs(6, 4), true);
+    slopes_match_finite_differences(&[(0.1, 0.0)], 32, Positions::Sinusoidal, &sample_pairs(6, 4), (true, false));
+}
+
+/// The same with the next-closer input as well (its closer and depth tables), on the same
+/// made-up vocabulary, where some ids open constituents and one closes them.
+#[test]
+fn closer_backward_matches_finite_difference() {
+    slopes_match_finite_differences(&[(0.1, 0.0)], 32, Positions::Sinusoidal, &sample_pairs(6, 4), (true, true));
 }
 
 fn slopes_match_finite_differences(
@@ -175,24 +183,38 @@ fn slopes_match_finite_differences(
     max_positions: usize,
     positions: Positions,
     pairs: &[(Vec<u32>, Vec<u32>)],
-    pointer: bool,
+    (pointer, closer): (bool, bool),
 ) {
     for &(p, pa) in rates {
         let cfg = ModelConfig { max_positions, ..tiny(p, pa, 0.1, positions) };
-        let cfg = ModelConfig { source_pointer: pointer, ..cfg };
+        let cfg = ModelConfig { source_pointer: pointer, next_closer: closer, ..cfg };
         let mut model = Transformer::new(cfg, 7).unwrap();
-        if pointer {
+        if pointer || closer {
             use transformer::model::pointer::{PointerTable, TokenClass};
-            // Ids 4–9 tags, 10–17 word starts, the rest pieces inside a word.
+            // Ids 4 and 5 open constituents (closed by 6, and by 5 itself), 6 closes, 7–9 tags,
+            // 10–17 word starts, the rest pieces inside a word.
             let classes = (0..30u32)
                 .map(|id| match id {
                     0..=3 => TokenClass::Structure,
-                    4..=9 => TokenClass::Tag,
+                    4 => TokenClass::Open { closer: 6 },
+                    5 => TokenClass::Open { closer: 5 },
+                    6 => TokenClass::Close,
+                    7..=9 => TokenClass::Tag,
                     10..=17 => TokenClass::Piece { starts_word: true },
                     _ => TokenClass::Piece { starts_word: false },
                 })
                 .collect();
             model = model.with_pointer_table(PointerTable::new(classes)).unwrap();
+        }
+        if closer {
+            // The next-closer tables start at zero; give them values so that they take part.
+            let mut rng = Rng::new(23);
+            for name in ["decoder.next_closer.weight", "decoder.open_depth.weight"] {
+                let r = model.layout.get(name).expect("the next closer's tables").range();
+                for x in &mut model.params[r] {
+                    *x = (0.5 * rng.normal()) as f32;
+                }
+            }
         }
         // Keep every ReLU unit active: a finite step that moves a pre-activation across 0 measures
         // the kink, not the gradient (seen here as errors of several percent in the tiny FFN).
@@ -244,6 +266,13 @@ fn slopes_match_finite_differences(
             let w = model.layout.get("decoder.source_pointer.weight").expect("the pointer's weight");
             let norm = g[w.range()].iter().map(|&x| x as f64 * x as f64).sum::<f64>().sqrt();
             assert!(norm >= 0.05, "the pointer's gradient is too small to check: {norm}");
+        }
+        if closer {
+            for name in ["decoder.next_closer.weight", "decoder.open_depth.weight"] {
+                let w = model.layout.get(name).expect("the next closer's tables");
+                let norm = g[w.range()].iter().map(|&x| x as f64 * x as f64).sum::<f64>().sqrt();
+                assert!(norm >= 0.05, "{name}: gradient too small to check: {norm}");
+            }
         }
     }
 }

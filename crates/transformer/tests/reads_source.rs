@@ -28,7 +28,7 @@ fn twenty_short_trees_are_reproduced_from_their_own_sentences() {
     assert_eq!(pairs.len(), 20);
     let bpe = Task::Parsing.learn_vocabulary(&pairs, 300).unwrap();
     let ids: Vec<(Vec<u32>, Vec<u32>)> =
-        pairs.iter().map(|(s, t)| (bpe.encode(s).unwrap(), Task::Parsing.encode_target(&bpe, t).unwrap())).collect();
+        pairs.iter().map(|(s, t)| (Task::Parsing.encode_source(&bpe, s).unwrap(), Task::Parsing.encode_target(&bpe, t).unwrap())).collect();
     let cfg = ModelConfig {
         n_layers: 2,
         d_model: 64,
@@ -44,6 +44,7 @@ fn twenty_short_trees_are_reproduced_from_their_own_sentences() {
         vocab_size: bpe.vocab_size(),
         layer_norm_eps: 1e-6,
         source_pointer: true,
+        next_closer: true,
     };
     let model = Transformer::new(cfg.clone(), 1).unwrap().with_pointer_table(PointerTable::from_bpe(&bpe)).unwrap();
     let mut trainer = Trainer::new(model, Schedule { d_model: 64, warmup: 100, lr_scale: 0.5 }, 1);

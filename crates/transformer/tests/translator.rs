@@ -30,6 +30,7 @@ fn translator(precision: Precision) -> Translator {
         vocab_size: bpe.vocab_size(),
         layer_norm_eps: 1e-6,
         source_pointer: false,
+        next_closer: false,
     };
     let model = Transformer::new(config, 7).unwrap();
     Translator::new(model, bpe, TranslatorOptions { precision, ..Default::default() }).unwrap()

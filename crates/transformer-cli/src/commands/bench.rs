@@ -73,6 +73,7 @@ fn bench_config(dropout: f32) -> ModelConfig {
         vocab_size: 8000,
         layer_norm_eps: 1e-6,
         source_pointer: false,
+        next_closer: false,
     }
 }
 

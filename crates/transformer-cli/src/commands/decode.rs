@@ -177,6 +177,7 @@ pub fn evaluate(
     src_path: Option<&Path>,
     ref_paths: &[PathBuf],
     output: Option<&Path>,
+    by_length: bool,
     search: &SearchArgs,
     parsing: ParsingArgs,
 ) -> Result<()> {
@@ -187,6 +188,9 @@ pub fn evaluate(
     if translator.task().report() == Report::Evalb {
         if ref_paths.len() != 1 {
             usage!("a parsing model is scored against one file of gold trees; give one --ref");
+        }
+        if by_length {
+            usage!("--by-length reports BLEU of a translation model; a parsing model's report is EVALB's");
         }
         return super::parse::evaluate(&translator, src_path, &ref_paths[0], output, &opts, parsing);
     }
@@ -220,6 +224,12 @@ pub fn evaluate(
             println!("{}", bleu::corpus_bleu(&hyps, &refs, &bleu::BleuConfig::default()).line());
             println!("{}", chrf::corpus_chrf(&hyps, &refs, &chrf::ChrfConfig::default()).line());
             println!("{}", bleu::tokenized_bleu(&hyps, &refs, true).line());
+            if by_length {
+                let cfg = bleu::BleuConfig::default();
+                for b in bleu::bleu_by_source_length(&srcs, &hyps, &refs, &bleu::LENGTH_BUCKETS, &cfg) {
+                    println!("{}", b.line());
+                }
+            }
             let totals = translator.perplexity(&srcs, &refs[0], &mut warn)?;
             match totals.nll_per_token() {
                 Some(nll) => println!(
@@ -264,7 +274,7 @@ pub fn attention(
         usage!("--head {h}: the model has {} heads", c.n_heads);
     }
     let bpe = translator.bpe();
-    let src_ids = bpe.encode(src)?;
+    let src_ids = translator.task().encode_source(bpe, src)?;
     if src_ids.is_empty() {
         usage!("--src is empty: give a sentence to look at");
     }

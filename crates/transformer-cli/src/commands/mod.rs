@@ -77,8 +77,8 @@ pub fn run(cmd: Command) -> Result<()> {
         Command::Translate { model, input, search, nbest, speed, profile } => {
             decode::translate(&model, input.as_deref(), &search, nbest as usize, speed, profile)
         }
-        Command::Evaluate { model, src, refs, output, search, parsing } => {
-            decode::evaluate(&model, src.as_deref(), &refs, output.as_deref(), &search, parsing)
+        Command::Evaluate { model, src, refs, output, by_length, search, parsing } => {
+            decode::evaluate(&model, src.as_deref(), &refs, output.as_deref(), by_length, &search, parsing)
         }
         Command::Parse { checkpoint, bpe, input, tokenize, precision, search, parsing, speed } => {
             parse::parse(&checkpoint, &bpe, input.as_deref(), tokenize, precision, &search, parsing, speed)

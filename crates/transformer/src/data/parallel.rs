@@ -127,6 +127,17 @@ pub fn tag_entry(tag: &str) -> String {
 pub const TAG_PREFIX: &str = "TAG=";
 
 impl TargetEncoding {
+    /// The ids of a source line beside targets encoded this way: BPE as it is, except that with
+    /// `Tree` the line gets a leading space, so that every word, the first included, is encoded
+    /// as it is inside a tree (where each word follows its tag, ` {w}`): the next-word pointer
+    /// then copies the same pieces the tree holds.
+    pub fn encode_source(self, bpe: &Bpe, text: &str) -> Result<Vec<u32>> {
+        match self {
+            TargetEncoding::Bpe => bpe.encode(text),
+            TargetEncoding::Tree => bpe.encode(&format!(" {}", text.trim_start())),
+        }
+    }
+
     /// The ids of `text`.
     pub fn encode(self, bpe: &Bpe, text: &str) -> Result<Vec<u32>> {
         use crate::data::trees::{items, Item};
@@ -162,7 +173,7 @@ pub fn encode_and_filter_with(
             report.empty += 1;
             continue;
         }
-        let (se, te) = (bpe.encode(s)?, target.encode(bpe, t)?);
+        let (se, te) = (target.encode_source(bpe, s)?, target.encode(bpe, t)?);
         if se.len() > filter.max_tokens || te.len() > filter.max_tokens {
             report.too_long += 1;
             continue;

@@ -380,7 +380,7 @@ impl Translator {
         }
         let mut pairs = Vec::with_capacity(srcs.len());
         for (s, r) in srcs.iter().zip(refs) {
-            pairs.push((self.bpe.encode(s)?, self.task.encode_target(&self.bpe, r)?));
+            pairs.push((self.task.encode_source(&self.bpe, s)?, self.task.encode_target(&self.bpe, r)?));
         }
         let (keep, too_long) = perplexity::scorable(&self.model, &pairs);
         for i in too_long {
@@ -430,7 +430,7 @@ impl Translator {
                 warn(format!("line {}: empty; its tree is (TOP)", i + 1));
                 continue;
             }
-            let ids = self.bpe.encode(&w.join(" "))?;
+            let ids = self.task.encode_source(&self.bpe, &w.join(" "))?;
             if ids.len() > max {
                 let what = format!(
                     "line {}: {} words make {} tokens, more than the model's max_positions = {max}",

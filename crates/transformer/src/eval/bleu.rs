@@ -250,3 +250,64 @@ pub fn tokenized_bleu(hyps: &[String], refs: &[Vec<String>], lowercase: bool) ->
     );
     s
 }
+
+/// BLEU of one bucket of sentences by source length ([`bleu_by_source_length`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct BucketBleu {
+    /// The bucket's source lengths in words, inclusive (`hi` = `usize::MAX`: open-ended).
+    pub lo: usize,
+    /// See `lo`.
+    pub hi: usize,
+    /// Sentences in the bucket.
+    pub sentences: usize,
+    /// Corpus BLEU of those sentences (`None` for an empty bucket).
+    pub score: Option<BleuScore>,
+}
+
+impl BucketBleu {
+    /// `source words 9–12 (312 sentences): BLEU|… = 36.10 …` (the score as [`BleuScore::line`]).
+    pub fn line(&self) -> String {
+        let range = match self.hi {
+            usize::MAX => format!("{}+", self.lo),
+            hi => format!("{}–{hi}", self.lo),
+        };
+        match &self.score {
+            Some(s) => format!("source words {range} ({} sentences): {}", self.sentences, s.line()),
+            None => format!("source words {range}: no sentences"),
+        }
+    }
+}
+
+/// Corpus BLEU per bucket of source length in whitespace-separated words: bucket k holds the
+/// sentences of more than `upper[k − 1]` and at most `upper[k]` words, and a last bucket the rest
+/// (`upper` ascending). Streams as [`corpus_bleu`]; `srcs` line-aligned with `hyps`.
+pub fn bleu_by_source_length(
+    srcs: &[String],
+    hyps: &[String],
+    refs: &[Vec<String>],
+    upper: &[usize],
+    cfg: &BleuConfig,
+) -> Vec<BucketBleu> {
+    assert_eq!(srcs.len(), hyps.len(), "sources and hypotheses differ in length");
+    let mut out = Vec::with_capacity(upper.len() + 1);
+    let mut lo = 0;
+    for hi in upper.iter().copied().chain(std::iter::once(usize::MAX)) {
+        let idx: Vec<usize> = (0..srcs.len())
+            .filter(|&i| {
+                let n = srcs[i].split_whitespace().count();
+                n > lo && n <= hi
+            })
+            .collect();
+        let score = (!idx.is_empty()).then(|| {
+            let h: Vec<String> = idx.iter().map(|&i| hyps[i].clone()).collect();
+            let r: Vec<Vec<String>> = refs.iter().map(|s| idx.iter().map(|&i| s[i].clone()).collect()).collect();
+            corpus_bleu(&h, &r, cfg)
+        });
+        out.push(BucketBleu { lo: lo + 1, hi, sentences: idx.len(), score });
+        lo = hi;
+    }
+    out
+}
+
+/// The buckets `evaluate --by-length` reports (Multi30k's captions are 12 words on average).
+pub const LENGTH_BUCKETS: [usize; 4] = [8, 12, 16, 24];

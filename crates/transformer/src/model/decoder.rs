@@ -4,6 +4,7 @@
 //! LayerNorm.
 
 use super::masks::{DecoderLayerMasks, EmbeddingMasks};
+use super::pointer::PAST_END;
 use super::workspace::Workspace;
 use super::{attention, feed_forward, Batch, DropoutCtx, Transformer};
 use crate::kernels::cpu::embedding::{embedding_backward, embedding_forward};
@@ -35,10 +36,25 @@ impl Transformer {
             let (b, s, t) = (ws.dims.b, ws.dims.s, ws.dims.t);
             let mt = b * t;
             for (i, row) in ws.ptr_in[..mt * d].chunks_exact_mut(d).enumerate() {
-                let src_row = (i / t) * s + ws.ptr[i] as usize;
-                row.copy_from_slice(&enc_out[src_row * d..][..d]);
+                if ws.ptr[i] == PAST_END {
+                    row.fill(0.0);
+                } else {
+                    let src_row = (i / t) * s + ws.ptr[i] as usize;
+                    row.copy_from_slice(&enc_out[src_row * d..][..d]);
+                }
             }
             product(self.precision, &mut ws.dec_in[..mt * d], &ws.ptr_in[..mt * d], Op::N, w_p, Op::T, mt, d, d, true);
+        }
+        if let Some(tables) = o.closer(p) {
+            // The next-closer input: dec_in += C[closer] + H[depth] (after the embedding's dropout).
+            let mt = ws.dims.b * ws.dims.t;
+            let (closers, depths) = tables.split_at(c.vocab_size * d);
+            for ((row, &id), &depth) in ws.dec_in[..mt * d].chunks_exact_mut(d).zip(&ws.closer).zip(&ws.depth) {
+                let (cr, hr) = (&closers[id as usize * d..][..d], &depths[depth as usize * d..][..d]);
+                for ((x, &a), &h) in row.iter_mut().zip(cr).zip(hr) {
+                    *x += a + h;
+                }
+            }
         }
         for l in 0..c.n_layers {
             let lp = o.decoder[l].params(p);
@@ -172,8 +188,23 @@ impl Transformer {
             let w_g = o.pointer_mut(grads).expect("the layout has the pointer");
             product(self.precision, w_g, g, Op::T, &ws.ptr_in[..mt * d], Op::N, d, d, mt, true);
             for (i, row) in ws.g_b[..mt * d].chunks_exact(d).enumerate() {
+                if ws.ptr[i] == PAST_END {
+                    continue;
+                }
                 let src_row = (i / dims.t) * dims.s + ws.ptr[i] as usize;
                 for (e, &x) in ws.d_enc[src_row * d..][..d].iter_mut().zip(row) {
+                    *e += x;
+                }
+            }
+        }
+        if let Some(tables) = o.closer_mut(grads) {
+            // Next closer: dC[closer] += d(dec_in), dH[depth] += d(dec_in).
+            let (closers, depths) = tables.split_at_mut(c.vocab_size * d);
+            for ((row, &id), &depth) in ws.g_a[..mt * d].chunks_exact(d).zip(&ws.closer).zip(&ws.depth) {
+                for (e, &x) in closers[id as usize * d..][..d].iter_mut().zip(row) {
+                    *e += x;
+                }
+                for (e, &x) in depths[depth as usize * d..][..d].iter_mut().zip(row) {
                     *e += x;
                 }
             }

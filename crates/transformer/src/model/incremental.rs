@@ -16,7 +16,7 @@
 //! equal those of the teacher-forced [`Transformer::forward`] to float rounding
 //! (tests/incremental.rs).
 
-use super::pointer::PointerState;
+use super::pointer::{CloserStacks, PointerState, NO_OPEN};
 use super::{Batch, Transformer, Workspace};
 use crate::error::{Error, Result};
 use crate::kernels::cpu::cached_attention::{attend, KeyValues};
@@ -100,6 +100,9 @@ pub struct DecoderState {
     hv: usize,
     /// Per row, with the next-word pointer: where its output is in the sentence.
     ptr: Vec<PointerState>,
+    /// Per row, with the next-closer input: its innermost open constituent in `closers`.
+    closer_top: Vec<u32>,
+    closers: CloserStacks,
     /// Buffers to re-lay the cache and the maps into.
     spare: Vec<f32>,
     spare_origin: Vec<u32>,
@@ -259,6 +262,9 @@ impl Transformer {
         st.sent.extend(0..enc.b);
         st.ptr.clear();
         st.ptr.resize(enc.b, PointerState::default());
+        st.closers.clear();
+        st.closer_top.clear();
+        st.closer_top.resize(enc.b, NO_OPEN);
         (st.len, st.max_steps, st.slots) = (0, max_steps, 0);
         st.cap = max_steps.min(16);
         at_least(&mut st.origin, enc.b * st.cap);
@@ -325,8 +331,23 @@ impl Transformer {
                     continue;
                 }
                 let j = st.ptr[r].advance(table.class(tokens[r]), &enc.word_starts[i], n);
+                if j == n {
+                    continue; // past the last word: nothing
+                }
                 for (a, &p) in x.iter_mut().zip(&enc.ptr_proj[(i * enc.s + j) * d..][..d]) {
                     *a += p;
+                }
+            }
+        }
+        if let (Some(table), Some(tables)) = (self.closer_table()?, o.closer(p)) {
+            // The next-closer input: x += C[c] + H[depth] for the closer c the row owes.
+            let (closers, depths) = tables.split_at(v * d);
+            for (r, x) in st.x.chunks_exact_mut(d).take(rows).enumerate() {
+                st.closer_top[r] = st.closers.advance(st.closer_top[r], table.class(tokens[r]));
+                let (id, depth) = st.closers.closer(st.closer_top[r]);
+                let (cr, hr) = (&closers[id as usize * d..][..d], &depths[depth as usize * d..][..d]);
+                for ((a, &c), &h) in x.iter_mut().zip(cr).zip(hr) {
+                    *a += c + h;
                 }
             }
         }
@@ -466,6 +487,9 @@ impl DecoderState {
         self.sent = keep.iter().map(|&r| self.sent[r]).collect();
         if !self.ptr.is_empty() {
             self.ptr = keep.iter().map(|&r| self.ptr[r]).collect();
+        }
+        if !self.closer_top.is_empty() {
+            self.closer_top = keep.iter().map(|&r| self.closer_top[r]).collect();
         }
     }
 

@@ -156,7 +156,7 @@ pub struct Transformer {
     sinusoids: Vec<f32>,
     /// How its matrix products are computed.
     precision: Precision,
-    /// With `source_pointer`: what each vocabulary id is to the next-word pointer.
+    /// With `source_pointer` or `next_closer`: what each vocabulary id is to the tree.
     pointer: Option<std::sync::Arc<pointer::PointerTable>>,
 }
 
@@ -199,10 +199,10 @@ impl Transformer {
     }
 
     /// The same model with the vocabulary's [`pointer::PointerTable`], which a model with
-    /// `source_pointer` needs before it can run (a no-op without `source_pointer`). An error
-    /// when the table does not cover the vocabulary.
+    /// `source_pointer` or `next_closer` needs before it can run (a no-op without them). An
+    /// error when the table does not cover the vocabulary.
     pub fn with_pointer_table(mut self, table: pointer::PointerTable) -> Result<Self> {
-        if self.config.source_pointer {
+        if self.config.source_pointer || self.config.next_closer {
             if table.len() != self.config.vocab_size {
                 return Err(Error::Config(format!(
                     "the pointer table covers {} ids, the model's vocabulary has {}",
@@ -215,17 +215,29 @@ impl Transformer {
         Ok(self)
     }
 
-    /// The pointer table (with `source_pointer`), or the error that says it is missing.
-    fn pointer_table(&self) -> Result<Option<&pointer::PointerTable>> {
-        match (&self.pointer, self.config.source_pointer) {
+    /// The pointer table (with `source_pointer` or `next_closer`), or the error that says it is
+    /// missing.
+    fn tree_table(&self) -> Result<Option<&pointer::PointerTable>> {
+        match (&self.pointer, self.config.source_pointer || self.config.next_closer) {
             (_, false) => Ok(None),
             (Some(t), true) => Ok(Some(t)),
             (None, true) => Err(Error::Config(
-                "this model has the next-word pointer (model.source_pointer) but no pointer table: build it with \
+                "this model has the next-word pointer (model.source_pointer) or the next-closer input \
+                 (model.next_closer) but no pointer table: build it with \
                  Transformer::with_pointer_table(PointerTable::from_bpe(&bpe))"
                     .into(),
             )),
         }
+    }
+
+    /// The pointer table with `source_pointer` (see [`Transformer::tree_table`]).
+    fn pointer_table(&self) -> Result<Option<&pointer::PointerTable>> {
+        Ok(self.tree_table()?.filter(|_| self.config.source_pointer))
+    }
+
+    /// The pointer table with `next_closer` (see [`Transformer::tree_table`]).
+    fn closer_table(&self) -> Result<Option<&pointer::PointerTable>> {
+        Ok(self.tree_table()?.filter(|_| self.config.next_closer))
     }
 
     /// How the model's matrix products are computed.
@@ -254,6 +266,9 @@ impl Transformer {
         ws.prepare(&self.config, batch.b, batch.s, batch.t);
         if let Some(table) = self.pointer_table()? {
             ws.ptr = pointer::batch_positions(table, batch);
+        }
+        if let Some(table) = self.closer_table()? {
+            (ws.closer, ws.depth) = pointer::batch_closers(table, batch);
         }
         let (d, v, n) = (self.config.d_model, self.config.vocab_size, self.config.n_layers);
         self.encoder_forward(batch, ws, dropout);

@@ -3,7 +3,7 @@
 //! `W_p · enc_out[j]`, where j is the source position the tree is at: inside a leaf (after its
 //! tag, until its word's last piece) the next piece of the leaf's word to copy, else the first
 //! piece of the next word to attach (the count of leaves written so far); past the last word,
-//! the source's last position. j depends only on the tokens fed so far and on the source, so it
+//! nothing (the term is 0). j depends only on the tokens fed so far and on the source, so it
 //! is the same in teacher forcing and in search. One gather and one D×D product: the decoder no
 //! longer has to find its place in the sentence through attention alone (docs/parsing.md,
 //! "Reading the sentence").
@@ -19,8 +19,17 @@ use crate::data::bpe::Bpe;
 pub enum TokenClass {
     /// A POS tag: a leaf begins; its word follows.
     Tag,
-    /// A bracket or a special token (BOS, EOS, PAD): no leaf is open after it.
+    /// A special token (BOS, EOS, PAD), or a bracket of a vocabulary without bracket roles: no
+    /// leaf is open after it.
     Structure,
+    /// `(X`: opens a constituent; `closer` is the id of the `)X` that closes it (its own id where
+    /// the vocabulary has no `)X`). No leaf is open after it.
+    Open {
+        /// The id that closes it.
+        closer: u32,
+    },
+    /// `)X`: closes the innermost open constituent, whatever its label. No leaf is open after it.
+    Close,
     /// A BPE piece; `starts_word` when it begins with a space (a source word starts there).
     Piece {
         /// Begins with a space.
@@ -58,9 +67,19 @@ impl PointerTable {
                 *class = TokenClass::Structure;
             }
         }
-        for (id, token) in bpe.whole_tokens() {
-            if let Some(c) = classes.get_mut(id as usize) {
-                *c = if token.starts_with(TAG_PREFIX) { TokenClass::Tag } else { TokenClass::Structure };
+        let whole = bpe.whole_tokens();
+        let ids: std::collections::HashMap<&str, u32> = whole.iter().map(|(id, t)| (t.as_str(), *id)).collect();
+        for (id, token) in &whole {
+            if let Some(c) = classes.get_mut(*id as usize) {
+                *c = if token.starts_with(TAG_PREFIX) {
+                    TokenClass::Tag
+                } else if let Some(label) = token.strip_prefix('(').filter(|l| !l.is_empty()) {
+                    TokenClass::Open { closer: ids.get(format!("){label}").as_str()).copied().unwrap_or(*id) }
+                } else if token.len() > 1 && token.starts_with(')') {
+                    TokenClass::Close
+                } else {
+                    TokenClass::Structure
+                };
             }
         }
         PointerTable { classes }
@@ -103,9 +122,10 @@ pub struct PointerState {
 
 impl PointerState {
     /// Feeds one token (BOS first) and returns the source position the next prediction reads:
-    /// the open leaf's next piece to copy, else the next word's first piece, clamped to the last
-    /// position of a source of `src_len` positions whose words start at `starts`. `src_len` must
-    /// be at least 1.
+    /// the open leaf's next piece to copy, else the next word's first piece; `src_len` (no
+    /// position: the pointer adds nothing) once every word of a source of `src_len` positions
+    /// whose words start at `starts` has its leaf, so that "the sentence is done" is as plain to
+    /// the decoder as "this word is next". `src_len` must be at least 1.
     pub fn advance(&mut self, class: TokenClass, starts: &[u32], src_len: usize) -> usize {
         let pieces = |w: usize| -> u32 {
             match starts.get(w) {
@@ -118,25 +138,29 @@ impl PointerState {
                 self.tags += 1;
                 self.remaining = pieces(self.tags as usize - 1).max(1);
             }
-            TokenClass::Structure => self.remaining = 0,
+            TokenClass::Structure | TokenClass::Open { .. } | TokenClass::Close => self.remaining = 0,
             TokenClass::Piece { .. } => self.remaining = self.remaining.saturating_sub(1),
         }
         if self.remaining > 0 {
             let word = self.tags as usize - 1;
             match starts.get(word) {
                 Some(&s) => ((s + pieces(word)).saturating_sub(self.remaining) as usize).min(src_len - 1),
-                None => src_len - 1,
+                None => src_len,
             }
         } else {
-            starts.get(self.tags as usize).map_or(src_len - 1, |&s| s as usize)
+            starts.get(self.tags as usize).map_or(src_len, |&s| s as usize)
         }
     }
 }
 
+/// A position of [`batch_positions`] that reads nothing.
+pub const PAST_END: u32 = u32::MAX;
+
 /// The pointer positions of a padded batch: (B, T), position t of row b reading the source
-/// position for `tgt_in[b, ..=t]`; 0 on padding and for empty sources.
+/// position for `tgt_in[b, ..=t]`; [`PAST_END`] past the last word, on padding and for empty
+/// sources.
 pub fn batch_positions(table: &PointerTable, batch: &super::Batch) -> Vec<u32> {
-    let mut out = vec![0u32; batch.b * batch.t];
+    let mut out = vec![PAST_END; batch.b * batch.t];
     for b in 0..batch.b {
         let src_len = batch.src_lens[b];
         if src_len == 0 {
@@ -147,10 +171,84 @@ pub fn batch_positions(table: &PointerTable, batch: &super::Batch) -> Vec<u32> {
         let mut st = PointerState::default();
         for t in 0..batch.tgt_lens[b] {
             let class = table.class(batch.tgt_in[b * batch.t + t]);
-            out[b * batch.t + t] = st.advance(class, &starts, src_len) as u32;
+            let j = st.advance(class, &starts, src_len);
+            out[b * batch.t + t] = if j < src_len { j as u32 } else { PAST_END };
         }
     }
     out
+}
+
+/// The next-closer input (`model.next_closer`, a named deviation: docs/deviations.md,
+/// `next-closer-input`): at each position the decoder input gets `C[c] + H[depth]`, where c is the
+/// token that closes the innermost constituent still open after the tokens fed so far (`)NP`
+/// inside an NP; EOS when none is open), depth how many are open (at most MAX_OPEN_DEPTH − 1),
+/// and C (V, D) and H (MAX_OPEN_DEPTH, D) learned tables that start at zero (untied from the
+/// embedding, so the closer is not copied to the output by default). Like the pointer it depends
+/// only on the prefix, so it is the same in teacher forcing and in search; it tells the decoder
+/// which bracket it owes and how deep it is, which a decoder otherwise tracks through
+/// self-attention alone and gets wrong on long trees (docs/parsing.md, "Closing what was opened").
+///
+/// The open constituents of every row of a search share one arena of (closer, parent, depth)
+/// nodes: a row is the index of its innermost node, so copying a row (reordering a beam) copies
+/// one integer.
+#[derive(Clone, Debug, Default)]
+pub struct CloserStacks {
+    nodes: Vec<(u32, u32, u32)>,
+}
+
+/// An empty stack in [`CloserStacks`].
+pub const NO_OPEN: u32 = u32::MAX;
+
+/// Depths of the next-closer input's table: deeper stacks share its last row.
+pub const MAX_OPEN_DEPTH: usize = 32;
+
+impl CloserStacks {
+    /// Forgets every node (a new search).
+    pub fn clear(&mut self) {
+        self.nodes.clear();
+    }
+
+    /// Feeds a token of class `class` to the stack whose innermost node is `top`; returns the new
+    /// top. A close with nothing open is ignored.
+    pub fn advance(&mut self, top: u32, class: TokenClass) -> u32 {
+        match class {
+            TokenClass::Open { closer } => {
+                let depth = if top == NO_OPEN { 1 } else { self.nodes[top as usize].2 + 1 };
+                self.nodes.push((closer, top, depth));
+                (self.nodes.len() - 1) as u32
+            }
+            TokenClass::Close if top != NO_OPEN => self.nodes[top as usize].1,
+            _ => top,
+        }
+    }
+
+    /// The closer a stack owes (its innermost node's, or EOS when it is empty) and its table row
+    /// of depth (the open constituents, capped at MAX_OPEN_DEPTH − 1).
+    pub fn closer(&self, top: u32) -> (u32, u32) {
+        if top == NO_OPEN {
+            (crate::EOS, 0)
+        } else {
+            let (c, _, depth) = self.nodes[top as usize];
+            (c, depth.min(MAX_OPEN_DEPTH as u32 - 1))
+        }
+    }
+}
+
+/// The next-closer ids and depth rows of a padded batch: (B, T) each, position t of row b after
+/// `tgt_in[b, ..=t]`; (EOS, 0) on padding.
+pub fn batch_closers(table: &PointerTable, batch: &super::Batch) -> (Vec<u32>, Vec<u32>) {
+    let mut ids = vec![crate::EOS; batch.b * batch.t];
+    let mut depths = vec![0; batch.b * batch.t];
+    let mut stacks = CloserStacks::default();
+    for b in 0..batch.b {
+        stacks.clear();
+        let mut top = NO_OPEN;
+        for t in 0..batch.tgt_lens[b] {
+            top = stacks.advance(top, table.class(batch.tgt_in[b * batch.t + t]));
+            (ids[b * batch.t + t], depths[b * batch.t + t]) = stacks.closer(top);
+        }
+    }
+    (ids, depths)
 }
 
 #[cfg(test)]
@@ -169,19 +267,52 @@ mod tests {
         let mut st = PointerState::default();
         // BOS (S (NP NNP Pierre NNP Vin ken )NP . . )S EOS
         let feed = [S, S, S, T, W, T, W, P, S, T, W, S];
-        // After `Vin` the pointer is at `ken`, the piece to copy next.
-        let want = [0, 0, 0, 0, 1, 1, 2, 3, 3, 3, 3, 3];
+        // After `Vin` the pointer is at `ken`, the piece to copy next; after `.`, past the end.
+        let want = [0, 0, 0, 0, 1, 1, 2, 3, 3, 3, 4, 4];
         let got: Vec<usize> = feed.iter().map(|&c| st.advance(c, &starts, 4)).collect();
         assert_eq!(got, want);
-        // Past the last word: clamped to the last position.
+        // Past the last word, a tag and its pieces read nothing either.
         let mut st = PointerState { tags: 3, remaining: 0 };
-        assert_eq!(st.advance(S, &starts, 4), 3);
-        assert_eq!(st.advance(T, &starts, 4), 3);
+        assert_eq!(st.advance(S, &starts, 4), 4);
+        assert_eq!(st.advance(T, &starts, 4), 4);
+        assert_eq!(st.advance(W, &starts, 4), 4);
         // A model that writes more pieces than the word has moves on to the next word.
         let mut st = PointerState::default();
         assert_eq!(st.advance(T, &starts, 4), 0);
         assert_eq!(st.advance(W, &starts, 4), 1);
         assert_eq!(st.advance(P, &starts, 4), 1);
+    }
+
+    #[test]
+    fn closers_follow_the_open_constituents() {
+        // ids: 4 (S, 5 )S, 6 (NP, 7 )NP, 8 (X with no closer of its own.
+        let (os, onp, ox) =
+            (TokenClass::Open { closer: 5 }, TokenClass::Open { closer: 7 }, TokenClass::Open { closer: 8 });
+        let c = TokenClass::Close;
+        let mut stacks = CloserStacks::default();
+        let mut top = NO_OPEN;
+        // BOS (S (NP NN x )NP (X )S )S )S: the stray closes at the end are ignored.
+        let feed = [S, os, onp, T, P, c, ox, c, c, c];
+        let want =
+            [(crate::EOS, 0), (5, 1), (7, 2), (7, 2), (7, 2), (5, 1), (8, 2), (5, 1), (crate::EOS, 0), (crate::EOS, 0)];
+        let got: Vec<(u32, u32)> = feed
+            .iter()
+            .map(|&k| {
+                top = stacks.advance(top, k);
+                stacks.closer(top)
+            })
+            .collect();
+        assert_eq!(got, want);
+        // The pointer treats brackets as structure.
+        let mut st = PointerState::default();
+        assert_eq!(st.advance(T, &[0, 1], 2), 0);
+        assert_eq!(st.advance(onp, &[0, 1], 2), 1);
+        // Depth is capped at the table's last row.
+        let mut top = NO_OPEN;
+        for _ in 0..40 {
+            top = stacks.advance(top, onp);
+        }
+        assert_eq!(stacks.closer(top), (7, MAX_OPEN_DEPTH as u32 - 1));
     }
 
     #[test]

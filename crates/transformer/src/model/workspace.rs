@@ -104,6 +104,10 @@ pub struct Workspace {
     pub ptr: Vec<u32>,
     /// See `ptr`.
     pub ptr_in: Vec<f32>,
+    /// (B·T) next-closer ids and depth rows (with `next_closer`).
+    pub closer: Vec<u32>,
+    /// See `closer`.
+    pub depth: Vec<u32>,
     /// Encoder layers' saved values.
     pub enc: Vec<EncoderActs>,
     /// Decoder layers' saved values.

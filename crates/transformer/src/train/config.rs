@@ -444,6 +444,13 @@ impl RunConfig {
                     .into(),
             ));
         }
+        if model.next_closer && d.task != crate::task::Task::Parsing {
+            return Err(Error::Config(
+                "model.next_closer (the next-closer input) follows the brackets of a tree: it needs \
+                 data.task = \"parsing\""
+                    .into(),
+            ));
+        }
         if d.train_bin.is_none() && d.max_tokens >= model.max_positions {
             return Err(Error::Config(format!(
                 "data.max_tokens = {} must be below model.max_positions = {} (a target of max_tokens \
@@ -642,7 +649,7 @@ mod tests {
             let err = parse("", &[&format!("model.{key}=1")]).unwrap_err().to_string();
             assert!(err.contains(&format!("test.toml: unknown field `{key}`, expected one of `preset`")), "{err}");
             let list = "`preset`, `n_layers`, `d_model`, `d_ff`, `n_heads`, `d_k`, `d_v`, `dropout`, \
-                        `attention_dropout`, `label_smoothing`, `positions`, `max_positions`, `source_pointer`\nin `model`";
+                        `attention_dropout`, `label_smoothing`, `positions`, `max_positions`, `source_pointer`, `next_closer`\nin `model`";
             assert!(err.contains(list), "{err}");
             let expected = err.split("expected one of").nth(1).unwrap();
             assert!(!expected.contains("vocab_size") && !expected.contains("layer_norm_eps"), "{err}");
