@@ -125,10 +125,12 @@ UNK, SPECIAL_TOKENS, TAG_PREFIX = 3, 4, "TAG="  # crates/transformer/src/vocab.r
 
 
 class PointerTable:
-    """What each vocabulary id is to the pointer, as `PointerTable::from_bpe` decides: a whole
-    (added) entry is a tag if it starts with `TAG=`, else structure (a bracket); the special ids
-    below SPECIAL_TOKENS other than UNK are structure; every other id is a piece, which starts a
-    word if its token starts with 'Ġ' (or a space)."""
+    """What each vocabulary id is to the pointer and the next-closer input, as
+    `PointerTable::from_bpe` decides: a whole (added) entry is a tag if it starts with `TAG=`, an
+    opening bracket if it is `(X` (closed by the entry `)X`, or by itself where there is none), a
+    closing bracket if it is `)X`, else structure; the special ids below SPECIAL_TOKENS other than
+    UNK are structure; every other id is a piece, which starts a word if its token starts with 'Ġ'
+    (or a space)."""
 
     def __init__(self, bpe: Path, vocab_size: int):
         v = json.loads(bpe.read_text())

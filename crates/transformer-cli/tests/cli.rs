@@ -248,9 +248,21 @@ fn train_then_translate_keeps_line_order_and_empty_lines() {
         hyp.to_str().unwrap(),
         "--preset",
         "greedy",
+        "--by-length",
     ]);
     assert!(ok, "{err}");
     assert!(out.contains("BLEU|nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0 = "), "{out}");
+    // --by-length: one line per bucket of source words, together every test sentence.
+    let buckets: Vec<&str> = out.lines().filter(|l| l.starts_with("source words ")).collect();
+    let ranges: Vec<&str> = buckets.iter().map(|l| l.split(' ').nth(2).unwrap()).collect();
+    assert_eq!(ranges, ["1–8", "9–12", "13–16", "17–24", "25+"], "{out}");
+    let counted: usize = buckets
+        .iter()
+        .filter_map(|l| l.split_once('('))
+        .map(|(_, r)| r.split(' ').next().unwrap().parse::<usize>().unwrap())
+        .sum();
+    assert_eq!(counted, 1000, "{out}");
+    assert!(buckets.iter().all(|l| l.contains("): BLEU|nrefs:1|")), "{out}");
     assert!(out.contains("chrF2|nrefs:1|"), "{out}");
     assert!(out.contains("tokenized-BLEU|nrefs:1|case:lc|tok:13a|smooth:none"), "{out}");
     let ppl: f64 = out.split("perplexity = ").nth(1).unwrap().split(' ').next().unwrap().parse().unwrap();
@@ -450,6 +462,17 @@ fn parsing_trains_parses_and_evaluates_from_the_command_line() {
     assert!(out.contains(&format!("Number of sentence        = {n:>6}")), "{out}");
     assert!(out.contains("Outputs repaired          = 0 of"), "{out}");
     assert!(out.contains("perplexity = "), "{out}");
+    let (ok, _, err) = transformer(&[
+        "evaluate",
+        "--checkpoint",
+        best,
+        "--bpe",
+        vocab,
+        "--ref",
+        gold.to_str().unwrap(),
+        "--by-length",
+    ]);
+    assert!(!ok && err.contains("--by-length reports BLEU of a translation model"), "{err}");
     // Constrained trees are never length errors for EVALB.
     assert!(out.contains("Number of Error sentence  =      0"), "{out}");
     // parse-eval on the written trees gives the same summary.

@@ -47,9 +47,10 @@ pub struct ModelConfig {
     /// source word the tree is at (`model/pointer.rs`; a named deviation, `next-word-pointer`).
     #[serde(default)]
     pub source_pointer: bool,
-    /// Parsing only: the next-closer input adds W_c · √D · E[c] to each decoder input, c the
-    /// token that closes the innermost open constituent (EOS when none is open;
-    /// `model/pointer.rs`; a named deviation, `next-closer-input`).
+    /// Parsing only: the next-closer input adds C[c] + H[k] to each decoder input, c the token
+    /// that closes the innermost open constituent (EOS when none is open) and k how many are open,
+    /// C and H learned tables that start at zero (`model/pointer.rs`; a named deviation,
+    /// `next-closer-input`).
     #[serde(default)]
     pub next_closer: bool,
 }

@@ -102,4 +102,9 @@ fn buckets_score_their_own_sentences() {
     let want = corpus_bleu(&hyps[1..2], &[refs[0][1..2].to_vec()], &cfg);
     assert_eq!(b[2].score.as_ref().unwrap().score, want.score);
     assert!(b[2].line().starts_with("source words 9+ (1 sentences): BLEU|"), "{}", b[2].line());
+    // An empty source is counted in the first bucket: every sentence is in one.
+    let srcs2 = vec![String::new(), srcs[1].clone(), srcs[2].clone()];
+    let b = bleu_by_source_length(&srcs2, &hyps, &refs, &[2, 8], &cfg);
+    assert_eq!(b.iter().map(|x| x.sentences).sum::<usize>(), 3);
+    assert_eq!(b[0].sentences, 2);
 }

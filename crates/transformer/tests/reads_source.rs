@@ -27,8 +27,10 @@ fn twenty_short_trees_are_reproduced_from_their_own_sentences() {
     pairs.truncate(20);
     assert_eq!(pairs.len(), 20);
     let bpe = Task::Parsing.learn_vocabulary(&pairs, 300).unwrap();
-    let ids: Vec<(Vec<u32>, Vec<u32>)> =
-        pairs.iter().map(|(s, t)| (Task::Parsing.encode_source(&bpe, s).unwrap(), Task::Parsing.encode_target(&bpe, t).unwrap())).collect();
+    let ids: Vec<(Vec<u32>, Vec<u32>)> = pairs
+        .iter()
+        .map(|(s, t)| (Task::Parsing.encode_source(&bpe, s).unwrap(), Task::Parsing.encode_target(&bpe, t).unwrap()))
+        .collect();
     let cfg = ModelConfig {
         n_layers: 2,
         d_model: 64,

@@ -279,12 +279,12 @@ pub fn attention(
         usage!("--src is empty: give a sentence to look at");
     }
     let tgt_ids = match tgt {
-        Some(t) => bpe.encode(t)?,
+        Some(t) => translator.task().encode_target(bpe, t)?,
         None => {
             let opts = TranslateOptions { search: translator.task().search_defaults(), ..Default::default() };
             let (h, _) = translator.translate_ids(std::slice::from_ref(&src_ids), &opts, &mut warn)?;
             let ids = h[0][0].tokens.clone();
-            eprintln!("translation: {}", bpe.decode(&ids)?);
+            eprintln!("translation: {}", translator.task().decode_target(bpe, &ids)?);
             ids
         }
     };

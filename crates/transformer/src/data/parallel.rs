@@ -128,13 +128,20 @@ pub const TAG_PREFIX: &str = "TAG=";
 
 impl TargetEncoding {
     /// The ids of a source line beside targets encoded this way: BPE as it is, except that with
-    /// `Tree` the line gets a leading space, so that every word, the first included, is encoded
-    /// as it is inside a tree (where each word follows its tag, ` {w}`): the next-word pointer
-    /// then copies the same pieces the tree holds.
+    /// `Tree` the line's words are encoded each after one space, so that every word, the first
+    /// included, is encoded as it is inside a tree (where each word follows its tag, ` {w}`):
+    /// the next-word pointer then copies the same pieces the tree holds. A line with no word
+    /// has no ids.
     pub fn encode_source(self, bpe: &Bpe, text: &str) -> Result<Vec<u32>> {
         match self {
             TargetEncoding::Bpe => bpe.encode(text),
-            TargetEncoding::Tree => bpe.encode(&format!(" {}", text.trim_start())),
+            TargetEncoding::Tree => {
+                let words: Vec<&str> = text.split_whitespace().collect();
+                if words.is_empty() {
+                    return Ok(Vec::new());
+                }
+                bpe.encode(&format!(" {}", words.join(" ")))
+            }
         }
     }
 

@@ -357,7 +357,7 @@ impl Translator {
         warn: &mut dyn FnMut(String),
         progress: &mut dyn FnMut(usize, usize),
     ) -> Result<(Vec<Vec<Translation>>, TranslateStats)> {
-        let srcs = lines.iter().map(|l| self.bpe.encode(l)).collect::<Result<Vec<_>>>()?;
+        let srcs = lines.iter().map(|l| self.task.encode_source(&self.bpe, l)).collect::<Result<Vec<_>>>()?;
         let (hyps, stats) = self.translate_ids_with_progress(&srcs, options, warn, progress)?;
         let out = hyps
             .into_iter()

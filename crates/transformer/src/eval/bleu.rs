@@ -279,7 +279,8 @@ impl BucketBleu {
 }
 
 /// Corpus BLEU per bucket of source length in whitespace-separated words: bucket k holds the
-/// sentences of more than `upper[k − 1]` and at most `upper[k]` words, and a last bucket the rest
+/// sentences of more than `upper[k − 1]` and at most `upper[k]` words (the first bucket also
+/// holds empty sources, so every sentence is in one bucket), and a last bucket the rest
 /// (`upper` ascending). Streams as [`corpus_bleu`]; `srcs` line-aligned with `hyps`.
 pub fn bleu_by_source_length(
     srcs: &[String],
@@ -295,7 +296,7 @@ pub fn bleu_by_source_length(
         let idx: Vec<usize> = (0..srcs.len())
             .filter(|&i| {
                 let n = srcs[i].split_whitespace().count();
-                n > lo && n <= hi
+                (n > lo || out.is_empty()) && n <= hi
             })
             .collect();
         let score = (!idx.is_empty()).then(|| {

@@ -52,8 +52,9 @@ impl PointerTable {
         PointerTable { classes }
     }
 
-    /// The table of a parsing vocabulary: its whole entries `TAG=…` are tags, its other whole
-    /// entries (brackets) and the special tokens other than UNK are structure, the rest pieces.
+    /// The table of a parsing vocabulary: its whole entries `TAG=…` are tags, `(X` opens (closed
+    /// by the entry `)X`, or by itself where there is none), `)X` closes, any other whole entry
+    /// and the special tokens other than UNK are structure, the rest pieces.
     pub fn from_bpe(bpe: &Bpe) -> Self {
         let n = bpe.vocab_size();
         let mut classes: Vec<TokenClass> = (0..n)
