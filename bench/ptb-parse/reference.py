@@ -583,6 +583,32 @@ def main():
     if f1_epochs > 0:
         f1_checkpoint(step, epoch)
     save_rotating(model, c, step, vocab_hash, out, keep)
+    # As our trainer (train.valid_f1_average): the average of the newest checkpoints, the final one
+    # included, is scored the same way and kept as best.safetensors when its F1 is higher.
+    n_avg = t.get("valid_f1_average", 0)
+    kept = sorted(out.glob("ckpt-*.safetensors"))[-n_avg:] if n_avg >= 2 else []
+    if f1_epochs > 0 and len(kept) >= 2:
+        t1 = time.time()
+        avg = out / "f1-average.safetensors"
+        run([args.binary, "average", "--inputs", *kept, "--output", avg, "--threads", args.threads])
+        r = run([args.binary, "evaluate", "--checkpoint", avg, "--bpe", bpe, "--ref", dev_gold,
+                 "--beam", f1_beam, "--skip-long", "--threads", args.threads, "--precision", "bf16" if bf16 else "f32"]
+                + (["--constrained"] if t.get("valid_f1_constrained", False) else []))
+        s = evalb_summary(r.stdout)
+        f1 = s.get("f1", float("nan"))
+        f1 = f1 if math.isfinite(f1) else 0.0
+        is_best = best["f1"] is None or f1 > best["f1"]
+        if is_best:
+            best["f1"], best["step"] = f1, f"average of {len(kept)} to {step}"
+            os.replace(avg, out / "best.safetensors")
+        else:
+            avg.unlink()
+        with open(out / "metrics.jsonl", "a") as f:
+            f.write(json.dumps({"kind": "valid_f1_average", "step": step, "epoch": epoch, "f1": f1,
+                                "malformed": s.get("repaired"), "best": is_best, "averaged": len(kept)}) + "\n")
+        log(f"validation F1 {f1:.2f} of the average of the last {len(kept)} checkpoints ({s.get('repaired', '?')} of "
+            f"{s.get('sentences', '?')} outputs repaired, {time.time() - t1:.0f} s)"
+            f"{'; best, saved as best.safetensors' if is_best else '; the best stays'}")
     elapsed = time.time() - start
     v = validate(model, amp)
     record_validation(step, epoch + 1, v)

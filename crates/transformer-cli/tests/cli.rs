@@ -205,6 +205,18 @@ fn train_then_translate_keeps_line_order_and_empty_lines() {
     assert!(err.contains("translated 4 sentences") && err.contains("beam 4, α 0.6"), "{err}");
     // The long line exceeds max_positions = 128 and is translated in chunks, with a warning.
     assert!(err.contains("warning: sentence 4:") && err.contains("chunks"), "{err}");
+    // The same lines with a byte-order mark, CR-only or CRLF line ends and a whitespace-only line
+    // for the empty one: read as the user means them, the same translations.
+    for (name, text) in [
+        ("translate-cr.txt", format!("\u{feff}A man is riding a bicycle.\r   \t\rTwo dogs play.\r{long_line}\r")),
+        ("translate-crlf.txt", format!("\u{feff}A man is riding a bicycle.\r\n \r\nTwo dogs play.\r\n{long_line}")),
+    ] {
+        let other = tmp(name, text.as_bytes());
+        let (ok, same, err) =
+            transformer(&["translate", "--checkpoint", ck, "--bpe", bp, "--input", other.to_str().unwrap()]);
+        assert!(ok, "{err}");
+        assert_eq!(same, out, "{name}");
+    }
 
     // Greedy is beam 1; the n-best list has the format `index ||| text ||| log P ||| score`.
     let (ok, greedy, err) =
@@ -423,6 +435,14 @@ fn parsing_trains_parses_and_evaluates_from_the_command_line() {
         }
         assert!(err.contains("0 outputs repaired"), "{err}");
     }
+    // A byte-order mark, CR-only line ends and a whitespace-only line read as the plain file.
+    let plain = transformer(&["parse", "--checkpoint", best, "--bpe", vocab, "--input", input.to_str().unwrap()]);
+    let odd = tmp("parse-odd.txt", "\u{feff}The board met .\r \t \rShares rose 5 % , traders said .\r".as_bytes());
+    let (ok, out, err) =
+        transformer(&["parse", "--checkpoint", best, "--bpe", vocab, "--input", odd.to_str().unwrap()]);
+    assert!(ok && plain.0, "{err}");
+    assert_eq!(out, plain.1);
+    assert!(err.contains("line 2: empty"), "{err}");
     // --tokenize splits raw English first.
     let raw = tmp("parse-raw.txt", b"Shares didn't rise, traders said.\n");
     let (ok, out, err) =
@@ -475,6 +495,36 @@ fn parsing_trains_parses_and_evaluates_from_the_command_line() {
     assert!(!ok && err.contains("--by-length reports BLEU of a translation model"), "{err}");
     // Constrained trees are never length errors for EVALB.
     assert!(out.contains("Number of Error sentence  =      0"), "{out}");
+    // The gold trees with a byte-order mark and CRLF, then CR-only, line ends: the same report.
+    let gold_text = std::fs::read_to_string(&gold).unwrap();
+    for (name, text) in [
+        ("gold-crlf.mrg", format!("\u{feff}{}", gold_text.replace('\n', "\r\n"))),
+        ("gold-cr.mrg", format!("\u{feff}{}", gold_text.replace('\n', "\r"))),
+    ] {
+        let g = tmp(name, text.as_bytes());
+        let (ok, same, err) = transformer(&[
+            "evaluate",
+            "--checkpoint",
+            best,
+            "--bpe",
+            vocab,
+            "--ref",
+            g.to_str().unwrap(),
+            "--beam",
+            "2",
+            "--constrained",
+        ]);
+        assert!(ok, "{name}: {err}");
+        // The same figures; the perplexity line names the gold file it read.
+        let summary = |o: &str| {
+            o.lines()
+                .filter(|l| !l.contains("sentences/s"))
+                .map(|l| l.split(" teacher-forced on ").next().unwrap_or(l))
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
+        assert_eq!(summary(&same), summary(&out), "{name}");
+    }
     // parse-eval on the written trees gives the same summary.
     let (ok, pe, err) = transformer(&[
         "parse-eval",
@@ -562,4 +612,62 @@ fn train_under_mpirun_needs_the_mpi_feature() {
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("built without the `mpi` feature but was started as one of 2 MPI processes"), "{err}");
     assert!(err.contains("--features mpi"), "{err}");
+}
+
+/// `treebank` and `parse-eval` take a tree 300,000 brackets deep (no recursion, linear time);
+/// `parse-eval` notes that EVALB itself would have failed on it; a write error names the user's
+/// file, never the temporary file beside it.
+#[test]
+fn deep_trees_go_through_treebank_and_parse_eval() {
+    let n = 300_000;
+    let mrg = tmp(
+        "deep.mrg",
+        format!("( {}(NN w){} )\n( (S (NN a) (VB b)) )\n", "(NP-SBJ (-NONE- *) ".repeat(n), ")".repeat(n)).as_bytes(),
+    );
+    let dir = mrg.parent().unwrap().to_path_buf();
+    let (words, trees) = (dir.join("deep.words"), dir.join("deep.gold"));
+    let (ok, _, err) = transformer(&[
+        "treebank",
+        "--input",
+        mrg.to_str().unwrap(),
+        "--words",
+        words.to_str().unwrap(),
+        "--trees",
+        trees.to_str().unwrap(),
+    ]);
+    assert!(ok, "{err}");
+    assert_eq!(std::fs::read_to_string(&words).unwrap(), "w\na b\n");
+    let gold = std::fs::read_to_string(&trees).unwrap();
+    assert_eq!(gold.lines().next().unwrap(), format!("(TOP {}(NN w){})", "(NP ".repeat(n), ")".repeat(n)));
+    let t = trees.to_str().unwrap();
+    let (ok, out, err) = transformer(&["parse-eval", "--gold", t, "--test", t, "--summary-only"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("Bracketing FMeasure       = 100.00"), "{out}");
+    assert!(err.contains("EVALB itself would have failed on 1 line") && err.contains("first: line 1"), "{err}");
+
+    let missing = dir.join("no-such-dir").join("out.gold");
+    let (ok, _, err) =
+        transformer(&["treebank", "--input", mrg.to_str().unwrap(), "--trees", missing.to_str().unwrap()]);
+    assert!(!ok && err.contains(missing.to_str().unwrap()) && !err.contains(".tmp."), "{err}");
+}
+
+/// The quick start refuses a budget beyond a week before writing anything, and a second quick
+/// start on a locked --output stops at once naming the flag.
+#[test]
+fn quickstart_bounds_and_lock_messages() {
+    let base = std::env::temp_dir().join(format!("transformer-cli-qs-guards-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    for task in ["translation", "parsing"] {
+        let out = base.join(format!("too-long-{task}"));
+        let (ok, _, err) =
+            transformer(&["quickstart", "--task", task, "--minutes", "20000", "--output", out.to_str().unwrap()]);
+        assert!(!ok && err.contains("--minutes 20000 is more than a week"), "{err}");
+        assert!(!out.exists(), "nothing is written for a refused budget");
+    }
+    let locked = base.join("locked");
+    std::fs::create_dir_all(&locked).unwrap();
+    let _held = transformer::train::run_dir::DirLock::acquire(&locked, &mut |_| {}).unwrap();
+    let (ok, _, err) = transformer(&["quickstart", "--minutes", "0.1", "--output", locked.to_str().unwrap()]);
+    assert!(!ok && err.contains("another quick start") && err.contains("--output"), "{err}");
+    assert!(!locked.join("quickstart.json").exists() && !locked.join("data").exists());
 }

@@ -23,6 +23,20 @@ fn quickstart(dir: &Path, args: &[&str]) -> Command {
     c
 }
 
+/// Every record of a run's `metrics.jsonl` once: no (kind, step, epoch) twice, however often the
+/// quick start was interrupted and run again. Returns how many validations were recorded.
+fn records_once_each(run: &Path) -> usize {
+    let path = run.join("metrics.jsonl");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let mut seen = std::collections::HashSet::new();
+    for line in text.lines() {
+        let r: serde_json::Value = serde_json::from_str(line).unwrap();
+        let key = (r["kind"].as_str().unwrap().to_string(), r["step"].as_u64().unwrap(), r["epoch"].as_u64().unwrap());
+        assert!(seen.insert(key.clone()), "{key:?} recorded twice in {}", path.display());
+    }
+    seen.iter().filter(|k| k.0.starts_with("valid")).count()
+}
+
 const SMALL: [&str; 6] = ["--minutes", "0.25", "--test-sentences", "20", "--output", "out"];
 
 #[test]
@@ -93,11 +107,16 @@ fn quickstart_writes_every_promised_file_and_report_line_then_resumes() {
     assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
     assert!(std::fs::read_to_string(dir.join("out/run/learning_curve.svg")).unwrap().starts_with("<svg"));
     assert_eq!(std::fs::read_to_string(dir.join("out/report.txt")).unwrap().trim_end(), stdout.trim_end());
-    // Running it again resumes from the last checkpoint rather than starting over.
+    // Running it again resumes from the last checkpoint rather than starting over, and removes
+    // what a quick start killed while writing its report left (a dead writer's temporary file).
+    let orphan = dir.join("out/.report.txt.tmp.4000000.1");
+    std::fs::write(&orphan, "half a report").unwrap();
     let again = quickstart(&dir, &SMALL).output().unwrap();
+    assert!(!orphan.exists(), "the orphan temporary file was left");
     let stderr = String::from_utf8_lossy(&again.stderr);
     assert!(again.status.success(), "{stderr}");
     assert!(stderr.contains("cached, checksum ok") && stderr.contains("resuming from"), "{stderr}");
+    assert!(records_once_each(&dir.join("out/run")) >= 1);
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -130,6 +149,7 @@ fn quickstart_killed_during_training_resumes_when_run_again() {
     assert!(again.status.success(), "{stderr}");
     assert!(stderr.contains("resuming from"), "{stderr}");
     assert!(stdout.contains("time limit of 0.25 minutes"), "{stdout}");
+    assert!(records_once_each(&run) >= 1);
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -296,6 +316,7 @@ fn quickstart_parsing_fetches_the_sample_trains_parses_reports_then_resumes() {
     let stderr = String::from_utf8_lossy(&again.stderr);
     assert!(again.status.success(), "{stderr}");
     assert!(stderr.contains("resuming from"), "{stderr}");
+    assert!(records_once_each(&dir.join("out/run")) >= 2);
     // A translation quick start is refused there, before anything is trained.
     let other = quickstart(&dir, &["--minutes", "0.25", "--output", "out"]).output().unwrap();
     let stderr = String::from_utf8_lossy(&other.stderr);

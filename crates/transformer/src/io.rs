@@ -33,9 +33,10 @@ pub fn write_atomically(path: &Path, data: &[u8]) -> Result<()> {
     let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let tmp: PathBuf = dir.join(format!(".{name}.tmp.{}.{seq}", std::process::id()));
     let result = (|| {
-        let mut f = std::fs::File::create(&tmp).map_err(io_err(&tmp))?;
-        f.write_all(data).map_err(io_err(&tmp))?;
-        f.sync_all().map_err(io_err(&tmp))?;
+        // Errors name the user's file, never the temporary one beside it.
+        let mut f = std::fs::File::create(&tmp).map_err(io_err(path))?;
+        f.write_all(data).map_err(io_err(path))?;
+        f.sync_all().map_err(io_err(path))?;
         std::fs::rename(&tmp, path).map_err(io_err(path))?;
         if let Ok(d) = std::fs::File::open(dir) {
             let _ = d.sync_all();

@@ -172,11 +172,13 @@ impl QuickstartReport {
             t.push_str(&format!("  {what:<22} {}\n", path.display()));
         }
         t.push_str("\nNext:\n");
-        t.push_str(&format!(
-            "  train longer (same directory, resumes):  transformer quickstart --output {} --minutes {}\n",
-            o.output.display(),
-            short_number(o.minutes * 3.0)
-        ));
+        if let Some(longer) = longer_minutes(o.minutes) {
+            t.push_str(&format!(
+                "  train longer (same directory, resumes):  transformer quickstart --output {} --minutes {}\n",
+                o.output.display(),
+                short_number(longer)
+            ));
+        }
         t.push_str(&format!(
             "  translate your own sentences:            echo \"A man reads a book.\" | transformer translate --checkpoint {model} --bpe {bpe}\n"
         ));
@@ -230,6 +232,16 @@ fn marker_name(v: &serde_json::Value) -> String {
 }
 
 /// `x` with at most two decimals and no trailing zeros: 30, 0.75, 1.33.
+/// The longest training budget a quick start takes: a week (`--minutes` above it is refused before
+/// anything is written, and no report suggests more).
+pub const MAX_MINUTES: f64 = 7.0 * 24.0 * 60.0;
+
+/// The budget a report suggests for training longer: three times this one, within
+/// [`MAX_MINUTES`]; `None` when this one is already the longest.
+fn longer_minutes(minutes: f64) -> Option<f64> {
+    (minutes < MAX_MINUTES).then(|| (minutes * 3.0).min(MAX_MINUTES))
+}
+
 fn short_number(x: f64) -> String {
     let s = format!("{x:.2}");
     s.trim_end_matches('0').trim_end_matches('.').to_string()
@@ -254,10 +266,33 @@ pub fn run_config(opts: &QuickstartOptions, data: &[PathBuf], run: &Path) -> Res
     RunConfig::from_toml(MULTI30K_CONFIG, "configs/multi30k-en-de.toml (built in)", &overrides)
 }
 
+/// Locks a quick start's output directory for all of its work, so that a second quick start on the
+/// same `--output` stops at once with a message naming the flag; then removes the temporary files
+/// a quick start killed while writing its report or model left there.
+fn lock_output(out: &Path, obs: &mut dyn Observer) -> Result<crate::train::run_dir::DirLock> {
+    let lock = crate::train::run_dir::DirLock::acquire(out, &mut |m| obs.log(m)).map_err(|e| match e {
+        Error::RunDirLocked { dir, pid, host } => Error::Config(format!(
+            "{}: another quick start (pid {pid} on {host}) is using this directory; wait for it to end, \
+             stop it, or give another --output",
+            dir.display()
+        )),
+        e => e,
+    })?;
+    crate::train::run_dir::remove_dead_temp_files(out)?;
+    Ok(lock)
+}
+
 /// Checks the options every quick start shares.
 fn check_common(opts: &QuickstartOptions) -> Result<()> {
     if !(opts.minutes.is_finite() && opts.minutes > 0.0) {
         return Err(Error::Config(format!("--minutes {} must be a positive number", opts.minutes)));
+    }
+    if opts.minutes > MAX_MINUTES {
+        return Err(Error::Config(format!(
+            "--minutes {} is more than a week ({MAX_MINUTES} minutes), the longest budget a quick start takes; \
+             for longer runs train a config with `transformer train`",
+            opts.minutes
+        )));
     }
     if opts.test_sentences == Some(0) {
         return Err(Error::Config("--test-sentences 0 scores nothing: give at least 1".into()));
@@ -288,6 +323,7 @@ pub fn run(opts: &QuickstartOptions, obs: &mut dyn Observer) -> Result<Quickstar
     }
     let out = &opts.output;
     std::fs::create_dir_all(out).map_err(io_err(out))?;
+    let _lock = lock_output(out, obs)?;
     let task = Task::Translation.name();
     check_marker(out, &serde_json::json!({ "task": task, "src": opts.src, "tgt": opts.tgt }))?;
     let mut files: Vec<(String, PathBuf)> = Vec::new();

@@ -90,3 +90,24 @@ fn a_truncated_model_file_is_an_error_not_a_panic() {
     let err = err.to_string();
     assert!(err.contains("not valid JSON") && err.contains("bpe_fuzz_crash.json"), "{err}");
 }
+
+/// A checkpoint or another binary file given as the BPE model says what it is and what to pass.
+#[test]
+fn a_checkpoint_or_binary_file_is_not_a_bpe_model() {
+    let dir = std::env::temp_dir().join(format!("transformer-bpe-kind-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let ckpt = dir.join("model.safetensors");
+    let header = br#"{"__metadata__":{"format":"transformer-checkpoint"}}"#;
+    let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+    bytes.extend_from_slice(header);
+    std::fs::write(&ckpt, &bytes).unwrap();
+    let err = transformer::data::bpe::Bpe::load(&ckpt).err().unwrap().to_string();
+    assert!(
+        err.contains("model.safetensors") && err.contains("a checkpoint") && err.contains("vocabulary file"),
+        "{err}"
+    );
+    let bin = dir.join("random.bin");
+    std::fs::write(&bin, [0xffu8, 0xfe, 0, 1, 2]).unwrap();
+    let err = transformer::data::bpe::Bpe::load(&bin).err().unwrap().to_string();
+    assert!(err.contains("random.bin") && err.contains("not a BPE model"), "{err}");
+}

@@ -256,10 +256,16 @@ fn crash_recovery_removes_only_temp_files_of_dead_writers() {
     }
     let other = dir.join("notes.tmp.1.0");
     std::fs::write(&other, b"not ours").unwrap();
+    // The temporary files of the directory's other atomic writes are orphans too.
+    let orphans = [".best.safetensors.tmp.4194999.3", ".metrics.jsonl.tmp.4194999.0", ".vocab.json.tmp.4194999.1"];
+    for name in orphans {
+        std::fs::write(dir.join(name), b"partial").unwrap();
+    }
     let _run = RunDir::open(&dir, 3, &mut |_| {}).unwrap();
     assert!(temp(live).exists(), "a live process's temp file is left alone");
     assert!(!temp(dead).exists() && !temp(mine).exists(), "a dead writer's temp files are removed");
-    assert!(other.exists(), "only checkpoint temp files are touched");
+    assert!(orphans.iter().all(|n| !dir.join(n).exists()), "every orphan temp file is removed");
+    assert!(other.exists(), "only our temp files (.NAME.tmp.PID.N) are touched");
 }
 
 #[test]
@@ -270,10 +276,46 @@ fn metrics_after_the_resumed_step_are_dropped() {
     for step in 1..=5u64 {
         run.append_metrics(&serde_json::json!({"kind": "train", "step": step})).unwrap();
     }
-    assert_eq!(run.drop_metrics_after(3).unwrap(), 2);
-    assert_eq!(run.drop_metrics_after(3).unwrap(), 0);
-    let text = std::fs::read_to_string(dir.join("metrics.jsonl")).unwrap();
+    // A line with a bad byte and a garbage ASCII line (a crash mid-write on some filesystems).
+    let path = dir.join("metrics.jsonl");
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes.extend_from_slice(b"{\"kind\":\"train\",\"st\xffep\":6}\ngarbage\n");
+    std::fs::write(&path, &bytes).unwrap();
+    let mut log = Vec::new();
+    assert_eq!(run.drop_metrics_after(3, &mut |m| log.push(m.to_string())).unwrap(), 2);
+    assert_eq!(run.drop_metrics_after(3, &mut |_| {}).unwrap(), 0);
+    assert!(log.len() == 2 && log[0].contains("metrics.jsonl:6:") && log[1].contains("metrics.jsonl:7:"), "{log:?}");
+    let text = std::fs::read_to_string(&path).unwrap();
     let steps: Vec<u64> =
         text.lines().map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["step"].as_u64().unwrap()).collect();
     assert_eq!(steps, [1, 2, 3]);
+    let aside = std::fs::read(dir.join("metrics.jsonl.damaged")).unwrap();
+    assert_eq!(aside, b"{\"kind\":\"train\",\"st\xffep\":6}\ngarbage\n");
+    run.write_learning_curve().unwrap();
+}
+
+/// A checkpoint whose tensor data changed after it was written (one flipped byte) is refused with
+/// its checksum, and a resume passes over it to the one before.
+#[test]
+fn a_damaged_checkpoint_fails_its_checksum() {
+    let dir = tmpdir("crc");
+    let cfg = cfg();
+    let model = Transformer::new(cfg.clone(), 1).unwrap();
+    let ckpt = transformer::train::checkpoint::Checkpoint {
+        config: cfg,
+        step: 7,
+        vocab_hash: String::new(),
+        params: model.params.clone(),
+        adam: None,
+        extra: Default::default(),
+    };
+    let path = dir.join("ckpt-00000007.safetensors");
+    transformer::train::checkpoint::save(&path, &ckpt).unwrap();
+    assert_eq!(transformer::train::checkpoint::load(&path).unwrap().params, ckpt.params);
+    let mut bytes = std::fs::read(&path).unwrap();
+    let last = bytes.len() - 3; // inside the last tensor's data
+    bytes[last] ^= 0x10;
+    std::fs::write(&path, &bytes).unwrap();
+    let err = transformer::train::checkpoint::load(&path).unwrap_err().to_string();
+    assert!(err.contains("ckpt-00000007.safetensors") && err.contains("CRC-32") && err.contains("damaged"), "{err}");
 }

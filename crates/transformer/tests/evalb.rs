@@ -264,3 +264,116 @@ fn score_trees_matches_score_on_bracketed_lines() {
     assert!(report.all.fmeasure < 50.0 && report.all.precision > report.all.recall, "{:?}", report.all);
     assert_eq!(report.all.error_sentences, 0);
 }
+
+/// A random tree over `words` words as a bracketed string (unary chains and the labels `ADVP` and
+/// `PRT`, which COLLINS.prm makes equal, included), with its brackets as (start, end, label).
+fn random_tree(
+    rng: &mut transformer::rng::Rng,
+    start: usize,
+    words: usize,
+    out: &mut String,
+    brackets: &mut Vec<(usize, usize, String)>,
+) {
+    const LABELS: [&str; 5] = ["NP", "VP", "ADVP", "PRT", "S"];
+    let label = LABELS[rng.below(LABELS.len() as u64) as usize];
+    brackets.push((start, start + words, label.to_string()));
+    out.push_str(&format!("({label} "));
+    if words == 1 && rng.below(2) == 0 {
+        out.push_str(&format!("(NN w{start})"));
+    } else if rng.below(4) == 0 {
+        random_tree(rng, start, words, out, brackets); // a unary chain
+    } else {
+        let mut at = start;
+        while at < start + words {
+            let n = 1 + rng.below((start + words - at) as u64) as usize;
+            if n == 1 && rng.below(2) == 0 {
+                out.push_str(&format!("(NN w{at})"));
+            } else {
+                random_tree(rng, at, n, out, brackets);
+            }
+            at += n;
+        }
+    }
+    out.push(')');
+}
+
+/// Matching (one-to-one, greedy in gold order) and crossing brackets equal the quadratic
+/// definitions on random trees with unary chains and equal labels.
+#[test]
+fn matching_and_crossing_equal_their_quadratic_definitions() {
+    let mut rng = transformer::rng::Rng::new(7);
+    let eq = |a: &str, b: &str| a == b || matches!((a, b), ("ADVP", "PRT") | ("PRT", "ADVP"));
+    for case in 0..300 {
+        let words = 1 + rng.below(12) as usize;
+        let (mut g, mut gb, mut t, mut tb) = (String::new(), Vec::new(), String::new(), Vec::new());
+        random_tree(&mut rng, 0, words, &mut g, &mut gb);
+        random_tree(&mut rng, 0, words, &mut t, &mut tb);
+        let (g, t) = (format!("(TOP {g})"), format!("(TOP {t})"));
+        let mut taken = vec![false; tb.len()];
+        let mut matched = 0;
+        for (s, e, l) in &gb {
+            if let Some(i) = (0..tb.len()).find(|&i| !taken[i] && tb[i].0 == *s && tb[i].1 == *e && eq(l, &tb[i].2)) {
+                taken[i] = true;
+                matched += 1;
+            }
+        }
+        let crosses = |(gs, ge): (usize, usize), (ts, te): (usize, usize)| {
+            (gs < ts && ge > ts && ge < te) || (gs > ts && gs < te && ge > te)
+        };
+        let crossing = tb.iter().filter(|b| gb.iter().any(|a| crosses((a.0, a.1), (b.0, b.1)))).count();
+        let report = score(std::slice::from_ref(&g), std::slice::from_ref(&t), &Params::collins());
+        let s = &report.sentences[0];
+        assert_eq!(s.status, Status::Ok, "case {case}: {g} | {t}");
+        assert_eq!(
+            (s.matched, s.gold_brackets, s.test_brackets),
+            (matched, gb.len(), tb.len()),
+            "case {case}: {g} | {t}"
+        );
+        assert_eq!(s.crossing, crossing, "case {case}: {g} | {t}");
+    }
+}
+
+/// A line 300,000 brackets deep and one of 200,000 words score in time linear in their length,
+/// with a note that EVALB itself would have failed on them (and none on ordinary lines).
+#[test]
+fn very_long_lines_score_in_linear_time_with_a_note() {
+    let n = 300_000;
+    let deep = format!("(TOP {}(NN w){})", "(X ".repeat(n), ")".repeat(n));
+    let wide = format!("(TOP (S {}))", "(NN w) ".repeat(200_000));
+    let ordinary = "(TOP (S (NP (DT The) (NN cat)) (VP (VBD sat)) (. .)))".to_string();
+    let lines = [ordinary.clone(), deep, wide, ordinary];
+    let start = std::time::Instant::now();
+    let report = score(&lines, &lines, &Params::collins());
+    assert!(start.elapsed().as_secs_f64() < 30.0, "{:?}", start.elapsed());
+    for s in &report.sentences {
+        assert_eq!((s.status, s.recall, s.precision, s.crossing), (Status::Ok, 100.0, 100.0, 0), "{:?}", s.errors);
+    }
+    assert_eq!(report.sentences[1].matched, n);
+    assert_eq!(report.sentences[2].words, 200_000);
+    let lines_past: Vec<usize> = report.evalb_limit_lines.iter().map(|(l, _)| *l).collect();
+    assert_eq!(lines_past, [2, 3]);
+    assert!(
+        report.evalb_limit_lines[0].1.starts_with("gold: ")
+            && report.evalb_limit_lines[0].1.contains("bytes on the line")
+    );
+    let note = report.evalb_limit_note().unwrap();
+    assert!(note.contains("failed on 2 lines") && note.contains("first: line 2"), "{note}");
+
+    // Each limit alone, on lines shorter than EVALB's buffer.
+    let cases = [
+        (format!("(TOP (S {}))", "(NN w) ".repeat(201)), "201 words"),
+        (format!("(TOP {}(NN w){})", "(X ".repeat(200), ")".repeat(200)), "201 brackets"),
+        (format!("(TOP (S (NN {})))", "w".repeat(100)), "a word of 100 bytes"),
+        (format!("(TOP (S (NN{} w)))", "N".repeat(28)), "a label of 30 bytes"),
+        (format!("(TOP (S {}))", "(NN w) ".repeat(200)), ""),
+        (format!("(TOP (S (NN {})))", "w".repeat(99)), ""),
+    ];
+    for (line, reason) in cases {
+        let report = score(std::slice::from_ref(&line), std::slice::from_ref(&line), &Params::collins());
+        match report.evalb_limit_lines.first() {
+            Some((1, r)) => assert!(!reason.is_empty() && r.contains(reason), "{r} for {reason:?}"),
+            None => assert!(reason.is_empty(), "no note for {reason:?}"),
+            other => panic!("{other:?}"),
+        }
+    }
+}

@@ -101,3 +101,40 @@ fn f32_and_bf16_translators_side_by_side_give_what_each_gives_alone() {
     assert!(together.1 == alone.1, "bf16 output changed beside an f32 translator");
     assert!(alone.0 != alone.1, "bf16 and f32 gave identical scores: the precision did nothing");
 }
+
+/// An output the model's positions stop before the search's length limit is reported, never cut
+/// silently: a warning naming the sentence and a count in the stats, and nothing when the length
+/// limit itself applies. (The untrained model rarely ends a sentence, so its outputs run long.)
+#[test]
+fn outputs_stopped_by_the_models_positions_are_reported() {
+    let t = translator(Precision::F32);
+    let input: Vec<String> = lines().into_iter().take(24).collect();
+    let cap = t.model().config.max_positions - 1;
+    let mut opts = options();
+    opts.search.nbest = 1;
+    opts.search.max_len_b = 100; // beyond the model's 63 positions for every source
+    let mut warnings = Vec::new();
+    let (out, stats) = t.translate(&input, &opts, &mut |w| warnings.push(w)).unwrap();
+    let at_cap: Vec<usize> =
+        out.iter().enumerate().filter(|(_, o)| o[0].hypothesis.tokens.len() >= cap).map(|(i, _)| i).collect();
+    assert!(!at_cap.is_empty(), "the untrained model should reach the cap at least once");
+    assert_eq!(stats.capped, at_cap.len());
+    assert_eq!(warnings.len(), at_cap.len(), "{warnings:?}");
+    for (w, i) in warnings.iter().zip(&at_cap) {
+        assert!(
+            w.starts_with(&format!("sentence {}: the output reached the model's limit of {cap} tokens", i + 1)),
+            "{w}"
+        );
+    }
+    // With a limit within the positions (source × 0.5 + 12 < 63 for these sources of at most 64
+    // tokens): no report.
+    opts.search.max_len_a = 0.5;
+    opts.search.max_len_b = 12;
+    let mut warnings = Vec::new();
+    let (_, stats) = t.translate(&input, &opts, &mut |w| warnings.push(w)).unwrap();
+    assert_eq!((stats.capped, warnings.len()), (0, 0), "{warnings:?}");
+    let b = BeamConfig::translation();
+    assert!(b.stopped_by_positions(220, 255, 256) && !b.stopped_by_positions(220, 254, 256));
+    assert!(!b.stopped_by_positions(14, 255, 256), "source + 50 = 64 is the limit that applies");
+    assert!(!b.stopped_by_positions(200, 255, 256 + 200));
+}

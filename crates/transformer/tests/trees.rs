@@ -139,3 +139,57 @@ fn any_token_sequence_becomes_a_tree_over_exactly_the_words() {
     // An empty output still covers the words.
     assert_eq!(delinearise(&[], &["a", "."]).to_bracketed(), "(TOP (XX a) (. .))");
 }
+
+/// Reading, preprocessing, writing, linearising, repairing, copying, comparing and freeing a tree
+/// 20,000 and 300,000 brackets deep, on a 256 KiB stack: nothing over trees recurses.
+#[test]
+fn trees_of_any_depth_never_overflow_the_stack() {
+    let worker = std::thread::Builder::new().stack_size(256 * 1024).spawn(|| {
+        for n in [20_000usize, 300_000] {
+            // Function tags and empty elements at every level, for preprocessing to remove.
+            let text = format!("( {}(NN w){} )\n", "(NP-SBJ-1 (-NONE- *) ".repeat(n), ")".repeat(n));
+            let read = parse_trees(&text, "deep.mrg").unwrap();
+            assert_eq!(read.len(), 1);
+            let tree = read[0].preprocess().unwrap();
+            let bracketed = format!("(TOP {}(NN w){})", "(NP ".repeat(n), ")".repeat(n));
+            assert_eq!(tree.to_bracketed(), bracketed);
+            assert_eq!(tree.words(), ["w"]);
+            let tokens = tree.linearise();
+            assert_eq!(tokens.len(), 2 * n + 2);
+            assert!(transformer::data::trees::is_well_formed(&tokens, &["w"]));
+            let repaired = delinearise(&tokens, &["w"]);
+            assert!(repaired == tree, "the repair of a well-formed tree is the tree");
+            let mut copy = tree.clone();
+            assert!(copy == tree);
+            assert_eq!(transformer::data::trees::retag_deleted_punctuation(&mut copy), 0);
+            copy.children[0].label = "S".into();
+            assert!(copy != tree);
+            let reread = parse_trees(&bracketed, "again.mrg").unwrap();
+            assert!(reread[0] == tree);
+        } // every tree is dropped here
+    });
+    worker.unwrap().join().expect("no stack overflow");
+}
+
+/// A file with a byte-order mark and CRLF or CR-only line ends reads as the plain file; invalid
+/// UTF-8 is an error naming its real line (never line 0).
+#[test]
+fn tree_files_are_read_as_meant_and_bad_bytes_name_their_line() {
+    let dir = std::env::temp_dir().join(format!("transformer-trees-ends-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let plain = "% a comment\n(S (NP (NN a))\n   (VP (VBZ runs)))\n(S (NN b))\n";
+    let want = parse_trees(plain, "plain.mrg").unwrap();
+    assert_eq!(want.len(), 2);
+    for (name, text) in [
+        ("crlf.mrg", format!("\u{feff}{}", plain.replace('\n', "\r\n"))),
+        ("cr.mrg", format!("\u{feff}{}", plain.replace('\n', "\r"))),
+    ] {
+        let p = dir.join(name);
+        std::fs::write(&p, text).unwrap();
+        assert_eq!(read_trees(&p).unwrap(), want, "{name}");
+    }
+    let p = dir.join("bad.mrg");
+    std::fs::write(&p, b"(S (NN a))\n(S (NN b))\n(S (NN c\xff))\n").unwrap();
+    let e = read_trees(&p).unwrap_err().to_string();
+    assert!(e.contains("bad.mrg:3:") && e.contains("byte 8"), "{e}");
+}

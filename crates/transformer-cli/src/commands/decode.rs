@@ -6,6 +6,7 @@ use crate::usage;
 use anyhow::{Context, Result};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
+use transformer::data::corpus::input_line;
 use transformer::decode::translator::{TranslateOptions, TranslateStats, Translator, TranslatorOptions};
 use transformer::decode::BeamConfig;
 use transformer::kernels::cpu::profile::Profile;
@@ -77,17 +78,18 @@ fn speed_line(stats: &TranslateStats, secs: f64, what: &str) -> String {
     )
 }
 
-/// Runs `f` on every line of `input` (a plain or .gz file) or of stdin; errors name the file (or
-/// `<stdin>`) and the line.
+/// Runs `f` on every line of `input` (a plain or .gz file) or of stdin, read as the user means it
+/// (`corpus::input_line`: a byte-order mark dropped, any line end, a whitespace-only line empty);
+/// errors name the file (or `<stdin>`) and the line.
 pub(crate) fn for_each_input_line(input: Option<&Path>, mut f: impl FnMut(&str) -> Result<()>) -> Result<()> {
     match input {
         Some(p) => transformer::data::corpus::for_each_line(p, |n, line| {
-            f(line).with_context(|| format!("{}:{n}", p.display()))
+            f(input_line(line)).with_context(|| format!("{}:{n}", p.display()))
         }),
         None => {
             let mut lines = transformer::data::corpus::Lines::from_reader(Box::new(std::io::stdin().lock()), "<stdin>");
             while let Some(line) = lines.next_line()? {
-                f(line).with_context(|| format!("<stdin>:{}", lines.line_number()))?;
+                f(input_line(line)).with_context(|| format!("<stdin>:{}", lines.line_number()))?;
             }
             Ok(())
         }
@@ -158,7 +160,7 @@ pub fn translate(
 pub(crate) fn read_references(paths: &[PathBuf], base: &Path, n: usize, what: &str) -> Result<Vec<Vec<String>>> {
     let mut refs = Vec::with_capacity(paths.len());
     for p in paths {
-        let r = super::read_lines(p)?;
+        let r = super::read_input_lines(p)?;
         if r.len() != n {
             anyhow::bail!(
                 "{} has {} lines but {} has {n}: references and {what} must be line-aligned",
@@ -195,7 +197,7 @@ pub fn evaluate(
         return super::parse::evaluate(&translator, src_path, &ref_paths[0], output, &opts, parsing);
     }
     let Some(src_path) = src_path else { usage!("give the source sentences with --src") };
-    let srcs = super::read_lines(src_path)?;
+    let srcs = super::read_input_lines(src_path)?;
     let refs = read_references(ref_paths, src_path, srcs.len(), "sources")?;
     if srcs.is_empty() {
         // No score is made up from nothing (BLEU of zero sentences would print as 0).

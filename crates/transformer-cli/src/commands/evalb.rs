@@ -27,6 +27,9 @@ pub fn parse_eval(gold_path: &Path, test_path: &Path, summary_only: bool) -> Res
     for line in report.error_lines() {
         eprintln!("{line}");
     }
+    if let Some(note) = report.evalb_limit_note() {
+        eprintln!("{note}");
+    }
     if let Some(line) = report.evalb_abort_line {
         eprintln!(
             "note: EVALB itself would have stopped at line {line} without a summary (more than MAX_ERROR = {} \

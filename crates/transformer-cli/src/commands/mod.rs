@@ -105,6 +105,19 @@ pub(crate) fn read_lines(path: &std::path::Path) -> Result<Vec<String>> {
     Ok(transformer::data::corpus::read_lines(path)?)
 }
 
+/// Reads a file of sentences (sources, references), each line as the user means it
+/// (`corpus::input_line`: a whitespace-only line is empty).
+pub(crate) fn read_input_lines(path: &std::path::Path) -> Result<Vec<String>> {
+    let mut lines = transformer::data::corpus::read_lines(path)?;
+    for l in &mut lines {
+        let meant = transformer::data::corpus::input_line(l);
+        if meant.len() != l.len() {
+            *l = meant.to_string();
+        }
+    }
+    Ok(lines)
+}
+
 /// Peak resident set size of this process, from /proc (Linux), in bytes.
 pub(crate) fn peak_rss_bytes() -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;

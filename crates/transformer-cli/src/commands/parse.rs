@@ -99,7 +99,7 @@ pub fn evaluate(
     let gold: Vec<Tree> = gold_trees.iter().map(|t| t.preprocess().unwrap_or_else(|| t.clone())).collect();
     let sentences: Vec<String> = match src {
         Some(p) => {
-            let s = super::read_lines(p)?;
+            let s = super::read_input_lines(p)?;
             if s.len() != gold.len() {
                 anyhow::bail!(
                     "{} has {} lines but {} has {} trees: sentences and gold trees must be aligned",
@@ -127,6 +127,9 @@ pub fn evaluate(
     }
     let gold_lines: Vec<String> = gold.iter().map(Tree::to_bracketed).collect();
     let report = evalb::score(&gold_lines, &test, &evalb::Params::collins());
+    if let Some(note) = report.evalb_limit_note() {
+        eprintln!("{note}");
+    }
     let stdout = std::io::stdout();
     report.write_evalb(&mut stdout.lock(), true)?;
     let malformed = parses.iter().filter(|p| p.malformed).count();

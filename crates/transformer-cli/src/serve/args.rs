@@ -53,6 +53,18 @@ pub struct ServeArgs {
     /// (a client that stopped sending mid-request would otherwise hold the server forever).
     #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(0..=3600))]
     pub drain_seconds: u64,
+    /// Seconds a connection may take to send a request's headers, counted from when it connects
+    /// or from its last answer (so it is also how long an idle keep-alive connection stays open).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub header_timeout_seconds: u64,
+    /// Seconds a request body may take to arrive in full; a slower one is abandoned (408, the
+    /// connection closed, counted apart in /metrics).
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub body_timeout_seconds: u64,
+    /// Most connections open at once (lowered to fit the open-file limit); a connection past it
+    /// is served one request within a second and closed: /health as usual, 503 to anything else.
+    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub max_connections: u32,
     /// Threads of the HTTP runtime (decoding runs on the --threads pool, not on these).
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=256))]
     pub http_threads: u32,

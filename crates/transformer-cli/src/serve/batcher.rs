@@ -22,6 +22,8 @@ pub struct Output {
     pub nbest: Vec<(String, f64, f64)>,
     /// The encoder–decoder attention of the best hypothesis, when asked for.
     pub attention: Option<serde_json::Value>,
+    /// The best output was stopped by the model's positions before the search's length limit.
+    pub capped: bool,
 }
 
 /// A request waiting in the queue: its sentences as BPE ids, its search and its reply channel.
@@ -240,7 +242,9 @@ fn decode(t: &Translator, jobs: Vec<Job>, budget: Budget, metrics: &Metrics) {
                     },
                     false => None,
                 };
-                outs.push(Output { nbest: list, attention });
+                let capped =
+                    job.search.stopped_by_positions(src.len(), nbest[0].tokens.len(), t.model().config.max_positions);
+                outs.push(Output { nbest: list, attention, capped });
             }
             match error {
                 Some(e) => Err(e),

@@ -50,6 +50,11 @@ pub struct Metrics {
     pub dropped: AtomicU64,
     /// Requests refused because the queue was full.
     pub rejected_full: AtomicU64,
+    /// Requests whose body never arrived in full (too slow, or the client went away): counted
+    /// here, not among the answers by status nor in the latency histogram.
+    pub abandoned: AtomicU64,
+    /// Connections answered 503 and closed because --max-connections were open.
+    pub connections_refused: AtomicU64,
     /// Sentences in the batch being decoded now (0 when the batcher is idle).
     pub decoding: AtomicU64,
     /// Sentences per decoded batch.
@@ -74,6 +79,8 @@ impl Default for Metrics {
             batches: AtomicU64::new(0),
             dropped: AtomicU64::new(0),
             rejected_full: AtomicU64::new(0),
+            abandoned: AtomicU64::new(0),
+            connections_refused: AtomicU64::new(0),
             decoding: AtomicU64::new(0),
             batch_sentences: Histogram::new(SIZES),
             batch_tokens: Histogram::new(TOKENS),
@@ -91,6 +98,8 @@ pub struct Gauges {
     pub queue_requests: usize,
     /// Whether the model is loaded.
     pub ready: bool,
+    /// Connections open now.
+    pub connections_open: usize,
 }
 
 impl Metrics {
@@ -124,10 +133,23 @@ impl Metrics {
             "Requests refused with 503 because the queue was full.",
             &self.rejected_full,
         );
+        counter(
+            &mut out,
+            "transformer_abandoned_requests_total",
+            "Requests whose body never arrived in full (timed out or the client went away); not among the answers.",
+            &self.abandoned,
+        );
+        counter(
+            &mut out,
+            "transformer_connections_refused_total",
+            "Connections answered 503 and closed because --max-connections were open.",
+            &self.connections_refused,
+        );
         let gauge = |out: &mut String, name: &str, help: &str, v: usize| {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
         };
         gauge(&mut out, "transformer_queue_sentences", "Sentences waiting to be decoded.", g.queue_sentences);
+        gauge(&mut out, "transformer_connections_open", "HTTP connections open now.", g.connections_open);
         gauge(&mut out, "transformer_queue_requests", "Requests waiting to be decoded.", g.queue_requests);
         gauge(
             &mut out,
@@ -161,7 +183,7 @@ mod tests {
         m.request("/translate", 200);
         m.request("/translate", 200);
         m.request("/translate", 400);
-        let text = m.render(&Gauges { queue_sentences: 7, queue_requests: 2, ready: true });
+        let text = m.render(&Gauges { queue_sentences: 7, queue_requests: 2, ready: true, connections_open: 3 });
         for line in [
             "transformer_batch_sentences_bucket{le=\"1\"} 1",
             "transformer_batch_sentences_bucket{le=\"2\"} 1",

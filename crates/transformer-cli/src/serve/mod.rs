@@ -2,7 +2,8 @@
 //!
 //! The layout: [`args`] (the command line, always built), `request` (the JSON body and its
 //! limits), `batcher` (the queue and the one thread that decodes), `metrics` (Prometheus text) and
-//! `server` (axum routes, the tokio runtime, start-up and graceful shutdown). Everything but the
+//! `conn` (the accept loop: header and idle timeouts, the connection bound, half-close) and `server`
+//! (axum routes, the tokio runtime, start-up and graceful shutdown). Everything but the
 //! arguments is behind the `serve` cargo feature, on by default.
 //!
 //! [`Translator`]: transformer::decode::translator::Translator
@@ -10,6 +11,8 @@
 mod args;
 #[cfg(feature = "serve")]
 mod batcher;
+#[cfg(feature = "serve")]
+mod conn;
 #[cfg(feature = "serve")]
 mod metrics;
 #[cfg(feature = "serve")]

@@ -2,6 +2,7 @@
 //! limit) at fault and says what to send instead.
 
 use serde_json::Value;
+use transformer::data::corpus::input_line;
 
 /// The fields a request may hold.
 pub const FIELDS: &str = "q, beam, alpha, nbest, attention";
@@ -48,24 +49,61 @@ fn positive_int(v: &Value, field: &str, max: usize, what: &str) -> Result<usize,
     }
 }
 
+/// A JSON object whose keys are all different (its values are not looked at).
+struct UniqueKeys;
+
+impl<'de> serde::Deserialize<'de> for UniqueKeys {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Keys;
+        impl<'de> serde::de::Visitor<'de> for Keys {
+            type Value = UniqueKeys;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut m: A) -> Result<UniqueKeys, A::Error> {
+                let mut seen = std::collections::HashSet::new();
+                while let Some(k) = m.next_key::<String>()? {
+                    if !seen.insert(k.clone()) {
+                        return Err(serde::de::Error::custom(format!(
+                            "field `{k}` is given twice: give each field once"
+                        )));
+                    }
+                    m.next_value::<serde::de::IgnoredAny>()?;
+                }
+                Ok(UniqueKeys)
+            }
+        }
+        d.deserialize_map(Keys)
+    }
+}
+
 /// Parses and checks a request body.
 pub fn parse(body: &[u8], limits: &Limits) -> Result<TranslateRequest, String> {
+    // A UTF-8 byte-order mark before the JSON (some Windows tools write one) is not an error.
+    let body = body.strip_prefix(transformer::data::corpus::BOM.as_bytes()).unwrap_or(body);
     let value: Value = serde_json::from_slice(body)
         .map_err(|e| format!("the body is not valid JSON ({e}); send an object such as {{\"q\": \"A dog runs.\"}}"))?;
     let Value::Object(map) = value else {
         return Err(format!("the body must be a JSON object such as {{\"q\": \"A dog runs.\"}}, not {}", kind(&value)));
     };
+    // serde_json keeps the last of two equal keys without a word; a request that says a field
+    // twice is as ambiguous as one with an unknown field.
+    if let Err(e) = serde_json::from_slice::<UniqueKeys>(body) {
+        return Err(e.to_string().split(" at line ").next().unwrap_or_default().to_string());
+    }
     if let Some(k) = map.keys().find(|k| !FIELDS.split(", ").any(|f| f == k.as_str())) {
         return Err(format!("unknown field `{k}`: the fields are {FIELDS}"));
     }
     let q = match map.get("q") {
         None => return Err("field `q` is missing: give the text to translate, a string or an array of strings".into()),
-        Some(Value::String(s)) => vec![s.clone()],
+        // Each sentence as the user means it (`corpus::input_line`, as the CLI reads lines): a
+        // whitespace-only one is empty and gets an empty translation, never invented text.
+        Some(Value::String(s)) => vec![input_line(s).to_string()],
         Some(Value::Array(items)) => items
             .iter()
             .enumerate()
             .map(|(i, v)| match v {
-                Value::String(s) => Ok(s.clone()),
+                Value::String(s) => Ok(input_line(s).to_string()),
                 other => Err(format!("field `q[{i}]` must be a string (got {})", kind(other))),
             })
             .collect::<Result<Vec<_>, _>>()?,
@@ -127,6 +165,23 @@ mod tests {
         let r = parse(br#"{"q": ["a", ""], "beam": 5, "alpha": 0, "nbest": 5, "attention": true}"#, &LIMITS).unwrap();
         assert_eq!(r.q, ["a", ""]);
         assert_eq!((r.beam, r.alpha, r.nbest, r.attention), (Some(5), Some(0.0), Some(5), true));
+    }
+
+    #[test]
+    fn a_field_given_twice_is_an_error_naming_it() {
+        let e = err(r#"{"q": "a", "beam": 2, "beam": 5}"#);
+        assert_eq!(e, "field `beam` is given twice: give each field once");
+        assert!(err(r#"{"q": "a", "q": "b"}"#).contains("field `q` is given twice"));
+        assert!(parse(br#"{"q": ["a", "a"], "beam": 2}"#, &LIMITS).is_ok(), "equal values are not keys");
+    }
+
+    #[test]
+    fn sentences_are_read_as_meant() {
+        let body = "\u{feff}{\"q\": [\"   \", \"\\t\", \"\\ufeffA dog.\", \"A cat.\\r\\n\", \" a  b \"]}";
+        let r = parse(body.as_bytes(), &Limits { max_request_sentences: 5, ..LIMITS }).unwrap();
+        assert_eq!(r.q, ["", "", "A dog.", "A cat.", " a  b "]);
+        let r = parse(br#"{"q": " \n "}"#, &LIMITS).unwrap();
+        assert_eq!(r.q, [""]);
     }
 
     #[test]

@@ -5,13 +5,13 @@
 //! model's parallel kernels fork cheaply).
 
 use super::batcher::{self, Budget, Job, Output, Queue, Refused};
+use super::conn::{self, Connections};
 use super::metrics::{Gauges, Metrics};
 use super::request::{self, Limits};
 use super::ServeArgs;
 use anyhow::{Context, Result};
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::body::{Body, HttpBody};
+use axum::extract::{Request, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -19,7 +19,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::json;
 use std::sync::{Arc, OnceLock};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tokio::sync::{oneshot, Notify};
 use transformer::decode::translator::{Translator, TranslatorOptions};
 use transformer::Task;
@@ -33,12 +33,16 @@ struct App {
     /// Set once the model is loaded (`/health` is 503 until then).
     translator: OnceLock<Arc<Translator>>,
     queue: Queue,
-    metrics: Metrics,
+    metrics: Arc<Metrics>,
     limits: Limits,
     /// The longest sentence in BPE tokens (resolved once the model is loaded).
     max_sentence_tokens: Option<usize>,
     /// The largest request body in bytes.
     body_limit: usize,
+    /// How long a request body may take to arrive.
+    body_timeout: Duration,
+    /// The open connections (for `/metrics`).
+    connections: Arc<Connections>,
     /// Most attention weights one request may ask for.
     max_attention_weights: u64,
 }
@@ -48,15 +52,25 @@ struct ApiError {
     status: StatusCode,
     message: String,
     retry_after: Option<u32>,
+    /// Close the connection after the answer (the request's body was not read to its end).
+    close: bool,
+    /// The request was abandoned by its client (see [`Abandoned`]).
+    abandoned: bool,
 }
 
 impl ApiError {
     fn new(status: StatusCode, message: impl Into<String>) -> Self {
-        ApiError { status, message: message.into(), retry_after: None }
+        ApiError { status, message: message.into(), retry_after: None, close: false, abandoned: false }
     }
 
     fn unavailable(message: impl Into<String>) -> Self {
-        ApiError { status: StatusCode::SERVICE_UNAVAILABLE, message: message.into(), retry_after: Some(1) }
+        ApiError {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            message: message.into(),
+            retry_after: Some(1),
+            close: false,
+            abandoned: false,
+        }
     }
 }
 
@@ -66,6 +80,12 @@ impl IntoResponse for ApiError {
         if let Some(s) = self.retry_after {
             r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(s));
         }
+        if self.close {
+            r.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+        }
+        if self.abandoned {
+            r.extensions_mut().insert(Abandoned);
+        }
         r
     }
 }
@@ -74,18 +94,76 @@ fn loading() -> ApiError {
     ApiError::unavailable("the model is still loading; retry when GET /health answers 200")
 }
 
-async fn translate(State(app): State<Arc<App>>, body: Result<Bytes, BytesRejection>) -> Result<Response, ApiError> {
-    let body = body.map_err(|r| {
-        let status = r.status();
-        let message = match status {
-            StatusCode::PAYLOAD_TOO_LARGE => format!(
-                "the request body is larger than the limit of {} bytes (--max-body-bytes): send fewer or shorter sentences per request",
-                app.body_limit
+/// Marks the answer to a request whose body never arrived in full: `track` counts it apart.
+#[derive(Clone, Copy)]
+struct Abandoned;
+
+/// Bytes read past `--max-body-bytes` before a 413 closes the connection (as nginx's lingering
+/// close): a client that writes its whole body before reading then reads the 413, not a reset.
+const DRAIN_BYTES: usize = 8 << 20;
+
+/// Reads a request body of at most `limit` bytes within `timeout`. A larger one is read on (up to
+/// [`DRAIN_BYTES`] more, in the same time) and refused with 413; one that stops arriving, or whose
+/// client goes away, is abandoned (408, connection closed).
+async fn read_body(mut body: Body, limit: usize, timeout: Duration) -> Result<Vec<u8>, ApiError> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    let too_large = || {
+        let mut e = ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!(
+                "the request body is larger than the limit of {limit} bytes (--max-body-bytes): send fewer or shorter sentences per request"
             ),
-            _ => format!("cannot read the request body: {}", r.body_text()),
-        };
-        ApiError::new(status, message)
-    })?;
+        );
+        e.close = true;
+        e
+    };
+    let abandoned = |why: &str| {
+        let mut e = ApiError::new(StatusCode::REQUEST_TIMEOUT, format!("the request body {why}"));
+        e.close = true;
+        e.abandoned = true;
+        e
+    };
+    let mut buf = Vec::new();
+    let mut over: Option<usize> = None;
+    loop {
+        let frame = std::future::poll_fn(|cx| std::pin::Pin::new(&mut body).poll_frame(cx));
+        match tokio::time::timeout_at(deadline, frame).await {
+            Err(_) if over.is_some() => return Err(too_large()),
+            Err(_) => {
+                return Err(abandoned(&format!(
+                    "did not arrive in full within {} s (--body-timeout-seconds)",
+                    timeout.as_secs()
+                )))
+            }
+            Ok(None) => break,
+            Ok(Some(Err(_))) if over.is_some() => return Err(too_large()),
+            Ok(Some(Err(_))) => return Err(abandoned("stopped arriving (the client went away)")),
+            Ok(Some(Ok(frame))) => {
+                let Ok(data) = frame.into_data() else { continue };
+                match over.as_mut() {
+                    Some(read) => {
+                        *read += data.len();
+                        if *read > DRAIN_BYTES {
+                            return Err(too_large());
+                        }
+                    }
+                    None if buf.len() + data.len() > limit => {
+                        over = Some(0);
+                        buf = Vec::new();
+                    }
+                    None => buf.extend_from_slice(&data),
+                }
+            }
+        }
+    }
+    match over {
+        Some(_) => Err(too_large()),
+        None => Ok(buf),
+    }
+}
+
+async fn translate(State(app): State<Arc<App>>, body: Body) -> Result<Response, ApiError> {
+    let body = read_body(body, app.body_limit, app.body_timeout).await?;
     let req = request::parse(&body, &app.limits).map_err(|m| ApiError::new(StatusCode::BAD_REQUEST, m))?;
     let t = app.translator.get().ok_or_else(loading)?;
     let max_len = app.max_sentence_tokens.unwrap_or(t.model().config.max_positions);
@@ -166,6 +244,12 @@ async fn translate(State(app): State<Arc<App>>, body: Result<Bytes, BytesRejecti
             .collect();
         answer.insert("nbest".into(), serde_json::Value::Array(lists));
     }
+    // The sentences whose output the model's positions stopped before the length limit (0-based),
+    // only when there are any: their translations are cut where the model had to stop.
+    let capped: Vec<usize> = outputs.iter().enumerate().filter(|(_, o)| o.capped).map(|(i, _)| i).collect();
+    if !capped.is_empty() {
+        answer.insert("capped".into(), json!(capped));
+    }
     if req.attention {
         answer.insert("attention".into(), outputs.into_iter().map(|o| o.attention.unwrap_or_default()).collect());
     }
@@ -187,7 +271,12 @@ async fn health(State(app): State<Arc<App>>) -> Result<Response, ApiError> {
 
 async fn metrics(State(app): State<Arc<App>>) -> Response {
     let (queue_sentences, queue_requests) = app.queue.depth();
-    let text = app.metrics.render(&Gauges { queue_sentences, queue_requests, ready: app.translator.get().is_some() });
+    let text = app.metrics.render(&Gauges {
+        queue_sentences,
+        queue_requests,
+        ready: app.translator.get().is_some(),
+        connections_open: app.connections.open(),
+    });
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text).into_response()
 }
 
@@ -226,6 +315,11 @@ async fn track(State(app): State<Arc<App>>, req: Request, next: Next) -> Respons
     };
     let start = Instant::now();
     let response = next.run(req).await;
+    if response.extensions().get::<Abandoned>().is_some() {
+        // Not an answer anyone waited for: neither a 4xx of the API nor a latency.
+        app.metrics.abandoned.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        return response;
+    }
     if route == "/translate" {
         app.metrics.latency.observe(start.elapsed().as_secs_f64());
     }
@@ -233,7 +327,7 @@ async fn track(State(app): State<Arc<App>>, req: Request, next: Next) -> Respons
     response
 }
 
-fn router(app: Arc<App>, body_limit: usize) -> Router {
+fn router(app: Arc<App>) -> Router {
     Router::new()
         .route("/", get(|| async { asset("text/html; charset=utf-8", INDEX_HTML) }))
         .route("/page.css", get(|| async { asset("text/css; charset=utf-8", PAGE_CSS) }))
@@ -243,9 +337,24 @@ fn router(app: Arc<App>, body_limit: usize) -> Router {
         .route("/metrics", get(metrics))
         .fallback(not_found)
         .method_not_allowed_fallback(wrong_method)
-        .layer(DefaultBodyLimit::max(body_limit))
         .layer(middleware::from_fn_with_state(app.clone(), track))
         .with_state(app)
+}
+
+/// What a connection past `--max-connections` is served: `/health` as usual (so a health check
+/// keeps answering while the bound is full), 503 to anything else, counted as refused.
+fn overflow_router(app: Arc<App>) -> Router {
+    Router::new().route("/health", get(health)).fallback(too_many_connections).with_state(app)
+}
+
+async fn too_many_connections(State(app): State<Arc<App>>, req: Request) -> ApiError {
+    app.metrics.connections_refused.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    // Read (a bounded amount of) the body first, so a client that writes before it reads gets
+    // the answer rather than a reset.
+    let _ = tokio::time::timeout(Duration::from_secs(1), axum::body::to_bytes(req.into_body(), 64 * 1024)).await;
+    let mut e = ApiError::unavailable("too many open connections (--max-connections); retry in a moment");
+    e.close = true;
+    e
 }
 
 /// Resolves on SIGTERM, SIGINT (Ctrl-C) or `stop` (a model that did not load).
@@ -280,6 +389,15 @@ pub fn run(args: ServeArgs) -> Result<()> {
                 drain.notify_one();
             });
         }
+        if args.host.parse::<std::net::IpAddr>().is_err()
+            && tokio::net::lookup_host((args.host.as_str(), args.port)).await.map_or(true, |mut a| a.next().is_none())
+        {
+            anyhow::bail!(
+                "--host {:?} is not an address to listen on: give an IP address (127.0.0.1 for this machine only, \
+                 0.0.0.0 for every interface) or a host name this machine resolves",
+                args.host
+            );
+        }
         tokio::net::TcpListener::bind((args.host.as_str(), args.port)).await.with_context(|| {
             format!("cannot listen on {}:{} (is the port taken? --port 0 picks a free one)", args.host, args.port)
         })
@@ -287,19 +405,33 @@ pub fn run(args: ServeArgs) -> Result<()> {
     let addr = listener.local_addr()?;
     let limits =
         Limits { max_request_sentences: args.max_request_sentences as usize, max_beam: args.max_beam as usize };
+    let (max_connections, lowered) = conn::bound_by_file_limit(args.max_connections as usize);
+    if let Some(why) = lowered {
+        eprintln!("note: {why}");
+    }
+    let connections = Arc::new(Connections::new(max_connections));
     let app = Arc::new(App {
         translator: OnceLock::new(),
         queue: Queue::new(args.max_queue as usize),
-        metrics: Metrics::default(),
+        metrics: Arc::new(Metrics::default()),
         limits,
         max_sentence_tokens: args.max_sentence_tokens.map(|n| n as usize),
         body_limit: args.max_body_bytes as usize,
+        body_timeout: Duration::from_secs(args.body_timeout_seconds),
+        connections: connections.clone(),
         max_attention_weights: args.max_attention_weights,
     });
     let drain_seconds = args.drain_seconds;
-    let router = router(app.clone(), args.max_body_bytes as usize);
-    let serving = axum::serve(listener, router).with_graceful_shutdown(shutdown_signal(stop.clone()));
-    let server = runtime.spawn(async move { serving.await });
+    let serving = conn::serve(
+        listener,
+        router(app.clone()),
+        overflow_router(app.clone()),
+        connections.clone(),
+        Duration::from_secs(args.header_timeout_seconds),
+        app.metrics.clone(),
+        shutdown_signal(stop.clone()),
+    );
+    let server = runtime.spawn(serving);
     eprintln!("listening on http://{addr} (loading the model)");
     let options = TranslatorOptions { precision: args.precision, pack: true, task: Task::Translation };
     let translator = match Translator::load(&args.checkpoint, &args.bpe, options) {
@@ -334,7 +466,9 @@ pub fn run(args: ServeArgs) -> Result<()> {
                         Ok(r) => r,
                         Err(_) => {
                             eprintln!(
-                                "shutting down: connections still open after {drain_seconds} s (clients that stopped sending); closing them"
+                                "shutting down: closing the {} connection(s) still open after {drain_seconds} s (--drain-seconds): \
+                                 clients that stopped sending mid-request or never read their answer",
+                                connections.open()
                             );
                             server.abort();
                             Ok(Ok(()))

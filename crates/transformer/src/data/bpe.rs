@@ -83,7 +83,21 @@ impl Bpe {
 
     /// Reads a model written by [`Bpe::save`].
     pub fn load(path: &Path) -> Result<Bpe> {
-        let text = std::fs::read_to_string(path).map_err(io_err(path))?;
+        let bytes = std::fs::read(path).map_err(io_err(path))?;
+        // A safetensors file: 8 bytes of header length, then the JSON header.
+        if bytes.len() >= 10 && bytes[8..].starts_with(b"{\"") {
+            return Err(Error::Bpe(format!(
+                "{}: not a BPE model but a checkpoint (safetensors): give --bpe the vocabulary file the model \
+                 was trained with (the run's data.bpe, e.g. vocab.json or bpe.json)",
+                path.display()
+            )));
+        }
+        let text = String::from_utf8(bytes).map_err(|_| {
+            Error::Bpe(format!(
+                "{}: not a BPE model (a binary file, not JSON text); create one with `transformer bpe learn`",
+                path.display()
+            ))
+        })?;
         Self::from_json(&text, path)
     }
 

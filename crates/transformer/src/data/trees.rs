@@ -22,7 +22,9 @@ use crate::error::{Error, Result};
 use std::path::Path;
 
 /// A constituency tree: a constituent with children, or a preterminal (POS tag) over one word.
-#[derive(Clone, Debug, PartialEq, Eq)]
+///
+/// Nothing over trees recurses (traversals, `Clone`, `PartialEq`, `Drop`): a tree of any depth,
+/// 300,000 nested brackets say, is read, written, compared and freed on an explicit stack.
 pub struct Tree {
     /// The constituent label or POS tag (empty for the treebank's unlabelled outer bracket).
     pub label: String,
@@ -30,6 +32,13 @@ pub struct Tree {
     pub word: Option<String>,
     /// The children, for a constituent.
     pub children: Vec<Tree>,
+}
+
+/// One step of a depth-first walk over a tree: a preterminal or the opening of a constituent
+/// (`Enter`), or the closing of a constituent after all its children (`Leave`).
+enum Step<'a> {
+    Enter(&'a Tree),
+    Leave(&'a Tree),
 }
 
 impl Tree {
@@ -43,43 +52,50 @@ impl Tree {
         Tree { label: label.to_string(), word: None, children }
     }
 
+    /// Calls `f` on every step of a left-to-right depth-first walk, without recursion.
+    fn walk<'a>(&'a self, mut f: impl FnMut(Step<'a>)) {
+        let mut stack = vec![Step::Enter(self)];
+        while let Some(step) = stack.pop() {
+            if let Step::Enter(t) = step {
+                if t.word.is_none() {
+                    stack.push(Step::Leave(t));
+                    stack.extend(t.children.iter().rev().map(Step::Enter));
+                }
+            }
+            f(step);
+        }
+    }
+
     /// The words, left to right.
     pub fn words(&self) -> Vec<&str> {
         let mut out = Vec::new();
-        self.visit_words(&mut out);
+        self.walk(|step| {
+            if let Step::Enter(Tree { word: Some(w), .. }) = step {
+                out.push(w.as_str());
+            }
+        });
         out
-    }
-
-    fn visit_words<'a>(&'a self, out: &mut Vec<&'a str>) {
-        match &self.word {
-            Some(w) => out.push(w),
-            None => self.children.iter().for_each(|c| c.visit_words(out)),
-        }
     }
 
     /// The tree in the treebank's bracketed notation on one line, `(TOP (S (NP (NNP Pierre)) …))`.
     pub fn to_bracketed(&self) -> String {
         let mut s = String::new();
-        self.write(&mut s);
-        s
-    }
-
-    fn write(&self, s: &mut String) {
-        s.push('(');
-        s.push_str(&self.label);
-        match &self.word {
-            Some(w) => {
-                s.push(' ');
-                s.push_str(w);
-            }
-            None => {
-                for c in &self.children {
+        self.walk(|step| match step {
+            Step::Enter(t) => {
+                if !s.is_empty() {
                     s.push(' ');
-                    c.write(s);
+                }
+                s.push('(');
+                s.push_str(&t.label);
+                if let Some(w) = &t.word {
+                    s.push(' ');
+                    s.push_str(w);
+                    s.push(')');
                 }
             }
-        }
-        s.push(')');
+            Step::Leave(_) => s.push(')'),
+        });
+        s
     }
 
     /// The preprocessed tree (see the module docs), or `None` when nothing but empty elements is left.
@@ -88,17 +104,35 @@ impl Tree {
         Some(if t.label == "TOP" { t } else { Tree::node("TOP", vec![t]) })
     }
 
-    /// Steps 1–2 and the outer bracket of step 3.
+    /// Steps 1–2 and the outer bracket of step 3, built bottom-up on an explicit stack.
     fn strip(&self) -> Option<Tree> {
+        let leaf = |t: &Tree, w: &str| (t.label != "-NONE-").then(|| Tree::leaf(&strip_label(&t.label), w));
         if let Some(word) = &self.word {
-            return (self.label != "-NONE-").then(|| Tree::leaf(&strip_label(&self.label), word));
+            return leaf(self, word);
         }
-        let children: Vec<Tree> = self.children.iter().filter_map(Tree::strip).collect();
-        if children.is_empty() {
-            return None;
+        // (constituent, its next child to visit, its children kept so far)
+        let mut stack: Vec<(&Tree, usize, Vec<Tree>)> = vec![(self, 0, Vec::new())];
+        loop {
+            let (node, next, kept) = stack.last_mut().expect("the root frame is popped last");
+            let node = *node; // the &Tree itself, not a borrow of the stack
+            if let Some(child) = node.children.get(*next) {
+                *next += 1;
+                match &child.word {
+                    Some(w) => kept.extend(leaf(child, w)),
+                    None => stack.push((child, 0, Vec::new())),
+                }
+                continue;
+            }
+            let (node, _, kept) = stack.pop().expect("a frame is on the stack");
+            let built = (!kept.is_empty()).then(|| {
+                let label = if node.label.is_empty() { "TOP".to_string() } else { strip_label(&node.label) };
+                Tree::node(&label, kept)
+            });
+            match stack.last_mut() {
+                Some((_, _, parent)) => parent.extend(built),
+                None => return built,
+            }
         }
-        let label = if self.label.is_empty() { "TOP".to_string() } else { strip_label(&self.label) };
-        Some(Tree::node(&label, children))
     }
 
     /// Tokens of the linearised tree under `TOP` (see the module docs).
@@ -106,22 +140,72 @@ impl Tree {
         let mut out = Vec::new();
         let top = if self.label == "TOP" { &self.children[..] } else { std::slice::from_ref(self) };
         for c in top {
-            c.linearise_into(&mut out);
+            c.walk(|step| match step {
+                Step::Enter(t) => match &t.word {
+                    Some(w) => {
+                        out.push(t.label.clone());
+                        out.push(w.clone());
+                    }
+                    None => out.push(format!("({}", t.label)),
+                },
+                Step::Leave(t) => out.push(format!("){}", t.label)),
+            });
         }
         out
     }
+}
 
-    fn linearise_into(&self, out: &mut Vec<String>) {
-        if let Some(w) = &self.word {
-            out.push(self.label.clone());
-            out.push(w.clone());
-            return;
+impl Clone for Tree {
+    /// A deep copy, built bottom-up on an explicit stack.
+    fn clone(&self) -> Tree {
+        // (original, its next child to copy, its children copied so far)
+        let mut stack: Vec<(&Tree, usize, Vec<Tree>)> = vec![(self, 0, Vec::with_capacity(self.children.len()))];
+        loop {
+            let (node, next, _) = stack.last_mut().expect("the root frame is popped last");
+            let node = *node; // the &Tree itself, not a borrow of the stack
+            if let Some(child) = node.children.get(*next) {
+                *next += 1;
+                stack.push((child, 0, Vec::with_capacity(child.children.len())));
+                continue;
+            }
+            let (node, _, children) = stack.pop().expect("a frame is on the stack");
+            let copy = Tree { label: node.label.clone(), word: node.word.clone(), children };
+            match stack.last_mut() {
+                Some((_, _, siblings)) => siblings.push(copy),
+                None => return copy,
+            }
         }
-        out.push(format!("({}", self.label));
-        for c in &self.children {
-            c.linearise_into(out);
+    }
+}
+
+impl PartialEq for Tree {
+    fn eq(&self, other: &Tree) -> bool {
+        let mut stack = vec![(self, other)];
+        while let Some((a, b)) = stack.pop() {
+            if a.label != b.label || a.word != b.word || a.children.len() != b.children.len() {
+                return false;
+            }
+            stack.extend(a.children.iter().zip(&b.children));
         }
-        out.push(format!("){}", self.label));
+        true
+    }
+}
+
+impl Eq for Tree {}
+
+impl std::fmt::Debug for Tree {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Tree{}", self.to_bracketed())
+    }
+}
+
+impl Drop for Tree {
+    /// Frees the nodes from an explicit stack: the default drop recurses once per level.
+    fn drop(&mut self) {
+        let mut stack = std::mem::take(&mut self.children);
+        while let Some(mut t) = stack.pop() {
+            stack.append(&mut t.children);
+        }
     }
 }
 
@@ -224,12 +308,19 @@ pub fn parse_trees(text: &str, origin: &str) -> Result<Vec<Tree>> {
 /// Reads the trees of a bracketed file (`.mrg`), naming the file and line in errors.
 pub fn read_trees(path: &Path) -> Result<Vec<Tree>> {
     let bytes = std::fs::read(path).map_err(crate::io::io_err(path))?;
-    let text = String::from_utf8(bytes).map_err(|e| Error::Corpus {
-        path: path.to_path_buf(),
-        line: 0,
-        reason: format!("not UTF-8 ({e})"),
+    let text = String::from_utf8(bytes).map_err(|e| {
+        let valid = e.utf8_error().valid_up_to();
+        let before = &e.as_bytes()[..valid];
+        let line = 1 + before.iter().filter(|&&b| b == b'\n').count();
+        let column = valid - before.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+        Error::Corpus {
+            path: path.to_path_buf(),
+            line,
+            reason: format!("invalid UTF-8 at byte {} of the line; convert the file to UTF-8", column),
+        }
     })?;
-    parse_trees(&text, &path.display().to_string())
+    // A byte-order mark and CRLF or CR-only line ends read as the plain file would.
+    parse_trees(&crate::data::corpus::normalise_line_ends(&text), &path.display().to_string())
 }
 
 /// A range of treebank file names, `FIRST..LAST` (inclusive, compared by file stem as strings):
@@ -316,18 +407,21 @@ pub fn training_pair(tree: &Tree) -> (String, String) {
 /// (one annotation slip aside), and a deleted tag on one would make EVALB reject the sentence as a
 /// length mismatch. Applied to a model's trees, not to gold ones. Returns how many were retagged.
 pub fn retag_deleted_punctuation(tree: &mut Tree) -> usize {
-    match &tree.word {
-        Some(w) => {
-            let deleted = matches!(tree.label.as_str(), "," | ":" | "``" | "''" | ".");
-            if deleted && w.chars().any(char::is_alphanumeric) {
-                tree.label = "XX".into();
-                1
-            } else {
-                0
+    let mut retagged = 0;
+    let mut stack = vec![tree];
+    while let Some(t) = stack.pop() {
+        match &t.word {
+            Some(w) => {
+                let deleted = matches!(t.label.as_str(), "," | ":" | "``" | "''" | ".");
+                if deleted && w.chars().any(char::is_alphanumeric) {
+                    t.label = "XX".into();
+                    retagged += 1;
+                }
             }
+            None => stack.extend(t.children.iter_mut()),
         }
-        None => tree.children.iter_mut().map(retag_deleted_punctuation).sum(),
     }
+    retagged
 }
 
 /// Whether `tokens` is a well-formed linearised tree (what [`Tree::linearise`] produces) over

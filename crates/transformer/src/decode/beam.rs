@@ -111,6 +111,16 @@ impl BeamConfig {
         ((self.max_len_a * src_len as f64).floor() as usize).saturating_add(self.max_len_b)
     }
 
+    /// Whether an output of `out_len` tokens for a source of `src_len` was stopped by the model's
+    /// positions rather than by this search's length limit: it reached `max_positions − 1` tokens
+    /// (the most a decoder of `max_positions` can write before EOS) while the limit, `max_len`,
+    /// lay beyond. Translation reports such outputs (a warning on the CLI, `capped` in the server)
+    /// instead of cutting them silently.
+    pub fn stopped_by_positions(&self, src_len: usize, out_len: usize, max_positions: usize) -> bool {
+        let cap = max_positions.saturating_sub(1);
+        out_len >= cap && self.max_len(src_len) > cap
+    }
+
     /// lp(Y) = ((5 + |Y|) / 6)^α.
     pub fn length_penalty(&self, len: usize) -> f64 {
         ((5.0 + len as f64) / 6.0).powf(self.alpha)

@@ -50,6 +50,9 @@ pub struct TranslateStats {
     pub out_tokens: usize,
     /// Sentences split into chunks because they exceed the model's positions.
     pub chunked: usize,
+    /// Sentences whose best output was stopped by the model's positions before the search's
+    /// length limit ([`BeamConfig::stopped_by_positions`]); each is also warned about.
+    pub capped: usize,
     /// Batches decoded.
     pub batches: usize,
     /// Decoder rows (hypotheses) summed over steps: the search's work.
@@ -154,6 +157,20 @@ fn translate_ids(
             o.push(joined);
         }
         stats.out_tokens += o[0].tokens.len();
+        if chunks.iter().zip(pieces[first..p].iter()).any(|(c, (_, src))| {
+            c.first().is_some_and(|h| opts.search.stopped_by_positions(src.len(), h.tokens.len(), max_src))
+        }) {
+            warn(format!(
+                "sentence {}: the output reached the model's limit of {} tokens (max_positions = {max_src}) before \
+                 ending, and stops there: the length limit of this search (source × {} + {}) lies beyond what the \
+                 model can write",
+                i + 1,
+                max_src - 1,
+                opts.search.max_len_a,
+                opts.search.max_len_b
+            ));
+            stats.capped += 1;
+        }
     }
     Ok((out, stats))
 }

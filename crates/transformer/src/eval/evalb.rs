@@ -20,8 +20,9 @@
 //! "Reading sentence" errors until that happens when a line has a word outside a preterminal
 //! (`(JJS most (JJ practical) …`). We go on: such a sentence is an error sentence like any other, the
 //! stray word is skipped, and [`Report::evalb_abort_line`] says where EVALB would have stopped. Also
-//! beyond EVALB: lines longer than its 5,000-byte buffer or with more than 200 words or brackets are
-//! scored whole (EVALB splits or overflows), and a `)` with no open bracket closes nothing (EVALB
+//! beyond EVALB: lines past its fixed limits (a 5,000-byte line buffer, 200 words, 200 brackets,
+//! 100-byte words, 30-byte labels) are scored whole where EVALB splits or overflows, and listed in
+//! [`Report::evalb_limit_lines`] for a note; a `)` with no open bracket closes nothing (EVALB
 //! reads before its stack); a line with one is an error sentence (skipped if the test line has no
 //! words).
 
@@ -228,6 +229,10 @@ pub struct Report {
     /// The line at which EVALB itself would have exited without a summary (more than `MAX_ERROR`
     /// errors, or a line it loops on); `None` when it would have run to the end.
     pub evalb_abort_line: Option<usize>,
+    /// The lines (1-based) past one of EVALB's fixed limits (a 5,000-byte line buffer, 200 words,
+    /// 200 brackets, 100-byte words, 30-byte labels), with the first limit each exceeds: EVALB
+    /// itself would have split or overflowed there, where this scorer scores the line whole.
+    pub evalb_limit_lines: Vec<(usize, String)>,
 }
 
 /// `%6.2f` as C's printf writes it (Rust rounds exact ties to even too; NaN is `-nan`, as glibc
@@ -241,6 +246,20 @@ fn f62(x: f64) -> String {
 }
 
 impl Report {
+    /// A note for the user when some lines are past EVALB's fixed limits (see
+    /// [`Report::evalb_limit_lines`]): how many, the first and why, and that the scores here count
+    /// them whole where EVALB itself would have failed on them.
+    pub fn evalb_limit_note(&self) -> Option<String> {
+        let (first, reason) = self.evalb_limit_lines.first()?;
+        let n = self.evalb_limit_lines.len();
+        Some(format!(
+            "note: EVALB itself would have failed on {n} line{} past its fixed limits (first: line {first}, {reason}); \
+             this scorer scores {} whole",
+            if n == 1 { "" } else { "s" },
+            if n == 1 { "it" } else { "them" }
+        ))
+    }
+
     /// The error messages as EVALB writes them to stderr, `ID : message`, in order.
     pub fn error_lines(&self) -> Vec<String> {
         self.sentences.iter().flat_map(|s| s.errors.iter().map(move |e| format!("{} : {e}", s.id))).collect()
@@ -322,7 +341,6 @@ struct Bracket {
     label: String,
     /// Ignored (no words, or a deleted label).
     deleted: bool,
-    matched: bool,
 }
 
 /// One line as EVALB reads it.
@@ -391,7 +409,7 @@ fn read_line<'a>(line: &'a str, params: &Params) -> Line<'a> {
                 }
             }
             let start = out.terminals.len() as i64;
-            out.brackets.push(Bracket { start, end: -1, label: label.to_string(), deleted: false, matched: false });
+            out.brackets.push(Bracket { start, end: -1, label: label.to_string(), deleted: false });
             if depth >= 0 {
                 stack.push(out.brackets.len() - 1);
             }
@@ -441,11 +459,152 @@ fn massage(brackets: &mut [Bracket], params: &Params) -> usize {
     brackets.iter().filter(|b| !b.deleted).count()
 }
 
+/// The number of test brackets matched one-to-one with gold ones, greedily in gold order, each gold
+/// bracket taking the first unmatched test bracket of its span and an equal label (EVALB's rule),
+/// in time linear in the brackets: the test brackets are queued by (span, label), and a gold bracket
+/// takes the earliest front of the queues of the labels equal to its own. Within a queue any gold
+/// bracket that can take one element can take them all, so the queues are consumed in order.
+fn match_brackets(gold: &[Bracket], test: &[Bracket], params: &Params) -> usize {
+    use std::collections::HashMap;
+    // (start, end, label: "" when unlabelled) -> test bracket indices in order, and a cursor.
+    let mut queues: HashMap<(i64, i64, &str), (Vec<usize>, usize)> = HashMap::new();
+    for (i, tb) in test.iter().enumerate().filter(|(_, b)| !b.deleted) {
+        let label = if params.labeled { tb.label.as_str() } else { "" };
+        queues.entry((tb.start, tb.end, label)).or_default().0.push(i);
+    }
+    let mut matched = 0;
+    for gb in gold.iter().filter(|b| !b.deleted) {
+        let mut labels = vec![if params.labeled { gb.label.as_str() } else { "" }];
+        if params.labeled {
+            for (x, y) in &params.eq_labels {
+                for (a, b) in [(x, y), (y, x)] {
+                    if gb.label == *a && !labels.contains(&b.as_str()) {
+                        labels.push(b.as_str());
+                    }
+                }
+            }
+        }
+        let best = labels
+            .iter()
+            .filter_map(|&l| {
+                let (q, cursor) = queues.get(&(gb.start, gb.end, l))?;
+                q.get(*cursor).map(|&i| (i, l))
+            })
+            .min();
+        if let Some((_, l)) = best {
+            queues.get_mut(&(gb.start, gb.end, l)).expect("the queue was found").1 += 1;
+            matched += 1;
+        }
+    }
+    matched
+}
+
+/// The number of (not deleted) test brackets that cross some gold bracket (one starts strictly
+/// inside the other and ends strictly outside it), in O((gold + test) · log words) with two sweeps
+/// over a Fenwick tree of positions: for test brackets by start, the gold ones that start before
+/// them, counted by end; for test brackets by end, the gold ones that end after them, counted by
+/// start. Positions run from -1 (a bracket never closed, which crosses nothing) to `words`.
+fn crossing_brackets(gold: &[Bracket], test: &[Bracket], words: usize) -> usize {
+    struct Fenwick(Vec<u32>);
+    impl Fenwick {
+        fn add(&mut self, pos: i64) {
+            let mut i = (pos + 2) as usize; // -1 → 1: the tree is 1-based
+            while i < self.0.len() {
+                self.0[i] += 1;
+                i += i & i.wrapping_neg();
+            }
+        }
+        /// How many positions were added at or below `pos`.
+        fn upto(&self, pos: i64) -> u32 {
+            let mut i = (pos + 2).clamp(0, self.0.len() as i64 - 1) as usize;
+            let mut sum = 0;
+            while i > 0 {
+                sum += self.0[i];
+                i -= i & i.wrapping_neg();
+            }
+            sum
+        }
+        /// How many lie strictly between `lo` and `hi`.
+        fn between(&self, lo: i64, hi: i64) -> u32 {
+            if hi - lo < 2 {
+                0
+            } else {
+                self.upto(hi - 1) - self.upto(lo)
+            }
+        }
+    }
+    let max = words as i64;
+    let valid = |b: &&Bracket| !b.deleted && b.start >= -1 && b.start <= max && b.end >= -1 && b.end <= max;
+    let g: Vec<&Bracket> = gold.iter().filter(valid).collect();
+    let t: Vec<(usize, &Bracket)> = test.iter().filter(valid).enumerate().collect();
+    let mut crosses = vec![false; t.len()];
+    let size = words + 3;
+    // A gold bracket that starts before the test one and ends strictly inside it.
+    let mut by_start = g.clone();
+    by_start.sort_by_key(|b| b.start);
+    let mut order = t.clone();
+    order.sort_by_key(|(_, b)| b.start);
+    let mut tree = Fenwick(vec![0; size]);
+    let mut next = 0;
+    for &(i, tb) in &order {
+        while next < by_start.len() && by_start[next].start < tb.start {
+            tree.add(by_start[next].end);
+            next += 1;
+        }
+        if tree.between(tb.start, tb.end) > 0 {
+            crosses[i] = true;
+        }
+    }
+    // A gold bracket that ends after the test one and starts strictly inside it.
+    let mut by_end = g;
+    by_end.sort_by_key(|b| std::cmp::Reverse(b.end));
+    order.sort_by_key(|(_, b)| std::cmp::Reverse(b.end));
+    let mut tree = Fenwick(vec![0; size]);
+    let mut next = 0;
+    for &(i, tb) in &order {
+        while next < by_end.len() && by_end[next].end > tb.end {
+            tree.add(by_end[next].start);
+            next += 1;
+        }
+        if tree.between(tb.start, tb.end) > 0 {
+            crosses[i] = true;
+        }
+    }
+    crosses.iter().filter(|&&c| c).count()
+}
+
+/// The first of EVALB's fixed limits that `line` (read as `parsed`) exceeds, said as a reason:
+/// EVALB reads a line into 5,000 bytes (so one of 4,999 bytes or more is split in two), keeps at
+/// most 200 words and 200 brackets, words under 100 bytes and labels under 30.
+fn evalb_limit(line: &str, parsed: &Line) -> Option<String> {
+    let line = line.trim_end_matches(['\n', '\r']);
+    if line.len() >= 4999 {
+        return Some(format!("{} bytes on the line (EVALB reads 4,998)", line.len()));
+    }
+    if parsed.terminals.len() > 200 {
+        return Some(format!("{} words (EVALB keeps 200)", parsed.terminals.len()));
+    }
+    if parsed.brackets.len() > 200 {
+        return Some(format!("{} brackets (EVALB keeps 200)", parsed.brackets.len()));
+    }
+    if let Some(w) = parsed.terminals.iter().find(|t| t.word.len() >= 100) {
+        return Some(format!("a word of {} bytes (EVALB keeps 99)", w.word.len()));
+    }
+    let mut labels = parsed.terminals.iter().map(|t| t.tag).chain(parsed.brackets.iter().map(|b| b.label.as_str()));
+    if let Some(l) = labels.find(|l| l.len() >= 30) {
+        return Some(format!("a label of {} bytes (EVALB keeps 29)", l.len()));
+    }
+    None
+}
+
 /// Scores one pair of lines (EVALB's `calc_result`). `id` is the 1-based line number.
-fn score_sentence(id: usize, gold: &str, test: &str, params: &Params) -> (Sentence, bool) {
+fn score_sentence(id: usize, gold: &str, test: &str, params: &Params) -> (Sentence, bool, Option<String>) {
     let mut g = read_line(gold, params);
     let mut t = read_line(test, params);
     let loops = g.loops || t.loops;
+    let limit = evalb_limit(gold, &g)
+        .map(|r| format!("gold: {r}"))
+        .or_else(|| evalb_limit(test, &t).map(|r| format!("test: {r}")));
     let mut errors = std::mem::take(&mut g.errors);
     errors.append(&mut t.errors);
     let mut s = Sentence {
@@ -465,44 +624,23 @@ fn score_sentence(id: usize, gold: &str, test: &str, params: &Params) -> (Senten
     };
     if t.terminals.is_empty() {
         s.status = Status::Skip;
-        return (s, loops);
+        return (s, loops, limit);
     }
     let (wn1, wn2) = (g.terminals.len(), t.terminals.len());
     if wn1 != wn2 {
         s.errors.push(format!("Length unmatch ({wn1}|{wn2})"));
         s.status = Status::Error;
-        return (s, loops);
+        return (s, loops, limit);
     }
     if let Some((a, b)) = g.terminals.iter().zip(&t.terminals).find(|(a, b)| !params.word_eq(a.word, b.word)) {
         s.errors.push(format!("Words unmatch ({}|{})", a.word, b.word));
         s.status = Status::Error;
-        return (s, loops);
+        return (s, loops, limit);
     }
     let gold_n = massage(&mut g.brackets, params);
     let test_n = massage(&mut t.brackets, params);
-    let mut matched = 0;
-    for gb in g.brackets.iter().filter(|b| !b.deleted) {
-        let found = t.brackets.iter_mut().find(|tb| {
-            !tb.deleted
-                && !tb.matched
-                && gb.start == tb.start
-                && gb.end == tb.end
-                && (!params.labeled || params.label_eq(&gb.label, &tb.label))
-        });
-        if let Some(tb) = found {
-            tb.matched = true;
-            matched += 1;
-        }
-    }
-    let crosses = |gb: &Bracket, tb: &Bracket| {
-        (gb.start < tb.start && gb.end > tb.start && gb.end < tb.end)
-            || (gb.start > tb.start && gb.start < tb.end && gb.end > tb.end)
-    };
-    let crossing = t
-        .brackets
-        .iter()
-        .filter(|tb| !tb.deleted && g.brackets.iter().any(|gb| !gb.deleted && crosses(gb, tb)))
-        .count();
+    let matched = match_brackets(&g.brackets, &t.brackets, params);
+    let crossing = crossing_brackets(&g.brackets, &t.brackets, g.terminals.len());
     let correct_tags = g.terminals.iter().zip(&t.terminals).filter(|(a, b)| params.label_eq(a.tag, b.tag)).count();
     let pct = |num: usize, den: usize| if den == 0 { 0.0 } else { 100.0 * num as f64 / den as f64 };
     s.recall = pct(matched, gold_n);
@@ -514,7 +652,7 @@ fn score_sentence(id: usize, gold: &str, test: &str, params: &Params) -> (Senten
     s.words = wn1;
     s.correct_tags = correct_tags;
     s.tag_accuracy = pct(correct_tags, wn1);
-    (s, loops)
+    (s, loops, limit)
 }
 
 /// Scores test trees against gold trees, one tree a line in EVALB's bracketed notation, as EVALB
@@ -528,10 +666,14 @@ pub fn score(gold: &[String], test: &[String], params: &Params) -> Report {
         short: Summary::default(),
         cutoff_len: params.cutoff_len,
         evalb_abort_line: None,
+        evalb_limit_lines: Vec::new(),
     };
     let mut messages = 0;
     for (i, (g, t)) in gold.iter().zip(test).enumerate() {
-        let (s, loops) = score_sentence(i + 1, g, t, params);
+        let (s, loops, limit) = score_sentence(i + 1, g, t, params);
+        if let Some(reason) = limit {
+            report.evalb_limit_lines.push((s.id, reason));
+        }
         if report.evalb_abort_line.is_none() {
             // EVALB exits at the message written after more than MAX_ERROR before it.
             if loops || messages + s.errors.len() > params.max_error + 1 {

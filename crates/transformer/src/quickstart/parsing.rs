@@ -7,7 +7,10 @@
 //! parses the test sentences with the decoding the validation used; [`evalb::score`]. Running it
 //! again in the same output directory resumes.
 
-use super::{check_common, check_marker, short_number, Observer, QuickstartOptions, CHECKPOINTS_PER_RUN};
+use super::{
+    check_common, check_marker, lock_output, longer_minutes, short_number, Observer, QuickstartOptions,
+    CHECKPOINTS_PER_RUN,
+};
 use crate::data::ptb_sample::PTB_SAMPLE_DIR;
 use crate::data::trees::{read_treebank, treebank_files, FileRange};
 use crate::decode::translator::{Translator, TranslatorOptions};
@@ -128,12 +131,14 @@ impl ParsingReport {
             t.push_str(&format!("  {what:<22} {}\n", path.display()));
         }
         t.push_str("\nNext:\n");
-        t.push_str(&format!(
-            "  train longer (same directory, resumes):  transformer quickstart --task parsing --output {}{} --minutes {}\n",
-            o.output.display(),
-            same_data_args(o),
-            short_number(o.minutes * 3.0)
-        ));
+        if let Some(longer) = longer_minutes(o.minutes) {
+            t.push_str(&format!(
+                "  train longer (same directory, resumes):  transformer quickstart --task parsing --output {}{} --minutes {}\n",
+                o.output.display(),
+                same_data_args(o),
+                short_number(longer)
+            ));
+        }
         t.push_str(&format!(
             "  parse your own sentences:                echo \"The board met on Tuesday.\" | transformer parse --tokenize{constrained_flag} --checkpoint {model} --bpe {vocab}\n"
         ));
@@ -217,6 +222,7 @@ pub fn run(opts: &QuickstartOptions, obs: &mut dyn Observer) -> Result<ParsingRe
     check_treebank(opts, &ranges, obs)?;
     let out = &opts.output;
     std::fs::create_dir_all(out).map_err(io_err(out))?;
+    let _lock = lock_output(out, obs)?;
     check_marker(
         out,
         &serde_json::json!({

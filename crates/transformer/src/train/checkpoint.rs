@@ -18,6 +18,10 @@ pub const FORMAT_VERSION: u32 = 1;
 /// The metadata key naming the model's task (`translation`, `parsing`); absent in checkpoints
 /// written before tasks existed, which are translation models.
 pub const TASK_KEY: &str = "task";
+/// Metadata key of the CRC-32 of every tensor's data, in file order of the layout (parameters, then
+/// Adam's moments): a checkpoint damaged after it was written fails to load instead of resuming
+/// from altered weights. Files written before it existed (and by other tools) have none.
+const CRC_KEY: &str = "tensor_crc32";
 const ADAM_M: &str = "optimizer.adam_m";
 const ADAM_V: &str = "optimizer.adam_v";
 
@@ -79,6 +83,11 @@ pub fn save(path: &Path, ckpt: &Checkpoint) -> Result<()> {
     meta.insert("config".into(), serde_json::to_string(&ckpt.config).expect("config serialises"));
     meta.insert("step".into(), ckpt.step.to_string());
     meta.insert("vocab_hash".into(), ckpt.vocab_hash.clone());
+    let mut crc = crc32fast::Hasher::new();
+    for (_, data, _) in &bytes {
+        crc.update(data);
+    }
+    meta.insert(CRC_KEY.into(), format!("{:08x}", crc.finalize()));
     let data = safetensors::tensor::serialize(views, &Some(meta))
         .map_err(|e| Error::Config(format!("serialising checkpoint: {e}")))?;
     write_atomically(path, &data)
@@ -151,8 +160,10 @@ pub fn from_bytes(bytes: &[u8], path: &Path) -> Result<Checkpoint> {
         }
     }
     let mut params = vec![0f32; layout.total()];
+    let mut crc = crc32fast::Hasher::new();
     for e in layout.entries() {
         let t = st.tensor(&e.name).map_err(|_| corrupt(format!("tensor '{}' is missing", e.name)))?;
+        crc.update(t.data());
         read_f32(t.data(), &mut params[e.range()]);
     }
     let adam = match (st.tensor(ADAM_M), st.tensor(ADAM_V)) {
@@ -162,15 +173,25 @@ pub fn from_bytes(bytes: &[u8], path: &Path) -> Result<Checkpoint> {
                 return Err(corrupt("optimizer moments do not match the parameter count".into()));
             }
             let (mut am, mut av) = (vec![0f32; n], vec![0f32; n]);
+            crc.update(m.data());
+            crc.update(v.data());
             read_f32(m.data(), &mut am);
             read_f32(v.data(), &mut av);
             Some((am, av))
         }
         _ => None,
     };
+    if let Some(stored) = meta.get(CRC_KEY) {
+        let found = format!("{:08x}", crc.finalize());
+        if *stored != found {
+            return Err(corrupt(format!(
+                "its tensor data have CRC-32 {found}, not the {stored} stored when it was written: the file was damaged"
+            )));
+        }
+    }
     let extra = meta
         .into_iter()
-        .filter(|(k, _)| !["format", "format_version", "config", "step", "vocab_hash"].contains(&k.as_str()))
+        .filter(|(k, _)| !["format", "format_version", "config", "step", "vocab_hash", CRC_KEY].contains(&k.as_str()))
         .collect();
     Ok(Checkpoint { config, step, vocab_hash, params, adam, extra })
 }

@@ -176,6 +176,10 @@ pub struct TrainSection {
     /// Parsing: decode the validation sentences with constrained search (the `constrained`
     /// deviation), so the best checkpoint is picked for constrained parsing.
     pub valid_f1_constrained: bool,
+    /// Parsing: at the end of the run, also score the average of the last this many checkpoints
+    /// (§6.1's averaging, the final model included) the same way, and keep it as `best.safetensors`
+    /// when its validation F1 is higher. 0 or 1: no average is tried.
+    pub valid_f1_average: usize,
     /// Matrix products with bf16 operands and f32 sums on AMX or AVX512-BF16 (the `bf16-matmul` departure);
     /// weights, gradients, Adam and every other kernel stay f32. `true`, `false` or `"auto"`.
     pub bf16_matmul: Bf16Matmul,
@@ -218,6 +222,7 @@ impl Default for TrainSection {
             valid_f1_epochs: 2,
             valid_f1_beam: 4,
             valid_f1_constrained: false,
+            valid_f1_average: 0,
             bf16_matmul: Bf16Matmul::Off,
         }
     }
@@ -394,6 +399,12 @@ impl RunConfig {
                 "train.valid_f1_beam = {} must lie in [1, {}]",
                 t.valid_f1_beam,
                 crate::decode::beam::MAX_BEAM
+            ));
+        }
+        if t.valid_f1_average > t.keep_last.max(1) {
+            return bad(format!(
+                "train.valid_f1_average = {} exceeds train.keep_last = {}: a run keeps only that many checkpoints to average",
+                t.valid_f1_average, t.keep_last
             ));
         }
         match d.task {

@@ -30,7 +30,9 @@ fn series(records: &[serde_json::Value], kind: &str, field: &str) -> Vec<(f64, f
 
 /// Reads `metrics` (JSON lines with kind, step and values) and writes the curve to `svg`.
 pub fn write_svg(metrics: &Path, svg: &Path) -> Result<()> {
-    let text = std::fs::read_to_string(metrics).map_err(io_err(metrics))?;
+    // A damaged line (a bad byte, not JSON) is skipped, never an error.
+    let bytes = std::fs::read(metrics).map_err(io_err(metrics))?;
+    let text = String::from_utf8_lossy(&bytes);
     let records: Vec<serde_json::Value> = text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
     let train = series(&records, "train", "loss");
     // Exponential moving average of the training loss.

@@ -42,6 +42,15 @@ pub struct RunState {
     /// Parsing: the best validation F1 so far (its checkpoint is `best.safetensors`).
     #[serde(default)]
     pub best_f1: Option<f64>,
+    /// How many records `metrics.jsonl` held when this state was saved: a run resumed from it
+    /// keeps those and drops the ones written after, which it writes again (none twice). `None`
+    /// in a live state and in checkpoints of older runs (those drop the records after `step`).
+    #[serde(default)]
+    pub metrics_records: Option<u64>,
+    /// The step at which the run did its end-of-run work (final F1, the average's F1): a run
+    /// resumed there with nothing left to train does not do it again.
+    #[serde(default)]
+    pub ended_at: Option<u64>,
 }
 
 /// What a run did.
@@ -323,10 +332,9 @@ fn record_validation(
 /// and length) and scores the trees against the gold ones with EVALB (COLLINS.prm). Returns the
 /// F-measure over all lengths (0 where EVALB has no valid sentence) and the number of outputs
 /// that needed repair.
-fn validate_f1(trainer: &Trainer, data: &Data, cfg: &RunConfig) -> Result<(f64, usize)> {
+fn validate_f1(model: crate::model::Transformer, data: &Data, cfg: &RunConfig) -> Result<(f64, usize)> {
     use crate::data::trees::delinearise;
     use crate::decode::translator::{Translator, TranslatorOptions};
-    let model = trainer.model().clone();
     let precision = model.precision();
     let options = TranslatorOptions { precision, pack: true, task: cfg.data.task };
     let translator = Translator::new(model, data.bpe.clone(), options)?;
@@ -357,7 +365,7 @@ fn f1_checkpoint(
     log: &mut dyn FnMut(&str),
 ) -> Result<()> {
     let start = Instant::now();
-    let (f1, malformed) = validate_f1(trainer, data, cfg)?;
+    let (f1, malformed) = validate_f1(trainer.model().clone(), data, cfg)?;
     let best = state.best_f1.is_none_or(|b| f1 > b);
     if best {
         state.best_f1 = Some(f1);
@@ -374,6 +382,50 @@ fn f1_checkpoint(
     run_dir.append_metrics(&serde_json::json!({"kind": "valid_f1", "step": state.step, "epoch": state.epoch, "f1": f1, "malformed": malformed, "best": best}))
 }
 
+/// At the end of a parsing run: averages the newest `train.valid_f1_average` checkpoints of the run
+/// (the final one included), scores the average's validation F1 as `f1_checkpoint` scores a model
+/// (same decoding, the training precision), records it (`valid_f1_average` in `metrics.jsonl`) and
+/// keeps it as `best.safetensors` when it beats the best so far. Returns whether it did.
+fn f1_average(
+    trainer: &Trainer,
+    data: &Data,
+    cfg: &RunConfig,
+    state: &mut RunState,
+    run_dir: &RunDir,
+    log: &mut dyn FnMut(&str),
+) -> Result<bool> {
+    let n = cfg.train.valid_f1_average;
+    let all = super::run_dir::list_checkpoints(&cfg.train.output_dir)?;
+    let newest: Vec<PathBuf> = all.iter().skip(all.len().saturating_sub(n)).map(|(_, p)| p.clone()).collect();
+    if n < 2 || newest.len() < 2 {
+        if n >= 2 {
+            log(&format!("validation F1 of an average: skipped, the run has {} checkpoint(s)", newest.len()));
+        }
+        return Ok(false);
+    }
+    let start = Instant::now();
+    let averaged = checkpoint::average(&newest)?;
+    let first_step = all[all.len() - newest.len()].0;
+    let model = crate::model::Transformer::from_params(averaged.config.clone(), averaged.params.clone())?
+        .with_precision(trainer.model().precision())?;
+    let (f1, malformed) = validate_f1(model, data, cfg)?;
+    let best = state.best_f1.is_none_or(|b| f1 > b);
+    if best {
+        state.best_f1 = Some(f1);
+        checkpoint::save(&cfg.train.output_dir.join(BEST), &averaged)?;
+    }
+    log(&format!(
+        "validation F1 {f1:.2} of the average of the last {} checkpoints (steps {first_step}..{}; {malformed} of {} outputs repaired, {:.0} s){}",
+        newest.len(),
+        state.step,
+        data.valid_text.len(),
+        start.elapsed().as_secs_f64(),
+        if best { "; best, saved as best.safetensors" } else { "; the best stays" }
+    ));
+    run_dir.append_metrics(&serde_json::json!({"kind": "valid_f1_average", "step": state.step, "epoch": state.epoch, "f1": f1, "malformed": malformed, "best": best, "averaged": newest.len(), "from_step": first_step}))?;
+    Ok(best)
+}
+
 /// The file name of a parsing run's best checkpoint by validation F1.
 pub const BEST: &str = "best.safetensors";
 
@@ -386,11 +438,25 @@ fn valid_record(step: u64, epoch: u64, v: &Validated) -> serde_json::Value {
 
 /// Saves the trainer with the run's position, so that a restart continues exactly.
 fn save(run_dir: &RunDir, trainer: &Trainer, state: &RunState, vocab_hash: &str, task: Task) -> Result<PathBuf> {
+    let records = run_dir.metrics_records()?;
+    save_with_records(run_dir, trainer, state, records, vocab_hash, task)
+}
+
+/// [`save`], recording that the first `records` records of `metrics.jsonl` precede this state.
+fn save_with_records(
+    run_dir: &RunDir,
+    trainer: &Trainer,
+    state: &RunState,
+    records: u64,
+    vocab_hash: &str,
+    task: Task,
+) -> Result<PathBuf> {
     if !run_dir.writes() {
         // A follower: rank 0 writes this checkpoint; copying the model and moments is not needed.
         return Ok(run_dir.checkpoint_path(state.step));
     }
-    run_dir.save(&trainer.to_checkpoint(vocab_hash, checkpoint_extra(state, task)))
+    let saved = RunState { metrics_records: Some(records), ..*state };
+    run_dir.save(&trainer.to_checkpoint(vocab_hash, checkpoint_extra(&saved, task)))
 }
 
 /// The metadata a run's checkpoints carry: its position and its task.
@@ -556,11 +622,22 @@ pub fn run_distributed(
     if comm.size() > 1 {
         trainer.broadcast_params(comm);
     }
-    if let Some((last, resumed)) = resumed {
-        state = resumed;
-        log(&format!("resuming from {} (step {}, epoch {})", last.display(), state.step, state.epoch + 1));
-        run_dir.drop_metrics_after(state.step)?;
+    match resumed {
+        Some((last, resumed)) => {
+            state = resumed;
+            log(&format!("resuming from {} (step {}, epoch {})", last.display(), state.step, state.epoch + 1));
+            // The records written after this checkpoint are written again from here.
+            match state.metrics_records.take() {
+                Some(n) => run_dir.keep_metrics_records(n, log)?,
+                None => run_dir.drop_metrics_after(state.step, log)?,
+            };
+        }
+        // A run that left no checkpoint starts again: its records go with it.
+        None => {
+            run_dir.keep_metrics_records(0, log)?;
+        }
     }
+    let resumed_at = state.step;
     let n_batches = data.batches.len();
     log(&format!(
         "{} parameters, {} training pairs in {n_batches} batches, {} per update{}",
@@ -664,15 +741,27 @@ pub fn run_distributed(
     }
     state.elapsed_s = elapsed();
     // Parsing scores the final model too, before the last checkpoint, so that the best F1 it
-    // records is current.
+    // records is current. A run resumed where it had already ended (nothing trained since) has
+    // done this, and its records of it are kept.
     let f1_at_end = cfg.data.task.validation() == Validation::PerplexityAndF1 && t.valid_f1_epochs > 0;
-    if f1_at_end && root {
+    let ended_before = state.ended_at == Some(state.step) && state.step == resumed_at;
+    let records_before_end = run_dir.metrics_records()?;
+    if f1_at_end && root && !ended_before {
         f1_checkpoint(&trainer, &data, cfg, &mut state, &run_dir, log)?;
     }
-    let last_path = match run_dir.latest_checkpoint()? {
-        Some((step, path)) if step == state.step && !f1_at_end => path,
-        _ => save(&run_dir, &trainer, &state, data.bpe.hash(), cfg.data.task)?,
+    let mut last_path = match run_dir.latest_checkpoint()? {
+        Some((step, path)) if step == state.step && (!f1_at_end || ended_before) => path,
+        // Until the end's work is all recorded, a resume starts it again, so this checkpoint
+        // keeps only the records from before it.
+        _ => save_with_records(&run_dir, &trainer, &state, records_before_end, data.bpe.hash(), cfg.data.task)?,
     };
+    if f1_at_end && root && !ended_before {
+        f1_average(&trainer, &data, cfg, &mut state, &run_dir, log)?;
+        // The last checkpoint records the best F1 (so that a resumed run keeps the average) and
+        // that the end's work is done.
+        state.ended_at = Some(state.step);
+        last_path = save(&run_dir, &trainer, &state, data.bpe.hash(), cfg.data.task)?;
+    }
     let v = validate(&mut trainer, &data.valid, cfg, comm)?;
     record_validation(&run_dir, &state, state.epoch + 1, &v, t.warmup, log)?;
     run_dir.write_learning_curve()?;

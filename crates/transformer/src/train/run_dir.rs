@@ -21,13 +21,16 @@ pub struct RunDir {
 /// `<dir>/.lock`: an OS advisory lock (`flock`) on the file, which the kernel releases whatever way
 /// the process ends, SIGKILL included, and inside it the holder's pid and host for the error
 /// message. A `.lock` file whose lock nobody holds is stale (its writer died) and is taken over.
-struct DirLock {
+/// A run directory holds one for its run; a quick start holds one on its output directory for the
+/// whole of its work (data, training, averaging, evaluation, report).
+pub struct DirLock {
     path: PathBuf,
     file: std::fs::File,
 }
 
 impl DirLock {
-    fn acquire(dir: &Path, log: &mut dyn FnMut(&str)) -> Result<DirLock> {
+    /// Locks `dir` (which must exist), or fails with [`Error::RunDirLocked`] naming the live holder.
+    pub fn acquire(dir: &Path, log: &mut dyn FnMut(&str)) -> Result<DirLock> {
         let path = dir.join(".lock");
         loop {
             let mut file = std::fs::OpenOptions::new()
@@ -132,20 +135,7 @@ impl RunDir {
     }
 
     fn recover_after_crash(&self) -> Result<()> {
-        let dir = &self.dir;
-        for e in std::fs::read_dir(dir).map_err(io_err(dir))? {
-            let p = e.map_err(io_err(dir))?.path();
-            let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
-            if !(name.starts_with(".ckpt-") && name.contains(".safetensors.tmp.")) {
-                continue;
-            }
-            // Only leftovers of a dead writer (or of this process): another live process may be
-            // writing a checkpoint here (e.g. `transformer average`).
-            let Some(pid) = temp_writer_pid(name) else { continue };
-            if pid == std::process::id() || pid_alive(pid) != Some(true) {
-                std::fs::remove_file(&p).map_err(io_err(&p))?;
-            }
-        }
+        remove_dead_temp_files(&self.dir)?;
         let metrics = self.metrics();
         if let Ok(bytes) = std::fs::read(&metrics) {
             if !bytes.is_empty() && !bytes.ends_with(b"\n") {
@@ -194,29 +184,83 @@ impl RunDir {
     }
 
     /// Removes the records of `metrics.jsonl` with a "step" after `step`: called when a run resumes
-    /// from the checkpoint of `step`, so the records the killed process wrote after its last
-    /// checkpoint are replaced by the new ones, not duplicated. The file is rewritten atomically.
-    /// Returns how many records were removed.
-    pub fn drop_metrics_after(&self, step: u64) -> Result<usize> {
+    /// from a checkpoint of an older run that did not record how many records preceded it (see
+    /// [`RunDir::keep_metrics_records`]). Returns how many records were removed.
+    pub fn drop_metrics_after(&self, step: u64, log: &mut dyn FnMut(&str)) -> Result<usize> {
+        self.rewrite_metrics(&mut |_, r| r["step"].as_u64().is_none_or(|s| s <= step), log)
+    }
+
+    /// Keeps the first `n` records of `metrics.jsonl` and removes the rest: called when a run
+    /// resumes from a checkpoint saved after `n` records, so the records the killed process wrote
+    /// after it are written again by the resumed run, never twice. Returns how many were removed.
+    pub fn keep_metrics_records(&self, n: u64, log: &mut dyn FnMut(&str)) -> Result<usize> {
+        self.rewrite_metrics(&mut |i, _| (i as u64) < n, log)
+    }
+
+    /// How many records `metrics.jsonl` holds (damaged lines not counted); 0 for a follower.
+    pub fn metrics_records(&self) -> Result<u64> {
         if !self.writes() {
             return Ok(0);
         }
         let path = self.metrics();
-        let text = match std::fs::read_to_string(&path) {
-            Ok(t) => t,
+        let bytes = match std::fs::read(&path) {
+            Ok(b) => b,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
             Err(e) => return Err(Error::Io { path, source: e }),
         };
-        let after = |line: &str| {
-            serde_json::from_str::<serde_json::Value>(line)
-                .ok()
-                .and_then(|v| v["step"].as_u64())
-                .is_some_and(|s| s > step)
+        Ok(bytes.split_inclusive(|&b| b == b'\n').filter(|l| metrics_record(l).is_some()).count() as u64)
+    }
+
+    /// Rewrites `metrics.jsonl` (atomically) with the records `keep(index, record)` accepts, the
+    /// index counting records only. A damaged line (not UTF-8, not a JSON record) never stops a
+    /// resume: it is set aside in `metrics.jsonl.damaged` with a warning naming its line.
+    fn rewrite_metrics(
+        &self,
+        keep: &mut dyn FnMut(usize, &serde_json::Value) -> bool,
+        log: &mut dyn FnMut(&str),
+    ) -> Result<usize> {
+        if !self.writes() {
+            return Ok(0);
+        }
+        let path = self.metrics();
+        let bytes = match std::fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+            Err(e) => return Err(Error::Io { path, source: e }),
         };
-        let kept: String = text.split_inclusive('\n').filter(|l| !after(l)).collect();
-        let removed = text.split_inclusive('\n').count() - kept.split_inclusive('\n').count();
-        if removed > 0 {
-            write_atomically(&path, kept.as_bytes())?;
+        let (mut kept, mut damaged) = (Vec::with_capacity(bytes.len()), Vec::new());
+        let (mut removed, mut index) = (0, 0);
+        for (i, line) in bytes.split_inclusive(|&b| b == b'\n').enumerate() {
+            match metrics_record(line) {
+                None if line.iter().all(u8::is_ascii_whitespace) => kept.extend_from_slice(line),
+                None => {
+                    log(&format!(
+                        "warning: {}:{}: not a metrics record (damaged); set aside in metrics.jsonl.damaged",
+                        path.display(),
+                        i + 1
+                    ));
+                    damaged.extend_from_slice(line);
+                    if !line.ends_with(b"\n") {
+                        damaged.push(b'\n');
+                    }
+                }
+                Some(r) => {
+                    if keep(index, &r) {
+                        kept.extend_from_slice(line);
+                    } else {
+                        removed += 1;
+                    }
+                    index += 1;
+                }
+            }
+        }
+        if !damaged.is_empty() {
+            let aside = self.dir.join("metrics.jsonl.damaged");
+            let mut f = std::fs::OpenOptions::new().create(true).append(true).open(&aside).map_err(io_err(&aside))?;
+            f.write_all(&damaged).map_err(io_err(&aside))?;
+        }
+        if removed > 0 || !damaged.is_empty() {
+            write_atomically(&path, &kept)?;
         }
         Ok(removed)
     }
@@ -247,4 +291,31 @@ pub fn list_checkpoints(dir: &Path) -> Result<Vec<(u64, PathBuf)>> {
     }
     out.sort();
     Ok(out)
+}
+
+/// One line of `metrics.jsonl` as a record: UTF-8 holding a JSON object, else `None`.
+fn metrics_record(line: &[u8]) -> Option<serde_json::Value> {
+    std::str::from_utf8(line)
+        .ok()
+        .and_then(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(serde_json::Value::is_object)
+}
+
+/// Removes the temporary files (`.NAME.tmp.PID.N`, from `io::write_atomically`) that a writer of
+/// `dir` left when it died: checkpoints, best.safetensors, metrics.jsonl, the vocabulary, a quick
+/// start's report and model. Only a dead writer's (or this process's): another live process may
+/// be writing one there (e.g. `transformer average`).
+pub fn remove_dead_temp_files(dir: &Path) -> Result<()> {
+    for e in std::fs::read_dir(dir).map_err(io_err(dir))? {
+        let p = e.map_err(io_err(dir))?.path();
+        let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        if !(name.starts_with('.') && name.contains(".tmp.")) {
+            continue;
+        }
+        let Some(pid) = temp_writer_pid(name) else { continue };
+        if pid == std::process::id() || pid_alive(pid) != Some(true) {
+            std::fs::remove_file(&p).map_err(io_err(&p))?;
+        }
+    }
+    Ok(())
 }
