@@ -449,3 +449,22 @@ pub fn write_heatmap(translator: &Translator, src: &[u32], tgt: &[u32], path: &P
         format!("encoder-decoder attention, layer {} of {}, mean of {} heads", c.n_layers, c.n_layers, c.n_heads);
     crate::eval::heatmap::render(&mean, &row_labels, &col_labels, &title).save_png(path)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The report's "train longer" suggestion is a budget the quick start accepts: three times
+    /// this one, never past a week, and none once a run has had the longest budget.
+    #[test]
+    fn the_suggested_budget_is_never_one_that_is_refused() {
+        assert_eq!(longer_minutes(10.0), Some(30.0));
+        assert_eq!(longer_minutes(MAX_MINUTES / 2.0), Some(MAX_MINUTES));
+        assert_eq!(longer_minutes(MAX_MINUTES), None);
+        for m in [0.25, 10.0, 5000.0, MAX_MINUTES - 1.0] {
+            let longer = longer_minutes(m).unwrap();
+            let opts = QuickstartOptions { minutes: longer, ..Default::default() };
+            assert!(check_common(&opts).is_ok(), "{m} minutes suggests {longer}, which is refused");
+        }
+    }
+}

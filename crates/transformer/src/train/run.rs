@@ -47,7 +47,11 @@ pub struct RunState {
     /// in a live state and in checkpoints of older runs (those drop the records after `step`).
     #[serde(default)]
     pub metrics_records: Option<u64>,
-    /// The step at which the run did its end-of-run work (final F1, the average's F1): a run
+    /// The step at which the run scored its final model's F1 at the end: a run resumed there
+    /// with nothing left to train does not score it again.
+    #[serde(default)]
+    pub f1_scored_at: Option<u64>,
+    /// The step at which the run did all its end-of-run work (final F1, the average's F1): a run
     /// resumed there with nothing left to train does not do it again.
     #[serde(default)]
     pub ended_at: Option<u64>,
@@ -438,24 +442,12 @@ fn valid_record(step: u64, epoch: u64, v: &Validated) -> serde_json::Value {
 
 /// Saves the trainer with the run's position, so that a restart continues exactly.
 fn save(run_dir: &RunDir, trainer: &Trainer, state: &RunState, vocab_hash: &str, task: Task) -> Result<PathBuf> {
-    let records = run_dir.metrics_records()?;
-    save_with_records(run_dir, trainer, state, records, vocab_hash, task)
-}
-
-/// [`save`], recording that the first `records` records of `metrics.jsonl` precede this state.
-fn save_with_records(
-    run_dir: &RunDir,
-    trainer: &Trainer,
-    state: &RunState,
-    records: u64,
-    vocab_hash: &str,
-    task: Task,
-) -> Result<PathBuf> {
     if !run_dir.writes() {
         // A follower: rank 0 writes this checkpoint; copying the model and moments is not needed.
         return Ok(run_dir.checkpoint_path(state.step));
     }
-    let saved = RunState { metrics_records: Some(records), ..*state };
+    // The records written so far precede this state: a run resumed from it keeps them.
+    let saved = RunState { metrics_records: Some(run_dir.metrics_records()?), ..*state };
     run_dir.save(&trainer.to_checkpoint(vocab_hash, checkpoint_extra(&saved, task)))
 }
 
@@ -741,19 +733,21 @@ pub fn run_distributed(
     }
     state.elapsed_s = elapsed();
     // Parsing scores the final model too, before the last checkpoint, so that the best F1 it
-    // records is current. A run resumed where it had already ended (nothing trained since) has
-    // done this, and its records of it are kept.
+    // records is current. A run resumed after it did this (or all the end's work), with nothing
+    // trained since, keeps the records of it and does not do it again.
     let f1_at_end = cfg.data.task.validation() == Validation::PerplexityAndF1 && t.valid_f1_epochs > 0;
-    let ended_before = state.ended_at == Some(state.step) && state.step == resumed_at;
-    let records_before_end = run_dir.metrics_records()?;
-    if f1_at_end && root && !ended_before {
+    let nothing_trained = state.step == resumed_at;
+    let scored_before = nothing_trained && state.f1_scored_at == Some(state.step);
+    let ended_before = nothing_trained && state.ended_at == Some(state.step);
+    if f1_at_end && root && !scored_before {
         f1_checkpoint(&trainer, &data, cfg, &mut state, &run_dir, log)?;
+    }
+    if f1_at_end {
+        state.f1_scored_at = Some(state.step);
     }
     let mut last_path = match run_dir.latest_checkpoint()? {
         Some((step, path)) if step == state.step && (!f1_at_end || ended_before) => path,
-        // Until the end's work is all recorded, a resume starts it again, so this checkpoint
-        // keeps only the records from before it.
-        _ => save_with_records(&run_dir, &trainer, &state, records_before_end, data.bpe.hash(), cfg.data.task)?,
+        _ => save(&run_dir, &trainer, &state, data.bpe.hash(), cfg.data.task)?,
     };
     if f1_at_end && root && !ended_before {
         f1_average(&trainer, &data, cfg, &mut state, &run_dir, log)?;
