@@ -416,3 +416,23 @@ fn interrupted_and_repeated_runs_record_each_validation_once() {
     run(&cfg, &mut |_| {}).unwrap();
     assert_eq!(kinds(&records_once_each(&d.join("metrics.jsonl"))), kinds(&whole));
 }
+
+/// A checkpoint whose tensor data was damaged after it was written (one flipped byte, caught by
+/// its CRC-32) is passed over on resume, like a truncated one: the run resumes from the one before.
+#[test]
+fn a_resume_passes_over_a_checkpoint_that_fails_its_checksum() {
+    let d = dir("crc-resume");
+    let cfg = parsing_config(&d, &["train.checkpoint_steps=4", "train.valid_f1_epochs=0"]).unwrap();
+    run(&cfg, &mut |_| {}).unwrap();
+    let newest = d.join("ckpt-00000012.safetensors");
+    let mut bytes = std::fs::read(&newest).unwrap();
+    let at = bytes.len() - 5; // inside the last tensor's data
+    bytes[at] ^= 0x01;
+    std::fs::write(&newest, &bytes).unwrap();
+    let mut log = Vec::new();
+    let summary = run(&cfg, &mut |m| log.push(m.to_string())).unwrap();
+    assert_eq!(summary.state.step, 12);
+    assert!(log.iter().any(|l| l.contains("ckpt-00000012.safetensors") && l.contains("CRC-32")), "{log:?}");
+    assert!(log.iter().any(|l| l.contains("resuming from") && l.contains("step 8")), "{log:?}");
+    records_once_each(&d.join("metrics.jsonl"));
+}
