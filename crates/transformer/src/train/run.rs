@@ -389,7 +389,7 @@ fn f1_checkpoint(
 /// At the end of a parsing run: averages the newest `train.valid_f1_average` checkpoints of the run
 /// (the final one included), scores the average's validation F1 as `f1_checkpoint` scores a model
 /// (same decoding, the training precision), records it (`valid_f1_average` in `metrics.jsonl`) and
-/// keeps it as `best.safetensors` when it beats the best so far. Returns whether it did.
+/// keeps it as `best.safetensors` when it beats the best so far.
 fn f1_average(
     trainer: &Trainer,
     data: &Data,
@@ -397,7 +397,7 @@ fn f1_average(
     state: &mut RunState,
     run_dir: &RunDir,
     log: &mut dyn FnMut(&str),
-) -> Result<bool> {
+) -> Result<()> {
     let n = cfg.train.valid_f1_average;
     let all = super::run_dir::list_checkpoints(&cfg.train.output_dir)?;
     let newest: Vec<PathBuf> = all.iter().skip(all.len().saturating_sub(n)).map(|(_, p)| p.clone()).collect();
@@ -405,7 +405,7 @@ fn f1_average(
         if n >= 2 {
             log(&format!("validation F1 of an average: skipped, the run has {} checkpoint(s)", newest.len()));
         }
-        return Ok(false);
+        return Ok(());
     }
     let start = Instant::now();
     let averaged = checkpoint::average(&newest)?;
@@ -426,8 +426,7 @@ fn f1_average(
         start.elapsed().as_secs_f64(),
         if best { "; best, saved as best.safetensors" } else { "; the best stays" }
     ));
-    run_dir.append_metrics(&serde_json::json!({"kind": "valid_f1_average", "step": state.step, "epoch": state.epoch, "f1": f1, "malformed": malformed, "best": best, "averaged": newest.len(), "from_step": first_step}))?;
-    Ok(best)
+    run_dir.append_metrics(&serde_json::json!({"kind": "valid_f1_average", "step": state.step, "epoch": state.epoch, "f1": f1, "malformed": malformed, "best": best, "averaged": newest.len(), "from_step": first_step}))
 }
 
 /// The file name of a parsing run's best checkpoint by validation F1.

@@ -199,16 +199,21 @@ impl RunDir {
 
     /// How many records `metrics.jsonl` holds (damaged lines not counted); 0 for a follower.
     pub fn metrics_records(&self) -> Result<u64> {
+        let Some(bytes) = self.read_metrics()? else { return Ok(0) };
+        Ok(bytes.split_inclusive(|&b| b == b'\n').filter(|l| metrics_record(l).is_some()).count() as u64)
+    }
+
+    /// The bytes of `metrics.jsonl`; `None` for a follower (it writes none) or when there is none.
+    fn read_metrics(&self) -> Result<Option<Vec<u8>>> {
         if !self.writes() {
-            return Ok(0);
+            return Ok(None);
         }
         let path = self.metrics();
-        let bytes = match std::fs::read(&path) {
-            Ok(b) => b,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
-            Err(e) => return Err(Error::Io { path, source: e }),
-        };
-        Ok(bytes.split_inclusive(|&b| b == b'\n').filter(|l| metrics_record(l).is_some()).count() as u64)
+        match std::fs::read(&path) {
+            Ok(b) => Ok(Some(b)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(Error::Io { path, source: e }),
+        }
     }
 
     /// Rewrites `metrics.jsonl` (atomically) with the records `keep(index, record)` accepts, the
@@ -219,15 +224,8 @@ impl RunDir {
         keep: &mut dyn FnMut(usize, &serde_json::Value) -> bool,
         log: &mut dyn FnMut(&str),
     ) -> Result<usize> {
-        if !self.writes() {
-            return Ok(0);
-        }
+        let Some(bytes) = self.read_metrics()? else { return Ok(0) };
         let path = self.metrics();
-        let bytes = match std::fs::read(&path) {
-            Ok(b) => b,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
-            Err(e) => return Err(Error::Io { path, source: e }),
-        };
         let (mut kept, mut damaged) = (Vec::with_capacity(bytes.len()), Vec::new());
         let (mut removed, mut index) = (0, 0);
         for (i, line) in bytes.split_inclusive(|&b| b == b'\n').enumerate() {
