@@ -265,9 +265,17 @@ class Parser(m30k.Model):
             picked = picked * (ptr >= 0)[:, :, None].to(picked.dtype)  # past the last word: nothing
             y = y + F.linear(picked, self.w(POINTER))
         if self.closer_table is not None:
-            # The next-closer input: C[closer] + H[depth], no dropout on the term.
+            # The next-closer input: C[closer] + H[depth] (H[0] everywhere with
+            # next_closer_depth = false); in training, with next_closer_dropout, whole positions
+            # lose the term and kept ones are not rescaled (ours: model/mod.rs, `forward`).
             ids, depths = self.closer_table.batch_closers(tin, tlen)
-            y = y + F.embedding(ids, self.w(CLOSER)) + F.embedding(depths, self.w(DEPTH))
+            if not self.c.get("next_closer_depth", True):
+                depths = torch.zeros_like(depths)
+            term = F.embedding(ids, self.w(CLOSER)) + F.embedding(depths, self.w(DEPTH))
+            p = self.c.get("next_closer_dropout", 0.0)
+            if self.training and p > 0:
+                term = term * (torch.rand(ids.shape) >= p)[:, :, None].to(term.dtype)
+            y = y + term
         return self.decoder_stack(y, memory, src_mask, tlen)
 
     def forward(self, src, slen, tin, tlen):
@@ -456,6 +464,10 @@ def main():
     c["next_closer"] = cfg["model"].get("next_closer", False)
     if not isinstance(c["next_closer"], bool):
         sys.exit(f"{args.config}: model.next_closer must be true or false, not {c['next_closer']!r}")
+    c["next_closer_depth"] = cfg["model"].get("next_closer_depth", True)
+    c["next_closer_dropout"] = float(cfg["model"].get("next_closer_dropout", 0.0))
+    if not c["next_closer"] and (not c["next_closer_depth"] or c["next_closer_dropout"] > 0):
+        sys.exit(f"{args.config}: model.next_closer_depth and next_closer_dropout need model.next_closer = true")
     table = PointerTable(bpe, vocab_size) if c["source_pointer"] or c["next_closer"] else None
     train, meta = prepare(args.binary, d["train_src"], d.get("train_files"), bpe, out / "prepared-train",
                           d.get("max_tokens", 250), d.get("max_ratio", 3.0))

@@ -53,6 +53,19 @@ pub struct ModelConfig {
     /// `next-closer-input`).
     #[serde(default)]
     pub next_closer: bool,
+    /// Parsing only, with `next_closer`: whether the depth row H[k] is added (true, the default);
+    /// false adds C[c] alone, the innermost open constituent's closer (docs/parsing.md).
+    #[serde(default = "yes")]
+    pub next_closer_depth: bool,
+    /// Parsing only, with `next_closer`: in training, the probability that a decoder position
+    /// gets no next-closer input at all (the whole C[c] + H[k] term left out, kept terms not
+    /// rescaled), so the decoder cannot lean on it alone (docs/parsing.md). 0 by default.
+    #[serde(default)]
+    pub next_closer_dropout: f32,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// The paper's vocabulary for WMT14 En–De (§5.1), used by the presets.
@@ -93,6 +106,8 @@ const fn row(
         layer_norm_eps: 1e-6,
         source_pointer: false,
         next_closer: false,
+        next_closer_depth: true,
+        next_closer_dropout: 0.0,
     }
 }
 
@@ -190,10 +205,16 @@ impl ModelConfig {
             ("dropout", self.dropout),
             ("attention_dropout", self.attention_dropout),
             ("label_smoothing", self.label_smoothing),
+            ("next_closer_dropout", self.next_closer_dropout),
         ] {
             if !(0.0..1.0).contains(&p) {
                 return bad(format!("{name} = {p} must lie in [0, 1)"));
             }
+        }
+        if !self.next_closer && (self.next_closer_dropout > 0.0 || !self.next_closer_depth) {
+            return bad("next_closer_dropout and next_closer_depth = false refine the next-closer input: \
+                        they need next_closer = true"
+                .into());
         }
         if self.positions == Positions::Sinusoidal && !self.d_model.is_multiple_of(2) {
             return bad(format!("sinusoidal positions need an even d_model, got {}", self.d_model));

@@ -46,6 +46,8 @@ pub fn model_config(symbols: usize) -> ModelConfig {
         layer_norm_eps: 1e-6,
         source_pointer: false,
         next_closer: false,
+        next_closer_depth: true,
+        next_closer_dropout: 0.0,
     }
 }
 

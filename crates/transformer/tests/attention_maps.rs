@@ -24,6 +24,8 @@ fn model() -> Transformer {
         layer_norm_eps: 1e-6,
         source_pointer: false,
         next_closer: false,
+        next_closer_depth: true,
+        next_closer_dropout: 0.0,
     };
     let mut m = Transformer::new(c, 3).unwrap();
     let mut rng = Rng::new(1);

@@ -350,6 +350,8 @@ fn model_beam_search_agrees_with_full_forward_search() {
         layer_norm_eps: 1e-6,
         source_pointer: false,
         next_closer: false,
+        next_closer_depth: true,
+        next_closer_dropout: 0.0,
     };
     let mut m = Transformer::new(config, 4).unwrap();
     let mut rng = Rng::new(8);

@@ -22,6 +22,8 @@ fn cfg() -> ModelConfig {
         layer_norm_eps: 1e-6,
         source_pointer: false,
         next_closer: false,
+        next_closer_depth: true,
+        next_closer_dropout: 0.0,
     }
 }
 

@@ -7,7 +7,7 @@ mod common;
 use common::assert_close;
 use transformer::model::DecoderState;
 use transformer::rng::Rng;
-use transformer::{Batch, ModelConfig, Positions, Transformer, Workspace, BOS};
+use transformer::{Batch, DropoutCtx, ModelConfig, Positions, Transformer, Workspace, BOS};
 
 fn config(positions: Positions) -> ModelConfig {
     ModelConfig {
@@ -26,6 +26,8 @@ fn config(positions: Positions) -> ModelConfig {
         layer_norm_eps: 1e-6,
         source_pointer: false,
         next_closer: false,
+        next_closer_depth: true,
+        next_closer_dropout: 0.0,
     }
 }
 
@@ -44,13 +46,18 @@ fn model(positions: Positions, seed: u64) -> Transformer {
 /// (4 and 5 open, closed by 6 and by 5 itself; 6 closes), 7–12 tags, 13–24 pieces that start a
 /// word, 25–36 pieces inside a word.
 fn pointer_model(seed: u64) -> Transformer {
-    tree_model(seed, true, false)
+    tree_model(seed, true, false, true)
 }
 
-/// [`pointer_model`] with or without each of the pointer and the next-closer input.
-fn tree_model(seed: u64, source_pointer: bool, next_closer: bool) -> Transformer {
+/// [`pointer_model`] with or without each of the pointer and the next-closer input (with or
+/// without its depth rows).
+fn tree_model(seed: u64, source_pointer: bool, next_closer: bool, next_closer_depth: bool) -> Transformer {
+    tree_model_of(seed, ModelConfig { source_pointer, next_closer, next_closer_depth, ..config(Positions::Sinusoidal) })
+}
+
+/// [`tree_model`] of any configuration.
+fn tree_model_of(seed: u64, cfg: ModelConfig) -> Transformer {
     use transformer::model::pointer::{PointerTable, TokenClass};
-    let cfg = ModelConfig { source_pointer, next_closer, ..config(Positions::Sinusoidal) };
     let mut m = Transformer::new(cfg, seed).unwrap();
     let mut rng = Rng::new(seed ^ 0x5eed);
     for p in &mut m.params {
@@ -94,14 +101,15 @@ fn random_ids(rng: &mut Rng, n: usize, vocab: usize) -> Vec<u32> {
 
 #[test]
 fn incremental_matches_teacher_forcing() {
-    for (positions, pointer, closer) in [
-        (Positions::Sinusoidal, false, false),
-        (Positions::Learned, false, false),
-        (Positions::Sinusoidal, true, false),
-        (Positions::Sinusoidal, false, true),
-        (Positions::Sinusoidal, true, true),
+    for (positions, pointer, closer, depth) in [
+        (Positions::Sinusoidal, false, false, true),
+        (Positions::Learned, false, false, true),
+        (Positions::Sinusoidal, true, false, true),
+        (Positions::Sinusoidal, false, true, true),
+        (Positions::Sinusoidal, true, true, true),
+        (Positions::Sinusoidal, true, true, false),
     ] {
-        let m = if pointer || closer { tree_model(11, pointer, closer) } else { model(positions, 11) };
+        let m = if pointer || closer { tree_model(11, pointer, closer, depth) } else { model(positions, 11) };
         let v = m.config.vocab_size;
         let mut rng = Rng::new(3);
         let srcs: Vec<Vec<u32>> = [5, 1, 9, 3].iter().map(|&n| random_ids(&mut rng, n, v)).collect();
@@ -125,7 +133,7 @@ fn incremental_matches_teacher_forcing() {
                     let want = log_softmax(&full[(i * batch.t + t) * v..][..v]);
                     let got = log_softmax(&logits[i * v..(i + 1) * v]);
                     assert_close(
-                        &format!("{positions:?} pointer {pointer} closer {closer} sentence {i} step {t}"),
+                        &format!("{positions:?} pointer {pointer} closer {closer} depth {depth} sentence {i} step {t}"),
                         &got,
                         &want,
                         2e-5,
@@ -154,7 +162,49 @@ fn reordered_rows_keep_their_pointer() {
 /// The same with the next-closer input: each row's open constituents move with the row.
 #[test]
 fn reordered_rows_keep_their_open_constituents() {
-    reordered_rows(&tree_model(5, false, true));
+    reordered_rows(&tree_model(5, false, true, true));
+}
+
+/// The depth rows take part unless `next_closer_depth = false`, and `next_closer_dropout` leaves
+/// out the term at some positions in training (a dropout context), never in inference.
+#[test]
+fn closer_refinements_change_what_they_should() {
+    let mut rng = Rng::new(4);
+    // 40 sentences: under causal attention a position's logits change exactly when the term was
+    // left out there or before, so position 0 of each row shows whether it was dropped there.
+    let pairs: Vec<_> = (0..40usize)
+        .map(|k| {
+            let n = 3 + k % 5;
+            ((13..13 + n as u32).collect::<Vec<u32>>(), random_ids(&mut rng, 3 * n, 37))
+        })
+        .collect();
+    let batch = Batch::from_pairs(&pairs);
+    let logits = |m: &Transformer, ctx: Option<DropoutCtx>| {
+        let mut ws = Workspace::new();
+        m.forward(&batch, &mut ws, ctx).unwrap();
+        ws.logits.clone()
+    };
+    // Dropout on the closer term alone: the model's other dropout is 0 here.
+    let cfg = ModelConfig {
+        source_pointer: true,
+        next_closer: true,
+        dropout: 0.0,
+        attention_dropout: 0.0,
+        ..config(Positions::Sinusoidal)
+    };
+    let with_depth = tree_model_of(11, cfg.clone());
+    let closer_only = tree_model_of(11, ModelConfig { next_closer_depth: false, ..cfg.clone() });
+    assert_eq!(with_depth.params, closer_only.params, "the same weights");
+    assert_ne!(logits(&with_depth, None), logits(&closer_only, None), "the depth rows changed nothing");
+    let dropped = tree_model_of(11, ModelConfig { next_closer_dropout: 0.5, ..cfg });
+    let ctx = Some(DropoutCtx { seed: 3, counter: 9 });
+    assert_eq!(logits(&dropped, None), logits(&with_depth, None), "no dropout in inference");
+    assert_eq!(logits(&with_depth, ctx), logits(&with_depth, None));
+    let (a, b) = (logits(&dropped, ctx), logits(&with_depth, None));
+    let (v, t) = (37, batch.t);
+    let first_changed = (0..batch.b).filter(|&r| a[r * t * v..][..v] != b[r * t * v..][..v]).count();
+    assert!((12..=28).contains(&first_changed), "{first_changed} of 40 first positions lost the term at p = 0.5");
+    assert_ne!(a, b);
 }
 
 #[test]

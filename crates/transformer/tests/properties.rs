@@ -25,6 +25,8 @@ fn tiny(dropout: f32, attention_dropout: f32, label_smoothing: f32, positions: P
         layer_norm_eps: 1e-6,
         source_pointer: false,
         next_closer: false,
+        next_closer_depth: true,
+        next_closer_dropout: 0.0,
     }
 }
 
@@ -178,16 +180,42 @@ fn closer_backward_matches_finite_difference() {
     slopes_match_finite_differences(&[(0.1, 0.0)], 32, Positions::Sinusoidal, &sample_pairs(6, 4), (true, true));
 }
 
+/// The same with the next-closer input's refinements: without the depth rows, and with whole
+/// positions losing the term in training (`next_closer_dropout`; the positions dropped are drawn
+/// from the pass's dropout context, so the forward and the finite differences see the same ones).
+#[test]
+fn closer_refinements_backward_match_finite_difference() {
+    let closer_only = |c: ModelConfig| ModelConfig { next_closer_depth: false, ..c };
+    slopes_match_finite_differences_with(&sample_pairs(6, 4), &closer_only);
+    let dropped = |c: ModelConfig| ModelConfig { next_closer_dropout: 0.4, ..c };
+    slopes_match_finite_differences_with(&sample_pairs(6, 4), &dropped);
+}
+
+fn slopes_match_finite_differences_with(pairs: &[(Vec<u32>, Vec<u32>)], refine: &dyn Fn(ModelConfig) -> ModelConfig) {
+    slopes_match_finite_differences_refined(&[(0.1, 0.0)], 32, Positions::Sinusoidal, pairs, (true, true), refine);
+}
+
 fn slopes_match_finite_differences(
     rates: &[(f32, f32)],
     max_positions: usize,
     positions: Positions,
     pairs: &[(Vec<u32>, Vec<u32>)],
+    inputs: (bool, bool),
+) {
+    slopes_match_finite_differences_refined(rates, max_positions, positions, pairs, inputs, &|c| c);
+}
+
+fn slopes_match_finite_differences_refined(
+    rates: &[(f32, f32)],
+    max_positions: usize,
+    positions: Positions,
+    pairs: &[(Vec<u32>, Vec<u32>)],
     (pointer, closer): (bool, bool),
+    refine: &dyn Fn(ModelConfig) -> ModelConfig,
 ) {
     for &(p, pa) in rates {
         let cfg = ModelConfig { max_positions, ..tiny(p, pa, 0.1, positions) };
-        let cfg = ModelConfig { source_pointer: pointer, next_closer: closer, ..cfg };
+        let cfg = refine(ModelConfig { source_pointer: pointer, next_closer: closer, ..cfg });
         let mut model = Transformer::new(cfg, 7).unwrap();
         if pointer || closer {
             use transformer::model::pointer::{PointerTable, TokenClass};

@@ -47,6 +47,8 @@ fn twenty_short_trees_are_reproduced_from_their_own_sentences() {
         layer_norm_eps: 1e-6,
         source_pointer: true,
         next_closer: true,
+        next_closer_depth: true,
+        next_closer_dropout: 0.0,
     };
     let model = Transformer::new(cfg.clone(), 1).unwrap().with_pointer_table(PointerTable::from_bpe(&bpe)).unwrap();
     let mut trainer = Trainer::new(model, Schedule { d_model: 64, warmup: 100, lr_scale: 0.5 }, 1);

@@ -31,6 +31,8 @@ fn translator(precision: Precision) -> Translator {
         layer_norm_eps: 1e-6,
         source_pointer: false,
         next_closer: false,
+        next_closer_depth: true,
+        next_closer_dropout: 0.0,
     };
     let model = Transformer::new(config, 7).unwrap();
     Translator::new(model, bpe, TranslatorOptions { precision, ..Default::default() }).unwrap()

@@ -4,7 +4,7 @@
 //! LayerNorm.
 
 use super::masks::{DecoderLayerMasks, EmbeddingMasks};
-use super::pointer::PAST_END;
+use super::pointer::{NO_CLOSER, PAST_END};
 use super::workspace::Workspace;
 use super::{attention, feed_forward, Batch, DropoutCtx, Transformer};
 use crate::kernels::cpu::embedding::{embedding_backward, embedding_forward};
@@ -50,6 +50,9 @@ impl Transformer {
             let mt = ws.dims.b * ws.dims.t;
             let (closers, depths) = tables.split_at(c.vocab_size * d);
             for ((row, &id), &depth) in ws.dec_in[..mt * d].chunks_exact_mut(d).zip(&ws.closer).zip(&ws.depth) {
+                if id == NO_CLOSER {
+                    continue;
+                }
                 let (cr, hr) = (&closers[id as usize * d..][..d], &depths[depth as usize * d..][..d]);
                 for ((x, &a), &h) in row.iter_mut().zip(cr).zip(hr) {
                     *x += a + h;
@@ -201,6 +204,9 @@ impl Transformer {
             // Next closer: dC[closer] += d(dec_in), dH[depth] += d(dec_in).
             let (closers, depths) = tables.split_at_mut(c.vocab_size * d);
             for ((row, &id), &depth) in ws.g_a[..mt * d].chunks_exact(d).zip(&ws.closer).zip(&ws.depth) {
+                if id == NO_CLOSER {
+                    continue;
+                }
                 for (e, &x) in closers[id as usize * d..][..d].iter_mut().zip(row) {
                     *e += x;
                 }

@@ -345,6 +345,7 @@ impl Transformer {
             for (r, x) in st.x.chunks_exact_mut(d).take(rows).enumerate() {
                 st.closer_top[r] = st.closers.advance(st.closer_top[r], table.class(tokens[r]));
                 let (id, depth) = st.closers.closer(st.closer_top[r]);
+                let depth = if self.config.next_closer_depth { depth } else { 0 };
                 let (cr, hr) = (&closers[id as usize * d..][..d], &depths[depth as usize * d..][..d]);
                 for ((a, &c), &h) in x.iter_mut().zip(cr).zip(hr) {
                     *a += c + h;

@@ -19,6 +19,8 @@ pub(crate) mod site {
         100_000 + 10 * l as u64 + k
     }
     pub const ATTN: u64 = 5;
+    /// Positions that get no next-closer input (`next_closer_dropout`).
+    pub const CLOSER: u64 = 3;
 }
 
 /// The mask of dropout probability `p` at `site`: none without a context (inference) or with p = 0.

@@ -269,6 +269,20 @@ impl Transformer {
         }
         if let Some(table) = self.closer_table()? {
             (ws.closer, ws.depth) = pointer::batch_closers(table, batch);
+            if !self.config.next_closer_depth {
+                ws.depth.fill(0);
+            }
+            if let (Some(ctx), p) = (dropout, self.config.next_closer_dropout) {
+                if p > 0.0 {
+                    // Whole positions lose the term (C[c] + H[k]); kept ones are not rescaled.
+                    let m = crate::rng::DropoutMask::new(p, ctx.seed, ctx.counter, masks::site::CLOSER);
+                    for (i, id) in ws.closer.iter_mut().enumerate() {
+                        if m.factor(i) == 0.0 {
+                            *id = pointer::NO_CLOSER;
+                        }
+                    }
+                }
+            }
         }
         let (d, v, n) = (self.config.d_model, self.config.vocab_size, self.config.n_layers);
         self.encoder_forward(batch, ws, dropout);

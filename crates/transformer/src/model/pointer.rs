@@ -203,6 +203,10 @@ pub const NO_OPEN: u32 = u32::MAX;
 /// Depths of the next-closer input's table: deeper stacks share its last row.
 pub const MAX_OPEN_DEPTH: usize = 32;
 
+/// A next-closer id meaning "no next-closer input at this position" (training with
+/// `next_closer_dropout`).
+pub const NO_CLOSER: u32 = u32::MAX;
+
 impl CloserStacks {
     /// Forgets every node (a new search).
     pub fn clear(&mut self) {

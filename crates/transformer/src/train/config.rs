@@ -660,7 +660,8 @@ mod tests {
             let err = parse("", &[&format!("model.{key}=1")]).unwrap_err().to_string();
             assert!(err.contains(&format!("test.toml: unknown field `{key}`, expected one of `preset`")), "{err}");
             let list = "`preset`, `n_layers`, `d_model`, `d_ff`, `n_heads`, `d_k`, `d_v`, `dropout`, \
-                        `attention_dropout`, `label_smoothing`, `positions`, `max_positions`, `source_pointer`, `next_closer`\nin `model`";
+                        `attention_dropout`, `label_smoothing`, `positions`, `max_positions`, `source_pointer`, `next_closer`, \
+                        `next_closer_depth`, `next_closer_dropout`\nin `model`";
             assert!(err.contains(list), "{err}");
             let expected = err.split("expected one of").nth(1).unwrap();
             assert!(!expected.contains("vocab_size") && !expected.contains("layer_norm_eps"), "{err}");
