@@ -357,3 +357,14 @@ fn a_reused_state_decodes_exactly_like_a_fresh_one() {
     let other = Transformer::new(ModelConfig { d_model: 12, ..config(Positions::Sinusoidal) }, 1).unwrap();
     assert!(m.restart_decoding(&enc_b, 24, std::sync::Arc::new(other.pack_decoder()), &mut st).is_err());
 }
+
+#[test]
+fn closer_refinements_need_the_closer() {
+    for cfg in [
+        ModelConfig { next_closer_dropout: 0.3, ..config(Positions::Sinusoidal) },
+        ModelConfig { next_closer_depth: false, ..config(Positions::Sinusoidal) },
+    ] {
+        let err = Transformer::new(cfg, 1).unwrap_err().to_string();
+        assert!(err.contains("they need next_closer = true"), "{err}");
+    }
+}
