@@ -2,14 +2,18 @@
 //! precisions, tokenizers, smoothings, metrics) are parsed against the library's own lists, so
 //! `--help` shows them and a typo is a usage error that names them.
 
+use crate::usage;
+use anyhow::Result;
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 use transformer::config::{PAPER_VOCAB, PRESET_NAMES};
-use transformer::decode::BeamConfig;
+use transformer::decode::translator::{DecodeOptions, SessionOptions, Translator};
+use transformer::decode::{BeamConfig, SearchOverrides, SearchPreset};
 use transformer::eval::bleu::Smooth;
 use transformer::eval::tokenize::Tokenizer;
 use transformer::eval::Metric;
+use transformer::model::DecoderKernels;
 use transformer::synthetic::SyntheticTask;
 use transformer::{Precision, Task};
 
@@ -50,323 +54,387 @@ pub enum Command {
     /// Treebank sample (after `transformer data ptb-sample`), pick its best checkpoint by
     /// validation F1, parse the test files and print EVALB's summary and example trees. Run it
     /// again with the same --output to resume.
-    Quickstart {
-        /// What to train: translation (Multi30k) or parsing (configs/ptb-parse.toml on a treebank).
-        #[arg(long, default_value = "translation", value_parser = library_enum(&Task::ALL, Task::name))]
-        task: Task,
-        /// Training budget in minutes (the recipe of configs/multi30k-en-de.toml, §5, or of
-        /// configs/ptb-parse.toml; checkpoints every minutes/20).
-        #[arg(long, default_value_t = 10.0)]
-        minutes: f64,
-        /// Where everything goes; an existing run there is resumed [default: quickstart, or
-        /// quickstart-parsing with --task parsing].
-        #[arg(long)]
-        output: Option<PathBuf>,
-        /// Source language: en or de are built in; fr and cs need `transformer data multi30k`
-        /// [default: en].
-        #[arg(long, value_parser = ["en", "de", "fr", "cs"])]
-        src: Option<String>,
-        /// Target language [default: de].
-        #[arg(long, value_parser = ["en", "de", "fr", "cs"])]
-        tgt: Option<String>,
-        /// Where `transformer data multi30k` put the files, for languages that are not built in
-        /// [default: data/multi30k].
-        #[arg(long)]
-        data: Option<PathBuf>,
-        /// Parsing: the treebank, a directory searched for .mrg files (`transformer data
-        /// ptb-sample` puts the sample in data/ptb-sample; or your own WSJ copy) [default:
-        /// data/ptb-sample].
-        #[arg(long)]
-        treebank: Option<PathBuf>,
-        /// Parsing: the files to train on, FIRST..LAST by name [default: wsj_0001..wsj_0159; for
-        /// the full WSJ, sections 02-21: wsj_0200..wsj_2199].
-        #[arg(long)]
-        train_files: Option<String>,
-        /// Parsing: the validation files, which pick the best checkpoint by F1 [default:
-        /// wsj_0160..wsj_0174; full WSJ section 22: wsj_2200..wsj_2299].
-        #[arg(long)]
-        valid_files: Option<String>,
-        /// Parsing: the test files, parsed and scored at the end [default: wsj_0175..wsj_0189; full
-        /// WSJ section 23: wsj_2300..wsj_2399].
-        #[arg(long)]
-        test_files: Option<String>,
-        /// Score only the first N test sentences (for a quick smoke test; the score is then not
-        /// comparable).
-        #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
-        test_sentences: Option<u64>,
-        /// Validation perplexity every N updates (and at every epoch's end).
-        #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..))]
-        valid_steps: u64,
-    },
+    Quickstart(QuickstartArgs),
     /// Print the exact parameter count of a Table 3 preset (or all presets with --all).
-    Params {
-        /// A Table 3 row.
-        #[arg(long, default_value = "base", value_parser = one_of(&PRESET_NAMES))]
-        preset: String,
-        /// Shared vocabulary size.
-        #[arg(long, default_value_t = PAPER_VOCAB)]
-        vocab: usize,
-        /// Every preset, one per line.
-        #[arg(long)]
-        all: bool,
-        /// Machine-readable JSON output.
-        #[arg(long)]
-        json: bool,
-        /// Also print the compute cost (Table 2's column, computed): forward multiply-adds per
-        /// source and target token, a training step's (3× forward), and with --tokens-per-step and
-        /// --steps the training cost in FLOPs (2 per multiply-add), beside the paper's figure for
-        /// base and big. Formulas: docs/cost.md.
-        #[arg(long)]
-        cost: bool,
-        /// Source sentence length assumed for the attention products (they grow with it).
-        #[arg(long, default_value_t = 25, requires = "cost")]
-        src_len: u64,
-        /// Target sentence length assumed for the attention products.
-        #[arg(long, default_value_t = 25, requires = "cost")]
-        tgt_len: u64,
-        /// Source tokens per update, and as many target tokens (§5.1: about 25000 each).
-        #[arg(long, requires = "cost")]
-        tokens_per_step: Option<u64>,
-        /// Updates (§5.2: 100000 for base, 300000 for big).
-        #[arg(long, requires = "tokens_per_step")]
-        steps: Option<u64>,
-    },
+    Params(ParamsArgs),
     /// Train a small model on a synthetic copy/reverse task and report held-out token accuracy.
-    Synthetic {
-        /// The task.
-        #[arg(long, default_value = "reverse", value_parser = library_enum(&SyntheticTask::ALL, SyntheticTask::name))]
-        task: SyntheticTask,
-        /// Updates.
-        #[arg(long, default_value_t = 1500, value_parser = clap::value_parser!(u64).range(1..))]
-        steps: u64,
-        /// Random seed.
-        #[arg(long, default_value_t = 1)]
-        seed: u64,
-        /// Write the final checkpoint here (default: not saved).
-        #[arg(long)]
-        save: Option<PathBuf>,
-    },
+    Synthetic(SyntheticArgs),
     /// Train a model with the paper's recipe from a TOML configuration; rerun to resume.
-    Train {
-        /// The run configuration (see configs/).
-        #[arg(long)]
-        config: PathBuf,
-        /// Override a field: --set train.lr_scale=2 (repeatable).
-        #[arg(long = "set")]
-        overrides: Vec<String>,
-        /// Stop cleanly, with a checkpoint, after this many minutes of training (default: the
-        /// config's train.time_limit_minutes; no limit if it has none).
-        #[arg(long)]
-        time_limit: Option<f64>,
-    },
+    Train(TrainArgs),
     /// Translate sentences (stdin or --input) with a trained checkpoint; one line out per line in.
-    Translate {
-        #[command(flatten)]
-        model: ModelArgs,
-        /// Input file (plain or .gz; default: stdin).
-        #[arg(long)]
-        input: Option<PathBuf>,
-        #[command(flatten)]
-        search: SearchArgs,
-        /// With --nbest N > 1: write N lines per sentence, `index ||| text ||| log P ||| score`.
-        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
-        nbest: u32,
-        /// Print sentences/s and tokens/s on stderr.
-        #[arg(long)]
-        speed: bool,
-        /// Also print where the time went: matrix products (with their GFLOP/s), attention, layer
-        /// norm, beam search, and the rest.
-        #[arg(long)]
-        profile: bool,
-    },
+    Translate(TranslateArgs),
     /// Translate a test set and score it: BLEU and chrF (sacreBLEU), tokenized BLEU, and
     /// perplexity. For a parsing model: parse it and score the trees with EVALB (COLLINS.prm).
-    Evaluate {
-        #[command(flatten)]
-        model: ModelArgs,
-        /// Source sentences (parsing: optional, the words of the gold trees by default).
-        #[arg(long)]
-        src: Option<PathBuf>,
-        /// Reference translations, line-aligned; repeat for several references. Perplexity uses the
-        /// first. Parsing: the gold trees (one file, bracketed, one tree per sentence).
-        #[arg(long = "ref", required = true, num_args = 1..)]
-        refs: Vec<PathBuf>,
-        /// Also write the translations (parsing: the trees) here.
-        #[arg(long)]
-        output: Option<PathBuf>,
-        /// Translation: also report BLEU by source length in words (1–8, 9–12, 13–16, 17–24, 25+).
-        #[arg(long)]
-        by_length: bool,
-        #[command(flatten)]
-        search: SearchArgs,
-        #[command(flatten)]
-        parsing: ParsingArgs,
-    },
+    Evaluate(EvaluateArgs),
     /// Parse sentences into constituency trees (§6.3): one sentence a line in, one bracketed tree a
     /// line out; beam 21, α 0.3, maximum length input + 300 unless overridden.
-    Parse {
-        /// The checkpoint of a parsing run.
-        #[arg(long)]
-        checkpoint: PathBuf,
-        /// The vocabulary the checkpoint was trained with.
-        #[arg(long)]
-        bpe: PathBuf,
-        /// Input file (plain or .gz; default: stdin), words separated by spaces (PTB tokens).
-        #[arg(long)]
-        input: Option<PathBuf>,
-        /// The input is raw English text: split it into Penn Treebank tokens first.
-        #[arg(long)]
-        tokenize: bool,
-        /// Arithmetic of the matrix products.
-        #[arg(long, default_value = "f32", value_parser = library_enum(&Precision::ALL, Precision::name))]
-        precision: Precision,
-        #[command(flatten)]
-        search: SearchArgs,
-        #[command(flatten)]
-        parsing: ParsingArgs,
-        /// Print sentences/s and the number of outputs that needed repair on stderr.
-        #[arg(long)]
-        speed: bool,
-    },
+    Parse(ParseArgs),
     /// Write the sentences and the preprocessed trees of a treebank (a bracketed file or a
     /// directory of .mrg files), one per line: the input of `parse` and the gold trees of
     /// `parse-eval`.
-    Treebank {
-        /// A bracketed file or a directory of .mrg files.
-        #[arg(long)]
-        input: PathBuf,
-        /// Only the files FIRST..LAST by name (e.g. wsj_0175..wsj_0189).
-        #[arg(long)]
-        files: Option<String>,
-        /// Write the sentences here (words separated by spaces).
-        #[arg(long)]
-        words: Option<PathBuf>,
-        /// Write the trees here (bracketed, one per line).
-        #[arg(long)]
-        trees: Option<PathBuf>,
-    },
+    Treebank(TreebankArgs),
     /// Attention heatmaps (PNG, like the paper's Figures 3–5) for one sentence: encoder
     /// self-attention (source × source), decoder self-attention (decoder input × decoder input) and
     /// encoder–decoder attention (rows: the token each decoder position predicts; columns: source).
-    Attention {
-        #[command(flatten)]
-        model: ModelArgs,
-        /// The source sentence.
-        #[arg(long)]
-        src: String,
-        /// The target sentence fed to the decoder (default: the model's beam-4 translation).
-        #[arg(long)]
-        tgt: Option<String>,
-        /// Only this layer (1-based; default: every layer).
-        #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
-        layer: Option<u32>,
-        /// Only this head (1-based; default: every head).
-        #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
-        head: Option<u32>,
-        /// Directory for the images.
-        #[arg(long, default_value = "attention")]
-        out: PathBuf,
-    },
+    Attention(AttentionArgs),
     /// Download corpora, verifying SHA-256 checksums.
-    Data {
-        #[command(subcommand)]
-        which: DataCommand,
-    },
+    Data(DataArgs),
     /// Binarise a parallel corpus (BPE ids, filtered) into memory-mappable files for training.
-    Prepare {
-        /// Source text (plain or .gz). Parsing: a treebank (a bracketed file or a directory of .mrg files).
-        #[arg(long)]
-        src: PathBuf,
-        /// Target text, line-aligned with the source (not given for parsing).
-        #[arg(long)]
-        tgt: Option<PathBuf>,
-        /// What the pairs are for: translation (two text files) or parsing (a treebank).
-        #[arg(long, default_value = "translation", value_parser = library_enum(&Task::ALL, Task::name))]
-        task: Task,
-        /// Parsing: only the treebank files FIRST..LAST by name (e.g. wsj_0001..wsj_0159).
-        #[arg(long)]
-        files: Option<String>,
-        /// The shared BPE model.
-        #[arg(long)]
-        bpe: PathBuf,
-        /// Output directory.
-        #[arg(long)]
-        out: PathBuf,
-        /// Longest side kept, in BPE tokens.
-        #[arg(long, default_value_t = 250, value_parser = clap::value_parser!(u64).range(1..=1 << 20))]
-        max_tokens: u64,
-        /// Largest length ratio kept (a finite number ≥ 1).
-        #[arg(long, default_value_t = 3.0)]
-        max_ratio: f64,
-    },
+    Prepare(PrepareArgs),
     /// Average checkpoints element-wise (§6.1): the last K of a run directory, or explicit files.
-    Average {
-        /// Average the newest K checkpoints of DIR (§6.1: 5 for base models, 20 for big).
-        #[arg(long, requires = "dir", value_parser = clap::value_parser!(u64).range(1..))]
-        last: Option<u64>,
-        /// The run directory (with --last).
-        dir: Option<PathBuf>,
-        /// Explicit checkpoint files instead of --last.
-        #[arg(long = "inputs", num_args = 1.., conflicts_with = "last")]
-        inputs: Vec<PathBuf>,
-        /// Where to write the averaged checkpoint.
-        #[arg(long)]
-        output: PathBuf,
-    },
+    Average(AverageArgs),
     /// Byte-pair encoding: learn one shared vocabulary, apply it, restore text.
-    Bpe {
-        #[command(subcommand)]
-        which: BpeCommand,
-    },
+    Bpe(BpeArgs),
     /// Score translations: corpus BLEU and/or chrF exactly as sacreBLEU 2.x computes them.
-    Bleu {
-        /// Reference file (one sentence a line); repeat for multiple references.
-        #[arg(long = "ref", required = true, num_args = 1..)]
-        refs: Vec<PathBuf>,
-        /// Hypothesis file, line-aligned with the references.
-        #[arg(long)]
-        hyp: PathBuf,
-        /// Tokenizer (13a is sacreBLEU's default, WMT).
-        #[arg(long, default_value = "13a", value_parser = library_enum(&Tokenizer::ALL, Tokenizer::name))]
-        tokenize: Tokenizer,
-        /// Lowercase before scoring.
-        #[arg(long)]
-        lowercase: bool,
-        /// BLEU smoothing.
-        #[arg(long, default_value = "exp", value_parser = one_of(&Smooth::NAMES))]
-        smooth: String,
-        /// Value for floor (default 0.1) or add-k (default 1).
-        #[arg(long)]
-        smooth_value: Option<f64>,
-        /// Metrics to print, comma-separated; tokenized-bleu is 13a tokens, no smoothing, as
-        /// multi-bleu.perl (honours --lowercase, ignores --tokenize and --smooth).
-        #[arg(long, default_value = "bleu", value_delimiter = ',', value_parser = library_enum(&Metric::ALL, Metric::name))]
-        metrics: Vec<Metric>,
-        /// Print only the number(s).
-        #[arg(long)]
-        score_only: bool,
-    },
+    Bleu(BleuArgs),
     /// Score parse trees: labeled bracketing exactly as EVALB with COLLINS.prm (its report, its
     /// error messages on stderr); unlike EVALB it never aborts on errors.
-    ParseEval {
-        /// Gold trees, one per line (EVALB's format).
-        #[arg(long)]
-        gold: PathBuf,
-        /// Test (parser output) trees, line-aligned with the gold trees.
-        #[arg(long)]
-        test: PathBuf,
-        /// Print only the summary (All and len<=40), not the per-sentence table.
-        #[arg(long)]
-        summary_only: bool,
-    },
+    ParseEval(ParseEvalArgs),
     /// Serve translations over HTTP: POST /translate (JSON), GET /health, GET /metrics
     /// (Prometheus), and a web page at / (docs/serve.md). Stops cleanly on SIGTERM or Ctrl-C.
     Serve(crate::serve::ServeArgs),
     /// Benchmarks.
-    Bench {
-        #[command(subcommand)]
-        which: BenchCommand,
-    },
+    Bench(BenchArgs),
+}
+
+// The arguments of `transformer quickstart`.
+#[derive(Args)]
+pub struct QuickstartArgs {
+    /// What to train: translation (Multi30k) or parsing (configs/ptb-parse.toml on a treebank).
+    #[arg(long, default_value = "translation", value_parser = library_enum(&Task::ALL, Task::name))]
+    pub task: Task,
+    /// Training budget in minutes (the recipe of configs/multi30k-en-de.toml, §5, or of
+    /// configs/ptb-parse.toml; checkpoints every minutes/20).
+    #[arg(long, default_value_t = 10.0)]
+    pub minutes: f64,
+    /// Where everything goes; an existing run there is resumed [default: quickstart, or
+    /// quickstart-parsing with --task parsing].
+    #[arg(long)]
+    pub output: Option<PathBuf>,
+    /// Source language: en or de are built in; fr and cs need `transformer data multi30k`
+    /// [default: en].
+    #[arg(long, value_parser = ["en", "de", "fr", "cs"])]
+    pub src: Option<String>,
+    /// Target language [default: de].
+    #[arg(long, value_parser = ["en", "de", "fr", "cs"])]
+    pub tgt: Option<String>,
+    /// Where `transformer data multi30k` put the files, for languages that are not built in
+    /// [default: data/multi30k].
+    #[arg(long)]
+    pub data: Option<PathBuf>,
+    /// Parsing: the treebank, a directory searched for .mrg files (`transformer data
+    /// ptb-sample` puts the sample in data/ptb-sample; or your own WSJ copy) [default:
+    /// data/ptb-sample].
+    #[arg(long)]
+    pub treebank: Option<PathBuf>,
+    /// Parsing: the files to train on, FIRST..LAST by name [default: wsj_0001..wsj_0159; for
+    /// the full WSJ, sections 02-21: wsj_0200..wsj_2199].
+    #[arg(long)]
+    pub train_files: Option<String>,
+    /// Parsing: the validation files, which pick the best checkpoint by F1 [default:
+    /// wsj_0160..wsj_0174; full WSJ section 22: wsj_2200..wsj_2299].
+    #[arg(long)]
+    pub valid_files: Option<String>,
+    /// Parsing: the test files, parsed and scored at the end [default: wsj_0175..wsj_0189; full
+    /// WSJ section 23: wsj_2300..wsj_2399].
+    #[arg(long)]
+    pub test_files: Option<String>,
+    /// Score only the first N test sentences (for a quick smoke test; the score is then not
+    /// comparable).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub test_sentences: Option<u64>,
+    /// Validation perplexity every N updates (and at every epoch's end).
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..))]
+    pub valid_steps: u64,
+}
+
+// The arguments of `transformer params`.
+#[derive(Args)]
+pub struct ParamsArgs {
+    /// A Table 3 row.
+    #[arg(long, default_value = "base", value_parser = one_of(&PRESET_NAMES))]
+    pub preset: String,
+    /// Shared vocabulary size.
+    #[arg(long, default_value_t = PAPER_VOCAB)]
+    pub vocab: usize,
+    /// Every preset, one per line.
+    #[arg(long)]
+    pub all: bool,
+    /// Machine-readable JSON output.
+    #[arg(long)]
+    pub json: bool,
+    /// Also print the compute cost (Table 2's column, computed): forward multiply-adds per
+    /// source and target token, a training step's (3× forward), and with --tokens-per-step and
+    /// --steps the training cost in FLOPs (2 per multiply-add), beside the paper's figure for
+    /// base and big. Formulas: docs/cost.md.
+    #[arg(long)]
+    pub cost: bool,
+    /// Source sentence length assumed for the attention products (they grow with it).
+    #[arg(long, default_value_t = 25, requires = "cost")]
+    pub src_len: u64,
+    /// Target sentence length assumed for the attention products.
+    #[arg(long, default_value_t = 25, requires = "cost")]
+    pub tgt_len: u64,
+    /// Source tokens per update, and as many target tokens (§5.1: about 25000 each).
+    #[arg(long, requires = "cost")]
+    pub tokens_per_step: Option<u64>,
+    /// Updates (§5.2: 100000 for base, 300000 for big).
+    #[arg(long, requires = "tokens_per_step")]
+    pub steps: Option<u64>,
+}
+
+// The arguments of `transformer synthetic`.
+#[derive(Args)]
+pub struct SyntheticArgs {
+    /// The task.
+    #[arg(long, default_value = "reverse", value_parser = library_enum(&SyntheticTask::ALL, SyntheticTask::name))]
+    pub task: SyntheticTask,
+    /// Updates.
+    #[arg(long, default_value_t = 1500, value_parser = clap::value_parser!(u64).range(1..))]
+    pub steps: u64,
+    /// Random seed.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Write the final checkpoint here (default: not saved).
+    #[arg(long)]
+    pub save: Option<PathBuf>,
+}
+
+// The arguments of `transformer train`.
+#[derive(Args)]
+pub struct TrainArgs {
+    /// The run configuration (see configs/).
+    #[arg(long)]
+    pub config: PathBuf,
+    /// Override a field: --set train.lr_scale=2 (repeatable).
+    #[arg(long = "set")]
+    pub overrides: Vec<String>,
+    /// Stop cleanly, with a checkpoint, after this many minutes of training (default: the
+    /// config's train.time_limit_minutes; no limit if it has none).
+    #[arg(long)]
+    pub time_limit: Option<f64>,
+}
+
+// The arguments of `transformer translate`.
+#[derive(Args)]
+pub struct TranslateArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Input file (plain or .gz; default: stdin).
+    #[arg(long)]
+    pub input: Option<PathBuf>,
+    #[command(flatten)]
+    pub search: SearchArgs,
+    /// With --nbest N > 1: write N lines per sentence, `index ||| text ||| log P ||| score`.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub nbest: u32,
+    /// Print sentences/s and tokens/s on stderr.
+    #[arg(long)]
+    pub speed: bool,
+    /// Also print where the time went: matrix products (with their GFLOP/s), attention, layer
+    /// norm, beam search, and the rest.
+    #[arg(long)]
+    pub profile: bool,
+}
+
+// The arguments of `transformer evaluate`.
+#[derive(Args)]
+pub struct EvaluateArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Source sentences (parsing: optional, the words of the gold trees by default).
+    #[arg(long)]
+    pub src: Option<PathBuf>,
+    /// Reference translations, line-aligned; repeat for several references. Perplexity uses the
+    /// first. Parsing: the gold trees (one file, bracketed, one tree per sentence).
+    #[arg(long = "ref", required = true, num_args = 1..)]
+    pub refs: Vec<PathBuf>,
+    /// Also write the translations (parsing: the trees) here.
+    #[arg(long)]
+    pub output: Option<PathBuf>,
+    /// Translation: also report BLEU by source length in words (1–8, 9–12, 13–16, 17–24, 25+).
+    #[arg(long)]
+    pub by_length: bool,
+    #[command(flatten)]
+    pub search: SearchArgs,
+    #[command(flatten)]
+    pub parsing: ParsingArgs,
+}
+
+// The arguments of `transformer parse`.
+#[derive(Args)]
+pub struct ParseArgs {
+    /// The checkpoint of a parsing run.
+    #[arg(long)]
+    pub checkpoint: PathBuf,
+    /// The vocabulary the checkpoint was trained with.
+    #[arg(long)]
+    pub bpe: PathBuf,
+    /// Input file (plain or .gz; default: stdin), words separated by spaces (PTB tokens).
+    #[arg(long)]
+    pub input: Option<PathBuf>,
+    /// The input is raw English text: split it into Penn Treebank tokens first.
+    #[arg(long)]
+    pub tokenize: bool,
+    /// Arithmetic of the matrix products.
+    #[arg(long, default_value = "f32", value_parser = library_enum(&Precision::ALL, Precision::name))]
+    pub precision: Precision,
+    #[command(flatten)]
+    pub search: SearchArgs,
+    #[command(flatten)]
+    pub parsing: ParsingArgs,
+    /// Print sentences/s and the number of outputs that needed repair on stderr.
+    #[arg(long)]
+    pub speed: bool,
+}
+
+// The arguments of `transformer treebank`.
+#[derive(Args)]
+pub struct TreebankArgs {
+    /// A bracketed file or a directory of .mrg files.
+    #[arg(long)]
+    pub input: PathBuf,
+    /// Only the files FIRST..LAST by name (e.g. wsj_0175..wsj_0189).
+    #[arg(long)]
+    pub files: Option<String>,
+    /// Write the sentences here (words separated by spaces).
+    #[arg(long)]
+    pub words: Option<PathBuf>,
+    /// Write the trees here (bracketed, one per line).
+    #[arg(long)]
+    pub trees: Option<PathBuf>,
+}
+
+// The arguments of `transformer attention`.
+#[derive(Args)]
+pub struct AttentionArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// The source sentence.
+    #[arg(long)]
+    pub src: String,
+    /// The target sentence fed to the decoder (default: the model's beam-4 translation).
+    #[arg(long)]
+    pub tgt: Option<String>,
+    /// Only this layer (1-based; default: every layer).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    pub layer: Option<u32>,
+    /// Only this head (1-based; default: every head).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    pub head: Option<u32>,
+    /// Directory for the images.
+    #[arg(long, default_value = "attention")]
+    pub out: PathBuf,
+}
+
+// The arguments of `transformer data`.
+#[derive(Args)]
+pub struct DataArgs {
+    #[command(subcommand)]
+    pub which: DataCommand,
+}
+
+// The arguments of `transformer prepare`.
+#[derive(Args)]
+pub struct PrepareArgs {
+    /// Source text (plain or .gz). Parsing: a treebank (a bracketed file or a directory of .mrg files).
+    #[arg(long)]
+    pub src: PathBuf,
+    /// Target text, line-aligned with the source (not given for parsing).
+    #[arg(long)]
+    pub tgt: Option<PathBuf>,
+    /// What the pairs are for: translation (two text files) or parsing (a treebank).
+    #[arg(long, default_value = "translation", value_parser = library_enum(&Task::ALL, Task::name))]
+    pub task: Task,
+    /// Parsing: only the treebank files FIRST..LAST by name (e.g. wsj_0001..wsj_0159).
+    #[arg(long)]
+    pub files: Option<String>,
+    /// The shared BPE model.
+    #[arg(long)]
+    pub bpe: PathBuf,
+    /// Output directory.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Longest side kept, in BPE tokens.
+    #[arg(long, default_value_t = 250, value_parser = clap::value_parser!(u64).range(1..=1 << 20))]
+    pub max_tokens: u64,
+    /// Largest length ratio kept (a finite number ≥ 1).
+    #[arg(long, default_value_t = 3.0)]
+    pub max_ratio: f64,
+}
+
+// The arguments of `transformer average`.
+#[derive(Args)]
+pub struct AverageArgs {
+    /// Average the newest K checkpoints of DIR (§6.1: 5 for base models, 20 for big).
+    #[arg(long, requires = "dir", value_parser = clap::value_parser!(u64).range(1..))]
+    pub last: Option<u64>,
+    /// The run directory (with --last).
+    pub dir: Option<PathBuf>,
+    /// Explicit checkpoint files instead of --last.
+    #[arg(long = "inputs", num_args = 1.., conflicts_with = "last")]
+    pub inputs: Vec<PathBuf>,
+    /// Where to write the averaged checkpoint.
+    #[arg(long)]
+    pub output: PathBuf,
+}
+
+// The arguments of `transformer bpe`.
+#[derive(Args)]
+pub struct BpeArgs {
+    #[command(subcommand)]
+    pub which: BpeCommand,
+}
+
+// The arguments of `transformer bleu`.
+#[derive(Args)]
+pub struct BleuArgs {
+    /// Reference file (one sentence a line); repeat for multiple references.
+    #[arg(long = "ref", required = true, num_args = 1..)]
+    pub refs: Vec<PathBuf>,
+    /// Hypothesis file, line-aligned with the references.
+    #[arg(long)]
+    pub hyp: PathBuf,
+    /// Tokenizer (13a is sacreBLEU's default, WMT).
+    #[arg(long, default_value = "13a", value_parser = library_enum(&Tokenizer::ALL, Tokenizer::name))]
+    pub tokenize: Tokenizer,
+    /// Lowercase before scoring.
+    #[arg(long)]
+    pub lowercase: bool,
+    /// BLEU smoothing.
+    #[arg(long, default_value = "exp", value_parser = one_of(&Smooth::NAMES))]
+    pub smooth: String,
+    /// Value for floor (default 0.1) or add-k (default 1).
+    #[arg(long)]
+    pub smooth_value: Option<f64>,
+    /// Metrics to print, comma-separated; tokenized-bleu is 13a tokens, no smoothing, as
+    /// multi-bleu.perl (honours --lowercase, ignores --tokenize and --smooth).
+    #[arg(long, default_value = "bleu", value_delimiter = ',', value_parser = library_enum(&Metric::ALL, Metric::name))]
+    pub metrics: Vec<Metric>,
+    /// Print only the number(s).
+    #[arg(long)]
+    pub score_only: bool,
+}
+
+// The arguments of `transformer parse-eval`.
+#[derive(Args)]
+pub struct ParseEvalArgs {
+    /// Gold trees, one per line (EVALB's format).
+    #[arg(long)]
+    pub gold: PathBuf,
+    /// Test (parser output) trees, line-aligned with the gold trees.
+    #[arg(long)]
+    pub test: PathBuf,
+    /// Print only the summary (All and len<=40), not the per-sentence table.
+    #[arg(long)]
+    pub summary_only: bool,
+}
+
+// The arguments of `transformer bench`.
+#[derive(Args)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    pub which: BenchCommand,
 }
 
 /// The model a decoding command loads, and how.
@@ -408,8 +476,8 @@ pub struct ParsingArgs {
 pub struct SearchArgs {
     /// Decoding preset: translation (beam 4, α 0.6, +50), parsing (beam 21, α 0.3, +300) or greedy
     /// (default: the model's task's).
-    #[arg(long, value_parser = one_of(&BeamConfig::PRESETS))]
-    pub preset: Option<String>,
+    #[arg(long, value_parser = library_enum(&SearchPreset::ALL, SearchPreset::name))]
+    pub preset: Option<SearchPreset>,
     /// Beam size (overrides the preset; §6.1: 4 for translation, §6.3: 21 for parsing; 1 = greedy).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     pub beam: Option<u32>,
@@ -558,4 +626,47 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..))]
         reps: u32,
     },
+}
+
+impl ModelArgs {
+    /// The translator session these arguments name.
+    pub(crate) fn load(&self) -> Result<Translator> {
+        let task = match self.task {
+            Some(t) => t,
+            None => transformer::checkpoint::read_task(&self.checkpoint)?,
+        };
+        let options = SessionOptions {
+            precision: self.precision,
+            kernels: if self.no_pack { DecoderKernels::Gemm } else { DecoderKernels::Packed },
+            task,
+        };
+        Ok(Translator::load(&self.checkpoint, &self.bpe, options)?)
+    }
+}
+
+impl SearchArgs {
+    /// The search and batching options, from the preset (default: `task`'s) and the overrides.
+    pub(crate) fn options(&self, nbest: usize, task: Task) -> Result<DecodeOptions> {
+        let preset = match &self.preset {
+            Some(p) => p.config(),
+            None => BeamConfig::for_task(task),
+        };
+        let overrides = SearchOverrides {
+            beam: self.beam.map(|b| b as usize),
+            alpha: self.alpha,
+            max_len_a: self.max_len_a,
+            max_len_b: self.max_len_b,
+            nbest: Some(nbest),
+            early_exit: Some(self.early_exit),
+        };
+        let search = match preset.with(&overrides) {
+            Ok(s) => s,
+            // Out-of-range flags: a usage error (exit 2), named after the flag.
+            Err(e) => usage!(
+                "{}",
+                e.to_string().replace("the beam size must", "--beam must").replace("max_len_", "--max-len-")
+            ),
+        };
+        Ok(DecodeOptions { search, max_tokens: self.max_tokens as usize, max_sentences: self.max_sentences as usize })
+    }
 }

@@ -9,7 +9,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
-use transformer::train::checkpoint::{self, Checkpoint};
+use transformer::checkpoint::{self, Checkpoint};
 use transformer::train::run::list_checkpoints;
 
 /// Updates of the runs killed and resumed.

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
-use transformer::train::checkpoint;
+use transformer::checkpoint;
 use transformer::train::run::list_checkpoints;
 
 fn shared(name: &str) -> String {

@@ -9,7 +9,7 @@
 //! at the end, whether a close came with nothing open, how many closes name another label than
 //! the innermost open one, and the leaves written against the words.
 use transformer::data::trees::{items, Item};
-use transformer::decode::translator::{ParseOptions, Translator, TranslatorOptions};
+use transformer::decode::translator::{ParseOptions, SessionOptions, Translator};
 use transformer::Task;
 
 fn main() {
@@ -18,7 +18,7 @@ fn main() {
         eprintln!("usage: parse_raw CHECKPOINT VOCAB WORDS [c]");
         std::process::exit(2);
     }
-    let options = TranslatorOptions { task: Task::Parsing, ..Default::default() };
+    let options = SessionOptions { task: Task::Parsing, ..Default::default() };
     let t = Translator::load(a[1].as_ref(), a[2].as_ref(), options).expect("a parsing checkpoint and its vocabulary");
     let text = std::fs::read_to_string(&a[3]).expect("the sentences");
     let sents: Vec<String> = text.lines().map(String::from).collect();

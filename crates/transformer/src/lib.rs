@@ -17,26 +17,32 @@
 //! | F | d_ff |
 //!
 //! ## Modules
-//! - [`io`]: atomic writes and I/O errors that name their file.
+//! From the bottom up; each imports only from those above it (and [`error`], [`io`]).
+//! - [`error`], [`io`]: errors that say what to do, atomic writes, I/O errors that name their file.
 //! - [`vocab`]: the special tokens' ids and strings.
+//! - [`rng`]: counter-based dropout masks and the initialisation generator.
+//! - [`precision`]: f32 or bf16 matrix products, a value each model carries.
 //! - [`config`]: Table 3 columns and a preset per row.
-//! - [`params`]: the named flat layout and initialisation.
+//! - [`params`]: the named flat layout, its typed views and initialisation.
 //! - [`kernels`]: fused CPU kernels ([`kernels::cpu`]) and their naive twins ([`kernels::reference`]).
-//! - [`model`]: wiring of the encoder–decoder (§3).
-//! - [`train`]: learning-rate schedule (Eq. 3), Adam (§5.3), the training step, checkpoints,
-//!   averaging, whole training runs with exact resume, and data-parallel runs over MPI (feature `mpi`).
-//! - [`data`]: shared BPE, corpora, downloads (Multi30k, the Penn Treebank sample), batching,
-//!   binarised data (§5.1), treebanks (§6.3).
-//! - [`decode`]: greedy decoding (§6.1; beam search to come).
-//! - [`eval`]: sacreBLEU-exact BLEU and chrF.
+//! - [`data`]: shared BPE, corpora, target encodings ([`data::encoding`]), downloads (Multi30k,
+//!   the Penn Treebank sample), batching, binarised data (§5.1), treebanks (§6.3).
+//! - [`task`]: translation or parsing, and where they differ.
+//! - [`model`]: wiring of the encoder–decoder (§3), teacher-forced and incremental.
+//! - [`checkpoint`]: safetensors checkpoints, their checks, and averaging (§6.1).
+//! - [`eval`]: sacreBLEU-exact BLEU, chrF, EVALB-exact F1, perplexity, attention maps.
+//! - [`decode`]: batched beam search (§6.1) and the [`Translator`] session: model, vocabulary,
+//!   packed weights and state pool, for translating, parsing and scoring.
+//! - [`train`]: learning-rate schedule (Eq. 3), Adam (§5.3), the training step, whole training
+//!   runs with exact resume, and data-parallel runs over MPI (feature `mpi`).
 //! - [`quickstart`]: the main job in one call (built-in Multi30k to a scored model and a report;
 //!   [`quickstart::parsing`]: a treebank to a parser, its EVALB scores and a report).
-//! - [`synthetic`]: copy/reverse tasks for learning smoke tests.
-//! - [`rng`]: counter-based dropout masks and the initialisation generator.
+//! - [`synthetic`]: copy/reverse tasks and the recipe that learns them.
 
 // Numeric kernels index several slices with one loop variable; iterator chains would obscure them.
 #![allow(clippy::needless_range_loop)]
 
+pub mod checkpoint;
 pub mod config;
 pub mod data;
 pub mod decode;
@@ -55,6 +61,7 @@ pub mod train;
 pub mod vocab;
 
 pub use config::{ModelConfig, Positions};
+pub use decode::translator::Translator;
 pub use error::{Error, Result};
 pub use model::{Batch, DropoutCtx, Transformer, Workspace};
 pub use precision::Precision;

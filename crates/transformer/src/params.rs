@@ -491,113 +491,120 @@ impl FfnOffsets {
     }
 }
 
+/// An attention sub-layer's tensors: the attention and the LayerNorm after its residual.
+#[derive(Clone, Copy, Debug)]
+pub struct AttnBlock<'a> {
+    /// The attention's projections.
+    pub attn: AttnParams<'a>,
+    /// Its LayerNorm.
+    pub norm: NormParams<'a>,
+}
+
+/// An attention sub-layer's tensors, mutably (gradients).
+#[derive(Debug)]
+pub struct AttnBlockMut<'a> {
+    /// The attention's projections.
+    pub attn: AttnParamsMut<'a>,
+    /// Its LayerNorm.
+    pub norm: NormParamsMut<'a>,
+}
+
+/// A feed-forward sub-layer's tensors: the FFN and the LayerNorm after its residual.
+#[derive(Clone, Copy, Debug)]
+pub struct FfnBlock<'a> {
+    /// The FFN (Eq. 2).
+    pub ffn: FfnParams<'a>,
+    /// Its LayerNorm.
+    pub norm: NormParams<'a>,
+}
+
+/// A feed-forward sub-layer's tensors, mutably (gradients).
+#[derive(Debug)]
+pub struct FfnBlockMut<'a> {
+    /// The FFN (Eq. 2).
+    pub ffn: FfnParamsMut<'a>,
+    /// Its LayerNorm.
+    pub norm: NormParamsMut<'a>,
+}
+
 /// One encoder layer's tensors, borrowed from a flat buffer.
 #[derive(Clone, Copy, Debug)]
 pub struct EncoderLayerParams<'a> {
-    /// Self-attention.
-    pub self_attn: AttnParams<'a>,
-    /// Its LayerNorm.
-    pub self_attn_norm: NormParams<'a>,
-    /// FFN.
-    pub ffn: FfnParams<'a>,
-    /// Its LayerNorm.
-    pub ffn_norm: NormParams<'a>,
+    /// Self-attention and its LayerNorm.
+    pub self_attn: AttnBlock<'a>,
+    /// FFN and its LayerNorm.
+    pub ffn: FfnBlock<'a>,
 }
 
 /// One encoder layer's tensors, mutably (gradients): disjoint views of its contiguous block.
 #[derive(Debug)]
 pub struct EncoderLayerParamsMut<'a> {
-    /// Self-attention.
-    pub self_attn: AttnParamsMut<'a>,
-    /// Its LayerNorm.
-    pub self_attn_norm: NormParamsMut<'a>,
-    /// FFN.
-    pub ffn: FfnParamsMut<'a>,
-    /// Its LayerNorm.
-    pub ffn_norm: NormParamsMut<'a>,
+    /// Self-attention and its LayerNorm.
+    pub self_attn: AttnBlockMut<'a>,
+    /// FFN and its LayerNorm.
+    pub ffn: FfnBlockMut<'a>,
 }
 
 impl EncoderLayerOffsets {
     /// The layer's tensors in `p`.
     pub fn params<'a>(&self, p: &'a [f32]) -> EncoderLayerParams<'a> {
         EncoderLayerParams {
-            self_attn: self.self_attn.params(p),
-            self_attn_norm: self.self_attn_norm.params(p),
-            ffn: self.ffn.params(p),
-            ffn_norm: self.ffn_norm.params(p),
+            self_attn: AttnBlock { attn: self.self_attn.params(p), norm: self.self_attn_norm.params(p) },
+            ffn: FfnBlock { ffn: self.ffn.params(p), norm: self.ffn_norm.params(p) },
         }
     }
 
     /// The layer's tensors in `g`, mutably.
     pub fn params_mut<'a>(&self, g: &'a mut [f32]) -> EncoderLayerParamsMut<'a> {
         let mut g = Carve::new(g, self.self_attn.w_qkv);
-        EncoderLayerParamsMut {
-            self_attn: self.self_attn.params_mut(&mut g),
-            self_attn_norm: self.self_attn_norm.params_mut(&mut g),
-            ffn: self.ffn.params_mut(&mut g),
-            ffn_norm: self.ffn_norm.params_mut(&mut g),
-        }
+        let self_attn =
+            AttnBlockMut { attn: self.self_attn.params_mut(&mut g), norm: self.self_attn_norm.params_mut(&mut g) };
+        let ffn = FfnBlockMut { ffn: self.ffn.params_mut(&mut g), norm: self.ffn_norm.params_mut(&mut g) };
+        EncoderLayerParamsMut { self_attn, ffn }
     }
 }
 
 /// One decoder layer's tensors, borrowed from a flat buffer.
 #[derive(Clone, Copy, Debug)]
 pub struct DecoderLayerParams<'a> {
-    /// Causal self-attention.
-    pub self_attn: AttnParams<'a>,
-    /// Its LayerNorm.
-    pub self_attn_norm: NormParams<'a>,
-    /// Encoder–decoder attention.
-    pub cross_attn: AttnParams<'a>,
-    /// Its LayerNorm.
-    pub cross_attn_norm: NormParams<'a>,
-    /// FFN.
-    pub ffn: FfnParams<'a>,
-    /// Its LayerNorm.
-    pub ffn_norm: NormParams<'a>,
+    /// Causal self-attention and its LayerNorm.
+    pub self_attn: AttnBlock<'a>,
+    /// Encoder–decoder attention and its LayerNorm.
+    pub cross_attn: AttnBlock<'a>,
+    /// FFN and its LayerNorm.
+    pub ffn: FfnBlock<'a>,
 }
 
 /// One decoder layer's tensors, mutably (gradients): disjoint views of its contiguous block.
 #[derive(Debug)]
 pub struct DecoderLayerParamsMut<'a> {
-    /// Causal self-attention.
-    pub self_attn: AttnParamsMut<'a>,
-    /// Its LayerNorm.
-    pub self_attn_norm: NormParamsMut<'a>,
-    /// Encoder–decoder attention.
-    pub cross_attn: AttnParamsMut<'a>,
-    /// Its LayerNorm.
-    pub cross_attn_norm: NormParamsMut<'a>,
-    /// FFN.
-    pub ffn: FfnParamsMut<'a>,
-    /// Its LayerNorm.
-    pub ffn_norm: NormParamsMut<'a>,
+    /// Causal self-attention and its LayerNorm.
+    pub self_attn: AttnBlockMut<'a>,
+    /// Encoder–decoder attention and its LayerNorm.
+    pub cross_attn: AttnBlockMut<'a>,
+    /// FFN and its LayerNorm.
+    pub ffn: FfnBlockMut<'a>,
 }
 
 impl DecoderLayerOffsets {
     /// The layer's tensors in `p`.
     pub fn params<'a>(&self, p: &'a [f32]) -> DecoderLayerParams<'a> {
         DecoderLayerParams {
-            self_attn: self.self_attn.params(p),
-            self_attn_norm: self.self_attn_norm.params(p),
-            cross_attn: self.cross_attn.params(p),
-            cross_attn_norm: self.cross_attn_norm.params(p),
-            ffn: self.ffn.params(p),
-            ffn_norm: self.ffn_norm.params(p),
+            self_attn: AttnBlock { attn: self.self_attn.params(p), norm: self.self_attn_norm.params(p) },
+            cross_attn: AttnBlock { attn: self.cross_attn.params(p), norm: self.cross_attn_norm.params(p) },
+            ffn: FfnBlock { ffn: self.ffn.params(p), norm: self.ffn_norm.params(p) },
         }
     }
 
     /// The layer's tensors in `g`, mutably.
     pub fn params_mut<'a>(&self, g: &'a mut [f32]) -> DecoderLayerParamsMut<'a> {
         let mut g = Carve::new(g, self.self_attn.w_qkv);
-        DecoderLayerParamsMut {
-            self_attn: self.self_attn.params_mut(&mut g),
-            self_attn_norm: self.self_attn_norm.params_mut(&mut g),
-            cross_attn: self.cross_attn.params_mut(&mut g),
-            cross_attn_norm: self.cross_attn_norm.params_mut(&mut g),
-            ffn: self.ffn.params_mut(&mut g),
-            ffn_norm: self.ffn_norm.params_mut(&mut g),
-        }
+        let self_attn =
+            AttnBlockMut { attn: self.self_attn.params_mut(&mut g), norm: self.self_attn_norm.params_mut(&mut g) };
+        let cross_attn =
+            AttnBlockMut { attn: self.cross_attn.params_mut(&mut g), norm: self.cross_attn_norm.params_mut(&mut g) };
+        let ffn = FfnBlockMut { ffn: self.ffn.params_mut(&mut g), norm: self.ffn_norm.params_mut(&mut g) };
+        DecoderLayerParamsMut { self_attn, cross_attn, ffn }
     }
 }
 
@@ -691,47 +698,53 @@ mod tests {
         };
         for (l, lo) in o.encoder.iter().enumerate() {
             let (pre, lp) = (format!("encoder.layers.{l}"), lo.params(p));
-            attn(format!("{pre}.self_attn"), lp.self_attn);
-            norm(format!("{pre}.self_attn_norm"), lp.self_attn_norm);
-            ffn(format!("{pre}.ffn"), lp.ffn);
-            norm(format!("{pre}.ffn_norm"), lp.ffn_norm);
+            attn(format!("{pre}.self_attn"), lp.self_attn.attn);
+            norm(format!("{pre}.self_attn_norm"), lp.self_attn.norm);
+            ffn(format!("{pre}.ffn"), lp.ffn.ffn);
+            norm(format!("{pre}.ffn_norm"), lp.ffn.norm);
         }
         for (l, lo) in o.decoder.iter().enumerate() {
             let (pre, lp) = (format!("decoder.layers.{l}"), lo.params(p));
-            attn(format!("{pre}.self_attn"), lp.self_attn);
-            norm(format!("{pre}.self_attn_norm"), lp.self_attn_norm);
-            attn(format!("{pre}.cross_attn"), lp.cross_attn);
-            norm(format!("{pre}.cross_attn_norm"), lp.cross_attn_norm);
-            ffn(format!("{pre}.ffn"), lp.ffn);
-            norm(format!("{pre}.ffn_norm"), lp.ffn_norm);
+            attn(format!("{pre}.self_attn"), lp.self_attn.attn);
+            norm(format!("{pre}.self_attn_norm"), lp.self_attn.norm);
+            attn(format!("{pre}.cross_attn"), lp.cross_attn.attn);
+            norm(format!("{pre}.cross_attn_norm"), lp.cross_attn.norm);
+            ffn(format!("{pre}.ffn"), lp.ffn.ffn);
+            norm(format!("{pre}.ffn_norm"), lp.ffn.norm);
         }
         // The mutable views are the same tensors.
         for l in 0..c.n_layers {
             let want: Vec<_> = {
                 let lp = o.decoder[l].params(&buf);
-                [lp.self_attn.w_qkv, lp.self_attn.b_o, lp.cross_attn.w_o, lp.cross_attn_norm.beta, lp.ffn.w_2]
-                    .map(|v| range(base, v))
-                    .to_vec()
+                [
+                    lp.self_attn.attn.w_qkv,
+                    lp.self_attn.attn.b_o,
+                    lp.cross_attn.attn.w_o,
+                    lp.cross_attn.norm.beta,
+                    lp.ffn.ffn.w_2,
+                ]
+                .map(|v| range(base, v))
+                .to_vec()
             };
             let mut lg = o.decoder[l].params_mut(&mut buf);
-            let (w_q, _, w_kv, _) = lg.cross_attn.q_kv();
+            let (w_q, _, w_kv, _) = lg.cross_attn.attn.q_kv();
             let (w_q, w_kv) = (range(base, w_q), range(base, w_kv));
             let pre = format!("decoder.layers.{l}.cross_attn");
             assert_eq!(w_q, named(format!("{pre}.w_q")));
             assert_eq!(w_kv, named(format!("{pre}.w_k")).start..named(format!("{pre}.w_v")).end);
             let got = [
-                &*lg.self_attn.w_qkv,
-                &*lg.self_attn.b_o,
-                &*lg.cross_attn.w_o,
-                &*lg.cross_attn_norm.beta,
-                &*lg.ffn.w_2,
+                &*lg.self_attn.attn.w_qkv,
+                &*lg.self_attn.attn.b_o,
+                &*lg.cross_attn.attn.w_o,
+                &*lg.cross_attn.norm.beta,
+                &*lg.ffn.ffn.w_2,
             ]
             .map(|v| range(base, v));
             assert_eq!(got.to_vec(), want);
             let lg = o.encoder[l].params_mut(&mut buf);
             let enc = o.encoder[l];
-            assert_eq!(range(base, lg.ffn_norm.gamma).start, enc.ffn_norm.gamma);
-            assert_eq!(range(base, lg.self_attn.b_qkv).start, enc.self_attn.b_qkv);
+            assert_eq!(range(base, lg.ffn.norm.gamma).start, enc.ffn_norm.gamma);
+            assert_eq!(range(base, lg.self_attn.attn.b_qkv).start, enc.self_attn.b_qkv);
         }
         let (emb, pos) = o.embedding_mut(&mut buf);
         assert_eq!(range(base, emb), named("embed.weight".into()));

@@ -10,14 +10,14 @@
 
 pub mod parsing;
 
+use crate::checkpoint;
 use crate::data::download::{fetch_verified, multi30k_pair, Source};
-use crate::decode::translator::{TranslateOptions, Translator, TranslatorOptions};
+use crate::decode::translator::{DecodeOptions, SessionOptions, Translator};
 use crate::error::{Error, Result};
 use crate::eval::bleu::{corpus_bleu, BleuConfig, BleuScore};
 use crate::eval::chrf::{corpus_chrf, ChrfConfig, ChrfScore};
 use crate::io::{io_err, write_atomically};
 use crate::task::Task;
-use crate::train::checkpoint;
 use crate::train::run::{list_checkpoints, run_with_progress, Progress, RunConfig};
 use std::path::{Path, PathBuf};
 
@@ -354,14 +354,14 @@ pub fn run(opts: &QuickstartOptions, obs: &mut dyn Observer) -> Result<Quickstar
     files.push(("model".into(), model_path.clone()));
 
     obs.stage("evaluating");
-    let translator = Translator::load(&model_path, &run_dir.join("bpe.json"), TranslatorOptions::default())?;
+    let translator = Translator::load(&model_path, &run_dir.join("bpe.json"), SessionOptions::default())?;
     let read = |p: &Path| crate::data::corpus::read_lines(p);
     let (mut test_src, mut test_ref) = (read(&data[4])?, read(&data[5])?);
     if let Some(n) = opts.test_sentences {
         test_src.truncate(n);
         test_ref.truncate(n);
     }
-    let topts = TranslateOptions::default();
+    let topts = DecodeOptions::default();
     let (hyps, _) = {
         let obs = std::cell::RefCell::new(&mut *obs);
         translator.translate_with_progress(
@@ -408,8 +408,8 @@ pub fn run(opts: &QuickstartOptions, obs: &mut dyn Observer) -> Result<Quickstar
         options: opts.clone(),
         steps: summary.state.step,
         train_seconds: summary.state.elapsed_s,
-        stopped: summary.stopped,
-        valid_perplexity: summary.valid.1.exp(),
+        stopped: summary.stopped.to_string(),
+        valid_perplexity: summary.valid.perplexity(),
         averaged: last.len(),
         test_sentences: hyps.len(),
         bleu,
@@ -429,7 +429,7 @@ pub fn run(opts: &QuickstartOptions, obs: &mut dyn Observer) -> Result<Quickstar
 /// and producing `tgt` (token ids without BOS/EOS: a sentence and its translation).
 #[cfg(feature = "heatmap")]
 pub fn write_heatmap(translator: &Translator, src: &[u32], tgt: &[u32], path: &Path) -> Result<()> {
-    use crate::eval::attention::{piece_labels, Kind};
+    use crate::eval::attention::{AxisLabels, Kind};
     let bpe = translator.bpe();
     let w = translator.attention(src, tgt)?;
     let c = &translator.model().config;
@@ -442,12 +442,11 @@ pub fn write_heatmap(translator: &Translator, src: &[u32], tgt: &[u32], path: &P
         }
     }
     debug_assert_eq!(mean.len(), rows * cols);
-    let mut row_labels = piece_labels(bpe, tgt)?;
-    row_labels.push("</s>".into());
-    let col_labels = piece_labels(bpe, src)?;
+    let labels = AxisLabels::new(bpe, src, tgt)?;
+    let (row_labels, col_labels) = labels.of(Kind::EncoderDecoder);
     let title =
         format!("encoder-decoder attention, layer {} of {}, mean of {} heads", c.n_layers, c.n_layers, c.n_heads);
-    crate::eval::heatmap::render(&mean, &row_labels, &col_labels, &title).save_png(path)
+    crate::eval::heatmap::render(&mean, row_labels, col_labels, &title).save_png(path)
 }
 
 #[cfg(test)]

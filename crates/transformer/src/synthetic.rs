@@ -1,9 +1,55 @@
-//! Synthetic tasks for smoke-testing learning: copy and reverse a random symbol sequence.
+//! Synthetic tasks for smoke-testing learning: copy and reverse a random symbol sequence, with
+//! the recipe that learns them (`transformer synthetic`, the `learns` tests).
 
 use crate::config::{ModelConfig, Positions};
-use crate::model::Batch;
+use crate::error::Result;
+use crate::model::{Batch, Transformer};
 use crate::rng::Rng;
+use crate::train::{Schedule, StepStats, Trainer};
 use crate::SPECIAL_TOKENS;
+
+/// Symbols of the recipe's sequences.
+pub const SYMBOLS: usize = 20;
+/// Pairs per training batch.
+pub const BATCH: usize = 64;
+/// Shortest sequence.
+pub const MIN_LEN: usize = 4;
+/// Longest sequence.
+pub const MAX_LEN: usize = 12;
+/// Held-out pairs scored at the end.
+pub const HELD_OUT: usize = 500;
+
+/// A trainer for the recipe: [`model_config`] over [`SYMBOLS`], warmup 400, lr_scale 0.5.
+pub fn trainer(seed: u64) -> Result<Trainer> {
+    let cfg = model_config(SYMBOLS);
+    let schedule = Schedule { d_model: cfg.d_model, warmup: 400, lr_scale: 0.5 };
+    Ok(Trainer::new(Transformer::new(cfg, seed)?, schedule, seed))
+}
+
+/// A batch of [`BATCH`] (or `n`) random pairs of the recipe drawn from `rng`.
+pub fn batch(task: SyntheticTask, rng: &mut Rng, n: usize) -> Batch {
+    Batch::from_pairs(&pairs(task, rng, n, SYMBOLS, MIN_LEN, MAX_LEN))
+}
+
+/// Trains `task` from scratch for `steps` updates (data from `seed`), calling `on_step` after
+/// each; returns the trainer and its teacher-forced token accuracy on [`HELD_OUT`] pairs drawn
+/// from another seed, as (correct, total).
+pub fn train(
+    task: SyntheticTask,
+    steps: u64,
+    seed: u64,
+    on_step: &mut dyn FnMut(u64, &StepStats),
+) -> Result<(Trainer, (usize, usize))> {
+    let mut trainer = trainer(seed)?;
+    let mut rng = Rng::new(seed ^ 0xdead_beef);
+    for step in 1..=steps {
+        let stats = trainer.train_step(&[batch(task, &mut rng, BATCH)])?;
+        on_step(step, &stats);
+    }
+    let held_out = batch(task, &mut Rng::new(seed ^ 0x1234_5678), HELD_OUT);
+    let accuracy = token_accuracy(trainer.logits(&held_out)?, &held_out, SPECIAL_TOKENS + SYMBOLS);
+    Ok((trainer, accuracy))
+}
 
 /// Which synthetic task.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -4,9 +4,8 @@
 //! evaluation reports, and how targets are read, encoded and decoded.
 
 use crate::data::bpe::Bpe;
-use crate::data::parallel::{tag_entry, TargetEncoding, TAG_PREFIX};
+use crate::data::encoding::TargetEncoding;
 use crate::data::trees::{read_treebank, training_pair, FileRange};
-use crate::decode::BeamConfig;
 use crate::error::{Error, Result};
 use std::path::Path;
 
@@ -45,7 +44,7 @@ pub enum Validation {
 
 /// What evaluation reports.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Report {
+pub enum Evaluation {
     /// sacreBLEU BLEU and chrF2, tokenized BLEU, and per-token perplexity of the references.
     BleuChrfPerplexity,
     /// EVALB bracketing recall, precision and F1 (COLLINS.prm), complete match, tagging accuracy,
@@ -65,14 +64,6 @@ impl Task {
         }
     }
 
-    /// The paper's search settings for the task (§6.1: beam 4, α 0.6, +50).
-    pub fn search_defaults(self) -> BeamConfig {
-        match self {
-            Task::Translation => BeamConfig::translation(),
-            Task::Parsing => BeamConfig::parsing(),
-        }
-    }
-
     /// What a training run's validation measures.
     pub fn validation(self) -> Validation {
         match self {
@@ -82,10 +73,10 @@ impl Task {
     }
 
     /// What `evaluate` reports.
-    pub fn report(self) -> Report {
+    pub fn evaluation(self) -> Evaluation {
         match self {
-            Task::Translation => Report::BleuChrfPerplexity,
-            Task::Parsing => Report::Evalb,
+            Task::Translation => Evaluation::BleuChrfPerplexity,
+            Task::Parsing => Evaluation::Evalb,
         }
     }
 
@@ -116,34 +107,11 @@ impl Task {
         }
     }
 
-    /// Learns the vocabulary from training pairs. Translation: one BPE model over both sides
-    /// (§5.1's shared vocabulary). Parsing: BPE of `vocab_size` entries over the sentences (which
-    /// also spell the words of the trees), and every bracket and POS tag of the training trees added
-    /// as one whole entry of the same shared vocabulary, so each is one decoding step
-    /// (docs/parsing.md).
+    /// Learns the vocabulary from training pairs ([`TargetEncoding::learn_vocabulary`]):
+    /// translation one BPE model over both sides (§5.1's shared vocabulary), parsing BPE over the
+    /// sentences with every bracket and tag of the trees as one whole entry.
     pub fn learn_vocabulary(self, pairs: &[(String, String)], vocab_size: usize) -> Result<Bpe> {
-        match self {
-            Task::Translation => Bpe::learn(pairs.iter().flat_map(|(s, t)| [s, t]), vocab_size, 2),
-            Task::Parsing => {
-                use crate::data::trees::{items, Item};
-                // Sentences as they are encoded (`encode_source`): every word after a space.
-                let bpe = Bpe::learn(pairs.iter().map(|(s, _)| format!(" {}", s.trim_start())), vocab_size, 2)?;
-                let mut entries: Vec<String> = Vec::new();
-                for (_, t) in pairs {
-                    let tokens: Vec<String> = t.split_whitespace().map(str::to_string).collect();
-                    for (item, token) in items(&tokens).into_iter().zip(&tokens) {
-                        match item {
-                            Item::Open(_) | Item::Close(_) => entries.push(token.clone()),
-                            Item::Tag(tag) => entries.push(tag_entry(tag)),
-                            Item::Word(_) => {}
-                        }
-                    }
-                }
-                entries.sort_unstable();
-                entries.dedup();
-                bpe.with_whole_tokens(&entries.iter().map(String::as_str).collect::<Vec<_>>())
-            }
-        }
+        self.target_encoding().learn_vocabulary(pairs, vocab_size)
     }
 
     /// How targets become ids: BPE for translation, one whole entry per tree token for parsing.
@@ -165,43 +133,9 @@ impl Task {
         self.target_encoding().encode(bpe, text)
     }
 
-    /// The text of output ids. Parsing: the linearised tree, tokens joined by spaces: brackets and
-    /// tags as written, and each run of BPE pieces between them as the word(s) it decodes to; BOS,
-    /// EOS and PAD are dropped.
+    /// The text of output ids ([`TargetEncoding::decode`]; for parsing the linearised tree).
     pub fn decode_target(self, bpe: &Bpe, ids: &[u32]) -> Result<String> {
-        match self {
-            Task::Translation => bpe.decode(ids),
-            Task::Parsing => {
-                let whole: std::collections::HashMap<u32, String> = bpe.whole_tokens().into_iter().collect();
-                let mut out: Vec<String> = Vec::new();
-                let mut run: Vec<u32> = Vec::new();
-                let flush = |run: &mut Vec<u32>, out: &mut Vec<String>| -> Result<()> {
-                    if !run.is_empty() {
-                        out.extend(bpe.decode(run)?.split_whitespace().map(str::to_string));
-                        run.clear();
-                    }
-                    Ok(())
-                };
-                for &id in ids {
-                    if (id as usize) < crate::SPECIAL_TOKENS && id != crate::UNK {
-                        continue;
-                    }
-                    match whole.get(&id) {
-                        Some(t) => {
-                            flush(&mut run, &mut out)?;
-                            out.push(t.strip_prefix(TAG_PREFIX).unwrap_or(t).to_string());
-                        }
-                        None if id == crate::UNK => {
-                            flush(&mut run, &mut out)?;
-                            out.push(crate::vocab::SPECIALS[crate::UNK as usize].to_string());
-                        }
-                        None => run.push(id),
-                    }
-                }
-                flush(&mut run, &mut out)?;
-                Ok(out.join(" "))
-            }
-        }
+        self.target_encoding().decode(bpe, ids)
     }
 
     /// The lower-case name.

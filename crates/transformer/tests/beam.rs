@@ -5,7 +5,10 @@
 #![allow(clippy::needless_range_loop)]
 
 use std::collections::HashMap;
-use transformer::decode::{beam_search, translate_batch, BeamConfig, Hypothesis, Scorer, StepScores};
+mod common;
+
+use common::translate_batch;
+use transformer::decode::{beam_search, BeamConfig, Hypothesis, Scorer, SearchOverrides, SearchPreset, StepScores};
 use transformer::rng::Rng;
 use transformer::{Batch, ModelConfig, Positions, Transformer, Workspace, BOS, EOS};
 
@@ -322,12 +325,23 @@ fn bad_settings_are_refused() {
         let e = beam_search(&mut s, &[1], &c, 10).unwrap_err().to_string();
         assert!(e.contains(msg), "{e}");
     }
-    assert_eq!(BeamConfig::preset("parsing").unwrap(), BeamConfig::parsing());
+    assert_eq!(SearchPreset::Parsing.config(), BeamConfig::parsing());
+    assert_eq!(BeamConfig::for_task(transformer::Task::Parsing), BeamConfig::parsing());
+    assert_eq!(BeamConfig::for_task(transformer::Task::Translation), BeamConfig::translation());
     assert_eq!(
         (BeamConfig::parsing().beam, BeamConfig::parsing().alpha, BeamConfig::parsing().max_len_b),
         (21, 0.3, 300)
     );
-    assert!(BeamConfig::preset("wide").unwrap_err().to_string().contains("translation, parsing and greedy"));
+    let names: Vec<&str> = SearchPreset::ALL.iter().map(|p| p.name()).collect();
+    assert_eq!(names, ["translation", "parsing", "greedy"]);
+    // Overrides replace what they name, keep the rest, and are checked.
+    let o = SearchOverrides { beam: Some(6), nbest: Some(2), ..Default::default() };
+    assert_eq!(
+        BeamConfig::translation().with(&o).unwrap(),
+        BeamConfig { beam: 6, nbest: 2, ..BeamConfig::translation() }
+    );
+    let bad = SearchOverrides { nbest: Some(9), ..Default::default() };
+    assert!(BeamConfig::translation().with(&bad).unwrap_err().to_string().contains("nbest"));
 }
 
 /// On a real (random) model, beam 1 equals greedy decoding by repeated full forward passes, and a

@@ -2,7 +2,7 @@
 //! configs and on truncated or corrupt files (never a panic).
 
 use std::path::PathBuf;
-use transformer::train::checkpoint::{self, Checkpoint};
+use transformer::checkpoint::{self, Checkpoint};
 use transformer::{Error, ModelConfig, Positions, Transformer};
 
 fn cfg() -> ModelConfig {
@@ -303,7 +303,7 @@ fn a_damaged_checkpoint_fails_its_checksum() {
     let dir = tmpdir("crc");
     let cfg = cfg();
     let model = Transformer::new(cfg.clone(), 1).unwrap();
-    let ckpt = transformer::train::checkpoint::Checkpoint {
+    let ckpt = transformer::checkpoint::Checkpoint {
         config: cfg,
         step: 7,
         vocab_hash: String::new(),
@@ -312,12 +312,12 @@ fn a_damaged_checkpoint_fails_its_checksum() {
         extra: Default::default(),
     };
     let path = dir.join("ckpt-00000007.safetensors");
-    transformer::train::checkpoint::save(&path, &ckpt).unwrap();
-    assert_eq!(transformer::train::checkpoint::load(&path).unwrap().params, ckpt.params);
+    transformer::checkpoint::save(&path, &ckpt).unwrap();
+    assert_eq!(transformer::checkpoint::load(&path).unwrap().params, ckpt.params);
     let mut bytes = std::fs::read(&path).unwrap();
     let last = bytes.len() - 3; // inside the last tensor's data
     bytes[last] ^= 0x10;
     std::fs::write(&path, &bytes).unwrap();
-    let err = transformer::train::checkpoint::load(&path).unwrap_err().to_string();
+    let err = transformer::checkpoint::load(&path).unwrap_err().to_string();
     assert!(err.contains("ckpt-00000007.safetensors") && err.contains("CRC-32") && err.contains("damaged"), "{err}");
 }

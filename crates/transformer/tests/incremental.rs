@@ -332,7 +332,8 @@ fn a_reused_state_decodes_exactly_like_a_fresh_one() {
     let a: Vec<Vec<u32>> = [6, 3, 9].iter().map(|&n| random_ids(&mut rng, n, v)).collect();
     let a_refs: Vec<&[u32]> = a.iter().map(|s| s.as_slice()).collect();
     let enc_a = m.encode(&a_refs, &mut ws).unwrap();
-    let mut st = m.start_decoding_packed(&enc_a, 40, packed.clone()).unwrap();
+    let mut st = transformer::model::DecoderState::default();
+    m.restart_decoding(&enc_a, 40, packed.clone(), &mut st).unwrap();
     drive(&m, &enc_a, &mut st, 30, 6, 1);
     // Then a smaller batch in the same state, against a fresh state: bit for bit the same.
     let b: Vec<Vec<u32>> = [4, 8].iter().map(|&n| random_ids(&mut rng, n, v)).collect();

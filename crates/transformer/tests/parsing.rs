@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use transformer::data::trees::{self, delinearise, is_well_formed, ptb_tokenize, FileRange};
 use transformer::decode::beam::{beam_search_constrained, BeamConfig, Constraint, Scorer, StepScores};
-use transformer::decode::translator::{ParseOptions, Translator, TranslatorOptions};
+use transformer::decode::translator::{ParseOptions, SessionOptions, Translator};
 use transformer::decode::tree_constraint::TreeConstraint;
 use transformer::rng::Rng;
 use transformer::train::run::{run, RunConfig};
@@ -249,11 +249,10 @@ fn a_parsing_run_validates_f1_keeps_its_best_checkpoint_and_parses() {
 
     // The checkpoint says it is a parsing model: loading it as a translator is refused.
     let bpe = d.join("vocab.json");
-    let err = Translator::load(&best, &bpe, TranslatorOptions::default()).err().unwrap().to_string();
+    let err = Translator::load(&best, &bpe, SessionOptions::default()).err().unwrap().to_string();
     assert!(err.contains("is a parsing model") && err.contains("transformer parse"), "{err}");
-    assert_eq!(transformer::train::checkpoint::read_task(&best).unwrap(), Task::Parsing);
-    let parser =
-        Translator::load(&best, &bpe, TranslatorOptions { task: Task::Parsing, ..Default::default() }).unwrap();
+    assert_eq!(transformer::checkpoint::read_task(&best).unwrap(), Task::Parsing);
+    let parser = Translator::load(&best, &bpe, SessionOptions { task: Task::Parsing, ..Default::default() }).unwrap();
 
     // Constrained: every output is a well-formed tree over exactly the words, never repaired.
     let sentences: Vec<String> = vec![
@@ -262,7 +261,7 @@ fn a_parsing_run_validates_f1_keeps_its_best_checkpoint_and_parses() {
         "Yes".into(),
     ];
     let mut opts = ParseOptions { constrained: true, ..Default::default() };
-    opts.translate.search.beam = 3;
+    opts.decode.search.beam = 3;
     let (parses, _) = parser.parse(&sentences, &opts, &mut |_| {}).unwrap();
     for (s, p) in sentences.iter().zip(&parses) {
         let words: Vec<&str> = s.split_whitespace().collect();
@@ -278,6 +277,21 @@ fn a_parsing_run_validates_f1_keeps_its_best_checkpoint_and_parses() {
     for (s, p) in sentences.iter().zip(&parses) {
         assert_eq!(p.tree.words(), s.split_whitespace().collect::<Vec<_>>());
     }
+
+    // Parse-then-EVALB in one call: the same parses, scored as EVALB scores them; against
+    // themselves as gold every bracket matches; gold trees that do not align are refused.
+    let own: Vec<trees::Tree> = parses.iter().map(|p| p.tree.clone()).collect();
+    let scored = parser.parse_and_score(&sentences, &own, &opts, &mut |_| {}, &mut |_, _| {}).unwrap();
+    let trees_of =
+        |ps: &[transformer::decode::translator::Parse]| ps.iter().map(|p| p.tree.clone()).collect::<Vec<_>>();
+    assert_eq!(trees_of(&scored.parses), own);
+    // (Compared as text: a tree set without brackets has an F-measure of NaN, which no NaN equals.)
+    let want = transformer::eval::evalb::score_trees(&own, &own);
+    assert_eq!(format!("{:?}", scored.report), format!("{want:?}"));
+    assert_eq!(scored.malformed(), parses.iter().filter(|p| p.malformed).count());
+    assert!(scored.report.all.fmeasure == 100.0 || scored.report.all.fmeasure.is_nan(), "{:?}", scored.report.all);
+    let err = parser.parse_and_score(&sentences, &own[..2], &opts, &mut |_| {}, &mut |_, _| {}).unwrap_err();
+    assert!(err.to_string().contains("3 sentences but 2 gold trees"), "{err}");
 
     // A line longer than the model's positions is refused naming it, never split; with
     // skip_long it gives (TOP) and a warning. An empty line gives (TOP) too.
@@ -296,7 +310,7 @@ fn a_parsing_run_validates_f1_keeps_its_best_checkpoint_and_parses() {
     let before = std::fs::read(&best).unwrap();
     let cfg2 = parsing_config(&d, &["train.max_steps=13", "train.lr_scale=0.000001"]).unwrap();
     run(&cfg2, &mut |_| {}).unwrap();
-    let state = transformer::train::checkpoint::load(&d.join("ckpt-00000013.safetensors")).unwrap();
+    let state = transformer::checkpoint::load(&d.join("ckpt-00000013.safetensors")).unwrap();
     let rs: serde_json::Value = serde_json::from_str(&state.extra["run_state"]).unwrap();
     assert!(rs["best_f1"].as_f64().unwrap() >= best_f1);
     if rs["best_f1"].as_f64().unwrap() == best_f1 {
@@ -339,9 +353,9 @@ fn a_parsing_run_scores_the_average_of_its_last_checkpoints_and_keeps_it_when_be
     assert_eq!(a["best"] == true, f1 > best_single, "{a} against {best_single}");
     assert!(log.iter().any(|l| l.contains("of the average of the last 5 checkpoints (steps 142..150")), "{log:?}");
     // best.safetensors is the average exactly when it won, and the last checkpoint records its F1.
-    let ck = |n: u64| transformer::train::checkpoint::load(&d.join(format!("ckpt-{n:08}.safetensors"))).unwrap();
+    let ck = |n: u64| transformer::checkpoint::load(&d.join(format!("ckpt-{n:08}.safetensors"))).unwrap();
     let last5: Vec<_> = (142..=150).step_by(2).map(ck).collect();
-    let best = transformer::train::checkpoint::load(&d.join("best.safetensors")).unwrap();
+    let best = transformer::checkpoint::load(&d.join("best.safetensors")).unwrap();
     let rs: serde_json::Value = serde_json::from_str(&last5[4].extra["run_state"]).unwrap();
     assert_eq!(rs["best_f1"].as_f64().unwrap(), f1.max(best_single));
     if a["best"] == true {

@@ -6,7 +6,7 @@
 
 use std::path::Path;
 use transformer::data::trees::delinearise;
-use transformer::decode::translator::{ParseOptions, Translator, TranslatorOptions};
+use transformer::decode::translator::{ParseOptions, SessionOptions, Translator};
 use transformer::eval::perplexity::score_and_reading;
 use transformer::model::pointer::PointerTable;
 use transformer::train::{Schedule, Trainer};
@@ -62,10 +62,10 @@ fn twenty_short_trees_are_reproduced_from_their_own_sentences() {
     let gap = reading.gap.unwrap();
     eprintln!("shifted-sentence gap {gap:.3} nats/token, encoder spread {:.3}", reading.spread);
 
-    let parser = Translator::new(model, bpe, TranslatorOptions { task: Task::Parsing, ..Default::default() }).unwrap();
+    let parser = Translator::new(model, bpe, SessionOptions { task: Task::Parsing, ..Default::default() }).unwrap();
     let sentences: Vec<String> = pairs.iter().map(|(s, _)| s.clone()).collect();
     let mut opts = ParseOptions::default();
-    opts.translate.search = transformer::decode::BeamConfig::greedy();
+    opts.decode.search = transformer::decode::BeamConfig::greedy();
     let (parses, _) = parser.parse(&sentences, &opts, &mut |_| {}).unwrap();
     let mut exact = 0;
     for ((s, t), p) in pairs.iter().zip(&parses) {

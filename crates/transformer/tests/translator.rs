@@ -3,7 +3,7 @@
 //! each giving exactly what it gives alone.
 
 use transformer::data::bpe::Bpe;
-use transformer::decode::translator::{TranslateOptions, Translator, TranslatorOptions};
+use transformer::decode::translator::{DecodeOptions, SessionOptions, Translator};
 use transformer::decode::BeamConfig;
 use transformer::{ModelConfig, Positions, Precision, Transformer};
 
@@ -35,14 +35,14 @@ fn translator(precision: Precision) -> Translator {
         next_closer_dropout: 0.0,
     };
     let model = Transformer::new(config, 7).unwrap();
-    Translator::new(model, bpe, TranslatorOptions { precision, ..Default::default() }).unwrap()
+    Translator::new(model, bpe, SessionOptions { precision, ..Default::default() }).unwrap()
 }
 
-fn options() -> TranslateOptions {
+fn options() -> DecodeOptions {
     let mut search = BeamConfig::translation();
     search.max_len_b = 12;
     search.nbest = 2;
-    TranslateOptions { search, max_tokens: 256, max_sentences: 16 }
+    DecodeOptions { search, max_tokens: 256, max_sentences: 16 }
 }
 
 /// (text, log P, score) of every hypothesis.
@@ -86,7 +86,7 @@ fn f32_and_bf16_translators_side_by_side_give_what_each_gives_alone() {
         let mut config = ModelConfig::base();
         (config.n_layers, config.vocab_size) = (1, bpe.vocab_size());
         let model = Transformer::new(config, 1).unwrap();
-        let opts = TranslatorOptions { precision: Precision::Bf16, ..Default::default() };
+        let opts = SessionOptions { precision: Precision::Bf16, ..Default::default() };
         assert!(Translator::new(model, bpe, opts).is_err());
         return;
     }

@@ -1,71 +1,15 @@
 //! `translate`, `evaluate` and `attention`: thin layers over [`Translator`].
 
-use crate::args::{ModelArgs, ParsingArgs, SearchArgs};
+use super::input::{for_each_input_line, read_input_lines, read_references, warn};
+use crate::args::{ModelArgs, SearchArgs};
 use crate::progress::CountBar;
 use crate::usage;
-use anyhow::{Context, Result};
+use anyhow::Result;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
-use transformer::data::corpus::input_line;
-use transformer::decode::translator::{TranslateOptions, TranslateStats, Translator, TranslatorOptions};
+use transformer::decode::translator::{DecodeOptions, TranslateStats, Translator};
 use transformer::decode::BeamConfig;
 use transformer::kernels::cpu::profile::Profile;
-use transformer::task::{Report, Task};
-
-impl ModelArgs {
-    /// The translator session these arguments name.
-    fn load(&self) -> Result<Translator> {
-        let task = match self.task {
-            Some(t) => t,
-            None => transformer::train::checkpoint::read_task(&self.checkpoint)?,
-        };
-        let options = TranslatorOptions { precision: self.precision, pack: !self.no_pack, task };
-        Ok(Translator::load(&self.checkpoint, &self.bpe, options)?)
-    }
-}
-
-impl SearchArgs {
-    /// The search and batching options, from the preset (default: `task`'s) and the overrides.
-    pub(crate) fn options(&self, nbest: usize, task: Task) -> Result<TranslateOptions> {
-        let mut search = match &self.preset {
-            Some(p) => BeamConfig::preset(p)?,
-            None => task.search_defaults(),
-        };
-        if let Some(b) = self.beam {
-            search.beam = b as usize;
-        }
-        if let Some(a) = self.alpha {
-            search.alpha = a;
-        }
-        if let Some(a) = self.max_len_a {
-            search.max_len_a = a;
-        }
-        if let Some(b) = self.max_len_b {
-            search.max_len_b = b;
-        }
-        search.nbest = nbest;
-        search.early_exit = self.early_exit;
-        if let Err(e) = search.validate() {
-            // Out-of-range flags: a usage error (exit 2), named after the flag.
-            usage!("{}", e.to_string().replace("the beam size must", "--beam must").replace("max_len_", "--max-len-"));
-        }
-        Ok(TranslateOptions {
-            search,
-            max_tokens: self.max_tokens as usize,
-            max_sentences: self.max_sentences as usize,
-        })
-    }
-
-    pub(crate) fn describe(&self, o: &TranslateOptions) -> String {
-        let s = &o.search;
-        let stop = if s.early_exit { ", early exit" } else { "" };
-        format!("beam {}, α {}, max length {}·src + {}{stop}", s.beam, s.alpha, s.max_len_a, s.max_len_b)
-    }
-}
-
-pub(crate) fn warn(m: String) {
-    eprintln!("warning: {m}");
-}
 
 fn speed_line(stats: &TranslateStats, secs: f64, what: &str) -> String {
     format!(
@@ -76,24 +20,6 @@ fn speed_line(stats: &TranslateStats, secs: f64, what: &str) -> String {
         stats.out_tokens as f64 / secs,
         stats.rows_decoded
     )
-}
-
-/// Runs `f` on every line of `input` (a plain or .gz file) or of stdin, read as the user means it
-/// (`corpus::input_line`: a byte-order mark dropped, any line end, a whitespace-only line empty);
-/// errors name the file (or `<stdin>`) and the line.
-pub(crate) fn for_each_input_line(input: Option<&Path>, mut f: impl FnMut(&str) -> Result<()>) -> Result<()> {
-    match input {
-        Some(p) => transformer::data::corpus::for_each_line(p, |n, line| {
-            f(input_line(line)).with_context(|| format!("{}:{n}", p.display()))
-        }),
-        None => {
-            let mut lines = transformer::data::corpus::Lines::from_reader(Box::new(std::io::stdin().lock()), "<stdin>");
-            while let Some(line) = lines.next_line()? {
-                f(input_line(line)).with_context(|| format!("<stdin>:{}", lines.line_number()))?;
-            }
-            Ok(())
-        }
-    }
 }
 
 pub fn translate(
@@ -151,53 +77,24 @@ pub fn translate(
     }
     w.flush()?;
     if speed {
-        eprintln!("{}", speed_line(&stats, secs, &search.describe(&opts)));
+        eprintln!("{}", speed_line(&stats, secs, &opts.search.to_string()));
     }
     Ok(())
 }
 
-/// Reads reference files, each line-aligned with `base` (`n` lines of `what`).
-pub(crate) fn read_references(paths: &[PathBuf], base: &Path, n: usize, what: &str) -> Result<Vec<Vec<String>>> {
-    let mut refs = Vec::with_capacity(paths.len());
-    for p in paths {
-        let r = super::read_input_lines(p)?;
-        if r.len() != n {
-            anyhow::bail!(
-                "{} has {} lines but {} has {n}: references and {what} must be line-aligned",
-                p.display(),
-                r.len(),
-                base.display()
-            );
-        }
-        refs.push(r);
-    }
-    Ok(refs)
-}
-
+/// `evaluate` of a translation model: translates the sources and scores them against the
+/// references (BLEU, chrF, tokenized BLEU, BLEU by source length with `by_length`, perplexity).
 pub fn evaluate(
-    model: &ModelArgs,
+    translator: &Translator,
     src_path: Option<&Path>,
     ref_paths: &[PathBuf],
     output: Option<&Path>,
     by_length: bool,
-    search: &SearchArgs,
-    parsing: ParsingArgs,
+    opts: &DecodeOptions,
 ) -> Result<()> {
     use transformer::eval::{bleu, chrf};
-    search.options(1, model.task.unwrap_or_default())?; // bad flags: a usage error before loading
-    let translator = model.load()?;
-    let opts = search.options(1, translator.task())?;
-    if translator.task().report() == Report::Evalb {
-        if ref_paths.len() != 1 {
-            usage!("a parsing model is scored against one file of gold trees; give one --ref");
-        }
-        if by_length {
-            usage!("--by-length reports BLEU of a translation model; a parsing model's report is EVALB's");
-        }
-        return super::parse::evaluate(&translator, src_path, &ref_paths[0], output, &opts, parsing);
-    }
     let Some(src_path) = src_path else { usage!("give the source sentences with --src") };
-    let srcs = super::read_input_lines(src_path)?;
+    let srcs = read_input_lines(src_path)?;
     let refs = read_references(ref_paths, src_path, srcs.len(), "sources")?;
     if srcs.is_empty() {
         // No score is made up from nothing (BLEU of zero sentences would print as 0).
@@ -207,7 +104,7 @@ pub fn evaluate(
     let bar = std::cell::RefCell::new(CountBar::new("sentences", srcs.len() as u64));
     let result = translator.translate_with_progress(
         &srcs,
-        &opts,
+        opts,
         &mut |m| bar.borrow().println(&format!("warning: {m}")),
         &mut |d, t| bar.borrow_mut().update(d, t),
     );
@@ -220,31 +117,26 @@ pub fn evaluate(
         text.push('\n');
         transformer::io::write_atomically(p, text.as_bytes())?;
     }
-    match translator.task().report() {
-        Report::Evalb => unreachable!("parsing models are evaluated above"),
-        Report::BleuChrfPerplexity => {
-            println!("{}", bleu::corpus_bleu(&hyps, &refs, &bleu::BleuConfig::default()).line());
-            println!("{}", chrf::corpus_chrf(&hyps, &refs, &chrf::ChrfConfig::default()).line());
-            println!("{}", bleu::tokenized_bleu(&hyps, &refs, true).line());
-            if by_length {
-                let cfg = bleu::BleuConfig::default();
-                for b in bleu::bleu_by_source_length(&srcs, &hyps, &refs, &bleu::LENGTH_BUCKETS, &cfg) {
-                    println!("{}", b.line());
-                }
-            }
-            let totals = translator.perplexity(&srcs, &refs[0], &mut warn)?;
-            match totals.nll_per_token() {
-                Some(nll) => println!(
-                    "perplexity = {:.2} (per target token, EOS included, teacher-forced on {}: {} tokens, mean NLL {nll:.4})",
-                    nll.exp(),
-                    ref_paths[0].display(),
-                    totals.tokens
-                ),
-                None => println!("perplexity: no target token could be scored ({} is empty)", src_path.display()),
-            }
+    println!("{}", bleu::corpus_bleu(&hyps, &refs, &bleu::BleuConfig::default()).line());
+    println!("{}", chrf::corpus_chrf(&hyps, &refs, &chrf::ChrfConfig::default()).line());
+    println!("{}", bleu::tokenized_bleu(&hyps, &refs, true).line());
+    if by_length {
+        let cfg = bleu::BleuConfig::default();
+        for b in bleu::bleu_by_source_length(&srcs, &hyps, &refs, &bleu::LENGTH_BUCKETS, &cfg) {
+            println!("{}", b.line());
         }
     }
-    eprintln!("{}", speed_line(&stats, secs, &search.describe(&opts)));
+    let totals = translator.perplexity(&srcs, &refs[0], &mut warn)?;
+    match totals.nll_per_token() {
+        Some(nll) => println!(
+            "perplexity = {:.2} (per target token, EOS included, teacher-forced on {}: {} tokens, mean NLL {nll:.4})",
+            nll.exp(),
+            ref_paths[0].display(),
+            totals.tokens
+        ),
+        None => println!("perplexity: no target token could be scored ({} is empty)", src_path.display()),
+    }
+    eprintln!("{}", speed_line(&stats, secs, &opts.search.to_string()));
     Ok(())
 }
 
@@ -265,7 +157,6 @@ pub fn attention(
     out: &Path,
 ) -> Result<()> {
     use crate::usage;
-    use attn::piece_labels;
     use transformer::eval::{attention as attn, heatmap};
     let translator = model.load()?;
     let c = &translator.model().config;
@@ -283,7 +174,7 @@ pub fn attention(
     let tgt_ids = match tgt {
         Some(t) => translator.task().encode_target(bpe, t)?,
         None => {
-            let opts = TranslateOptions { search: translator.task().search_defaults(), ..Default::default() };
+            let opts = DecodeOptions { search: BeamConfig::for_task(translator.task()), ..Default::default() };
             let (h, _) = translator.translate_ids(std::slice::from_ref(&src_ids), &opts, &mut warn)?;
             let ids = h[0][0].tokens.clone();
             eprintln!("translation: {}", translator.task().decode_target(bpe, &ids)?);
@@ -291,21 +182,13 @@ pub fn attention(
         }
     };
     let w = translator.attention(&src_ids, &tgt_ids)?;
-    let src_l = piece_labels(bpe, &src_ids)?;
-    let mut dec_in = vec!["<s>".to_string()];
-    dec_in.extend(piece_labels(bpe, &tgt_ids)?);
-    let mut dec_out: Vec<String> = dec_in[1..].to_vec();
-    dec_out.push("</s>".into());
+    let labels = attn::AxisLabels::new(bpe, &src_ids, &tgt_ids)?;
     std::fs::create_dir_all(out).map_err(transformer::io::io_err(out))?;
     let layers: Vec<usize> = layer.map_or((1..=c.n_layers).collect(), |l| vec![l]);
     let heads: Vec<usize> = head.map_or((1..=c.n_heads).collect(), |h| vec![h]);
     let mut written = 0;
     for kind in attn::Kind::ALL {
-        let (rows, cols) = match kind {
-            attn::Kind::EncoderSelf => (&src_l, &src_l),
-            attn::Kind::DecoderSelf => (&dec_in, &dec_in),
-            attn::Kind::EncoderDecoder => (&dec_out, &src_l),
-        };
+        let (rows, cols) = labels.of(kind);
         for &l in &layers {
             for &h in &heads {
                 let (weights, _, _) = w.get(kind, l - 1, h - 1);

@@ -1,7 +1,7 @@
 //! `parse-eval`: score parse trees against gold trees exactly as EVALB with COLLINS.prm, and print
 //! EVALB's report; EVALB's error messages go to stderr as it writes them (`ID : message`).
 
-use super::read_lines;
+use super::input::read_lines;
 use anyhow::Result;
 use std::io::Write;
 use std::path::Path;

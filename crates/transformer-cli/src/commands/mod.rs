@@ -4,19 +4,24 @@ mod bench;
 mod decode;
 mod distributed;
 mod evalb;
+mod input;
 mod parse;
 mod quickstart;
 mod text;
 mod train;
 
-use crate::args::Command;
+use crate::args::{
+    AttentionArgs, AverageArgs, BenchArgs, BpeArgs, Command, DataArgs, EvaluateArgs, ParamsArgs, ParseEvalArgs,
+    QuickstartArgs, SyntheticArgs, TrainArgs, TranslateArgs, TreebankArgs,
+};
 use anyhow::Result;
+use transformer::task::Evaluation;
 use transformer::Task;
 
 /// Runs one command.
 pub fn run(cmd: Command) -> Result<()> {
     match cmd {
-        Command::Quickstart {
+        Command::Quickstart(QuickstartArgs {
             task,
             minutes,
             output,
@@ -29,7 +34,7 @@ pub fn run(cmd: Command) -> Result<()> {
             test_files,
             test_sentences,
             valid_steps,
-        } => {
+        }) => {
             let d = transformer::quickstart::QuickstartOptions::default();
             let flags = [
                 (src.is_some(), "--src", Task::Translation),
@@ -62,60 +67,56 @@ pub fn run(cmd: Command) -> Result<()> {
                 test_files: test_files.unwrap_or(d.test_files),
             })
         }
-        Command::Params { preset, vocab, all, json, cost, src_len, tgt_len, tokens_per_step, steps } => {
+        Command::Params(ParamsArgs { preset, vocab, all, json, cost, src_len, tgt_len, tokens_per_step, steps }) => {
             let cost = cost.then_some(train::CostArgs { src_len, tgt_len, tokens_per_step, steps });
             train::params(&preset, vocab, all, json, cost)
         }
-        Command::Synthetic { task, steps, seed, save } => train::synthetic(task, steps, seed, save.as_deref()),
-        Command::Train { config, overrides, time_limit } => train::train(&config, overrides, time_limit),
-        Command::Average { last, dir, inputs, output } => {
+        Command::Synthetic(SyntheticArgs { task, steps, seed, save }) => {
+            train::synthetic(task, steps, seed, save.as_deref())
+        }
+        Command::Train(TrainArgs { config, overrides, time_limit }) => train::train(&config, overrides, time_limit),
+        Command::Average(AverageArgs { last, dir, inputs, output }) => {
             train::average(last.map(|k| k as usize), dir.as_deref(), inputs, &output)
         }
-        Command::Prepare { src, tgt, task, files, bpe, out, max_tokens, max_ratio } => {
-            train::prepare(&src, tgt.as_deref(), task, files.as_deref(), &bpe, &out, max_tokens as usize, max_ratio)
-        }
-        Command::Translate { model, input, search, nbest, speed, profile } => {
+        Command::Prepare(args) => train::prepare(&args),
+        Command::Translate(TranslateArgs { model, input, search, nbest, speed, profile }) => {
             decode::translate(&model, input.as_deref(), &search, nbest as usize, speed, profile)
         }
-        Command::Evaluate { model, src, refs, output, by_length, search, parsing } => {
-            decode::evaluate(&model, src.as_deref(), &refs, output.as_deref(), by_length, &search, parsing)
+        Command::Evaluate(EvaluateArgs { model, src, refs, output, by_length, search, parsing }) => {
+            search.options(1, model.task.unwrap_or_default())?; // bad flags: a usage error before loading
+            let translator = model.load()?;
+            let opts = search.options(1, translator.task())?;
+            match translator.task().evaluation() {
+                Evaluation::Evalb => {
+                    if refs.len() != 1 {
+                        crate::usage!("a parsing model is scored against one file of gold trees; give one --ref");
+                    }
+                    if by_length {
+                        crate::usage!(
+                            "--by-length reports BLEU of a translation model; a parsing model's report is EVALB's"
+                        );
+                    }
+                    parse::evaluate(&translator, src.as_deref(), &refs[0], output.as_deref(), &opts, parsing)
+                }
+                Evaluation::BleuChrfPerplexity => {
+                    decode::evaluate(&translator, src.as_deref(), &refs, output.as_deref(), by_length, &opts)
+                }
+            }
         }
-        Command::Parse { checkpoint, bpe, input, tokenize, precision, search, parsing, speed } => {
-            parse::parse(&checkpoint, &bpe, input.as_deref(), tokenize, precision, &search, parsing, speed)
-        }
-        Command::Treebank { input, files, words, trees } => {
+        Command::Parse(args) => parse::parse(&args),
+        Command::Treebank(TreebankArgs { input, files, words, trees }) => {
             parse::treebank(&input, files.as_deref(), words.as_deref(), trees.as_deref())
         }
-        Command::Attention { model, src, tgt, layer, head, out } => {
+        Command::Attention(AttentionArgs { model, src, tgt, layer, head, out }) => {
             decode::attention(&model, &src, tgt.as_deref(), layer.map(|l| l as usize), head.map(|h| h as usize), &out)
         }
-        Command::Data { which } => text::data(which),
-        Command::Bpe { which } => text::bpe(which),
-        Command::Bleu { refs, hyp, tokenize, lowercase, smooth, smooth_value, metrics, score_only } => {
-            text::bleu(&refs, &hyp, tokenize, lowercase, &smooth, smooth_value, &metrics, score_only)
-        }
-        Command::ParseEval { gold, test, summary_only } => evalb::parse_eval(&gold, &test, summary_only),
-        Command::Bench { which } => bench::run(which),
+        Command::Data(DataArgs { which }) => text::data(which),
+        Command::Bpe(BpeArgs { which }) => text::bpe(which),
+        Command::Bleu(args) => text::bleu(&args),
+        Command::ParseEval(ParseEvalArgs { gold, test, summary_only }) => evalb::parse_eval(&gold, &test, summary_only),
+        Command::Bench(BenchArgs { which }) => bench::run(which),
         Command::Serve(args) => crate::serve::run(args),
     }
-}
-
-/// Reads a text file (plain or .gz), one entry a line.
-pub(crate) fn read_lines(path: &std::path::Path) -> Result<Vec<String>> {
-    Ok(transformer::data::corpus::read_lines(path)?)
-}
-
-/// Reads a file of sentences (sources, references), each line as the user means it
-/// (`corpus::input_line`: a whitespace-only line is empty).
-pub(crate) fn read_input_lines(path: &std::path::Path) -> Result<Vec<String>> {
-    let mut lines = transformer::data::corpus::read_lines(path)?;
-    for l in &mut lines {
-        let meant = transformer::data::corpus::input_line(l);
-        if meant.len() != l.len() {
-            *l = meant.to_string();
-        }
-    }
-    Ok(lines)
 }
 
 /// Peak resident set size of this process, from /proc (Linux), in bytes.

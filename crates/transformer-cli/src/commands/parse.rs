@@ -1,35 +1,26 @@
 //! `parse`, `treebank` and `evaluate` of a parsing model: thin layers over [`Translator::parse`]
 //! and the EVALB scorer.
 
-use super::decode::{for_each_input_line, warn};
-use crate::args::{ParsingArgs, SearchArgs};
+use super::input::{for_each_input_line, read_input_lines, warn};
+use crate::args::{ParseArgs, ParsingArgs};
 use anyhow::Result;
 use std::path::Path;
 use std::time::Instant;
 use transformer::data::trees::{self, Tree};
-use transformer::decode::translator::{Parse, ParseOptions, TranslateOptions, Translator, TranslatorOptions};
-use transformer::eval::evalb;
-use transformer::{Precision, Task};
+use transformer::decode::translator::{DecodeOptions, ParseOptions, SessionOptions, Translator};
+use transformer::Task;
 
-fn parse_options(translate: TranslateOptions, p: ParsingArgs) -> ParseOptions {
-    ParseOptions { translate, constrained: p.constrained, skip_long: p.skip_long }
+fn parse_options(decode: DecodeOptions, p: ParsingArgs) -> ParseOptions {
+    ParseOptions { decode, constrained: p.constrained, skip_long: p.skip_long }
 }
 
-#[allow(clippy::too_many_arguments)]
-pub fn parse(
-    checkpoint: &Path,
-    bpe: &Path,
-    input: Option<&Path>,
-    tokenize: bool,
-    precision: Precision,
-    search: &SearchArgs,
-    parsing: ParsingArgs,
-    speed: bool,
-) -> Result<()> {
+pub fn parse(args: &ParseArgs) -> Result<()> {
     use std::io::Write;
+    let ParseArgs { checkpoint, bpe, input, tokenize, precision, search, parsing, speed } = args;
+    let (input, tokenize, precision, parsing, speed) = (input.as_deref(), *tokenize, *precision, *parsing, *speed);
     let opts = parse_options(search.options(1, Task::Parsing)?, parsing);
     let translator =
-        Translator::load(checkpoint, bpe, TranslatorOptions { precision, pack: true, task: Task::Parsing })?;
+        Translator::load(checkpoint, bpe, SessionOptions { precision, task: Task::Parsing, ..Default::default() })?;
     let mut lines = Vec::new();
     for_each_input_line(input, |l| {
         lines.push(if tokenize { trees::ptb_tokenize(l).join(" ") } else { l.to_string() });
@@ -51,7 +42,7 @@ pub fn parse(
             stats.sentences as f64 / secs,
             parses.iter().filter(|p| p.malformed).count(),
             parses.iter().filter(|p| p.skipped).count(),
-            search.describe(&opts.translate),
+            opts.decode.search,
             if opts.constrained { ", constrained" } else { "" }
         );
     }
@@ -92,14 +83,14 @@ pub fn evaluate(
     src: Option<&Path>,
     gold_path: &Path,
     output: Option<&Path>,
-    opts: &TranslateOptions,
+    opts: &DecodeOptions,
     parsing: ParsingArgs,
 ) -> Result<()> {
     let gold_trees = trees::read_trees(gold_path)?;
     let gold: Vec<Tree> = gold_trees.iter().map(|t| t.preprocess().unwrap_or_else(|| t.clone())).collect();
     let sentences: Vec<String> = match src {
         Some(p) => {
-            let s = super::read_input_lines(p)?;
+            let s = read_input_lines(p)?;
             if s.len() != gold.len() {
                 anyhow::bail!(
                     "{} has {} lines but {} has {} trees: sentences and gold trees must be aligned",
@@ -118,21 +109,19 @@ pub fn evaluate(
     }
     let popts = parse_options(*opts, parsing);
     let start = Instant::now();
-    let (parses, stats) = translator.parse(&sentences, &popts, &mut warn)?;
+    let scored = translator.parse_and_score(&sentences, &gold, &popts, &mut warn, &mut |_, _| {})?;
+    let (parses, stats, report) = (&scored.parses, scored.stats, &scored.report);
     let secs = start.elapsed().as_secs_f64();
-    let test: Vec<String> = parses.iter().map(|p: &Parse| p.tree.to_bracketed()).collect();
     if let Some(p) = output {
-        let text: String = test.iter().map(|t| format!("{t}\n")).collect();
+        let text: String = parses.iter().map(|p| format!("{}\n", p.tree.to_bracketed())).collect();
         transformer::io::write_atomically(p, text.as_bytes())?;
     }
-    let gold_lines: Vec<String> = gold.iter().map(Tree::to_bracketed).collect();
-    let report = evalb::score(&gold_lines, &test, &evalb::Params::collins());
     if let Some(note) = report.evalb_limit_note() {
         eprintln!("{note}");
     }
     let stdout = std::io::stdout();
     report.write_evalb(&mut stdout.lock(), true)?;
-    let malformed = parses.iter().filter(|p| p.malformed).count();
+    let malformed = scored.malformed();
     println!(
         "Outputs repaired          = {malformed} of {} ({:.2}%)",
         parses.len(),

@@ -1,12 +1,11 @@
 //! Text tools: `data` (downloads), `bpe` (learn, apply, decode) and `bleu` (sacreBLEU-exact scores).
 
-use super::decode::{for_each_input_line, read_references};
-use super::read_lines;
-use crate::args::{BpeCommand, DataCommand};
+use super::input::read_lines;
+use super::input::{for_each_input_line, read_references};
+use crate::args::{BleuArgs, BpeCommand, DataCommand};
 use anyhow::{Context, Result};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
-use transformer::eval::tokenize::Tokenizer;
 use transformer::eval::Metric;
 
 pub fn data(which: DataCommand) -> Result<()> {
@@ -128,17 +127,18 @@ pub fn bpe(cmd: BpeCommand) -> Result<()> {
     Ok(())
 }
 
-#[allow(clippy::too_many_arguments)]
-pub fn bleu(
-    ref_paths: &[PathBuf],
-    hyp_path: &Path,
-    tokenizer: Tokenizer,
-    lowercase: bool,
-    smooth: &str,
-    smooth_value: Option<f64>,
-    metrics: &[Metric],
-    score_only: bool,
-) -> Result<()> {
+pub fn bleu(args: &BleuArgs) -> Result<()> {
+    let BleuArgs {
+        refs: ref_paths,
+        hyp: hyp_path,
+        tokenize: tokenizer,
+        lowercase,
+        smooth,
+        smooth_value,
+        metrics,
+        score_only,
+    } = args;
+    let (tokenizer, lowercase, smooth_value, score_only) = (*tokenizer, *lowercase, *smooth_value, *score_only);
     use transformer::eval::{bleu, chrf};
     if let Some(v) = smooth_value.filter(|v| !(v.is_finite() && *v >= 0.0)) {
         crate::usage!("--smooth-value {v}: it must be a finite number ≥ 0");

@@ -1,15 +1,14 @@
 //! Training commands: `params`, `synthetic`, `train`, `average` and `prepare`.
 
+use crate::args::PrepareArgs;
 use crate::usage;
 use anyhow::{Context, Result};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
+use transformer::checkpoint;
 use transformer::config::{ModelConfig, PAPER_VOCAB, PRESET_NAMES};
 use transformer::params::param_count;
-use transformer::rng::Rng;
 use transformer::synthetic::{self, SyntheticTask};
-use transformer::train::{checkpoint, Schedule, Trainer};
-use transformer::{Batch, Transformer};
 
 /// `params --cost` settings.
 pub struct CostArgs {
@@ -96,22 +95,12 @@ pub fn params(preset: &str, vocab: usize, all: bool, json: bool, cost: Option<Co
 }
 
 pub fn synthetic(task: SyntheticTask, steps: u64, seed: u64, save: Option<&Path>) -> Result<()> {
-    let symbols = 20;
-    let cfg = synthetic::model_config(symbols);
-    let model = Transformer::new(cfg.clone(), seed)?;
-    let mut trainer = Trainer::new(model, Schedule { d_model: cfg.d_model, warmup: 400, lr_scale: 0.5 }, seed);
-    let mut rng = Rng::new(seed ^ 0xdead_beef);
     let start = Instant::now();
-    for step in 1..=steps {
-        let batch = Batch::from_pairs(&synthetic::pairs(task, &mut rng, 64, symbols, 4, 12));
-        let s = trainer.train_step(&[batch])?;
+    let (trainer, (ok, total)) = synthetic::train(task, steps, seed, &mut |step, s| {
         if step % 100 == 0 || step == steps {
             eprintln!("step {step:>5}  loss {:.4}  lr {:.2e}  {:.1}s", s.loss, s.lr, start.elapsed().as_secs_f64());
         }
-    }
-    let mut held_out = Rng::new(seed ^ 0x1234_5678);
-    let batch = Batch::from_pairs(&synthetic::pairs(task, &mut held_out, 500, symbols, 4, 12));
-    let (ok, total) = synthetic::token_accuracy(trainer.logits(&batch)?, &batch, cfg.vocab_size);
+    })?;
     println!("held-out token accuracy: {:.2}% ({ok}/{total})", 100.0 * ok as f64 / total as f64);
     if let Some(path) = save {
         let ckpt = trainer.to_checkpoint("", Default::default());
@@ -139,7 +128,7 @@ pub fn train(config: &Path, mut overrides: Vec<String>, time_limit: Option<f64>)
         summary.state.epoch + 1,
         summary.stopped,
         summary.state.elapsed_s,
-        summary.valid.1.exp(),
+        summary.valid.perplexity(),
         summary.checkpoint.display()
     );
     Ok(())
@@ -163,17 +152,10 @@ pub fn average(last: Option<usize>, dir: Option<&Path>, inputs: Vec<PathBuf>, ou
     Ok(())
 }
 
-#[allow(clippy::too_many_arguments)]
-pub fn prepare(
-    src: &Path,
-    tgt: Option<&Path>,
-    task: transformer::Task,
-    files: Option<&str>,
-    bpe: &Path,
-    out: &Path,
-    max_tokens: usize,
-    max_ratio: f64,
-) -> Result<()> {
+pub fn prepare(args: &PrepareArgs) -> Result<()> {
+    let PrepareArgs { src, tgt, task, files, bpe, out, max_tokens, max_ratio } = args;
+    let (tgt, files, task, max_tokens, max_ratio) =
+        (tgt.as_deref(), files.as_deref(), *task, *max_tokens as usize, *max_ratio);
     let filter = transformer::data::parallel::FilterConfig { max_tokens, max_ratio };
     if let Err(e) = filter.validate(("--max-tokens", "--max-ratio")) {
         usage!("{}", e.to_string().trim_start_matches("invalid configuration: "));

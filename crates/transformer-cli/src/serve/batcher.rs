@@ -11,9 +11,9 @@ use std::sync::atomic::Ordering;
 use std::sync::{Condvar, Mutex};
 use std::time::Instant;
 use tokio::sync::oneshot;
-use transformer::decode::translator::{TranslateOptions, Translator};
+use transformer::decode::translator::{DecodeOptions, Translator};
 use transformer::decode::BeamConfig;
-use transformer::eval::attention::{piece_labels, Kind};
+use transformer::eval::attention::{AxisLabels, Kind};
 
 /// One output sentence: the n-best list, best first, as (text, log P, score).
 #[derive(Debug, Clone)]
@@ -186,9 +186,8 @@ fn attention_json(t: &Translator, src: &[u32], tgt: &[u32]) -> Result<serde_json
         }
         all.push(heads);
     }
-    let mut rows = piece_labels(t.bpe(), tgt).map_err(|e| e.to_string())?;
-    rows.push("</s>".into());
-    let columns = piece_labels(t.bpe(), src).map_err(|e| e.to_string())?;
+    let labels = AxisLabels::new(t.bpe(), src, tgt).map_err(|e| e.to_string())?;
+    let (rows, columns) = labels.of(Kind::EncoderDecoder);
     Ok(serde_json::json!({
         "source": columns,
         "target": rows,
@@ -202,7 +201,7 @@ fn attention_json(t: &Translator, src: &[u32], tgt: &[u32]) -> Result<serde_json
 fn decode(t: &Translator, jobs: Vec<Job>, budget: Budget, metrics: &Metrics) {
     let srcs: Vec<Vec<u32>> = jobs.iter().flat_map(|j| j.srcs.iter().cloned()).collect();
     let opts =
-        TranslateOptions { search: jobs[0].search, max_tokens: budget.max_tokens, max_sentences: budget.max_sentences };
+        DecodeOptions { search: jobs[0].search, max_tokens: budget.max_tokens, max_sentences: budget.max_sentences };
     let start = Instant::now();
     metrics.decoding.store(srcs.len() as u64, Ordering::Relaxed);
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| t.translate_ids(&srcs, &opts, &mut |_| {})));

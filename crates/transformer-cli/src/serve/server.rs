@@ -21,7 +21,8 @@ use serde_json::json;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 use tokio::sync::{oneshot, Notify};
-use transformer::decode::translator::{Translator, TranslatorOptions};
+use transformer::decode::translator::{SessionOptions, Translator};
+use transformer::decode::{BeamConfig, SearchOverrides};
 use transformer::Task;
 
 const INDEX_HTML: &str = include_str!("page/index.html");
@@ -181,16 +182,17 @@ async fn translate(State(app): State<Arc<App>>, body: Body) -> Result<Response, 
         }
         srcs.push(ids);
     }
-    let mut search = t.task().search_defaults();
-    search.beam = req.beam.unwrap_or(search.beam);
-    search.alpha = req.alpha.unwrap_or(search.alpha);
-    search.nbest = req.nbest.unwrap_or(1);
-    if search.nbest > search.beam {
-        return Err(ApiError::new(
-            StatusCode::BAD_REQUEST,
-            format!("field `nbest` ({}) is larger than the beam size {}", search.nbest, search.beam),
-        ));
-    }
+    let defaults = BeamConfig::for_task(t.task());
+    let overrides =
+        SearchOverrides { beam: req.beam, alpha: req.alpha, nbest: req.nbest.or(Some(1)), ..Default::default() };
+    let search = defaults.with(&overrides).map_err(|e| {
+        let (nbest, beam) = (overrides.nbest.unwrap_or(1), overrides.beam.unwrap_or(defaults.beam));
+        let message = match nbest > beam {
+            true => format!("field `nbest` ({nbest}) is larger than the beam size {beam}"),
+            false => e.to_string(),
+        };
+        ApiError::new(StatusCode::BAD_REQUEST, message)
+    })?;
     if req.attention {
         // The answer holds layers × heads × output length × source length weights per sentence:
         // bounded before decoding, with the longest output the search allows.
@@ -433,7 +435,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
     );
     let server = runtime.spawn(serving);
     eprintln!("listening on http://{addr} (loading the model)");
-    let options = TranslatorOptions { precision: args.precision, pack: true, task: Task::Translation };
+    let options = SessionOptions { precision: args.precision, task: Task::Translation, ..Default::default() };
     let translator = match Translator::load(&args.checkpoint, &args.bpe, options) {
         Ok(t) => Arc::new(t),
         Err(e) => {

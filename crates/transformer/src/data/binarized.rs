@@ -10,7 +10,8 @@
 
 use super::bpe::Bpe;
 use super::corpus;
-use super::parallel::{FilterConfig, FilterReport, TargetEncoding};
+use super::encoding::TargetEncoding;
+use super::parallel::{FilterConfig, FilterReport};
 use crate::error::{Error, Result};
 use crate::io::{io_err, write_atomically};
 use sha2::{Digest, Sha256};

@@ -5,6 +5,7 @@ pub mod binarized;
 pub mod bpe;
 pub mod corpus;
 pub mod download;
+pub mod encoding;
 pub mod parallel;
 pub mod ptb_sample;
 pub mod trees;

@@ -3,6 +3,7 @@
 
 use super::bpe::Bpe;
 use super::corpus;
+use super::encoding::TargetEncoding;
 use crate::error::{Error, Result};
 use std::path::Path;
 
@@ -103,67 +104,6 @@ pub fn encode_and_filter(
     filter: &FilterConfig,
 ) -> Result<(TokenPairs, FilterReport)> {
     encode_and_filter_with(TargetEncoding::Bpe, pairs, bpe, filter)
-}
-
-/// How target text becomes ids.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TargetEncoding {
-    /// BPE, as the source (translation).
-    Bpe,
-    /// A linearised tree ([`crate::data::trees::items`]): each bracket and tag one whole entry of
-    /// the vocabulary (tags as `TAG=` + tag, a spelling no BPE piece can have), an unknown one as
-    /// UNK, and each word as the BPE pieces of the word after a space, as inside a sentence.
-    Tree,
-}
-
-/// The vocabulary entry of a POS tag in a parsing vocabulary: `TAG=` + the tag. It mixes letters
-/// and punctuation, so no byte-level BPE piece is spelled like it (a tag such as `,` or `NN` would
-/// otherwise share its id with a piece of a word).
-pub fn tag_entry(tag: &str) -> String {
-    format!("{TAG_PREFIX}{tag}")
-}
-
-/// The prefix of [`tag_entry`].
-pub const TAG_PREFIX: &str = "TAG=";
-
-impl TargetEncoding {
-    /// The ids of a source line beside targets encoded this way: BPE as it is, except that with
-    /// `Tree` the line's words are encoded each after one space, so that every word, the first
-    /// included, is encoded as it is inside a tree (where each word follows its tag, ` {w}`):
-    /// the next-word pointer then copies the same pieces the tree holds. A line with no word
-    /// has no ids.
-    pub fn encode_source(self, bpe: &Bpe, text: &str) -> Result<Vec<u32>> {
-        match self {
-            TargetEncoding::Bpe => bpe.encode(text),
-            TargetEncoding::Tree => {
-                let words: Vec<&str> = text.split_whitespace().collect();
-                if words.is_empty() {
-                    return Ok(Vec::new());
-                }
-                bpe.encode(&format!(" {}", words.join(" ")))
-            }
-        }
-    }
-
-    /// The ids of `text`.
-    pub fn encode(self, bpe: &Bpe, text: &str) -> Result<Vec<u32>> {
-        use crate::data::trees::{items, Item};
-        match self {
-            TargetEncoding::Bpe => bpe.encode(text),
-            TargetEncoding::Tree => {
-                let tokens: Vec<String> = text.split_whitespace().map(str::to_string).collect();
-                let mut ids = Vec::with_capacity(tokens.len() * 2);
-                for (item, token) in items(&tokens).into_iter().zip(&tokens) {
-                    match item {
-                        Item::Open(_) | Item::Close(_) => ids.push(bpe.id_of(token).unwrap_or(crate::UNK)),
-                        Item::Tag(t) => ids.push(bpe.id_of(&tag_entry(t)).unwrap_or(crate::UNK)),
-                        Item::Word(w) => ids.extend(bpe.encode(&format!(" {w}"))?),
-                    }
-                }
-                Ok(ids)
-            }
-        }
-    }
 }
 
 /// Encodes pairs (sources with BPE, targets with `target`) and keeps those that pass `filter`.

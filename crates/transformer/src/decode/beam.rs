@@ -20,10 +20,12 @@
 //!
 //! Ties are broken deterministically: by lower row, then lower token id.
 
+use super::scorer::ModelScorer;
 use crate::error::{Error, Result};
 use crate::kernels::cpu::profile::{self, Slot};
-use crate::kernels::cpu::search::{log_sum_exp, top_k, top_k_among};
-use crate::model::{DecoderState, Encoded, PackedDecoder, Transformer, Workspace};
+use crate::kernels::cpu::search::{top_k, top_k_among};
+use crate::model::{DecoderState, PackedDecoder, Transformer, Workspace};
+use crate::task::Task;
 use crate::{BOS, EOS};
 use rayon::prelude::*;
 use std::sync::Arc;
@@ -34,6 +36,66 @@ pub const MAX_BEAM: usize = 1024;
 pub const MAX_LEN_A: f64 = 1000.0;
 /// The largest `max_len_b` accepted (outputs are capped by the model's positions in any case).
 pub const MAX_LEN_B: usize = 1 << 20;
+
+impl std::fmt::Display for BeamConfig {
+    /// "beam 4, α 0.6, max length 1·src + 50" (and ", early exit" when it stops early).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let stop = if self.early_exit { ", early exit" } else { "" };
+        write!(f, "beam {}, α {}, max length {}·src + {}{stop}", self.beam, self.alpha, self.max_len_a, self.max_len_b)
+    }
+}
+
+/// A named set of search settings (`--preset`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SearchPreset {
+    /// [`BeamConfig::translation`]: beam 4, α 0.6, +50 (§6.1).
+    Translation,
+    /// [`BeamConfig::parsing`]: beam 21, α 0.3, +300 (§6.3).
+    Parsing,
+    /// [`BeamConfig::greedy`]: beam 1.
+    Greedy,
+}
+
+impl SearchPreset {
+    /// Every preset.
+    pub const ALL: [SearchPreset; 3] = [SearchPreset::Translation, SearchPreset::Parsing, SearchPreset::Greedy];
+
+    /// The name (`translation`, `parsing`, `greedy`).
+    pub fn name(self) -> &'static str {
+        match self {
+            SearchPreset::Translation => "translation",
+            SearchPreset::Parsing => "parsing",
+            SearchPreset::Greedy => "greedy",
+        }
+    }
+
+    /// Its settings.
+    pub const fn config(self) -> BeamConfig {
+        match self {
+            SearchPreset::Translation => BeamConfig::translation(),
+            SearchPreset::Parsing => BeamConfig::parsing(),
+            SearchPreset::Greedy => BeamConfig::greedy(),
+        }
+    }
+}
+
+/// Changes to a preset's search settings, as a command line or a request gives them: each `None`
+/// keeps the preset's value ([`BeamConfig::with`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct SearchOverrides {
+    /// [`BeamConfig::beam`].
+    pub beam: Option<usize>,
+    /// [`BeamConfig::alpha`].
+    pub alpha: Option<f64>,
+    /// [`BeamConfig::max_len_a`].
+    pub max_len_a: Option<f64>,
+    /// [`BeamConfig::max_len_b`].
+    pub max_len_b: Option<usize>,
+    /// [`BeamConfig::nbest`].
+    pub nbest: Option<usize>,
+    /// [`BeamConfig::early_exit`].
+    pub early_exit: Option<bool>,
+}
 
 /// Search settings.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -64,24 +126,30 @@ impl BeamConfig {
         BeamConfig { beam: 21, alpha: 0.3, max_len_a: 1.0, max_len_b: 300, nbest: 1, early_exit: false }
     }
 
+    /// The paper's search settings for `task` (§6.1 translation: beam 4, α 0.6, +50; §6.3
+    /// parsing: beam 21, α 0.3, +300).
+    pub const fn for_task(task: Task) -> Self {
+        match task {
+            Task::Translation => Self::translation(),
+            Task::Parsing => Self::parsing(),
+        }
+    }
+
+    /// These settings with `o`'s changes, checked.
+    pub fn with(mut self, o: &SearchOverrides) -> Result<Self> {
+        self.beam = o.beam.unwrap_or(self.beam);
+        self.alpha = o.alpha.unwrap_or(self.alpha);
+        self.max_len_a = o.max_len_a.unwrap_or(self.max_len_a);
+        self.max_len_b = o.max_len_b.unwrap_or(self.max_len_b);
+        self.nbest = o.nbest.unwrap_or(self.nbest);
+        self.early_exit = o.early_exit.unwrap_or(self.early_exit);
+        self.validate()?;
+        Ok(self)
+    }
+
     /// Greedy search: beam 1.
     pub const fn greedy() -> Self {
         BeamConfig { beam: 1, alpha: 0.6, max_len_a: 1.0, max_len_b: 50, nbest: 1, early_exit: false }
-    }
-
-    /// The names [`BeamConfig::preset`] takes.
-    pub const PRESETS: [&'static str; 3] = ["translation", "parsing", "greedy"];
-
-    /// A preset by name: `translation`, `parsing` or `greedy`.
-    pub fn preset(name: &str) -> Result<Self> {
-        match name {
-            "translation" => Ok(Self::translation()),
-            "parsing" => Ok(Self::parsing()),
-            "greedy" => Ok(Self::greedy()),
-            _ => Err(Error::Config(format!(
-                "unknown decoding preset {name:?}; the presets are translation, parsing and greedy"
-            ))),
-        }
     }
 
     /// Checks the settings.
@@ -319,94 +387,11 @@ fn early_stop(finished: &mut [Hypothesis], live: &[Live], cfg: &BeamConfig, limi
     live.iter().all(|h| threshold >= h.log_prob / best_lp)
 }
 
-/// The model as a [`Scorer`]: incremental decoding over an encoded batch.
-pub struct ModelScorer<'m> {
-    model: &'m Transformer,
-    enc: Encoded,
-    state: DecoderState,
-    log_norms: Vec<f32>,
-    /// Σ over steps of the rows decoded: the search's work.
-    pub rows_decoded: usize,
-}
-
-impl<'m> ModelScorer<'m> {
-    /// Encodes `srcs` and prepares to decode up to `max_steps` positions.
-    pub fn new(model: &'m Transformer, srcs: &[&[u32]], max_steps: usize, ws: &mut Workspace) -> Result<Self> {
-        Self::with_packed(model, srcs, max_steps, ws, Arc::new(model.pack_decoder()))
-    }
-
-    /// [`ModelScorer::new`] with the decoder weights already packed by `model.pack_decoder()`.
-    pub fn with_packed(
-        model: &'m Transformer,
-        srcs: &[&[u32]],
-        max_steps: usize,
-        ws: &mut Workspace,
-        packed: Arc<PackedDecoder>,
-    ) -> Result<Self> {
-        Self::reusing(model, srcs, max_steps, ws, packed, DecoderState::default())
-    }
-
-    /// [`ModelScorer::with_packed`] decoding in the buffers of `state` (from
-    /// [`ModelScorer::into_state`] of an earlier batch).
-    pub fn reusing(
-        model: &'m Transformer,
-        srcs: &[&[u32]],
-        max_steps: usize,
-        ws: &mut Workspace,
-        packed: Arc<PackedDecoder>,
-        mut state: DecoderState,
-    ) -> Result<Self> {
-        let enc = model.encode(srcs, ws)?;
-        model.restart_decoding(&enc, max_steps, packed, &mut state)?;
-        Ok(ModelScorer { model, enc, state, log_norms: Vec::new(), rows_decoded: 0 })
-    }
-
-    /// The decoder state, to reuse its buffers for the next batch.
-    pub fn into_state(self) -> DecoderState {
-        self.state
-    }
-}
-
-impl Scorer for ModelScorer<'_> {
-    fn vocab(&self) -> usize {
-        self.model.config.vocab_size
-    }
-
-    fn step(&mut self, tokens: &[u32]) -> Result<StepScores<'_>> {
-        let v = self.model.config.vocab_size;
-        let logits = self.model.decode_step(&self.enc, &mut self.state, tokens)?;
-        self.rows_decoded += tokens.len();
-        let _t = profile::scope(Slot::Search);
-        self.log_norms.resize(logits.len() / v.max(1), 0.0);
-        self.log_norms.par_iter_mut().zip(logits.par_chunks(v)).for_each(|(n, row)| *n = log_sum_exp(row));
-        if !self.log_norms.iter().all(|n| n.is_finite()) {
-            return Err(Error::Decode(
-                "the model produced non-finite logits while decoding; the checkpoint is damaged or diverged".into(),
-            ));
-        }
-        Ok(StepScores { scores: logits, log_norms: &self.log_norms })
-    }
-
-    fn reorder(&mut self, keep: &[usize]) {
-        self.state.reorder(keep);
-    }
-}
-
-/// Translates a batch of sources (token ids without BOS/EOS) with beam search. The output length
-/// is capped by the model's positions as well as by the config.
-pub fn translate_batch(
-    model: &Transformer,
-    srcs: &[&[u32]],
-    cfg: &BeamConfig,
-    ws: &mut Workspace,
-) -> Result<Vec<Vec<Hypothesis>>> {
-    let packed = Arc::new(model.pack_decoder());
-    Ok(search_batch(model, srcs, cfg, ws, &packed, &mut DecoderState::default(), None)?.0)
-}
-
-/// [`translate_batch`] with the decoder weights packed once by `model.pack_decoder()` and the
-/// buffers of `state` reused (it is left holding them for the next batch); also returns the rows
-/// decoded summed over steps. `constraint`, if given, restricts the search.
+/// Translates a batch of sources (token ids without BOS/EOS) with beam search, the decoder weights
+/// packed once by `model.pack_decoder()` and the buffers of `state` reused (it is left holding
+/// them for the next batch); also returns the rows decoded summed over steps. The output length
+/// is capped by the model's positions as well as by the config. `constraint`, if given,
+/// restricts the search.
 pub fn search_batch(
     model: &Transformer,
     srcs: &[&[u32]],

@@ -2,7 +2,8 @@
 //! is beam size 1.
 
 pub mod beam;
+mod scorer;
 
-pub use beam::{beam_search, search_batch, translate_batch, BeamConfig, Hypothesis, ModelScorer, Scorer, StepScores};
+pub use beam::{beam_search, search_batch, BeamConfig, Hypothesis, Scorer, SearchOverrides, SearchPreset, StepScores};
 pub mod translator;
 pub mod tree_constraint;

@@ -16,7 +16,7 @@ use crate::data::trees::{delinearise, is_well_formed, retag_deleted_punctuation,
 use crate::error::{Error, Result};
 use crate::eval::attention::{attention_weights, AttentionWeights};
 use crate::eval::perplexity::{self, Totals};
-use crate::model::{DecoderState, PackedDecoder, Transformer, Workspace};
+use crate::model::{DecoderKernels, DecoderState, PackedDecoder, Transformer, Workspace};
 use crate::precision::Precision;
 use crate::task::{LongInputs, Task};
 use std::path::Path;
@@ -24,7 +24,7 @@ use std::sync::{Arc, Mutex};
 
 /// How to batch and search.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct TranslateOptions {
+pub struct DecodeOptions {
     /// Search settings.
     pub search: BeamConfig,
     /// Source tokens per batch, padding included (each sentence is decoded as `beam` rows).
@@ -33,9 +33,9 @@ pub struct TranslateOptions {
     pub max_sentences: usize,
 }
 
-impl Default for TranslateOptions {
+impl Default for DecodeOptions {
     fn default() -> Self {
-        TranslateOptions { search: BeamConfig::translation(), max_tokens: 2048, max_sentences: 128 }
+        DecodeOptions { search: BeamConfig::translation(), max_tokens: 2048, max_sentences: 128 }
     }
 }
 
@@ -59,137 +59,20 @@ pub struct TranslateStats {
     pub rows_decoded: usize,
 }
 
-/// Translates `srcs` (token ids without BOS/EOS) with `packed` weights of `model`, reusing the
-/// buffers of `ws` and `state`. Returns each sentence's n-best list, best first, in input order.
-/// `warn` receives one message per chunked sentence (naming its 1-based index); a task that
-/// refuses long inputs gets an error instead. `progress(done, total)` hears after every batch how
-/// many of the non-empty pieces (sentences, or chunks of long ones) are decoded.
-#[allow(clippy::too_many_arguments)]
-fn translate_ids(
-    model: &Transformer,
-    packed: &Arc<PackedDecoder>,
-    task: Task,
-    srcs: &[Vec<u32>],
-    opts: &TranslateOptions,
-    ws: &mut Workspace,
-    state: &mut DecoderState,
-    constraint: Option<&dyn Constraint>,
-    warn: &mut dyn FnMut(String),
-    progress: &mut dyn FnMut(usize, usize),
-) -> Result<(Vec<Vec<Hypothesis>>, TranslateStats)> {
-    opts.search.validate()?;
-    if constraint.is_some() && task.long_inputs() != LongInputs::Refuse {
-        return Err(Error::Config(format!("constrained decoding is for parsing, not {}", task.name())));
-    }
-    let max_src = model.config.max_positions;
-    let mut stats = TranslateStats { sentences: srcs.len(), ..Default::default() };
-    // Pieces: (sentence, chunk) → ids. Most sentences are one piece.
-    let mut pieces: Vec<(usize, &[u32])> = Vec::with_capacity(srcs.len());
-    for (i, s) in srcs.iter().enumerate() {
-        stats.src_tokens += s.len();
-        if s.len() > max_src && task.long_inputs() == LongInputs::Refuse {
-            return Err(Error::Decode(format!(
-                "sentence {}: {} tokens exceed the model's max_positions = {max_src}; a {} model cannot split its input",
-                i + 1,
-                s.len(),
-                task.name()
-            )));
-        }
-        if s.len() > max_src {
-            let n = s.len().div_ceil(max_src);
-            let size = s.len().div_ceil(n);
-            warn(format!(
-                "sentence {}: {} tokens exceed the model's max_positions = {max_src}; translated in {n} chunks of ≤ {size} tokens, joined",
-                i + 1,
-                s.len()
-            ));
-            stats.chunked += 1;
-            pieces.extend(s.chunks(size).map(|c| (i, c)));
-        } else if !s.is_empty() {
-            pieces.push((i, s));
-        }
-    }
-    // Longest first, so the first batch shows the peak memory; stable for equal lengths.
-    let mut order: Vec<usize> = (0..pieces.len()).collect();
-    order.sort_by_key(|&p| std::cmp::Reverse(pieces[p].1.len()));
-    let mut piece_hyps: Vec<Vec<Hypothesis>> = vec![Vec::new(); pieces.len()];
-    let mut start = 0;
-    while start < order.len() {
-        let longest = pieces[order[start]].1.len();
-        let fit = (opts.max_tokens / longest.max(1)).clamp(1, opts.max_sentences.max(1));
-        let end = (start + fit).min(order.len());
-        let batch: Vec<&[u32]> = order[start..end].iter().map(|&p| pieces[p].1).collect();
-        let remapped =
-            constraint.map(|inner| Remapped { inner, map: order[start..end].iter().map(|&p| pieces[p].0).collect() });
-        let c = remapped.as_ref().map(|r| r as &dyn Constraint);
-        let (hyps, rows) = search_batch(model, &batch, &opts.search, ws, packed, state, c)?;
-        stats.rows_decoded += rows;
-        for (&p, h) in order[start..end].iter().zip(hyps) {
-            piece_hyps[p] = h;
-        }
-        stats.batches += 1;
-        start = end;
-        progress(end, order.len());
-    }
-    // Join chunks rank by rank (a chunk with fewer hypotheses repeats its last).
-    let empty = Hypothesis { tokens: Vec::new(), log_prob: 0.0, score: 0.0 };
-    let mut out: Vec<Vec<Hypothesis>> = vec![Vec::new(); srcs.len()];
-    let mut p = 0;
-    for (i, o) in out.iter_mut().enumerate() {
-        let first = p;
-        while p < pieces.len() && pieces[p].0 == i {
-            p += 1;
-        }
-        let chunks = &piece_hyps[first..p];
-        if chunks.is_empty() {
-            o.push(empty.clone());
-            continue;
-        }
-        let ranks = chunks.iter().map(|c| c.len()).max().unwrap_or(0);
-        for k in 0..ranks {
-            let mut joined = empty.clone();
-            for c in chunks {
-                let h = &c[k.min(c.len() - 1)];
-                joined.tokens.extend_from_slice(&h.tokens);
-                joined.log_prob += h.log_prob;
-                joined.score += h.score;
-            }
-            o.push(joined);
-        }
-        stats.out_tokens += o[0].tokens.len();
-        if chunks.iter().zip(pieces[first..p].iter()).any(|(c, (_, src))| {
-            c.first().is_some_and(|h| opts.search.stopped_by_positions(src.len(), h.tokens.len(), max_src))
-        }) {
-            warn(format!(
-                "sentence {}: the output reached the model's limit of {} tokens (max_positions = {max_src}) before \
-                 ending, and stops there: the length limit of this search (source × {} + {}) lies beyond what the \
-                 model can write",
-                i + 1,
-                max_src - 1,
-                opts.search.max_len_a,
-                opts.search.max_len_b
-            ));
-            stats.capped += 1;
-        }
-    }
-    Ok((out, stats))
-}
-
 /// How a [`Translator`] is built.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct TranslatorOptions {
+pub struct SessionOptions {
     /// The arithmetic of the matrix products.
     pub precision: Precision,
-    /// Pack the decoder's weights into panels for the AVX-512 micro-kernel (f32 only); `false`
-    /// runs every product on the `gemm` crate (for A/B timing).
-    pub pack: bool,
+    /// The incremental decoder's kernels: packed panels (the default) or the `gemm` crate.
+    pub kernels: DecoderKernels,
     /// What the model does.
     pub task: Task,
 }
 
-impl Default for TranslatorOptions {
+impl Default for SessionOptions {
     fn default() -> Self {
-        TranslatorOptions { precision: Precision::F32, pack: true, task: Task::Translation }
+        SessionOptions { precision: Precision::F32, kernels: DecoderKernels::Packed, task: Task::Translation }
     }
 }
 
@@ -197,7 +80,7 @@ impl Default for TranslatorOptions {
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct ParseOptions {
     /// Batching and search (§6.3: beam 21, α 0.3, input length + 300).
-    pub translate: TranslateOptions,
+    pub decode: DecodeOptions,
     /// Restrict the search to sequences that can still become a valid tree (`--constrained`, a
     /// named deviation).
     pub constrained: bool,
@@ -209,10 +92,29 @@ pub struct ParseOptions {
 impl Default for ParseOptions {
     fn default() -> Self {
         ParseOptions {
-            translate: TranslateOptions { search: BeamConfig::parsing(), ..Default::default() },
+            decode: DecodeOptions { search: BeamConfig::parsing(), ..Default::default() },
             constrained: false,
             skip_long: false,
         }
+    }
+}
+
+/// What [`Translator::parse_and_score`] gives: the parses, the decoding's statistics, and EVALB's
+/// report against the gold trees.
+#[derive(Clone, Debug)]
+pub struct ScoredParses {
+    /// One parse per sentence, in order.
+    pub parses: Vec<Parse>,
+    /// What the decoding did.
+    pub stats: TranslateStats,
+    /// EVALB (COLLINS.prm) of the parses against the gold trees.
+    pub report: crate::eval::evalb::Report,
+}
+
+impl ScoredParses {
+    /// How many outputs needed repair.
+    pub fn malformed(&self) -> usize {
+        self.parses.iter().filter(|p| p.malformed).count()
     }
 }
 
@@ -264,7 +166,7 @@ pub struct Translator {
 
 impl Translator {
     /// A session over a model and the vocabulary it was trained with.
-    pub fn new(model: Transformer, bpe: Bpe, options: TranslatorOptions) -> Result<Self> {
+    pub fn new(model: Transformer, bpe: Bpe, options: SessionOptions) -> Result<Self> {
         if model.config.vocab_size != bpe.vocab_size() {
             return Err(Error::Config(format!(
                 "the model has a vocabulary of {} but the BPE model has {}",
@@ -275,15 +177,15 @@ impl Translator {
         let model = model
             .with_precision(options.precision)?
             .with_pointer_table(crate::model::pointer::PointerTable::from_bpe(&bpe))?;
-        let packed = Arc::new(model.pack_decoder_with(options.pack));
+        let packed = Arc::new(model.pack_decoder_with(options.kernels));
         Ok(Translator { model, bpe, packed, task: options.task, pool: Mutex::new(Vec::new()) })
     }
 
     /// Loads a checkpoint and the BPE model it was trained with, checking that they belong
     /// together (by the vocabulary's hash).
-    pub fn load(checkpoint: &Path, bpe: &Path, options: TranslatorOptions) -> Result<Self> {
+    pub fn load(checkpoint: &Path, bpe: &Path, options: SessionOptions) -> Result<Self> {
         let vocab = Bpe::load(bpe)?;
-        let ckpt = crate::train::checkpoint::load(checkpoint)?;
+        let ckpt = crate::checkpoint::load(checkpoint)?;
         if ckpt.vocab_hash != vocab.hash() {
             return Err(Error::Config(format!(
                 "{} was trained with vocabulary {} but {} is {}: pass the BPE model the checkpoint was trained with",
@@ -293,7 +195,7 @@ impl Translator {
                 vocab.hash()
             )));
         }
-        let stored = crate::train::checkpoint::task_of(checkpoint, &ckpt)?;
+        let stored = crate::checkpoint::task_of(checkpoint, &ckpt)?;
         if stored != options.task {
             return Err(Error::Config(format!(
                 "{} is a {} model, not a {} one{}",
@@ -321,6 +223,120 @@ impl Translator {
         self.task
     }
 
+    /// Translates `srcs` (token ids without BOS/EOS) in buffers of the pool. Returns each sentence's n-best list, best first, in input order.
+    /// `warn` receives one message per chunked sentence (naming its 1-based index); a task that
+    /// refuses long inputs gets an error instead. `progress(done, total)` hears after every batch how
+    /// many of the non-empty pieces (sentences, or chunks of long ones) are decoded.
+    fn search(
+        &self,
+        srcs: &[Vec<u32>],
+        opts: &DecodeOptions,
+        constraint: Option<&dyn Constraint>,
+        warn: &mut dyn FnMut(String),
+        progress: &mut dyn FnMut(usize, usize),
+    ) -> Result<(Vec<Vec<Hypothesis>>, TranslateStats)> {
+        let (model, packed, task) = (&self.model, &self.packed, self.task);
+        opts.search.validate()?;
+        if constraint.is_some() && task.long_inputs() != LongInputs::Refuse {
+            return Err(Error::Config(format!("constrained decoding is for parsing, not {}", task.name())));
+        }
+        let max_src = model.config.max_positions;
+        let mut stats = TranslateStats { sentences: srcs.len(), ..Default::default() };
+        // Pieces: (sentence, chunk) → ids. Most sentences are one piece.
+        let mut pieces: Vec<(usize, &[u32])> = Vec::with_capacity(srcs.len());
+        for (i, s) in srcs.iter().enumerate() {
+            stats.src_tokens += s.len();
+            if s.len() > max_src && task.long_inputs() == LongInputs::Refuse {
+                return Err(Error::Decode(format!(
+                    "sentence {}: {} tokens exceed the model's max_positions = {max_src}; a {} model cannot split its input",
+                    i + 1,
+                    s.len(),
+                    task.name()
+                )));
+            }
+            if s.len() > max_src {
+                let n = s.len().div_ceil(max_src);
+                let size = s.len().div_ceil(n);
+                warn(format!(
+                    "sentence {}: {} tokens exceed the model's max_positions = {max_src}; translated in {n} chunks of ≤ {size} tokens, joined",
+                    i + 1,
+                    s.len()
+                ));
+                stats.chunked += 1;
+                pieces.extend(s.chunks(size).map(|c| (i, c)));
+            } else if !s.is_empty() {
+                pieces.push((i, s));
+            }
+        }
+        // Longest first, so the first batch shows the peak memory; stable for equal lengths.
+        let mut order: Vec<usize> = (0..pieces.len()).collect();
+        order.sort_by_key(|&p| std::cmp::Reverse(pieces[p].1.len()));
+        let piece_hyps = self.with_buffers(|ws, state| -> Result<Vec<Vec<Hypothesis>>> {
+            let mut piece_hyps: Vec<Vec<Hypothesis>> = vec![Vec::new(); pieces.len()];
+            let mut start = 0;
+            while start < order.len() {
+                let longest = pieces[order[start]].1.len();
+                let fit = (opts.max_tokens / longest.max(1)).clamp(1, opts.max_sentences.max(1));
+                let end = (start + fit).min(order.len());
+                let batch: Vec<&[u32]> = order[start..end].iter().map(|&p| pieces[p].1).collect();
+                let remapped = constraint
+                    .map(|inner| Remapped { inner, map: order[start..end].iter().map(|&p| pieces[p].0).collect() });
+                let c = remapped.as_ref().map(|r| r as &dyn Constraint);
+                let (hyps, rows) = search_batch(model, &batch, &opts.search, ws, packed, state, c)?;
+                stats.rows_decoded += rows;
+                for (&p, h) in order[start..end].iter().zip(hyps) {
+                    piece_hyps[p] = h;
+                }
+                stats.batches += 1;
+                start = end;
+                progress(end, order.len());
+            }
+            Ok(piece_hyps)
+        })?;
+        // Join chunks rank by rank (a chunk with fewer hypotheses repeats its last).
+        let empty = Hypothesis { tokens: Vec::new(), log_prob: 0.0, score: 0.0 };
+        let mut out: Vec<Vec<Hypothesis>> = vec![Vec::new(); srcs.len()];
+        let mut p = 0;
+        for (i, o) in out.iter_mut().enumerate() {
+            let first = p;
+            while p < pieces.len() && pieces[p].0 == i {
+                p += 1;
+            }
+            let chunks = &piece_hyps[first..p];
+            if chunks.is_empty() {
+                o.push(empty.clone());
+                continue;
+            }
+            let ranks = chunks.iter().map(|c| c.len()).max().unwrap_or(0);
+            for k in 0..ranks {
+                let mut joined = empty.clone();
+                for c in chunks {
+                    let h = &c[k.min(c.len() - 1)];
+                    joined.tokens.extend_from_slice(&h.tokens);
+                    joined.log_prob += h.log_prob;
+                    joined.score += h.score;
+                }
+                o.push(joined);
+            }
+            stats.out_tokens += o[0].tokens.len();
+            if chunks.iter().zip(pieces[first..p].iter()).any(|(c, (_, src))| {
+                c.first().is_some_and(|h| opts.search.stopped_by_positions(src.len(), h.tokens.len(), max_src))
+            }) {
+                warn(format!(
+                    "sentence {}: the output reached the model's limit of {} tokens (max_positions = {max_src}) before \
+                     ending, and stops there: the length limit of this search (source × {} + {}) lies beyond what the \
+                     model can write",
+                    i + 1,
+                    max_src - 1,
+                    opts.search.max_len_a,
+                    opts.search.max_len_b
+                ));
+                stats.capped += 1;
+            }
+        }
+        Ok((out, stats))
+    }
+
     /// Runs `f` with buffers from the pool, returning them after.
     fn with_buffers<R>(&self, f: impl FnOnce(&mut Workspace, &mut DecoderState) -> R) -> R {
         let taken = self.pool.lock().unwrap_or_else(|p| p.into_inner()).pop();
@@ -335,7 +351,7 @@ impl Translator {
     pub fn translate_ids(
         &self,
         srcs: &[Vec<u32>],
-        options: &TranslateOptions,
+        options: &DecodeOptions,
         warn: &mut dyn FnMut(String),
     ) -> Result<(Vec<Vec<Hypothesis>>, TranslateStats)> {
         self.translate_ids_with_progress(srcs, options, warn, &mut |_, _| {})
@@ -346,13 +362,11 @@ impl Translator {
     pub fn translate_ids_with_progress(
         &self,
         srcs: &[Vec<u32>],
-        options: &TranslateOptions,
+        options: &DecodeOptions,
         warn: &mut dyn FnMut(String),
         progress: &mut dyn FnMut(usize, usize),
     ) -> Result<(Vec<Vec<Hypothesis>>, TranslateStats)> {
-        self.with_buffers(|ws, state| {
-            translate_ids(&self.model, &self.packed, self.task, srcs, options, ws, state, None, warn, progress)
-        })
+        self.search(srcs, options, None, warn, progress)
     }
 
     /// Translates lines of text: each line's n-best list of detokenised outputs, in input order,
@@ -360,7 +374,7 @@ impl Translator {
     pub fn translate(
         &self,
         lines: &[String],
-        options: &TranslateOptions,
+        options: &DecodeOptions,
         warn: &mut dyn FnMut(String),
     ) -> Result<(Vec<Vec<Translation>>, TranslateStats)> {
         self.translate_with_progress(lines, options, warn, &mut |_, _| {})
@@ -370,7 +384,7 @@ impl Translator {
     pub fn translate_with_progress(
         &self,
         lines: &[String],
-        options: &TranslateOptions,
+        options: &DecodeOptions,
         warn: &mut dyn FnMut(String),
         progress: &mut dyn FnMut(usize, usize),
     ) -> Result<(Vec<Vec<Translation>>, TranslateStats)> {
@@ -473,10 +487,8 @@ impl Translator {
             true => Some(TreeConstraint::new(&self.bpe, pieces)?),
             false => None,
         };
-        let (hyps, stats) = self.with_buffers(|ws, state| {
-            let c = constraint.as_ref().map(|c| c as &dyn Constraint);
-            translate_ids(&self.model, &self.packed, self.task, &srcs, &options.translate, ws, state, c, warn, progress)
-        })?;
+        let c = constraint.as_ref().map(|c| c as &dyn Constraint);
+        let (hyps, stats) = self.search(&srcs, &options.decode, c, warn, progress)?;
         for (&i, nbest) in idx.iter().zip(hyps) {
             let h = nbest.into_iter().next().unwrap_or(Hypothesis { tokens: Vec::new(), log_prob: 0.0, score: 0.0 });
             let text = self.task.decode_target(&self.bpe, &h.tokens)?;
@@ -488,6 +500,30 @@ impl Translator {
             out[i] = Parse { tree, malformed, skipped: false, hypothesis: h };
         }
         Ok((out, stats))
+    }
+
+    /// Parses `sentences` like [`Translator::parse_with_progress`] and scores the trees against
+    /// `gold` (one tree per sentence, in order) with EVALB's COLLINS.prm: what validation, the
+    /// `evaluate` command and the parsing quick start all report.
+    pub fn parse_and_score(
+        &self,
+        sentences: &[String],
+        gold: &[Tree],
+        options: &ParseOptions,
+        warn: &mut dyn FnMut(String),
+        progress: &mut dyn FnMut(usize, usize),
+    ) -> Result<ScoredParses> {
+        if sentences.len() != gold.len() {
+            return Err(Error::Config(format!(
+                "{} sentences but {} gold trees: they must be aligned, one tree per sentence",
+                sentences.len(),
+                gold.len()
+            )));
+        }
+        let (parses, stats) = self.parse_with_progress(sentences, options, warn, progress)?;
+        let test: Vec<Tree> = parses.iter().map(|p| p.tree.clone()).collect();
+        let report = crate::eval::evalb::score_trees(gold, &test);
+        Ok(ScoredParses { parses, stats, report })
     }
 
     /// Every attention weight of one sentence pair (token ids without BOS/EOS), from a

@@ -11,7 +11,7 @@
 
 use super::beam::Constraint;
 use crate::data::bpe::Bpe;
-use crate::data::parallel::TAG_PREFIX;
+use crate::data::encoding::TAG_PREFIX;
 use crate::error::{Error, Result};
 use crate::EOS;
 use std::collections::HashMap;

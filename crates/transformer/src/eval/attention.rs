@@ -84,6 +84,41 @@ pub fn piece_labels(bpe: &crate::data::bpe::Bpe, ids: &[u32]) -> Result<Vec<Stri
     Ok(out)
 }
 
+/// The axes of a sentence pair's attention maps: the source pieces (encoder positions), what the
+/// decoder reads (BOS, then the target pieces) and what it predicts at those positions (the
+/// target pieces, then EOS).
+#[derive(Clone, Debug, PartialEq)]
+pub struct AxisLabels {
+    /// Encoder positions: the columns of encoder self- and encoder–decoder attention.
+    pub source: Vec<String>,
+    /// Decoder inputs: the rows and columns of decoder self-attention.
+    pub decoder_in: Vec<String>,
+    /// Decoder outputs: the rows of encoder–decoder attention.
+    pub decoder_out: Vec<String>,
+}
+
+impl AxisLabels {
+    /// The labels of (src, tgt), token ids without BOS/EOS, as [`attention_weights`] takes them.
+    pub fn new(bpe: &crate::data::bpe::Bpe, src: &[u32], tgt: &[u32]) -> Result<Self> {
+        use crate::vocab::{BOS, EOS, SPECIALS};
+        let target = piece_labels(bpe, tgt)?;
+        let mut decoder_in = vec![SPECIALS[BOS as usize].to_string()];
+        decoder_in.extend(target.iter().cloned());
+        let mut decoder_out = target;
+        decoder_out.push(SPECIALS[EOS as usize].to_string());
+        Ok(AxisLabels { source: piece_labels(bpe, src)?, decoder_in, decoder_out })
+    }
+
+    /// The (rows, columns) labels of one kind of map.
+    pub fn of(&self, kind: Kind) -> (&[String], &[String]) {
+        match kind {
+            Kind::EncoderSelf => (&self.source, &self.source),
+            Kind::DecoderSelf => (&self.decoder_in, &self.decoder_in),
+            Kind::EncoderDecoder => (&self.decoder_out, &self.source),
+        }
+    }
+}
+
 /// Runs the model on (src, tgt) (token ids without BOS/EOS; tgt is what the decoder is fed after
 /// BOS, typically the model's own translation) and returns every attention weight.
 pub fn attention_weights(

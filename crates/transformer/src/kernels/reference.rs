@@ -129,7 +129,6 @@ pub fn residual_layer_norm_backward(
 }
 
 /// Attention forward: (out (B·T, H·V), probs (B, H, T, S)). `mask` (B, H, T, S) multiplies the weights.
-#[allow(clippy::too_many_arguments)]
 pub fn attention_forward(
     q: &[f64],
     k: &[f64],

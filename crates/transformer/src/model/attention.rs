@@ -1,14 +1,49 @@
 //! §3.2.2 Multi-head attention sub-layers with their residual + LayerNorm (§3.1): self-attention
 //! (encoder; causal in the decoder) and encoder–decoder attention.
 
-use super::workspace::{AttnActs, Dims, GradScratch};
+use super::masks::SubLayerMasks;
+use super::workspace::{AttnActs, Backward, Dims, Flow, GradScratch};
 use super::Transformer;
 use crate::kernels::cpu::attention::{attention_backward, attention_forward, AttnGrads, Heads};
 use crate::kernels::cpu::layer_norm::{residual_layer_norm_backward, residual_layer_norm_forward};
 use crate::kernels::cpu::linear::{linear_backward, linear_forward};
 use crate::kernels::{AttnDims, Mask};
-use crate::params::{AttnParams, AttnParamsMut, NormParams, NormParamsMut};
+use crate::params::{AttnBlock, AttnBlockMut};
 use crate::rng::DropoutMask;
+
+/// The shape of one attention call: its dimensions, each sentence's key count and the mask.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct AttnShape<'a> {
+    pub dims: AttnDims,
+    /// Keys per sentence (source or target lengths).
+    pub key_lens: &'a [usize],
+    pub mask: Mask,
+}
+
+impl<'a> AttnShape<'a> {
+    /// Self-attention over `t` positions of `b` sentences.
+    pub fn self_attn(m: &Transformer, b: usize, t: usize, key_lens: &'a [usize], mask: Mask) -> Self {
+        let c = &m.config;
+        AttnShape { dims: AttnDims { b, h: c.n_heads, t, s: t, k: c.d_k, v: c.d_v }, key_lens, mask }
+    }
+
+    /// Encoder–decoder attention: the decoder's T queries over the encoder's S positions.
+    pub fn cross(m: &Transformer, dims: Dims, src_lens: &'a [usize]) -> Self {
+        let c = &m.config;
+        let d = AttnDims { b: dims.b, h: c.n_heads, t: dims.t, s: dims.s, k: c.d_k, v: c.d_v };
+        AttnShape { dims: d, key_lens: src_lens, mask: Mask::Padding }
+    }
+
+    /// Query rows, B·T.
+    fn q_rows(&self) -> usize {
+        self.dims.b * self.dims.t
+    }
+
+    /// Key/value rows, B·S.
+    fn kv_rows(&self) -> usize {
+        self.dims.b * self.dims.s
+    }
+}
 
 fn widths(m: &Transformer) -> (usize, usize, usize) {
     let c = &m.config;
@@ -17,11 +52,9 @@ fn widths(m: &Transformer) -> (usize, usize, usize) {
 
 /// Output projection W^O and residual LayerNorm, shared by both kinds of attention. b^O is added
 /// inside the fused residual + LayerNorm.
-#[allow(clippy::too_many_arguments)]
 fn project_and_norm(
     m: &Transformer,
-    ap: &AttnParams,
-    np: &NormParams,
+    p: &AttnBlock,
     x: &[f32],
     acts: &mut AttnActs,
     y: &mut [f32],
@@ -30,7 +63,7 @@ fn project_and_norm(
 ) {
     let (d, _, hv) = widths(m);
     let y = &mut y[..rows * d];
-    linear_forward(m.precision, y, &acts.ctx, ap.w_o, None, rows, d, hv);
+    linear_forward(m.precision, y, &acts.ctx, p.attn.w_o, None, rows, d, hv);
     let n = &mut acts.norm;
     residual_layer_norm_forward(
         &mut n.out,
@@ -39,25 +72,21 @@ fn project_and_norm(
         &mut n.rstd,
         x,
         y,
-        Some(ap.b_o),
-        np.gamma,
-        np.beta,
+        Some(p.attn.b_o),
+        p.norm.gamma,
+        p.norm.beta,
         m.config.layer_norm_eps,
         drop,
     );
 }
 
-/// Backward of [`project_and_norm`]: writes dx (residual path), leaves d(ctx) in `gs.d_ctx`.
-#[allow(clippy::too_many_arguments)]
+/// Backward of [`project_and_norm`]: writes `flow.dx` (residual path), leaves d(ctx) in
+/// `gs.d_ctx`.
 fn project_and_norm_backward(
     m: &Transformer,
-    ap: &AttnParams,
-    np: &NormParams,
-    ag: &mut AttnParamsMut,
-    ng: &mut NormParamsMut,
+    pg: &mut Backward<&AttnBlock, AttnBlockMut>,
     acts: &AttnActs,
-    dout: &[f32],
-    dx: &mut [f32],
+    flow: &mut Flow,
     gs: &mut GradScratch,
     rows: usize,
     drop: Option<DropoutMask>,
@@ -65,29 +94,30 @@ fn project_and_norm_backward(
     let (d, _, hv) = widths(m);
     let dy = &mut gs.dy[..rows * d];
     let n = &acts.norm;
+    let g = &mut pg.g;
     residual_layer_norm_backward(
-        dx,
+        flow.dx,
         dy,
-        ng.gamma,
-        ng.beta,
-        Some(&mut *ag.b_o),
+        g.norm.gamma,
+        g.norm.beta,
+        Some(&mut *g.attn.b_o),
         &mut gs.partials,
-        dout,
+        flow.dout,
         &n.s,
         &n.mean,
         &n.rstd,
-        np.gamma,
+        pg.p.norm.gamma,
         drop,
     );
     linear_backward(
         m.precision,
         Some(&mut gs.d_ctx[..rows * hv]),
         false,
-        ag.w_o,
+        g.attn.w_o,
         None,
         dy,
         &acts.ctx,
-        ap.w_o,
+        pg.p.attn.w_o,
         rows,
         d,
         hv,
@@ -95,136 +125,120 @@ fn project_and_norm_backward(
 }
 
 /// Self-attention block over x (B·T, D): Q, K, V from one fused projection.
-#[allow(clippy::too_many_arguments)]
 pub(super) fn self_forward(
     m: &Transformer,
-    ap: &AttnParams,
-    np: &NormParams,
+    p: &AttnBlock,
     x: &[f32],
     acts: &mut AttnActs,
     y: &mut [f32],
-    key_lens: &[usize],
-    mask: Mask,
-    b: usize,
-    t: usize,
-    drop: Option<DropoutMask>,
-    drop_attn: Option<DropoutMask>,
+    shape: &AttnShape,
+    masks: SubLayerMasks,
 ) {
     let (d, hk, hv) = widths(m);
     let nq = 2 * hk + hv;
-    let rows = b * t;
-    linear_forward(m.precision, &mut acts.q, x, ap.w_qkv, Some(ap.b_qkv), rows, nq, d);
-    let dims = AttnDims { b, h: m.config.n_heads, t, s: t, k: m.config.d_k, v: m.config.d_v };
+    let rows = shape.q_rows();
+    linear_forward(m.precision, &mut acts.q, x, p.attn.w_qkv, Some(p.attn.b_qkv), rows, nq, d);
     let head = |off| Heads { data: &acts.q, ld: nq, off };
-    attention_forward(&mut acts.ctx, &mut acts.probs, head(0), head(hk), head(2 * hk), key_lens, mask, drop_attn, dims);
-    project_and_norm(m, ap, np, x, acts, y, rows, drop);
-}
-
-/// Backward of [`self_forward`]: dx (B·T, D) is overwritten with the gradient of x.
-#[allow(clippy::too_many_arguments)]
-pub(super) fn self_backward(
-    m: &Transformer,
-    ap: &AttnParams,
-    np: &NormParams,
-    mut ag: AttnParamsMut,
-    mut ng: NormParamsMut,
-    acts: &AttnActs,
-    x: &[f32],
-    dout: &[f32],
-    dx: &mut [f32],
-    gs: &mut GradScratch,
-    key_lens: &[usize],
-    mask: Mask,
-    b: usize,
-    t: usize,
-    drop: Option<DropoutMask>,
-    drop_attn: Option<DropoutMask>,
-) {
-    let (d, hk, hv) = widths(m);
-    let nq = 2 * hk + hv;
-    let rows = b * t;
-    project_and_norm_backward(m, ap, np, &mut ag, &mut ng, acts, dout, dx, gs, rows, drop);
-    let dims = AttnDims { b, h: m.config.n_heads, t, s: t, k: m.config.d_k, v: m.config.d_v };
-    let head = |off| Heads { data: &acts.q, ld: nq, off };
-    attention_backward(
-        AttnGrads::Fused { dqkv: &mut gs.d_qkv[..rows * nq], ld: nq, offs: [0, hk, 2 * hk] },
-        &mut gs.dscores[..b * dims.h * t * t],
-        &gs.d_ctx[..rows * hv],
-        &acts.probs,
+    let (dims, key_lens, mask) = (shape.dims, shape.key_lens, shape.mask);
+    attention_forward(
+        &mut acts.ctx,
+        &mut acts.probs,
         head(0),
         head(hk),
         head(2 * hk),
         key_lens,
         mask,
-        drop_attn,
+        masks.weights,
+        dims,
+    );
+    project_and_norm(m, p, x, acts, y, rows, masks.out);
+}
+
+/// Backward of [`self_forward`]: `flow.dx` (B·T, D) is overwritten with the gradient of `flow.x`.
+pub(super) fn self_backward(
+    m: &Transformer,
+    mut pg: Backward<&AttnBlock, AttnBlockMut>,
+    acts: &AttnActs,
+    mut flow: Flow,
+    gs: &mut GradScratch,
+    shape: &AttnShape,
+    masks: SubLayerMasks,
+) {
+    let (d, hk, hv) = widths(m);
+    let nq = 2 * hk + hv;
+    let (dims, rows) = (shape.dims, shape.q_rows());
+    project_and_norm_backward(m, &mut pg, acts, &mut flow, gs, rows, masks.out);
+    let head = |off| Heads { data: &acts.q, ld: nq, off };
+    attention_backward(
+        AttnGrads::Fused { dqkv: &mut gs.d_qkv[..rows * nq], ld: nq, offs: [0, hk, 2 * hk] },
+        &mut gs.dscores[..dims.b * dims.h * dims.t * dims.t],
+        &gs.d_ctx[..rows * hv],
+        &acts.probs,
+        head(0),
+        head(hk),
+        head(2 * hk),
+        shape.key_lens,
+        shape.mask,
+        masks.weights,
         dims,
     );
     linear_backward(
         m.precision,
-        Some(dx),
+        Some(flow.dx),
         true,
-        ag.w_qkv,
-        Some(ag.b_qkv),
+        pg.g.attn.w_qkv,
+        Some(pg.g.attn.b_qkv),
         &gs.d_qkv[..rows * nq],
-        x,
-        ap.w_qkv,
+        flow.x,
+        pg.p.attn.w_qkv,
         rows,
         nq,
         d,
     );
 }
 
-/// Encoder–decoder attention block: queries from the decoder state x (B·T, D), keys and values
-/// from the encoder output (B·S, D).
-#[allow(clippy::too_many_arguments)]
-pub(super) fn cross_forward(
-    m: &Transformer,
-    ap: &AttnParams,
-    np: &NormParams,
-    x: &[f32],
-    enc: &[f32],
-    acts: &mut AttnActs,
-    y: &mut [f32],
-    src_lens: &[usize],
-    dims: Dims,
-    drop: Option<DropoutMask>,
-    drop_attn: Option<DropoutMask>,
-) {
+/// The keys and values of encoder–decoder attention, projected from the encoder output `enc`
+/// (B·S, D) into `acts.kv`: the first half of [`cross_forward`].
+pub(super) fn cross_kv_forward(m: &Transformer, p: &AttnBlock, enc: &[f32], acts: &mut AttnActs, shape: &AttnShape) {
     let (d, hk, hv) = widths(m);
-    let (mt, ms) = (dims.b * dims.t, dims.b * dims.s);
-    linear_forward(m.precision, &mut acts.q, x, ap.w_q, Some(ap.b_q), mt, hk, d);
-    linear_forward(m.precision, &mut acts.kv, enc, ap.w_kv, Some(ap.b_kv), ms, hk + hv, d);
-    let ad = AttnDims { b: dims.b, h: m.config.n_heads, t: dims.t, s: dims.s, k: m.config.d_k, v: m.config.d_v };
-    let q = Heads { data: &acts.q, ld: hk, off: 0 };
-    let kv = |off| Heads { data: &acts.kv, ld: hk + hv, off };
-    attention_forward(&mut acts.ctx, &mut acts.probs, q, kv(0), kv(hk), src_lens, Mask::Padding, drop_attn, ad);
-    project_and_norm(m, ap, np, x, acts, y, mt, drop);
+    linear_forward(m.precision, &mut acts.kv, enc, p.attn.w_kv, Some(p.attn.b_kv), shape.kv_rows(), hk + hv, d);
 }
 
-/// Backward of [`cross_forward`]: overwrites dx (B·T, D), accumulates into d_enc (B·S, D).
-#[allow(clippy::too_many_arguments)]
-pub(super) fn cross_backward(
+/// Encoder–decoder attention block: queries from the decoder state x (B·T, D), keys and values
+/// in `acts.kv` from [`cross_kv_forward`].
+pub(super) fn cross_forward(
     m: &Transformer,
-    ap: &AttnParams,
-    np: &NormParams,
-    mut ag: AttnParamsMut,
-    mut ng: NormParamsMut,
-    acts: &AttnActs,
+    p: &AttnBlock,
     x: &[f32],
-    enc: &[f32],
-    dout: &[f32],
-    dx: &mut [f32],
-    d_enc: &mut [f32],
-    gs: &mut GradScratch,
-    src_lens: &[usize],
-    dims: Dims,
-    drop: Option<DropoutMask>,
-    drop_attn: Option<DropoutMask>,
+    acts: &mut AttnActs,
+    y: &mut [f32],
+    shape: &AttnShape,
+    masks: SubLayerMasks,
 ) {
     let (d, hk, hv) = widths(m);
-    let (mt, ms) = (dims.b * dims.t, dims.b * dims.s);
-    project_and_norm_backward(m, ap, np, &mut ag, &mut ng, acts, dout, dx, gs, mt, drop);
-    let ad = AttnDims { b: dims.b, h: m.config.n_heads, t: dims.t, s: dims.s, k: m.config.d_k, v: m.config.d_v };
+    let mt = shape.q_rows();
+    linear_forward(m.precision, &mut acts.q, x, p.attn.w_q, Some(p.attn.b_q), mt, hk, d);
+    let q = Heads { data: &acts.q, ld: hk, off: 0 };
+    let kv = |off| Heads { data: &acts.kv, ld: hk + hv, off };
+    let (dims, key_lens, mask) = (shape.dims, shape.key_lens, shape.mask);
+    attention_forward(&mut acts.ctx, &mut acts.probs, q, kv(0), kv(hk), key_lens, mask, masks.weights, dims);
+    project_and_norm(m, p, x, acts, y, mt, masks.out);
+}
+
+/// Backward of [`cross_forward`]: overwrites `flow.dx` (B·T, D) and leaves the keys' and values'
+/// gradient in `gs.d_kv` for [`cross_kv_backward`].
+pub(super) fn cross_backward(
+    m: &Transformer,
+    pg: &mut Backward<&AttnBlock, AttnBlockMut>,
+    acts: &AttnActs,
+    mut flow: Flow,
+    gs: &mut GradScratch,
+    shape: &AttnShape,
+    masks: SubLayerMasks,
+) {
+    let (d, hk, hv) = widths(m);
+    let (dims, mt, ms) = (shape.dims, shape.q_rows(), shape.kv_rows());
+    project_and_norm_backward(m, pg, acts, &mut flow, gs, mt, masks.out);
     let q = Heads { data: &acts.q, ld: hk, off: 0 };
     let kv = |off| Heads { data: &acts.kv, ld: hk + hv, off };
     attention_backward(
@@ -236,19 +250,46 @@ pub(super) fn cross_backward(
             ldkv: hk + hv,
             offs: [0, hk],
         },
-        &mut gs.dscores[..ad.b * ad.h * ad.t * ad.s],
+        &mut gs.dscores[..dims.b * dims.h * dims.t * dims.s],
         &gs.d_ctx[..mt * hv],
         &acts.probs,
         q,
         kv(0),
         kv(hk),
-        src_lens,
-        Mask::Padding,
-        drop_attn,
-        ad,
+        shape.key_lens,
+        shape.mask,
+        masks.weights,
+        dims,
     );
-    let (dwq, dbq, dwkv, dbkv) = ag.q_kv();
-    linear_backward(m.precision, Some(dx), true, dwq, Some(dbq), &gs.d_qkv[..mt * hk], x, ap.w_q, mt, hk, d);
+    let (dwq, dbq, _, _) = pg.g.attn.q_kv();
+    linear_backward(
+        m.precision,
+        Some(flow.dx),
+        true,
+        dwq,
+        Some(dbq),
+        &gs.d_qkv[..mt * hk],
+        flow.x,
+        pg.p.attn.w_q,
+        mt,
+        hk,
+        d,
+    );
+}
+
+/// Backward of [`cross_kv_forward`], after [`cross_backward`]: accumulates into `d_enc` (B·S, D)
+/// and the key/value projections' gradients from `gs.d_kv`.
+pub(super) fn cross_kv_backward(
+    m: &Transformer,
+    pg: &mut Backward<&AttnBlock, AttnBlockMut>,
+    enc: &[f32],
+    d_enc: &mut [f32],
+    gs: &GradScratch,
+    shape: &AttnShape,
+) {
+    let (d, hk, hv) = widths(m);
+    let ms = shape.kv_rows();
+    let (_, _, dwkv, dbkv) = pg.g.attn.q_kv();
     linear_backward(
         m.precision,
         Some(d_enc),
@@ -257,7 +298,7 @@ pub(super) fn cross_backward(
         Some(dbkv),
         &gs.d_kv[..ms * (hk + hv)],
         enc,
-        ap.w_kv,
+        pg.p.attn.w_kv,
         ms,
         hk + hv,
         d,

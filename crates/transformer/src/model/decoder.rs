@@ -3,9 +3,10 @@
 //! output and a position-wise feed-forward sub-layer, each with its residual connection and
 //! LayerNorm.
 
+use super::attention::AttnShape;
 use super::masks::{DecoderLayerMasks, EmbeddingMasks};
 use super::pointer::{NO_CLOSER, PAST_END};
-use super::workspace::Workspace;
+use super::workspace::{Backward, Flow, Workspace};
 use super::{attention, feed_forward, Batch, DropoutCtx, Transformer};
 use crate::kernels::cpu::embedding::{embedding_backward, embedding_forward};
 use crate::kernels::cpu::linear::product;
@@ -66,42 +67,13 @@ impl Transformer {
             let x: &[f32] = if l == 0 { &ws.dec_in } else { &prev[l - 1].ffn.norm.out };
             let acts = &mut rest[0];
             let dims = ws.dims;
-            attention::self_forward(
-                self,
-                &lp.self_attn,
-                &lp.self_attn_norm,
-                x,
-                &mut acts.self_attn,
-                &mut ws.y,
-                &batch.tgt_lens,
-                Mask::Causal,
-                dims.b,
-                dims.t,
-                masks.self_attn,
-                masks.self_attn_weights,
-            );
-            attention::cross_forward(
-                self,
-                &lp.cross_attn,
-                &lp.cross_attn_norm,
-                &acts.self_attn.norm.out,
-                enc_out,
-                &mut acts.cross_attn,
-                &mut ws.y,
-                &batch.src_lens,
-                dims,
-                masks.cross_attn,
-                masks.cross_attn_weights,
-            );
-            feed_forward::forward(
-                self,
-                &lp.ffn,
-                &lp.ffn_norm,
-                &mut acts.ffn,
-                &acts.cross_attn.norm.out,
-                &mut ws.y,
-                masks.ffn,
-            );
+            let shape = AttnShape::self_attn(self, dims.b, dims.t, &batch.tgt_lens, Mask::Causal);
+            attention::self_forward(self, &lp.self_attn, x, &mut acts.self_attn, &mut ws.y, &shape, masks.self_attn);
+            let (attn_out, cross) = (&acts.self_attn.norm.out, &mut acts.cross_attn);
+            let shape = AttnShape::cross(self, dims, &batch.src_lens);
+            attention::cross_kv_forward(self, &lp.cross_attn, enc_out, cross, &shape);
+            attention::cross_forward(self, &lp.cross_attn, attn_out, cross, &mut ws.y, &shape, masks.cross_attn);
+            feed_forward::forward(self, &lp.ffn, &mut acts.ffn, &acts.cross_attn.norm.out, &mut ws.y, masks.ffn);
         }
     }
 
@@ -132,54 +104,25 @@ impl Transformer {
             let enc_out: &[f32] = if n == 0 { &ws.enc_in } else { &ws.enc[n - 1].ffn.norm.out };
             let g = &mut ws.grad;
             let lg = o.decoder[l].params_mut(grads);
-            feed_forward::backward(
-                self,
-                &lp.ffn,
-                &lp.ffn_norm,
-                lg.ffn,
-                lg.ffn_norm,
-                &acts.ffn,
-                &acts.cross_attn.norm.out,
-                &ws.g_a[..mt * d],
-                &mut ws.g_b[..mt * d],
-                g,
-                masks.ffn,
-            );
-            attention::cross_backward(
-                self,
-                &lp.cross_attn,
-                &lp.cross_attn_norm,
-                lg.cross_attn,
-                lg.cross_attn_norm,
-                &acts.cross_attn,
-                &acts.self_attn.norm.out,
-                enc_out,
-                &ws.g_b[..mt * d],
-                &mut ws.g_a[..mt * d],
-                &mut ws.d_enc[..ms * d],
-                g,
-                &batch.src_lens,
-                dims,
-                masks.cross_attn,
-                masks.cross_attn_weights,
-            );
+            let (ga, gb) = (&mut ws.g_a[..mt * d], &mut ws.g_b[..mt * d]);
+            let (self_out, cross_out) = (&acts.self_attn.norm.out, &acts.cross_attn.norm.out);
+            let ffn = Backward { p: &lp.ffn, g: lg.ffn };
+            feed_forward::backward(self, ffn, &acts.ffn, Flow { x: cross_out, dout: ga, dx: gb }, g, masks.ffn);
+            let shape = AttnShape::cross(self, dims, &batch.src_lens);
+            let mut cross = Backward { p: &lp.cross_attn, g: lg.cross_attn };
+            let flow = Flow { x: self_out, dout: gb, dx: ga };
+            attention::cross_backward(self, &mut cross, &acts.cross_attn, flow, g, &shape, masks.cross_attn);
+            attention::cross_kv_backward(self, &mut cross, enc_out, &mut ws.d_enc[..ms * d], g, &shape);
+            let shape = AttnShape::self_attn(self, dims.b, dims.t, &batch.tgt_lens, Mask::Causal);
+            let attn = Backward { p: &lp.self_attn, g: lg.self_attn };
             attention::self_backward(
                 self,
-                &lp.self_attn,
-                &lp.self_attn_norm,
-                lg.self_attn,
-                lg.self_attn_norm,
+                attn,
                 &acts.self_attn,
-                x,
-                &ws.g_a[..mt * d],
-                &mut ws.g_b[..mt * d],
+                Flow { x, dout: ga, dx: gb },
                 g,
-                &batch.tgt_lens,
-                Mask::Causal,
-                dims.b,
-                dims.t,
+                &shape,
                 masks.self_attn,
-                masks.self_attn_weights,
             );
             std::mem::swap(&mut ws.g_a, &mut ws.g_b);
         }

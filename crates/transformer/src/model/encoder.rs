@@ -2,8 +2,9 @@
 //! self-attention sub-layer and a position-wise feed-forward sub-layer, each with its residual
 //! connection and LayerNorm, LayerNorm(x + Sublayer(x)).
 
+use super::attention::AttnShape;
 use super::masks::{EmbeddingMasks, EncoderLayerMasks};
-use super::workspace::Workspace;
+use super::workspace::{Backward, Flow, Workspace};
 use super::{attention, feed_forward, Batch, DropoutCtx, Transformer};
 use crate::kernels::cpu::embedding::{embedding_backward, embedding_forward};
 use crate::kernels::Mask;
@@ -34,29 +35,9 @@ impl Transformer {
             let x: &[f32] = if l == 0 { &ws.enc_in } else { &prev[l - 1].ffn.norm.out };
             let acts = &mut rest[0];
             let dims = ws.dims;
-            attention::self_forward(
-                self,
-                &lp.self_attn,
-                &lp.self_attn_norm,
-                x,
-                &mut acts.self_attn,
-                &mut ws.y,
-                &batch.src_lens,
-                Mask::Padding,
-                dims.b,
-                dims.s,
-                masks.self_attn,
-                masks.self_attn_weights,
-            );
-            feed_forward::forward(
-                self,
-                &lp.ffn,
-                &lp.ffn_norm,
-                &mut acts.ffn,
-                &acts.self_attn.norm.out,
-                &mut ws.y,
-                masks.ffn,
-            );
+            let shape = AttnShape::self_attn(self, dims.b, dims.s, &batch.src_lens, Mask::Padding);
+            attention::self_forward(self, &lp.self_attn, x, &mut acts.self_attn, &mut ws.y, &shape, masks.self_attn);
+            feed_forward::forward(self, &lp.ffn, &mut acts.ffn, &acts.self_attn.norm.out, &mut ws.y, masks.ffn);
         }
     }
 
@@ -95,36 +76,20 @@ impl Transformer {
             let acts = &rest[0];
             let g = &mut ws.grad;
             let lg = o.encoder[l].params_mut(grads);
-            feed_forward::backward(
-                self,
-                &lp.ffn,
-                &lp.ffn_norm,
-                lg.ffn,
-                lg.ffn_norm,
-                &acts.ffn,
-                &acts.self_attn.norm.out,
-                &ws.g_a[..ms * d],
-                &mut ws.g_b[..ms * d],
-                g,
-                masks.ffn,
-            );
+            let (ga, gb) = (&mut ws.g_a[..ms * d], &mut ws.g_b[..ms * d]);
+            let attn_out = &acts.self_attn.norm.out;
+            let ffn = Backward { p: &lp.ffn, g: lg.ffn };
+            feed_forward::backward(self, ffn, &acts.ffn, Flow { x: attn_out, dout: ga, dx: gb }, g, masks.ffn);
+            let shape = AttnShape::self_attn(self, dims.b, dims.s, &batch.src_lens, Mask::Padding);
+            let attn = Backward { p: &lp.self_attn, g: lg.self_attn };
             attention::self_backward(
                 self,
-                &lp.self_attn,
-                &lp.self_attn_norm,
-                lg.self_attn,
-                lg.self_attn_norm,
+                attn,
                 &acts.self_attn,
-                x,
-                &ws.g_b[..ms * d],
-                &mut ws.g_a[..ms * d],
+                Flow { x, dout: gb, dx: ga },
                 g,
-                &batch.src_lens,
-                Mask::Padding,
-                dims.b,
-                dims.s,
+                &shape,
                 masks.self_attn,
-                masks.self_attn_weights,
             );
         }
         let (emb_g, pos_g) = o.embedding_mut(grads);

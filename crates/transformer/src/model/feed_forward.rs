@@ -1,26 +1,25 @@
 //! §3.3 Position-wise feed-forward network, Eq. 2: FFN(x) = max(0, x W_1 + b_1) W_2 + b_2, with its
 //! residual + LayerNorm. b_1 is fused with the ReLU, b_2 with the residual LayerNorm.
 
-use super::workspace::{FfnActs, GradScratch};
+use super::workspace::{Backward, FfnActs, Flow, GradScratch};
 use super::Transformer;
 use crate::kernels::cpu::elementwise::{bias_relu_backward, bias_relu_forward};
 use crate::kernels::cpu::layer_norm::{residual_layer_norm_backward, residual_layer_norm_forward};
 use crate::kernels::cpu::linear::{linear_backward, linear_forward};
-use crate::params::{FfnParams, FfnParamsMut, NormParams, NormParamsMut};
+use crate::params::{FfnBlock, FfnBlockMut};
 use crate::rng::DropoutMask;
 
 /// Forward over x (M, D); the block output lands in `acts.norm.out`.
-#[allow(clippy::too_many_arguments)]
 pub(super) fn forward(
     m: &Transformer,
-    fp: &FfnParams,
-    np: &NormParams,
+    p: &FfnBlock,
     acts: &mut FfnActs,
     x: &[f32],
     y: &mut [f32],
     drop: Option<DropoutMask>,
 ) {
     let (d, f) = (m.config.d_model, m.config.d_ff);
+    let (fp, np) = (&p.ffn, &p.norm);
     let rows = x.len() / d;
     linear_forward(m.precision, &mut acts.h, x, fp.w_1, None, rows, f, d);
     bias_relu_forward(&mut acts.h, fp.b_1);
@@ -42,33 +41,29 @@ pub(super) fn forward(
     );
 }
 
-/// Backward: overwrites dx (M, D) with the gradient of x; accumulates parameter gradients.
-#[allow(clippy::too_many_arguments)]
+/// Backward: overwrites `flow.dx` (M, D) with the gradient of `flow.x`; accumulates parameter
+/// gradients.
 pub(super) fn backward(
     m: &Transformer,
-    fp: &FfnParams,
-    np: &NormParams,
-    fg: FfnParamsMut,
-    ng: NormParamsMut,
+    pg: Backward<&FfnBlock, FfnBlockMut>,
     acts: &FfnActs,
-    x: &[f32],
-    dout: &[f32],
-    dx: &mut [f32],
+    flow: Flow,
     gs: &mut GradScratch,
     drop: Option<DropoutMask>,
 ) {
     let (d, f) = (m.config.d_model, m.config.d_ff);
-    let rows = x.len() / d;
+    let (fp, np, fg, ng) = (&pg.p.ffn, &pg.p.norm, pg.g.ffn, pg.g.norm);
+    let rows = flow.x.len() / d;
     let dy = &mut gs.dy[..rows * d];
     let n = &acts.norm;
     residual_layer_norm_backward(
-        dx,
+        flow.dx,
         dy,
         ng.gamma,
         ng.beta,
         Some(fg.b_2),
         &mut gs.partials,
-        dout,
+        flow.dout,
         &n.s,
         &n.mean,
         &n.rstd,
@@ -78,5 +73,5 @@ pub(super) fn backward(
     let dh = &mut gs.d_h[..rows * f];
     linear_backward(m.precision, Some(&mut *dh), false, fg.w_2, None, dy, &acts.h, fp.w_2, rows, d, f);
     bias_relu_backward(dh, &acts.h, fg.b_1, &mut gs.partials);
-    linear_backward(m.precision, Some(dx), true, fg.w_1, None, dh, x, fp.w_1, rows, f, d);
+    linear_backward(m.precision, Some(flow.dx), true, fg.w_1, None, dh, flow.x, fp.w_1, rows, f, d);
 }

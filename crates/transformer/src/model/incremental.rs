@@ -16,6 +16,7 @@
 //! equal those of the teacher-forced [`Transformer::forward`] to float rounding
 //! (tests/incremental.rs).
 
+use super::packed_decoder::PackedDecoder;
 use super::pointer::{CloserStacks, PointerState, NO_OPEN};
 use super::{Batch, Transformer, Workspace};
 use crate::error::{Error, Result};
@@ -45,30 +46,6 @@ pub struct Encoded {
     /// word start positions.
     ptr_proj: Vec<f32>,
     word_starts: Vec<Vec<u32>>,
-}
-
-/// The decoder's weights packed for inference products ([`PackedLinear`]): built once per model
-/// and shared by every batch it decodes. It is a copy: after the model's parameters change, pack
-/// again. Only its shapes are checked against the model it decodes with, so packing one model and
-/// decoding with another of the same shape is a caller's error that goes undetected.
-#[derive(Debug)]
-pub struct PackedDecoder {
-    precision: crate::precision::Precision,
-    d_model: usize,
-    vocab: usize,
-    layers: Vec<PackedLayer>,
-    /// The tied embedding as the output projection (V, D).
-    output: PackedLinear,
-}
-
-#[derive(Debug)]
-struct PackedLayer {
-    self_qkv: PackedLinear,
-    self_o: PackedLinear,
-    cross_q: PackedLinear,
-    cross_o: PackedLinear,
-    w_1: PackedLinear,
-    w_2: PackedLinear,
 }
 
 /// The decoder's cached state for a set of rows, each row a hypothesis of one sentence of an
@@ -176,62 +153,17 @@ impl Transformer {
         Ok(Encoded { b, s, src_lens: batch.src_lens, cross_kv, ptr_proj, word_starts })
     }
 
-    /// Packs the decoder's weights for [`Transformer::start_decoding_packed`], at the model's
-    /// precision.
-    pub fn pack_decoder(&self) -> PackedDecoder {
-        self.pack_decoder_with(true)
-    }
-
-    /// [`Transformer::pack_decoder`]; with `pack = false` the products run on the unpacked
-    /// weights (for A/B timing).
-    pub fn pack_decoder_with(&self, pack: bool) -> PackedDecoder {
-        let prec = self.precision;
-        let c = &self.config;
-        let (d, f, v) = (c.d_model, c.d_ff, c.vocab_size);
-        let (hk, hv) = (c.n_heads * c.d_k, c.n_heads * c.d_v);
-        let p = &self.params;
-        let o = &self.layout.offsets;
-        let layers = o
-            .decoder
-            .iter()
-            .map(|lo| {
-                let lp = lo.params(p);
-                PackedLayer {
-                    self_qkv: PackedLinear::new(lp.self_attn.w_qkv, 2 * hk + hv, d, prec, pack),
-                    self_o: PackedLinear::new(lp.self_attn.w_o, d, hv, prec, pack),
-                    cross_q: PackedLinear::new(lp.cross_attn.w_q, hk, d, prec, pack),
-                    cross_o: PackedLinear::new(lp.cross_attn.w_o, d, hv, prec, pack),
-                    w_1: PackedLinear::new(lp.ffn.w_1, f, d, prec, pack),
-                    w_2: PackedLinear::new(lp.ffn.w_2, d, f, prec, pack),
-                }
-            })
-            .collect();
-        let output = PackedLinear::new(self.embedding(), v, d, prec, pack);
-        PackedDecoder { precision: prec, d_model: d, vocab: v, layers, output }
-    }
-
     /// A fresh decoder state with one row per sentence of `enc`, able to decode up to `max_steps`
     /// positions (at most `max_positions`). Packs the decoder's weights for this state alone; to
-    /// decode many batches, pack once and use [`Transformer::start_decoding_packed`].
+    /// decode many batches, pack once and use [`Transformer::restart_decoding`].
     pub fn start_decoding(&self, enc: &Encoded, max_steps: usize) -> Result<DecoderState> {
-        self.start_decoding_packed(enc, max_steps, Arc::new(self.pack_decoder()))
-    }
-
-    /// [`Transformer::start_decoding`] with weights packed by [`Transformer::pack_decoder`] of this
-    /// model.
-    pub fn start_decoding_packed(
-        &self,
-        enc: &Encoded,
-        max_steps: usize,
-        packed: Arc<PackedDecoder>,
-    ) -> Result<DecoderState> {
         let mut st = DecoderState::default();
-        self.restart_decoding(enc, max_steps, packed, &mut st)?;
+        self.restart_decoding(enc, max_steps, Arc::new(self.pack_decoder()), &mut st)?;
         Ok(st)
     }
 
-    /// Makes `st` a fresh decoder state for `enc` like [`Transformer::start_decoding_packed`], but
-    /// keeps its buffers: decoding batch after batch then allocates (and page-faults) nothing new
+    /// Makes `st` a fresh decoder state for `enc` like [`Transformer::start_decoding`], with the
+    /// weights `packed` by [`Transformer::pack_decoder`] of this model, but keeps its buffers: decoding batch after batch then allocates (and page-faults) nothing new
     /// once the buffers have grown to the largest batch.
     pub fn restart_decoding(
         &self,
@@ -357,7 +289,7 @@ impl Transformer {
             let lp = lo.params(p);
             // Causal self-attention over the cache, extended by this position's key and value.
             let nq = 2 * hk + hv;
-            pl.self_qkv.forward(&mut st.proj, &st.x, lp.self_attn.w_qkv, Some(lp.self_attn.b_qkv), rows);
+            pl.self_qkv.forward(&mut st.proj, &st.x, lp.self_attn.attn.w_qkv, Some(lp.self_attn.attn.b_qkv), rows);
             // Row r's new key and value go to slot r.
             let (cap, len) = (st.cap, st.len);
             let proj = &st.proj;
@@ -386,9 +318,15 @@ impl Transformer {
                     (q, kv)
                 });
             }
-            self.project_norm(&pl.self_o, &lp.self_attn, &lp.self_attn_norm, st, rows);
+            self.project_norm(&pl.self_o, &lp.self_attn.attn, &lp.self_attn.norm, st, rows);
             // Encoder–decoder attention over the cached source keys and values.
-            pl.cross_q.forward(&mut st.proj[..rows * hk], &st.x, lp.cross_attn.w_q, Some(lp.cross_attn.b_q), rows);
+            pl.cross_q.forward(
+                &mut st.proj[..rows * hk],
+                &st.x,
+                lp.cross_attn.attn.w_q,
+                Some(lp.cross_attn.attn.b_q),
+                rows,
+            );
             {
                 let (kv, proj, sent) = (&enc.cross_kv[l], &st.proj, &st.sent);
                 let ld = hk + hv;
@@ -400,12 +338,12 @@ impl Transformer {
                     (q, KeyValues { k: &kv[base..], ldk: ld, v: &kv[base + hk..], ldv: ld, n, origin: None })
                 });
             }
-            self.project_norm(&pl.cross_o, &lp.cross_attn, &lp.cross_attn_norm, st, rows);
+            self.project_norm(&pl.cross_o, &lp.cross_attn.attn, &lp.cross_attn.norm, st, rows);
             // FFN.
-            pl.w_1.forward(&mut st.hidden, &st.x, lp.ffn.w_1, None, rows);
-            bias_relu_forward(&mut st.hidden, lp.ffn.b_1);
-            pl.w_2.forward(&mut st.y, &st.hidden, lp.ffn.w_2, None, rows);
-            self.residual_norm(&lp.ffn_norm, lp.ffn.b_2, st);
+            pl.w_1.forward(&mut st.hidden, &st.x, lp.ffn.ffn.w_1, None, rows);
+            bias_relu_forward(&mut st.hidden, lp.ffn.ffn.b_1);
+            pl.w_2.forward(&mut st.y, &st.hidden, lp.ffn.ffn.w_2, None, rows);
+            self.residual_norm(&lp.ffn.norm, lp.ffn.ffn.b_2, st);
         }
         st.len += 1;
         packed.output.forward(&mut st.logits, &st.x, emb, None, rows);

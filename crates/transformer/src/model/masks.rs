@@ -46,13 +46,21 @@ impl EmbeddingMasks {
     }
 }
 
+/// The dropout masks of one attention sub-layer: on its output (before the residual) and on its
+/// attention weights.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct SubLayerMasks {
+    /// The sub-layer's output.
+    pub out: Option<DropoutMask>,
+    /// The attention weights.
+    pub weights: Option<DropoutMask>,
+}
+
 /// The dropout masks of encoder layer `l`: on each sub-layer's output and on the attention weights.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct EncoderLayerMasks {
-    /// Self-attention output.
-    pub self_attn: Option<DropoutMask>,
-    /// Self-attention weights.
-    pub self_attn_weights: Option<DropoutMask>,
+    /// Self-attention output and weights.
+    pub self_attn: SubLayerMasks,
     /// FFN output.
     pub ffn: Option<DropoutMask>,
 }
@@ -60,8 +68,10 @@ pub(super) struct EncoderLayerMasks {
 impl EncoderLayerMasks {
     pub(super) fn new(c: &ModelConfig, ctx: Option<DropoutCtx>, l: usize) -> Self {
         EncoderLayerMasks {
-            self_attn: mask(ctx, c.dropout, site::enc(l, 0)),
-            self_attn_weights: mask(ctx, c.attention_dropout, site::enc(l, site::ATTN)),
+            self_attn: SubLayerMasks {
+                out: mask(ctx, c.dropout, site::enc(l, 0)),
+                weights: mask(ctx, c.attention_dropout, site::enc(l, site::ATTN)),
+            },
             ffn: mask(ctx, c.dropout, site::enc(l, 1)),
         }
     }
@@ -70,14 +80,10 @@ impl EncoderLayerMasks {
 /// The dropout masks of decoder layer `l`.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct DecoderLayerMasks {
-    /// Masked self-attention output.
-    pub self_attn: Option<DropoutMask>,
-    /// Masked self-attention weights.
-    pub self_attn_weights: Option<DropoutMask>,
-    /// Encoder–decoder attention output.
-    pub cross_attn: Option<DropoutMask>,
-    /// Encoder–decoder attention weights.
-    pub cross_attn_weights: Option<DropoutMask>,
+    /// Masked self-attention output and weights.
+    pub self_attn: SubLayerMasks,
+    /// Encoder–decoder attention output and weights.
+    pub cross_attn: SubLayerMasks,
     /// FFN output.
     pub ffn: Option<DropoutMask>,
 }
@@ -85,10 +91,14 @@ pub(super) struct DecoderLayerMasks {
 impl DecoderLayerMasks {
     pub(super) fn new(c: &ModelConfig, ctx: Option<DropoutCtx>, l: usize) -> Self {
         DecoderLayerMasks {
-            self_attn: mask(ctx, c.dropout, site::dec(l, 0)),
-            self_attn_weights: mask(ctx, c.attention_dropout, site::dec(l, site::ATTN)),
-            cross_attn: mask(ctx, c.dropout, site::dec(l, 1)),
-            cross_attn_weights: mask(ctx, c.attention_dropout, site::dec(l, site::ATTN + 1)),
+            self_attn: SubLayerMasks {
+                out: mask(ctx, c.dropout, site::dec(l, 0)),
+                weights: mask(ctx, c.attention_dropout, site::dec(l, site::ATTN)),
+            },
+            cross_attn: SubLayerMasks {
+                out: mask(ctx, c.dropout, site::dec(l, 1)),
+                weights: mask(ctx, c.attention_dropout, site::dec(l, site::ATTN + 1)),
+            },
             ffn: mask(ctx, c.dropout, site::dec(l, 2)),
         }
     }
@@ -109,9 +119,9 @@ mod tests {
         let mut v = vec![id(e.source), id(e.target)];
         for l in 0..c.n_layers {
             let m = EncoderLayerMasks::new(c, ctx, l);
-            v.extend([m.self_attn, m.self_attn_weights, m.ffn].map(id));
+            v.extend([m.self_attn.out, m.self_attn.weights, m.ffn].map(id));
             let m = DecoderLayerMasks::new(c, ctx, l);
-            v.extend([m.self_attn, m.self_attn_weights, m.cross_attn, m.cross_attn_weights, m.ffn].map(id));
+            v.extend([m.self_attn.out, m.self_attn.weights, m.cross_attn.out, m.cross_attn.weights, m.ffn].map(id));
         }
         v
     }

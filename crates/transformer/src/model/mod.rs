@@ -9,10 +9,12 @@ mod encoder;
 mod feed_forward;
 mod incremental;
 mod masks;
+mod packed_decoder;
 pub mod pointer;
 mod workspace;
 
-pub use incremental::{DecoderState, Encoded, PackedDecoder};
+pub use incremental::{DecoderState, Encoded};
+pub use packed_decoder::{DecoderKernels, PackedDecoder};
 pub use workspace::Workspace;
 
 use crate::config::ModelConfig;

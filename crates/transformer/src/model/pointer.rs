@@ -44,7 +44,7 @@ pub struct PointerTable {
 }
 
 /// The prefix that marks a POS tag entry of a parsing vocabulary (`TAG=NN`).
-const TAG_PREFIX: &str = crate::data::parallel::TAG_PREFIX;
+const TAG_PREFIX: &str = crate::data::encoding::TAG_PREFIX;
 
 impl PointerTable {
     /// A table from explicit classes, one per id (tests, synthetic vocabularies).

@@ -14,6 +14,22 @@ pub struct Dims {
     pub t: usize,
 }
 
+/// What flows through a sub-layer's backward: its input `x` (M, D), the gradient of its output
+/// `dout` (M, D), and where the gradient of its input goes, `dx` (M, D, overwritten).
+#[derive(Debug)]
+pub(super) struct Flow<'a> {
+    pub x: &'a [f32],
+    pub dout: &'a [f32],
+    pub dx: &'a mut [f32],
+}
+
+/// A sub-layer's parameters `p` and the gradients `g` its backward accumulates into.
+#[derive(Debug)]
+pub(super) struct Backward<P, G> {
+    pub p: P,
+    pub g: G,
+}
+
 /// Saved values of one residual + LayerNorm.
 #[derive(Default, Debug)]
 pub struct NormActs {

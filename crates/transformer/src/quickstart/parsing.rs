@@ -4,21 +4,21 @@
 //! steps are the library's own, as in the translation quick start: a [`RunConfig`] (the shipped
 //! `configs/ptb-parse.toml`, with paths, budget and checkpoint interval set here) trained by
 //! [`run_with_progress`], which keeps `best.safetensors` by validation F1; a [`Translator`] that
-//! parses the test sentences with the decoding the validation used; [`evalb::score`]. Running it
+//! parses the test sentences with the decoding the validation used; [`Translator::parse_and_score`] scores them with EVALB. Running it
 //! again in the same output directory resumes.
 
 use super::{
     check_common, check_marker, lock_output, longer_minutes, short_number, Observer, QuickstartOptions,
     CHECKPOINTS_PER_RUN,
 };
+use crate::checkpoint;
 use crate::data::ptb_sample::PTB_SAMPLE_DIR;
 use crate::data::trees::{read_treebank, treebank_files, FileRange};
-use crate::decode::translator::{Translator, TranslatorOptions};
+use crate::decode::translator::{SessionOptions, Translator};
 use crate::error::{Error, Result};
 use crate::eval::evalb;
 use crate::io::{io_err, write_atomically};
 use crate::task::Task;
-use crate::train::checkpoint;
 use crate::train::run::{run_with_progress, RunConfig, BEST};
 use std::path::{Path, PathBuf};
 
@@ -267,7 +267,7 @@ pub fn run(opts: &QuickstartOptions, obs: &mut dyn Observer) -> Result<ParsingRe
 
     obs.stage("parsing");
     let translator =
-        Translator::load(&model_path, &vocab, TranslatorOptions { task: Task::Parsing, ..Default::default() })?;
+        Translator::load(&model_path, &vocab, SessionOptions { task: Task::Parsing, ..Default::default() })?;
     let mut gold = read_treebank(&opts.treebank, Some(&ranges[2].1))?;
     if let Some(n) = opts.test_sentences {
         gold.truncate(n);
@@ -275,20 +275,21 @@ pub fn run(opts: &QuickstartOptions, obs: &mut dyn Observer) -> Result<ParsingRe
     let sentences: Vec<String> = gold.iter().map(|t| t.words().join(" ")).collect();
     // The decoding the run's validation picked the checkpoint with.
     let popts = cfg.train.valid_f1_parse_options();
-    let (parses, _) = {
+    let scored = {
         let obs = std::cell::RefCell::new(&mut *obs);
-        translator.parse_with_progress(
+        translator.parse_and_score(
             &sentences,
+            &gold,
             &popts,
             &mut |w| obs.borrow_mut().log(&format!("warning: {w}")),
             &mut |d, t| obs.borrow_mut().translate(d, t),
         )?
     };
+    let parses = &scored.parses;
     let gold_lines: Vec<String> = gold.iter().map(|t| t.to_bracketed()).collect();
     let test_lines: Vec<String> = parses.iter().map(|p| p.tree.to_bracketed()).collect();
-    let report = evalb::score(&gold_lines, &test_lines, &evalb::Params::collins());
     let mut full = Vec::new();
-    report.write_evalb(&mut full, false).expect("writing to memory");
+    scored.report.write_evalb(&mut full, false).expect("writing to memory");
     for (what, name, text) in [
         ("test sentences", "test.words", lines(&sentences)),
         ("gold trees", "test.gold", lines(&gold_lines)),
@@ -310,18 +311,18 @@ pub fn run(opts: &QuickstartOptions, obs: &mut dyn Observer) -> Result<ParsingRe
         .collect();
 
     files.push(("report".into(), out.join("report.txt")));
-    let search = &popts.translate.search;
+    let search = &popts.decode.search;
     let report = ParsingReport {
         options: opts.clone(),
         steps: summary.state.step,
         train_seconds: summary.state.elapsed_s,
-        stopped: summary.stopped,
-        valid_perplexity: summary.valid.1.exp(),
+        stopped: summary.stopped.to_string(),
+        valid_perplexity: summary.valid.perplexity(),
         picked_step: ckpt.step,
         picked_f1,
         search: (search.beam, search.alpha, popts.constrained),
-        repaired: parses.iter().filter(|p| p.malformed).count(),
-        evalb: report,
+        repaired: scored.malformed(),
+        evalb: scored.report,
         examples,
         files,
     };

@@ -195,7 +195,7 @@ impl TrainSection {
             constrained: self.valid_f1_constrained,
             ..Default::default()
         };
-        popts.translate.search.beam = self.valid_f1_beam;
+        popts.decode.search.beam = self.valid_f1_beam;
         popts
     }
 }

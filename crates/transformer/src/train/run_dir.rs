@@ -3,7 +3,7 @@
 //! drawn from it, the lock that keeps one run per directory, and the clean-up after a crash that
 //! lets a run resume.
 
-use super::checkpoint::{self, Checkpoint};
+use crate::checkpoint::{self, Checkpoint};
 use crate::error::{Error, Result};
 use crate::io::{io_err, pid_alive, temp_writer_pid, write_atomically};
 use std::io::{Read, Seek, Write};

@@ -1,9 +1,9 @@
 //! The training step (§5): forward, label-smoothed loss, backward, Adam with the Eq. 3 schedule, over
 //! flat parameter, gradient and moment buffers.
 
-use super::checkpoint::Checkpoint;
 use super::distributed::{Collective, SingleProcess};
 use super::schedule::Schedule;
+use crate::checkpoint::Checkpoint;
 use crate::error::{Error, Result};
 use crate::kernels::cpu::adam::{adam_update, AdamConfig};
 use crate::kernels::cpu::elementwise::all_finite;

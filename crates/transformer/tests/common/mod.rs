@@ -58,3 +58,15 @@ pub fn numeric_grad(x: &[f64], h: f64, mut f: impl FnMut(&[f64]) -> f64) -> Vec<
 pub fn weighted_sum(y: &[f64], g: &[f64]) -> f64 {
     y.iter().zip(g).map(|(a, b)| a * b).sum()
 }
+
+/// Beam search over a batch of sources with fresh buffers: `search_batch` as a one-off.
+pub fn translate_batch(
+    model: &transformer::Transformer,
+    srcs: &[&[u32]],
+    cfg: &transformer::decode::BeamConfig,
+    ws: &mut transformer::Workspace,
+) -> transformer::Result<Vec<Vec<transformer::decode::Hypothesis>>> {
+    let packed = std::sync::Arc::new(model.pack_decoder());
+    let mut state = transformer::model::DecoderState::default();
+    Ok(transformer::decode::search_batch(model, srcs, cfg, ws, &packed, &mut state, None)?.0)
+}

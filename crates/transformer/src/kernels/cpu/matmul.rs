@@ -139,7 +139,6 @@ fn last_index(off: usize, rows: usize, rs: usize, cols: usize, cs: usize) -> Opt
 
 /// C = [C +] alpha · A · B on strided views, single-threaded: for the many small per-head products
 /// inside attention, which is itself parallel over sentences. C is row-major with row stride `ldc`.
-#[allow(clippy::too_many_arguments)]
 pub fn gemm_small(c: &mut [f32], c_off: usize, ldc: usize, a: MatRef, b: MatRef, alpha: f32, accumulate: bool) {
     let (m, n, k) = (a.rows, b.cols, a.cols);
     assert_eq!(b.rows, k, "gemm_small: inner dimensions {k} and {}", b.rows);

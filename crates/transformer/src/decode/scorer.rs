@@ -1,0 +1,69 @@
+//! The model as a beam-search [`Scorer`]: incremental decoding (§3.2.3's masked decoder, one
+//! position a step) over an encoded batch, each step's log-softmax normalisers computed in
+//! parallel.
+
+use super::beam::{Scorer, StepScores};
+use crate::error::{Error, Result};
+use crate::kernels::cpu::profile::{self, Slot};
+use crate::kernels::cpu::search::log_sum_exp;
+use crate::model::{DecoderState, Encoded, PackedDecoder, Transformer, Workspace};
+use rayon::prelude::*;
+use std::sync::Arc;
+
+/// The model as a [`Scorer`]: incremental decoding over an encoded batch.
+pub(crate) struct ModelScorer<'m> {
+    model: &'m Transformer,
+    enc: Encoded,
+    state: DecoderState,
+    log_norms: Vec<f32>,
+    /// Σ over steps of the rows decoded: the search's work.
+    pub(crate) rows_decoded: usize,
+}
+
+impl<'m> ModelScorer<'m> {
+    /// Encodes `srcs` and prepares to decode up to `max_steps` positions with the decoder weights
+    /// `packed` (by `model.pack_decoder()`), in the buffers of `state` (from
+    /// [`ModelScorer::into_state`] of an earlier batch).
+    pub fn reusing(
+        model: &'m Transformer,
+        srcs: &[&[u32]],
+        max_steps: usize,
+        ws: &mut Workspace,
+        packed: Arc<PackedDecoder>,
+        mut state: DecoderState,
+    ) -> Result<Self> {
+        let enc = model.encode(srcs, ws)?;
+        model.restart_decoding(&enc, max_steps, packed, &mut state)?;
+        Ok(ModelScorer { model, enc, state, log_norms: Vec::new(), rows_decoded: 0 })
+    }
+
+    /// The decoder state, to reuse its buffers for the next batch.
+    pub fn into_state(self) -> DecoderState {
+        self.state
+    }
+}
+
+impl Scorer for ModelScorer<'_> {
+    fn vocab(&self) -> usize {
+        self.model.config.vocab_size
+    }
+
+    fn step(&mut self, tokens: &[u32]) -> Result<StepScores<'_>> {
+        let v = self.model.config.vocab_size;
+        let logits = self.model.decode_step(&self.enc, &mut self.state, tokens)?;
+        self.rows_decoded += tokens.len();
+        let _t = profile::scope(Slot::Search);
+        self.log_norms.resize(logits.len() / v.max(1), 0.0);
+        self.log_norms.par_iter_mut().zip(logits.par_chunks(v)).for_each(|(n, row)| *n = log_sum_exp(row));
+        if !self.log_norms.iter().all(|n| n.is_finite()) {
+            return Err(Error::Decode(
+                "the model produced non-finite logits while decoding; the checkpoint is damaged or diverged".into(),
+            ));
+        }
+        Ok(StepScores { scores: logits, log_norms: &self.log_norms })
+    }
+
+    fn reorder(&mut self, keep: &[usize]) {
+        self.state.reorder(keep);
+    }
+}

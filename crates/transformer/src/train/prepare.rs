@@ -1,0 +1,162 @@
+//! §5.1 A run's data: the BPE vocabulary (learned from the training text when missing), the
+//! training pairs (encoded and filtered, or memory-mapped from `transformer prepare`'s output),
+//! their token-bucketed batches, and the validation pairs, all checked against the model's
+//! positions before the first update.
+
+use super::config::{DataSection, RunConfig};
+use super::distributed::digest;
+use crate::config::ModelConfig;
+use crate::data::batching::{make_batches, BatchConfig};
+use crate::data::binarized::{Binarized, Pairs};
+use crate::data::bpe::Bpe;
+use crate::data::parallel::{encode_and_filter_with, FilterConfig, TokenPairs};
+use crate::error::{Error, Result};
+use crate::model::Batch;
+
+/// Prepared data: the BPE model, the model configuration it implies, filtered training pairs,
+/// their batches, validation pairs.
+pub(super) struct Data {
+    pub bpe: Bpe,
+    pub model: ModelConfig,
+    pub train: Box<dyn Pairs>,
+    pub batches: Vec<Vec<usize>>,
+    pub valid: TokenPairs,
+    /// The validation text pairs (for parsing: sentence, linearised gold tree).
+    pub valid_text: Vec<(String, String)>,
+}
+
+impl Data {
+    /// A digest of what the workers of a data-parallel run must share: the vocabulary, the
+    /// training pairs' lengths (hence the batches and their order) and the validation pairs.
+    pub fn fingerprint(&self) -> [u64; 4] {
+        let mut bytes = self.bpe.hash().as_bytes().to_vec();
+        for i in 0..self.train.count() {
+            let (s, t) = self.train.lengths_of(i);
+            bytes.extend_from_slice(&(s as u32).to_le_bytes());
+            bytes.extend_from_slice(&(t as u32).to_le_bytes());
+        }
+        for (s, t) in &self.valid {
+            bytes.extend(s.iter().chain(t).flat_map(|x| x.to_le_bytes()));
+            bytes.push(0xff);
+        }
+        digest(&bytes)
+    }
+}
+
+pub(super) fn prepare(cfg: &RunConfig, log: &mut dyn FnMut(&str)) -> Result<Data> {
+    let d = &cfg.data;
+    let bpe = if d.bpe.exists() {
+        Bpe::load(&d.bpe)?
+    } else {
+        log(&format!("learning a {}-entry BPE vocabulary from the training text", d.vocab_size));
+        let text = d.task.read_pairs(&d.train_src, &d.train_tgt, d.train_files.as_deref())?;
+        let bpe = d.task.learn_vocabulary(&text, d.vocab_size)?;
+        if let Some(w) = bpe.shortfall(d.vocab_size) {
+            log(&format!("warning: {w}"));
+        }
+        bpe.save(&d.bpe)?;
+        bpe
+    };
+    let train: Box<dyn Pairs> = match &d.train_bin {
+        Some(dir) => {
+            let b = Binarized::open(dir)?;
+            if b.vocab_hash != bpe.hash() {
+                return Err(Error::Config(format!(
+                    "{} was prepared with vocabulary {} but {} is {}; run `transformer prepare` again",
+                    dir.display(),
+                    b.vocab_hash,
+                    d.bpe.display(),
+                    bpe.hash()
+                )));
+            }
+            log(&format!("train: {} prepared pairs, memory-mapped from {}", b.len(), dir.display()));
+            Box::new(b)
+        }
+        None => {
+            let filter = FilterConfig { max_tokens: d.max_tokens, max_ratio: d.max_ratio };
+            let text = d.task.read_pairs(&d.train_src, &d.train_tgt, d.train_files.as_deref())?;
+            let (pairs, report) = encode_and_filter_with(d.task.target_encoding(), &text, &bpe, &filter)?;
+            log(&format!("train: {report}"));
+            Box::new(pairs)
+        }
+    };
+    let model = cfg.model_config(bpe.vocab_size())?;
+    cfg.validate_for(&model, super::config::machine_memory_bytes())?;
+    let valid_text = d.task.read_pairs(&d.valid_src, &d.valid_tgt, d.valid_files.as_deref())?;
+    let valid = validation_pairs(&valid_text, &bpe, &model, d, log)?;
+    if train.count() == 0 {
+        return Err(Error::Config(
+            "no training pairs left after filtering; check data.max_tokens and data.max_ratio".into(),
+        ));
+    }
+    let lengths: Vec<(usize, usize)> = (0..train.count()).map(|i| train.lengths_of(i)).collect();
+    // Checked up front, not hours in: every training pair fits the model's positions.
+    if let Some(i) = lengths.iter().position(|&(s, t)| s > model.max_positions || t + 1 > model.max_positions) {
+        let from = d.train_bin.as_ref().map_or_else(
+            || format!("{} / {}", d.train_src.display(), d.train_tgt.display()),
+            |dir| dir.display().to_string(),
+        );
+        return Err(Error::Config(format!(
+            "training pair {} of {from} has {} source and {} target tokens, more than model.max_positions = {} \
+             allows (the target also takes an EOS): prepare the data with a lower max_tokens or raise \
+             model.max_positions",
+            i + 1,
+            lengths[i].0,
+            lengths[i].1,
+            model.max_positions
+        )));
+    }
+    let bc = BatchConfig { max_src_tokens: cfg.train.max_src_tokens, max_tgt_tokens: cfg.train.max_tgt_tokens };
+    let batches = make_batches(&lengths, &bc);
+    Ok(Data { bpe, model, train, batches, valid, valid_text })
+}
+
+/// The validation pairs: every pair with two non-empty sides, encoded; a pair too long for the
+/// model's positions is left out with a warning naming its file and line (it cannot be scored).
+/// No pair at all is an error: a run must have something to validate on.
+fn validation_pairs(
+    text: &[(String, String)],
+    bpe: &Bpe,
+    model: &ModelConfig,
+    d: &DataSection,
+    log: &mut dyn FnMut(&str),
+) -> Result<TokenPairs> {
+    let keep_all = FilterConfig { max_tokens: usize::MAX, max_ratio: f64::INFINITY };
+    let (encoded, mut report) = encode_and_filter_with(d.task.target_encoding(), text, bpe, &keep_all)?;
+    let max = model.max_positions;
+    let mut valid = Vec::with_capacity(encoded.len());
+    let non_empty = text.iter().enumerate().filter(|(_, (s, t))| !s.trim().is_empty() && !t.trim().is_empty());
+    for ((line, _), (s, t)) in non_empty.zip(encoded) {
+        if s.len() > max || t.len() + 1 > max {
+            log(&format!(
+                "warning: {}:{}: a validation pair of {} source and {} target tokens does not fit model.max_positions = {max}; left out of validation",
+                d.valid_src.display(),
+                line + 1,
+                s.len(),
+                t.len()
+            ));
+            report.too_long += 1;
+            report.kept -= 1;
+        } else {
+            valid.push((s, t));
+        }
+    }
+    log(&format!("valid: {report}"));
+    if valid.is_empty() {
+        return Err(Error::Config(format!(
+            "{} / {}: no validation pair to score ({} read, {} with an empty side, {} too long): give a validation set",
+            d.valid_src.display(),
+            d.valid_tgt.display(),
+            report.read,
+            report.empty,
+            report.too_long
+        )));
+    }
+    Ok(valid)
+}
+
+/// The batch of training pairs `idx`.
+pub(super) fn batch_of(pairs: &dyn Pairs, idx: &[usize]) -> Batch {
+    let sel: Vec<(Vec<u32>, Vec<u32>)> = idx.iter().map(|&i| pairs.get(i)).collect();
+    Batch::from_pairs(&sel)
+}

@@ -1,0 +1,202 @@
+//! A run's validation: the loss of the validation pairs (label-smoothed and NLL per target token)
+//! with how much the model reads its sources, recorded at every validation; for parsing also the
+//! validation F1 (§6.3's decoding, EVALB), which keeps the best checkpoint as [`BEST`], and at the
+//! end the F1 of the average of the last checkpoints (§6.1), which competes for it.
+
+use super::config::RunConfig;
+use super::distributed::Collective;
+use super::prepare::Data;
+use super::run::{checkpoint_extra, RunState};
+use super::run_dir::{list_checkpoints, RunDir};
+use super::trainer::Trainer;
+use crate::checkpoint;
+use crate::data::batching::BatchConfig;
+use crate::data::parallel::TokenPairs;
+use crate::data::trees::{delinearise, Tree};
+use crate::decode::translator::{SessionOptions, Translator};
+use crate::error::Result;
+use crate::eval::perplexity::SourceReading;
+use crate::model::Transformer;
+use crate::task::Validation;
+use std::path::PathBuf;
+use std::time::Instant;
+
+/// The file name of a parsing run's best checkpoint by validation F1.
+pub const BEST: &str = "best.safetensors";
+
+/// The validation loss per target token.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ValidLoss {
+    /// Label-smoothed, as training minimises it.
+    pub smoothed: f64,
+    /// Negative log-likelihood.
+    pub nll: f64,
+}
+
+impl ValidLoss {
+    /// The perplexity, exp(NLL per token).
+    pub fn perplexity(&self) -> f64 {
+        self.nll.exp()
+    }
+}
+
+/// One validation's scores.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) struct Validated {
+    pub loss: ValidLoss,
+    /// How much the model reads its sources (rank 0 only).
+    pub reading: Option<SourceReading>,
+}
+
+impl Validated {
+    /// ", shifted-source gap G nats/token, encoder spread S" for a log line (empty without a
+    /// reading).
+    pub fn reading_text(&self) -> String {
+        match self.reading {
+            Some(r) => format!(
+                ", shifted-source gap {} nats/token, encoder spread {:.3}",
+                r.gap.map_or("n/a".to_string(), |g| format!("{g:.3}")),
+                r.spread
+            ),
+            None => String::new(),
+        }
+    }
+
+    /// The metrics record: loss and NLL per target token, perplexity, and the source reading
+    /// (shifted-sentence gap in nats per token, encoder-output spread).
+    fn record(&self, step: u64, epoch: u64) -> serde_json::Value {
+        let (gap, spread) = (self.reading.and_then(|r| r.gap), self.reading.map(|r| r.spread));
+        let (loss, nll) = (self.loss.smoothed, self.loss.nll);
+        serde_json::json!({"kind": "valid", "step": step, "epoch": epoch, "loss": loss, "nll": nll, "ppl": nll.exp(), "gap": gap, "spread": spread})
+    }
+}
+
+/// The run's validation, as its task measures it: label-smoothed loss and NLL per target token over
+/// `pairs`, without dropout (the validation set is never empty: `prepare` says), and the
+/// [`SourceReading`] (encoder-output spread, shifted-sentence gap). Rank 0 validates; the other
+/// workers of a data-parallel run get NaN (they record nothing).
+pub(super) fn validate(
+    trainer: &mut Trainer,
+    pairs: &TokenPairs,
+    cfg: &RunConfig,
+    comm: &dyn Collective,
+) -> Result<Validated> {
+    if !comm.is_root() {
+        return Ok(Validated { loss: ValidLoss { smoothed: f64::NAN, nll: f64::NAN }, reading: None });
+    }
+    match cfg.data.task.validation() {
+        Validation::Perplexity | Validation::PerplexityAndF1 => {
+            let bc = BatchConfig { max_src_tokens: cfg.train.max_src_tokens, max_tgt_tokens: cfg.train.max_tgt_tokens };
+            let (totals, reading) = trainer.score_and_reading(pairs, &bc)?;
+            let tokens = totals.tokens.max(1) as f64;
+            let loss = ValidLoss { smoothed: totals.loss / tokens, nll: totals.nll / tokens };
+            Ok(Validated { loss, reading: Some(reading) })
+        }
+    }
+}
+
+/// Records a validation in the metrics and warns, once warmup is over, when the source path looks
+/// dead.
+pub(super) fn record(
+    run_dir: &RunDir,
+    state: &RunState,
+    epoch: u64,
+    v: &Validated,
+    warmup: u64,
+    log: &mut dyn FnMut(&str),
+) -> Result<()> {
+    if let Some(w) = v.reading.and_then(|r| r.warning()).filter(|_| state.step >= warmup) {
+        log(&format!("warning: step {}: {w}", state.step));
+    }
+    run_dir.append_metrics(&v.record(state.step, epoch))
+}
+
+/// Parsing validation: beam-decodes the validation sentences (beam `train.valid_f1_beam`, §6.3's α
+/// and length) and scores the trees against the gold ones with EVALB (COLLINS.prm). Returns the
+/// F-measure over all lengths (0 where EVALB has no valid sentence) and the number of outputs
+/// that needed repair.
+fn validate_f1(model: Transformer, data: &Data, cfg: &RunConfig) -> Result<(f64, usize)> {
+    let options = SessionOptions { precision: model.precision(), task: cfg.data.task, ..Default::default() };
+    let translator = Translator::new(model, data.bpe.clone(), options)?;
+    let sentences: Vec<String> = data.valid_text.iter().map(|(s, _)| s.clone()).collect();
+    let gold: Vec<Tree> = data
+        .valid_text
+        .iter()
+        .map(|(s, t)| {
+            let words: Vec<&str> = s.split_whitespace().collect();
+            let tokens: Vec<String> = t.split_whitespace().map(str::to_string).collect();
+            delinearise(&tokens, &words)
+        })
+        .collect();
+    let popts = cfg.train.valid_f1_parse_options();
+    let scored = translator.parse_and_score(&sentences, &gold, &popts, &mut |_| {}, &mut |_, _| {})?;
+    let f1 = scored.report.all.fmeasure;
+    Ok((if f1.is_finite() { f1 } else { 0.0 }, scored.malformed()))
+}
+
+/// A parsing run's F1 validations and its best checkpoint (rank 0's).
+pub(super) struct F1<'a> {
+    pub data: &'a Data,
+    pub cfg: &'a RunConfig,
+    pub run_dir: &'a RunDir,
+}
+
+impl F1<'_> {
+    /// Runs the F1 validation of the trainer's model, logs and records it, and saves the model as
+    /// `best.safetensors` when it is the best so far.
+    pub fn checkpoint(&self, trainer: &Trainer, state: &mut RunState, log: &mut dyn FnMut(&str)) -> Result<()> {
+        let start = Instant::now();
+        let (f1, malformed) = validate_f1(trainer.model().clone(), self.data, self.cfg)?;
+        let best = state.best_f1.is_none_or(|b| f1 > b);
+        if best {
+            state.best_f1 = Some(f1);
+            let extra = checkpoint_extra(state, self.cfg.data.task);
+            let ckpt = trainer.to_checkpoint(self.data.bpe.hash(), extra);
+            checkpoint::save(&self.cfg.train.output_dir.join(BEST), &ckpt)?;
+        }
+        log(&format!(
+            "validation F1 {f1:.2} at step {} ({malformed} of {} outputs repaired, {:.0} s){}",
+            state.step,
+            self.data.valid_text.len(),
+            start.elapsed().as_secs_f64(),
+            if best { "; best so far, saved as best.safetensors" } else { "" }
+        ));
+        self.run_dir.append_metrics(&serde_json::json!({"kind": "valid_f1", "step": state.step, "epoch": state.epoch, "f1": f1, "malformed": malformed, "best": best}))
+    }
+
+    /// At the end of the run: averages the newest `train.valid_f1_average` checkpoints (the final
+    /// one included), scores the average's validation F1 as [`F1::checkpoint`] scores a model (same
+    /// decoding, the training precision), records it (`valid_f1_average` in `metrics.jsonl`) and
+    /// keeps it as `best.safetensors` when it beats the best so far.
+    pub fn average(&self, trainer: &Trainer, state: &mut RunState, log: &mut dyn FnMut(&str)) -> Result<()> {
+        let n = self.cfg.train.valid_f1_average;
+        let all = list_checkpoints(&self.cfg.train.output_dir)?;
+        let newest: Vec<PathBuf> = all.iter().skip(all.len().saturating_sub(n)).map(|(_, p)| p.clone()).collect();
+        if n < 2 || newest.len() < 2 {
+            if n >= 2 {
+                log(&format!("validation F1 of an average: skipped, the run has {} checkpoint(s)", newest.len()));
+            }
+            return Ok(());
+        }
+        let start = Instant::now();
+        let averaged = checkpoint::average(&newest)?;
+        let first_step = all[all.len() - newest.len()].0;
+        let model = Transformer::from_params(averaged.config.clone(), averaged.params.clone())?
+            .with_precision(trainer.model().precision())?;
+        let (f1, malformed) = validate_f1(model, self.data, self.cfg)?;
+        let best = state.best_f1.is_none_or(|b| f1 > b);
+        if best {
+            state.best_f1 = Some(f1);
+            checkpoint::save(&self.cfg.train.output_dir.join(BEST), &averaged)?;
+        }
+        log(&format!(
+            "validation F1 {f1:.2} of the average of the last {} checkpoints (steps {first_step}..{}; {malformed} of {} outputs repaired, {:.0} s){}",
+            newest.len(),
+            state.step,
+            self.data.valid_text.len(),
+            start.elapsed().as_secs_f64(),
+            if best { "; best, saved as best.safetensors" } else { "; the best stays" }
+        ));
+        self.run_dir.append_metrics(&serde_json::json!({"kind": "valid_f1_average", "step": state.step, "epoch": state.epoch, "f1": f1, "malformed": malformed, "best": best, "averaged": newest.len(), "from_step": first_step}))
+    }
+}

@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Same numbers before and after a refactor: runs two release binaries of `transformer` on the same
+# work and compares what they write, byte for byte.
+#   dev/refactor-check.sh BEFORE AFTER OUT [tiny|parse|multi30k|translate|speed]...
+# From the repository root, with data/multi30k (`transformer data multi30k`) and the Penn Treebank
+# sample (data/ptb-sample or ../shared/data/ptb-sample). Without a stage name it runs them all:
+#   tiny       configs/tiny-test.toml, 200 updates: every record of metrics.jsonl
+#   parse      a small parser on 20 treebank files, 3 epochs with F1 validation and the average:
+#              every record of metrics.jsonl, and the test trees of its best checkpoint
+#   multi30k   configs/multi30k-en-de.toml, 6 epochs, both binaries at once on one thread each:
+#              every record of metrics.jsonl
+#   translate  test_2016_flickr.en with the multi30k run's last checkpoint (else the tiny run's;
+#              beam 4, α 0.6)
+#   speed      bench train-step (f32, bf16) and translate --speed, interleaved, 3 rounds
+set -euo pipefail
+before=$(realpath "$1"); after=$(realpath "$2"); out=$3; shift 3
+stages=${*:-tiny parse multi30k translate speed}
+mkdir -p "$out"
+tb=data/ptb-sample; [ -d "$tb" ] || tb=../shared/data/ptb-sample
+same() { # what, file a, file b
+  if cmp -s "$2" "$3"; then echo "$1: identical ($(wc -l < "$2") lines)"; else echo "$1: DIFFERENT ($2 vs $3)"; return 1; fi
+}
+# The model translate and speed use: the multi30k run's last checkpoint, else the tiny run's.
+pick_model() {
+  if ls "$out"/m30k-after/ckpt-*.safetensors >/dev/null 2>&1; then
+    ckpt=$(ls "$out"/m30k-after/ckpt-*.safetensors | sort | tail -1); bpe=$out/m30k-bpe.json
+  else
+    ckpt=$(ls "$out"/tiny-after/ckpt-*.safetensors | sort | tail -1); bpe=$out/tiny-bpe.json
+  fi
+}
+echo "$(date -u +%FT%TZ) $(lscpu | grep -m1 'Model name' | sed 's/.*: *//'); before $before, after $after"
+for stage in $stages; do
+  case $stage in
+  tiny)
+    for who in before after; do
+      rm -rf "$out/tiny-$who"
+      ${!who} train --config configs/tiny-test.toml --set train.output_dir="$out/tiny-$who" \
+        --set data.bpe="$out/tiny-bpe.json" --set train.max_steps=200 --set train.checkpoint_steps=50 >/dev/null 2>&1
+    done
+    same "tiny-test metrics" "$out/tiny-before/metrics.jsonl" "$out/tiny-after/metrics.jsonl" ;;
+  parse)
+    small=(--set model.n_layers=1 --set model.d_model=64 --set model.d_ff=128 --set model.n_heads=2
+      --set model.d_k=32 --set model.d_v=32 --set data.train_src="$tb" --set data.valid_src="$tb"
+      --set data.train_files=wsj_0001..wsj_0020 --set data.vocab_size=1000 --set data.bpe="$out/parse-bpe.json"
+      --set train.max_epochs=3 --set train.valid_f1_epochs=1 --set train.valid_f1_beam=4
+      --set train.checkpoint_steps=20 --set train.warmup=50)
+    for who in before after; do
+      rm -rf "$out/parse-$who"
+      ${!who} train --config configs/ptb-parse.toml --set train.output_dir="$out/parse-$who" "${small[@]}" >/dev/null 2>&1
+      ${!who} treebank --input "$tb" --files wsj_0175..wsj_0179 --trees "$out/parse-gold" >/dev/null
+      ${!who} evaluate --checkpoint "$out/parse-$who/best.safetensors" --bpe "$out/parse-bpe.json" \
+        --ref "$out/parse-gold" --output "$out/parse-$who/test.trees" --beam 4 > "$out/parse-$who/test.evalb" 2>/dev/null
+    done
+    same "parser metrics (F1 validations and the average included)" "$out/parse-before/metrics.jsonl" "$out/parse-after/metrics.jsonl"
+    same "parser test trees" "$out/parse-before/test.trees" "$out/parse-after/test.trees"
+    same "parser EVALB report" "$out/parse-before/test.evalb" "$out/parse-after/test.evalb" ;;
+  multi30k)
+    for who in before after; do
+      rm -rf "$out/m30k-$who"
+      ${!who} --threads 1 train --config configs/multi30k-en-de.toml --set train.output_dir="$out/m30k-$who" \
+        --set data.bpe="$out/m30k-bpe.json" --set train.max_epochs=6 --set train.time_limit_minutes=600 >/dev/null 2>&1 &
+      [ $who = before ] && sleep 60 # the first learns the BPE file the second reads
+    done
+    wait
+    same "multi30k metrics, 6 epochs" "$out/m30k-before/metrics.jsonl" "$out/m30k-after/metrics.jsonl"
+    grep '"kind":"valid"' "$out/m30k-after/metrics.jsonl" | sed 's/.*"ppl":\([0-9.]*\).*/\1/' | tr '\n' ' '; echo "(validation perplexity per epoch)" ;;
+  translate)
+    pick_model
+    for who in before after; do
+      ${!who} translate --checkpoint "$ckpt" --bpe "$bpe" --input data/multi30k/test_2016_flickr.en.gz \
+        > "$out/translate-$who.txt" 2>/dev/null
+    done
+    same "translations of test_2016_flickr ($(basename "$ckpt"))" "$out/translate-before.txt" "$out/translate-after.txt" ;;
+  speed)
+    pick_model
+    for round in 1 2 3; do
+      for who in before after; do
+        f32=$(${!who} bench train-step --steps 10 2>&1 | grep -o 'median step [0-9.]* s' | head -1)
+        bf16=$(${!who} bench train-step --steps 20 --bf16 2>&1 | grep -o 'median step [0-9.]* s' | head -1)
+        dec=$({ ${!who} translate --checkpoint "$ckpt" --bpe "$bpe" \
+          --input data/multi30k/test_2016_flickr.en.gz --speed >/dev/null; } 2>&1 | grep -o 'in [0-9.]* s' | head -1)
+        echo "round $round $who: train-step f32 $f32, bf16 $bf16; translate $dec"
+      done
+    done ;;
+  *) echo "unknown stage $stage"; exit 2 ;;
+  esac
+done
