@@ -11,7 +11,8 @@
 #              every record of metrics.jsonl
 #   translate  test_2016_flickr.en with the multi30k run's last checkpoint (else the tiny run's;
 #              beam 4, α 0.6)
-#   speed      bench train-step (f32, bf16) and translate --speed, interleaved, 3 rounds
+#   speed      bench train-step (f32, bf16) and translate --speed (and with PARSER=DIR, parse --speed
+#              of a bench/ptb-parse/run.sh run's test words), interleaved, 3 rounds
 set -euo pipefail
 before=$(realpath "$1"); after=$(realpath "$2"); out=$3; shift 3
 stages=${*:-tiny parse multi30k translate speed}
@@ -79,7 +80,13 @@ for stage in $stages; do
         bf16=$(${!who} bench train-step --steps 20 --bf16 2>&1 | grep -o 'median step [0-9.]* s' | head -1)
         dec=$({ ${!who} translate --checkpoint "$ckpt" --bpe "$bpe" \
           --input data/multi30k/test_2016_flickr.en.gz --speed >/dev/null; } 2>&1 | grep -o 'in [0-9.]* s' | head -1)
-        echo "round $round $who: train-step f32 $f32, bf16 $bf16; translate $dec"
+        parse=
+        if [ -n "${PARSER:-}" ]; then # PARSER=RUN_DIR of bench/ptb-parse/run.sh: its best model parses its test words
+          parse=$({ ${!who} parse --checkpoint "$PARSER/best.safetensors" --bpe "$PARSER/vocab.json" \
+            --input "$PARSER/test.words" --speed >/dev/null; } 2>&1 | grep -o 'in [0-9.]* s' | head -1)
+          parse="; parse $parse"
+        fi
+        echo "round $round $who: train-step f32 $f32, bf16 $bf16; translate $dec$parse"
       done
     done ;;
   *) echo "unknown stage $stage"; exit 2 ;;

@@ -7,7 +7,7 @@ use anyhow::Result;
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
-use transformer::config::{PAPER_VOCAB, PRESET_NAMES};
+use transformer::config::{Preset, PAPER_VOCAB};
 use transformer::decode::translator::{DecodeOptions, SessionOptions, Translator};
 use transformer::decode::{BeamConfig, SearchOverrides, SearchPreset};
 use transformer::eval::bleu::Smooth;
@@ -152,8 +152,8 @@ pub struct QuickstartArgs {
 #[derive(Args)]
 pub struct ParamsArgs {
     /// A Table 3 row.
-    #[arg(long, default_value = "base", value_parser = one_of(&PRESET_NAMES))]
-    pub preset: String,
+    #[arg(long, default_value = "base", value_parser = library_enum(&Preset::ALL, Preset::name))]
+    pub preset: Preset,
     /// Shared vocabulary size.
     #[arg(long, default_value_t = PAPER_VOCAB)]
     pub vocab: usize,

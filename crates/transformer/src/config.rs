@@ -71,7 +71,111 @@ fn yes() -> bool {
 /// The paper's vocabulary for WMT14 En–De (§5.1), used by the presets.
 pub const PAPER_VOCAB: usize = 37000;
 
-/// Every named row of Table 3, in the table's order.
+/// A named row of Table 3.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Preset {
+    /// "base".
+    Base,
+    /// (A) 1 head of width 512.
+    A1,
+    /// (A) 4 heads of width 128.
+    A2,
+    /// (A) 16 heads of width 32.
+    A3,
+    /// (A) 32 heads of width 16.
+    A4,
+    /// (B) d_k = 16.
+    B1,
+    /// (B) d_k = 32.
+    B2,
+    /// (C) N = 2.
+    C1,
+    /// (C) N = 4.
+    C2,
+    /// (C) N = 8.
+    C3,
+    /// (C) d_model = 256.
+    C4,
+    /// (C) d_model = 1024.
+    C5,
+    /// (C) d_ff = 1024.
+    C6,
+    /// (C) d_ff = 4096.
+    C7,
+    /// (D) P_drop = 0.
+    D1,
+    /// (D) P_drop = 0.2.
+    D2,
+    /// (D) ε_ls = 0.
+    D3,
+    /// (D) ε_ls = 0.2.
+    D4,
+    /// (E) learned positional embeddings.
+    E,
+    /// "big".
+    Big,
+}
+
+impl Preset {
+    /// Every row, in the table's order.
+    pub const ALL: [Preset; 20] = {
+        use Preset::*;
+        [Base, A1, A2, A3, A4, B1, B2, C1, C2, C3, C4, C5, C6, C7, D1, D2, D3, D4, E, Big]
+    };
+
+    /// The row's name in Table 3 (`base`, `a1`, …, `e`, `big`).
+    pub const fn name(self) -> &'static str {
+        PRESET_NAMES[self as usize]
+    }
+
+    /// The row named `name`.
+    pub fn from_name(name: &str) -> Result<Self> {
+        match Preset::ALL.iter().find(|p| p.name() == name) {
+            Some(&p) => Ok(p),
+            None => Err(Error::Config(format!("unknown preset '{name}'; choose one of {}", PRESET_NAMES.join(", ")))),
+        }
+    }
+
+    /// The row's configuration, at the paper's vocabulary.
+    pub const fn config(self) -> ModelConfig {
+        use Preset::*;
+        match self {
+            Base => ModelConfig::base(),
+            // (A) heads and key/value widths at constant computation.
+            A1 => row(6, 512, 2048, 1, 512, 512, 0.1, 0.1, S),
+            A2 => row(6, 512, 2048, 4, 128, 128, 0.1, 0.1, S),
+            A3 => row(6, 512, 2048, 16, 32, 32, 0.1, 0.1, S),
+            A4 => row(6, 512, 2048, 32, 16, 16, 0.1, 0.1, S),
+            // (B) smaller key width only.
+            B1 => row(6, 512, 2048, 8, 16, 64, 0.1, 0.1, S),
+            B2 => row(6, 512, 2048, 8, 32, 64, 0.1, 0.1, S),
+            // (C) model size.
+            C1 => row(2, 512, 2048, 8, 64, 64, 0.1, 0.1, S),
+            C2 => row(4, 512, 2048, 8, 64, 64, 0.1, 0.1, S),
+            C3 => row(8, 512, 2048, 8, 64, 64, 0.1, 0.1, S),
+            C4 => row(6, 256, 2048, 8, 32, 32, 0.1, 0.1, S),
+            C5 => row(6, 1024, 2048, 8, 128, 128, 0.1, 0.1, S),
+            C6 => row(6, 512, 1024, 8, 64, 64, 0.1, 0.1, S),
+            C7 => row(6, 512, 4096, 8, 64, 64, 0.1, 0.1, S),
+            // (D) regularisation.
+            D1 => row(6, 512, 2048, 8, 64, 64, 0.0, 0.1, S),
+            D2 => row(6, 512, 2048, 8, 64, 64, 0.2, 0.1, S),
+            D3 => row(6, 512, 2048, 8, 64, 64, 0.1, 0.0, S),
+            D4 => row(6, 512, 2048, 8, 64, 64, 0.1, 0.2, S),
+            // (E) learned positional embeddings.
+            E => row(6, 512, 2048, 8, 64, 64, 0.1, 0.1, L),
+            Big => ModelConfig::big(),
+        }
+    }
+
+    /// The paper's parameter count for the row (Table 3, ×10^6 at vocabulary 37000), where
+    /// listed.
+    pub fn paper_params_millions(self) -> Option<f64> {
+        ModelConfig::paper_params_millions(self.name())
+    }
+}
+
+/// Every named row of Table 3, in the table's order ([`Preset::name`] of [`Preset::ALL`]).
 pub const PRESET_NAMES: [&str; 20] = [
     "base", "a1", "a2", "a3", "a4", "b1", "b2", "c1", "c2", "c3", "c4", "c5", "c6", "c7", "d1", "d2", "d3", "d4", "e",
     "big",
@@ -123,41 +227,9 @@ impl ModelConfig {
         row(6, 1024, 4096, 16, 64, 64, 0.3, 0.1, S)
     }
 
-    /// The preset of a Table 3 row by name (see [`PRESET_NAMES`]), at the paper's vocabulary.
+    /// The preset of a Table 3 row by name (see [`Preset`]), at the paper's vocabulary.
     pub fn preset(name: &str) -> Result<Self> {
-        Ok(match name {
-            "base" => Self::base(),
-            // (A) heads and key/value widths at constant computation.
-            "a1" => row(6, 512, 2048, 1, 512, 512, 0.1, 0.1, S),
-            "a2" => row(6, 512, 2048, 4, 128, 128, 0.1, 0.1, S),
-            "a3" => row(6, 512, 2048, 16, 32, 32, 0.1, 0.1, S),
-            "a4" => row(6, 512, 2048, 32, 16, 16, 0.1, 0.1, S),
-            // (B) smaller key width only.
-            "b1" => row(6, 512, 2048, 8, 16, 64, 0.1, 0.1, S),
-            "b2" => row(6, 512, 2048, 8, 32, 64, 0.1, 0.1, S),
-            // (C) model size.
-            "c1" => row(2, 512, 2048, 8, 64, 64, 0.1, 0.1, S),
-            "c2" => row(4, 512, 2048, 8, 64, 64, 0.1, 0.1, S),
-            "c3" => row(8, 512, 2048, 8, 64, 64, 0.1, 0.1, S),
-            "c4" => row(6, 256, 2048, 8, 32, 32, 0.1, 0.1, S),
-            "c5" => row(6, 1024, 2048, 8, 128, 128, 0.1, 0.1, S),
-            "c6" => row(6, 512, 1024, 8, 64, 64, 0.1, 0.1, S),
-            "c7" => row(6, 512, 4096, 8, 64, 64, 0.1, 0.1, S),
-            // (D) regularisation.
-            "d1" => row(6, 512, 2048, 8, 64, 64, 0.0, 0.1, S),
-            "d2" => row(6, 512, 2048, 8, 64, 64, 0.2, 0.1, S),
-            "d3" => row(6, 512, 2048, 8, 64, 64, 0.1, 0.0, S),
-            "d4" => row(6, 512, 2048, 8, 64, 64, 0.1, 0.2, S),
-            // (E) learned positional embeddings.
-            "e" => row(6, 512, 2048, 8, 64, 64, 0.1, 0.1, L),
-            "big" => Self::big(),
-            other => {
-                return Err(Error::Config(format!(
-                    "unknown preset '{other}'; choose one of {}",
-                    PRESET_NAMES.join(", ")
-                )))
-            }
-        })
+        Ok(Preset::from_name(name)?.config())
     }
 
     /// The paper's parameter count for a preset (Table 3, ×10^6 at vocabulary 37000), where listed.

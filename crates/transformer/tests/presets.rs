@@ -1,7 +1,7 @@
 //! Table 3: every row is a preset; parameter counts at the paper's vocabulary (37000) against the
 //! paper's params column.
 
-use transformer::config::{ModelConfig, PAPER_VOCAB, PRESET_NAMES};
+use transformer::config::{ModelConfig, Preset, PAPER_VOCAB, PRESET_NAMES};
 use transformer::params::param_count;
 
 /// Rows whose exact count the paper's rounded column cannot reach within 5% (see docs/deviations.md,
@@ -60,4 +60,11 @@ fn rows_differ_from_base_only_where_table_3_says() {
     let big = ModelConfig::big();
     assert_eq!((big.n_layers, big.d_model, big.d_ff, big.n_heads, big.dropout), (6, 1024, 4096, 16, 0.3));
     assert!(ModelConfig::preset("z9").unwrap_err().to_string().contains("unknown preset 'z9'"));
+    // The enum and the names are one list: each row's name finds it, and its configuration.
+    assert_eq!(Preset::ALL.map(Preset::name), PRESET_NAMES);
+    for p in Preset::ALL {
+        assert_eq!(Preset::from_name(p.name()).unwrap(), p);
+        assert_eq!(ModelConfig::preset(p.name()).unwrap(), p.config());
+    }
+    assert!(Preset::from_name("Base").is_err(), "names are lower-case, as in Table 3");
 }

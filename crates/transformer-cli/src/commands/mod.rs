@@ -69,7 +69,7 @@ pub fn run(cmd: Command) -> Result<()> {
         }
         Command::Params(ParamsArgs { preset, vocab, all, json, cost, src_len, tgt_len, tokens_per_step, steps }) => {
             let cost = cost.then_some(train::CostArgs { src_len, tgt_len, tokens_per_step, steps });
-            train::params(&preset, vocab, all, json, cost)
+            train::params(preset, vocab, all, json, cost)
         }
         Command::Synthetic(SyntheticArgs { task, steps, seed, save }) => {
             train::synthetic(task, steps, seed, save.as_deref())

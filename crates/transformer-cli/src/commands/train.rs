@@ -6,7 +6,7 @@ use anyhow::{Context, Result};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 use transformer::checkpoint;
-use transformer::config::{ModelConfig, PAPER_VOCAB, PRESET_NAMES};
+use transformer::config::{Preset, PAPER_VOCAB};
 use transformer::params::param_count;
 use transformer::synthetic::{self, SyntheticTask};
 
@@ -28,16 +28,16 @@ fn paper_training_flops(preset: &str) -> Option<(f64, &'static str)> {
     }
 }
 
-pub fn params(preset: &str, vocab: usize, all: bool, json: bool, cost: Option<CostArgs>) -> Result<()> {
-    let names: Vec<&str> = if all { PRESET_NAMES.to_vec() } else { vec![preset] };
+pub fn params(preset: Preset, vocab: usize, all: bool, json: bool, cost: Option<CostArgs>) -> Result<()> {
+    let presets: Vec<Preset> = if all { Preset::ALL.to_vec() } else { vec![preset] };
     let mut rows = Vec::new();
-    for name in names {
-        let mut c = ModelConfig::preset(name)?;
+    for p in presets {
+        let mut c = p.config();
         c.vocab_size = vocab;
         c.validate()?;
         let count = param_count(&c);
-        let paper = if vocab == PAPER_VOCAB { ModelConfig::paper_params_millions(name) } else { None };
-        rows.push((name, c, count, paper));
+        let paper = if vocab == PAPER_VOCAB { p.paper_params_millions() } else { None };
+        rows.push((p.name(), c, count, paper));
     }
     for (name, c, count, paper) in rows {
         let cost = cost.as_ref().map(|a| {
