@@ -55,7 +55,7 @@ pub fn save(path: &Path, ckpt: &Checkpoint) -> Result<()> {
     check_finite(path, ckpt)?;
     let layout = ParamLayout::new(&ckpt.config);
     if ckpt.params.len() != layout.total() {
-        return Err(Error::Config(format!(
+        return Err(Error::Mismatch(format!(
             "checkpoint has {} parameters, its config needs {}",
             ckpt.params.len(),
             layout.total()

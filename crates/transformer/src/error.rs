@@ -87,6 +87,17 @@ pub enum Error {
     /// A configuration value is out of range or inconsistent.
     #[error("invalid configuration: {0}")]
     Config(String),
+    /// Two things that must belong together do not: a checkpoint and its configuration or
+    /// vocabulary, a model and its task, prepared data and its vocabulary, the workers of a run.
+    #[error("{0}")]
+    Mismatch(String),
+    /// What a caller asked to process cannot be: sentences and references (or gold trees) that do
+    /// not align, an empty or over-long sentence, training data with nothing left to train on.
+    #[error("{0}")]
+    Input(String),
+    /// The machine cannot do what was asked (bf16 products without AMX or AVX512-BF16).
+    #[error("{0}")]
+    Unsupported(String),
     /// A batch cannot be fed to the model.
     #[error("invalid batch: {0}")]
     Batch(String),

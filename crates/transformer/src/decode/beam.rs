@@ -295,7 +295,7 @@ pub fn beam_search_constrained(
     cfg.validate()?;
     let v = scorer.vocab();
     if v <= EOS as usize {
-        return Err(Error::Config(format!("a vocabulary of {v} has no EOS")));
+        return Err(Error::Mismatch(format!("a vocabulary of {v} has no EOS")));
     }
     let n = src_lens.len();
     let limit: Vec<usize> = src_lens.iter().map(|&l| cfg.max_len(l).min(max_len)).collect();

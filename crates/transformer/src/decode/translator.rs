@@ -168,7 +168,7 @@ impl Translator {
     /// A session over a model and the vocabulary it was trained with.
     pub fn new(model: Transformer, bpe: Bpe, options: SessionOptions) -> Result<Self> {
         if model.config.vocab_size != bpe.vocab_size() {
-            return Err(Error::Config(format!(
+            return Err(Error::Mismatch(format!(
                 "the model has a vocabulary of {} but the BPE model has {}",
                 model.config.vocab_size,
                 bpe.vocab_size()
@@ -187,7 +187,7 @@ impl Translator {
         let vocab = Bpe::load(bpe)?;
         let ckpt = crate::checkpoint::load(checkpoint)?;
         if ckpt.vocab_hash != vocab.hash() {
-            return Err(Error::Config(format!(
+            return Err(Error::Mismatch(format!(
                 "{} was trained with vocabulary {} but {} is {}: pass the BPE model the checkpoint was trained with",
                 checkpoint.display(),
                 ckpt.vocab_hash,
@@ -197,7 +197,7 @@ impl Translator {
         }
         let stored = crate::checkpoint::task_of(checkpoint, &ckpt)?;
         if stored != options.task {
-            return Err(Error::Config(format!(
+            return Err(Error::Mismatch(format!(
                 "{} is a {} model, not a {} one{}",
                 checkpoint.display(),
                 stored.name(),
@@ -407,7 +407,7 @@ impl Translator {
     /// out, and `warn` gets a message naming each (1-based line).
     pub fn perplexity(&self, srcs: &[String], refs: &[String], warn: &mut dyn FnMut(String)) -> Result<Totals> {
         if srcs.len() != refs.len() {
-            return Err(Error::Config(format!("{} sources but {} references", srcs.len(), refs.len())));
+            return Err(Error::Input(format!("{} sources but {} references", srcs.len(), refs.len())));
         }
         let mut pairs = Vec::with_capacity(srcs.len());
         for (s, r) in srcs.iter().zip(refs) {
@@ -449,7 +449,7 @@ impl Translator {
         progress: &mut dyn FnMut(usize, usize),
     ) -> Result<(Vec<Parse>, TranslateStats)> {
         if self.task != Task::Parsing {
-            return Err(Error::Config(format!("parsing needs a parsing model, not a {} one", self.task.name())));
+            return Err(Error::Mismatch(format!("parsing needs a parsing model, not a {} one", self.task.name())));
         }
         let max = self.model.config.max_positions;
         let mut out: Vec<Parse> = Vec::with_capacity(sentences.len());
@@ -514,7 +514,7 @@ impl Translator {
         progress: &mut dyn FnMut(usize, usize),
     ) -> Result<ScoredParses> {
         if sentences.len() != gold.len() {
-            return Err(Error::Config(format!(
+            return Err(Error::Input(format!(
                 "{} sentences but {} gold trees: they must be aligned, one tree per sentence",
                 sentences.len(),
                 gold.len()
@@ -531,10 +531,10 @@ impl Translator {
     pub fn attention(&self, src: &[u32], tgt: &[u32]) -> Result<AttentionWeights> {
         let c = &self.model.config;
         if src.is_empty() {
-            return Err(Error::Config("the source sentence is empty: give a sentence to look at".into()));
+            return Err(Error::Input("the source sentence is empty: give a sentence to look at".into()));
         }
         if src.len() > c.max_positions || tgt.len() + 1 > c.max_positions {
-            return Err(Error::Config(format!(
+            return Err(Error::Input(format!(
                 "the sentence is longer than the model's max_positions = {}",
                 c.max_positions
             )));

@@ -78,12 +78,12 @@ impl TreeConstraint {
             }
         }
         if tags.is_empty() {
-            return Err(Error::Config(
+            return Err(Error::Mismatch(
                 "constrained decoding needs a parsing vocabulary (with tree tokens); this one has none".into(),
             ));
         }
         if words.iter().flatten().any(|w| w.is_empty()) {
-            return Err(Error::Config("constrained decoding: a word with no BPE pieces".into()));
+            return Err(Error::Input("constrained decoding: a word with no BPE pieces".into()));
         }
         Ok(TreeConstraint { kinds, tags, opens, words })
     }

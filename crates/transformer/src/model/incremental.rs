@@ -182,7 +182,9 @@ impl Transformer {
                     == (2 * c.n_heads * c.d_k + c.n_heads * c.d_v, c.n_heads * c.d_v, c.d_ff)
             });
         if !shapes_match {
-            return Err(Error::Config("the packed decoder weights belong to a different model (or precision)".into()));
+            return Err(Error::Mismatch(
+                "the packed decoder weights belong to a different model (or precision)".into(),
+            ));
         }
         if max_steps > c.max_positions {
             return Err(Error::Config(format!(

@@ -179,7 +179,7 @@ impl Transformer {
         config.validate()?;
         let layout = ParamLayout::new(&config);
         if params.len() != layout.total() {
-            return Err(Error::Config(format!(
+            return Err(Error::Mismatch(format!(
                 "{} parameters given, the configuration needs {}",
                 params.len(),
                 layout.total()
@@ -206,7 +206,7 @@ impl Transformer {
     pub fn with_pointer_table(mut self, table: pointer::PointerTable) -> Result<Self> {
         if self.config.source_pointer || self.config.next_closer {
             if table.len() != self.config.vocab_size {
-                return Err(Error::Config(format!(
+                return Err(Error::Mismatch(format!(
                     "the pointer table covers {} ids, the model's vocabulary has {}",
                     table.len(),
                     self.config.vocab_size

@@ -109,7 +109,7 @@ pub fn agree(comm: &dyn Collective, what: &str, mine: [u64; 4], fix: &str) -> Re
     } else {
         format!("{} of the {} workers", count[0], comm.size())
     };
-    Err(Error::Config(format!(
+    Err(Error::Mismatch(format!(
         "{who} {} a different {what} than rank 0: {fix}",
         if count[0] == 1 { "has" } else { "have" }
     )))

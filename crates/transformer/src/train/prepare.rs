@@ -61,7 +61,7 @@ pub(super) fn prepare(cfg: &RunConfig, log: &mut dyn FnMut(&str)) -> Result<Data
         Some(dir) => {
             let b = Binarized::open(dir)?;
             if b.vocab_hash != bpe.hash() {
-                return Err(Error::Config(format!(
+                return Err(Error::Mismatch(format!(
                     "{} was prepared with vocabulary {} but {} is {}; run `transformer prepare` again",
                     dir.display(),
                     b.vocab_hash,
@@ -85,7 +85,7 @@ pub(super) fn prepare(cfg: &RunConfig, log: &mut dyn FnMut(&str)) -> Result<Data
     let valid_text = d.task.read_pairs(&d.valid_src, &d.valid_tgt, d.valid_files.as_deref())?;
     let valid = validation_pairs(&valid_text, &bpe, &model, d, log)?;
     if train.count() == 0 {
-        return Err(Error::Config(
+        return Err(Error::Input(
             "no training pairs left after filtering; check data.max_tokens and data.max_ratio".into(),
         ));
     }
@@ -96,7 +96,7 @@ pub(super) fn prepare(cfg: &RunConfig, log: &mut dyn FnMut(&str)) -> Result<Data
             || format!("{} / {}", d.train_src.display(), d.train_tgt.display()),
             |dir| dir.display().to_string(),
         );
-        return Err(Error::Config(format!(
+        return Err(Error::Input(format!(
             "training pair {} of {from} has {} source and {} target tokens, more than model.max_positions = {} \
              allows (the target also takes an EOS): prepare the data with a lower max_tokens or raise \
              model.max_positions",

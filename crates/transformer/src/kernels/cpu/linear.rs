@@ -12,7 +12,7 @@ impl Precision {
         match self {
             Precision::F32 => Ok(()),
             Precision::Bf16 => super::bf16::available()
-                .map_err(|why| Error::Config(format!("bf16 matrix products are not available: {why}"))),
+                .map_err(|why| Error::Unsupported(format!("bf16 matrix products are not available: {why}"))),
         }
     }
 }
