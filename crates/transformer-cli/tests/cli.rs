@@ -179,16 +179,16 @@ fn train_then_translate_keeps_line_order_and_empty_lines() {
     std::fs::write(
         &cfg,
         format!(
-            "[model]\nn_layers = 1\nd_model = 32\nd_ff = 64\nn_heads = 2\nd_k = 16\nd_v = 16\nmax_positions = 128\n\
-             [data]\ntrain_src = \"{0}/val.en.gz\"\ntrain_tgt = \"{0}/val.de.gz\"\nvalid_src = \"{0}/test_2016_flickr.en.gz\"\n\
+            "{2}[data]\ntrain_src = \"{0}/val.en.gz\"\ntrain_tgt = \"{0}/val.de.gz\"\nvalid_src = \"{0}/test_2016_flickr.en.gz\"\n\
              valid_tgt = \"{0}/test_2016_flickr.de.gz\"\nbpe = \"{1}/bpe.json\"\nvocab_size = 600\nmax_tokens = 120\n\
              [train]\noutput_dir = \"{1}/out\"\nmax_steps = 20\nwarmup = 10\nmax_src_tokens = 1024\nmax_tgt_tokens = 1024\n",
             data.display(),
-            dir.display()
+            dir.display(),
+            transformer::test_support::tiny_model_toml()
         ),
     )
     .unwrap();
-    let (ok, out, err) = transformer(&["train", "--config", cfg.to_str().unwrap()]);
+    let (ok, out, err) = transformer(&["train", "--config", cfg.to_str().unwrap(), "--set", "model.max_positions=128"]);
     assert!(ok, "{err}");
     assert!(out.contains("reached 20 steps"), "{out}");
     let ckpt = dir.join("out/ckpt-00000020.safetensors");
@@ -383,16 +383,17 @@ fn parsing_trains_parses_and_evaluates_from_the_command_line() {
     std::fs::write(
         &config,
         format!(
-            "[model]\npreset = \"base\"\nn_layers = 1\nd_model = 32\nd_ff = 64\nn_heads = 2\nd_k = 16\nd_v = 16\nmax_positions = 400\n\
-             [data]\ntask = \"parsing\"\ntrain_src = \"{s}\"\ntrain_files = \"wsj_0001..wsj_0008\"\nvalid_src = \"{s}\"\nvalid_files = \"wsj_0160..wsj_0160\"\n\
+            "{m}[data]\ntask = \"parsing\"\ntrain_src = \"{s}\"\ntrain_files = \"wsj_0001..wsj_0008\"\nvalid_src = \"{s}\"\nvalid_files = \"wsj_0160..wsj_0160\"\n\
              bpe = \"{d}/vocab.json\"\nvocab_size = 400\nmax_tokens = 390\nmax_ratio = 12.0\n\
              [train]\noutput_dir = \"{d}\"\nmax_src_tokens = 2048\nmax_tgt_tokens = 2048\nwarmup = 20\nmax_steps = 6\nvalid_f1_beam = 2\n",
+            m = transformer::test_support::tiny_model_toml(),
             s = sample.display(),
             d = dir.display()
         ),
     )
     .unwrap();
-    let (ok, _, err) = transformer(&["train", "--config", config.to_str().unwrap()]);
+    let (ok, _, err) =
+        transformer(&["train", "--config", config.to_str().unwrap(), "--set", "model.max_positions=400"]);
     assert!(ok, "{err}");
     assert!(err.contains("validation F1"), "{err}");
     let (best, vocab) = (dir.join("best.safetensors"), dir.join("vocab.json"));

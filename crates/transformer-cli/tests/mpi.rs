@@ -27,17 +27,8 @@ fn shared(name: &str) -> String {
 /// pairs of Multi30k's validation set make 29 batches: 7 updates and one of 1 batch an epoch).
 fn config(dir: &Path, bpe: &Path, train: (&str, &str)) -> PathBuf {
     let text = format!(
-        r#"
-[model]
-n_layers = 1
-d_model = 32
-d_ff = 64
-n_heads = 2
-d_k = 16
-d_v = 16
-dropout = 0.1
+        r#"{}dropout = 0.1
 attention_dropout = 0.1
-max_positions = 256
 
 [data]
 train_src = "{}"
@@ -58,6 +49,7 @@ max_steps = {STEPS}
 checkpoint_steps = 2
 keep_last = 100
 "#,
+        transformer::test_support::tiny_model_toml(),
         train.0,
         train.1,
         shared("test_2016_flickr.en.gz"),

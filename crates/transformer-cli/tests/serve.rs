@@ -36,16 +36,17 @@ fn model() -> &'static (PathBuf, PathBuf) {
         std::fs::write(
             &cfg,
             format!(
-                "[model]\nn_layers = 1\nd_model = 32\nd_ff = 64\nn_heads = 2\nd_k = 16\nd_v = 16\nmax_positions = 128\n\
-                 [data]\ntrain_src = \"{0}/val.en.gz\"\ntrain_tgt = \"{0}/val.de.gz\"\nvalid_src = \"{0}/test_2016_flickr.en.gz\"\n\
+                "{2}[data]\ntrain_src = \"{0}/val.en.gz\"\ntrain_tgt = \"{0}/val.de.gz\"\nvalid_src = \"{0}/test_2016_flickr.en.gz\"\n\
                  valid_tgt = \"{0}/test_2016_flickr.de.gz\"\nbpe = \"{1}/bpe.json\"\nvocab_size = 600\nmax_tokens = 120\n\
                  [train]\noutput_dir = \"{1}/out\"\nmax_steps = 20\nwarmup = 10\nmax_src_tokens = 1024\nmax_tgt_tokens = 1024\n",
                 data().display(),
-                dir.display()
+                dir.display(),
+                transformer::test_support::tiny_model_toml()
             ),
         )
         .unwrap();
-        let out = Command::new(bin()).args(["train", "--config", cfg.to_str().unwrap()]).output().unwrap();
+        let args = ["train", "--config", cfg.to_str().unwrap(), "--set", "model.max_positions=128"];
+        let out = Command::new(bin()).args(args).output().unwrap();
         assert!(out.status.success(), "training the test model failed: {}", String::from_utf8_lossy(&out.stderr));
         (dir.join("out/ckpt-00000020.safetensors"), dir.join("bpe.json"))
     })

@@ -13,17 +13,8 @@ fn shared(name: &str) -> String {
 
 fn config(dir: &Path, bpe: &Path) -> PathBuf {
     let text = format!(
-        r#"
-[model]
-n_layers = 1
-d_model = 32
-d_ff = 64
-n_heads = 2
-d_k = 16
-d_v = 16
-dropout = 0.1
+        r#"{}dropout = 0.1
 attention_dropout = 0.1
-max_positions = 256
 
 [data]
 train_src = "{}"
@@ -45,6 +36,7 @@ checkpoint_steps = 7
 keep_last = 100
 valid_steps = 50
 "#,
+        transformer::test_support::tiny_model_toml(),
         shared("val.en.gz"),
         shared("val.de.gz"),
         shared("test_2016_flickr.en.gz"),

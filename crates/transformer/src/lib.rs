@@ -57,6 +57,8 @@ pub mod quickstart;
 pub mod rng;
 pub mod synthetic;
 pub mod task;
+#[doc(hidden)]
+pub mod test_support;
 pub mod train;
 pub mod vocab;
 

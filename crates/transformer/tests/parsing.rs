@@ -191,15 +191,17 @@ fn the_penn_treebank_tokenizer_splits_as_the_treebank_does() {
 
 fn parsing_config(out: &Path, extra: &[&str]) -> transformer::Result<RunConfig> {
     let text = format!(
-        "[model]\npreset = \"base\"\nn_layers = 1\nd_model = 32\nd_ff = 64\nn_heads = 2\nd_k = 16\nd_v = 16\nmax_positions = 512\n\
-         [data]\ntask = \"parsing\"\ntrain_src = \"{s}\"\ntrain_files = \"wsj_0001..wsj_0012\"\nvalid_src = \"{s}\"\nvalid_files = \"wsj_0160..wsj_0161\"\n\
+        "{}[data]\ntask = \"parsing\"\ntrain_src = \"{s}\"\ntrain_files = \"wsj_0001..wsj_0012\"\nvalid_src = \"{s}\"\nvalid_files = \"wsj_0160..wsj_0161\"\n\
          bpe = \"{}\"\nvocab_size = 500\nmax_tokens = 400\nmax_ratio = 12.0\n\
          [train]\noutput_dir = \"{}\"\nseed = 3\nmax_src_tokens = 2048\nmax_tgt_tokens = 2048\nwarmup = 50\nmax_steps = 12\nvalid_f1_epochs = 1\nvalid_f1_beam = 2\n",
+        transformer::test_support::tiny_model_toml(),
         out.join("vocab.json").display(),
         out.display(),
         s = sample().display(),
     );
-    let overrides: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+    // Linearised trees run to ~3.5 tokens a word: more positions than the tiny model's 256.
+    let mut overrides = vec!["model.max_positions=512".to_string()];
+    overrides.extend(extra.iter().map(|s| s.to_string()));
     RunConfig::from_toml(&text, "parse.toml", &overrides)
 }
 

@@ -21,9 +21,9 @@ fn dir(name: &str) -> PathBuf {
 /// The tiny test run in `out`, with `extra` overrides.
 fn config(out: &Path, extra: &[&str]) -> transformer::Result<RunConfig> {
     let text = format!(
-        "[model]\npreset = \"base\"\nn_layers = 1\nd_model = 32\nd_ff = 64\nn_heads = 2\nd_k = 16\nd_v = 16\nmax_positions = 256\n\
-         [data]\ntrain_src = \"{}\"\ntrain_tgt = \"{}\"\nvalid_src = \"{}\"\nvalid_tgt = \"{}\"\nbpe = \"{}\"\nvocab_size = 1000\n\
+        "{}[data]\ntrain_src = \"{}\"\ntrain_tgt = \"{}\"\nvalid_src = \"{}\"\nvalid_tgt = \"{}\"\nbpe = \"{}\"\nvocab_size = 1000\n\
          [train]\noutput_dir = \"{}\"\nseed = 3\nmax_src_tokens = 1024\nmax_tgt_tokens = 1024\nwarmup = 50\nmax_steps = 20\ncheckpoint_steps = 10\n",
+        transformer::test_support::tiny_model_toml(),
         data("val.en.gz"),
         data("val.de.gz"),
         data("test_2016_flickr.en.gz"),
