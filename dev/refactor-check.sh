@@ -60,7 +60,8 @@ for stage in $stages; do
       rm -rf "$out/m30k-$who"
       ${!who} --threads 1 train --config configs/multi30k-en-de.toml --set train.output_dir="$out/m30k-$who" \
         --set data.bpe="$out/m30k-bpe.json" --set train.max_epochs=6 --set train.time_limit_minutes=600 >/dev/null 2>&1 &
-      [ $who = before ] && sleep 60 # the first learns the BPE file the second reads
+      # The first learns the BPE file the second reads.
+      if [ $who = before ]; then while [ ! -s "$out/m30k-bpe.json" ]; do sleep 5; done; fi
     done
     wait
     same "multi30k metrics, 6 epochs" "$out/m30k-before/metrics.jsonl" "$out/m30k-after/metrics.jsonl"
