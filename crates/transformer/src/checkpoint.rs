@@ -229,7 +229,7 @@ fn read_f32(bytes: &[u8], dst: &mut [f32]) {
 /// vocabulary; a difference is an error naming the file, the field and both values. The result keeps
 /// the newest step and no optimizer state.
 pub fn average(paths: &[PathBuf]) -> Result<Checkpoint> {
-    let first = paths.first().ok_or_else(|| Error::Config("no checkpoints to average".into()))?;
+    let first = paths.first().ok_or_else(|| Error::Input("no checkpoints to average".into()))?;
     let mut acc: Option<(Checkpoint, Vec<f64>)> = None;
     for p in paths {
         let ck = match &acc {

@@ -275,7 +275,7 @@ impl TreebankSource {
     /// [`in_nltk_data`](Self::in_nltk_data), or an error that says what to do.
     pub fn from_nltk_data(dir: &Path) -> Result<TreebankSource> {
         Self::in_nltk_data(dir).ok_or_else(|| {
-            Error::Config(format!(
+            Error::Input(format!(
                 "{}: no corpora/treebank/combined/*.mrg and no corpora/treebank.zip in this nltk_data directory; \
                  install it there with `python -m nltk.downloader -d {} treebank`, or leave out --from-nltk-data \
                  to download it",

@@ -380,7 +380,7 @@ pub fn treebank_files(path: &Path, range: Option<&FileRange>) -> Result<Vec<std:
     }
     if files.is_empty() {
         let within = range.map(|r| format!(" named {}..{}", r.first, r.last)).unwrap_or_default();
-        return Err(Error::Config(format!("{}: no .mrg tree file{within} found", path.display())));
+        return Err(Error::Input(format!("{}: no .mrg tree file{within} found", path.display())));
     }
     Ok(files)
 }
