@@ -6,7 +6,7 @@ use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
     let path = std::path::Path::new("fuzz.safetensors");
-    if let Ok(ckpt) = transformer::train::checkpoint::from_bytes(data, path) {
-        let _ = transformer::train::checkpoint::check_finite(path, &ckpt);
+    if let Ok(ckpt) = transformer::checkpoint::from_bytes(data, path) {
+        let _ = transformer::checkpoint::check_finite(path, &ckpt);
     }
 });
