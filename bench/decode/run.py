@@ -1,18 +1,26 @@
 #!/usr/bin/env python3
-"""Decoding speed, side by side: this project's `transformer translate` against CTranslate2
-(float32) on the same weights, the same token ids and the same cores, with beam 4 and α 0.6.
+"""Decoding speed, side by side: this project's `transformer translate` against CTranslate2 on the
+same weights, the same token ids and the same cores, at each precision.
 
-    python bench/decode/run.py --checkpoint CKPT --bpe BPE.json [--threads 2] [--runs 3]
+    python bench/decode/run.py --checkpoint CKPT --bpe BPE.json --precisions f32,bf16,int8
+        [--threads 2] [--runs 3] [--latency-sentences 200] [--early-exit] [--torch-runs 0]
         [--src ../shared/data/multi30k/test_2016_flickr.en.gz --ref ….de.gz]
 
-Ours runs twice: with the exact stopping rule (the default) and with `--early-exit`, the rule
-CTranslate2 uses by default (stop a sentence once its best candidate ends in EOS), so the two
-decoders can also be compared doing the same work.
+For each precision, each engine decodes four ways: beam 4 (α 0.6) and greedy, each batched (2048
+source tokens a batch) over the whole file and one sentence at a time over its first
+`--latency-sentences` lines. Engines and precisions are interleaved run by run, each in its own
+process; the script reports medians of `--runs` runs: sentences/s, mean latency per sentence at
+batch 1, the peak RSS of the process, BLEU of the batched outputs, and how many output lines are
+identical to ours at float32. It ends with one line a precision (beam 4, batched):
 
-Each engine runs in its own process, `--runs` times; the script prints the median sentences/s and
-target tokens/s of the decoding itself (model loading excluded), the peak RSS of the process,
-BLEU of the outputs and how many output lines the two engines agree on exactly. CTranslate2 gets
-the model converted by to_ctranslate2.py and the BPE pieces of the source as its input tokens.
+    precision P: ours X sent/s, CTranslate2 Y sent/s, R.RRx, peak RSS A MB vs B MB, BLEU a vs b
+
+CTranslate2's compute types: float32 for f32, int8 for int8 (int8 weights per row and activations
+quantised at run time, like ours). It has no bf16 on a CPU, so the bf16 line compares against its
+float32 (said in the output). Its peak RSS is the Python process's peak minus the RSS right after
+`import ctranslate2` (before the model loads), so the interpreter is not counted against it.
+`--early-exit` adds ours with CTranslate2's stopping rule (batched beam 4). `--torch-runs N` adds
+the PyTorch decoder without a key/value cache (float32, batched beam 4), for reference.
 """
 
 from __future__ import annotations
@@ -39,23 +47,35 @@ def read(path: Path):
         return f.read().split("\n")[:-1]
 
 
+def rss_now_mb():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
 def child_ct2(args):
     """Runs in a child process: decode with CTranslate2, print one JSON line."""
     import ctranslate2
 
+    base = rss_now_mb()
     pieces = [l.split(" ") if l else [] for l in Path(args.pieces).read_text().split("\n")[:-1]]
+    if args.batch_one:
+        pieces = pieces[: args.batch_one]
     t0 = time.perf_counter()
-    tr = ctranslate2.Translator(args.model, device="cpu", compute_type="float32", intra_threads=args.threads,
+    tr = ctranslate2.Translator(args.model, device="cpu", compute_type=args.compute_type, intra_threads=args.threads,
                                 inter_threads=1)
     load = time.perf_counter() - t0
+    opts = dict(beam_size=args.beam, length_penalty=0.6, max_decoding_length=256)
     t0 = time.perf_counter()
-    res = tr.translate_batch(pieces, beam_size=4, length_penalty=0.6, max_batch_size=args.max_tokens,
-                             batch_type="tokens", max_decoding_length=256)
+    if args.batch_one:
+        res = [tr.translate_batch([p], max_batch_size=1, **opts)[0] for p in pieces]
+    else:
+        res = tr.translate_batch(pieces, max_batch_size=args.max_tokens, batch_type="tokens", **opts)
     secs = time.perf_counter() - t0
     out = [" ".join(r.hypotheses[0]) for r in res]
     Path(args.output).write_text("".join(o + "\n" for o in out))
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(json.dumps({"secs": secs, "load": load, "tokens": sum(len(r.hypotheses[0]) for r in res), "rss_mb": rss}))
+    print(json.dumps({"secs": secs, "load": load, "tokens": sum(len(r.hypotheses[0]) for r in res),
+                      "rss_mb": rss - base, "rss_total_mb": rss}))
 
 
 def child_torch(args):
@@ -161,7 +181,9 @@ def run_ours(binary, ckpt, bpe, src, threads, max_tokens, out_path, extra=()):
     cmd = [str(binary), "--threads", str(threads), "translate", "--checkpoint", str(ckpt), "--bpe", str(bpe),
            "--input", str(src), "--speed", "--max-tokens", str(max_tokens), *extra]
     cmd = ["/usr/bin/time", "-f", "MAXRSS %M"] + cmd
-    r = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"{' '.join(cmd)} failed:\n{r.stderr}")
     Path(out_path).write_text(r.stdout)
     # "translated N sentences in S s: …" (decoding only) and the peak RSS from /usr/bin/time.
     line = next(l for l in r.stderr.splitlines() if l.startswith("translated "))
@@ -170,95 +192,148 @@ def run_ours(binary, ckpt, bpe, src, threads, max_tokens, out_path, extra=()):
     return {"secs": secs, "rss_mb": rss, "stderr": line}
 
 
+CT2_TYPE = {"f32": "float32", "bf16": "float32", "int8": "int8"}
+# (name, beam, batch one): the four ways each engine decodes.
+MODES = [("beam4", 4, False), ("greedy", 1, False), ("beam4-b1", 4, True), ("greedy-b1", 1, True)]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--checkpoint", type=Path, required=True)
     ap.add_argument("--bpe", type=Path, required=True)
     ap.add_argument("--src", type=Path, default=ROOT.parent / "shared/data/multi30k/test_2016_flickr.en.gz")
     ap.add_argument("--ref", type=Path, default=ROOT.parent / "shared/data/multi30k/test_2016_flickr.de.gz")
+    ap.add_argument("--precisions", default="f32", help="comma-separated: f32, bf16, int8")
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--latency-sentences", type=int, default=200, help="sentences decoded one at a time")
     ap.add_argument("--max-tokens", type=int, default=2048)
-    ap.add_argument("--torch-runs", type=int, default=1, help="runs of the (slow) PyTorch decoder")
+    ap.add_argument("--early-exit", action="store_true", help="also run ours with CTranslate2's stopping rule")
+    ap.add_argument("--torch-runs", type=int, default=0, help="runs of the (slow) PyTorch decoder")
     ap.add_argument("--binary", type=Path, default=ROOT / "target/release/transformer")
     ap.add_argument("--child", choices=["ct2", "torch"])
     ap.add_argument("--model")
     ap.add_argument("--pieces")
     ap.add_argument("--output")
+    ap.add_argument("--compute-type", default="float32")
+    ap.add_argument("--beam", type=int, default=4)
+    ap.add_argument("--batch-one", type=int, default=0)
     args = ap.parse_args()
     if args.child == "ct2":
         return child_ct2(args)
     if args.child == "torch":
         return child_torch(args)
+    precisions = args.precisions.split(",")
+    for p in precisions:
+        if p not in CT2_TYPE:
+            sys.exit(f"--precisions: unknown precision {p!r} (f32, bf16, int8)")
 
     work = Path(tempfile.mkdtemp(prefix="decode-bench-"))
     ct2_dir = work / "ct2"
     subprocess.run([sys.executable, str(HERE / "to_ctranslate2.py"), "--checkpoint", str(args.checkpoint), "--bpe",
                     str(args.bpe), "--out", str(ct2_dir)], check=True, capture_output=True)
+    src_lines = read(args.src)
     src_plain = work / "src.txt"
-    src_plain.write_text("".join(l + "\n" for l in read(args.src)))
+    src_plain.write_text("".join(l + "\n" for l in src_lines))
+    src_b1 = work / "src-b1.txt"
+    src_b1.write_text("".join(l + "\n" for l in src_lines[: args.latency_sentences]))
     pieces = subprocess.run([str(args.binary), "bpe", "apply", "--model", str(args.bpe), "--input", str(src_plain)],
                             check=True, capture_output=True, text=True).stdout
     (work / "src.pieces").write_text(pieces)
-    n = len(read(args.src))
+    n = len(src_lines)
+    n1 = min(n, args.latency_sentences)
+    src_tokens = sum(len(l.split(" ")) for l in pieces.split("\n")[:-1])
 
-    results = {"ours": [], "ours_ee": [], "ct2": [], "torch": []}
-    for r in range(args.runs):
-        o = run_ours(args.binary, args.checkpoint, args.bpe, src_plain, args.threads, args.max_tokens, work / "ours.txt")
-        results["ours"].append(o)
-        results["ours_ee"].append(run_ours(args.binary, args.checkpoint, args.bpe, src_plain, args.threads,
-                                           args.max_tokens, work / "ours_ee.txt", ["--early-exit"]))
-        c = subprocess.run([sys.executable, __file__, "--child", "ct2", "--checkpoint", str(args.checkpoint), "--bpe",
-                            str(args.bpe), "--model", str(ct2_dir), "--pieces",
-                            str(work / "src.pieces"), "--output", str(work / "ct2.pieces"), "--threads",
-                            str(args.threads), "--max-tokens", str(args.max_tokens)],
-                           check=True, capture_output=True, text=True)
-        results["ct2"].append(json.loads(c.stdout.strip().splitlines()[-1]))
-        if r < args.torch_runs:
+    # results[(engine, precision, mode)] = list of runs
+    results = {}
+
+    def add(key, r):
+        results.setdefault(key, []).append(r)
+
+    for run in range(args.runs):
+        for p in precisions:
+            for mode, beam, one in MODES:
+                tag = f"{p}-{mode}"
+                extra = ["--precision", p, "--beam", str(beam)] + (["--max-sentences", "1"] if one else [])
+                add(("ours", p, mode), run_ours(args.binary, args.checkpoint, args.bpe, src_b1 if one else src_plain,
+                                                args.threads, args.max_tokens, work / f"ours-{tag}.txt", extra))
+                c = subprocess.run([sys.executable, __file__, "--child", "ct2", "--model", str(ct2_dir), "--pieces",
+                                    str(work / "src.pieces"), "--output", str(work / f"ct2-{tag}.pieces"),
+                                    "--threads", str(args.threads), "--max-tokens", str(args.max_tokens),
+                                    "--compute-type", CT2_TYPE[p], "--beam", str(beam),
+                                    "--batch-one", str(n1 if one else 0), "--checkpoint", str(args.checkpoint),
+                                    "--bpe", str(args.bpe)], check=True, capture_output=True, text=True)
+                add(("ct2", p, mode), json.loads(c.stdout.strip().splitlines()[-1]))
+            if args.early_exit:
+                add(("ours_ee", p, "beam4"), run_ours(args.binary, args.checkpoint, args.bpe, src_plain, args.threads,
+                                                      args.max_tokens, work / f"ours_ee-{p}-beam4.txt",
+                                                      ["--precision", p, "--early-exit"]))
+            print(f"run {run + 1}, {p}: " + ", ".join(
+                f"{e} {m} {results[(e, p, m)][-1]['secs']:.2f} s" for e in ("ours", "ct2") for m, _, _ in MODES),
+                flush=True)
+        if run < args.torch_runs:
             t = subprocess.run([sys.executable, __file__, "--child", "torch", "--checkpoint", str(args.checkpoint),
                                 "--bpe", str(args.bpe), "--pieces", str(work / "src.pieces"), "--output",
                                 str(work / "torch.pieces"), "--threads", str(args.threads), "--max-tokens",
                                 str(args.max_tokens)], check=True, capture_output=True, text=True)
-            results["torch"].append(json.loads(t.stdout.strip().splitlines()[-1]))
-        print(f"run {r + 1}: ours {o['secs']:.2f} s, ours --early-exit {results['ours_ee'][-1]['secs']:.2f} s, "
-              f"CTranslate2 {results['ct2'][-1]['secs']:.2f} s"
-              + (f", PyTorch {results['torch'][-1]['secs']:.2f} s" if r < args.torch_runs else ""), flush=True)
+            add(("torch", "f32", "beam4"), json.loads(t.stdout.strip().splitlines()[-1]))
 
-    def text(name):
-        t = subprocess.run([str(args.binary), "bpe", "decode", "--model", str(args.bpe), "--input",
-                            str(work / f"{name}.pieces")], check=True, capture_output=True, text=True).stdout
-        (work / f"{name}.txt").write_text(t)
-        return t.split("\n")[:-1]
-
-    ours_lines = (work / "ours.txt").read_text().split("\n")[:-1]
-    ee_lines = (work / "ours_ee.txt").read_text().split("\n")[:-1]
-    engines = [("ours", "transformer"), ("ours_ee", "ours --early-exit")] + [
-        (k, name) for k, name in (("ct2", "CTranslate2"), ("torch", "PyTorch")) if results[k]]
-    texts = {k: text(k) for k, _ in engines[2:]}
-    same = {k: sum(a == b for a, b in zip(ours_lines, texts[k])) for k, _ in engines[2:]}
-    same["ours_ee"] = sum(a == b for a, b in zip(ours_lines, ee_lines))
-    out_tokens = sum(len(l.split(" ")) for l in pieces.split("\n")[:-1])  # source tokens, for reference
+    def lines(path):
+        if path.suffix == ".pieces":
+            t = subprocess.run([str(args.binary), "bpe", "decode", "--model", str(args.bpe), "--input", str(path)],
+                               check=True, capture_output=True, text=True).stdout
+            path = path.with_suffix(".txt")
+            path.write_text(t)
+        return path, path.read_text().split("\n")[:-1]
 
     def bleu(path):
         r = subprocess.run([str(args.binary), "bleu", "--ref", str(args.ref), "--hyp", str(path), "--score-only"],
                            check=True, capture_output=True, text=True)
         return float(r.stdout.strip())
 
-    med = {k: statistics.median(x["secs"] for x in v) for k, v in results.items() if v}
-    rss = {k: max(x["rss_mb"] for x in v) for k, v in results.items() if v}
-    print(f"\n{n} sentences ({out_tokens} source tokens), beam 4, α 0.6, {args.threads} threads, "
-          f"float32, median of {args.runs} runs (decoding only, model loading excluded)")
-    print(f"{'engine':<14}{'seconds':>9}{'sent/s':>9}{'src tok/s':>11}{'peak RSS':>11}{'BLEU':>8}")
-    for k, name in engines:
-        print(f"{name:<14}{med[k]:>9.2f}{n / med[k]:>9.1f}{out_tokens / med[k]:>11.0f}{rss[k]:>9.0f} MB"
-              f"{bleu(work / f'{k}.txt'):>8.2f}")
-    for k, name in engines[1:]:
-        print(f"ours vs {name}: {med[k] / med['ours']:.2f}x the speed; identical outputs {same[k]}/{n}")
-    ee_ct2 = sum(a == b for a, b in zip(ee_lines, texts["ct2"]))
-    print(f"ours --early-exit vs CTranslate2 (the same stopping rule): {med['ct2'] / med['ours_ee']:.2f}x the speed; "
-          f"identical outputs {ee_ct2}/{n}")
-    for k in ("ours", "ours_ee"):
-        print(f"{k}: {results[k][-1]['stderr']}")
+    def out_file(engine, p, mode):
+        if engine == "torch":
+            return work / "torch.pieces"
+        tag = f"{p}-{mode}"
+        return work / (f"ct2-{tag}.pieces" if engine == "ct2" else f"{engine}-{tag}.txt")
+
+    ref_lines = {}
+    for mode, _, _ in MODES:
+        if ("ours", "f32", mode) in results:
+            ref_lines[mode] = lines(out_file("ours", "f32", mode))[1]
+    print(f"\n{n} sentences ({src_tokens} source tokens; batch 1: the first {n1}), {args.threads} threads, "
+          f"median of {args.runs} runs (decoding only, model loading excluded)")
+    print("identical: output lines equal to ours at f32 with the same search")
+    print(f"{'engine':<13}{'prec':>5}{'search':>11}{'seconds':>9}{'sent/s':>9}{'ms/sent':>9}{'peak RSS':>11}"
+          f"{'BLEU':>8}{'identical':>11}")
+    summary = {}
+    for key in results:
+        engine, p, mode = key
+        runs = results[key]
+        secs = statistics.median(r["secs"] for r in runs)
+        rss = max(r["rss_mb"] for r in runs)
+        count = n1 if mode.endswith("-b1") else n
+        path, out = lines(out_file(engine, p, mode))
+        b = bleu(path) if count == n else float("nan")
+        ref = ref_lines.get(mode)
+        same = f"{sum(a == c for a, c in zip(out, ref))}/{count}" if ref is not None else "-"
+        name = {"ours": "ours", "ct2": "CTranslate2", "ours_ee": "ours --e-exit", "torch": "PyTorch"}[engine]
+        ct2_p = f"{CT2_TYPE[p]}" if engine == "ct2" else p
+        print(f"{name:<13}{ct2_p:>8}{mode:>11}{secs:>9.2f}{count / secs:>9.1f}{1000 * secs / count:>9.1f}"
+              f"{rss:>8.0f} MB{b:>8.2f}{same:>11}")
+        summary[key] = (count / secs, rss, b, 1000 * secs / count)
+    print()
+    for p in precisions:
+        for mode, _, _ in MODES:
+            o, c = summary[("ours", p, mode)], summary[("ct2", p, mode)]
+            print(f"{p} {mode}: ours {o[0] / c[0]:.2f}x CTranslate2's sentences/s, latency {o[3]:.1f} vs {c[3]:.1f} "
+                  f"ms/sentence, peak RSS {o[1]:.0f} vs {c[1]:.0f} MB")
+    if "bf16" in precisions:
+        print("(CTranslate2 has no bf16 on a CPU: its bf16 figures are its float32)")
+    for p in precisions:
+        o, c = summary[("ours", p, "beam4")], summary[("ct2", p, "beam4")]
+        print(f"precision {p}: ours {o[0]:.1f} sent/s, CTranslate2 {c[0]:.1f} sent/s, {o[0] / c[0]:.2f}x, "
+              f"peak RSS {o[1]:.0f} MB vs {c[1]:.0f} MB, BLEU {o[2]:.2f} vs {c[2]:.2f}")
     print(f"(files in {work})")
 
 

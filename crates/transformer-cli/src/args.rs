@@ -276,7 +276,8 @@ pub struct ParseArgs {
     /// The input is raw English text: split it into Penn Treebank tokens first.
     #[arg(long)]
     pub tokenize: bool,
-    /// Arithmetic of the matrix products.
+    /// Arithmetic of the matrix products: f32, bf16 (AMX or AVX512-BF16) or int8 (weights
+    /// quantised per row at load).
     #[arg(long, default_value = "f32", value_parser = library_enum(&Precision::ALL, Precision::name))]
     pub precision: Precision,
     #[command(flatten)]
@@ -449,8 +450,9 @@ pub struct ModelArgs {
     /// What the model does (default: the task stored in the checkpoint).
     #[arg(long, value_parser = library_enum(&Task::ALL, Task::name))]
     pub task: Option<Task>,
-    /// Arithmetic of the matrix products: f32, or bf16 operands with f32 sums (AMX or
-    /// AVX512-BF16; the bf16-matmul departure).
+    /// Arithmetic of the matrix products: f32; bf16 operands with f32 sums (AMX or AVX512-BF16;
+    /// the bf16-matmul departure); or int8 weights (quantised per row at load) and activations
+    /// (per row), exact integer sums (AVX-512 VNNI, AVX2 or scalar; the int8-decoding departure).
     #[arg(long, default_value = "f32", value_parser = library_enum(&Precision::ALL, Precision::name))]
     pub precision: Precision,
     /// Run the decoder's products on the gemm crate instead of pre-packed panels (for A/B timing).

@@ -2,7 +2,8 @@
 //! weights) is built and carried by that object, never switched for the whole process. Two models
 //! at two precisions can therefore run side by side in one process.
 //!
-//! Only the products change: weights, gradients, Adam and every other kernel stay f32. Whether
+//! Only the products change: weights, gradients, Adam and every other kernel stay f32 (int8 keeps
+//! quantised copies of the linear maps' weights beside the f32 ones). Whether
 //! this CPU can compute at a precision ([`Precision::available`]) is the kernels' to say
 //! (`kernels/cpu/linear.rs`), so this ground-floor module imports nothing above it.
 
@@ -18,17 +19,25 @@ pub enum Precision {
     /// Operands rounded to bf16 (nearest even), sums in f32, on the CPU's bf16 unit (AMX tiles or
     /// AVX512-BF16): the `bf16-matmul` departure (docs/deviations.md).
     Bf16,
+    /// Decoding only: every linear map's weights quantised once to int8 with one scale per output
+    /// row, activations quantised per row at run time, exact 32-bit integer sums scaled back to
+    /// f32 (`kernels::cpu::int8`; the `int8-decoding` departure, docs/deviations.md). Training
+    /// refuses it.
+    Int8,
 }
 
 impl Precision {
     /// Every precision, in order.
-    pub const ALL: [Precision; 2] = [Precision::F32, Precision::Bf16];
+    pub const ALL: [Precision; 3] = [Precision::F32, Precision::Bf16, Precision::Int8];
+    /// The precisions a model can train at.
+    pub const TRAINING: [Precision; 2] = [Precision::F32, Precision::Bf16];
 
     /// The lower-case name (`f32`, `bf16`).
     pub fn name(self) -> &'static str {
         match self {
             Precision::F32 => "f32",
             Precision::Bf16 => "bf16",
+            Precision::Int8 => "int8",
         }
     }
 }

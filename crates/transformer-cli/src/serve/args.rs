@@ -20,7 +20,8 @@ pub struct ServeArgs {
     /// Port to listen on (0: any free port; the bound address is printed on stderr).
     #[arg(long, default_value_t = 8080)]
     pub port: u16,
-    /// Arithmetic of the matrix products: f32, or bf16 operands with f32 sums (AMX or AVX512-BF16).
+    /// Arithmetic of the matrix products: f32, bf16 operands with f32 sums (AMX or AVX512-BF16),
+    /// or int8 weights (quantised per row at load) and activations, exact integer sums.
     #[arg(long, default_value = "f32", value_parser = PossibleValuesParser::new(Precision::ALL.map(Precision::name))
         .map(|s| *Precision::ALL.iter().find(|p| p.name() == s).expect("clap checked the name")))]
     pub precision: Precision,

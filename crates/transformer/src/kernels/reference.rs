@@ -380,3 +380,34 @@ pub fn top_k(row: &[f32], norm: f32, k: usize, eos_only: bool) -> Vec<(f64, u32)
     all.truncate(k);
     all
 }
+
+/// The int8 quantisation rule, written plainly: scale max|x| / 127 (0 for a zero row, NaN if any
+/// value is NaN or infinite), codes x / scale rounded to nearest (ties to even) in −127..=127.
+pub fn quantize_row_int8(x: &[f32]) -> (Vec<i8>, f32) {
+    if x.iter().any(|v| !v.is_finite()) {
+        return (vec![0; x.len()], f32::NAN);
+    }
+    let amax = x.iter().map(|v| v.abs()).fold(0.0f32, f32::max);
+    if amax == 0.0 {
+        return (vec![0; x.len()], 0.0);
+    }
+    let inv = 127.0 / amax;
+    let q = x.iter().map(|&v| (v * inv).round_ties_even().clamp(-127.0, 127.0) as i8).collect();
+    (q, amax / 127.0)
+}
+
+/// Twin of `int8::QuantizedLinear::forward`: W (n, k) quantised per row, X (m, k) per row, sums in
+/// i64, y = sum · (sx · sw) + b.
+pub fn linear_int8(x: &[f32], w: &[f32], b: Option<&[f32]>, m: usize, n: usize, k: usize) -> Vec<f32> {
+    let qw: Vec<(Vec<i8>, f32)> = (0..n).map(|j| quantize_row_int8(&w[j * k..(j + 1) * k])).collect();
+    let mut y = vec![0.0; m * n];
+    for i in 0..m {
+        let (qx, sx) = quantize_row_int8(&x[i * k..(i + 1) * k]);
+        for j in 0..n {
+            let (qwj, sw) = &qw[j];
+            let s: i64 = (0..k).map(|p| qx[p] as i64 * qwj[p] as i64).sum();
+            y[i * n + j] = s as f32 * (sx * sw) + b.map_or(0.0, |b| b[j]);
+        }
+    }
+    y
+}

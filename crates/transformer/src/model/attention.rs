@@ -6,7 +6,7 @@ use super::workspace::{AttnActs, Backward, Dims, Flow, GradScratch};
 use super::Transformer;
 use crate::kernels::cpu::attention::{attention_backward, attention_forward, AttnGrads, Heads};
 use crate::kernels::cpu::layer_norm::{residual_layer_norm_backward, residual_layer_norm_forward};
-use crate::kernels::cpu::linear::{linear_backward, linear_forward};
+use crate::kernels::cpu::linear::linear_backward;
 use crate::kernels::{AttnDims, Mask};
 use crate::params::{AttnBlock, AttnBlockMut};
 use crate::rng::DropoutMask;
@@ -63,7 +63,7 @@ fn project_and_norm(
 ) {
     let (d, _, hv) = widths(m);
     let y = &mut y[..rows * d];
-    linear_forward(m.precision, y, &acts.ctx, p.attn.w_o, None, rows, d, hv);
+    m.linear(y, &acts.ctx, p.attn.w_o, None, rows, d, hv);
     let n = &mut acts.norm;
     residual_layer_norm_forward(
         &mut n.out,
@@ -137,7 +137,7 @@ pub(super) fn self_forward(
     let (d, hk, hv) = widths(m);
     let nq = 2 * hk + hv;
     let rows = shape.q_rows();
-    linear_forward(m.precision, &mut acts.q, x, p.attn.w_qkv, Some(p.attn.b_qkv), rows, nq, d);
+    m.linear(&mut acts.q, x, p.attn.w_qkv, Some(p.attn.b_qkv), rows, nq, d);
     let head = |off| Heads { data: &acts.q, ld: nq, off };
     let (dims, key_lens, mask) = (shape.dims, shape.key_lens, shape.mask);
     attention_forward(
@@ -201,7 +201,7 @@ pub(super) fn self_backward(
 /// (B·S, D) into `acts.kv`: the first half of [`cross_forward`].
 pub(super) fn cross_kv_forward(m: &Transformer, p: &AttnBlock, enc: &[f32], acts: &mut AttnActs, shape: &AttnShape) {
     let (d, hk, hv) = widths(m);
-    linear_forward(m.precision, &mut acts.kv, enc, p.attn.w_kv, Some(p.attn.b_kv), shape.kv_rows(), hk + hv, d);
+    m.linear(&mut acts.kv, enc, p.attn.w_kv, Some(p.attn.b_kv), shape.kv_rows(), hk + hv, d);
 }
 
 /// Encoder–decoder attention block: queries from the decoder state x (B·T, D), keys and values
@@ -217,7 +217,7 @@ pub(super) fn cross_forward(
 ) {
     let (d, hk, hv) = widths(m);
     let mt = shape.q_rows();
-    linear_forward(m.precision, &mut acts.q, x, p.attn.w_q, Some(p.attn.b_q), mt, hk, d);
+    m.linear(&mut acts.q, x, p.attn.w_q, Some(p.attn.b_q), mt, hk, d);
     let q = Heads { data: &acts.q, ld: hk, off: 0 };
     let kv = |off| Heads { data: &acts.kv, ld: hk + hv, off };
     let (dims, key_lens, mask) = (shape.dims, shape.key_lens, shape.mask);

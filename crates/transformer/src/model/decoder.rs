@@ -44,7 +44,22 @@ impl Transformer {
                     row.copy_from_slice(&enc_out[src_row * d..][..d]);
                 }
             }
-            product(self.precision, &mut ws.dec_in[..mt * d], &ws.ptr_in[..mt * d], Op::N, w_p, Op::T, mt, d, d, true);
+            if self.precision == crate::precision::Precision::Int8 {
+                self.int8_weight(w_p).forward_accumulate(&mut ws.dec_in[..mt * d], &ws.ptr_in[..mt * d], mt);
+            } else {
+                product(
+                    self.precision,
+                    &mut ws.dec_in[..mt * d],
+                    &ws.ptr_in[..mt * d],
+                    Op::N,
+                    w_p,
+                    Op::T,
+                    mt,
+                    d,
+                    d,
+                    true,
+                );
+            }
         }
         if let Some(tables) = o.closer(p) {
             // The next-closer input: dec_in += C[closer] + H[depth] (after the embedding's dropout).

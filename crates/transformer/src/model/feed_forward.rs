@@ -5,7 +5,7 @@ use super::workspace::{Backward, FfnActs, Flow, GradScratch};
 use super::Transformer;
 use crate::kernels::cpu::elementwise::{bias_relu_backward, bias_relu_forward};
 use crate::kernels::cpu::layer_norm::{residual_layer_norm_backward, residual_layer_norm_forward};
-use crate::kernels::cpu::linear::{linear_backward, linear_forward};
+use crate::kernels::cpu::linear::linear_backward;
 use crate::params::{FfnBlock, FfnBlockMut};
 use crate::rng::DropoutMask;
 
@@ -21,10 +21,10 @@ pub(super) fn forward(
     let (d, f) = (m.config.d_model, m.config.d_ff);
     let (fp, np) = (&p.ffn, &p.norm);
     let rows = x.len() / d;
-    linear_forward(m.precision, &mut acts.h, x, fp.w_1, None, rows, f, d);
+    m.linear(&mut acts.h, x, fp.w_1, None, rows, f, d);
     bias_relu_forward(&mut acts.h, fp.b_1);
     let y = &mut y[..rows * d];
-    linear_forward(m.precision, y, &acts.h, fp.w_2, None, rows, d, f);
+    m.linear(y, &acts.h, fp.w_2, None, rows, d, f);
     let n = &mut acts.norm;
     residual_layer_norm_forward(
         &mut n.out,

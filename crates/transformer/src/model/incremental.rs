@@ -24,7 +24,6 @@ use crate::kernels::cpu::cached_attention::{attend, KeyValues};
 use crate::kernels::cpu::elementwise::bias_relu_forward;
 use crate::kernels::cpu::embedding::embedding_step;
 use crate::kernels::cpu::layer_norm::residual_layer_norm_forward;
-use crate::kernels::cpu::linear::linear_forward;
 use crate::kernels::cpu::packed::PackedLinear;
 use crate::params::{AttnParams, NormParams};
 use crate::{PAD, UNK};
@@ -140,14 +139,14 @@ impl Transformer {
             .map(|lo| {
                 let ap = lo.cross_attn.params(p);
                 let mut kv = vec![0.0; b * s * (hk + hv)];
-                linear_forward(self.precision, &mut kv, enc, ap.w_kv, Some(ap.b_kv), b * s, hk + hv, d);
+                self.linear(&mut kv, enc, ap.w_kv, Some(ap.b_kv), b * s, hk + hv, d);
                 kv
             })
             .collect();
         let (mut ptr_proj, mut word_starts) = (Vec::new(), Vec::new());
         if let (Some(table), Some(w_p)) = (self.pointer_table()?, self.layout.offsets.pointer(p)) {
             ptr_proj = vec![0.0; b * s * d];
-            linear_forward(self.precision, &mut ptr_proj, enc, w_p, None, b * s, d, d);
+            self.linear(&mut ptr_proj, enc, w_p, None, b * s, d, d);
             word_starts = srcs.iter().map(|x| table.word_starts(x)).collect();
         }
         Ok(Encoded { b, s, src_lens: batch.src_lens, cross_kv, ptr_proj, word_starts })

@@ -11,10 +11,12 @@ mod incremental;
 mod masks;
 mod packed_decoder;
 pub mod pointer;
+mod quantized;
 mod workspace;
 
 pub use incremental::{DecoderState, Encoded};
 pub use packed_decoder::{DecoderKernels, PackedDecoder};
+pub use quantized::Int8Weights;
 pub use workspace::Workspace;
 
 use crate::config::ModelConfig;
@@ -158,6 +160,8 @@ pub struct Transformer {
     sinusoids: Vec<f32>,
     /// How its matrix products are computed.
     precision: Precision,
+    /// At [`Precision::Int8`]: the linear maps' weights, quantised when the precision was set.
+    int8: Option<std::sync::Arc<Int8Weights>>,
     /// With `source_pointer` or `next_closer`: what each vocabulary id is to the tree.
     pointer: Option<std::sync::Arc<pointer::PointerTable>>,
 }
@@ -189,14 +193,20 @@ impl Transformer {
             crate::config::Positions::Sinusoidal => sinusoid_table(config.max_positions, config.d_model),
             crate::config::Positions::Learned => Vec::new(),
         };
-        Ok(Transformer { config, layout, params, sinusoids, precision: Precision::F32, pointer: None })
+        Ok(Transformer { config, layout, params, sinusoids, precision: Precision::F32, int8: None, pointer: None })
     }
 
     /// The same model computing its matrix products at `precision` (f32 by default); an error
-    /// where this CPU cannot.
+    /// where this CPU cannot. [`Precision::Int8`] quantises the linear maps' weights now, as they
+    /// are: a model whose parameters change afterwards must be set to int8 again (training
+    /// refuses int8).
     pub fn with_precision(mut self, precision: Precision) -> Result<Self> {
         precision.available()?;
         self.precision = precision;
+        self.int8 = None;
+        if precision == Precision::Int8 {
+            self.int8 = Some(std::sync::Arc::new(Int8Weights::build(&self)));
+        }
         Ok(self)
     }
 
@@ -292,7 +302,7 @@ impl Transformer {
         let dec_out: &[f32] = if n == 0 { &ws.dec_in } else { &ws.dec[n - 1].ffn.norm.out };
         // §3.4: the pre-softmax projection is the shared embedding, logits = h Eᵀ.
         let emb = self.embedding();
-        product(self.precision, &mut ws.logits, dec_out, Op::N, emb, Op::T, batch.b * batch.t, v, d, false);
+        self.linear(&mut ws.logits, dec_out, emb, None, batch.b * batch.t, v, d);
         Ok(())
     }
 

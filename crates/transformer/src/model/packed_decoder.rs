@@ -7,11 +7,12 @@ use crate::kernels::cpu::packed::PackedLinear;
 /// Which kernels the incremental decoder's matrix products run on.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum DecoderKernels {
-    /// The weights packed into panels for the AVX-512 micro-kernel (f32; bf16 products use their
-    /// own layout).
+    /// The weights prepared once: f32 panels for the AVX-512 micro-kernel, bf16 tiles for the bf16
+    /// unit, int8 codes (the model's own).
     #[default]
     Packed,
-    /// Every product on the `gemm` crate over the unpacked weights (for A/B timing).
+    /// Every f32 or bf16 product on the unpacked weights, packed at each call (for A/B timing;
+    /// int8 products still read the model's codes).
     Gemm,
 }
 
@@ -52,6 +53,11 @@ impl Transformer {
     pub fn pack_decoder_with(&self, kernels: DecoderKernels) -> PackedDecoder {
         let pack = kernels == DecoderKernels::Packed;
         let prec = self.precision;
+        // At int8 the model's quantised weights are shared, not quantised again.
+        let new = |w: &[f32], n: usize, k: usize| match prec {
+            crate::precision::Precision::Int8 => PackedLinear::int8(self.int8_weight(w).clone()),
+            _ => PackedLinear::new(w, n, k, prec, pack),
+        };
         let c = &self.config;
         let (d, f, v) = (c.d_model, c.d_ff, c.vocab_size);
         let (hk, hv) = (c.n_heads * c.d_k, c.n_heads * c.d_v);
@@ -63,16 +69,16 @@ impl Transformer {
             .map(|lo| {
                 let lp = lo.params(p);
                 PackedLayer {
-                    self_qkv: PackedLinear::new(lp.self_attn.attn.w_qkv, 2 * hk + hv, d, prec, pack),
-                    self_o: PackedLinear::new(lp.self_attn.attn.w_o, d, hv, prec, pack),
-                    cross_q: PackedLinear::new(lp.cross_attn.attn.w_q, hk, d, prec, pack),
-                    cross_o: PackedLinear::new(lp.cross_attn.attn.w_o, d, hv, prec, pack),
-                    w_1: PackedLinear::new(lp.ffn.ffn.w_1, f, d, prec, pack),
-                    w_2: PackedLinear::new(lp.ffn.ffn.w_2, d, f, prec, pack),
+                    self_qkv: new(lp.self_attn.attn.w_qkv, 2 * hk + hv, d),
+                    self_o: new(lp.self_attn.attn.w_o, d, hv),
+                    cross_q: new(lp.cross_attn.attn.w_q, hk, d),
+                    cross_o: new(lp.cross_attn.attn.w_o, d, hv),
+                    w_1: new(lp.ffn.ffn.w_1, f, d),
+                    w_2: new(lp.ffn.ffn.w_2, d, f),
                 }
             })
             .collect();
-        let output = PackedLinear::new(self.embedding(), v, d, prec, pack);
+        let output = new(self.embedding(), v, d);
         PackedDecoder { precision: prec, d_model: d, vocab: v, layers, output }
     }
 }

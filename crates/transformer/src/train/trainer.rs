@@ -54,8 +54,14 @@ pub struct Trainer {
 }
 
 impl Trainer {
-    /// A trainer at step 0 with the paper's Adam and the given schedule.
+    /// A trainer at step 0 with the paper's Adam and the given schedule. Panics for a model at
+    /// [`Precision::Int8`](crate::Precision::Int8), which is for decoding only.
     pub fn new(model: Transformer, schedule: Schedule, seed: u64) -> Self {
+        assert!(
+            crate::precision::Precision::TRAINING.contains(&model.precision()),
+            "a model at {} cannot train: int8 is for decoding (train at f32 or bf16)",
+            model.precision()
+        );
         let n = model.params.len();
         Trainer {
             model,

@@ -448,6 +448,86 @@ pub fn matmul_bf16_on(
         pack_a(&mut pa, a, op_a, m, k, mt, kt);
         pack_b(&mut pb, b, op_b, k, n, nt, kt);
     }
+    multiply(unit, c, &pa, &pb, m, n, (mt, nt, kt), accumulate);
+    pack_buffers::A.set(pa);
+    pack_buffers::B.set(pb);
+}
+
+/// A weight matrix W (n, k), stored (n, k) like `nn.Linear`, rounded to bf16 and packed once as
+/// op(B) = Wᵀ for products X · Wᵀ ([`linear_bf16`]): inference weights, packed at load instead of
+/// at every product.
+#[derive(Clone, Debug)]
+pub struct Bf16Weights {
+    n: usize,
+    k: usize,
+    nt: usize,
+    kt: usize,
+    tiles: Vec<u16>,
+}
+
+impl Bf16Weights {
+    /// Rounds and packs W; panics without a bf16 unit (check [`available`] first).
+    pub fn new(w: &[f32], n: usize, k: usize) -> Self {
+        assert_eq!(w.len(), n * k, "Bf16Weights: W has {} elements, expected {n}x{k}", w.len());
+        avx512_bf16_available().expect("bf16 weights on a CPU without AVX512-BF16");
+        let nt = round_up(n.max(1), BLOCK) / 16;
+        let kt = k.div_ceil(32).max(1);
+        let mut tiles = vec![0u16; nt * kt * TILE_ELEMS];
+        // SAFETY: avx512f/bw/bf16 checked above.
+        unsafe { pack_b(&mut tiles, w, Op::T, k, n, nt, kt) };
+        Bf16Weights { n, k, nt, kt, tiles }
+    }
+
+    /// Output width n.
+    pub fn n(&self) -> usize {
+        self.n
+    }
+
+    /// Bytes held.
+    pub fn bytes(&self) -> usize {
+        2 * self.tiles.len()
+    }
+}
+
+/// C (m, n) = [C +] A (m, k) · Wᵀ with W packed by [`Bf16Weights::new`]; A is rounded and packed
+/// here. The same sums as [`matmul_bf16`] on (A, Op::N, W, Op::T).
+pub fn linear_bf16(c: &mut [f32], a: &[f32], w: &Bf16Weights, m: usize, accumulate: bool) {
+    let unit = unit().expect("bf16 products on a CPU without a bf16 unit (check `available` first)");
+    let (n, k) = (w.n, w.k);
+    assert_eq!(a.len(), m * k, "linear_bf16: A has {} elements, expected {m}x{k}", a.len());
+    assert_eq!(c.len(), m * n, "linear_bf16: C has {} elements, expected {m}x{n}", c.len());
+    if m == 0 || n == 0 {
+        return;
+    }
+    if k == 0 {
+        if !accumulate {
+            c.fill(0.0);
+        }
+        return;
+    }
+    let _t = super::profile::scope(super::profile::Slot::Matmul);
+    super::profile::add_matmul_flops(2 * (m as u64) * (n as u64) * (k as u64));
+    let mt = round_up(m, BLOCK) / TILE_ROWS;
+    let mut pa = take_buffer(&pack_buffers::A, mt * w.kt * TILE_ELEMS);
+    // SAFETY: a bf16 unit implies avx512f/bw/bf16.
+    unsafe { pack_a(&mut pa, a, Op::N, m, k, mt, w.kt) };
+    multiply(unit, c, &pa, &w.tiles, m, n, (mt, w.nt, w.kt), accumulate);
+    pack_buffers::A.set(pa);
+}
+
+/// C (m, n) = [C +] packed A · packed B: `tiles` = (mt, nt, kt), the packed operands' tile counts.
+#[allow(clippy::too_many_arguments)]
+fn multiply(
+    unit: Unit,
+    c: &mut [f32],
+    pa: &[u16],
+    pb: &[u16],
+    m: usize,
+    n: usize,
+    tiles: (usize, usize, usize),
+    accumulate: bool,
+) {
+    let (mt, nt, kt) = tiles;
     let m_blocks = mt / 2;
     let n_blocks = nt / 2;
     let n_groups = n_blocks.div_ceil(N_BLOCKS_PER_TASK);
@@ -521,8 +601,6 @@ pub fn matmul_bf16_on(
             }
         },
     );
-    pack_buffers::A.set(pa);
-    pack_buffers::B.set(pb);
 }
 
 /// One 32 × 32 block of C at `out` (row stride `ld` floats) on AMX: loaded (`load`) or zeroed,

@@ -10,7 +10,7 @@ impl Precision {
     /// Whether this CPU can compute products at this precision; the error says why not.
     pub fn available(self) -> Result<()> {
         match self {
-            Precision::F32 => Ok(()),
+            Precision::F32 | Precision::Int8 => Ok(()),
             Precision::Bf16 => super::bf16::available()
                 .map_err(|why| Error::Unsupported(format!("bf16 matrix products are not available: {why}"))),
         }
@@ -40,6 +40,10 @@ pub fn product(
             super::profile::add_matmul_flops(2 * (m as u64) * (n as u64) * (k as u64));
             super::bf16::matmul_bf16(c, a, op_a, b, op_b, m, n, k, accumulate);
         }
+        Precision::Int8 => panic!(
+            "int8 products run only on weights quantised at load (Transformer::with_precision(Int8) \
+             routes the linear maps to them); gradients and training need f32 or bf16"
+        ),
     }
 }
 

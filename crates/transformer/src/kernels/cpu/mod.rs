@@ -7,6 +7,7 @@ pub mod bf16;
 pub mod cached_attention;
 pub mod elementwise;
 pub mod embedding;
+pub mod int8;
 pub mod layer_norm;
 pub mod linear;
 pub mod matmul;

@@ -8,13 +8,19 @@
 //! Used only where AVX-512 is present and for products of at most [`PACKED_MAX_ROWS`] rows (beyond
 //! that the `gemm` crate's blocking measured faster); otherwise [`PackedLinear::forward`] calls the
 //! `gemm` crate on the original layout, so results never depend on which path ran beyond float
-//! rounding. Building with `pack = false` forces the `gemm` path (for A/B timing), and so does a
-//! precision other than f32 (the panels hold f32 weights for the f32 micro-kernel).
+//! rounding. Building with `pack = false` forces the `gemm` path (for A/B timing).
+//!
+//! At the other precisions the weights are prepared once as well: bf16 products read W rounded and
+//! laid out in the bf16 unit's tiles ([`super::bf16::Bf16Weights`]), int8 products read W quantised
+//! per row ([`super::int8::QuantizedLinear`], shared with the model that quantised it).
 
+use super::bf16::{linear_bf16, Bf16Weights};
+use super::int8::QuantizedLinear;
 use super::linear::linear_forward;
 use crate::precision::Precision;
 use multiversion::multiversion;
 use rayon::prelude::*;
+use std::sync::Arc;
 
 /// Output columns per weight panel.
 pub const NR: usize = 32;
@@ -23,16 +29,25 @@ pub const MR: usize = 12;
 /// Products with more rows than this go to the `gemm` crate.
 pub const PACKED_MAX_ROWS: usize = 160;
 
-/// A weight matrix W (n, k) packed into panels. The products also take W as given, for the
-/// `gemm` path, so the packing holds no second copy of it.
+/// A weight matrix W (n, k) prepared for inference products. The f32 products also take W as
+/// given, for the `gemm` path, so the f32 panels hold no second copy of it.
 #[derive(Clone, Debug)]
 pub struct PackedLinear {
     n: usize,
     k: usize,
-    /// ceil(n / NR) panels of k × NR, zero-padded past column n. Empty when unused.
-    panels: Vec<f32>,
-    /// The precision of the unpacked path.
-    precision: Precision,
+    kind: Kind,
+}
+
+#[derive(Clone, Debug)]
+enum Kind {
+    /// f32: ceil(n / NR) panels of k × NR, zero-padded past column n.
+    Panels(Vec<f32>),
+    /// Every product on W as given, at this precision (f32 or bf16; the `gemm` path).
+    Unpacked(Precision),
+    /// bf16 tiles.
+    Bf16(Bf16Weights),
+    /// int8 codes and scales.
+    Int8(Arc<QuantizedLinear>),
 }
 
 fn use_packed() -> bool {
@@ -51,25 +66,45 @@ fn use_packed() -> bool {
 }
 
 impl PackedLinear {
-    /// Packs W, stored (n, k) row-major, for products at `precision`. Only f32 products with
-    /// `pack` on a CPU with AVX-512 use the panels; the others run [`linear_forward`] at
-    /// `precision` on W as given.
+    /// Prepares W, stored (n, k) row-major, for products at `precision`: f32 panels (with `pack`
+    /// on a CPU with AVX-512), bf16 tiles (with `pack`), int8 codes (always). Otherwise the
+    /// products run [`linear_forward`] at `precision` on W as given.
     pub fn new(w: &[f32], n: usize, k: usize, precision: Precision, pack: bool) -> Self {
         assert_eq!(w.len(), n * k, "PackedLinear: W has {} elements, expected {n}x{k}", w.len());
-        let mut panels = Vec::new();
-        if pack && precision == Precision::F32 && use_packed() && n > 0 && k > 0 {
-            let np = n.div_ceil(NR);
-            panels = vec![0.0; np * k * NR];
-            panels.par_chunks_mut(k * NR).enumerate().for_each(|(p, panel)| {
-                for j in 0..NR.min(n - p * NR) {
-                    let row = &w[(p * NR + j) * k..][..k];
-                    for (kk, &x) in row.iter().enumerate() {
-                        panel[kk * NR + j] = x;
+        let kind = match precision {
+            Precision::Int8 => Kind::Int8(Arc::new(QuantizedLinear::new(w, n, k))),
+            Precision::Bf16 if pack => Kind::Bf16(Bf16Weights::new(w, n, k)),
+            Precision::F32 if pack && use_packed() && n > 0 && k > 0 => {
+                let np = n.div_ceil(NR);
+                let mut panels = vec![0.0; np * k * NR];
+                panels.par_chunks_mut(k * NR).enumerate().for_each(|(p, panel)| {
+                    for j in 0..NR.min(n - p * NR) {
+                        let row = &w[(p * NR + j) * k..][..k];
+                        for (kk, &x) in row.iter().enumerate() {
+                            panel[kk * NR + j] = x;
+                        }
                     }
-                }
-            });
+                });
+                Kind::Panels(panels)
+            }
+            _ => Kind::Unpacked(precision),
+        };
+        PackedLinear { n, k, kind }
+    }
+
+    /// int8 weights quantised elsewhere (the model's own copy, shared rather than repeated).
+    pub fn int8(q: Arc<QuantizedLinear>) -> Self {
+        PackedLinear { n: q.n(), k: q.k(), kind: Kind::Int8(q) }
+    }
+
+    /// Bytes this holds beside W itself.
+    pub fn bytes(&self) -> usize {
+        match &self.kind {
+            Kind::Panels(p) => 4 * p.len(),
+            Kind::Unpacked(_) => 0,
+            Kind::Bf16(w) => w.bytes(),
+            Kind::Int8(q) => q.bytes(),
         }
-        PackedLinear { n, k, panels, precision }
     }
 
     /// Output width n.
@@ -89,9 +124,20 @@ impl PackedLinear {
         assert_eq!(y.len(), m * n, "PackedLinear: Y has {} elements, expected {m}x{n}", y.len());
         assert_eq!(x.len(), m * k, "PackedLinear: X has {} elements, expected {m}x{k}", x.len());
         assert!(bias.is_none_or(|b| b.len() == n));
+        let panels = match &self.kind {
+            Kind::Panels(panels) => panels,
+            Kind::Unpacked(prec) => return linear_forward(*prec, y, x, w, bias, m, n, k),
+            Kind::Int8(q) => return q.forward(y, x, bias, m),
+            Kind::Bf16(wb) => {
+                if let Some(bias) = bias {
+                    y.chunks_exact_mut(n).for_each(|row| row.copy_from_slice(bias));
+                }
+                return linear_bf16(y, x, wb, m, bias.is_some());
+            }
+        };
         // Many rows: the `gemm` crate's blocking does better (examples/packed_vs_gemm.rs).
-        if self.panels.is_empty() || m == 0 || k == 0 || m > PACKED_MAX_ROWS {
-            return linear_forward(self.precision, y, x, w, bias, m, n, k);
+        if m == 0 || k == 0 || m > PACKED_MAX_ROWS {
+            return linear_forward(Precision::F32, y, x, w, bias, m, n, k);
         }
         let _t = super::profile::scope(super::profile::Slot::Matmul);
         super::profile::add_matmul_flops(2 * (m * n * k) as u64);
@@ -112,12 +158,12 @@ impl PackedLinear {
                 }
             }
         });
-        self.panels_times(y, &xp[..blocks * k * MR], bias, m);
+        self.panels_times(panels, y, &xp[..blocks * k * MR], bias, m);
         X_PACKED.set(xp);
     }
 
     /// Y = packed X · packed W [+ bias]; threads split the panels, so each writes its own columns.
-    fn panels_times(&self, y: &mut [f32], xp: &[f32], bias: Option<&[f32]>, m: usize) {
+    fn panels_times(&self, panels: &[f32], y: &mut [f32], xp: &[f32], bias: Option<&[f32]>, m: usize) {
         let (n, k) = (self.n, self.k);
         let blocks = m.div_ceil(MR);
         let np = n.div_ceil(NR);
@@ -127,7 +173,7 @@ impl PackedLinear {
         (0..threads).into_par_iter().for_each(|t| {
             let out = &out;
             for p in t * per..((t + 1) * per).min(np) {
-                let panel = &self.panels[p * k * NR..][..k * NR];
+                let panel = &panels[p * k * NR..][..k * NR];
                 let c0 = p * NR;
                 let cols = NR.min(n - c0);
                 let bias = bias.map(|b| &b[c0..c0 + cols]);

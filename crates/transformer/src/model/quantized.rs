@@ -1,0 +1,107 @@
+//! The model's int8 weights ([`Int8Weights`]): every linear map's W quantised once, when the
+//! model is set to [`Precision::Int8`](crate::Precision::Int8), and found again by where W sits
+//! in the parameter buffer. [`Transformer::linear`] routes a model's linear maps to them.
+
+use super::Transformer;
+use crate::kernels::cpu::int8::QuantizedLinear;
+use crate::kernels::cpu::linear::linear_forward;
+use crate::precision::Precision;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// Quantised copies of a model's linear weights, keyed by each W's offset in the parameters.
+#[derive(Debug, Default)]
+pub struct Int8Weights {
+    by_offset: HashMap<usize, Arc<QuantizedLinear>>,
+}
+
+impl Int8Weights {
+    /// Quantises every linear map of `model`: the encoder's and decoder's projections and FFNs,
+    /// the encoder–decoder queries and keys|values, the pointer's W_p, and the tied embedding as
+    /// the output projection.
+    pub(super) fn build(model: &Transformer) -> Self {
+        let c = &model.config;
+        let d = c.d_model;
+        let p = &model.params[..];
+        let o = &model.layout.offsets;
+        // (W, rows): W is (rows, len / rows).
+        let mut maps: Vec<(&[f32], usize)> = Vec::new();
+        for lo in &o.encoder {
+            let lp = lo.params(p);
+            maps.push((lp.self_attn.attn.w_qkv, lp.self_attn.attn.w_qkv.len() / d));
+            maps.push((lp.self_attn.attn.w_o, d));
+            maps.push((lp.ffn.ffn.w_1, lp.ffn.ffn.w_1.len() / d));
+            maps.push((lp.ffn.ffn.w_2, d));
+        }
+        for lo in &o.decoder {
+            let lp = lo.params(p);
+            maps.push((lp.self_attn.attn.w_qkv, lp.self_attn.attn.w_qkv.len() / d));
+            maps.push((lp.self_attn.attn.w_o, d));
+            maps.push((lp.cross_attn.attn.w_q, lp.cross_attn.attn.w_q.len() / d));
+            maps.push((lp.cross_attn.attn.w_kv, lp.cross_attn.attn.w_kv.len() / d));
+            maps.push((lp.cross_attn.attn.w_o, d));
+            maps.push((lp.ffn.ffn.w_1, lp.ffn.ffn.w_1.len() / d));
+            maps.push((lp.ffn.ffn.w_2, d));
+        }
+        if let Some(w_p) = o.pointer(p) {
+            maps.push((w_p, d));
+        }
+        maps.push((o.embedding(p), c.vocab_size));
+        let by_offset = maps
+            .into_iter()
+            .map(|(w, rows)| (offset(p, w), Arc::new(QuantizedLinear::new(w, rows, w.len() / rows))))
+            .collect();
+        Int8Weights { by_offset }
+    }
+
+    /// The quantised copy of `w`, a slice of `params`.
+    pub(super) fn get(&self, params: &[f32], w: &[f32]) -> &Arc<QuantizedLinear> {
+        let q = self.by_offset.get(&offset(params, w)).expect("an int8 product on a weight that was not quantised");
+        assert_eq!(q.n() * q.k(), w.len(), "the int8 weight at this offset has another shape");
+        q
+    }
+
+    /// Bytes held by the quantised copies.
+    pub fn bytes(&self) -> usize {
+        self.by_offset.values().map(|q| q.bytes()).sum()
+    }
+}
+
+/// Where `w` starts in `params` (it must be a slice of it).
+fn offset(params: &[f32], w: &[f32]) -> usize {
+    let start = params.as_ptr() as usize;
+    let at = w.as_ptr() as usize;
+    assert!(at >= start && at + 4 * w.len() <= start + 4 * params.len(), "a weight outside the model's parameters");
+    (at - start) / 4
+}
+
+impl Transformer {
+    /// Y (m, n) = X (m, k) · Wᵀ [+ bias] for one of this model's linear maps, W a slice of its
+    /// parameters: on the quantised copy at int8, otherwise on W at the model's precision.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn linear(
+        &self,
+        y: &mut [f32],
+        x: &[f32],
+        w: &[f32],
+        bias: Option<&[f32]>,
+        m: usize,
+        n: usize,
+        k: usize,
+    ) {
+        match self.precision {
+            Precision::Int8 => self.int8_weight(w).forward(y, x, bias, m),
+            p => linear_forward(p, y, x, w, bias, m, n, k),
+        }
+    }
+
+    /// The quantised copy of `w` (the model is at int8).
+    pub(crate) fn int8_weight(&self, w: &[f32]) -> &Arc<QuantizedLinear> {
+        self.int8.as_ref().expect("an int8 model without quantised weights").get(&self.params, w)
+    }
+
+    /// The int8 weights, at [`Precision::Int8`].
+    pub fn int8_weights(&self) -> Option<&Int8Weights> {
+        self.int8.as_deref()
+    }
+}

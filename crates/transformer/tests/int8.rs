@@ -1,0 +1,135 @@
+//! The int8 linear map (`kernels::cpu::int8`) against its naive twin (`reference::linear_int8`):
+//! every kernel this CPU has gives the twin's outputs exactly (the integer sums are exact, and the
+//! scaling is one formula), on odd shapes, zero and constant rows, and rows holding NaN. Then the
+//! twin against f32: the error stays inside the bound the quantisation step allows.
+
+mod common;
+use common::*;
+use transformer::kernels::cpu::int8::{self, Int8Kernel, QuantizedLinear};
+use transformer::kernels::reference as r;
+use transformer::rng::Rng;
+
+fn rv(rng: &mut Rng, n: usize, scale: f64) -> Vec<f32> {
+    to_f32(&rand_vec(rng, n, scale))
+}
+
+fn same(a: f32, b: f32) -> bool {
+    a == b || (a.is_nan() && b.is_nan())
+}
+
+fn check(kern: Int8Kernel, x: &[f32], w: &[f32], bias: Option<&[f32]>, m: usize, n: usize, k: usize) {
+    let want = r::linear_int8(x, w, bias, m, n, k);
+    let q = QuantizedLinear::new(w, n, k);
+    // Poisoned output: every element must be written.
+    let mut y = vec![f32::from_bits(0x7FA0_0001); m * n];
+    q.forward_on(kern, &mut y, x, bias, m);
+    for (i, (&got, &want)) in y.iter().zip(&want).enumerate() {
+        assert!(same(got, want), "{kern:?} m={m} n={n} k={k}: element {i} is {got}, the twin gives {want}");
+    }
+}
+
+#[test]
+fn every_kernel_equals_the_twin_on_odd_shapes() {
+    let mut rng = Rng::new(81);
+    let shapes =
+        [(1, 1, 1), (1, 33, 3), (5, 31, 4), (12, 32, 5), (13, 70, 67), (37, 64, 256), (200, 40, 130), (3, 257, 1030)];
+    for kern in int8::kernels() {
+        for &(m, n, k) in &shapes {
+            let x = rv(&mut rng, m * k, 3.0);
+            let w = rv(&mut rng, n * k, 0.2);
+            let b = rv(&mut rng, n, 1.0);
+            check(kern, &x, &w, Some(&b), m, n, k);
+            check(kern, &x, &w, None, m, n, k);
+        }
+    }
+}
+
+#[test]
+fn zero_constant_and_nan_rows() {
+    let (m, n, k) = (14, 35, 21);
+    let mut rng = Rng::new(82);
+    let mut x = rv(&mut rng, m * k, 1.0);
+    let mut w = rv(&mut rng, n * k, 1.0);
+    x[..k].fill(0.0); // a zero row
+    x[k..2 * k].fill(-0.75); // a constant row
+    x[3 * k + 4] = f32::NAN; // a NaN row
+    x[5 * k] = 1e30; // one huge value: the rest of the row quantises to 0
+    w[2 * k..3 * k].fill(0.0);
+    w[4 * k..5 * k].fill(0.5);
+    let b = rv(&mut rng, n, 1.0);
+    for kern in int8::kernels() {
+        check(kern, &x, &w, Some(&b), m, n, k);
+    }
+    let q = QuantizedLinear::new(&w, n, k);
+    let mut y = vec![0.0; m * n];
+    q.forward(&mut y, &x, Some(&b), m);
+    // The zero row gives the bias; the NaN row gives NaN everywhere; the zero weight row gives
+    // the bias everywhere except on the NaN row.
+    assert_eq!(&y[..n], &b[..]);
+    assert!(y[3 * n..4 * n].iter().all(|v| v.is_nan()));
+    for i in (0..m).filter(|&i| i != 3) {
+        assert_eq!(y[i * n + 2], b[2], "row {i}");
+    }
+}
+
+#[test]
+fn saturating_inputs_do_not_overflow_the_avx2_pairs() {
+    // Every code at ±127 with matching signs: each 16-bit pair reaches 2 · 127 · 127, the most
+    // the AVX2 kernel's vpmaddubsw can hold.
+    let (m, n, k) = (12, 32, 64);
+    let x: Vec<f32> = (0..m * k).map(|i| if i % 3 == 0 { -1.0 } else { 1.0 }).collect();
+    let w: Vec<f32> = (0..n * k).map(|i| if i % 3 == 0 { -2.0 } else { 2.0 }).collect();
+    for kern in int8::kernels() {
+        check(kern, &x, &w, None, m, n, k);
+    }
+    let want = r::linear_int8(&x, &w, None, m, n, k);
+    // x·w = 2 per term at full codes (±1 · ±2 with matching signs on the diagonal pattern).
+    assert!(want.iter().all(|v| v.is_finite()));
+}
+
+#[test]
+fn dispatch_picks_the_fastest_kernel_this_cpu_has() {
+    let ks = int8::kernels();
+    assert_eq!(int8::kernel(), ks[0]);
+    assert_eq!(*ks.last().unwrap(), Int8Kernel::Scalar);
+    #[cfg(target_arch = "x86_64")]
+    {
+        let vnni = is_x86_feature_detected!("avx512f")
+            && is_x86_feature_detected!("avx512bw")
+            && is_x86_feature_detected!("avx512vnni");
+        assert_eq!(ks.contains(&Int8Kernel::Vnni), vnni);
+        assert_eq!(ks.contains(&Int8Kernel::Avx2), is_x86_feature_detected!("avx2"));
+    }
+}
+
+#[test]
+fn twin_stays_within_the_quantisation_bound_of_f32() {
+    // Each code is off by at most half a step, so |y_int8 − y_f32| ≤ Σ_p (½sx|w| + ½sw|x| + ¼sx·sw)
+    // plus f32 rounding.
+    let (m, n, k) = (9, 17, 300);
+    let mut rng = Rng::new(83);
+    let x = rv(&mut rng, m * k, 2.0);
+    let w = rv(&mut rng, n * k, 0.1);
+    let y = r::linear_int8(&x, &w, None, m, n, k);
+    for i in 0..m {
+        let xr = &x[i * k..(i + 1) * k];
+        let sx = xr.iter().fold(0f32, |a, v| a.max(v.abs())) / 127.0;
+        for j in 0..n {
+            let wr = &w[j * k..(j + 1) * k];
+            let sw = wr.iter().fold(0f32, |a, v| a.max(v.abs())) / 127.0;
+            let exact: f64 = xr.iter().zip(wr).map(|(&a, &b)| a as f64 * b as f64).sum();
+            let bound: f64 = xr
+                .iter()
+                .zip(wr)
+                .map(|(&a, &b)| {
+                    0.5 * sx as f64 * b.abs() as f64 + 0.5 * sw as f64 * a.abs() as f64 + 0.25 * (sx * sw) as f64
+                })
+                .sum();
+            let err = (y[i * n + j] as f64 - exact).abs();
+            assert!(err <= bound * 1.0001 + 1e-6, "({i},{j}): error {err} over bound {bound}");
+            // And the bound is not vacuous: it is a few percent of the terms' magnitude.
+            let mag: f64 = xr.iter().zip(wr).map(|(&a, &b)| (a as f64 * b as f64).abs()).sum();
+            assert!(bound < 0.05 * mag, "bound {bound} against magnitude {mag}");
+        }
+    }
+}
