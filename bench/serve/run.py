@@ -3,7 +3,7 @@
 on the same sentences in the same run (Python standard library only).
 
     python bench/serve/run.py --checkpoint CKPT --bpe BPE.json [--clients 64] [--duration 30]
-        [--sentences 1000] [--threads 2] [--single 100] [--json out.json]
+        [--sentences 1000] [--threads 2] [--single 100] [--precision f32|bf16|int8] [--json out.json]
 
 1. `transformer translate --speed` on the first --sentences lines of --src: sentences/s of the
    decoding itself (model loading excluded), the batch tool's figure.
@@ -56,7 +56,7 @@ def translate_speed(args, lines: list[str]) -> float:
     with tempfile.NamedTemporaryFile("w", suffix=".en", delete=False) as f:
         f.write("".join(l + "\n" for l in lines))
     cmd = [args.bin, "--threads", str(args.threads), "translate", "--checkpoint", args.checkpoint, "--bpe",
-           args.bpe, "--input", f.name, "--speed"]
+           args.bpe, "--input", f.name, "--speed", "--precision", args.precision]
     p = subprocess.run(cmd, capture_output=True, text=True)
     os.unlink(f.name)
     if p.returncode != 0:
@@ -70,7 +70,7 @@ def translate_speed(args, lines: list[str]) -> float:
 class Server:
     def __init__(self, args):
         cmd = [args.bin, "--threads", str(args.threads), "serve", "--checkpoint", args.checkpoint, "--bpe",
-               args.bpe, "--port", "0", "--max-queue", str(args.max_queue)]
+               args.bpe, "--port", "0", "--max-queue", str(args.max_queue), "--precision", args.precision]
         self.p = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
         self.log: list[str] = []
         first = self.p.stderr.readline()
@@ -159,6 +159,7 @@ def main():
     ap.add_argument("--sentences", type=int, default=1000, help="first N lines of --src (default: all 1000)")
     ap.add_argument("--threads", type=int, default=os.cpu_count(), help="decoding threads, both tools")
     ap.add_argument("--clients", type=int, default=64)
+    ap.add_argument("--precision", default="f32", help="f32, bf16 or int8, for both tools")
     ap.add_argument("--duration", type=float, default=30.0, help="seconds of load")
     ap.add_argument("--max-requests", type=int, default=100_000, help="stop the load after this many")
     ap.add_argument("--single", type=int, default=100, help="requests of the single-client run")

@@ -83,6 +83,9 @@ pub enum Command {
     Prepare(PrepareArgs),
     /// Average checkpoints element-wise (§6.1): the last K of a run directory, or explicit files.
     Average(AverageArgs),
+    /// Write an int8 checkpoint: every linear map's weights quantised per row (as `--precision
+    /// int8` does at load), so it loads without quantising; it decodes only, at int8.
+    Quantize(QuantizeArgs),
     /// Byte-pair encoding: learn one shared vocabulary, apply it, restore text.
     Bpe(BpeArgs),
     /// Score translations: corpus BLEU and/or chrF exactly as sacreBLEU 2.x computes them.
@@ -376,6 +379,17 @@ pub struct AverageArgs {
     #[arg(long = "inputs", num_args = 1.., conflicts_with = "last")]
     pub inputs: Vec<PathBuf>,
     /// Where to write the averaged checkpoint.
+    #[arg(long)]
+    pub output: PathBuf,
+}
+
+// The arguments of `transformer quantize`.
+#[derive(Args)]
+pub struct QuantizeArgs {
+    /// The f32 checkpoint (from `train` or `average`).
+    #[arg(long)]
+    pub checkpoint: PathBuf,
+    /// Where to write the int8 checkpoint.
     #[arg(long)]
     pub output: PathBuf,
 }

@@ -22,6 +22,8 @@ pub const TASK_KEY: &str = "task";
 /// Adam's moments): a checkpoint damaged after it was written fails to load instead of resuming
 /// from altered weights. Files written before it existed (and by other tools) have none.
 const CRC_KEY: &str = "tensor_crc32";
+/// Metadata key of an int8 checkpoint (`transformer quantize`), with the value `int8`.
+pub const PRECISION_KEY: &str = "precision";
 const ADAM_M: &str = "optimizer.adam_m";
 const ADAM_V: &str = "optimizer.adam_v";
 
@@ -130,6 +132,14 @@ pub fn from_bytes(bytes: &[u8], path: &Path) -> Result<Checkpoint> {
     let version: u32 = field("format_version")?.parse().map_err(|_| corrupt("bad format_version".into()))?;
     if version != FORMAT_VERSION {
         return Err(corrupt(format!("format version {version}, this build reads version {FORMAT_VERSION}")));
+    }
+    if meta.get(PRECISION_KEY).is_some_and(|p| p == "int8") {
+        return Err(Error::Unsupported(format!(
+            "{} is an int8 checkpoint (from `transformer quantize`): it holds no f32 weights for the linear maps, so it \
+             only decodes (translate, evaluate, parse, serve with --precision int8); train, resume and average need the \
+             f32 checkpoint it was made from",
+            path.display()
+        )));
     }
     let config: ModelConfig =
         serde_json::from_str(&field("config")?).map_err(|e| corrupt(format!("bad config metadata ({e})")))?;
@@ -309,4 +319,204 @@ pub fn read_task(path: &Path) -> Result<crate::task::Task> {
     let json: serde_json::Value =
         serde_json::from_slice(&header).map_err(|e| corrupt(format!("unreadable safetensors header ({e})")))?;
     task_named(path, json.get("__metadata__").and_then(|m| m.get(TASK_KEY)).and_then(|t| t.as_str()))
+}
+
+/// Whether the file at `path` is an int8 checkpoint (reads the header only).
+pub fn is_int8(path: &Path) -> Result<bool> {
+    use std::io::Read;
+    let mut f = std::fs::File::open(path).map_err(io_err(path))?;
+    let mut len = [0u8; 8];
+    if f.read_exact(&mut len).is_err() {
+        return Ok(false);
+    }
+    let n = u64::from_le_bytes(len);
+    if n > 100 << 20 {
+        return Ok(false);
+    }
+    let mut header = vec![0u8; n as usize];
+    if f.read_exact(&mut header).is_err() {
+        return Ok(false);
+    }
+    let json: serde_json::Value = match serde_json::from_slice(&header) {
+        Ok(j) => j,
+        Err(_) => return Ok(false),
+    };
+    Ok(json.get("__metadata__").and_then(|m| m.get(PRECISION_KEY)).and_then(|p| p.as_str()) == Some("int8"))
+}
+
+/// Writes an int8 checkpoint: `ckpt`'s metadata and f32 tensors, except that every tensor in
+/// `codes` (the linear maps' weights) is stored as `NAME.int8` (I8, its shape) and `NAME.scale`
+/// (F32, one per row) instead; the embedding, which the encoder and decoder also look rows up in,
+/// keeps its f32 tensor too. No Adam moments. Atomic like [`save`].
+pub fn save_int8(path: &Path, ckpt: &Checkpoint, codes: &crate::model::Int8Codes, embedding: &str) -> Result<()> {
+    check_finite(path, ckpt)?;
+    let layout = ParamLayout::new(&ckpt.config);
+    if ckpt.params.len() != layout.total() {
+        return Err(Error::Mismatch(format!(
+            "checkpoint has {} parameters, its config needs {}",
+            ckpt.params.len(),
+            layout.total()
+        )));
+    }
+    let mut bytes: Vec<(String, Dtype, Vec<u8>, Vec<usize>)> = Vec::new();
+    for e in layout.entries() {
+        match codes.get(&e.name) {
+            Some((q, sc)) => {
+                let rows = sc.len();
+                if q.len() != e.len() || rows == 0 || e.len() % rows != 0 {
+                    return Err(Error::Mismatch(format!("the int8 codes of '{}' do not fit its shape", e.name)));
+                }
+                bytes.push((
+                    format!("{}.int8", e.name),
+                    Dtype::I8,
+                    q.iter().map(|&c| c as u8).collect(),
+                    e.shape.clone(),
+                ));
+                bytes.push((format!("{}.scale", e.name), Dtype::F32, le_bytes(sc), vec![rows]));
+                if e.name == embedding {
+                    bytes.push((e.name.clone(), Dtype::F32, le_bytes(&ckpt.params[e.range()]), e.shape.clone()));
+                }
+            }
+            None => bytes.push((e.name.clone(), Dtype::F32, le_bytes(&ckpt.params[e.range()]), e.shape.clone())),
+        }
+    }
+    let views = bytes
+        .iter()
+        .map(|(name, dtype, data, shape)| {
+            let view = TensorView::new(*dtype, shape.clone(), data)
+                .map_err(|e| Error::Config(format!("tensor {name}: {e}")))?;
+            Ok((name.clone(), view))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let mut meta: HashMap<String, String> = ckpt.extra.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    meta.insert("format".into(), FORMAT.into());
+    meta.insert("format_version".into(), FORMAT_VERSION.to_string());
+    meta.insert("config".into(), serde_json::to_string(&ckpt.config).expect("config serialises"));
+    meta.insert("step".into(), ckpt.step.to_string());
+    meta.insert("vocab_hash".into(), ckpt.vocab_hash.clone());
+    meta.insert(PRECISION_KEY.into(), "int8".into());
+    let mut crc = crc32fast::Hasher::new();
+    for (_, _, data, _) in &bytes {
+        crc.update(data);
+    }
+    meta.insert(CRC_KEY.into(), format!("{:08x}", crc.finalize()));
+    let data = safetensors::tensor::serialize(views, &Some(meta))
+        .map_err(|e| Error::Config(format!("serialising checkpoint: {e}")))?;
+    write_atomically(path, &data)
+}
+
+/// Reads an int8 checkpoint written by [`save_int8`]: the checkpoint, whose parameters are zero
+/// where only codes are stored, and the codes by tensor name. Never panics on a corrupt file.
+pub fn load_int8(path: &Path) -> Result<(Checkpoint, crate::model::Int8Codes)> {
+    let bytes = std::fs::read(path).map_err(io_err(path))?;
+    let corrupt = |reason: String| Error::CorruptCheckpoint { path: path.to_path_buf(), reason };
+    let (_, header) =
+        SafeTensors::read_metadata(&bytes).map_err(|e| corrupt(format!("unreadable safetensors header ({e})")))?;
+    let st = SafeTensors::deserialize(&bytes).map_err(|e| corrupt(format!("{e}")))?;
+    let meta = header.metadata().clone().unwrap_or_default();
+    let field = |k: &str| meta.get(k).cloned().ok_or_else(|| corrupt(format!("metadata has no '{k}'")));
+    if field("format")? != FORMAT {
+        return Err(corrupt("not a transformer checkpoint (metadata 'format' differs)".into()));
+    }
+    let version: u32 = field("format_version")?.parse().map_err(|_| corrupt("bad format_version".into()))?;
+    if version != FORMAT_VERSION {
+        return Err(corrupt(format!("format version {version}, this build reads version {FORMAT_VERSION}")));
+    }
+    if field(PRECISION_KEY)? != "int8" {
+        return Err(corrupt("metadata 'precision' is not int8".into()));
+    }
+    let config: ModelConfig =
+        serde_json::from_str(&field("config")?).map_err(|e| corrupt(format!("bad config metadata ({e})")))?;
+    config.validate().map_err(|e| corrupt(format!("stored config invalid: {e}")))?;
+    let step: u64 = field("step")?.parse().map_err(|_| corrupt("bad step".into()))?;
+    let vocab_hash = field("vocab_hash")?;
+    let layout = ParamLayout::new(&config);
+    if layout.total() > bytes.len() {
+        return Err(corrupt(format!(
+            "its config needs {} parameters but the file has {} bytes",
+            layout.total(),
+            bytes.len()
+        )));
+    }
+    // Zeroed (untouched) memory: the regions only codes are stored for are never written.
+    let mut params = vec![0f32; layout.total()];
+    let mut codes = crate::model::Int8Codes::new();
+    let mut crc = crc32fast::Hasher::new();
+    let mut found_f32 = 0;
+    for e in layout.entries() {
+        if let Ok(q) = st.tensor(&format!("{}.int8", e.name)) {
+            let s = st
+                .tensor(&format!("{}.scale", e.name))
+                .map_err(|_| corrupt(format!("'{}.scale' is missing", e.name)))?;
+            let rows = e.shape.first().copied().unwrap_or(0);
+            if q.dtype() != Dtype::I8
+                || q.shape() != e.shape.as_slice()
+                || s.dtype() != Dtype::F32
+                || s.shape() != [rows]
+            {
+                return Err(corrupt(format!("the int8 tensors of '{}' do not match its shape {:?}", e.name, e.shape)));
+            }
+            crc.update(q.data());
+            crc.update(s.data());
+            let mut sc = vec![0f32; rows];
+            read_f32(s.data(), &mut sc);
+            codes.insert(e.name.clone(), (q.data().iter().map(|&b| b as i8).collect(), sc));
+        }
+        match st.tensor(&e.name) {
+            Ok(t) => {
+                if t.dtype() != Dtype::F32 || t.shape() != e.shape.as_slice() {
+                    return Err(corrupt(format!(
+                        "tensor '{}' is {:?} {:?}, expected F32 {:?}",
+                        e.name,
+                        t.dtype(),
+                        t.shape(),
+                        e.shape
+                    )));
+                }
+                crc.update(t.data());
+                read_f32(t.data(), &mut params[e.range()]);
+                found_f32 += 1;
+            }
+            Err(_) if codes.contains_key(&e.name) => {}
+            Err(_) => return Err(corrupt(format!("tensor '{}' is missing", e.name))),
+        }
+    }
+    if found_f32 == 0 {
+        return Err(corrupt("no f32 tensors".into()));
+    }
+    let stored = field(CRC_KEY)?;
+    let found = format!("{:08x}", crc.finalize());
+    if stored != found {
+        return Err(corrupt(format!(
+            "its tensor data have CRC-32 {found}, not the {stored} stored when it was written: the file was damaged"
+        )));
+    }
+    let extra = meta
+        .into_iter()
+        .filter(|(k, _)| {
+            !["format", "format_version", "config", "step", "vocab_hash", CRC_KEY, PRECISION_KEY].contains(&k.as_str())
+        })
+        .collect();
+    Ok((Checkpoint { config, step, vocab_hash, params, adam: None, extra }, codes))
+}
+
+/// `transformer quantize`: reads the f32 checkpoint `src`, quantises every linear map's weights
+/// (as `--precision int8` does at load) and writes the int8 checkpoint `dst` ([`save_int8`]),
+/// which then loads without quantising. Returns the two files' sizes in bytes.
+pub fn quantize(src: &Path, dst: &Path) -> Result<(u64, u64)> {
+    let ckpt = load(src)?;
+    let model = crate::model::Transformer::from_params(ckpt.config.clone(), ckpt.params.clone())?
+        .with_precision(crate::precision::Precision::Int8)?;
+    let codes = model.int8_weights().expect("an int8 model has int8 weights").codes(&model);
+    let layout = &model.layout;
+    let embed = layout.offsets.embedding(&model.params).as_ptr() as usize - model.params.as_ptr() as usize;
+    let embedding = layout
+        .entries()
+        .iter()
+        .find(|e| 4 * e.offset == embed)
+        .map(|e| e.name.clone())
+        .expect("the layout names the embedding");
+    save_int8(dst, &Checkpoint { adam: None, ..ckpt }, &codes, &embedding)?;
+    let size = |p: &Path| std::fs::metadata(p).map(|m| m.len()).map_err(io_err(p));
+    Ok((size(src)?, size(dst)?))
 }

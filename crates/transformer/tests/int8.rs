@@ -133,3 +133,38 @@ fn twin_stays_within_the_quantisation_bound_of_f32() {
         }
     }
 }
+
+#[test]
+fn codes_round_trip_and_bad_codes_are_refused() {
+    let (n, k) = (45, 13);
+    let mut rng = Rng::new(84);
+    let w = rv(&mut rng, n * k, 1.0);
+    let q = QuantizedLinear::new(&w, n, k);
+    let (codes, scales) = q.codes();
+    for j in 0..n {
+        let (want, s) = r::quantize_row_int8(&w[j * k..(j + 1) * k]);
+        assert_eq!(&codes[j * k..(j + 1) * k], &want[..], "row {j}");
+        assert_eq!(scales[j], s);
+    }
+    // Rebuilt from its codes, it multiplies exactly as before.
+    let again = QuantizedLinear::from_codes(&codes, scales.clone(), n, k).unwrap();
+    let x = rv(&mut rng, 7 * k, 1.0);
+    let (mut y1, mut y2) = (vec![0.0; 7 * n], vec![0.0; 7 * n]);
+    q.forward(&mut y1, &x, None, 7);
+    again.forward(&mut y2, &x, None, 7);
+    assert_eq!(y1, y2);
+    // Accumulating adds the same product.
+    let mut y3 = vec![1.5; 7 * n];
+    q.forward_accumulate(&mut y3, &x, 7);
+    for (a, b) in y3.iter().zip(&y1) {
+        assert_eq!(*a, 1.5 + b);
+    }
+    let mut bad = codes.clone();
+    bad[3 * k + 2] = -128;
+    let e = QuantizedLinear::from_codes(&bad, scales.clone(), n, k).unwrap_err();
+    assert!(e.contains("row 3, column 2"), "{e}");
+    let mut bad_scales = scales;
+    bad_scales[5] = -1.0;
+    assert!(QuantizedLinear::from_codes(&codes, bad_scales, n, k).unwrap_err().contains("row 5"));
+    assert!(QuantizedLinear::from_codes(&codes[1..], vec![0.0; n], n, k).is_err());
+}

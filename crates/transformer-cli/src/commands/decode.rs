@@ -63,6 +63,7 @@ pub fn translate(
             eprintln!("{name:>32}: {t:7.3} s ({:4.1}%{rate})", 100.0 * t / secs);
         }
         eprintln!("{:>32}: {:7.3} s ({:4.1}%)", "other", secs - accounted, 100.0 * (secs - accounted) / secs);
+        memory_profile(&translator);
     }
     let stdout = std::io::stdout();
     let mut w = std::io::BufWriter::new(stdout.lock());
@@ -80,6 +81,28 @@ pub fn translate(
         eprintln!("{}", speed_line(&stats, secs, &opts.search.to_string()));
     }
     Ok(())
+}
+
+/// Prints where the session's bytes are, and the process's peak RSS.
+pub fn memory_profile(translator: &Translator) {
+    let mb = |b: usize| b as f64 / (1 << 20) as f64;
+    let mem = translator.memory();
+    eprintln!("memory at {} (MB):", translator.model().precision());
+    for (name, bytes) in mem.lines() {
+        eprintln!("{name:>32}: {:7.1}", mb(bytes));
+    }
+    eprintln!("{:>32}: {:7.1}", "counted", mb(mem.total()));
+    if let Some(peak) = peak_rss() {
+        eprintln!("{:>32}: {:7.1} (the rest: code, allocator, threads)", "process peak RSS", mb(peak));
+    }
+}
+
+/// The process's peak resident set (Linux: VmHWM of /proc/self/status).
+fn peak_rss() -> Option<usize> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: usize = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
 }
 
 /// `evaluate` of a translation model: translates the sources and scores them against the

@@ -12,7 +12,7 @@ mod train;
 
 use crate::args::{
     AttentionArgs, AverageArgs, BenchArgs, BpeArgs, Command, DataArgs, EvaluateArgs, ParamsArgs, ParseEvalArgs,
-    QuickstartArgs, SyntheticArgs, TrainArgs, TranslateArgs, TreebankArgs,
+    QuantizeArgs, QuickstartArgs, SyntheticArgs, TrainArgs, TranslateArgs, TreebankArgs,
 };
 use anyhow::Result;
 use transformer::task::Evaluation;
@@ -75,6 +75,17 @@ pub fn run(cmd: Command) -> Result<()> {
             train::synthetic(task, steps, seed, save.as_deref())
         }
         Command::Train(TrainArgs { config, overrides, time_limit }) => train::train(&config, overrides, time_limit),
+        Command::Quantize(QuantizeArgs { checkpoint, output }) => {
+            let (before, after) = transformer::checkpoint::quantize(&checkpoint, &output)?;
+            let mb = |b: u64| b as f64 / (1 << 20) as f64;
+            eprintln!(
+                "wrote {} ({:.1} MB; the f32 checkpoint is {:.1} MB): decode it with --precision int8",
+                output.display(),
+                mb(after),
+                mb(before)
+            );
+            Ok(())
+        }
         Command::Average(AverageArgs { last, dir, inputs, output }) => {
             train::average(last.map(|k| k as usize), dir.as_deref(), inputs, &output)
         }

@@ -153,6 +153,39 @@ pub struct Translation {
     pub hypothesis: Hypothesis,
 }
 
+/// Bytes a [`Translator`] holds, by what holds them ([`Translator::memory`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MemoryReport {
+    /// The model's f32 parameters.
+    pub parameters: usize,
+    /// The decoder's weights prepared for the precision (f32 panels or bf16 tiles).
+    pub packed: usize,
+    /// The int8 codes, scales and corrections of every linear map (at int8).
+    pub int8: usize,
+    /// The encoder's buffers in the pool.
+    pub workspaces: usize,
+    /// The decoder states in the pool (key/value caches, logits, scratch).
+    pub decoder_states: usize,
+}
+
+impl MemoryReport {
+    /// Everything counted.
+    pub fn total(&self) -> usize {
+        self.parameters + self.packed + self.int8 + self.workspaces + self.decoder_states
+    }
+
+    /// One `name: MB` line a part.
+    pub fn lines(&self) -> Vec<(&'static str, usize)> {
+        vec![
+            ("parameters (f32)", self.parameters),
+            ("prepared decoder weights", self.packed),
+            ("int8 weights", self.int8),
+            ("encoder buffers", self.workspaces),
+            ("decoder states", self.decoder_states),
+        ]
+    }
+}
+
 /// A translator session: the model, its vocabulary, its packed inference weights and a pool of
 /// decoder states (see the module docs).
 pub struct Translator {
@@ -185,7 +218,21 @@ impl Translator {
     /// together (by the vocabulary's hash).
     pub fn load(checkpoint: &Path, bpe: &Path, options: SessionOptions) -> Result<Self> {
         let vocab = Bpe::load(bpe)?;
-        let ckpt = crate::checkpoint::load(checkpoint)?;
+        let int8 = crate::checkpoint::is_int8(checkpoint)?;
+        if int8 && options.precision != Precision::Int8 {
+            return Err(Error::Mismatch(format!(
+                "{} is an int8 checkpoint (from `transformer quantize`): decode it with --precision int8, or decode the f32 \
+                 checkpoint it was made from at {}",
+                checkpoint.display(),
+                options.precision
+            )));
+        }
+        let (ckpt, codes) = if int8 {
+            let (ckpt, codes) = crate::checkpoint::load_int8(checkpoint)?;
+            (ckpt, Some(codes))
+        } else {
+            (crate::checkpoint::load(checkpoint)?, None)
+        };
         if ckpt.vocab_hash != vocab.hash() {
             return Err(Error::Mismatch(format!(
                 "{} was trained with vocabulary {} but {} is {}: pass the BPE model the checkpoint was trained with",
@@ -205,7 +252,26 @@ impl Translator {
                 if stored == Task::Parsing { ": use `transformer parse`" } else { "" }
             )));
         }
-        Self::new(Transformer::from_params(ckpt.config, ckpt.params)?, vocab, options)
+        let mut model = Transformer::from_params(ckpt.config, ckpt.params)?;
+        if let Some(codes) = codes {
+            model = model.with_int8_codes(&codes)?;
+        }
+        Self::new(model, vocab, options)
+    }
+
+    /// Where this session's memory is: the model's parameters, the prepared weights and the
+    /// pooled buffers of finished calls.
+    pub fn memory(&self) -> MemoryReport {
+        let pool = self.pool.lock().unwrap_or_else(|e| e.into_inner());
+        let int8 = self.model.int8_weights().map_or(0, |w| w.bytes());
+        MemoryReport {
+            parameters: 4 * self.model.params.capacity(),
+            // At int8 the packed decoder shares the model's codes: count them once, there.
+            packed: if self.model.precision() == Precision::Int8 { 0 } else { self.packed.bytes() },
+            int8,
+            workspaces: pool.iter().map(|(ws, _)| ws.bytes()).sum(),
+            decoder_states: pool.iter().map(|(_, st)| st.bytes()).sum(),
+        }
     }
 
     /// The model.

@@ -11,7 +11,8 @@ use crate::kernels::Mask;
 
 impl Transformer {
     /// The encoder stack over `batch.src` into `ws.enc_in` and `ws.enc` (the workspace must be
-    /// prepared for the batch's shape).
+    /// prepared for the batch's shape). With fewer activation slots than layers
+    /// ([`Workspace::prepare_encoder`]), layers take the slots in turn.
     pub(crate) fn encoder_forward(&self, batch: &Batch, ws: &mut Workspace, dropout: Option<DropoutCtx>) {
         let c = &self.config;
         let d = c.d_model;
@@ -28,12 +29,21 @@ impl Transformer {
             EmbeddingMasks::new(c, dropout).source,
         );
 
+        let slots = ws.enc.len();
+        assert!(slots >= c.n_layers.min(2), "the workspace is not prepared for this encoder");
         for l in 0..c.n_layers {
             let lp = o.encoder[l].params(p);
             let masks = EncoderLayerMasks::new(c, dropout, l);
-            let (prev, rest) = ws.enc.split_at_mut(l);
-            let x: &[f32] = if l == 0 { &ws.enc_in } else { &prev[l - 1].ffn.norm.out };
-            let acts = &mut rest[0];
+            let (cur, prev) = (l % slots, (l + slots - 1) % slots);
+            let (x, acts): (&[f32], _) = if l == 0 {
+                (&ws.enc_in, &mut ws.enc[cur])
+            } else if prev < cur {
+                let (a, b) = ws.enc.split_at_mut(cur);
+                (&a[prev].ffn.norm.out, &mut b[0])
+            } else {
+                let (a, b) = ws.enc.split_at_mut(prev);
+                (&b[0].ffn.norm.out, &mut a[cur])
+            };
             let dims = ws.dims;
             let shape = AttnShape::self_attn(self, dims.b, dims.s, &batch.src_lens, Mask::Padding);
             attention::self_forward(self, &lp.self_attn, x, &mut acts.self_attn, &mut ws.y, &shape, masks.self_attn);
@@ -47,7 +57,7 @@ impl Transformer {
         if n == 0 {
             &ws.enc_in
         } else {
-            &ws.enc[n - 1].ffn.norm.out
+            &ws.enc[(n - 1) % ws.enc.len()].ffn.norm.out
         }
     }
 

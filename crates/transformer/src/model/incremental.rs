@@ -30,6 +30,10 @@ use crate::{PAD, UNK};
 use rayon::prelude::*;
 use std::sync::Arc;
 
+/// Padded source tokens the encoder runs on at once in [`Transformer::encode`] (a batch holding
+/// more is encoded in groups).
+pub const ENCODE_TOKENS: usize = 512;
+
 /// A batch of encoded source sentences: what every decoder step reads.
 #[derive(Clone, Debug)]
 pub struct Encoded {
@@ -55,7 +59,7 @@ pub struct DecoderState {
     sent: Vec<usize>,
     /// Positions decoded so far (tokens in each row's cache).
     len: usize,
-    /// Positions a slot has room for; grows (doubling) up to `max_steps`.
+    /// Positions a slot has room for; grows (by half) up to `max_steps`.
     cap: usize,
     /// Positions this state may decode.
     max_steps: usize,
@@ -111,45 +115,74 @@ impl Transformer {
             });
         }
         let s = srcs.iter().map(|x| x.len()).max().unwrap_or(0).max(1);
-        // The target side is a placeholder: the encoder ignores it, but the batch must be valid.
-        let mut batch = Batch {
-            b,
-            s,
-            t: 1,
-            src: vec![PAD; b * s],
-            src_lens: srcs.iter().map(|x| x.len()).collect(),
-            tgt_in: vec![crate::BOS; b],
-            tgt_out: vec![UNK; b],
-            tgt_lens: vec![1; b],
-        };
-        for (i, x) in srcs.iter().enumerate() {
-            batch.src[i * s..i * s + x.len()].copy_from_slice(x);
-        }
-        batch.validate(c)?;
-        ws.prepare(c, b, s, 1);
-        self.encoder_forward(&batch, ws, None);
-        let enc = self.encoder_output(ws);
         let (d, hk, hv) = (c.d_model, c.n_heads * c.d_k, c.n_heads * c.d_v);
         let p = &self.params;
-        let cross_kv = self
-            .layout
-            .offsets
-            .decoder
-            .iter()
-            .map(|lo| {
+        let with_pointer = self.config.source_pointer;
+        let mut cross_kv = vec![vec![0.0; b * s * (hk + hv)]; c.n_layers];
+        let mut ptr_proj = if with_pointer { vec![0.0; b * s * d] } else { Vec::new() };
+        let mut src_lens = Vec::with_capacity(b);
+        // The encoder runs on groups of sentences of at most ENCODE_TOKENS padded tokens, so its
+        // activations are sized to a group, not to the whole batch; only what the decoder reads
+        // (each layer's keys|values, the pointer's projection) is kept for the batch.
+        let mut start = 0;
+        while start < b {
+            let longest = srcs[start].len().max(1);
+            let mut end = start + 1;
+            let mut group_s = longest;
+            while end < b {
+                let next_s = group_s.max(srcs[end].len());
+                if (end + 1 - start) * next_s > ENCODE_TOKENS {
+                    break;
+                }
+                group_s = next_s;
+                end += 1;
+            }
+            let group = &srcs[start..end];
+            let (gb, gs) = (group.len(), group_s);
+            // The target side is a placeholder: the encoder ignores it, but the batch must be valid.
+            let mut batch = Batch {
+                b: gb,
+                s: gs,
+                t: 1,
+                src: vec![PAD; gb * gs],
+                src_lens: group.iter().map(|x| x.len()).collect(),
+                tgt_in: vec![crate::BOS; gb],
+                tgt_out: vec![UNK; gb],
+                tgt_lens: vec![1; gb],
+            };
+            for (i, x) in group.iter().enumerate() {
+                batch.src[i * gs..i * gs + x.len()].copy_from_slice(x);
+            }
+            batch.validate(c)?;
+            ws.prepare_encoder(c, gb, gs);
+            self.encoder_forward(&batch, ws, None);
+            let enc = self.encoder_output(ws);
+            // Group row (i, t) goes to batch row (start + i, t): the same t, a wider stride.
+            let scatter = |dst: &mut [f32], src: &[f32], w: usize| {
+                for i in 0..gb {
+                    dst[(start + i) * s * w..][..gs * w].copy_from_slice(&src[i * gs * w..][..gs * w]);
+                }
+            };
+            let mut tmp = vec![0.0; gb * gs * (hk + hv).max(d)];
+            for (lo, kv) in self.layout.offsets.decoder.iter().zip(cross_kv.iter_mut()) {
                 let ap = lo.cross_attn.params(p);
-                let mut kv = vec![0.0; b * s * (hk + hv)];
-                self.linear(&mut kv, enc, ap.w_kv, Some(ap.b_kv), b * s, hk + hv, d);
-                kv
-            })
-            .collect();
-        let (mut ptr_proj, mut word_starts) = (Vec::new(), Vec::new());
-        if let (Some(table), Some(w_p)) = (self.pointer_table()?, self.layout.offsets.pointer(p)) {
-            ptr_proj = vec![0.0; b * s * d];
-            self.linear(&mut ptr_proj, enc, w_p, None, b * s, d, d);
+                let out = &mut tmp[..gb * gs * (hk + hv)];
+                self.linear(out, enc, ap.w_kv, Some(ap.b_kv), gb * gs, hk + hv, d);
+                scatter(kv, out, hk + hv);
+            }
+            if let Some(w_p) = self.layout.offsets.pointer(p).filter(|_| with_pointer) {
+                let out = &mut tmp[..gb * gs * d];
+                self.linear(out, enc, w_p, None, gb * gs, d, d);
+                scatter(&mut ptr_proj, out, d);
+            }
+            src_lens.extend(batch.src_lens);
+            start = end;
+        }
+        let mut word_starts = Vec::new();
+        if let Some(table) = self.pointer_table()? {
             word_starts = srcs.iter().map(|x| table.word_starts(x)).collect();
         }
-        Ok(Encoded { b, s, src_lens: batch.src_lens, cross_kv, ptr_proj, word_starts })
+        Ok(Encoded { b, s, src_lens, cross_kv, ptr_proj, word_starts })
     }
 
     /// A fresh decoder state with one row per sentence of `enc`, able to decode up to `max_steps`
@@ -392,6 +425,20 @@ impl DecoderState {
         self.len == 0
     }
 
+    /// Bytes held by the state's buffers (their capacity), the packed weights not included.
+    pub fn bytes(&self) -> usize {
+        fn v<T>(x: &Vec<T>) -> usize {
+            x.capacity() * std::mem::size_of::<T>()
+        }
+        let caches: usize = self.keys.iter().chain(&self.values).map(v).sum();
+        let scratch: usize = [&self.logits, &self.spare, &self.x, &self.x2, &self.proj, &self.ctx, &self.y]
+            .into_iter()
+            .chain([&self.ln_s, &self.mean, &self.rstd, &self.hidden])
+            .map(v)
+            .sum();
+        caches + scratch + v(&self.sent) + v(&self.origin) + v(&self.spare_origin) + v(&self.ptr) + v(&self.closer_top)
+    }
+
     /// The sentence each row decodes.
     pub fn sentences(&self) -> &[usize] {
         &self.sent
@@ -433,13 +480,13 @@ impl DecoderState {
         }
     }
 
-    /// Doubles the positions a slot has room for (up to `max_steps`), and compacts: each row's
+    /// Grows the positions a slot has room for by half (up to `max_steps`), and compacts: each row's
     /// history is gathered into slot r of the new layout, so slots no row refers to any more (rows
     /// dropped since the start) take no room. A late, long-running sentence then holds
     /// rows × cap floats, not the batch's first row count × cap.
     fn grow(&mut self) {
         let (old_cap, len) = (self.cap, self.len);
-        let cap = (2 * old_cap).clamp(1, self.max_steps);
+        let cap = (old_cap + (old_cap / 2).max(8)).clamp(1, self.max_steps);
         let rows = self.sent.len();
         let origin = &self.origin;
         for (caches, w) in [(&mut self.keys, self.hk), (&mut self.values, self.hv)] {
@@ -467,6 +514,7 @@ impl DecoderState {
 /// Lengthens `v` to at least `n` elements (never shortens it: the buffers only grow).
 fn at_least<T: Clone + Default>(v: &mut Vec<T>, n: usize) {
     if v.len() < n {
+        v.reserve_exact(n - v.len());
         v.resize(n, T::default());
     }
 }

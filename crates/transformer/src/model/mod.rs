@@ -16,7 +16,7 @@ mod workspace;
 
 pub use incremental::{DecoderState, Encoded};
 pub use packed_decoder::{DecoderKernels, PackedDecoder};
-pub use quantized::Int8Weights;
+pub use quantized::{Int8Codes, Int8Weights};
 pub use workspace::Workspace;
 
 use crate::config::ModelConfig;
@@ -162,6 +162,8 @@ pub struct Transformer {
     precision: Precision,
     /// At [`Precision::Int8`]: the linear maps' weights, quantised when the precision was set.
     int8: Option<std::sync::Arc<Int8Weights>>,
+    /// Whether the linear maps' f32 weights are absent (a model from an int8 checkpoint).
+    int8_only: bool,
     /// With `source_pointer` or `next_closer`: what each vocabulary id is to the tree.
     pointer: Option<std::sync::Arc<pointer::PointerTable>>,
 }
@@ -193,7 +195,16 @@ impl Transformer {
             crate::config::Positions::Sinusoidal => sinusoid_table(config.max_positions, config.d_model),
             crate::config::Positions::Learned => Vec::new(),
         };
-        Ok(Transformer { config, layout, params, sinusoids, precision: Precision::F32, int8: None, pointer: None })
+        Ok(Transformer {
+            config,
+            layout,
+            params,
+            sinusoids,
+            precision: Precision::F32,
+            int8: None,
+            int8_only: false,
+            pointer: None,
+        })
     }
 
     /// The same model computing its matrix products at `precision` (f32 by default); an error
@@ -202,6 +213,15 @@ impl Transformer {
     /// refuses int8).
     pub fn with_precision(mut self, precision: Precision) -> Result<Self> {
         precision.available()?;
+        if self.int8_only {
+            if precision == Precision::Int8 {
+                return Ok(self);
+            }
+            return Err(Error::Unsupported(format!(
+                "this model comes from an int8 checkpoint (`transformer quantize`), which holds no f32 weights for its \
+                 linear maps: it decodes at int8 only, not {precision}; use the f32 checkpoint it was made from"
+            )));
+        }
         self.precision = precision;
         self.int8 = None;
         if precision == Precision::Int8 {

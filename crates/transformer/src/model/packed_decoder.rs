@@ -82,3 +82,23 @@ impl Transformer {
         PackedDecoder { precision: prec, d_model: d, vocab: v, layers, output }
     }
 }
+
+impl PackedDecoder {
+    /// Bytes the packing holds beside the model's weights (int8 codes shared with the model are
+    /// counted here, not there).
+    pub fn bytes(&self) -> usize {
+        let layers: usize = self
+            .layers
+            .iter()
+            .map(|l| {
+                l.self_qkv.bytes()
+                    + l.self_o.bytes()
+                    + l.cross_q.bytes()
+                    + l.cross_o.bytes()
+                    + l.w_1.bytes()
+                    + l.w_2.bytes()
+            })
+            .sum();
+        layers + self.output.bytes()
+    }
+}

@@ -15,11 +15,15 @@ pub struct Int8Weights {
     by_offset: HashMap<usize, Arc<QuantizedLinear>>,
 }
 
+/// Codes (row-major, the tensor's shape) and per-row scales of one parameter tensor, by its
+/// layout name: what an int8 checkpoint stores.
+pub type Int8Codes = std::collections::BTreeMap<String, (Vec<i8>, Vec<f32>)>;
+
 impl Int8Weights {
-    /// Quantises every linear map of `model`: the encoder's and decoder's projections and FFNs,
-    /// the encoder–decoder queries and keys|values, the pointer's W_p, and the tied embedding as
-    /// the output projection.
-    pub(super) fn build(model: &Transformer) -> Self {
+    /// Every linear map of `model` as (offset, rows, columns) in its parameters: the encoder's and
+    /// decoder's projections and FFNs, the encoder–decoder queries and keys|values, the pointer's
+    /// W_p, and the tied embedding as the output projection.
+    fn maps(model: &Transformer) -> Vec<(usize, usize, usize)> {
         let c = &model.config;
         let d = c.d_model;
         let p = &model.params[..];
@@ -47,11 +51,62 @@ impl Int8Weights {
             maps.push((w_p, d));
         }
         maps.push((o.embedding(p), c.vocab_size));
-        let by_offset = maps
+        maps.into_iter().map(|(w, rows)| (offset(p, w), rows, w.len() / rows)).collect()
+    }
+
+    /// Quantises every linear map of `model` (see [`Int8Weights::maps`]).
+    pub(super) fn build(model: &Transformer) -> Self {
+        let p = &model.params;
+        let by_offset = Self::maps(model)
             .into_iter()
-            .map(|(w, rows)| (offset(p, w), Arc::new(QuantizedLinear::new(w, rows, w.len() / rows))))
+            .map(|(off, n, k)| (off, Arc::new(QuantizedLinear::new(&p[off..off + n * k], n, k))))
             .collect();
         Int8Weights { by_offset }
+    }
+
+    /// The linear maps of `model` from codes stored per parameter tensor (an int8 checkpoint),
+    /// without quantising: each map's rows are the tensors it stacks, in layout order.
+    pub(super) fn from_codes(model: &Transformer, codes: &Int8Codes) -> crate::error::Result<Self> {
+        use crate::error::Error;
+        let mut by_offset = HashMap::new();
+        for (off, n, k) in Self::maps(model) {
+            let (mut q, mut s) = (Vec::with_capacity(n * k), Vec::with_capacity(n));
+            let mut at = off;
+            for e in model.layout.entries().iter().filter(|e| e.offset >= off && e.offset < off + n * k) {
+                let (ec, es) = codes.get(&e.name).ok_or_else(|| {
+                    Error::Mismatch(format!("the int8 codes have no tensor '{}', a linear map's weights", e.name))
+                })?;
+                if e.offset != at || ec.len() != e.len() || es.len() * k != e.len() {
+                    return Err(Error::Mismatch(format!("the int8 tensor '{}' does not fit its linear map", e.name)));
+                }
+                q.extend_from_slice(ec);
+                s.extend_from_slice(es);
+                at += e.len();
+            }
+            if at != off + n * k {
+                return Err(Error::Mismatch(format!(
+                    "the int8 codes cover {} of a linear map's {} weights",
+                    at - off,
+                    n * k
+                )));
+            }
+            let lin = QuantizedLinear::from_codes(&q, s, n, k).map_err(Error::Mismatch)?;
+            by_offset.insert(off, Arc::new(lin));
+        }
+        Ok(Int8Weights { by_offset })
+    }
+
+    /// The codes and scales of every parameter tensor that is part of a linear map, by name.
+    pub fn codes(&self, model: &Transformer) -> Int8Codes {
+        let mut out = Int8Codes::new();
+        for (off, n, k) in Self::maps(model) {
+            let (q, s) = self.by_offset[&off].codes();
+            for e in model.layout.entries().iter().filter(|e| e.offset >= off && e.offset < off + n * k) {
+                let (r0, rows) = ((e.offset - off) / k, e.len() / k);
+                out.insert(e.name.clone(), (q[r0 * k..(r0 + rows) * k].to_vec(), s[r0..r0 + rows].to_vec()));
+            }
+        }
+        out
     }
 
     /// The quantised copy of `w`, a slice of `params`.
@@ -103,5 +158,16 @@ impl Transformer {
     /// The int8 weights, at [`Precision::Int8`].
     pub fn int8_weights(&self) -> Option<&Int8Weights> {
         self.int8.as_deref()
+    }
+
+    /// The same model at [`Precision::Int8`] with the linear maps' weights taken from `codes` (an
+    /// int8 checkpoint's) instead of quantised from the parameters, whose values for those maps
+    /// are then unused: such a model cannot be set to another precision.
+    pub fn with_int8_codes(mut self, codes: &Int8Codes) -> crate::error::Result<Self> {
+        let weights = Int8Weights::from_codes(&self, codes)?;
+        self.precision = Precision::Int8;
+        self.int8 = Some(Arc::new(weights));
+        self.int8_only = true;
+        Ok(self)
     }
 }

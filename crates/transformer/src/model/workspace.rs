@@ -147,6 +147,10 @@ pub struct Workspace {
 }
 
 fn fit(v: &mut Vec<f32>, n: usize) {
+    // Exactly n: a buffer sized for the largest batch, not the next power of two above it.
+    if v.capacity() < n {
+        v.reserve_exact(n - v.len());
+    }
     v.resize(n, 0.0);
 }
 
@@ -172,6 +176,54 @@ impl Workspace {
     }
 
     /// Sizes every buffer for a batch of shape (b, s, t).
+    /// Sizes the buffers [`Transformer::encode`](super::Transformer::encode) needs and no more:
+    /// the encoder input, two layers' activations (layers alternate between them, since nothing
+    /// is kept for a backward pass) and the sub-layer scratch.
+    pub fn prepare_encoder(&mut self, c: &ModelConfig, b: usize, s: usize) {
+        self.dims = Dims { b, s, t: 1 };
+        let (d, h, f) = (c.d_model, c.n_heads, c.d_ff);
+        let (hk, hv) = (h * c.d_k, h * c.d_v);
+        let ms = b * s;
+        fit(&mut self.enc_in, ms * d);
+        self.enc.truncate(c.n_layers.min(2));
+        self.enc.resize_with(c.n_layers.min(2), Default::default);
+        for e in &mut self.enc {
+            fit_attn(&mut e.self_attn, ms * (2 * hk + hv), 0, b * h * s * s, ms * hv, ms, d);
+            fit(&mut e.ffn.h, ms * f);
+            fit_norm(&mut e.ffn.norm, ms, d);
+        }
+        fit(&mut self.y, ms * d);
+    }
+
+    /// Bytes held by the buffers (their capacity).
+    pub fn bytes(&self) -> usize {
+        fn v<T>(x: &Vec<T>) -> usize {
+            x.capacity() * std::mem::size_of::<T>()
+        }
+        fn attn(a: &AttnActs) -> usize {
+            v(&a.q) + v(&a.kv) + v(&a.probs) + v(&a.ctx) + norm(&a.norm)
+        }
+        fn norm(n: &NormActs) -> usize {
+            v(&n.s) + v(&n.out) + v(&n.mean) + v(&n.rstd)
+        }
+        let enc: usize = self.enc.iter().map(|e| attn(&e.self_attn) + v(&e.ffn.h) + norm(&e.ffn.norm)).sum();
+        let dec: usize =
+            self.dec.iter().map(|e| attn(&e.self_attn) + attn(&e.cross_attn) + v(&e.ffn.h) + norm(&e.ffn.norm)).sum();
+        let g = &self.grad;
+        enc + dec
+            + [&self.enc_in, &self.dec_in, &self.ptr_in, &self.logits, &self.row_loss, &self.row_nll, &self.y]
+                .iter()
+                .map(|x| v(x))
+                .sum::<usize>()
+            + [&self.g_a, &self.g_b, &self.d_enc, &g.dy, &g.d_ctx, &g.d_qkv, &g.d_kv, &g.d_h, &g.dscores, &g.partials]
+                .iter()
+                .map(|x| v(x))
+                .sum::<usize>()
+            + v(&self.ptr)
+            + v(&self.closer)
+            + v(&self.depth)
+    }
+
     pub fn prepare(&mut self, c: &ModelConfig, b: usize, s: usize, t: usize) {
         self.dims = Dims { b, s, t };
         let (d, h, f) = (c.d_model, c.n_heads, c.d_ff);

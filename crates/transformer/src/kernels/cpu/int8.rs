@@ -134,28 +134,64 @@ impl QuantizedLinear {
     /// Quantises W, stored (n, k) row-major.
     pub fn new(w: &[f32], n: usize, k: usize) -> Self {
         assert_eq!(w.len(), n * k, "QuantizedLinear: W has {} elements, expected {n}x{k}", w.len());
+        let mut codes = vec![0i8; n * k];
+        let mut scales = vec![0f32; n];
+        if k > 0 {
+            codes.par_chunks_mut(k).zip(scales.par_iter_mut()).zip(w.par_chunks(k)).for_each(|((q, s), row)| {
+                *s = quantize_row(row, q);
+            });
+        }
+        Self::from_codes(&codes, scales, n, k).expect("quantize_row gives valid codes")
+    }
+
+    /// W from its codes (n, k) row-major, in −127..=127, and its per-row scales (finite and ≥ 0,
+    /// or NaN): what [`QuantizedLinear::codes`] gives back, e.g. from an int8 checkpoint. An
+    /// error names what is out of range.
+    pub fn from_codes(codes: &[i8], scales: Vec<f32>, n: usize, k: usize) -> Result<Self, String> {
+        if codes.len() != n * k || scales.len() != n {
+            return Err(format!("{} codes and {} scales for a {n}x{k} matrix", codes.len(), scales.len()));
+        }
+        if let Some(i) = codes.iter().position(|&c| c == i8::MIN) {
+            return Err(format!(
+                "code -128 at row {}, column {} (codes lie in -127..=127)",
+                i / k.max(1),
+                i % k.max(1)
+            ));
+        }
+        if let Some(r) = scales.iter().position(|&s| !(s.is_nan() || (s.is_finite() && s >= 0.0))) {
+            return Err(format!("scale {} of row {r} is negative or infinite", scales[r]));
+        }
         let groups = k.div_ceil(GROUP);
         let np = n.div_ceil(NR);
         let mut panels = vec![0i8; np * groups * GROUP_BYTES];
-        let mut scales = vec![0f32; n];
         let mut shift = vec![0i32; np * NR];
-        panels
-            .par_chunks_mut((groups * GROUP_BYTES).max(1))
-            .zip(scales.par_chunks_mut(NR))
-            .zip(shift.par_chunks_mut(NR))
-            .enumerate()
-            .for_each(|(p, ((panel, scales), shift))| {
-                let mut q = vec![0i8; k];
-                for (j, (scale, shift)) in scales.iter_mut().zip(shift.iter_mut()).enumerate() {
-                    let row = p * NR + j;
-                    *scale = quantize_row(&w[row * k..][..k], &mut q);
+        panels.par_chunks_mut((groups * GROUP_BYTES).max(1)).zip(shift.par_chunks_mut(NR)).enumerate().for_each(
+            |(p, (panel, shift))| {
+                for (j, shift) in shift.iter_mut().enumerate().take(NR.min(n - p * NR)) {
+                    let q = &codes[(p * NR + j) * k..][..k];
                     *shift = 128 * q.iter().map(|&v| v as i32).sum::<i32>();
                     for (kk, &v) in q.iter().enumerate() {
                         panel[(kk / GROUP) * GROUP_BYTES + j * GROUP + kk % GROUP] = v;
                     }
                 }
-            });
-        QuantizedLinear { n, k, panels, scales, shift }
+            },
+        );
+        Ok(QuantizedLinear { n, k, panels, scales, shift })
+    }
+
+    /// The codes (n, k) row-major and the per-row scales, unpacked.
+    pub fn codes(&self) -> (Vec<i8>, Vec<f32>) {
+        let (n, k) = (self.n, self.k);
+        let groups = k.div_ceil(GROUP);
+        let mut codes = vec![0i8; n * k];
+        for (r, row) in codes.chunks_mut(k.max(1)).enumerate().take(n) {
+            let (p, j) = (r / NR, r % NR);
+            let panel = &self.panels[p * groups * GROUP_BYTES..];
+            for (kk, c) in row.iter_mut().enumerate() {
+                *c = panel[(kk / GROUP) * GROUP_BYTES + j * GROUP + kk % GROUP];
+            }
+        }
+        (codes, self.scales.clone())
     }
 
     /// Output width n.
@@ -209,12 +245,15 @@ impl QuantizedLinear {
         sx.resize(blocks * MR, 0.0);
         // VNNI reads X's codes as unsigned bytes: shift them by +128.
         let flip = if kern == Int8Kernel::Vnni { 0x80u8 as i8 } else { 0 };
+        let flip4 = u32::from_ne_bytes([flip as u8; 4]);
         let pack_block = |(b, (blk, sx)): (usize, (&mut [i8], &mut [f32]))| {
-            let mut q = vec![0i8; k];
+            // A row's codes, zero-padded to whole groups, moved four at a time.
+            let mut q = vec![0i8; groups * GROUP];
             for i in 0..MR.min(m - b * MR) {
-                sx[i] = quantize_row(&x[(b * MR + i) * k..][..k], &mut q);
-                for (kk, &v) in q.iter().enumerate() {
-                    blk[((kk / GROUP) * MR + i) * GROUP + kk % GROUP] = v ^ flip;
+                sx[i] = quantize_row(&x[(b * MR + i) * k..][..k], &mut q[..k]);
+                for (g, quad) in q.chunks_exact(GROUP).enumerate() {
+                    let v = u32::from_ne_bytes([quad[0] as u8, quad[1] as u8, quad[2] as u8, quad[3] as u8]) ^ flip4;
+                    blk[(g * MR + i) * GROUP..][..GROUP].copy_from_slice(&v.to_ne_bytes().map(|b| b as i8));
                 }
             }
         };
@@ -243,6 +282,27 @@ impl QuantizedLinear {
                     let cols = NR.min(n - c0);
                     for b in b0..b1 {
                         let blk = &packed_ref[b * block_bytes..][..block_bytes];
+                        let rows = MR.min(m - b * MR);
+                        #[cfg(target_arch = "x86_64")]
+                        if kern == Int8Kernel::Vnni {
+                            let out = Out {
+                                // SAFETY: row b·MR, column c0 lies inside Y (rows < m, c0 < n).
+                                y: unsafe { out.0.add(b * MR * n + c0) },
+                                ld: n,
+                                rows,
+                                cols,
+                                sx: &sx_ref[b * MR..][..MR],
+                                sw: &self.scales[c0..c0 + cols],
+                                shift: &self.shift[c0..c0 + NR],
+                                bias: bias.map(|b| &b[c0..c0 + cols]),
+                                accumulate,
+                            };
+                            // SAFETY: VNNI is available (asserted above); `blk` and `panel` hold
+                            // `groups` whole groups; `out` covers rows × cols of Y, written by
+                            // this thread alone (threads own disjoint columns).
+                            unsafe { vnni_block(blk, panel, groups, &out) };
+                            continue;
+                        }
                         // SAFETY: `kern` is available (asserted above); `blk` and `panel` hold
                         // `groups` whole groups.
                         unsafe { sums(kern, blk, panel, groups, &mut acc) };
@@ -253,7 +313,6 @@ impl QuantizedLinear {
                                 }
                             }
                         }
-                        let rows = MR.min(m - b * MR);
                         for (i, row) in acc.iter().enumerate().take(rows) {
                             // SAFETY: row b·MR + i < m and columns c0..c0 + cols ≤ n lie inside Y
                             // (asserted above); threads write disjoint column ranges.
@@ -366,6 +425,71 @@ unsafe fn vnni_sums(blk: &[i8], panel: &[i8], groups: usize, acc: &mut [[i32; NR
         for (row, ci) in acc.iter_mut().zip(&c) {
             _mm512_storeu_si512(row.as_mut_ptr().cast(), ci[0]);
             _mm512_storeu_si512(row.as_mut_ptr().add(16).cast(), ci[1]);
+        }
+    }
+}
+
+/// Where a block's products go, and how they are scaled: Y's rows × cols at `y` (row stride
+/// `ld`), X's row scales, W's column scales, the VNNI corrections, the bias.
+struct Out<'a> {
+    y: *mut f32,
+    ld: usize,
+    rows: usize,
+    cols: usize,
+    sx: &'a [f32],
+    sw: &'a [f32],
+    shift: &'a [i32],
+    bias: Option<&'a [f32]>,
+    accumulate: bool,
+}
+
+/// One block of MR rows × one panel on VNNI, scaled and stored in registers: the sums of
+/// [`vnni_sums`], then [`dequantize`]'s formula (multiply, then add: no fused multiply-add, so
+/// the rounding is the scalar one).
+///
+/// # Safety
+/// VNNI is available; `blk` and `panel` hold `groups` groups; `out` is valid for writes of
+/// `out.rows` rows × `out.cols` columns.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+unsafe fn vnni_block(blk: &[i8], panel: &[i8], groups: usize, out: &Out) {
+    use std::arch::x86_64::*;
+    // SAFETY: loads stay inside `blk`, `panel` and the column slices (masked to `cols`); stores
+    // write rows < rows, columns < cols of the caller's block.
+    unsafe {
+        let mut c = [[_mm512_setzero_si512(); 2]; MR];
+        let (xp, wp) = (blk.as_ptr(), panel.as_ptr());
+        for g in 0..groups {
+            let w0 = _mm512_loadu_si512(wp.add(g * GROUP_BYTES).cast());
+            let w1 = _mm512_loadu_si512(wp.add(g * GROUP_BYTES + 64).cast());
+            for (i, ci) in c.iter_mut().enumerate() {
+                let a = _mm512_set1_epi32(xp.add((g * MR + i) * GROUP).cast::<i32>().read_unaligned());
+                ci[0] = _mm512_dpbusd_epi32(ci[0], a, w0);
+                ci[1] = _mm512_dpbusd_epi32(ci[1], a, w1);
+            }
+        }
+        let masks = [(((1u64 << out.cols.min(16)) - 1) as u16), (((1u64 << out.cols.saturating_sub(16)) - 1) as u16)];
+        for h in 0..2 {
+            let mask = masks[h];
+            if mask == 0 {
+                continue;
+            }
+            let sw = _mm512_maskz_loadu_ps(mask, out.sw.as_ptr().add(16 * h));
+            let shift = _mm512_loadu_si512(out.shift.as_ptr().add(16 * h).cast());
+            let bias = out.bias.map(|b| _mm512_maskz_loadu_ps(mask, b.as_ptr().add(16 * h)));
+            for (i, ci) in c.iter().enumerate().take(out.rows) {
+                let sums = _mm512_cvtepi32_ps(_mm512_sub_epi32(ci[h], shift));
+                let v = _mm512_mul_ps(sums, _mm512_mul_ps(_mm512_set1_ps(out.sx[i]), sw));
+                let dst = out.y.add(i * out.ld + 16 * h);
+                let v = if out.accumulate {
+                    _mm512_add_ps(_mm512_maskz_loadu_ps(mask, dst), v)
+                } else if let Some(b) = bias {
+                    _mm512_add_ps(v, b)
+                } else {
+                    v
+                };
+                _mm512_mask_storeu_ps(dst, mask, v);
+            }
         }
     }
 }
