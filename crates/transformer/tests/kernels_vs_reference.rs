@@ -78,7 +78,20 @@ fn linear_forward_backward() {
 #[test]
 fn packed_linear_matches_reference() {
     let mut rng = Rng::new(14);
-    for &(m, n, k) in &[(1, 1, 1), (13, 33, 7), (12, 32, 256), (50, 100, 70), (25, 70, 300), (0, 5, 3), (3, 5, 0)] {
+    // Row counts that end in a block of 1, 2, 3–4, 5–8 and 9–12 rows (each has its own kernel).
+    for &(m, n, k) in &[
+        (1, 1, 1),
+        (13, 33, 7),
+        (12, 32, 256),
+        (50, 100, 70),
+        (25, 70, 300),
+        (0, 5, 3),
+        (3, 5, 0),
+        (2, 40, 9),
+        (4, 33, 17),
+        (7, 70, 31),
+        (26, 65, 12),
+    ] {
         let (x, w, b) = (rand_vec(&mut rng, m * k, 1.0), rand_vec(&mut rng, n * k, 1.0), rand_vec(&mut rng, n, 1.0));
         let packed = packed::PackedLinear::new(&to_f32(&w), n, k, transformer::Precision::F32, true);
         assert_eq!((packed.n(), packed.k()), (n, k));
@@ -130,6 +143,28 @@ fn poison(unit: bf16::Unit) {
         false,
     );
     assert!(c.iter().all(|x| x.is_nan()));
+}
+
+#[test]
+fn bf16_weights_packed_once_give_the_product_exactly() {
+    // linear_bf16 on weights packed at load equals matmul_bf16 on the same operands bit for bit,
+    // on every unit and for every row count (a short block runs only the strips it needs).
+    if bf16::available().is_err() {
+        return;
+    }
+    let mut rng = Rng::new(16);
+    for &(m, n, k) in &[(1, 40, 33), (2, 64, 64), (3, 33, 100), (5, 70, 7), (8, 32, 256), (9, 31, 65), (33, 100, 40), (70, 8, 300)] {
+        let x = to_f32(&rand_vec(&mut rng, m * k, 1.0));
+        let w = to_f32(&rand_vec(&mut rng, n * k, 1.0));
+        let packed = bf16::Bf16Weights::new(&w, n, k);
+        for acc in [false, true] {
+            let start = to_f32(&rand_vec(&mut rng, m * n, 1.0));
+            let (mut want, mut got) = (start.clone(), start);
+            bf16::matmul_bf16(&mut want, &x, matmul::Op::N, &w, matmul::Op::T, m, n, k, acc);
+            bf16::linear_bf16(&mut got, &x, &packed, m, acc);
+            assert_eq!(got, want, "{m}x{n}x{k} accumulate {acc}");
+        }
+    }
 }
 
 #[test]

@@ -568,10 +568,19 @@ fn multiply(
                         match unit {
                             Unit::Amx => amx_block(out, ld, load, a0, a_step, b0, b_step, p1 - p0),
                             Unit::Avx512Bf16 => {
-                                for s in 0..4 {
+                                // Only the strips holding rows < m, the last with only its rows
+                                // (decoding a few rows would otherwise multiply 32).
+                                let rows = (m - i0).min(BLOCK);
+                                for s in 0..rows.div_ceil(8) {
                                     // Rows 8·s.. of the block: tile s / 2 of the strip, rows 8·(s % 2)..
                                     let a_s = a0.add((s / 2) * TILE_ELEMS + (s % 2) * 8 * 32);
-                                    dp_strip(out.add(8 * s * ld), ld, load, a_s, a_step, b0, b_step, p1 - p0);
+                                    let (o, n_k) = (out.add(8 * s * ld), p1 - p0);
+                                    match rows - 8 * s {
+                                        1 => dp_strip::<1>(o, ld, load, a_s, a_step, b0, b_step, n_k),
+                                        2 => dp_strip::<2>(o, ld, load, a_s, a_step, b0, b_step, n_k),
+                                        3 | 4 => dp_strip::<4>(o, ld, load, a_s, a_step, b0, b_step, n_k),
+                                        _ => dp_strip::<8>(o, ld, load, a_s, a_step, b0, b_step, n_k),
+                                    }
                                 }
                             }
                         }
@@ -651,7 +660,7 @@ unsafe fn amx_block(
     }
 }
 
-/// 8 rows × 32 columns of C at `out` (row stride `ld` floats) with `vdpbf16ps`: loaded (`load`) or
+/// R ≤ 8 rows × 32 columns of C at `out` (row stride `ld` floats) with `vdpbf16ps`: loaded (`load`) or
 /// zeroed, plus the products of `tiles` k tiles. `a` points at the first of the 8 rows inside a
 /// packed A tile (32 bf16 per row), `b0` at the first of two packed B tiles (16 columns each); the
 /// next k tile is `a_step` / `b_step` elements on. 16 accumulators, two B rows and a broadcast
@@ -661,7 +670,7 @@ unsafe fn amx_block(
 /// avx512f/bw/bf16 are present; `out` is a writable 8 × 32 block; the packed tiles exist.
 #[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
-unsafe fn dp_strip(
+unsafe fn dp_strip<const R: usize>(
     out: *mut f32,
     ld: usize,
     load: bool,
@@ -674,7 +683,7 @@ unsafe fn dp_strip(
     // SAFETY: the caller's contract; every read lies inside the packed tiles named above, every
     // load and store of C inside the 8 × 32 block.
     unsafe {
-        let mut acc = [[_mm512_setzero_ps(); 2]; 8];
+        let mut acc = [[_mm512_setzero_ps(); 2]; R];
         if load {
             for (r, row) in acc.iter_mut().enumerate() {
                 row[0] = _mm512_loadu_ps(out.add(r * ld));

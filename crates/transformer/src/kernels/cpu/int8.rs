@@ -300,7 +300,16 @@ impl QuantizedLinear {
                             // SAFETY: VNNI is available (asserted above); `blk` and `panel` hold
                             // `groups` whole groups; `out` covers rows × cols of Y, written by
                             // this thread alone (threads own disjoint columns).
-                            unsafe { vnni_block(blk, panel, groups, &out) };
+                            // A short block runs a kernel of its row count (see packed.rs).
+                            unsafe {
+                                match rows {
+                                    1 => vnni_block::<1>(blk, panel, groups, &out),
+                                    2 => vnni_block::<2>(blk, panel, groups, &out),
+                                    3 | 4 => vnni_block::<4>(blk, panel, groups, &out),
+                                    5..=8 => vnni_block::<8>(blk, panel, groups, &out),
+                                    _ => vnni_block::<MR>(blk, panel, groups, &out),
+                                }
+                            };
                             continue;
                         }
                         // SAFETY: `kern` is available (asserted above); `blk` and `panel` hold
@@ -452,12 +461,12 @@ struct Out<'a> {
 /// `out.rows` rows × `out.cols` columns.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-unsafe fn vnni_block(blk: &[i8], panel: &[i8], groups: usize, out: &Out) {
+unsafe fn vnni_block<const R: usize>(blk: &[i8], panel: &[i8], groups: usize, out: &Out) {
     use std::arch::x86_64::*;
     // SAFETY: loads stay inside `blk`, `panel` and the column slices (masked to `cols`); stores
     // write rows < rows, columns < cols of the caller's block.
     unsafe {
-        let mut c = [[_mm512_setzero_si512(); 2]; MR];
+        let mut c = [[_mm512_setzero_si512(); 2]; R];
         let (xp, wp) = (blk.as_ptr(), panel.as_ptr());
         for g in 0..groups {
             let w0 = _mm512_loadu_si512(wp.add(g * GROUP_BYTES).cast());

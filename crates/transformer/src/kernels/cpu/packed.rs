@@ -181,17 +181,17 @@ impl PackedLinear {
                     let rows = MR.min(m - b * MR);
                     // SAFETY: rows b·MR..b·MR + rows ≤ m and columns c0..c0 + cols ≤ n lie inside Y
                     // (asserted in `forward`); threads write disjoint column ranges.
+                    // A short last block (decoding a few rows) runs a kernel of that many rows:
+                    // the full one would multiply MR rows for every row it keeps.
                     unsafe {
-                        micro_kernel(
-                            &xp[b * k * MR..][..k * MR],
-                            panel,
-                            k,
-                            out.0.add(b * MR * n + c0),
-                            n,
-                            rows,
-                            cols,
-                            bias,
-                        );
+                        let (xb, y) = (&xp[b * k * MR..][..k * MR], out.0.add(b * MR * n + c0));
+                        match rows {
+                            1 => micro_kernel::<1>(xb, panel, k, y, n, rows, cols, bias),
+                            2 => micro_kernel::<2>(xb, panel, k, y, n, rows, cols, bias),
+                            3 | 4 => micro_kernel::<4>(xb, panel, k, y, n, rows, cols, bias),
+                            5..=8 => micro_kernel::<8>(xb, panel, k, y, n, rows, cols, bias),
+                            _ => micro_kernel::<MR>(xb, panel, k, y, n, rows, cols, bias),
+                        }
                     }
                 }
             }
@@ -208,14 +208,14 @@ struct SendPtr(*mut f32);
 unsafe impl Sync for SendPtr {}
 unsafe impl Send for SendPtr {}
 
-/// Y[i][j] = Σ_p xp[p][i] · panel[p][j] (+ bias[j]) for i < rows, j < cols, accumulated in
-/// registers: a column of MR rows of X times a row of NR weights per step.
+/// Y[i][j] = Σ_p xp[p][i] · panel[p][j] (+ bias[j]) for i < rows ≤ R, j < cols, accumulated in
+/// registers: a column of R rows of X (the first R of each MR) times a row of NR weights per step.
 ///
 /// # Safety
 /// `y` must be valid for writes at `i·ldy + j` for every i < rows, j < cols.
 #[allow(clippy::too_many_arguments)]
 #[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl+avx2+fma+bmi1+bmi2+lzcnt+popcnt"))]
-unsafe fn micro_kernel(
+unsafe fn micro_kernel<const R: usize>(
     xp: &[f32],
     panel: &[f32],
     k: usize,
@@ -226,9 +226,9 @@ unsafe fn micro_kernel(
     bias: Option<&[f32]>,
 ) {
     let (xp, panel) = (&xp[..k * MR], &panel[..k * NR]);
-    let mut c = [[0.0f32; NR]; MR];
+    let mut c = [[0.0f32; NR]; R];
     for (a, b) in xp.chunks_exact(MR).zip(panel.chunks_exact(NR)) {
-        for i in 0..MR {
+        for i in 0..R {
             for j in 0..NR {
                 c[i][j] = a[i].mul_add(b[j], c[i][j]);
             }
