@@ -236,6 +236,41 @@ fn train_then_translate_keeps_line_order_and_empty_lines() {
     let (ok, _, err) = transformer(&["translate", "--checkpoint", ck, "--bpe", bp, "--input", inp, "--nbest", "5"]);
     assert!(!ok && err.contains("nbest must be between 1 and the beam size 4"), "{err}");
 
+    // int8: quantised at load, or once by `quantize` into a checkpoint that loads without
+    // quantising and decodes the same; that checkpoint decodes at int8 only, and does not train or
+    // average.
+    let (ok, int8, err) = transformer(&[
+        "translate",
+        "--checkpoint",
+        ck,
+        "--bpe",
+        bp,
+        "--input",
+        inp,
+        "--precision",
+        "int8",
+        "--profile",
+    ]);
+    assert!(ok, "{err}");
+    assert_eq!(int8.split('\n').count(), 5, "{int8:?}");
+    assert!(
+        err.contains("memory at int8 (MB):") && err.contains("int8 weights:") && err.contains("process peak RSS"),
+        "{err}"
+    );
+    let q = dir.join("int8.safetensors");
+    let (ok, _, err) = transformer(&["quantize", "--checkpoint", ck, "--output", q.to_str().unwrap()]);
+    assert!(ok && err.contains("decode it with --precision int8"), "{err}");
+    let qs = q.to_str().unwrap();
+    let (ok, same, err) =
+        transformer(&["translate", "--checkpoint", qs, "--bpe", bp, "--input", inp, "--precision", "int8"]);
+    assert!(ok, "{err}");
+    assert_eq!(same, int8, "the int8 checkpoint decodes as the f32 one quantised at load");
+    let (ok, _, err) = transformer(&["translate", "--checkpoint", qs, "--bpe", bp, "--input", inp]);
+    assert!(!ok && err.contains("is an int8 checkpoint") && err.contains("--precision int8"), "{err}");
+    let avg = dir.join("avg.safetensors");
+    let (ok, _, err) = transformer(&["average", "--inputs", qs, ck, "--output", avg.to_str().unwrap()]);
+    assert!(!ok && err.contains("is an int8 checkpoint") && err.contains("need the f32 checkpoint"), "{err}");
+
     // evaluate on an empty test set: a clear message, no score made up from nothing.
     let empty = tmp("empty.txt", b"");
     let e = empty.to_str().unwrap();

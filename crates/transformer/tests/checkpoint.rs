@@ -321,3 +321,48 @@ fn a_damaged_checkpoint_fails_its_checksum() {
     let err = transformer::checkpoint::load(&path).unwrap_err().to_string();
     assert!(err.contains("ckpt-00000007.safetensors") && err.contains("CRC-32") && err.contains("damaged"), "{err}");
 }
+
+#[test]
+fn int8_checkpoints_round_trip_decode_alike_and_are_refused_where_f32_is_needed() {
+    use transformer::Precision;
+    let dir = tmpdir("int8");
+    let src = dir.join("f32.safetensors");
+    let dst = dir.join("int8.safetensors");
+    let ckpt = sample();
+    checkpoint::save(&src, &ckpt).unwrap();
+    let (before, after) = checkpoint::quantize(&src, &dst).unwrap();
+    assert!(after < before, "{after} bytes against {before}: no Adam moments, codes a quarter of f32");
+    assert!(checkpoint::is_int8(&dst).unwrap() && !checkpoint::is_int8(&src).unwrap());
+    let (loaded, codes) = checkpoint::load_int8(&dst).unwrap();
+    assert_eq!((loaded.step, &loaded.vocab_hash, &loaded.extra), (ckpt.step, &ckpt.vocab_hash, &ckpt.extra));
+    assert!(loaded.adam.is_none());
+    // The codes are the ones quantising at load gives, so both models compute alike.
+    let at_load =
+        Transformer::from_params(cfg(), ckpt.params.clone()).unwrap().with_precision(Precision::Int8).unwrap();
+    assert_eq!(at_load.int8_weights().unwrap().codes(&at_load), codes);
+    let from_file = Transformer::from_params(cfg(), loaded.params.clone()).unwrap().with_int8_codes(&codes).unwrap();
+    let batch = transformer::Batch::from_pairs(&[(vec![4, 5, 6], vec![7, 8]), (vec![9], vec![10, 11, 12])]);
+    let (mut w1, mut w2) = (transformer::Workspace::new(), transformer::Workspace::new());
+    at_load.forward(&batch, &mut w1, None).unwrap();
+    from_file.forward(&batch, &mut w2, None).unwrap();
+    assert_eq!(w1.logits, w2.logits);
+    // The linear maps' f32 weights are not in the file: such a model stays at int8.
+    let e = from_file.with_precision(Precision::F32).unwrap_err().to_string();
+    assert!(e.contains("int8 checkpoint") && e.contains("not f32"), "{e}");
+    // The f32 loader (train, resume, average) refuses it by name.
+    let e = checkpoint::load(&dst).unwrap_err().to_string();
+    assert!(e.contains("int8.safetensors is an int8 checkpoint") && e.contains("f32 checkpoint"), "{e}");
+    // A damaged byte fails the checksum.
+    let mut bytes = std::fs::read(&dst).unwrap();
+    let last = bytes.len() - 3;
+    bytes[last] ^= 0x10;
+    std::fs::write(&dst, &bytes).unwrap();
+    let e = checkpoint::load_int8(&dst).unwrap_err().to_string();
+    assert!(e.contains("CRC-32") && e.contains("damaged"), "{e}");
+    // Codes that do not cover a linear map are a mismatch, not a panic.
+    let mut partial = codes.clone();
+    let first = partial.keys().next().unwrap().clone();
+    partial.remove(&first);
+    let e = Transformer::from_params(cfg(), loaded.params).unwrap().with_int8_codes(&partial).unwrap_err().to_string();
+    assert!(e.contains(&first), "{e}");
+}

@@ -153,7 +153,9 @@ fn bf16_weights_packed_once_give_the_product_exactly() {
         return;
     }
     let mut rng = Rng::new(16);
-    for &(m, n, k) in &[(1, 40, 33), (2, 64, 64), (3, 33, 100), (5, 70, 7), (8, 32, 256), (9, 31, 65), (33, 100, 40), (70, 8, 300)] {
+    for &(m, n, k) in
+        &[(1, 40, 33), (2, 64, 64), (3, 33, 100), (5, 70, 7), (8, 32, 256), (9, 31, 65), (33, 100, 40), (70, 8, 300)]
+    {
         let x = to_f32(&rand_vec(&mut rng, m * k, 1.0));
         let w = to_f32(&rand_vec(&mut rng, n * k, 1.0));
         let packed = bf16::Bf16Weights::new(&w, n, k);
