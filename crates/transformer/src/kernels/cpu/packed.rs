@@ -181,16 +181,15 @@ impl PackedLinear {
                     let rows = MR.min(m - b * MR);
                     // SAFETY: rows b·MR..b·MR + rows ≤ m and columns c0..c0 + cols ≤ n lie inside Y
                     // (asserted in `forward`); threads write disjoint column ranges.
-                    // A short last block (decoding a few rows) runs a kernel of that many rows:
-                    // the full one would multiply MR rows for every row it keeps.
+                    // A block of a few rows (decoding one sentence) runs a kernel of that many
+                    // rows: the full one would multiply MR rows for every row it keeps.
                     unsafe {
                         let (xb, y) = (&xp[b * k * MR..][..k * MR], out.0.add(b * MR * n + c0));
                         match rows {
-                            1 => micro_kernel::<1>(xb, panel, k, y, n, rows, cols, bias),
-                            2 => micro_kernel::<2>(xb, panel, k, y, n, rows, cols, bias),
-                            3 | 4 => micro_kernel::<4>(xb, panel, k, y, n, rows, cols, bias),
-                            5..=8 => micro_kernel::<8>(xb, panel, k, y, n, rows, cols, bias),
-                            _ => micro_kernel::<MR>(xb, panel, k, y, n, rows, cols, bias),
+                            1 => few_rows::<1>(xb, panel, k, y, n, rows, cols, bias),
+                            2 => few_rows::<2>(xb, panel, k, y, n, rows, cols, bias),
+                            3 | 4 => few_rows::<4>(xb, panel, k, y, n, rows, cols, bias),
+                            _ => micro_kernel(xb, panel, k, y, n, rows, cols, bias),
                         }
                     }
                 }
@@ -208,14 +207,14 @@ struct SendPtr(*mut f32);
 unsafe impl Sync for SendPtr {}
 unsafe impl Send for SendPtr {}
 
-/// Y[i][j] = Σ_p xp[p][i] · panel[p][j] (+ bias[j]) for i < rows ≤ R, j < cols, accumulated in
-/// registers: a column of R rows of X (the first R of each MR) times a row of NR weights per step.
+/// Y[i][j] = Σ_p xp[p][i] · panel[p][j] (+ bias[j]) for i < rows, j < cols, accumulated in
+/// registers: a column of MR rows of X times a row of NR weights per step.
 ///
 /// # Safety
 /// `y` must be valid for writes at `i·ldy + j` for every i < rows, j < cols.
 #[allow(clippy::too_many_arguments)]
 #[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl+avx2+fma+bmi1+bmi2+lzcnt+popcnt"))]
-unsafe fn micro_kernel<const R: usize>(
+unsafe fn micro_kernel(
     xp: &[f32],
     panel: &[f32],
     k: usize,
@@ -226,9 +225,9 @@ unsafe fn micro_kernel<const R: usize>(
     bias: Option<&[f32]>,
 ) {
     let (xp, panel) = (&xp[..k * MR], &panel[..k * NR]);
-    let mut c = [[0.0f32; NR]; R];
+    let mut c = [[0.0f32; NR]; MR];
     for (a, b) in xp.chunks_exact(MR).zip(panel.chunks_exact(NR)) {
-        for i in 0..R {
+        for i in 0..MR {
             for j in 0..NR {
                 c[i][j] = a[i].mul_add(b[j], c[i][j]);
             }
@@ -249,6 +248,56 @@ unsafe fn micro_kernel<const R: usize>(
             *dst = *row;
         } else {
             dst.copy_from_slice(&row[..cols]);
+        }
+    }
+}
+
+/// [`micro_kernel`] for R ≤ 4 rows, on AVX-512 intrinsics (the panels exist only where
+/// [`use_packed`] found AVX-512): the same multiply-adds in the same order, so the same results.
+/// (The `multiversion` macro on a generic function, or beside several kernels in one `match`,
+/// ran 4× slower than the single kernel.)
+///
+/// # Safety
+/// The CPU has AVX-512F and FMA; `y` must be valid for writes at `i·ldy + j` for every i < rows,
+/// j < cols.
+#[allow(clippy::too_many_arguments)]
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,fma")]
+unsafe fn few_rows<const R: usize>(
+    xp: &[f32],
+    panel: &[f32],
+    k: usize,
+    y: *mut f32,
+    ldy: usize,
+    rows: usize,
+    cols: usize,
+    bias: Option<&[f32]>,
+) {
+    use std::arch::x86_64::*;
+    assert!(R <= MR && rows <= R && cols <= NR && xp.len() >= k * MR && panel.len() >= k * NR);
+    // SAFETY: loads read inside `xp` (k groups of MR) and `panel` (k rows of NR); stores are
+    // masked to `cols` columns of rows < rows, which the caller guarantees writable.
+    unsafe {
+        let mut c = [[_mm512_setzero_ps(); 2]; R];
+        let (xq, wp) = (xp.as_ptr(), panel.as_ptr());
+        for p in 0..k {
+            let b0 = _mm512_loadu_ps(wp.add(p * NR));
+            let b1 = _mm512_loadu_ps(wp.add(p * NR + 16));
+            for (i, ci) in c.iter_mut().enumerate() {
+                let a = _mm512_set1_ps(*xq.add(p * MR + i));
+                ci[0] = _mm512_fmadd_ps(a, b0, ci[0]);
+                ci[1] = _mm512_fmadd_ps(a, b1, ci[1]);
+            }
+        }
+        let masks = [((1u32 << cols.min(16)) - 1) as u16, ((1u32 << cols.saturating_sub(16)) - 1) as u16];
+        for (i, ci) in c.iter().enumerate().take(rows) {
+            for h in (0..2).filter(|&h| masks[h] != 0) {
+                let mut v = ci[h];
+                if let Some(b) = bias {
+                    v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(masks[h], b.as_ptr().add(16 * h)));
+                }
+                _mm512_mask_storeu_ps(y.add(i * ldy + 16 * h), masks[h], v);
+            }
         }
     }
 }
