@@ -460,6 +460,9 @@ pub fn load_int8(path: &Path) -> Result<(Checkpoint, crate::model::Int8Codes)> {
             crc.update(s.data());
             let mut sc = vec![0f32; rows];
             read_f32(s.data(), &mut sc);
+            if let Some(r) = sc.iter().position(|v| !(v.is_finite() && *v >= 0.0)) {
+                return Err(corrupt(format!("scale {} of row {r} of '{}' is not a finite value ≥ 0", sc[r], e.name)));
+            }
             codes.insert(e.name.clone(), (q.data().iter().map(|&b| b as i8).collect(), sc));
         }
         match st.tensor(&e.name) {
@@ -477,7 +480,9 @@ pub fn load_int8(path: &Path) -> Result<(Checkpoint, crate::model::Int8Codes)> {
                 read_f32(t.data(), &mut params[e.range()]);
                 found_f32 += 1;
             }
-            Err(_) if codes.contains_key(&e.name) => {}
+            // Only a linear map's weights may come as codes alone (checked again when the model
+            // takes them); the embedding's rows are looked up, so it needs its f32 values.
+            Err(_) if codes.contains_key(&e.name) && e.offset != layout.offsets.embed => {}
             Err(_) => return Err(corrupt(format!("tensor '{}' is missing", e.name))),
         }
     }

@@ -359,6 +359,15 @@ fn int8_checkpoints_round_trip_decode_alike_and_are_refused_where_f32_is_needed(
     std::fs::write(&dst, &bytes).unwrap();
     let e = checkpoint::load_int8(&dst).unwrap_err().to_string();
     assert!(e.contains("CRC-32") && e.contains("damaged"), "{e}");
+    // Codes for a tensor that is not a linear map's weight are refused by name.
+    let mut stray = codes.clone();
+    stray.insert("encoder.layers.0.ffn_norm.gamma".into(), (vec![1; 8], vec![0.1]));
+    let e = Transformer::from_params(cfg(), loaded.params.clone())
+        .unwrap()
+        .with_int8_codes(&stray)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("encoder.layers.0.ffn_norm.gamma") && e.contains("not a linear map"), "{e}");
     // Codes that do not cover a linear map are a mismatch, not a panic.
     let mut partial = codes.clone();
     let first = partial.keys().next().unwrap().clone();

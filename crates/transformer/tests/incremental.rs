@@ -425,3 +425,29 @@ fn int8_and_bf16_decoding_match_their_own_teacher_forcing_and_stay_near_f32() {
         }
     }
 }
+
+#[test]
+fn a_batch_encoded_in_groups_decodes_like_each_sentence_alone() {
+    // 60 sentences of up to 20 tokens: more than ENCODE_TOKENS padded tokens, so `encode` runs the
+    // encoder on several groups and places each group's keys and values in the batch's layout.
+    let m = model(Positions::Sinusoidal, 13);
+    let v = m.config.vocab_size;
+    let mut rng = Rng::new(5);
+    let srcs: Vec<Vec<u32>> = (0..60).map(|i| random_ids(&mut rng, 1 + (i * 7) % 20, v)).collect();
+    let total: usize = 60 * srcs.iter().map(|s| s.len()).max().unwrap();
+    assert!(total > transformer::model::ENCODE_TOKENS);
+    let refs: Vec<&[u32]> = srcs.iter().map(|s| s.as_slice()).collect();
+    let mut ws = Workspace::new();
+    let enc = m.encode(&refs, &mut ws).unwrap();
+    let mut st = m.start_decoding(&enc, 3).unwrap();
+    let tokens = vec![BOS; 60];
+    let batch = m.decode_step(&enc, &mut st, &tokens).unwrap().to_vec();
+    for (i, src) in srcs.iter().enumerate() {
+        let one = m.encode(&[src.as_slice()], &mut ws).unwrap();
+        let mut st1 = m.start_decoding(&one, 3).unwrap();
+        let alone = m.decode_step(&one, &mut st1, &[BOS]).unwrap().to_vec();
+        let got: Vec<f64> = batch[i * v..(i + 1) * v].iter().map(|&x| x as f64).collect();
+        let want: Vec<f64> = alone.iter().map(|&x| x as f64).collect();
+        assert_close(&format!("sentence {i}"), &got, &want, 1e-5, 1e-5);
+    }
+}

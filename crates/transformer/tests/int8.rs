@@ -168,3 +168,21 @@ fn codes_round_trip_and_bad_codes_are_refused() {
     assert!(QuantizedLinear::from_codes(&codes, bad_scales, n, k).unwrap_err().contains("row 5"));
     assert!(QuantizedLinear::from_codes(&codes[1..], vec![0.0; n], n, k).is_err());
 }
+
+#[test]
+fn subnormal_rows_count_as_zero_and_k_zero_gives_the_bias() {
+    let mut q = [0i8; 3];
+    // 127 / 1e-38 overflows f32: such a row is zero, not all ±127.
+    assert_eq!(int8::quantize_row(&[1e-38, -5e-39, 0.0], &mut q), 0.0);
+    assert_eq!(q, [0; 3]);
+    assert_eq!(r::quantize_row_int8(&[1e-38, -5e-39, 0.0]), (vec![0; 3], 0.0));
+    // The smallest normal magnitude still quantises.
+    assert_eq!(int8::quantize_row(&[f32::MIN_POSITIVE, 0.0, 0.0], &mut q), f32::MIN_POSITIVE / 127.0);
+    assert_eq!(q, [127, 0, 0]);
+    let lin = QuantizedLinear::new(&[], 3, 0);
+    let mut y = vec![f32::NAN; 6];
+    lin.forward(&mut y, &[], Some(&[1.0, 2.0, 3.0]), 2);
+    assert_eq!(y, [1.0, 2.0, 3.0, 1.0, 2.0, 3.0]);
+    lin.forward(&mut y, &[], None, 2);
+    assert_eq!(y, [0.0; 6]);
+}

@@ -381,14 +381,15 @@ pub fn top_k(row: &[f32], norm: f32, k: usize, eos_only: bool) -> Vec<(f64, u32)
     all
 }
 
-/// The int8 quantisation rule, written plainly: scale max|x| / 127 (0 for a zero row, NaN if any
-/// value is NaN or infinite), codes x / scale rounded to nearest (ties to even) in −127..=127.
+/// The int8 quantisation rule, written plainly: scale max|x| / 127 (0 for a zero row or one whose
+/// largest magnitude is subnormal, NaN if any value is NaN or infinite), codes x · (127 / max|x|)
+/// rounded to nearest (ties to even) in −127..=127.
 pub fn quantize_row_int8(x: &[f32]) -> (Vec<i8>, f32) {
     if x.iter().any(|v| !v.is_finite()) {
         return (vec![0; x.len()], f32::NAN);
     }
     let amax = x.iter().map(|v| v.abs()).fold(0.0f32, f32::max);
-    if amax == 0.0 {
+    if amax < f32::MIN_POSITIVE {
         return (vec![0; x.len()], 0.0);
     }
     let inv = 127.0 / amax;

@@ -14,7 +14,7 @@ pub mod pointer;
 mod quantized;
 mod workspace;
 
-pub use incremental::{DecoderState, Encoded};
+pub use incremental::{DecoderState, Encoded, ENCODE_TOKENS};
 pub use packed_decoder::{DecoderKernels, PackedDecoder};
 pub use quantized::{Int8Codes, Int8Weights};
 pub use workspace::Workspace;

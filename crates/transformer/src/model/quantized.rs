@@ -69,6 +69,7 @@ impl Int8Weights {
     pub(super) fn from_codes(model: &Transformer, codes: &Int8Codes) -> crate::error::Result<Self> {
         use crate::error::Error;
         let mut by_offset = HashMap::new();
+        let mut used = 0;
         for (off, n, k) in Self::maps(model) {
             let (mut q, mut s) = (Vec::with_capacity(n * k), Vec::with_capacity(n));
             let mut at = off;
@@ -82,6 +83,7 @@ impl Int8Weights {
                 q.extend_from_slice(ec);
                 s.extend_from_slice(es);
                 at += e.len();
+                used += 1;
             }
             if at != off + n * k {
                 return Err(Error::Mismatch(format!(
@@ -92,6 +94,22 @@ impl Int8Weights {
             }
             let lin = QuantizedLinear::from_codes(&q, s, n, k).map_err(Error::Mismatch)?;
             by_offset.insert(off, Arc::new(lin));
+        }
+        if used != codes.len() {
+            // Codes for a tensor that is no linear map's weight (a bias, a LayerNorm gain): its f32
+            // values, which the model reads, would be missing.
+            let maps = Self::maps(model);
+            let stray = codes
+                .keys()
+                .find(|name| {
+                    model
+                        .layout
+                        .get(name)
+                        .is_none_or(|e| !maps.iter().any(|&(off, n, k)| e.offset >= off && e.offset < off + n * k))
+                })
+                .cloned()
+                .unwrap_or_default();
+            return Err(Error::Mismatch(format!("the int8 codes hold '{stray}', which is not a linear map's weights")));
         }
         Ok(Int8Weights { by_offset })
     }

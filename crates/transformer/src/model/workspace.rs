@@ -175,7 +175,6 @@ impl Workspace {
         Self::default()
     }
 
-    /// Sizes every buffer for a batch of shape (b, s, t).
     /// Sizes the buffers [`Transformer::encode`](super::Transformer::encode) needs and no more:
     /// the encoder input, two layers' activations (layers alternate between them, since nothing
     /// is kept for a backward pass) and the sub-layer scratch.
@@ -224,6 +223,7 @@ impl Workspace {
             + v(&self.depth)
     }
 
+    /// Sizes every buffer for a batch of shape (b, s, t).
     pub fn prepare(&mut self, c: &ModelConfig, b: usize, s: usize, t: usize) {
         self.dims = Dims { b, s, t };
         let (d, h, f) = (c.d_model, c.n_heads, c.d_ff);

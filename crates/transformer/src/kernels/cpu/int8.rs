@@ -6,7 +6,8 @@
 //! Quantisation ([`quantize_row`]) is symmetric: a row's scale is max|x| / 127 and each value is
 //! x / scale rounded to the nearest integer (ties to even) in −127..=127; a row of zeros gets scale
 //! 0 and all-zero codes; a row holding NaN or ±∞ gets scale NaN, so everything it touches comes
-//! out NaN rather than a wrong finite number. −128 is never produced, which the AVX2 kernel needs.
+//! out NaN rather than a wrong finite number; a row whose largest magnitude is subnormal (below
+//! `f32::MIN_POSITIVE`) counts as zero. −128 is never produced, which the AVX2 kernel needs.
 //! Then Y[i][j] = (Σ_p qx[i][p] · qw[j][p]) as f32 · (sx[i] · sw[j]) + bias[j].
 //!
 //! Layout. W is re-laid once into panels of [`NR`] output columns; within a panel, k runs in groups
@@ -65,6 +66,15 @@ impl Int8Kernel {
 
 /// Every kernel this CPU can run, fastest first (the scalar one always).
 pub fn kernels() -> Vec<Int8Kernel> {
+    available_kernels().to_vec()
+}
+
+fn available_kernels() -> &'static [Int8Kernel] {
+    static KERNELS: OnceLock<Vec<Int8Kernel>> = OnceLock::new();
+    KERNELS.get_or_init(detect)
+}
+
+fn detect() -> Vec<Int8Kernel> {
     let mut k = Vec::new();
     #[cfg(target_arch = "x86_64")]
     {
@@ -85,7 +95,7 @@ pub fn kernels() -> Vec<Int8Kernel> {
 /// The fastest kernel this CPU can run.
 pub fn kernel() -> Int8Kernel {
     static BEST: OnceLock<Int8Kernel> = OnceLock::new();
-    *BEST.get_or_init(|| kernels()[0])
+    *BEST.get_or_init(|| available_kernels()[0])
 }
 
 /// Quantises `x` into `q` (same length) and returns the scale (see the module's rule).
@@ -100,9 +110,9 @@ pub fn quantize_row(x: &[f32], q: &mut [i8]) -> f32 {
             m
         }
     });
-    if amax == 0.0 || !amax.is_finite() {
+    if amax < f32::MIN_POSITIVE || !amax.is_finite() {
         q.fill(0);
-        return if amax == 0.0 { 0.0 } else { f32::NAN };
+        return if amax < f32::MIN_POSITIVE { 0.0 } else { f32::NAN };
     }
     let inv = 127.0 / amax;
     quantize_with(x, q, inv);
@@ -227,11 +237,23 @@ impl QuantizedLinear {
 
     fn run(&self, kern: Int8Kernel, y: &mut [f32], x: &[f32], bias: Option<&[f32]>, m: usize, accumulate: bool) {
         let (n, k) = (self.n, self.k);
-        assert!(kernels().contains(&kern), "int8 kernel {} is not available on this CPU", kern.name());
+        assert!(available_kernels().contains(&kern), "int8 kernel {} is not available on this CPU", kern.name());
         assert_eq!(y.len(), m * n, "QuantizedLinear: Y has {} elements, expected {m}x{n}", y.len());
         assert_eq!(x.len(), m * k, "QuantizedLinear: X has {} elements, expected {m}x{k}", x.len());
         assert!(bias.is_none_or(|b| b.len() == n));
         if m == 0 || n == 0 {
+            return;
+        }
+        if k == 0 {
+            // Empty sums: Y = bias (or 0), or unchanged when accumulating.
+            if !accumulate {
+                for row in y.chunks_exact_mut(n) {
+                    match bias {
+                        Some(b) => row.copy_from_slice(b),
+                        None => row.fill(0.0),
+                    }
+                }
+            }
             return;
         }
         let _t = super::profile::scope(super::profile::Slot::Matmul);

@@ -128,6 +128,7 @@ impl PackedLinear {
             Kind::Panels(panels) => panels,
             Kind::Unpacked(prec) => return linear_forward(*prec, y, x, w, bias, m, n, k),
             Kind::Int8(q) => return q.forward(y, x, bias, m),
+            Kind::Bf16(_) if n == 0 => return,
             Kind::Bf16(wb) => {
                 if let Some(bias) = bias {
                     y.chunks_exact_mut(n).for_each(|row| row.copy_from_slice(bias));
