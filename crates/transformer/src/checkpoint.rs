@@ -111,11 +111,56 @@ pub fn check_finite(path: &Path, ckpt: &Checkpoint) -> Result<()> {
 }
 
 /// Reads a checkpoint, checking that it is one of ours and that every tensor matches the layout of
-/// its own stored config. Never panics on a corrupt file.
+/// its own stored config. Never panics on a corrupt file. The file is read tensor by tensor into
+/// the parameters (never whole into memory beside them), so loading peaks at the parameters plus
+/// a megabyte.
 pub fn load(path: &Path) -> Result<Checkpoint> {
-    let bytes = std::fs::read(path).map_err(io_err(path))?;
-    from_bytes(&bytes, path)
+    use std::io::Read;
+    let corrupt = |reason: String| Error::CorruptCheckpoint { path: path.to_path_buf(), reason };
+    let mut file = std::fs::File::open(path).map_err(io_err(path))?;
+    let file_len = file.metadata().map_err(io_err(path))?.len() as usize;
+    let mut len = [0u8; 8];
+    file.read_exact(&mut len).map_err(|_| corrupt("unreadable safetensors header (shorter than 8 bytes)".into()))?;
+    let n = u64::from_le_bytes(len);
+    if n > MAX_HEADER || n as usize > file_len - 8 {
+        return Err(corrupt(format!("unreadable safetensors header (length {n} for a file of {file_len} bytes)")));
+    }
+    let mut header = vec![0u8; n as usize];
+    file.read_exact(&mut header).map_err(|e| corrupt(format!("unreadable safetensors header ({e})")))?;
+    let metadata: safetensors::tensor::Metadata =
+        serde_json::from_slice(&header).map_err(|e| corrupt(format!("unreadable safetensors header ({e})")))?;
+    // What SafeTensors::deserialize checks on a whole buffer: tensors back to back from offset 0,
+    // each as long as its shape and dtype say, ending where the file ends.
+    let mut infos: Vec<(String, &safetensors::tensor::TensorInfo)> = metadata.tensors().into_iter().collect();
+    infos.sort_by_key(|(_, i)| i.data_offsets);
+    let mut at = 0usize;
+    for (name, info) in &infos {
+        let (s, e) = info.data_offsets;
+        let bytes = info.shape.iter().try_fold(info.dtype.size(), |a, &d| a.checked_mul(d));
+        if s != at || bytes != e.checked_sub(s) {
+            return Err(corrupt(format!("unreadable safetensors header (tensor '{name}' has bad offsets)")));
+        }
+        at = e;
+    }
+    let data_start = 8 + n as usize;
+    if at != file_len - data_start {
+        return Err(corrupt(format!(
+            "its tensors need {at} bytes of data but the file has {}: it was cut short or has bytes appended",
+            file_len - data_start
+        )));
+    }
+    let tensors: HashMap<String, (Dtype, Vec<usize>, std::ops::Range<usize>)> = infos
+        .iter()
+        .map(|(name, i)| {
+            (name.clone(), (i.dtype, i.shape.clone(), data_start + i.data_offsets.0..data_start + i.data_offsets.1))
+        })
+        .collect();
+    let meta = metadata.metadata().clone().unwrap_or_default();
+    parse(path, meta, file_len, &mut FileTensors { file, tensors, buf: Vec::new() })
 }
+
+/// The largest safetensors header read (the crate's own limit).
+const MAX_HEADER: u64 = 100_000_000;
 
 /// [`load`] on the bytes of a checkpoint file (`path` names it in errors). Never panics, whatever
 /// the bytes (fuzzed: `fuzz/fuzz_targets/checkpoint.rs`).
@@ -123,8 +168,68 @@ pub fn from_bytes(bytes: &[u8], path: &Path) -> Result<Checkpoint> {
     let corrupt = |reason: String| Error::CorruptCheckpoint { path: path.to_path_buf(), reason };
     let (_, header) =
         SafeTensors::read_metadata(bytes).map_err(|e| corrupt(format!("unreadable safetensors header ({e})")))?;
-    let st = SafeTensors::deserialize(bytes).map_err(|e| corrupt(format!("{e}")))?;
+    let mut st = SafeTensors::deserialize(bytes).map_err(|e| corrupt(format!("{e}")))?;
     let meta = header.metadata().clone().unwrap_or_default();
+    parse(path, meta, bytes.len(), &mut st)
+}
+
+/// Where a checkpoint's tensors are read from: a whole file in memory, or the file itself.
+trait TensorSource {
+    /// A tensor's dtype and shape.
+    fn info(&self, name: &str) -> Option<(Dtype, Vec<usize>)>;
+    /// Its little-endian f32 data into `dst` (as many values as the shape says), its bytes fed to
+    /// `crc`. The caller has checked the dtype and shape.
+    fn read_f32(&mut self, name: &str, dst: &mut [f32], crc: &mut crc32fast::Hasher) -> std::io::Result<()>;
+}
+
+impl TensorSource for SafeTensors<'_> {
+    fn info(&self, name: &str) -> Option<(Dtype, Vec<usize>)> {
+        self.tensor(name).ok().map(|t| (t.dtype(), t.shape().to_vec()))
+    }
+
+    fn read_f32(&mut self, name: &str, dst: &mut [f32], crc: &mut crc32fast::Hasher) -> std::io::Result<()> {
+        let t = self.tensor(name).map_err(|e| std::io::Error::other(e.to_string()))?;
+        crc.update(t.data());
+        read_f32(t.data(), dst);
+        Ok(())
+    }
+}
+
+/// A checkpoint file read tensor by tensor, through a buffer of a megabyte.
+struct FileTensors {
+    file: std::fs::File,
+    tensors: HashMap<String, (Dtype, Vec<usize>, std::ops::Range<usize>)>,
+    buf: Vec<u8>,
+}
+
+impl TensorSource for FileTensors {
+    fn info(&self, name: &str) -> Option<(Dtype, Vec<usize>)> {
+        self.tensors.get(name).map(|(d, s, _)| (*d, s.clone()))
+    }
+
+    fn read_f32(&mut self, name: &str, dst: &mut [f32], crc: &mut crc32fast::Hasher) -> std::io::Result<()> {
+        use std::io::{Read, Seek, SeekFrom};
+        let range = self.tensors[name].2.clone();
+        self.file.seek(SeekFrom::Start(range.start as u64))?;
+        const CHUNK: usize = 1 << 18; // f32 values, 1 MiB
+        for d in dst[..range.len() / 4].chunks_mut(CHUNK) {
+            self.buf.resize(4 * d.len(), 0);
+            self.file.read_exact(&mut self.buf)?;
+            crc.update(&self.buf);
+            read_f32(&self.buf, d);
+        }
+        Ok(())
+    }
+}
+
+/// The checks and reads common to [`load`] and [`from_bytes`], after the safetensors header.
+fn parse(
+    path: &Path,
+    meta: HashMap<String, String>,
+    file_len: usize,
+    src: &mut dyn TensorSource,
+) -> Result<Checkpoint> {
+    let corrupt = |reason: String| Error::CorruptCheckpoint { path: path.to_path_buf(), reason };
     let field = |k: &str| meta.get(k).cloned().ok_or_else(|| corrupt(format!("metadata has no '{k}'")));
     if field("format")? != FORMAT {
         return Err(corrupt("not a transformer checkpoint (metadata 'format' differs)".into()));
@@ -149,44 +254,38 @@ pub fn from_bytes(bytes: &[u8], path: &Path) -> Result<Checkpoint> {
     let layout = ParamLayout::new(&config);
     // Shapes first, allocation after: a config that does not fit the file is refused without
     // asking for memory it implies.
-    if layout.total().saturating_mul(4) > bytes.len() {
+    if layout.total().saturating_mul(4) > file_len {
         return Err(corrupt(format!(
             "its config needs {} parameters ({} bytes) but the file has {} bytes",
             layout.total(),
             layout.total().saturating_mul(4),
-            bytes.len()
+            file_len
         )));
     }
     for e in layout.entries() {
-        let t = st.tensor(&e.name).map_err(|_| corrupt(format!("tensor '{}' is missing", e.name)))?;
-        if t.dtype() != Dtype::F32 || t.shape() != e.shape.as_slice() {
+        let (dtype, shape) = src.info(&e.name).ok_or_else(|| corrupt(format!("tensor '{}' is missing", e.name)))?;
+        if dtype != Dtype::F32 || shape != e.shape {
             return Err(corrupt(format!(
                 "tensor '{}' is {:?} {:?}, its config implies F32 {:?}",
-                e.name,
-                t.dtype(),
-                t.shape(),
-                e.shape
+                e.name, dtype, shape, e.shape
             )));
         }
     }
+    let read_err = |e: std::io::Error| corrupt(format!("reading its tensors: {e}"));
     let mut params = vec![0f32; layout.total()];
     let mut crc = crc32fast::Hasher::new();
     for e in layout.entries() {
-        let t = st.tensor(&e.name).map_err(|_| corrupt(format!("tensor '{}' is missing", e.name)))?;
-        crc.update(t.data());
-        read_f32(t.data(), &mut params[e.range()]);
+        src.read_f32(&e.name, &mut params[e.range()], &mut crc).map_err(read_err)?;
     }
-    let adam = match (st.tensor(ADAM_M), st.tensor(ADAM_V)) {
-        (Ok(m), Ok(v)) => {
-            let n = layout.total();
-            if m.shape() != [n] || v.shape() != [n] || m.dtype() != Dtype::F32 || v.dtype() != Dtype::F32 {
+    let n = layout.total();
+    let adam = match (src.info(ADAM_M), src.info(ADAM_V)) {
+        (Some(m), Some(v)) => {
+            if m.1 != [n] || v.1 != [n] || m.0 != Dtype::F32 || v.0 != Dtype::F32 {
                 return Err(corrupt("optimizer moments do not match the parameter count".into()));
             }
             let (mut am, mut av) = (vec![0f32; n], vec![0f32; n]);
-            crc.update(m.data());
-            crc.update(v.data());
-            read_f32(m.data(), &mut am);
-            read_f32(v.data(), &mut av);
+            src.read_f32(ADAM_M, &mut am, &mut crc).map_err(read_err)?;
+            src.read_f32(ADAM_V, &mut av, &mut crc).map_err(read_err)?;
             Some((am, av))
         }
         _ => None,
