@@ -63,18 +63,30 @@ pub fn save(path: &Path, ckpt: &Checkpoint) -> Result<()> {
             layout.total()
         )));
     }
-    let bytes: Vec<(String, Vec<u8>, Vec<usize>)> = layout
+    let tensors: Vec<Tensor> = layout
         .entries()
         .iter()
-        .map(|e| (e.name.clone(), le_bytes(&ckpt.params[e.range()]), e.shape.clone()))
+        .map(|e| (e.name.clone(), Dtype::F32, le_bytes(&ckpt.params[e.range()]), e.shape.clone()))
         .chain(ckpt.adam.iter().flat_map(|(m, v)| {
-            [(ADAM_M.to_string(), le_bytes(m), vec![m.len()]), (ADAM_V.to_string(), le_bytes(v), vec![v.len()])]
+            [
+                (ADAM_M.to_string(), Dtype::F32, le_bytes(m), vec![m.len()]),
+                (ADAM_V.to_string(), Dtype::F32, le_bytes(v), vec![v.len()]),
+            ]
         }))
         .collect();
-    let views = bytes
+    write_tensors(path, ckpt, &tensors, &[])
+}
+
+/// A tensor to write: name, dtype, little-endian bytes, shape.
+type Tensor = (String, Dtype, Vec<u8>, Vec<usize>);
+
+/// Writes `tensors` (in this order for the CRC) with `ckpt`'s metadata and `more` entries,
+/// atomically.
+fn write_tensors(path: &Path, ckpt: &Checkpoint, tensors: &[Tensor], more: &[(&str, &str)]) -> Result<()> {
+    let views = tensors
         .iter()
-        .map(|(name, data, shape)| {
-            let view = TensorView::new(Dtype::F32, shape.clone(), data)
+        .map(|(name, dtype, data, shape)| {
+            let view = TensorView::new(*dtype, shape.clone(), data)
                 .map_err(|e| Error::Config(format!("tensor {name}: {e}")))?;
             Ok((name.clone(), view))
         })
@@ -85,8 +97,11 @@ pub fn save(path: &Path, ckpt: &Checkpoint) -> Result<()> {
     meta.insert("config".into(), serde_json::to_string(&ckpt.config).expect("config serialises"));
     meta.insert("step".into(), ckpt.step.to_string());
     meta.insert("vocab_hash".into(), ckpt.vocab_hash.clone());
+    for (k, v) in more {
+        meta.insert((*k).into(), (*v).into());
+    }
     let mut crc = crc32fast::Hasher::new();
-    for (_, data, _) in &bytes {
+    for (_, _, data, _) in tensors {
         crc.update(data);
     }
     meta.insert(CRC_KEY.into(), format!("{:08x}", crc.finalize()));
@@ -222,13 +237,8 @@ impl TensorSource for FileTensors {
     }
 }
 
-/// The checks and reads common to [`load`] and [`from_bytes`], after the safetensors header.
-fn parse(
-    path: &Path,
-    meta: HashMap<String, String>,
-    file_len: usize,
-    src: &mut dyn TensorSource,
-) -> Result<Checkpoint> {
+/// The metadata every checkpoint has, checked: (config, step, vocabulary hash).
+fn header_fields(path: &Path, meta: &HashMap<String, String>) -> Result<(ModelConfig, u64, String)> {
     let corrupt = |reason: String| Error::CorruptCheckpoint { path: path.to_path_buf(), reason };
     let field = |k: &str| meta.get(k).cloned().ok_or_else(|| corrupt(format!("metadata has no '{k}'")));
     if field("format")? != FORMAT {
@@ -238,6 +248,22 @@ fn parse(
     if version != FORMAT_VERSION {
         return Err(corrupt(format!("format version {version}, this build reads version {FORMAT_VERSION}")));
     }
+    let config: ModelConfig =
+        serde_json::from_str(&field("config")?).map_err(|e| corrupt(format!("bad config metadata ({e})")))?;
+    config.validate().map_err(|e| corrupt(format!("stored config invalid: {e}")))?;
+    let step: u64 = field("step")?.parse().map_err(|_| corrupt("bad step".into()))?;
+    Ok((config, step, field("vocab_hash")?))
+}
+
+/// The checks and reads common to [`load`] and [`from_bytes`], after the safetensors header.
+fn parse(
+    path: &Path,
+    meta: HashMap<String, String>,
+    file_len: usize,
+    src: &mut dyn TensorSource,
+) -> Result<Checkpoint> {
+    let corrupt = |reason: String| Error::CorruptCheckpoint { path: path.to_path_buf(), reason };
+    let (config, step, vocab_hash) = header_fields(path, &meta)?;
     if meta.get(PRECISION_KEY).is_some_and(|p| p == "int8") {
         return Err(Error::Unsupported(format!(
             "{} is an int8 checkpoint (from `transformer quantize`): it holds no f32 weights for the linear maps, so it \
@@ -246,11 +272,6 @@ fn parse(
             path.display()
         )));
     }
-    let config: ModelConfig =
-        serde_json::from_str(&field("config")?).map_err(|e| corrupt(format!("bad config metadata ({e})")))?;
-    config.validate().map_err(|e| corrupt(format!("stored config invalid: {e}")))?;
-    let step: u64 = field("step")?.parse().map_err(|_| corrupt("bad step".into()))?;
-    let vocab_hash = field("vocab_hash")?;
     let layout = ParamLayout::new(&config);
     // Shapes first, allocation after: a config that does not fit the file is refused without
     // asking for memory it implies.
@@ -457,7 +478,7 @@ pub fn save_int8(path: &Path, ckpt: &Checkpoint, codes: &crate::model::Int8Codes
             layout.total()
         )));
     }
-    let mut bytes: Vec<(String, Dtype, Vec<u8>, Vec<usize>)> = Vec::new();
+    let mut bytes: Vec<Tensor> = Vec::new();
     for e in layout.entries() {
         match codes.get(&e.name) {
             Some((q, sc)) => {
@@ -479,29 +500,7 @@ pub fn save_int8(path: &Path, ckpt: &Checkpoint, codes: &crate::model::Int8Codes
             None => bytes.push((e.name.clone(), Dtype::F32, le_bytes(&ckpt.params[e.range()]), e.shape.clone())),
         }
     }
-    let views = bytes
-        .iter()
-        .map(|(name, dtype, data, shape)| {
-            let view = TensorView::new(*dtype, shape.clone(), data)
-                .map_err(|e| Error::Config(format!("tensor {name}: {e}")))?;
-            Ok((name.clone(), view))
-        })
-        .collect::<Result<Vec<_>>>()?;
-    let mut meta: HashMap<String, String> = ckpt.extra.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-    meta.insert("format".into(), FORMAT.into());
-    meta.insert("format_version".into(), FORMAT_VERSION.to_string());
-    meta.insert("config".into(), serde_json::to_string(&ckpt.config).expect("config serialises"));
-    meta.insert("step".into(), ckpt.step.to_string());
-    meta.insert("vocab_hash".into(), ckpt.vocab_hash.clone());
-    meta.insert(PRECISION_KEY.into(), "int8".into());
-    let mut crc = crc32fast::Hasher::new();
-    for (_, _, data, _) in &bytes {
-        crc.update(data);
-    }
-    meta.insert(CRC_KEY.into(), format!("{:08x}", crc.finalize()));
-    let data = safetensors::tensor::serialize(views, &Some(meta))
-        .map_err(|e| Error::Config(format!("serialising checkpoint: {e}")))?;
-    write_atomically(path, &data)
+    write_tensors(path, ckpt, &bytes, &[(PRECISION_KEY, "int8")])
 }
 
 /// Reads an int8 checkpoint written by [`save_int8`]: the checkpoint, whose parameters are zero
@@ -514,21 +513,10 @@ pub fn load_int8(path: &Path) -> Result<(Checkpoint, crate::model::Int8Codes)> {
     let st = SafeTensors::deserialize(&bytes).map_err(|e| corrupt(format!("{e}")))?;
     let meta = header.metadata().clone().unwrap_or_default();
     let field = |k: &str| meta.get(k).cloned().ok_or_else(|| corrupt(format!("metadata has no '{k}'")));
-    if field("format")? != FORMAT {
-        return Err(corrupt("not a transformer checkpoint (metadata 'format' differs)".into()));
-    }
-    let version: u32 = field("format_version")?.parse().map_err(|_| corrupt("bad format_version".into()))?;
-    if version != FORMAT_VERSION {
-        return Err(corrupt(format!("format version {version}, this build reads version {FORMAT_VERSION}")));
-    }
+    let (config, step, vocab_hash) = header_fields(path, &meta)?;
     if field(PRECISION_KEY)? != "int8" {
         return Err(corrupt("metadata 'precision' is not int8".into()));
     }
-    let config: ModelConfig =
-        serde_json::from_str(&field("config")?).map_err(|e| corrupt(format!("bad config metadata ({e})")))?;
-    config.validate().map_err(|e| corrupt(format!("stored config invalid: {e}")))?;
-    let step: u64 = field("step")?.parse().map_err(|_| corrupt("bad step".into()))?;
-    let vocab_hash = field("vocab_hash")?;
     let layout = ParamLayout::new(&config);
     if layout.total() > bytes.len() {
         return Err(corrupt(format!(

@@ -406,9 +406,8 @@ unsafe impl Send for SendPtr {}
 unsafe fn sums(kern: Int8Kernel, blk: &[i8], panel: &[i8], groups: usize, acc: &mut [[i32; NR]; MR]) {
     assert!(blk.len() >= groups * MR * GROUP && panel.len() >= groups * GROUP_BYTES);
     match kern {
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: the caller checked the CPU; the sizes are asserted above.
-        Int8Kernel::Vnni => unsafe { vnni_sums(blk, panel, groups, acc) },
+        // VNNI scales and stores in registers (`vnni_block`).
+        Int8Kernel::Vnni => unreachable!("VNNI blocks run vnni_block"),
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as above.
         Int8Kernel::Avx2 => unsafe { avx2_sums(blk, panel, groups, acc) },
@@ -435,31 +434,6 @@ fn scalar_sums(blk: &[i8], panel: &[i8], groups: usize, acc: &mut [[i32; NR]; MR
     }
 }
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-unsafe fn vnni_sums(blk: &[i8], panel: &[i8], groups: usize, acc: &mut [[i32; NR]; MR]) {
-    use std::arch::x86_64::*;
-    // SAFETY: the caller's sizes: every load reads inside `blk` (4 bytes of row i of group g) or
-    // `panel` (128 bytes of group g); the stores write `acc`.
-    unsafe {
-        let mut c = [[_mm512_setzero_si512(); 2]; MR];
-        let (xp, wp) = (blk.as_ptr(), panel.as_ptr());
-        for g in 0..groups {
-            let w0 = _mm512_loadu_si512(wp.add(g * GROUP_BYTES).cast());
-            let w1 = _mm512_loadu_si512(wp.add(g * GROUP_BYTES + 64).cast());
-            for (i, ci) in c.iter_mut().enumerate() {
-                let a = _mm512_set1_epi32(xp.add((g * MR + i) * GROUP).cast::<i32>().read_unaligned());
-                ci[0] = _mm512_dpbusd_epi32(ci[0], a, w0);
-                ci[1] = _mm512_dpbusd_epi32(ci[1], a, w1);
-            }
-        }
-        for (row, ci) in acc.iter_mut().zip(&c) {
-            _mm512_storeu_si512(row.as_mut_ptr().cast(), ci[0]);
-            _mm512_storeu_si512(row.as_mut_ptr().add(16).cast(), ci[1]);
-        }
-    }
-}
-
 /// Where a block's products go, and how they are scaled: Y's rows × cols at `y` (row stride
 /// `ld`), X's row scales, W's column scales, the VNNI corrections, the bias.
 struct Out<'a> {
@@ -475,7 +449,7 @@ struct Out<'a> {
 }
 
 /// One block of MR rows × one panel on VNNI, scaled and stored in registers: the sums of
-/// [`vnni_sums`], then [`dequantize`]'s formula (multiply, then add: no fused multiply-add, so
+/// `scalar_sums` on the shifted bytes, then [`dequantize`]'s formula (multiply, then add: no fused multiply-add, so
 /// the rounding is the scalar one).
 ///
 /// # Safety
@@ -529,7 +503,8 @@ unsafe fn vnni_block<const R: usize>(blk: &[i8], panel: &[i8], groups: usize, ou
 #[target_feature(enable = "avx2")]
 unsafe fn avx2_sums(blk: &[i8], panel: &[i8], groups: usize, acc: &mut [[i32; NR]; MR]) {
     use std::arch::x86_64::*;
-    // SAFETY: as in `vnni_sums`.
+    // SAFETY: the caller's sizes: every load reads inside `blk` (4 bytes of row i of group g) or
+    // `panel` (128 bytes of group g); the stores write `acc`.
     unsafe {
         let ones = _mm256_set1_epi16(1);
         let (xp, wp) = (blk.as_ptr(), panel.as_ptr());
