@@ -54,15 +54,7 @@ fn le_bytes(v: &[f32]) -> Vec<u8> {
 
 /// Writes `ckpt` to `path` atomically (temporary file in the same directory, fsync, rename).
 pub fn save(path: &Path, ckpt: &Checkpoint) -> Result<()> {
-    check_finite(path, ckpt)?;
-    let layout = ParamLayout::new(&ckpt.config);
-    if ckpt.params.len() != layout.total() {
-        return Err(Error::Mismatch(format!(
-            "checkpoint has {} parameters, its config needs {}",
-            ckpt.params.len(),
-            layout.total()
-        )));
-    }
+    let layout = savable(path, ckpt)?;
     let tensors: Vec<Tensor> = layout
         .entries()
         .iter()
@@ -75,6 +67,20 @@ pub fn save(path: &Path, ckpt: &Checkpoint) -> Result<()> {
         }))
         .collect();
     write_tensors(path, ckpt, &tensors, &[])
+}
+
+/// The layout of `ckpt`, after checking that its values are finite and fit its config.
+fn savable(path: &Path, ckpt: &Checkpoint) -> Result<ParamLayout> {
+    check_finite(path, ckpt)?;
+    let layout = ParamLayout::new(&ckpt.config);
+    if ckpt.params.len() != layout.total() {
+        return Err(Error::Mismatch(format!(
+            "checkpoint has {} parameters, its config needs {}",
+            ckpt.params.len(),
+            layout.total()
+        )));
+    }
+    Ok(layout)
 }
 
 /// A tensor to write: name, dtype, little-endian bytes, shape.
@@ -469,15 +475,7 @@ pub fn is_int8(path: &Path) -> Result<bool> {
 /// (F32, one per row) instead; the embedding, which the encoder and decoder also look rows up in,
 /// keeps its f32 tensor too. No Adam moments. Atomic like [`save`].
 pub fn save_int8(path: &Path, ckpt: &Checkpoint, codes: &crate::model::Int8Codes, embedding: &str) -> Result<()> {
-    check_finite(path, ckpt)?;
-    let layout = ParamLayout::new(&ckpt.config);
-    if ckpt.params.len() != layout.total() {
-        return Err(Error::Mismatch(format!(
-            "checkpoint has {} parameters, its config needs {}",
-            ckpt.params.len(),
-            layout.total()
-        )));
-    }
+    let layout = savable(path, ckpt)?;
     let mut bytes: Vec<Tensor> = Vec::new();
     for e in layout.entries() {
         match codes.get(&e.name) {

@@ -82,9 +82,6 @@ fn saturating_inputs_do_not_overflow_the_avx2_pairs() {
     for kern in int8::kernels() {
         check(kern, &x, &w, None, m, n, k);
     }
-    let want = r::linear_int8(&x, &w, None, m, n, k);
-    // x·w = 2 per term at full codes (±1 · ±2 with matching signs on the diagonal pattern).
-    assert!(want.iter().all(|v| v.is_finite()));
 }
 
 #[test]

@@ -268,9 +268,10 @@ impl QuantizedLinear {
         // VNNI reads X's codes as unsigned bytes: shift them by +128.
         let flip = if kern == Int8Kernel::Vnni { 0x80u8 as i8 } else { 0 };
         let flip4 = u32::from_ne_bytes([flip as u8; 4]);
-        let pack_block = |(b, (blk, sx)): (usize, (&mut [i8], &mut [f32]))| {
-            // A row's codes, zero-padded to whole groups, moved four at a time.
-            let mut q = vec![0i8; groups * GROUP];
+        // A row's codes go through `q` (zero-padded to whole groups, one buffer per task) and are
+        // moved four at a time.
+        let new_q = || vec![0i8; groups * GROUP];
+        let pack_block = |q: &mut Vec<i8>, (b, (blk, sx)): (usize, (&mut [i8], &mut [f32]))| {
             for i in 0..MR.min(m - b * MR) {
                 sx[i] = quantize_row(&x[(b * MR + i) * k..][..k], &mut q[..k]);
                 for (g, quad) in q.chunks_exact(GROUP).enumerate() {
@@ -280,9 +281,10 @@ impl QuantizedLinear {
             }
         };
         if m * k >= 1 << 14 {
-            packed.par_chunks_mut(block_bytes).zip(sx.par_chunks_mut(MR)).enumerate().for_each(pack_block);
+            packed.par_chunks_mut(block_bytes).zip(sx.par_chunks_mut(MR)).enumerate().for_each_init(new_q, pack_block);
         } else {
-            packed.chunks_mut(block_bytes).zip(sx.chunks_mut(MR)).enumerate().for_each(pack_block);
+            let mut q = new_q();
+            packed.chunks_mut(block_bytes).zip(sx.chunks_mut(MR)).enumerate().for_each(|t| pack_block(&mut q, t));
         }
         // Rows of the last block past m keep whatever the buffer held: rows are independent and
         // only rows < m are stored.
@@ -337,13 +339,6 @@ impl QuantizedLinear {
                         // SAFETY: `kern` is available (asserted above); `blk` and `panel` hold
                         // `groups` whole groups.
                         unsafe { sums(kern, blk, panel, groups, &mut acc) };
-                        if kern == Int8Kernel::Vnni {
-                            for row in acc.iter_mut() {
-                                for (a, s) in row.iter_mut().zip(&self.shift[c0..c0 + NR]) {
-                                    *a -= s;
-                                }
-                            }
-                        }
                         for (i, row) in acc.iter().enumerate().take(rows) {
                             // SAFETY: row b·MR + i < m and columns c0..c0 + cols ≤ n lie inside Y
                             // (asserted above); threads write disjoint column ranges.
@@ -399,7 +394,8 @@ struct SendPtr(*mut f32);
 unsafe impl Sync for SendPtr {}
 unsafe impl Send for SendPtr {}
 
-/// acc[i][j] = Σ_g Σ_e blk[g][i][e] · panel[g][j][e] over `groups` groups (VNNI: blk as unsigned).
+/// acc[i][j] = Σ_g Σ_e blk[g][i][e] · panel[g][j][e] over `groups` groups (AVX2 and scalar; VNNI
+/// blocks run `vnni_block`).
 ///
 /// # Safety
 /// `kern` is available on this CPU; `blk` holds groups · MR · 4 bytes and `panel` groups · 128.
