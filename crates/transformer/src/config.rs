@@ -14,6 +14,49 @@ pub enum Positions {
     Learned,
 }
 
+/// The FFN's activation (Eq. 2 uses ReLU; models imported from other toolkits may use another).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Activation {
+    /// max(0, x), the paper's (Eq. 2).
+    #[default]
+    Relu,
+    /// x · σ(x) (SiLU; Marian's `swish`, OPUS-MT's default).
+    Swish,
+    /// x · Φ(x), Φ the standard normal CDF (the exact, erf form; Hugging Face's `gelu`).
+    Gelu,
+    /// The tanh approximation of GELU, 0.5·x·(1 + tanh(√(2/π)(x + 0.044715x³))) (`gelu_new`).
+    #[serde(rename = "gelu_tanh")]
+    GeluTanh,
+}
+
+impl Activation {
+    /// The name used in configurations (`relu`, `swish`, `gelu`, `gelu_tanh`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Activation::Relu => "relu",
+            Activation::Swish => "swish",
+            Activation::Gelu => "gelu",
+            Activation::GeluTanh => "gelu_tanh",
+        }
+    }
+}
+
+/// How the sinusoids of §3.5 are laid out across the d_model columns.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SinusoidLayout {
+    /// The paper's: PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(…).
+    #[default]
+    Interleaved,
+    /// The same frequencies, sines in the first d/2 columns and cosines in the last d/2
+    /// (Hugging Face's Marian).
+    Halves,
+    /// Sines then cosines at tensor2tensor's frequencies, pos · exp(−i · ln 10000 / (d/2 − 1))
+    /// (Marian's own).
+    Marian,
+}
+
 /// The hyper-parameters of one encoder–decoder Transformer.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ModelConfig {
@@ -62,6 +105,24 @@ pub struct ModelConfig {
     /// rescaled), so the decoder cannot lean on it alone (docs/parsing.md). 0 by default.
     #[serde(default)]
     pub next_closer_dropout: f32,
+    /// The FFN's activation (ReLU in the paper; see [`Activation`]).
+    #[serde(default)]
+    pub activation: Activation,
+    /// Whether a learned bias (V) is added to the output logits (Marian's `final_logits_bias`;
+    /// the paper has none).
+    #[serde(default)]
+    pub output_bias: bool,
+    /// A source vocabulary of its own, with its own embedding, of this size; `None` (the
+    /// paper's) shares one vocabulary and one embedding between source and target (§3.4). The
+    /// target embedding stays tied to the output projection either way.
+    #[serde(default)]
+    pub source_vocab_size: Option<usize>,
+    /// The sinusoids' layout and frequencies (with sinusoidal positions).
+    #[serde(default)]
+    pub sinusoid_layout: SinusoidLayout,
+    /// Whether embeddings are multiplied by √d_model (§3.4; true in the paper).
+    #[serde(default = "yes")]
+    pub scale_embedding: bool,
 }
 
 fn yes() -> bool {
@@ -212,6 +273,11 @@ const fn row(
         next_closer: false,
         next_closer_depth: true,
         next_closer_dropout: 0.0,
+        activation: Activation::Relu,
+        output_bias: false,
+        source_vocab_size: None,
+        sinusoid_layout: SinusoidLayout::Interleaved,
+        scale_embedding: true,
     }
 }
 
@@ -248,6 +314,33 @@ impl ModelConfig {
             "big" => 213.0,
             _ => return None,
         })
+    }
+
+    /// The source vocabulary's size: `source_vocab_size`, or the shared `vocab_size`.
+    pub fn source_vocab(&self) -> usize {
+        self.source_vocab_size.unwrap_or(self.vocab_size)
+    }
+
+    /// The settings of this configuration that differ from the paper's architecture (for models
+    /// imported from other toolkits), as `name = value`; empty for every preset.
+    pub fn departures(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if self.activation != Activation::Relu {
+            out.push(format!("activation = {}", self.activation.name()));
+        }
+        if self.output_bias {
+            out.push("output_bias = true".into());
+        }
+        if let Some(v) = self.source_vocab_size {
+            out.push(format!("source_vocab_size = {v}"));
+        }
+        if self.sinusoid_layout != SinusoidLayout::Interleaved {
+            out.push(format!("sinusoid_layout = {:?}", self.sinusoid_layout).to_lowercase());
+        }
+        if !self.scale_embedding {
+            out.push("scale_embedding = false".into());
+        }
+        out
     }
 
     /// Checks that every field is in range, naming the first that is not.
@@ -287,6 +380,18 @@ impl ModelConfig {
             return bad("next_closer_dropout and next_closer_depth = false refine the next-closer input: \
                         they need next_closer = true"
                 .into());
+        }
+        if let Some(v) = self.source_vocab_size {
+            if v < crate::SPECIAL_TOKENS || v > 1 << 24 {
+                return bad(format!(
+                    "source_vocab_size {v} must lie between the {} special tokens and 2^24",
+                    crate::SPECIAL_TOKENS
+                ));
+            }
+        }
+        if self.positions == Positions::Sinusoidal && self.sinusoid_layout == SinusoidLayout::Marian && self.d_model < 4
+        {
+            return bad(format!("Marian's sinusoid frequencies need d_model ≥ 4, got {}", self.d_model));
         }
         if self.positions == Positions::Sinusoidal && !self.d_model.is_multiple_of(2) {
             return bad(format!("sinusoidal positions need an even d_model, got {}", self.d_model));

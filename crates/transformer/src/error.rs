@@ -98,6 +98,9 @@ pub enum Error {
     /// The machine cannot do what was asked (bf16 products without AMX or AVX512-BF16).
     #[error("{0}")]
     Unsupported(String),
+    /// A model from another toolkit that cannot be imported (the message names the file).
+    #[error("import: {0}")]
+    Import(String),
     /// A batch cannot be fed to the model.
     #[error("invalid batch: {0}")]
     Batch(String),

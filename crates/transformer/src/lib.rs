@@ -48,6 +48,7 @@ pub mod data;
 pub mod decode;
 pub mod error;
 pub mod eval;
+pub mod import;
 pub mod io;
 pub mod kernels;
 pub mod model;
@@ -62,7 +63,7 @@ pub mod test_support;
 pub mod train;
 pub mod vocab;
 
-pub use config::{ModelConfig, Positions};
+pub use config::{Activation, ModelConfig, Positions, SinusoidLayout};
 pub use decode::translator::Translator;
 pub use error::{Error, Result};
 pub use model::{Batch, DropoutCtx, Transformer, Workspace};

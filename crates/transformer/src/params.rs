@@ -154,6 +154,14 @@ pub struct ModelOffsets {
     pub closer: Option<usize>,
     /// (V + MAX_OPEN_DEPTH)·D.
     pub closer_len: usize,
+    /// The source vocabulary's own embedding (V_src, D), with `source_vocab_size`.
+    pub source_embed: Option<usize>,
+    /// V_src·D.
+    pub source_embed_len: usize,
+    /// The output logits' bias (V), with `output_bias`.
+    pub output_bias: Option<usize>,
+    /// V: the (target) vocabulary's size.
+    pub vocab: usize,
 }
 
 /// The named layout of all parameters of a model.
@@ -257,6 +265,10 @@ impl ParamLayout {
             b.add("decoder.open_depth.weight".into(), &[crate::model::pointer::MAX_OPEN_DEPTH, c.d_model], Init::Zeros);
             off
         });
+        // The options for imported models come last, so that the paper's layout is unchanged.
+        let source_embed =
+            c.source_vocab_size.map(|v| b.add("encoder.embed.weight".into(), &[v, c.d_model], Init::Normal(std)));
+        let output_bias = c.output_bias.then(|| b.add("output.bias".into(), &[c.vocab_size], Init::Zeros));
         let index = b.entries.iter().enumerate().map(|(i, e)| (e.name.clone(), i)).collect();
         ParamLayout {
             entries: b.entries,
@@ -273,6 +285,10 @@ impl ParamLayout {
                 pointer_len: c.d_model * c.d_model,
                 closer,
                 closer_len: (c.vocab_size + crate::model::pointer::MAX_OPEN_DEPTH) * c.d_model,
+                source_embed,
+                source_embed_len: c.source_vocab() * c.d_model,
+                output_bias,
+                vocab: c.vocab_size,
             },
         }
     }
@@ -614,6 +630,25 @@ impl ModelOffsets {
         &p[self.embed..][..self.embed_len]
     }
 
+    /// The source embedding in `p`: the shared one (V, D), or with `source_vocab_size` the
+    /// source vocabulary's own (V_src, D).
+    pub fn source_embedding<'a>(&self, p: &'a [f32]) -> &'a [f32] {
+        match self.source_embed {
+            Some(off) => &p[off..][..self.source_embed_len],
+            None => self.embedding(p),
+        }
+    }
+
+    /// The output bias (V) in `p`, with `output_bias`.
+    pub fn output_bias<'a>(&self, p: &'a [f32]) -> Option<&'a [f32]> {
+        self.output_bias.map(|off| &p[off..][..self.vocab])
+    }
+
+    /// Its gradient in `g`, with `output_bias`.
+    pub fn output_bias_mut<'a>(&self, g: &'a mut [f32]) -> Option<&'a mut [f32]> {
+        self.output_bias.map(|off| &mut g[off..][..self.vocab])
+    }
+
     /// The next-word pointer's W_p (D, D) in `p`, with `source_pointer`.
     pub fn pointer<'a>(&self, p: &'a [f32]) -> Option<&'a [f32]> {
         self.pointer.map(|off| &p[off..][..self.pointer_len])
@@ -638,6 +673,16 @@ impl ModelOffsets {
     /// The learned positions (max_positions, D) in `p`, if any.
     pub fn learned_positions<'a>(&self, p: &'a [f32]) -> Option<&'a [f32]> {
         self.positions.map(|off| &p[off..][..self.positions_len])
+    }
+
+    /// The source embedding's gradient and, with learned positions, the positions' in `g`: the
+    /// shared embedding's ([`ModelOffsets::embedding_mut`]) or the source vocabulary's own.
+    pub fn source_embedding_mut<'a>(&self, g: &'a mut [f32]) -> (&'a mut [f32], Option<&'a mut [f32]>) {
+        let Some(off) = self.source_embed else { return self.embedding_mut(g) };
+        // The source embedding lies after the positions (it is laid out near the end).
+        let (head, tail) = g.split_at_mut(off);
+        let pos = self.positions.map(|p| &mut head[p..][..self.positions_len]);
+        (&mut tail[..self.source_embed_len], pos)
     }
 
     /// The embedding and, with learned positions, the positions (which follow it) in `g`, mutably.

@@ -94,6 +94,7 @@ pub fn model_config(symbols: usize) -> ModelConfig {
         next_closer: false,
         next_closer_depth: true,
         next_closer_dropout: 0.0,
+        ..ModelConfig::base()
     }
 }
 

@@ -26,6 +26,7 @@ fn model() -> Transformer {
         next_closer: false,
         next_closer_depth: true,
         next_closer_dropout: 0.0,
+        ..transformer::ModelConfig::base()
     };
     let mut m = Transformer::new(c, 3).unwrap();
     let mut rng = Rng::new(1);
@@ -121,7 +122,7 @@ fn drawn_weights_are_the_models_attention_recomputed_from_its_parameters() {
         m.params[e.range()].iter().map(|&x| x as f64).collect()
     };
     let emb = tensor("embed.weight");
-    let pos = sinusoid_table(c.max_positions, d);
+    let pos = sinusoid_table(c.max_positions, d, c.sinusoid_layout);
     let inputs = |ids: &[u32]| -> Vec<f64> {
         let mut x = Vec::new();
         for (p, &id) in ids.iter().enumerate() {

@@ -366,6 +366,7 @@ fn model_beam_search_agrees_with_full_forward_search() {
         next_closer: false,
         next_closer_depth: true,
         next_closer_dropout: 0.0,
+        ..transformer::ModelConfig::base()
     };
     let mut m = Transformer::new(config, 4).unwrap();
     let mut rng = Rng::new(8);

@@ -24,6 +24,7 @@ fn cfg() -> ModelConfig {
         next_closer: false,
         next_closer_depth: true,
         next_closer_dropout: 0.0,
+        ..transformer::ModelConfig::base()
     }
 }
 

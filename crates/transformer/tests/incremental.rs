@@ -28,6 +28,7 @@ fn config(positions: Positions) -> ModelConfig {
         next_closer: false,
         next_closer_depth: true,
         next_closer_dropout: 0.0,
+        ..transformer::ModelConfig::base()
     }
 }
 

@@ -27,6 +27,7 @@ fn tiny(dropout: f32, attention_dropout: f32, label_smoothing: f32, positions: P
         next_closer: false,
         next_closer_depth: true,
         next_closer_dropout: 0.0,
+        ..transformer::ModelConfig::base()
     }
 }
 

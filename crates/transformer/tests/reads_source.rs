@@ -49,6 +49,7 @@ fn twenty_short_trees_are_reproduced_from_their_own_sentences() {
         next_closer: true,
         next_closer_depth: true,
         next_closer_dropout: 0.0,
+        ..transformer::ModelConfig::base()
     };
     let model = Transformer::new(cfg.clone(), 1).unwrap().with_pointer_table(PointerTable::from_bpe(&bpe)).unwrap();
     let mut trainer = Trainer::new(model, Schedule { d_model: 64, warmup: 100, lr_scale: 0.5 }, 1);

@@ -33,6 +33,7 @@ fn translator(precision: Precision) -> Translator {
         next_closer: false,
         next_closer_depth: true,
         next_closer_dropout: 0.0,
+        ..transformer::ModelConfig::base()
     };
     let model = Transformer::new(config, 7).unwrap();
     Translator::new(model, bpe, SessionOptions { precision, ..Default::default() }).unwrap()

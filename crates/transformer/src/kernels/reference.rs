@@ -294,6 +294,60 @@ pub fn relu_backward(dh: &[f64], h: &[f64]) -> Vec<f64> {
     dh.iter().zip(h).map(|(d, h)| if *h > 0.0 { *d } else { 0.0 }).collect()
 }
 
+/// act(x) in f64, each from its definition: ReLU max(x, 0); swish x·σ(x); GELU x·Φ(x) with Φ's
+/// erf summed from its Taylor series (an independent route from the kernel's Chebyshev fit);
+/// GELU's tanh form as written.
+pub fn activation_forward(x: &[f64], act: crate::config::Activation) -> Vec<f64> {
+    use crate::config::Activation::*;
+    x.iter()
+        .map(|&x| match act {
+            Relu => x.max(0.0),
+            Swish => x / (1.0 + (-x).exp()),
+            Gelu => 0.5 * x * (1.0 + erf_series(x / std::f64::consts::SQRT_2)),
+            GeluTanh => 0.5 * x * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x.powi(3))).tanh()),
+        })
+        .collect()
+}
+
+/// erf(x) = 2/√π · Σ (−1)ⁿ x^(2n+1) / (n! (2n+1)), summed until the terms vanish; ±1 beyond |x| = 6
+/// (where 1 − |erf| < 10⁻¹⁶).
+pub fn erf_series(x: f64) -> f64 {
+    if x.abs() > 6.0 {
+        return x.signum();
+    }
+    let (mut term, mut sum, mut n) = (x, x, 0.0);
+    while term.abs() > 1e-17 * sum.abs().max(1e-300) {
+        n += 1.0;
+        term *= -x * x / n;
+        sum += term / (2.0 * n + 1.0);
+    }
+    sum * 2.0 / std::f64::consts::PI.sqrt()
+}
+
+/// The sinusoid table (max_len, d) in f64 for each [`crate::config::SinusoidLayout`], from its
+/// definition.
+pub fn sinusoids(max_len: usize, d: usize, layout: crate::config::SinusoidLayout) -> Vec<f64> {
+    use crate::config::SinusoidLayout::*;
+    let mut t = vec![0.0; max_len * d];
+    let half = d / 2;
+    for pos in 0..max_len {
+        for i in 0..half {
+            let p = pos as f64;
+            let angle = match layout {
+                Interleaved | Halves => p / 10000f64.powf(2.0 * i as f64 / d as f64),
+                Marian => p * (-(i as f64) * 10000f64.ln() / (half as f64 - 1.0)).exp(),
+            };
+            let (s, c) = match layout {
+                Interleaved => (2 * i, 2 * i + 1),
+                Halves | Marian => (i, half + i),
+            };
+            t[pos * d + s] = angle.sin();
+            t[pos * d + c] = angle.cos();
+        }
+    }
+    t
+}
+
 /// One Adam step in f64, as textbook: m̂ = m/(1−β1^t), v̂ = v/(1−β2^t), p −= lr·m̂/(√v̂ + ε).
 #[allow(clippy::too_many_arguments)]
 pub fn adam_update(

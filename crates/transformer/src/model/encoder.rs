@@ -21,7 +21,7 @@ impl Transformer {
         embedding_forward(
             &mut ws.enc_in,
             &batch.src,
-            self.embedding(),
+            self.source_embedding(),
             self.positions(),
             batch.s,
             d,
@@ -52,7 +52,7 @@ impl Transformer {
     }
 
     /// The encoder output (B·S, D) after [`Transformer::encoder_forward`].
-    pub(crate) fn encoder_output<'w>(&self, ws: &'w Workspace) -> &'w [f32] {
+    pub fn encoder_output<'w>(&self, ws: &'w Workspace) -> &'w [f32] {
         let n = self.config.n_layers;
         if n == 0 {
             &ws.enc_in
@@ -102,7 +102,7 @@ impl Transformer {
                 masks.self_attn,
             );
         }
-        let (emb_g, pos_g) = o.embedding_mut(grads);
+        let (emb_g, pos_g) = o.source_embedding_mut(grads);
         embedding_backward(
             emb_g,
             pos_g,

@@ -3,7 +3,8 @@
 
 use super::workspace::{Backward, FfnActs, Flow, GradScratch};
 use super::Transformer;
-use crate::kernels::cpu::elementwise::{bias_relu_backward, bias_relu_forward};
+use crate::config::Activation;
+use crate::kernels::cpu::elementwise::{bias_activation_forward, bias_relu_backward};
 use crate::kernels::cpu::layer_norm::{residual_layer_norm_backward, residual_layer_norm_forward};
 use crate::kernels::cpu::linear::linear_backward;
 use crate::params::{FfnBlock, FfnBlockMut};
@@ -22,7 +23,7 @@ pub(super) fn forward(
     let (fp, np) = (&p.ffn, &p.norm);
     let rows = x.len() / d;
     m.linear(&mut acts.h, x, fp.w_1, None, rows, f, d);
-    bias_relu_forward(&mut acts.h, fp.b_1);
+    bias_activation_forward(&mut acts.h, fp.b_1, m.config.activation);
     let y = &mut y[..rows * d];
     m.linear(y, &acts.h, fp.w_2, None, rows, d, f);
     let n = &mut acts.norm;
@@ -70,6 +71,8 @@ pub(super) fn backward(
         np.gamma,
         drop,
     );
+    // Training runs refuse other activations (`Trainer::new`): only ReLU's backward is here.
+    assert_eq!(m.config.activation, Activation::Relu, "the FFN backward is ReLU's");
     let dh = &mut gs.d_h[..rows * f];
     linear_backward(m.precision, Some(&mut *dh), false, fg.w_2, None, dy, &acts.h, fp.w_2, rows, d, f);
     bias_relu_backward(dh, &acts.h, fg.b_1, &mut gs.partials);

@@ -21,7 +21,7 @@ use super::pointer::{CloserStacks, PointerState, NO_OPEN};
 use super::{Batch, Transformer, Workspace};
 use crate::error::{Error, Result};
 use crate::kernels::cpu::cached_attention::{attend, KeyValues};
-use crate::kernels::cpu::elementwise::bias_relu_forward;
+use crate::kernels::cpu::elementwise::bias_activation_forward;
 use crate::kernels::cpu::embedding::embedding_step;
 use crate::kernels::cpu::layer_norm::residual_layer_norm_forward;
 use crate::kernels::cpu::packed::PackedLinear;
@@ -375,12 +375,12 @@ impl Transformer {
             self.project_norm(&pl.cross_o, &lp.cross_attn.attn, &lp.cross_attn.norm, st, rows);
             // FFN.
             pl.w_1.forward(&mut st.hidden, &st.x, lp.ffn.ffn.w_1, None, rows);
-            bias_relu_forward(&mut st.hidden, lp.ffn.ffn.b_1);
+            bias_activation_forward(&mut st.hidden, lp.ffn.ffn.b_1, c.activation);
             pl.w_2.forward(&mut st.y, &st.hidden, lp.ffn.ffn.w_2, None, rows);
             self.residual_norm(&lp.ffn.norm, lp.ffn.ffn.b_2, st);
         }
         st.len += 1;
-        packed.output.forward(&mut st.logits, &st.x, emb, None, rows);
+        packed.output.forward(&mut st.logits, &st.x, emb, self.output_bias(), rows);
         Ok(&st.logits)
     }
 

@@ -111,7 +111,10 @@ impl Batch {
                 c.max_positions
             ));
         }
-        let ids = self.src.iter().chain(&self.tgt_in).chain(&self.tgt_out);
+        if let Some(&id) = self.src.iter().find(|&&id| id as usize >= c.source_vocab()) {
+            return bad(format!("source token id {id} outside the source vocabulary of {}", c.source_vocab()));
+        }
+        let ids = self.tgt_in.iter().chain(&self.tgt_out);
         if let Some(&id) = ids.clone().find(|&&id| id as usize >= c.vocab_size) {
             return bad(format!("token id {id} outside the vocabulary of {}", c.vocab_size));
         }
@@ -192,7 +195,9 @@ impl Transformer {
             )));
         }
         let sinusoids = match config.positions {
-            crate::config::Positions::Sinusoidal => sinusoid_table(config.max_positions, config.d_model),
+            crate::config::Positions::Sinusoidal => {
+                sinusoid_table(config.max_positions, config.d_model, config.sinusoid_layout)
+            }
             crate::config::Positions::Learned => Vec::new(),
         };
         Ok(Transformer {
@@ -286,9 +291,24 @@ impl Transformer {
         self.layout.offsets.embedding(&self.params)
     }
 
-    /// §3.4: the embedding weights are multiplied by √d_model.
+    /// The source embedding: the shared E, or the source vocabulary's own with
+    /// `source_vocab_size`.
+    fn source_embedding(&self) -> &[f32] {
+        self.layout.offsets.source_embedding(&self.params)
+    }
+
+    /// The output logits' bias (V), with `output_bias`.
+    fn output_bias(&self) -> Option<&[f32]> {
+        self.layout.offsets.output_bias(&self.params)
+    }
+
+    /// §3.4: the embedding weights are multiplied by √d_model (unless `scale_embedding` is off).
     fn embedding_scale(&self) -> f32 {
-        (self.config.d_model as f32).sqrt()
+        if self.config.scale_embedding {
+            (self.config.d_model as f32).sqrt()
+        } else {
+            1.0
+        }
     }
 
     /// Forward pass: fills `ws.logits` (B·T, V) and the activations the backward needs. Dropout is
@@ -322,7 +342,7 @@ impl Transformer {
         let dec_out: &[f32] = if n == 0 { &ws.dec_in } else { &ws.dec[n - 1].ffn.norm.out };
         // §3.4: the pre-softmax projection is the shared embedding, logits = h Eᵀ.
         let emb = self.embedding();
-        self.linear(&mut ws.logits, dec_out, emb, None, batch.b * batch.t, v, d);
+        self.linear(&mut ws.logits, dec_out, emb, self.output_bias(), batch.b * batch.t, v, d);
         Ok(())
     }
 
@@ -354,6 +374,9 @@ impl Transformer {
         product(self.precision, &mut ws.g_a[..mt * d], &ws.logits, Op::N, emb, Op::N, mt, d, v, false);
         let (emb_g, _) = self.layout.offsets.embedding_mut(grads);
         product(self.precision, emb_g, &ws.logits, Op::T, dec_out, Op::N, v, d, mt, true);
+        if let Some(bias_g) = self.layout.offsets.output_bias_mut(grads) {
+            crate::kernels::cpu::elementwise::column_sum_add(bias_g, &ws.logits[..mt * v], v);
+        }
         self.decoder_backward(batch, ws, dropout, grads);
         self.encoder_backward(batch, ws, dropout, grads);
     }

@@ -490,8 +490,30 @@ impl RunConfig {
         let mut c = self.model.apply(&preset).map_err(Error::Config)?;
         c.vocab_size = vocab_size;
         c.validate()?;
+        check_trainable(&c)?;
         Ok(c)
     }
+}
+
+/// Refuses, by name, model options that training does not support: the FFN backward is ReLU's,
+/// and a separate source vocabulary needs a source tokenizer that `train` does not learn (both
+/// are for models imported from other toolkits, which are decoded, not trained).
+pub fn check_trainable(c: &ModelConfig) -> Result<()> {
+    if c.activation != crate::config::Activation::Relu {
+        return Err(Error::Config(format!(
+            "model.activation = {}: training supports the paper's ReLU FFN only (other activations are for \
+             decoding imported models)",
+            c.activation.name()
+        )));
+    }
+    if c.source_vocab_size.is_some() {
+        return Err(Error::Config(
+            "model.source_vocab_size: training learns one shared vocabulary (§3.4); separate vocabularies are for \
+             decoding imported models"
+                .into(),
+        ));
+    }
+    Ok(())
 }
 
 /// A rough upper estimate of a training run's memory in bytes: parameters, gradients and both

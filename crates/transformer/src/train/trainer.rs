@@ -62,6 +62,9 @@ impl Trainer {
             "a model at {} cannot train: int8 is for decoding (train at f32 or bf16)",
             model.precision()
         );
+        if let Err(e) = crate::train::config::check_trainable(&model.config) {
+            panic!("{e}");
+        }
         let n = model.params.len();
         Trainer {
             model,

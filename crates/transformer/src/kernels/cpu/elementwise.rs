@@ -2,6 +2,7 @@
 //! vectorisable exp, ReLU, bias-gradient column sums.
 
 use super::ROW_BLOCK;
+use crate::config::Activation;
 use multiversion::multiversion;
 use rayon::prelude::*;
 
@@ -162,6 +163,60 @@ fn bias_relu_rows(rows: &mut [f32], bias: &[f32]) {
             let x = *v + b;
             *v = if x > 0.0 { x } else { 0.0 };
         }
+    }
+}
+
+/// In place over rows of width `bias.len()`: h = act(h + bias), the FFN's inner layer with the
+/// model's activation ([`Activation`]; ReLU is [`bias_relu_forward`]).
+pub fn bias_activation_forward(h: &mut [f32], bias: &[f32], act: Activation) {
+    if act == Activation::Relu {
+        return bias_relu_forward(h, bias);
+    }
+    let _t = super::profile::scope(super::profile::Slot::Relu);
+    let f = bias.len();
+    assert_eq!(h.len() % f.max(1), 0);
+    h.par_chunks_mut(ROW_BLOCK * f).for_each(|rows| {
+        for row in rows.chunks_exact_mut(f) {
+            for (v, b) in row.iter_mut().zip(bias) {
+                *v = activation(*v + b, act);
+            }
+        }
+    });
+}
+
+/// One value through `act` (f32 in and out; GELU's normal CDF is evaluated in f64).
+#[inline]
+pub fn activation(x: f32, act: Activation) -> f32 {
+    match act {
+        Activation::Relu => x.max(0.0),
+        Activation::Swish => x / (1.0 + (-x).exp()),
+        Activation::Gelu => (0.5 * x as f64 * erfc(-x as f64 * std::f64::consts::FRAC_1_SQRT_2)) as f32,
+        Activation::GeluTanh => {
+            let x = x as f64;
+            let inner = (2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x * x * x);
+            (0.5 * x * (1.0 + inner.tanh())) as f32
+        }
+    }
+}
+
+/// The complementary error function, erfc(x) = 1 − erf(x), to a relative error below 1.2·10⁻⁷
+/// everywhere (the Chebyshev fit of Numerical Recipes, §6.2), so x·Φ(x) = ½·x·erfc(−x/√2) keeps
+/// its relative accuracy in both tails.
+pub fn erfc(x: f64) -> f64 {
+    let z = x.abs();
+    let t = 1.0 / (1.0 + 0.5 * z);
+    let poly = -1.265_512_23
+        + t * (1.000_023_68
+            + t * (0.374_091_96
+                + t * (0.096_784_18
+                    + t * (-0.186_288_06
+                        + t * (0.278_868_07
+                            + t * (-1.135_203_98 + t * (1.488_515_87 + t * (-0.822_152_23 + t * 0.170_872_77))))))));
+    let r = t * (-z * z + poly).exp();
+    if x >= 0.0 {
+        r
+    } else {
+        2.0 - r
     }
 }
 

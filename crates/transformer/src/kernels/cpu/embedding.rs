@@ -1,6 +1,7 @@
 //! §3.4–3.5 Token embeddings scaled by √d_model plus positions, with dropout; the backward scatters
 //! into the one shared embedding matrix (tied three ways).
 
+use crate::config::SinusoidLayout;
 use crate::rng::DropoutMask;
 use rayon::prelude::*;
 
@@ -125,14 +126,29 @@ unsafe fn scatter_block(
     }
 }
 
-/// The §3.5 sinusoid table (max_len, d): PE(pos, 2i) = sin(pos/10000^(2i/d)), PE(pos, 2i+1) = cos(…).
-pub fn sinusoid_table(max_len: usize, d: usize) -> Vec<f32> {
+/// The §3.5 sinusoid table (max_len, d) in `layout` ([`SinusoidLayout`]): the paper's
+/// PE(pos, 2i) = sin(pos/10000^(2i/d)), PE(pos, 2i+1) = cos(…); or sines in the first half and
+/// cosines in the second, at the paper's frequencies (Hugging Face's Marian) or at
+/// tensor2tensor's, pos · exp(−i · ln 10000 / (d/2 − 1)) (Marian's own).
+pub fn sinusoid_table(max_len: usize, d: usize, layout: SinusoidLayout) -> Vec<f32> {
     let mut t = vec![0f32; max_len * d];
+    let half = d / 2;
     for pos in 0..max_len {
-        for i in 0..d / 2 {
-            let angle = pos as f64 / 10000f64.powf(2.0 * i as f64 / d as f64);
-            t[pos * d + 2 * i] = angle.sin() as f32;
-            t[pos * d + 2 * i + 1] = angle.cos() as f32;
+        for i in 0..half {
+            let angle = match layout {
+                SinusoidLayout::Interleaved | SinusoidLayout::Halves => {
+                    pos as f64 / 10000f64.powf(2.0 * i as f64 / d as f64)
+                }
+                SinusoidLayout::Marian => {
+                    pos as f64 * (-(i as f64) * 10000f64.ln() / (half as f64 - 1.0).max(1.0)).exp()
+                }
+            };
+            let (s, c) = match layout {
+                SinusoidLayout::Interleaved => (2 * i, 2 * i + 1),
+                SinusoidLayout::Halves | SinusoidLayout::Marian => (i, half + i),
+            };
+            t[pos * d + s] = angle.sin() as f32;
+            t[pos * d + c] = angle.cos() as f32;
         }
     }
     t

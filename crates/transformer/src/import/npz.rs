@@ -1,0 +1,128 @@
+//! Arrays from a NumPy `.npz` archive (a zip of `.npy` files), as Marian saves its models: float32
+//! or float16 arrays in C order, plus byte arrays such as Marian's `special:model.yml`.
+
+use super::pickle::Tensor;
+use crate::error::{Error, Result};
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::Path;
+
+/// One array: f32 values, or raw bytes for 1-byte integer and byte-string arrays.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Array {
+    /// A float array, converted to f32.
+    Float(Tensor),
+    /// The bytes of an `int8`, `uint8` or byte-string array.
+    Bytes(Vec<u8>),
+}
+
+fn bad(path: &Path, msg: impl std::fmt::Display) -> Error {
+    Error::Import(format!("{}: {msg}", path.display()))
+}
+
+/// Reads every array of the archive, by name (the entry name without `.npy`).
+pub fn read_npz(path: &Path) -> Result<BTreeMap<String, Array>> {
+    let file = std::fs::File::open(path).map_err(crate::io::io_err(path))?;
+    let mut zip = zip::ZipArchive::new(std::io::BufReader::new(file))
+        .map_err(|e| bad(path, format!("not an .npz (zip) archive: {e}")))?;
+    let mut out = BTreeMap::new();
+    for i in 0..zip.len() {
+        let mut entry = zip.by_index(i).map_err(|e| bad(path, format!("entry {i}: {e}")))?;
+        let name = entry.name().map_err(|e| bad(path, format!("entry {i}: {e}")))?.to_string();
+        let Some(key) = name.strip_suffix(".npy") else { continue };
+        let mut bytes = Vec::new();
+        entry.read_to_end(&mut bytes).map_err(|e| bad(path, format!("{name}: {e}")))?;
+        let array = parse_npy(&bytes).map_err(|m| bad(path, format!("{name}: {m}")))?;
+        out.insert(key.to_string(), array);
+    }
+    Ok(out)
+}
+
+/// Parses one `.npy` file (format versions 1–3).
+pub fn parse_npy(b: &[u8]) -> std::result::Result<Array, String> {
+    if b.len() < 10 || &b[..6] != b"\x93NUMPY" {
+        return Err("not a .npy array (bad magic)".into());
+    }
+    let (header_len, start): (usize, usize) = match b[6] {
+        1 => (u16::from_le_bytes([b[8], b[9]]) as usize, 10),
+        2 | 3 if b.len() >= 12 => (u32::from_le_bytes([b[8], b[9], b[10], b[11]]) as usize, 12),
+        v => return Err(format!(".npy format version {v} is not read")),
+    };
+    let end = start.checked_add(header_len).filter(|&e| e <= b.len()).ok_or("the header runs past the file")?;
+    let header = std::str::from_utf8(&b[start..end]).map_err(|_| "the header is not text")?;
+    let field = |key: &str| -> std::result::Result<&str, String> {
+        let at = header.find(&format!("'{key}'")).ok_or_else(|| format!("the header has no '{key}'"))?;
+        let rest = header[at + key.len() + 2..].trim_start();
+        Ok(rest.strip_prefix(':').ok_or("a malformed header")?.trim_start())
+    };
+    let descr = field("descr")?;
+    let descr = descr.strip_prefix('\'').and_then(|d| d.split('\'').next()).ok_or("a malformed 'descr'")?;
+    if field("fortran_order")?.starts_with("True") {
+        return Err("Fortran-ordered arrays are not read".into());
+    }
+    let shape_text = field("shape")?;
+    let close = shape_text.find(')').ok_or("a malformed 'shape'")?;
+    let shape = shape_text[1..close]
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| s.parse::<usize>().map_err(|_| format!("a bad dimension '{s}'")))
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    let n = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d)).ok_or("the shape overflows")?;
+    let data = &b[end..];
+    let need = |size: usize| -> std::result::Result<&[u8], String> {
+        n.checked_mul(size)
+            .filter(|&m| m <= data.len())
+            .map(|m| &data[..m])
+            .ok_or_else(|| format!("{} bytes of data for {n} elements of {descr}", data.len()))
+    };
+    match descr {
+        "<f4" => {
+            let d = need(4)?;
+            let v = d.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+            Ok(Array::Float(Tensor { shape, data: v }))
+        }
+        "<f2" => {
+            let d = need(2)?;
+            let v = d.chunks_exact(2).map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32()).collect();
+            Ok(Array::Float(Tensor { shape, data: v }))
+        }
+        "|i1" | "|u1" | "|b1" => Ok(Array::Bytes(need(1)?.to_vec())),
+        d if d.starts_with("|S") => {
+            let w: usize = d[2..].parse().map_err(|_| format!("a bad descr {d}"))?;
+            Ok(Array::Bytes(need(w)?.to_vec()))
+        }
+        other => Err(format!("element type {other} is not read (float32, float16 and bytes are)")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn npy(descr: &str, shape: &str, data: &[u8]) -> Vec<u8> {
+        let mut h = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape}, }}");
+        while (10 + h.len() + 1) % 64 != 0 {
+            h.push(' ');
+        }
+        h.push('\n');
+        let mut b = b"\x93NUMPY\x01\x00".to_vec();
+        b.extend((h.len() as u16).to_le_bytes());
+        b.extend(h.as_bytes());
+        b.extend(data);
+        b
+    }
+
+    #[test]
+    fn reads_floats_and_bytes() {
+        let data: Vec<u8> = [1.5f32, -2.0, 0.25, 8.0, 0.0, 3.0].iter().flat_map(|v| v.to_le_bytes()).collect();
+        assert_eq!(
+            parse_npy(&npy("<f4", "(2, 3)", &data)).unwrap(),
+            Array::Float(Tensor { shape: vec![2, 3], data: vec![1.5, -2.0, 0.25, 8.0, 0.0, 3.0] })
+        );
+        assert_eq!(parse_npy(&npy("|i1", "(3,)", b"ab\0")).unwrap(), Array::Bytes(b"ab\0".to_vec()));
+        assert!(parse_npy(&npy("<f4", "(2, 3)", &data[..20])).unwrap_err().contains("bytes of data"));
+        assert!(parse_npy(&npy("<i8", "(1,)", &[0; 8])).unwrap_err().contains("not read"));
+        assert!(parse_npy(b"garbage").is_err());
+    }
+}

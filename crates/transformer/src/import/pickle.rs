@@ -1,0 +1,486 @@
+//! Tensors from a PyTorch `pytorch_model.bin` (the zip format of `torch.save`, PyTorch ≥ 1.6)
+//! without running any pickle code.
+//!
+//! The archive holds `<name>/data.pkl`, a pickle of the state dict, and one `<name>/data/<key>`
+//! entry per storage. The pickle is read by a small stack machine that knows the opcodes
+//! `torch.save` writes and builds plain values; it never imports or calls anything. A call
+//! (`REDUCE`) is only understood for an allowlist of callables, by name:
+//! `collections.OrderedDict` (a dict), `torch._utils._rebuild_tensor_v2` and
+//! `torch._utils._rebuild_parameter` (a tensor: storage, offset, shape, strides), and the storage
+//! types `torch.FloatStorage`, `HalfStorage`, `BFloat16Storage` named in persistent ids. Any other
+//! global is refused with an error naming it.
+
+use crate::error::{Error, Result};
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::Path;
+
+/// A tensor's element type in the archive.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DType {
+    /// float32.
+    F32,
+    /// float16.
+    F16,
+    /// bfloat16.
+    Bf16,
+}
+
+impl DType {
+    fn size(self) -> usize {
+        match self {
+            DType::F32 => 4,
+            DType::F16 | DType::Bf16 => 2,
+        }
+    }
+}
+
+/// One tensor of the state dict, as f32.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Tensor {
+    /// Shape.
+    pub shape: Vec<usize>,
+    /// Row-major values.
+    pub data: Vec<f32>,
+}
+
+/// A value built by the pickle machine. Some payloads are kept for error messages only.
+#[derive(Clone, Debug)]
+#[allow(dead_code)]
+enum Value {
+    None,
+    Bool(bool),
+    Int(i64),
+    Float(f64),
+    Str(String),
+    Bytes(Vec<u8>),
+    Tuple(Vec<Value>),
+    List(Vec<Value>),
+    Dict(Vec<(Value, Value)>),
+    /// `module.name`, not resolved.
+    Global(String),
+    /// A persistent id (a storage reference): its tuple.
+    PersId(Box<Value>),
+    /// A tensor view: storage (key, dtype), offset, shape, strides (in elements).
+    Tensor {
+        key: String,
+        dtype: DType,
+        offset: usize,
+        shape: Vec<usize>,
+        strides: Vec<usize>,
+    },
+    /// The stack mark.
+    Mark,
+}
+
+fn bad(path: &Path, msg: impl std::fmt::Display) -> Error {
+    Error::Import(format!("{}: {msg}", path.display()))
+}
+
+/// Reads every tensor of the state dict in `path` (a `torch.save` zip archive), converted to f32.
+/// Refuses the old non-zip format, pickles that call anything outside the allowlist, and
+/// storages that are missing or too short for their views.
+pub fn read_state_dict(path: &Path) -> Result<BTreeMap<String, Tensor>> {
+    let file = std::fs::File::open(path).map_err(crate::io::io_err(path))?;
+    let mut zip = zip::ZipArchive::new(std::io::BufReader::new(file)).map_err(|e| {
+        bad(
+            path,
+            format!(
+                "not a zip archive ({e}): only the zip format of torch.save (PyTorch ≥ 1.6) is read; re-save it with \
+                 torch.save(state_dict, path) or use model.safetensors"
+            ),
+        )
+    })?;
+    let pkl_name = (0..zip.len())
+        .filter_map(|i| zip.name_for_index(i).and_then(|n| n.ok()).map(|n| n.to_string()))
+        .find(|n| n.ends_with("/data.pkl") || n == "data.pkl")
+        .ok_or_else(|| bad(path, "no data.pkl in the archive: not a torch.save file"))?;
+    let prefix = pkl_name.trim_end_matches("data.pkl").to_string();
+    let mut pkl = Vec::new();
+    zip.by_name(&pkl_name)
+        .and_then(|mut f| f.read_to_end(&mut pkl).map_err(Into::into))
+        .map_err(|e| bad(path, format!("{pkl_name}: {e}")))?;
+    let root = Machine::new(&pkl).run().map_err(|m| bad(path, format!("{pkl_name}: {m}")))?;
+    let Value::Dict(items) = root else {
+        return Err(bad(path, "the pickle is not a state dict (a dict of tensors)"));
+    };
+    let mut storages: BTreeMap<String, Vec<u8>> = BTreeMap::new();
+    let mut out = BTreeMap::new();
+    for (k, v) in items {
+        let Value::Str(name) = k else { return Err(bad(path, "a state dict key is not a string")) };
+        let Value::Tensor { key, dtype, offset, shape, strides } = v else {
+            return Err(bad(path, format!("{name} is not a tensor")));
+        };
+        if !storages.contains_key(&key) {
+            let entry = format!("{prefix}data/{key}");
+            let mut bytes = Vec::new();
+            zip.by_name(&entry)
+                .and_then(|mut f| f.read_to_end(&mut bytes).map_err(Into::into))
+                .map_err(|e| bad(path, format!("{name}: storage {entry}: {e}")))?;
+            storages.insert(key.clone(), bytes);
+        }
+        let bytes = &storages[&key];
+        let n: usize = shape.iter().product();
+        let mut data = Vec::with_capacity(n);
+        // The largest element index the view touches must lie inside the storage.
+        let last = offset + shape.iter().zip(&strides).map(|(&s, &st)| s.saturating_sub(1) * st).sum::<usize>();
+        if n > 0 && (last + 1) * dtype.size() > bytes.len() {
+            return Err(bad(path, format!("{name}: its view reaches past its storage ({} bytes)", bytes.len())));
+        }
+        let mut index = vec![0usize; shape.len()];
+        for _ in 0..n {
+            let at = offset + index.iter().zip(&strides).map(|(&i, &s)| i * s).sum::<usize>();
+            let b = &bytes[at * dtype.size()..][..dtype.size()];
+            data.push(match dtype {
+                DType::F32 => f32::from_le_bytes([b[0], b[1], b[2], b[3]]),
+                DType::F16 => half::f16::from_le_bytes([b[0], b[1]]).to_f32(),
+                DType::Bf16 => half::bf16::from_le_bytes([b[0], b[1]]).to_f32(),
+            });
+            for d in (0..shape.len()).rev() {
+                index[d] += 1;
+                if index[d] < shape[d] {
+                    break;
+                }
+                index[d] = 0;
+            }
+        }
+        out.insert(name, Tensor { shape, data });
+    }
+    Ok(out)
+}
+
+struct Machine<'a> {
+    code: &'a [u8],
+    at: usize,
+    stack: Vec<Value>,
+    memo: BTreeMap<u64, Value>,
+}
+
+type Step<T> = std::result::Result<T, String>;
+
+impl<'a> Machine<'a> {
+    fn new(code: &'a [u8]) -> Self {
+        Machine { code, at: 0, stack: Vec::new(), memo: BTreeMap::new() }
+    }
+
+    fn take(&mut self, n: usize) -> Step<&'a [u8]> {
+        let end = self.at.checked_add(n).filter(|&e| e <= self.code.len()).ok_or("the pickle ends early")?;
+        let s = &self.code[self.at..end];
+        self.at = end;
+        Ok(s)
+    }
+
+    fn u8(&mut self) -> Step<u8> {
+        Ok(self.take(1)?[0])
+    }
+
+    fn le(&mut self, n: usize) -> Step<u64> {
+        Ok(self.take(n)?.iter().rev().fold(0u64, |a, &b| (a << 8) | b as u64))
+    }
+
+    fn line(&mut self) -> Step<String> {
+        let rest = &self.code[self.at..];
+        let n = rest.iter().position(|&b| b == b'\n').ok_or("unterminated GLOBAL")?;
+        let s = String::from_utf8(rest[..n].to_vec()).map_err(|_| "a GLOBAL name is not UTF-8")?;
+        self.at += n + 1;
+        Ok(s)
+    }
+
+    fn pop(&mut self) -> Step<Value> {
+        self.stack.pop().ok_or_else(|| "stack underflow".to_string())
+    }
+
+    /// The values above the topmost mark, which is removed.
+    fn pop_mark(&mut self) -> Step<Vec<Value>> {
+        let m = self.stack.iter().rposition(|v| matches!(v, Value::Mark)).ok_or("MARK missing")?;
+        let items = self.stack.split_off(m + 1);
+        self.stack.pop();
+        Ok(items)
+    }
+
+    fn top(&mut self) -> Step<&mut Value> {
+        self.stack.last_mut().ok_or_else(|| "stack underflow".to_string())
+    }
+
+    fn string(bytes: &[u8]) -> Step<Value> {
+        Ok(Value::Str(String::from_utf8(bytes.to_vec()).map_err(|_| "a string is not UTF-8")?))
+    }
+
+    fn run(mut self) -> Step<Value> {
+        loop {
+            let op = self.u8()?;
+            match op {
+                0x80 => {
+                    self.u8()?; // PROTO
+                }
+                0x95 => {
+                    self.take(8)?; // FRAME
+                }
+                b'.' => return self.pop(),
+                b'(' => self.stack.push(Value::Mark),
+                b'}' => self.stack.push(Value::Dict(Vec::new())),
+                b']' => self.stack.push(Value::List(Vec::new())),
+                b')' => self.stack.push(Value::Tuple(Vec::new())),
+                b'N' => self.stack.push(Value::None),
+                0x88 => self.stack.push(Value::Bool(true)),
+                0x89 => self.stack.push(Value::Bool(false)),
+                b'K' => {
+                    let v = self.le(1)? as i64;
+                    self.stack.push(Value::Int(v));
+                }
+                b'M' => {
+                    let v = self.le(2)? as i64;
+                    self.stack.push(Value::Int(v));
+                }
+                b'J' => {
+                    let v = self.le(4)? as u32 as i32 as i64;
+                    self.stack.push(Value::Int(v));
+                }
+                0x8a => {
+                    // LONG1: little-endian two's complement of n ≤ 8 bytes.
+                    let n = self.u8()? as usize;
+                    if n > 8 {
+                        return Err("an integer wider than 64 bits".into());
+                    }
+                    let b = self.take(n)?;
+                    let mut v = b.iter().rev().fold(0i64, |a, &x| (a << 8) | x as i64);
+                    if n > 0 && n < 8 && b[n - 1] & 0x80 != 0 {
+                        v -= 1i64 << (8 * n);
+                    }
+                    self.stack.push(Value::Int(v));
+                }
+                b'G' => {
+                    let b = self.take(8)?;
+                    self.stack.push(Value::Float(f64::from_be_bytes(b.try_into().expect("8 bytes"))));
+                }
+                b'X' => {
+                    let n = self.le(4)? as usize;
+                    let v = Self::string(self.take(n)?)?;
+                    self.stack.push(v);
+                }
+                0x8c => {
+                    let n = self.u8()? as usize;
+                    let v = Self::string(self.take(n)?)?;
+                    self.stack.push(v);
+                }
+                0x8d => {
+                    let n = self.le(8)? as usize;
+                    let v = Self::string(self.take(n)?)?;
+                    self.stack.push(v);
+                }
+                b'B' => {
+                    let n = self.le(4)? as usize;
+                    let v = self.take(n)?.to_vec();
+                    self.stack.push(Value::Bytes(v));
+                }
+                b'C' => {
+                    let n = self.u8()? as usize;
+                    let v = self.take(n)?.to_vec();
+                    self.stack.push(Value::Bytes(v));
+                }
+                b'q' => {
+                    let k = self.le(1)?;
+                    let v = self.top()?.clone();
+                    self.memo.insert(k, v);
+                }
+                b'r' => {
+                    let k = self.le(4)?;
+                    let v = self.top()?.clone();
+                    self.memo.insert(k, v);
+                }
+                0x94 => {
+                    let k = self.memo.len() as u64;
+                    let v = self.top()?.clone();
+                    self.memo.insert(k, v);
+                }
+                b'h' | b'j' => {
+                    let k = if op == b'h' { self.le(1)? } else { self.le(4)? };
+                    let v = self.memo.get(&k).cloned().ok_or("a memo entry read before it was written")?;
+                    self.stack.push(v);
+                }
+                b't' => {
+                    let items = self.pop_mark()?;
+                    self.stack.push(Value::Tuple(items));
+                }
+                0x85..=0x87 => {
+                    let n = (op - 0x84) as usize;
+                    if self.stack.len() < n {
+                        return Err("stack underflow".into());
+                    }
+                    let items = self.stack.split_off(self.stack.len() - n);
+                    self.stack.push(Value::Tuple(items));
+                }
+                b'c' => {
+                    let module = self.line()?;
+                    let name = self.line()?;
+                    self.stack.push(Value::Global(format!("{module}.{name}")));
+                }
+                0x93 => {
+                    let name = self.pop()?;
+                    let module = self.pop()?;
+                    match (module, name) {
+                        (Value::Str(m), Value::Str(n)) => self.stack.push(Value::Global(format!("{m}.{n}"))),
+                        _ => return Err("STACK_GLOBAL of non-strings".into()),
+                    }
+                }
+                b'Q' => {
+                    let pid = self.pop()?;
+                    self.stack.push(Value::PersId(Box::new(pid)));
+                }
+                b'R' => {
+                    let args = self.pop()?;
+                    let func = self.pop()?;
+                    let v = call(func, args)?;
+                    self.stack.push(v);
+                }
+                0x81 => {
+                    // NEWOBJ: cls.__new__(cls, *args), allowlisted like REDUCE.
+                    let args = self.pop()?;
+                    let cls = self.pop()?;
+                    let v = call(cls, args)?;
+                    self.stack.push(v);
+                }
+                b'b' => {
+                    // BUILD: the state of a dict (the state dict's `_metadata`) or of a tensor
+                    // is not needed.
+                    self.pop()?;
+                }
+                b'a' => {
+                    let v = self.pop()?;
+                    match self.top()? {
+                        Value::List(l) => l.push(v),
+                        _ => return Err("APPEND to a non-list".into()),
+                    }
+                }
+                b'e' => {
+                    let items = self.pop_mark()?;
+                    match self.top()? {
+                        Value::List(l) => l.extend(items),
+                        _ => return Err("APPENDS to a non-list".into()),
+                    }
+                }
+                b's' => {
+                    let v = self.pop()?;
+                    let k = self.pop()?;
+                    match self.top()? {
+                        Value::Dict(d) => d.push((k, v)),
+                        _ => return Err("SETITEM on a non-dict".into()),
+                    }
+                }
+                b'u' => {
+                    let items = self.pop_mark()?;
+                    if items.len() % 2 != 0 {
+                        return Err("SETITEMS with an odd number of values".into());
+                    }
+                    let mut it = items.into_iter();
+                    let mut pairs = Vec::new();
+                    while let (Some(k), Some(v)) = (it.next(), it.next()) {
+                        pairs.push((k, v));
+                    }
+                    match self.top()? {
+                        Value::Dict(d) => d.extend(pairs),
+                        _ => return Err("SETITEMS on a non-dict".into()),
+                    }
+                }
+                other => {
+                    return Err(format!(
+                        "pickle opcode 0x{other:02x} at byte {} is not one torch.save writes for a state dict",
+                        self.at - 1
+                    ))
+                }
+            }
+        }
+    }
+}
+
+fn int(v: &Value) -> Step<usize> {
+    match v {
+        Value::Int(i) if *i >= 0 => Ok(*i as usize),
+        _ => Err(format!("expected a non-negative integer, found {v:?}")),
+    }
+}
+
+fn ints(v: &Value) -> Step<Vec<usize>> {
+    match v {
+        Value::Tuple(t) | Value::List(t) => t.iter().map(int).collect(),
+        _ => Err(format!("expected a tuple of integers, found {v:?}")),
+    }
+}
+
+/// A call the state dict needs, by the callable's name; anything else is refused.
+fn call(func: Value, args: Value) -> Step<Value> {
+    let Value::Global(name) = func else { return Err(format!("a call of a non-global {func:?}")) };
+    let Value::Tuple(args) = args else { return Err(format!("{name}: arguments are not a tuple")) };
+    match name.as_str() {
+        "collections.OrderedDict" | "builtins.dict" => Ok(Value::Dict(Vec::new())),
+        "torch._utils._rebuild_tensor_v2" | "torch._utils._rebuild_tensor" => {
+            if args.len() < 4 {
+                return Err(format!("{name} with {} arguments", args.len()));
+            }
+            let Value::PersId(pid) = &args[0] else {
+                return Err(format!("{name}: the storage is not a persistent id"));
+            };
+            let Value::Tuple(pid) = pid.as_ref() else { return Err("a persistent id is not a tuple".into()) };
+            // ('storage', storage type, key, location, numel)
+            if pid.len() < 3 || !matches!(&pid[0], Value::Str(s) if s == "storage") {
+                return Err(format!("unexpected persistent id {pid:?}"));
+            }
+            let dtype = match &pid[1] {
+                Value::Global(g) if g == "torch.FloatStorage" => DType::F32,
+                Value::Global(g) if g == "torch.HalfStorage" => DType::F16,
+                Value::Global(g) if g == "torch.BFloat16Storage" => DType::Bf16,
+                other => {
+                    return Err(format!(
+                        "storage type {other:?} is not read (float32, float16 and bfloat16 are): convert the model to \
+                         one of those"
+                    ))
+                }
+            };
+            let key = match &pid[2] {
+                Value::Str(s) => s.clone(),
+                Value::Int(i) => i.to_string(),
+                other => return Err(format!("a storage key {other:?}")),
+            };
+            let (offset, shape, strides) = (int(&args[1])?, ints(&args[2])?, ints(&args[3])?);
+            if shape.len() != strides.len() {
+                return Err(format!("{name}: {} sizes but {} strides", shape.len(), strides.len()));
+            }
+            Ok(Value::Tensor { key, dtype, offset, shape, strides })
+        }
+        "torch._utils._rebuild_parameter" | "torch._utils._rebuild_parameter_with_state" => {
+            args.into_iter().next().ok_or_else(|| format!("{name} without a tensor"))
+        }
+        _ => Err(format!(
+            "the pickle calls {name}, which is not part of a plain state dict: refused (no pickle code is run); \
+             save the state dict alone, or use model.safetensors"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refuses_calls_outside_the_allowlist() {
+        // pickle.dumps(os.system, protocol=2) then a call: c os\nsystem\n ( S'echo' t R .
+        let code = b"\x80\x02cos\nsystem\nX\x04\x00\x00\x00echo\x85R.";
+        let err = Machine::new(code).run().unwrap_err();
+        assert!(err.contains("os.system") && err.contains("refused"), "{err}");
+    }
+
+    #[test]
+    fn reads_a_dict_of_ints() {
+        // {'a': 1, 'b': -2}: } q ( X a K1 X b J-2 u .
+        let code = b"\x80\x02}q\x00(X\x01\x00\x00\x00aK\x01X\x01\x00\x00\x00bJ\xfe\xff\xff\xffu.";
+        let Value::Dict(d) = Machine::new(code).run().unwrap() else { panic!("not a dict") };
+        assert_eq!(d.len(), 2);
+        assert!(matches!((&d[1].0, &d[1].1), (Value::Str(k), Value::Int(-2)) if k == "b"));
+    }
+
+    #[test]
+    fn truncated_pickles_are_errors() {
+        assert!(Machine::new(b"\x80\x02}q").run().is_err());
+        assert!(Machine::new(b"").run().is_err());
+    }
+}
