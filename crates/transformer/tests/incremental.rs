@@ -452,3 +452,23 @@ fn a_batch_encoded_in_groups_decodes_like_each_sentence_alone() {
         assert_close(&format!("sentence {i}"), &got, &want, 1e-5, 1e-5);
     }
 }
+
+#[test]
+fn imported_architecture_options_decode_like_teacher_forcing() {
+    use transformer::{Activation, SinusoidLayout};
+    let base = config(Positions::Sinusoidal);
+    for c in [
+        ModelConfig { activation: Activation::Swish, output_bias: true, ..base.clone() },
+        ModelConfig { activation: Activation::Gelu, sinusoid_layout: SinusoidLayout::Halves, ..base.clone() },
+        ModelConfig { activation: Activation::GeluTanh, sinusoid_layout: SinusoidLayout::Marian, ..base.clone() },
+        ModelConfig { source_vocab_size: Some(53), scale_embedding: false, output_bias: true, ..base.clone() },
+    ] {
+        let mut m = Transformer::new(c.clone(), 7).unwrap();
+        let mut rng = Rng::new(9);
+        for p in &mut m.params {
+            *p += ((rng.uniform() * 2.0 - 1.0) * 0.2) as f32;
+        }
+        let worst = incremental_vs_forward(&m, &m);
+        assert!(worst < 2e-5, "{:?}: incremental log-probabilities off by {worst:e}", c.departures());
+    }
+}

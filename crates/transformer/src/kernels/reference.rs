@@ -294,8 +294,8 @@ pub fn relu_backward(dh: &[f64], h: &[f64]) -> Vec<f64> {
     dh.iter().zip(h).map(|(d, h)| if *h > 0.0 { *d } else { 0.0 }).collect()
 }
 
-/// act(x) in f64, each from its definition: ReLU max(x, 0); swish x·σ(x); GELU x·Φ(x) with Φ's
-/// erf summed from its Taylor series (an independent route from the kernel's Chebyshev fit);
+/// act(x) in f64, each from its definition: ReLU max(x, 0); swish x·σ(x); GELU x·Φ(x) =
+/// ½·x·erfc(−x/√2) with [`erfc_reference`];
 /// GELU's tanh form as written.
 pub fn activation_forward(x: &[f64], act: crate::config::Activation) -> Vec<f64> {
     use crate::config::Activation::*;
@@ -303,25 +303,37 @@ pub fn activation_forward(x: &[f64], act: crate::config::Activation) -> Vec<f64>
         .map(|&x| match act {
             Relu => x.max(0.0),
             Swish => x / (1.0 + (-x).exp()),
-            Gelu => 0.5 * x * (1.0 + erf_series(x / std::f64::consts::SQRT_2)),
+            Gelu => 0.5 * x * erfc_reference(-x / std::f64::consts::SQRT_2),
             GeluTanh => 0.5 * x * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x.powi(3))).tanh()),
         })
         .collect()
 }
 
-/// erf(x) = 2/√π · Σ (−1)ⁿ x^(2n+1) / (n! (2n+1)), summed until the terms vanish; ±1 beyond |x| = 6
-/// (where 1 − |erf| < 10⁻¹⁶).
-pub fn erf_series(x: f64) -> f64 {
-    if x.abs() > 6.0 {
-        return x.signum();
+/// erfc(z) = 1 − erf(z), by an independent route from the kernel's Chebyshev fit: for |z| ≤ 3,
+/// 1 − the Taylor series 2/√π · Σ (−1)ⁿ z^(2n+1) / (n! (2n+1)); beyond, the continued fraction
+/// erfc(z) = e^(−z²)/√π · 1/(z + ½/(z + 1/(z + 3⁄2/(z + …)))) (relative accuracy in the tail), and
+/// erfc(−z) = 2 − erfc(z).
+pub fn erfc_reference(z: f64) -> f64 {
+    if z.abs() <= 3.0 {
+        let (mut term, mut sum, mut n) = (z, z, 0.0);
+        while term.abs() > 1e-18 * sum.abs().max(1e-300) {
+            n += 1.0;
+            term *= -z * z / n;
+            sum += term / (2.0 * n + 1.0);
+        }
+        return 1.0 - sum * 2.0 / std::f64::consts::PI.sqrt();
     }
-    let (mut term, mut sum, mut n) = (x, x, 0.0);
-    while term.abs() > 1e-17 * sum.abs().max(1e-300) {
-        n += 1.0;
-        term *= -x * x / n;
-        sum += term / (2.0 * n + 1.0);
+    let a = z.abs();
+    let mut k = a;
+    for n in (1..=200).rev() {
+        k = a + (n as f64 / 2.0) / k;
     }
-    sum * 2.0 / std::f64::consts::PI.sqrt()
+    let tail = (-a * a).exp() / (std::f64::consts::PI.sqrt() * k);
+    if z > 0.0 {
+        tail
+    } else {
+        2.0 - tail
+    }
 }
 
 /// The sinusoid table (max_len, d) in f64 for each [`crate::config::SinusoidLayout`], from its
