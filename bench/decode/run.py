@@ -6,6 +6,11 @@ same weights, the same token ids and the same cores, at each precision.
         [--threads 2] [--runs 3] [--latency-sentences 200] [--early-exit] [--torch-runs 0]
         [--src ../shared/data/multi30k/test_2016_flickr.en.gz --ref ….de.gz]
 
+With `--marian DIR` (a Hugging Face MarianMTModel directory, e.g. from make_marian.py) the model
+is a Marian / OPUS-MT one: ours runs what `transformer import marian DIR` writes, CTranslate2 what
+its own converter (`ct2-transformers-converter`) writes from the same directory, both fed the
+pieces of `transformers`' MarianTokenizer (`--checkpoint`/`--bpe` are not given then).
+
 For each precision, each engine decodes four ways: beam 4 (α 0.6) and greedy, each batched (2048
 source tokens a batch) over the whole file and one sentence at a time over its first
 `--latency-sentences` lines. Engines and precisions are interleaved run by run, each in its own
@@ -192,6 +197,12 @@ def run_ours(binary, ckpt, bpe, src, threads, max_tokens, out_path, extra=()):
     return {"secs": secs, "rss_mb": rss, "stderr": line}
 
 
+def marian_tokenizer(directory):
+    from transformers import MarianTokenizer
+
+    return MarianTokenizer.from_pretrained(str(directory))
+
+
 CT2_TYPE = {"f32": "float32", "bf16": "float32", "int8": "int8"}
 # (name, beam, batch one): the four ways each engine decodes.
 MODES = [("beam4", 4, False), ("greedy", 1, False), ("beam4-b1", 4, True), ("greedy-b1", 1, True)]
@@ -199,8 +210,9 @@ MODES = [("beam4", 4, False), ("greedy", 1, False), ("beam4-b1", 4, True), ("gre
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--checkpoint", type=Path, required=True)
-    ap.add_argument("--bpe", type=Path, required=True)
+    ap.add_argument("--checkpoint", type=Path)
+    ap.add_argument("--bpe", type=Path)
+    ap.add_argument("--marian", type=Path, help="a Hugging Face Marian directory (instead of --checkpoint/--bpe)")
     ap.add_argument("--src", type=Path, default=ROOT.parent / "shared/data/multi30k/test_2016_flickr.en.gz")
     ap.add_argument("--ref", type=Path, default=ROOT.parent / "shared/data/multi30k/test_2016_flickr.de.gz")
     ap.add_argument("--precisions", default="f32", help="comma-separated: f32, bf16, int8")
@@ -230,15 +242,29 @@ def main():
 
     work = Path(tempfile.mkdtemp(prefix="decode-bench-"))
     ct2_dir = work / "ct2"
-    subprocess.run([sys.executable, str(HERE / "to_ctranslate2.py"), "--checkpoint", str(args.checkpoint), "--bpe",
-                    str(args.bpe), "--out", str(ct2_dir)], check=True, capture_output=True)
+    if args.marian:
+        subprocess.run([str(args.binary), "import", "marian", str(args.marian), "--output", str(work / "ours")],
+                       check=True, capture_output=True)
+        args.checkpoint, args.bpe = work / "ours/model.safetensors", work / "ours/tokenizer.json"
+        ct2_conv = Path(sys.executable).parent / "ct2-transformers-converter"
+        subprocess.run([str(ct2_conv), "--model", str(args.marian), "--output_dir", str(ct2_dir)], check=True,
+                       capture_output=True)
+    elif args.checkpoint is None or args.bpe is None:
+        sys.exit("give --checkpoint and --bpe, or --marian DIR")
+    else:
+        subprocess.run([sys.executable, str(HERE / "to_ctranslate2.py"), "--checkpoint", str(args.checkpoint),
+                        "--bpe", str(args.bpe), "--out", str(ct2_dir)], check=True, capture_output=True)
     src_lines = read(args.src)
     src_plain = work / "src.txt"
     src_plain.write_text("".join(l + "\n" for l in src_lines))
     src_b1 = work / "src-b1.txt"
     src_b1.write_text("".join(l + "\n" for l in src_lines[: args.latency_sentences]))
-    pieces = subprocess.run([str(args.binary), "bpe", "apply", "--model", str(args.bpe), "--input", str(src_plain)],
-                            check=True, capture_output=True, text=True).stdout
+    if args.marian:
+        tok = marian_tokenizer(args.marian)
+        pieces = "".join(" ".join(tok.convert_ids_to_tokens(tok(l)["input_ids"])) + "\n" for l in src_lines)
+    else:
+        pieces = subprocess.run([str(args.binary), "bpe", "apply", "--model", str(args.bpe), "--input",
+                                 str(src_plain)], check=True, capture_output=True, text=True).stdout
     (work / "src.pieces").write_text(pieces)
     n = len(src_lines)
     n1 = min(n, args.latency_sentences)
@@ -279,7 +305,13 @@ def main():
             add(("torch", "f32", "beam4"), json.loads(t.stdout.strip().splitlines()[-1]))
 
     def lines(path):
-        if path.suffix == ".pieces":
+        if path.suffix == ".pieces" and args.marian:
+            tok = marian_tokenizer(args.marian)
+            t = "".join(tok.decode(tok.convert_tokens_to_ids(l.split(" ")) if l else [], skip_special_tokens=True)
+                        + "\n" for l in path.read_text().split("\n")[:-1])
+            path = path.with_suffix(".txt")
+            path.write_text(t)
+        elif path.suffix == ".pieces":
             t = subprocess.run([str(args.binary), "bpe", "decode", "--model", str(args.bpe), "--input", str(path)],
                                check=True, capture_output=True, text=True).stdout
             path = path.with_suffix(".txt")

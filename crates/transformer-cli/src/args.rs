@@ -86,6 +86,11 @@ pub enum Command {
     /// Write an int8 checkpoint: every linear map's weights quantised per row (as `--precision
     /// int8` does at load), so it loads without quantising; it decodes only, at int8.
     Quantize(QuantizeArgs),
+    /// Import a model trained elsewhere: `import marian DIR --output OUT` reads a Hugging Face
+    /// MarianMTModel directory (OPUS-MT) or a native Marian model (model.npz, decoder.yml,
+    /// vocabularies) and writes OUT/model.safetensors and OUT/tokenizer.json, which every verb
+    /// takes as --checkpoint and --bpe (or --tokenizer).
+    Import(ImportArgs),
     /// Byte-pair encoding: learn one shared vocabulary, apply it, restore text.
     Bpe(BpeArgs),
     /// Score translations: corpus BLEU and/or chrF exactly as sacreBLEU 2.x computes them.
@@ -394,6 +399,27 @@ pub struct QuantizeArgs {
     pub output: PathBuf,
 }
 
+// The arguments of `transformer import`.
+#[derive(Args)]
+pub struct ImportArgs {
+    #[command(subcommand)]
+    pub which: ImportCommand,
+}
+
+#[derive(Subcommand)]
+pub enum ImportCommand {
+    /// A Marian / OPUS-MT model: a Hugging Face directory (config.json, model.safetensors or
+    /// pytorch_model.bin, source.spm, target.spm, vocab.json, tokenizer_config.json) or a native
+    /// one (model.npz with decoder.yml, .yml or .spm vocabularies, source.spm and target.spm).
+    Marian {
+        /// The model's directory.
+        dir: PathBuf,
+        /// Where to write model.safetensors and tokenizer.json (created if needed).
+        #[arg(long)]
+        output: PathBuf,
+    },
+}
+
 // The arguments of `transformer bpe`.
 #[derive(Args)]
 pub struct BpeArgs {
@@ -458,8 +484,9 @@ pub struct ModelArgs {
     /// The checkpoint (from `train` or `average`).
     #[arg(long)]
     pub checkpoint: PathBuf,
-    /// The BPE model the checkpoint was trained with.
-    #[arg(long)]
+    /// The BPE model the checkpoint was trained with, or the tokenizer file of an imported model
+    /// (`transformer import marian`; alias --tokenizer).
+    #[arg(long, visible_alias = "tokenizer")]
     pub bpe: PathBuf,
     /// What the model does (default: the task stored in the checkpoint).
     #[arg(long, value_parser = library_enum(&Task::ALL, Task::name))]

@@ -25,7 +25,7 @@ fn main() {
     let opt = ParseOptions { constrained: a.get(4).is_some_and(|s| s == "c"), ..Default::default() };
     let (parses, _) = t.parse(&sents, &opt, &mut |w| eprintln!("{w}")).expect("parsing");
     for (s, p) in sents.iter().zip(&parses) {
-        let text = Task::Parsing.decode_target(t.bpe(), &p.hypothesis.tokens).expect("decodable ids");
+        let text = t.decode_target(&p.hypothesis.tokens).expect("decodable ids");
         let toks: Vec<String> = text.split_whitespace().map(String::from).collect();
         let words: Vec<&str> = s.split_whitespace().collect();
         let it = items(&toks);

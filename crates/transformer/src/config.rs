@@ -382,7 +382,7 @@ impl ModelConfig {
                 .into());
         }
         if let Some(v) = self.source_vocab_size {
-            if v < crate::SPECIAL_TOKENS || v > 1 << 24 {
+            if !(crate::SPECIAL_TOKENS..=1 << 24).contains(&v) {
                 return bad(format!(
                     "source_vocab_size {v} must lie between the {} special tokens and 2^24",
                     crate::SPECIAL_TOKENS

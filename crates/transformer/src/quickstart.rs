@@ -400,7 +400,7 @@ pub fn run(opts: &QuickstartOptions, obs: &mut dyn Observer) -> Result<Quickstar
     #[cfg(feature = "heatmap")]
     {
         let path = out.join("attention.png");
-        write_heatmap(&translator, &translator.bpe().encode(&examples[0].source)?, &first_tokens, &path)?;
+        write_heatmap(&translator, &translator.encode_source(&examples[0].source)?, &first_tokens, &path)?;
         files.push(("attention heatmap".into(), path));
     }
 
@@ -430,7 +430,6 @@ pub fn run(opts: &QuickstartOptions, obs: &mut dyn Observer) -> Result<Quickstar
 #[cfg(feature = "heatmap")]
 pub fn write_heatmap(translator: &Translator, src: &[u32], tgt: &[u32], path: &Path) -> Result<()> {
     use crate::eval::attention::{AxisLabels, Kind};
-    let bpe = translator.bpe();
     let w = translator.attention(src, tgt)?;
     let c = &translator.model().config;
     let (first, rows, cols) = w.get(Kind::EncoderDecoder, c.n_layers - 1, 0);
@@ -442,7 +441,7 @@ pub fn write_heatmap(translator: &Translator, src: &[u32], tgt: &[u32], path: &P
         }
     }
     debug_assert_eq!(mean.len(), rows * cols);
-    let labels = AxisLabels::new(bpe, src, tgt)?;
+    let labels = AxisLabels::new(translator.tokenizer(), src, tgt)?;
     let (row_labels, col_labels) = labels.of(Kind::EncoderDecoder);
     let title =
         format!("encoder-decoder attention, layer {} of {}, mean of {} heads", c.n_layers, c.n_layers, c.n_heads);

@@ -43,7 +43,7 @@ impl Reference {
 fn maps(imp: &Imported) -> (IdMap, IdMap) {
     let t = &imp.tokenizer;
     let tv = t.target_vocab.as_ref().unwrap_or(&t.source_vocab);
-    let start = |v: &transformer::import::marian::Vocab| t.pad.as_ref().and_then(|p| v.id(p));
+    let start = |v: &transformer::import::marian::Vocab| v.id(&t.pad);
     let map = |v: &transformer::import::marian::Vocab| {
         IdMap::new(v.len(), start(v), v.id(&t.eos).unwrap(), v.id(&t.unk).unwrap()).unwrap()
     };
@@ -90,7 +90,9 @@ fn check_numerics(variant: &str, dir: &str) {
         assert_eq!(v, vf + 1, "{variant}/{dir}: our vocabulary adds our own rows");
         for row in 0..rows {
             for j in 0..v {
-                if let Some(f) = tmap.foreign(j as u32) {
+                // A native model has no logit for the <pad> the import appends (masked).
+                let pad = imp.tokenizer.target_vocab.as_ref().unwrap_or(&imp.tokenizer.source_vocab).id("<pad>");
+                if let Some(f) = tmap.foreign(j as u32).filter(|&f| dir != "native" || Some(f) != pad) {
                     ours[row * vf + f as usize] = ws.logits[row * v + j];
                 }
             }
@@ -141,7 +143,9 @@ fn native_model_settings_are_marians() {
     assert_eq!(c.activation, transformer::Activation::Swish);
     assert!(c.output_bias && c.scale_embedding && c.source_vocab_size.is_none());
     let sep = import(&fixture("gelu_separate").join("native")).unwrap();
-    assert_eq!(sep.checkpoint.config.source_vocab_size, Some(sep.tokenizer.source_vocab.len() + 2));
+    // Marian's pieces, the appended <pad>, and our padding row.
+    assert_eq!(sep.checkpoint.config.source_vocab_size, Some(sep.tokenizer.source_vocab.len() + 1));
+    assert_eq!(sep.tokenizer.source_vocab.pieces.last().map(String::as_str), Some("<pad>"));
 }
 
 fn tempdir(name: &str) -> PathBuf {
@@ -149,4 +153,133 @@ fn tempdir(name: &str) -> PathBuf {
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
     d
+}
+
+/// The fixture imported (`import marian` + `write`) into a temporary directory and loaded as a
+/// translator session.
+fn session(variant: &str, dir: &str) -> (transformer::Translator, PathBuf) {
+    let out = tempdir(&format!("{variant}-{dir}-session"));
+    let imp = import(&fixture(variant).join(dir)).unwrap();
+    let (ckpt, tok) = transformer::import::marian::write(&imp, &out).unwrap();
+    let t = transformer::Translator::load(&ckpt, &tok, Default::default()).unwrap();
+    (t, out)
+}
+
+fn strings(r: &Reference, key: &str) -> Vec<String> {
+    r.json[key].as_array().unwrap().iter().map(|s| s.as_str().unwrap().to_string()).collect()
+}
+
+#[test]
+fn tokenizer_ids_equal_marian_tokenizer() {
+    for (variant, dir) in [("opus", "hf"), ("gelu_separate", "hf"), ("opus", "native"), ("gelu_separate", "native")] {
+        let (t, _) = session(variant, dir);
+        let r = Reference::open(variant);
+        let transformer::data::tokenizer::Tokenizer::Marian(m) = t.tokenizer() else {
+            panic!("not a Marian tokenizer")
+        };
+        let (smap, tmap) = m.maps();
+        for (i, (s, ids)) in strings(&r, "sources").iter().zip(r.ids("source_ids")).enumerate() {
+            let ours: Vec<u32> = t.encode_source(s).unwrap().iter().map(|&id| smap.foreign(id).unwrap()).collect();
+            assert_eq!(ours, ids, "{variant}/{dir} source {i}: {s:?}");
+        }
+        for (i, (s, ids)) in strings(&r, "targets").iter().zip(r.ids("target_ids")).enumerate() {
+            let mut ours: Vec<u32> = t.encode_target(s).unwrap().iter().map(|&id| tmap.foreign(id).unwrap()).collect();
+            ours.push(ids[ids.len() - 1]); // our batches append EOS; MarianTokenizer appends </s>
+            assert_eq!(ours, ids, "{variant}/{dir} target {i}: {s:?}");
+        }
+    }
+}
+
+#[test]
+fn evaluate_nll_equals_the_transformers_loss() {
+    for (variant, dir) in [("opus", "hf"), ("relu_nobias", "hf"), ("gelu_separate", "hf")] {
+        let (t, _) = session(variant, dir);
+        let r = Reference::open(variant);
+        let totals = t.perplexity(&strings(&r, "sources"), &strings(&r, "targets"), &mut |w| panic!("{w}")).unwrap();
+        let ours = totals.nll / totals.tokens as f64;
+        let want = r.json["mean_nll"].as_f64().unwrap();
+        assert!((ours - want).abs() < 1e-4 * want, "{variant}: mean NLL {ours} vs transformers {want}");
+        assert_eq!(totals.tokens, r.ids("target_ids").iter().map(Vec::len).sum::<usize>());
+    }
+}
+
+#[test]
+fn greedy_output_equals_generate() {
+    use transformer::decode::translator::DecodeOptions;
+    for variant in ["opus", "relu_nobias", "gelu_separate"] {
+        let (t, _) = session(variant, "hf");
+        let r = Reference::open(variant);
+        let transformer::data::tokenizer::Tokenizer::Marian(m) = t.tokenizer() else { panic!("not Marian") };
+        let tmap = m.maps().1.clone();
+        let mut opts = DecodeOptions::default();
+        opts.search.beam = 1;
+        let (out, _) = t.translate(&strings(&r, "sources"), &opts, &mut |w| panic!("{w}")).unwrap();
+        let (want_ids, want_text) = (r.ids("greedy_ids"), strings(&r, "greedy_text"));
+        for (i, nbest) in out.iter().enumerate() {
+            let mut ids: Vec<u32> = nbest[0].hypothesis.tokens.iter().map(|&id| tmap.foreign(id).unwrap()).collect();
+            ids.push(0); // </s>
+            assert_eq!(ids, want_ids[i], "{variant} sentence {i}");
+            assert_eq!(nbest[0].text, want_text[i], "{variant} sentence {i}");
+        }
+    }
+}
+
+/// Beam search on the imported model equals the rule of decode/beam.rs, written out naively over
+/// teacher-forced forward passes: every live hypothesis extended by every token but PAD and BOS
+/// (only EOS at the length limit, input + 50), the best candidates by log-probability (ties: lower
+/// row, then lower id) filling the slots not taken by finished ones, finished ones scored
+/// log P / ((5 + |Y|)/6)^0.6, the best finished one returned.
+#[test]
+fn beam_output_follows_the_documented_rule() {
+    use transformer::decode::translator::DecodeOptions;
+    use transformer::{BOS, EOS, PAD};
+    let (t, _) = session("opus", "hf");
+    let r = Reference::open("opus");
+    let srcs = strings(&r, "sources");
+    let (out, _) = t.translate(&srcs, &DecodeOptions::default(), &mut |w| panic!("{w}")).unwrap();
+    let m = t.model();
+    let v = m.config.vocab_size;
+    let mut ws = Workspace::new();
+    let lp = |n: usize| ((5.0 + n as f64) / 6.0).powf(0.6);
+    for (i, s) in srcs.iter().enumerate().take(6) {
+        let src = t.encode_source(s).unwrap();
+        let limit = src.len() + 50;
+        let mut next = |prefix: &[u32]| -> Vec<f64> {
+            let batch = Batch::from_pairs(&[(src.clone(), prefix.to_vec())]);
+            m.forward(&batch, &mut ws, None).unwrap();
+            let row = &ws.logits[prefix.len() * v..][..v];
+            let mx = row.iter().fold(f64::NEG_INFINITY, |a, &x| a.max(x as f64));
+            let lse = mx + row.iter().map(|&x| (x as f64 - mx).exp()).sum::<f64>().ln();
+            row.iter().map(|&x| x as f64 - lse).collect()
+        };
+        let (mut live, mut finished) = (vec![(Vec::<u32>::new(), 0.0f64)], Vec::<(Vec<u32>, f64)>::new());
+        while !live.is_empty() {
+            let mut cands = Vec::new();
+            for (row, (prefix, logp)) in live.iter().enumerate() {
+                let lps = next(prefix);
+                for tok in 0..v as u32 {
+                    let allowed = if prefix.len() >= limit { tok == EOS } else { tok != PAD && tok != BOS };
+                    if allowed {
+                        cands.push((logp + lps[tok as usize], row, tok));
+                    }
+                }
+            }
+            cands.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
+            let free = 4 - finished.len();
+            let mut next_live = Vec::new();
+            for &(logp, row, tok) in cands.iter().take(free) {
+                let mut y = live[row].0.clone();
+                if tok == EOS {
+                    finished.push((y.clone(), logp / lp(y.len() + 1)));
+                } else {
+                    y.push(tok);
+                    next_live.push((y, logp));
+                }
+            }
+            live = next_live;
+        }
+        finished.sort_by(|a, b| b.1.total_cmp(&a.1));
+        assert_eq!(out[i][0].hypothesis.tokens, finished[0].0, "sentence {i}");
+        assert!((out[i][0].hypothesis.score - finished[0].1).abs() < 1e-4);
+    }
 }

@@ -189,23 +189,22 @@ pub fn attention(
     if let Some(h) = head.filter(|&h| h > c.n_heads) {
         usage!("--head {h}: the model has {} heads", c.n_heads);
     }
-    let bpe = translator.bpe();
-    let src_ids = translator.task().encode_source(bpe, src)?;
+    let src_ids = translator.encode_source(src)?;
     if src_ids.is_empty() {
         usage!("--src is empty: give a sentence to look at");
     }
     let tgt_ids = match tgt {
-        Some(t) => translator.task().encode_target(bpe, t)?,
+        Some(t) => translator.encode_target(t)?,
         None => {
             let opts = DecodeOptions { search: BeamConfig::for_task(translator.task()), ..Default::default() };
             let (h, _) = translator.translate_ids(std::slice::from_ref(&src_ids), &opts, &mut warn)?;
             let ids = h[0][0].tokens.clone();
-            eprintln!("translation: {}", translator.task().decode_target(bpe, &ids)?);
+            eprintln!("translation: {}", translator.decode_target(&ids)?);
             ids
         }
     };
     let w = translator.attention(&src_ids, &tgt_ids)?;
-    let labels = attn::AxisLabels::new(bpe, &src_ids, &tgt_ids)?;
+    let labels = attn::AxisLabels::new(translator.tokenizer(), &src_ids, &tgt_ids)?;
     std::fs::create_dir_all(out).map_err(transformer::io::io_err(out))?;
     let layers: Vec<usize> = layer.map_or((1..=c.n_layers).collect(), |l| vec![l]);
     let heads: Vec<usize> = head.map_or((1..=c.n_heads).collect(), |h| vec![h]);

@@ -11,8 +11,8 @@ mod text;
 mod train;
 
 use crate::args::{
-    AttentionArgs, AverageArgs, BenchArgs, BpeArgs, Command, DataArgs, EvaluateArgs, ParamsArgs, ParseEvalArgs,
-    QuantizeArgs, QuickstartArgs, SyntheticArgs, TrainArgs, TranslateArgs, TreebankArgs,
+    AttentionArgs, AverageArgs, BenchArgs, BpeArgs, Command, DataArgs, EvaluateArgs, ImportArgs, ImportCommand,
+    ParamsArgs, ParseEvalArgs, QuantizeArgs, QuickstartArgs, SyntheticArgs, TrainArgs, TranslateArgs, TreebankArgs,
 };
 use anyhow::Result;
 use transformer::task::Evaluation;
@@ -83,6 +83,31 @@ pub fn run(cmd: Command) -> Result<()> {
                 output.display(),
                 mb(after),
                 mb(before)
+            );
+            Ok(())
+        }
+        Command::Import(ImportArgs { which: ImportCommand::Marian { dir, output } }) => {
+            let imported = transformer::import::marian::import(&dir)?;
+            let (ckpt, tok) = transformer::import::marian::write(&imported, &output)?;
+            let c = &imported.checkpoint.config;
+            eprintln!(
+                "imported {} ({}): {} layers, d_model {}, {} heads, FFN {} ({}), vocabulary {}{}, {:.1}M parameters",
+                dir.display(),
+                imported.source,
+                c.n_layers,
+                c.d_model,
+                c.n_heads,
+                c.d_ff,
+                c.activation.name(),
+                c.vocab_size,
+                c.source_vocab_size.map_or(String::new(), |v| format!(" (source {v})")),
+                transformer::params::param_count(c) as f64 / 1e6
+            );
+            eprintln!("wrote {} and {}", ckpt.display(), tok.display());
+            eprintln!(
+                "translate with: transformer translate --checkpoint {} --tokenizer {}",
+                ckpt.display(),
+                tok.display()
             );
             Ok(())
         }

@@ -11,8 +11,9 @@ pub struct ServeArgs {
     /// The checkpoint of a translation model (from `train` or `average`).
     #[arg(long)]
     pub checkpoint: PathBuf,
-    /// The BPE model the checkpoint was trained with.
-    #[arg(long)]
+    /// The BPE model the checkpoint was trained with, or the tokenizer file of an imported model
+    /// (`transformer import marian`; alias --tokenizer).
+    #[arg(long, visible_alias = "tokenizer")]
     pub bpe: PathBuf,
     /// Address to listen on (loopback by default; 0.0.0.0 listens on every interface).
     #[arg(long, default_value = "127.0.0.1")]

@@ -186,7 +186,7 @@ fn attention_json(t: &Translator, src: &[u32], tgt: &[u32]) -> Result<serde_json
         }
         all.push(heads);
     }
-    let labels = AxisLabels::new(t.bpe(), src, tgt).map_err(|e| e.to_string())?;
+    let labels = AxisLabels::new(t.tokenizer(), src, tgt).map_err(|e| e.to_string())?;
     let (rows, columns) = labels.of(Kind::EncoderDecoder);
     Ok(serde_json::json!({
         "source": columns,
@@ -226,7 +226,7 @@ fn decode(t: &Translator, jobs: Vec<Job>, budget: Budget, metrics: &Metrics) {
             for (src, nbest) in job.srcs.iter().zip(&mine) {
                 let mut list = Vec::with_capacity(nbest.len());
                 for h in nbest {
-                    match t.task().decode_target(t.bpe(), &h.tokens) {
+                    match t.decode_target(&h.tokens) {
                         Ok(text) => list.push((text, h.log_prob, h.score)),
                         Err(e) => error = Some(format!("cannot turn the output into text: {e}")),
                     }

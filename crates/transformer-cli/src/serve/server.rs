@@ -170,7 +170,7 @@ async fn translate(State(app): State<Arc<App>>, body: Body) -> Result<Response, 
     let max_len = app.max_sentence_tokens.unwrap_or(t.model().config.max_positions);
     let mut srcs = Vec::with_capacity(req.q.len());
     for (i, line) in req.q.iter().enumerate() {
-        let ids = t.bpe().encode(line).map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, format!("q[{i}]: {e}")))?;
+        let ids = t.encode_source(line).map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, format!("q[{i}]: {e}")))?;
         if ids.len() > max_len {
             return Err(ApiError::new(
                 StatusCode::BAD_REQUEST,

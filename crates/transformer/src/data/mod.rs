@@ -8,4 +8,6 @@ pub mod download;
 pub mod encoding;
 pub mod parallel;
 pub mod ptb_sample;
+pub mod sentencepiece;
+pub mod tokenizer;
 pub mod trees;

@@ -12,6 +12,7 @@ use super::beam::{search_batch, BeamConfig, Constraint, Hypothesis, Remapped};
 use super::tree_constraint::TreeConstraint;
 use crate::data::batching::BatchConfig;
 use crate::data::bpe::Bpe;
+use crate::data::tokenizer::Tokenizer;
 use crate::data::trees::{delinearise, is_well_formed, retag_deleted_punctuation, Tree};
 use crate::error::{Error, Result};
 use crate::eval::attention::{attention_weights, AttentionWeights};
@@ -190,7 +191,7 @@ impl MemoryReport {
 /// decoder states (see the module docs).
 pub struct Translator {
     model: Transformer,
-    bpe: Bpe,
+    vocab: Tokenizer,
     packed: Arc<PackedDecoder>,
     task: Task,
     /// Buffers of finished calls, taken by the next ones (a call with none free makes its own).
@@ -198,26 +199,43 @@ pub struct Translator {
 }
 
 impl Translator {
-    /// A session over a model and the vocabulary it was trained with.
-    pub fn new(model: Transformer, bpe: Bpe, options: SessionOptions) -> Result<Self> {
-        if model.config.vocab_size != bpe.vocab_size() {
+    /// A session over a model and the vocabulary it was trained with (a [`Bpe`] model, or the
+    /// tokenizer of an imported model).
+    pub fn new(model: Transformer, vocab: impl Into<Tokenizer>, options: SessionOptions) -> Result<Self> {
+        let vocab = vocab.into();
+        if model.config.vocab_size != vocab.vocab_size() {
             return Err(Error::Mismatch(format!(
-                "the model has a vocabulary of {} but the BPE model has {}",
+                "the model has a vocabulary of {} but the tokenizer has {}",
                 model.config.vocab_size,
-                bpe.vocab_size()
+                vocab.vocab_size()
             )));
         }
-        let model = model
-            .with_precision(options.precision)?
-            .with_pointer_table(crate::model::pointer::PointerTable::from_bpe(&bpe))?;
+        if model.config.source_vocab_size != vocab.source_vocab_size() {
+            return Err(Error::Mismatch(format!(
+                "the model's source vocabulary is {:?} but the tokenizer's is {:?} (None: shared with the target)",
+                model.config.source_vocab_size,
+                vocab.source_vocab_size()
+            )));
+        }
+        let mut model = model.with_precision(options.precision)?;
+        match vocab.bpe() {
+            Some(bpe) => model = model.with_pointer_table(crate::model::pointer::PointerTable::from_bpe(bpe))?,
+            None if options.task != Task::Translation => {
+                return Err(Error::Unsupported(format!(
+                "an imported model's tokenizer translates only; {} needs a model trained here with its BPE vocabulary",
+                options.task.name()
+            )))
+            }
+            None => {}
+        }
         let packed = Arc::new(model.pack_decoder_with(options.kernels));
-        Ok(Translator { model, bpe, packed, task: options.task, pool: Mutex::new(Vec::new()) })
+        Ok(Translator { model, vocab, packed, task: options.task, pool: Mutex::new(Vec::new()) })
     }
 
     /// Loads a checkpoint and the BPE model it was trained with, checking that they belong
     /// together (by the vocabulary's hash).
     pub fn load(checkpoint: &Path, bpe: &Path, options: SessionOptions) -> Result<Self> {
-        let vocab = Bpe::load(bpe)?;
+        let vocab = Tokenizer::load(bpe)?;
         let int8 = crate::checkpoint::is_int8(checkpoint)?;
         if int8 && options.precision != Precision::Int8 {
             return Err(Error::Mismatch(format!(
@@ -280,8 +298,40 @@ impl Translator {
     }
 
     /// The vocabulary.
-    pub fn bpe(&self) -> &Bpe {
-        &self.bpe
+    pub fn tokenizer(&self) -> &Tokenizer {
+        &self.vocab
+    }
+
+    /// The BPE vocabulary, or an error for an imported model's tokenizer (for what only BPE
+    /// models do: parsing).
+    pub fn bpe(&self) -> Result<&Bpe> {
+        self.vocab
+            .bpe()
+            .ok_or_else(|| Error::Unsupported("this model's tokenizer is an imported one, not a BPE vocabulary".into()))
+    }
+
+    /// Token ids of a source line (no BOS; an imported Marian model's `</s>` included).
+    pub fn encode_source(&self, text: &str) -> Result<Vec<u32>> {
+        match &self.vocab {
+            Tokenizer::Bpe(b) => self.task.encode_source(b, text),
+            Tokenizer::Marian(m) => Ok(m.encode_source(text)),
+        }
+    }
+
+    /// Token ids of a target line (no BOS/EOS).
+    pub fn encode_target(&self, text: &str) -> Result<Vec<u32>> {
+        match &self.vocab {
+            Tokenizer::Bpe(b) => self.task.encode_target(b, text),
+            Tokenizer::Marian(m) => Ok(m.encode_target(text)),
+        }
+    }
+
+    /// The text of output ids.
+    pub fn decode_target(&self, ids: &[u32]) -> Result<String> {
+        match &self.vocab {
+            Tokenizer::Bpe(b) => self.task.decode_target(b, ids),
+            Tokenizer::Marian(m) => Ok(m.decode_target(ids)),
+        }
     }
 
     /// The task.
@@ -454,14 +504,14 @@ impl Translator {
         warn: &mut dyn FnMut(String),
         progress: &mut dyn FnMut(usize, usize),
     ) -> Result<(Vec<Vec<Translation>>, TranslateStats)> {
-        let srcs = lines.iter().map(|l| self.task.encode_source(&self.bpe, l)).collect::<Result<Vec<_>>>()?;
+        let srcs = lines.iter().map(|l| self.encode_source(l)).collect::<Result<Vec<_>>>()?;
         let (hyps, stats) = self.translate_ids_with_progress(&srcs, options, warn, progress)?;
         let out = hyps
             .into_iter()
             .map(|nbest| {
                 nbest
                     .into_iter()
-                    .map(|h| Ok(Translation { text: self.task.decode_target(&self.bpe, &h.tokens)?, hypothesis: h }))
+                    .map(|h| Ok(Translation { text: self.decode_target(&h.tokens)?, hypothesis: h }))
                     .collect::<Result<Vec<_>>>()
             })
             .collect::<Result<Vec<_>>>()?;
@@ -477,7 +527,7 @@ impl Translator {
         }
         let mut pairs = Vec::with_capacity(srcs.len());
         for (s, r) in srcs.iter().zip(refs) {
-            pairs.push((self.task.encode_source(&self.bpe, s)?, self.task.encode_target(&self.bpe, r)?));
+            pairs.push((self.encode_source(s)?, self.encode_target(r)?));
         }
         let (keep, too_long) = perplexity::scorable(&self.model, &pairs);
         for i in too_long {
@@ -527,7 +577,7 @@ impl Translator {
                 warn(format!("line {}: empty; its tree is (TOP)", i + 1));
                 continue;
             }
-            let ids = self.task.encode_source(&self.bpe, &w.join(" "))?;
+            let ids = self.encode_source(&w.join(" "))?;
             if ids.len() > max {
                 let what = format!(
                     "line {}: {} words make {} tokens, more than the model's max_positions = {max}",
@@ -546,18 +596,18 @@ impl Translator {
             idx.push(i);
             srcs.push(ids);
             if options.constrained {
-                pieces.push(w.iter().map(|w| self.bpe.encode(&format!(" {w}"))).collect::<Result<Vec<_>>>()?);
+                pieces.push(w.iter().map(|w| self.bpe()?.encode(&format!(" {w}"))).collect::<Result<Vec<_>>>()?);
             }
         }
         let constraint = match options.constrained {
-            true => Some(TreeConstraint::new(&self.bpe, pieces)?),
+            true => Some(TreeConstraint::new(self.bpe()?, pieces)?),
             false => None,
         };
         let c = constraint.as_ref().map(|c| c as &dyn Constraint);
         let (hyps, stats) = self.search(&srcs, &options.decode, c, warn, progress)?;
         for (&i, nbest) in idx.iter().zip(hyps) {
             let h = nbest.into_iter().next().unwrap_or(Hypothesis { tokens: Vec::new(), log_prob: 0.0, score: 0.0 });
-            let text = self.task.decode_target(&self.bpe, &h.tokens)?;
+            let text = self.decode_target(&h.tokens)?;
             let tokens: Vec<String> = text.split_whitespace().map(str::to_string).collect();
             let w: Vec<&str> = sentences[i].split_whitespace().collect();
             let malformed = !is_well_formed(&tokens, &w);

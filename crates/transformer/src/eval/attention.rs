@@ -69,12 +69,14 @@ impl AttentionWeights {
     }
 }
 
+use crate::data::tokenizer::{Side, Tokenizer};
+
 /// Token labels for a heatmap: each piece decoded on its own; pieces that continue a word (no
 /// leading space, not first) are marked with a leading '-'.
-pub fn piece_labels(bpe: &crate::data::bpe::Bpe, ids: &[u32]) -> Result<Vec<String>> {
+pub fn piece_labels(vocab: &Tokenizer, side: Side, ids: &[u32]) -> Result<Vec<String>> {
     let mut out = Vec::with_capacity(ids.len());
     for (i, &id) in ids.iter().enumerate() {
-        let text = bpe.decode(&[id])?;
+        let text = vocab.piece_text(side, id)?;
         out.push(match text.strip_prefix(' ') {
             Some(word) => word.to_string(),
             None if i > 0 => format!("-{text}"),
@@ -99,14 +101,14 @@ pub struct AxisLabels {
 
 impl AxisLabels {
     /// The labels of (src, tgt), token ids without BOS/EOS, as [`attention_weights`] takes them.
-    pub fn new(bpe: &crate::data::bpe::Bpe, src: &[u32], tgt: &[u32]) -> Result<Self> {
+    pub fn new(vocab: &Tokenizer, src: &[u32], tgt: &[u32]) -> Result<Self> {
         use crate::vocab::{BOS, EOS, SPECIALS};
-        let target = piece_labels(bpe, tgt)?;
+        let target = piece_labels(vocab, Side::Target, tgt)?;
         let mut decoder_in = vec![SPECIALS[BOS as usize].to_string()];
         decoder_in.extend(target.iter().cloned());
         let mut decoder_out = target;
         decoder_out.push(SPECIALS[EOS as usize].to_string());
-        Ok(AxisLabels { source: piece_labels(bpe, src)?, decoder_in, decoder_out })
+        Ok(AxisLabels { source: piece_labels(vocab, Side::Source, src)?, decoder_in, decoder_out })
     }
 
     /// The (rows, columns) labels of one kind of map.

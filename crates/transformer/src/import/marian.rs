@@ -22,6 +22,8 @@ use super::pickle::{read_state_dict, Tensor};
 use super::IdMap;
 use crate::checkpoint::Checkpoint;
 use crate::config::{Activation, ModelConfig, Positions, SinusoidLayout};
+use crate::data::sentencepiece::{MarianSpecials, MarianTokenizer, SentencePiece};
+use crate::data::tokenizer::Tokenizer;
 use crate::error::{Error, Result};
 use crate::params::ParamLayout;
 use std::collections::{BTreeMap, HashMap};
@@ -70,8 +72,9 @@ pub struct TokenizerParts {
     pub eos: String,
     /// Unknown piece.
     pub unk: String,
-    /// Padding piece (the decoder's start), absent in native Marian vocabularies.
-    pub pad: Option<String>,
+    /// Padding piece, the decoder's first input (a native Marian vocabulary has none: the import
+    /// appends `<pad>` after its last id, as Hugging Face's converter does).
+    pub pad: String,
 }
 
 /// An imported model: the checkpoint, its tokenizer's parts, and what was read.
@@ -247,20 +250,22 @@ fn fill(config: &ModelConfig, mut get: impl FnMut(&str, &[usize]) -> Result<Vec<
     Ok(params)
 }
 
-/// Embedding rows (V_foreign, D) in our id order: added rows are zero.
+/// Embedding rows (V_foreign, D) in our id order: added rows, and ids past the foreign rows (a
+/// native model's appended `<pad>`), are zero.
 fn reorder_rows(rows: &[f32], d: usize, map: &IdMap) -> Vec<f32> {
     let mut out = vec![0f32; map.len() * d];
     for (ours, f) in map.order().iter().enumerate() {
-        if let Some(f) = f {
-            out[ours * d..][..d].copy_from_slice(&rows[*f as usize * d..][..d]);
+        if let Some(f) = f.filter(|&f| (f as usize + 1) * d <= rows.len()) {
+            out[ours * d..][..d].copy_from_slice(&rows[f as usize * d..][..d]);
         }
     }
     out
 }
 
-/// The output bias in our id order: added rows masked.
+/// The output bias in our id order: added rows, and ids the foreign model has no logit for,
+/// masked.
 fn reorder_bias(bias: &[f32], map: &IdMap) -> Vec<f32> {
-    map.order().iter().map(|f| f.map_or(MASKED_LOGIT, |f| bias[f as usize])).collect()
+    map.order().iter().map(|f| f.and_then(|f| bias.get(f as usize).copied()).unwrap_or(MASKED_LOGIT)).collect()
 }
 
 /// One attention block's, one FFN's or one LayerNorm's tensor of ours → the foreign name and
@@ -486,9 +491,42 @@ fn import_hf(dir: &Path) -> Result<Imported> {
         target_vocab,
         eos: eos_piece,
         unk: unk_piece,
-        pad: Some(pad_piece),
+        pad: pad_piece,
     };
     Ok(Imported { checkpoint: checkpoint(config, params, format), tokenizer: parts, source: format.to_string() })
+}
+
+/// Writes an import as `out/model.safetensors` and `out/tokenizer.json` (the checkpoint tied to
+/// the tokenizer by its hash), creating `out` if needed; returns the two paths.
+pub fn write(imported: &Imported, out: &Path) -> Result<(PathBuf, PathBuf)> {
+    let t = &imported.tokenizer;
+    let map = |v: &Vocab| v.pieces.iter().enumerate().map(|(i, p)| (p.clone(), i as u32)).collect();
+    let specials = MarianSpecials {
+        eos_token: t.eos.clone(),
+        unk_token: t.unk.clone(),
+        pad_token: t.pad.clone(),
+        clean_up_tokenization_spaces: false,
+    };
+    let tokenizer = MarianTokenizer::new(
+        SentencePiece::from_bytes(&t.source_spm)?,
+        SentencePiece::from_bytes(&t.target_spm)?,
+        map(&t.source_vocab),
+        t.target_vocab.as_ref().map(map),
+        specials,
+    )?;
+    std::fs::create_dir_all(out).map_err(crate::io::io_err(out))?;
+    let (ckpt_path, tok_path) = (out.join("model.safetensors"), out.join("tokenizer.json"));
+    tokenizer.save(&tok_path)?;
+    let tokens = Tokenizer::load(&tok_path)?;
+    if tokens.vocab_size() != imported.checkpoint.config.vocab_size
+        || tokens.source_vocab_size() != imported.checkpoint.config.source_vocab_size
+    {
+        return Err(err(out, "the tokenizer's vocabulary does not match the model's (an import bug)"));
+    }
+    let mut ckpt = imported.checkpoint.clone();
+    ckpt.vocab_hash = tokens.hash().to_string();
+    crate::checkpoint::save(&ckpt_path, &ckpt)?;
+    Ok((ckpt_path, tok_path))
 }
 
 fn checkpoint(config: ModelConfig, params: Vec<f32>, format: &str) -> Checkpoint {
@@ -641,7 +679,8 @@ fn import_native(dir: &Path) -> Result<Imported> {
     let npz_path = find_npz(dir)?.ok_or_else(|| err(dir, "no .npz model"))?;
     let mut arrays = read_npz(&npz_path)?;
     let yml = match arrays.remove("special:model.yml") {
-        Some(Array::Bytes(b)) => String::from_utf8_lossy(&b).trim_end_matches('\0').to_string(),
+        // YAML text then one or more NULs (Marian reads up to the first).
+        Some(Array::Bytes(b)) => String::from_utf8_lossy(b.split(|&c| c == 0).next().unwrap_or(&[])).to_string(),
         _ => match npz_path.with_extension("yml") {
             p if p.is_file() => std::fs::read_to_string(&p).map_err(crate::io::io_err(&p))?,
             _ => return Err(err(&npz_path, "no special:model.yml inside it and no model .yml beside it")),
@@ -676,11 +715,26 @@ fn import_native(dir: &Path) -> Result<Imported> {
     if let Some(v) = get("transformer-postprocess-emb").filter(|v| !v.is_empty() && *v != "d") {
         return Err(err(&npz_path, format!("transformer-postprocess-emb: {v:?} (only dropout, \"d\", is supported)")));
     }
-    if num("transformer-ffn-depth", 2)? != 2 || yes("right-left") || yes("layer-normalization") {
-        return Err(err(
-            &npz_path,
-            "an FFN depth other than 2, right-to-left decoding or RNN layer norm is not supported",
-        ));
+    if num("transformer-ffn-depth", 2)? != 2 || ![0, 2].contains(&num("transformer-decoder-ffn-depth", 0)?) {
+        return Err(err(&npz_path, "an FFN depth other than 2 is not supported"));
+    }
+    for k in [
+        "right-left",
+        "layer-normalization",
+        "transformer-no-projection",
+        "transformer-train-position-embeddings",
+        "transformer-disable-position-embeddings",
+    ] {
+        if yes(k) {
+            return Err(err(&npz_path, format!("{k}: true is not supported")));
+        }
+    }
+    if get("transformer-postprocess-top").is_some_and(|v| !v.is_empty()) {
+        return Err(err(&npz_path, "transformer-postprocess-top (a final LayerNorm) is not supported"));
+    }
+    let dec_ffn = num("transformer-decoder-dim-ffn", 0)?;
+    if dec_ffn != 0 && dec_ffn != num("transformer-dim-ffn", 2048)? {
+        return Err(err(&npz_path, format!("transformer-decoder-dim-ffn {dec_ffn} differs from the encoder's")));
     }
     if get("transformer-tied-layers").is_some_and(|v| !v.is_empty())
         || y.keys().any(|k| k.starts_with("transformer-aan"))
@@ -701,9 +755,14 @@ fn import_native(dir: &Path) -> Result<Imported> {
     if heads == 0 || d % heads != 0 {
         return Err(err(&npz_path, format!("dim-emb {d} is not a multiple of the {heads} heads")));
     }
-    let tied_all = yes("tied-embeddings-all");
-    if !tied_all && !yes("tied-embeddings") {
-        return Err(err(&npz_path, "untied output embeddings (tied-embeddings: false) are not supported"));
+    // Wemb serves encoder and decoder with tied-embeddings-all or -src; the output projection is
+    // the decoder's embedding with tied-embeddings(-all).
+    let tied_all = yes("tied-embeddings-all") || yes("tied-embeddings-src");
+    if !yes("tied-embeddings-all") && !yes("tied-embeddings") {
+        return Err(err(
+            &npz_path,
+            "an untied output layer (decoder_ff_logit_out_Wt; tied-embeddings: false) is not supported",
+        ));
     }
 
     // Vocabularies: decoder.yml's `vocabs`, else vocab(.src/.trg).yml beside the model.
@@ -719,27 +778,37 @@ fn import_native(dir: &Path) -> Result<Imported> {
             }
         }
     };
-    let source_vocab = marian_vocab(&vocab_paths[0])?;
+    // Marian's decoder starts from a zero vector; the import gives it an id of its own, `<pad>`
+    // after the last (a zero row whose logit is masked), as Hugging Face's converter does.
+    let with_pad = |mut v: Vocab| {
+        if v.id("<pad>").is_none() {
+            v.pieces.push("<pad>".into());
+        }
+        v
+    };
+    let (source_vocab, target_vocab) = (marian_vocab(&vocab_paths[0])?, marian_vocab(&vocab_paths[1])?);
+    // The embeddings' rows: the vocabularies as Marian has them.
+    let (v_src, v_tgt) = (source_vocab.len(), target_vocab.len());
     let separate = vocab_paths[0] != vocab_paths[1];
-    let target_vocab = if separate { Some(marian_vocab(&vocab_paths[1])?) } else { None };
+    let source_vocab = with_pad(source_vocab);
+    let target_vocab = if separate { Some(with_pad(target_vocab)) } else { None };
     if tied_all && separate && target_vocab.as_ref() != Some(&source_vocab) {
         return Err(err(&npz_path, "tied-embeddings-all with two different vocabularies"));
     }
     let tgt_vocab = target_vocab.as_ref().unwrap_or(&source_vocab);
-    let specials = |v: &Vocab, path: &Path| -> Result<(u32, u32)> {
+    let specials = |v: &Vocab, path: &Path| -> Result<(u32, u32, u32)> {
         let eos = v.id("</s>").ok_or_else(|| err(path, "no </s> in the vocabulary"))?;
         let unk = v.id("<unk>").ok_or_else(|| err(path, "no <unk> in the vocabulary"))?;
-        Ok((eos, unk))
+        Ok((eos, unk, v.id("<pad>").expect("appended")))
     };
-    let (teos, tunk) = specials(tgt_vocab, &vocab_paths[1])?;
-    let tgt_map = IdMap::new(tgt_vocab.pieces.len(), None, teos, tunk)?;
+    let (teos, tunk, tpad) = specials(tgt_vocab, &vocab_paths[1])?;
+    let tgt_map = IdMap::new(tgt_vocab.pieces.len(), Some(tpad), teos, tunk)?;
     let src_map = if separate && !tied_all {
-        let (seos, sunk) = specials(&source_vocab, &vocab_paths[0])?;
-        Some(IdMap::new(source_vocab.pieces.len(), None, seos, sunk)?)
+        let (seos, sunk, spad) = specials(&source_vocab, &vocab_paths[0])?;
+        Some(IdMap::new(source_vocab.pieces.len(), Some(spad), seos, sunk)?)
     } else {
         None
     };
-    let (v_src, v_tgt) = (source_vocab.pieces.len(), tgt_vocab.pieces.len());
     let config = ModelConfig {
         n_layers: el,
         d_model: d,
@@ -811,7 +880,7 @@ fn import_native(dir: &Path) -> Result<Imported> {
         target_vocab,
         eos: "</s>".into(),
         unk: "<unk>".into(),
-        pad: None,
+        pad: "<pad>".into(),
     };
     Ok(Imported { checkpoint: checkpoint(config, params, "marian-npz"), tokenizer: parts, source: "marian-npz".into() })
 }

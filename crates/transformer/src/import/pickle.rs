@@ -120,13 +120,22 @@ pub fn read_state_dict(path: &Path) -> Result<BTreeMap<String, Tensor>> {
             storages.insert(key.clone(), bytes);
         }
         let bytes = &storages[&key];
-        let n: usize = shape.iter().product();
-        let mut data = Vec::with_capacity(n);
-        // The largest element index the view touches must lie inside the storage.
-        let last = offset + shape.iter().zip(&strides).map(|(&s, &st)| s.saturating_sub(1) * st).sum::<usize>();
-        if n > 0 && (last + 1) * dtype.size() > bytes.len() {
+        // The element count and the largest element index the view touches, without overflow:
+        // the view must lie inside the storage.
+        let n = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
+        let last = shape
+            .iter()
+            .zip(&strides)
+            .try_fold(offset, |a, (&s, &st)| s.saturating_sub(1).checked_mul(st).and_then(|x| a.checked_add(x)));
+        let (n, last) = match (n, last) {
+            (Some(n), Some(last)) => (n, last),
+            _ => return Err(bad(path, format!("{name}: its shape {shape:?} and strides {strides:?} overflow"))),
+        };
+        let end = last.checked_add(1).and_then(|e| e.checked_mul(dtype.size()));
+        if n > 0 && end.is_none_or(|e| e > bytes.len()) {
             return Err(bad(path, format!("{name}: its view reaches past its storage ({} bytes)", bytes.len())));
         }
+        let mut data = Vec::with_capacity(n);
         let mut index = vec![0usize; shape.len()];
         for _ in 0..n {
             let at = offset + index.iter().zip(&strides).map(|(&i, &s)| i * s).sum::<usize>();

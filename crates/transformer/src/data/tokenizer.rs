@@ -1,0 +1,266 @@
+//! The vocabulary of a model, whatever made it: the shared BPE model this project learns
+//! ([`Bpe`]), or the SentencePiece models and vocabularies of an imported Marian / OPUS-MT model
+//! ([`MarianTokens`]). Every decoding verb takes one file, `--bpe` (alias `--tokenizer`), and
+//! [`Tokenizer::load`] tells the two apart by content.
+
+use crate::data::bpe::Bpe;
+use crate::data::sentencepiece::{MarianTokenizer, MARIAN_FORMAT};
+use crate::error::Result;
+use sha2::{Digest, Sha256};
+use std::path::Path;
+
+/// Which side of a translation a piece belongs to (they differ with separate vocabularies).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Side {
+    /// Source (encoder) ids.
+    Source,
+    /// Target (decoder) ids.
+    Target,
+}
+
+/// A model's vocabulary.
+#[derive(Clone)]
+#[allow(clippy::large_enum_variant)] // one per session; the BPE model is the common case
+pub enum Tokenizer {
+    /// This project's byte-level BPE, one vocabulary for both sides.
+    Bpe(Bpe),
+    /// An imported Marian model's SentencePiece models and vocabularies, in our id order.
+    Marian(Box<MarianTokens>),
+}
+
+impl Tokenizer {
+    /// Reads a tokenizer file: a Marian tokenizer written by `transformer import marian`, or a
+    /// BPE model from `bpe learn` / `train`. Errors name the file.
+    pub fn load(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path).map_err(crate::io::io_err(path))?;
+        let is_marian = serde_json::from_str::<serde_json::Value>(&text)
+            .ok()
+            .and_then(|j| j.get("format").and_then(|f| f.as_str()).map(|f| f == MARIAN_FORMAT))
+            .unwrap_or(false);
+        if is_marian {
+            let hash = format!("sha256:{:x}", Sha256::digest(text.as_bytes()));
+            Ok(Tokenizer::Marian(Box::new(MarianTokens::new(MarianTokenizer::load(path)?, hash)?)))
+        } else {
+            Ok(Tokenizer::Bpe(Bpe::from_json(&text, path)?))
+        }
+    }
+
+    /// The vocabulary's hash, stored in checkpoints to tie them to their vocabulary.
+    pub fn hash(&self) -> &str {
+        match self {
+            Tokenizer::Bpe(b) => b.hash(),
+            Tokenizer::Marian(m) => &m.hash,
+        }
+    }
+
+    /// Target (output) ids: the model's `vocab_size`.
+    pub fn vocab_size(&self) -> usize {
+        match self {
+            Tokenizer::Bpe(b) => b.vocab_size(),
+            Tokenizer::Marian(m) => m.target.len(),
+        }
+    }
+
+    /// Source ids: the model's `source_vocab_size`, or `None` when the vocabulary is shared.
+    pub fn source_vocab_size(&self) -> Option<usize> {
+        match self {
+            Tokenizer::Bpe(_) => None,
+            Tokenizer::Marian(m) => m.separate.then(|| m.source.len()),
+        }
+    }
+
+    /// The BPE model, for what only a BPE vocabulary supports (parsing, training).
+    pub fn bpe(&self) -> Option<&Bpe> {
+        match self {
+            Tokenizer::Bpe(b) => Some(b),
+            Tokenizer::Marian(_) => None,
+        }
+    }
+
+    /// The text of one piece for labels: a piece that starts a word begins with a space.
+    pub fn piece_text(&self, side: Side, id: u32) -> Result<String> {
+        match self {
+            Tokenizer::Bpe(b) => b.decode(&[id]),
+            Tokenizer::Marian(m) => Ok(m.piece(side, id).replace('\u{2581}', " ")),
+        }
+    }
+}
+
+impl From<Bpe> for Tokenizer {
+    fn from(b: Bpe) -> Self {
+        Tokenizer::Bpe(b)
+    }
+}
+
+/// An imported Marian model's tokenizer, with the id maps between Marian's ids and ours.
+#[derive(Clone)]
+pub struct MarianTokens {
+    inner: MarianTokenizer,
+    /// Marian's source ids ↔ ours.
+    source: IdMap,
+    /// Marian's target ids ↔ ours.
+    target: IdMap,
+    separate: bool,
+    hash: String,
+}
+
+impl MarianTokens {
+    /// Wraps `inner` (read from a file whose hash is `hash`) with the id maps its special
+    /// tokens define on each side ([`IdMap`]).
+    pub fn new(inner: MarianTokenizer, hash: String) -> Result<Self> {
+        let (eos, unk, pad) = inner.special_tokens();
+        let map = |target: bool| -> Result<IdMap> {
+            let (size, e, u, p) = match target {
+                false => (
+                    inner.vocab_size(),
+                    inner.source_token_to_id(eos),
+                    inner.source_token_to_id(unk),
+                    inner.source_token_to_id(pad),
+                ),
+                true => (
+                    inner.target_vocab_size(),
+                    inner.target_token_to_id(eos),
+                    inner.target_token_to_id(unk),
+                    inner.target_token_to_id(pad),
+                ),
+            };
+            let missing = |t: &str| crate::Error::Import(format!("the Marian vocabulary has no {t:?}"));
+            IdMap::new(size, p, e.ok_or_else(|| missing(eos))?, u.ok_or_else(|| missing(unk))?)
+        };
+        let (source, target) = (map(false)?, map(true)?);
+        let separate = inner.separate_vocabs();
+        Ok(MarianTokens { inner, source, target, separate, hash })
+    }
+
+    /// The wrapped tokenizer (Marian's ids).
+    pub fn inner(&self) -> &MarianTokenizer {
+        &self.inner
+    }
+
+    /// Our ids of a source sentence, `</s>` included (Marian's encoder reads it).
+    pub fn encode_source(&self, text: &str) -> Vec<u32> {
+        self.inner.encode_source(text).into_iter().map(|id| self.source.ours(id)).collect()
+    }
+
+    /// Our ids of a target sentence, without the final `</s>` (our batches add EOS themselves).
+    pub fn encode_target(&self, text: &str) -> Vec<u32> {
+        let mut ids: Vec<u32> = self.inner.encode_target(text).into_iter().map(|id| self.target.ours(id)).collect();
+        if ids.last() == Some(&crate::EOS) {
+            ids.pop();
+        }
+        ids
+    }
+
+    /// The text of our output ids, as `MarianTokenizer.decode(ids, skip_special_tokens=True)`.
+    pub fn decode_target(&self, ids: &[u32]) -> String {
+        let foreign: Vec<u32> = ids.iter().filter_map(|&id| self.target.foreign(id)).collect();
+        self.inner.decode_target(&foreign)
+    }
+
+    /// The piece of our id on `side` ("" for the rows the import adds).
+    pub fn piece(&self, side: Side, id: u32) -> String {
+        let map = if side == Side::Source { &self.source } else { &self.target };
+        match map.foreign(id) {
+            Some(f) => match side {
+                Side::Source => self.inner.source_id_to_piece(f),
+                Side::Target => self.inner.id_to_piece(f),
+            }
+            .unwrap_or_default()
+            .to_string(),
+            None => crate::vocab::SPECIALS.get(id as usize).map_or(String::new(), |s| s.to_string()),
+        }
+    }
+
+    /// The id maps (source, target).
+    pub fn maps(&self) -> (&IdMap, &IdMap) {
+        (&self.source, &self.target)
+    }
+}
+
+/// How a foreign vocabulary's ids map onto this engine's, whose special tokens have fixed ids
+/// (`<pad>` 0, `<s>` 1, `</s>` 2, `<unk>` 3, [`crate::vocab`]).
+///
+/// Our id 0 (padding) is a new row that the foreign model never reads or predicts. Our id 1 (the
+/// decoder's first input) is the foreign model's decoder start token, its padding token for
+/// Marian (absent in native Marian vocabularies, whose decoder starts from a zero vector: then a
+/// new zero row). Our 2 and 3 are its `</s>` and `<unk>`; the foreign ids that remain follow in
+/// their order from 4 on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IdMap {
+    /// Foreign id → ours.
+    to_ours: Vec<u32>,
+    /// Our id → the foreign id, `None` for the rows the import adds.
+    from_ours: Vec<Option<u32>>,
+}
+
+impl IdMap {
+    /// The map for a foreign vocabulary of `size` ids with the given special ids.
+    pub fn new(size: usize, start: Option<u32>, eos: u32, unk: u32) -> crate::Result<Self> {
+        let specials = [start, Some(eos), Some(unk)];
+        let bad = |m: String| Err(crate::Error::Import(m));
+        for s in specials.iter().flatten() {
+            if *s as usize >= size {
+                return bad(format!("special id {s} outside the vocabulary of {size}"));
+            }
+        }
+        if eos == unk || start == Some(eos) || start == Some(unk) {
+            return bad(format!("the special ids must differ: start {start:?}, </s> {eos}, <unk> {unk}"));
+        }
+        let mut from_ours = vec![None, start, Some(eos), Some(unk)];
+        from_ours.extend((0..size as u32).filter(|id| !specials.contains(&Some(*id))).map(Some));
+        let mut to_ours = vec![0u32; size];
+        for (ours, f) in from_ours.iter().enumerate() {
+            if let Some(f) = f {
+                to_ours[*f as usize] = ours as u32;
+            }
+        }
+        Ok(IdMap { to_ours, from_ours })
+    }
+
+    /// Our vocabulary's size.
+    pub fn len(&self) -> usize {
+        self.from_ours.len()
+    }
+
+    /// Whether the map is empty (never: the specials are always there).
+    pub fn is_empty(&self) -> bool {
+        self.from_ours.is_empty()
+    }
+
+    /// Our id of a foreign id.
+    pub fn ours(&self, foreign: u32) -> u32 {
+        self.to_ours[foreign as usize]
+    }
+
+    /// The foreign id of ours, `None` for a row the import added.
+    pub fn foreign(&self, ours: u32) -> Option<u32> {
+        self.from_ours.get(ours as usize).copied().flatten()
+    }
+
+    /// Every foreign id in our order (`None` for added rows).
+    pub fn order(&self) -> &[Option<u32>] {
+        &self.from_ours
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn specials_land_on_our_ids_and_the_rest_keep_their_order() {
+        // Marian: </s> 0, <unk> 1, pieces 2..5, <pad> 6.
+        let m = IdMap::new(7, Some(6), 0, 1).unwrap();
+        assert_eq!(m.len(), 8);
+        assert_eq!(m.order(), &[None, Some(6), Some(0), Some(1), Some(2), Some(3), Some(4), Some(5)]);
+        assert_eq!((m.ours(6), m.ours(0), m.ours(1), m.ours(2), m.ours(5)), (1, 2, 3, 4, 7));
+        for f in 0..7 {
+            assert_eq!(m.foreign(m.ours(f)), Some(f));
+        }
+        // Native Marian: no padding token, the decoder starts from a new zero row.
+        let n = IdMap::new(6, None, 0, 1).unwrap();
+        assert_eq!(n.order()[..3], [None, None, Some(0)]);
+        assert!(IdMap::new(6, None, 0, 0).is_err());
+        assert!(IdMap::new(6, Some(9), 0, 1).is_err());
+    }
+}
