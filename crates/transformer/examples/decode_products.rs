@@ -1,8 +1,9 @@
-//! Times the decoder's matrix products (Multi30k model: d_model 256, d_ff 1024, vocabulary 8000)
+//! Times the decoder's matrix products (Multi30k model: d_model 256, d_ff 1024, vocabulary 8000;
+//! with the argument `base`, Transformer-base as OPUS-MT: d_model 512, d_ff 2048, vocabulary 11,000)
 //! at 512, 128 and 32 rows on the weights as decoding prepares them at each precision
 //! (`PackedLinear`: f32 panels, bf16 tiles, int8 codes), in GFLOP/s (int8: multiply-adds × 2).
 //!
-//!     cargo run --release -p transformer --example decode_products
+//!     cargo run --release -p transformer --example decode_products [base]
 use std::time::Instant;
 use transformer::kernels::cpu::packed::PackedLinear;
 use transformer::Precision;
@@ -26,7 +27,10 @@ fn time(mut f: impl FnMut(), flops: f64) -> f64 {
 }
 
 fn main() {
-    let shapes = [(768, 256), (256, 256), (1024, 256), (256, 1024), (8000, 256)];
+    let shapes = match std::env::args().nth(1).as_deref() {
+        Some("base") => [(1536, 512), (512, 512), (2048, 512), (512, 2048), (11000, 512)],
+        _ => [(768, 256), (256, 256), (1024, 256), (256, 1024), (8000, 256)],
+    };
     let precisions: Vec<Precision> = Precision::ALL.into_iter().filter(|p| p.available().is_ok()).collect();
     for m in [512usize, 128, 32] {
         for &(n, k) in &shapes {

@@ -91,6 +91,9 @@ fn packed_linear_matches_reference() {
         (4, 33, 17),
         (7, 70, 31),
         (26, 65, 12),
+        // More rows than one pass takes (PACKED_MAX_ROWS): chunks, the last a partial one.
+        (packed::PACKED_MAX_ROWS + 1, 33, 20),
+        (2 * packed::PACKED_MAX_ROWS + 37, 70, 9),
     ] {
         let (x, w, b) = (rand_vec(&mut rng, m * k, 1.0), rand_vec(&mut rng, n * k, 1.0), rand_vec(&mut rng, n, 1.0));
         let packed = packed::PackedLinear::new(&to_f32(&w), n, k, transformer::Precision::F32, true);

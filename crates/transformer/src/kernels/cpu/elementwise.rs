@@ -175,13 +175,31 @@ pub fn bias_activation_forward(h: &mut [f32], bias: &[f32], act: Activation) {
     let _t = super::profile::scope(super::profile::Slot::Relu);
     let f = bias.len();
     assert_eq!(h.len() % f.max(1), 0);
-    h.par_chunks_mut(ROW_BLOCK * f).for_each(|rows| {
-        for row in rows.chunks_exact_mut(f) {
-            for (v, b) in row.iter_mut().zip(bias) {
-                *v = activation(*v + b, act);
+    h.par_chunks_mut(ROW_BLOCK * f).for_each(|rows| match act {
+        Activation::Swish => bias_swish_rows(rows, bias),
+        _ => {
+            for row in rows.chunks_exact_mut(f) {
+                for (v, b) in row.iter_mut().zip(bias) {
+                    *v = activation(*v + b, act);
+                }
             }
         }
     });
+}
+
+/// x · σ(x) = x / (1 + e^(−x)) over rows, with [`exp_approx`] so that the loop vectorises
+/// (relative error below 2·10⁻⁶; OPUS-MT's activation, in every decoder step).
+#[multiversion(targets(
+    "x86_64+avx512f+avx512bw+avx512dq+avx512vl+avx2+fma+bmi1+bmi2+lzcnt+popcnt",
+    "x86_64+avx2+fma"
+))]
+fn bias_swish_rows(rows: &mut [f32], bias: &[f32]) {
+    for row in rows.chunks_exact_mut(bias.len()) {
+        for (v, b) in row.iter_mut().zip(bias) {
+            let x = *v + b;
+            *v = x / (1.0 + exp_approx(-x));
+        }
+    }
 }
 
 /// One value through `act` (f32 in and out; GELU's normal CDF is evaluated in f64).
