@@ -683,10 +683,11 @@ mod tests {
             assert!(err.contains(&format!("test.toml: unknown field `{key}`, expected one of `preset`")), "{err}");
             let list = "`preset`, `n_layers`, `d_model`, `d_ff`, `n_heads`, `d_k`, `d_v`, `dropout`, \
                         `attention_dropout`, `label_smoothing`, `positions`, `max_positions`, `source_pointer`, `next_closer`, \
-                        `next_closer_depth`, `next_closer_dropout`\nin `model`";
+                        `next_closer_depth`, `next_closer_dropout`, `activation`, `output_bias`, `source_vocab_size`, \
+                        `sinusoid_layout`, `scale_embedding`\nin `model`";
             assert!(err.contains(list), "{err}");
             let expected = err.split("expected one of").nth(1).unwrap();
-            assert!(!expected.contains("vocab_size") && !expected.contains("layer_norm_eps"), "{err}");
+            assert!(!expected.contains("`vocab_size`") && !expected.contains("layer_norm_eps"), "{err}");
         }
         let err = parse("[model]\nd_model = \"wide\"\n", &[]).unwrap_err().to_string();
         assert!(err.contains("test.toml: invalid type: string \"wide\", expected usize\nin `model.d_model`"), "{err}");
