@@ -268,8 +268,8 @@ fn reorder_bias(bias: &[f32], map: &IdMap) -> Vec<f32> {
     map.order().iter().map(|f| f.and_then(|f| bias.get(f as usize).copied()).unwrap_or(MASKED_LOGIT)).collect()
 }
 
-/// One attention block's, one FFN's or one LayerNorm's tensor of ours → the foreign name and
-/// whether it is a matrix stored (in, out) (Marian) that must be transposed.
+/// The foreign name of each of our layers' tensors (attention, FFN, LayerNorm), in one format's
+/// naming scheme: [`hf_names`] and [`marian_names`] walk the same layers, each spelling its own.
 struct Names {
     /// Our `encoder.layers.{i}.self_attn.w_q` etc. → foreign name.
     map: HashMap<String, String>,
