@@ -229,7 +229,8 @@ impl IdMap {
 
     /// Our id of a foreign id.
     pub fn ours(&self, foreign: u32) -> u32 {
-        self.to_ours[foreign as usize]
+        // An id outside the foreign vocabulary cannot come from it: unknown.
+        self.to_ours.get(foreign as usize).copied().unwrap_or(crate::UNK)
     }
 
     /// The foreign id of ours, `None` for a row the import added.

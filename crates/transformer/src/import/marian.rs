@@ -649,7 +649,9 @@ fn unescape_double(s: &str) -> String {
 fn marian_vocab(path: &Path) -> Result<Vocab> {
     let is_spm = path.extension().is_some_and(|e| e == "spm" || e == "model");
     if is_spm {
-        return Err(err(path, "SPM_VOCAB_TODO"));
+        let sp = crate::data::sentencepiece::SentencePiece::load(path)?;
+        let pieces = (0..sp.len() as u32).map(|i| sp.id_to_piece(i).unwrap_or_default().to_string()).collect();
+        return Ok(Vocab { pieces });
     }
     let text = std::fs::read_to_string(path).map_err(crate::io::io_err(path))?;
     let mut pieces: Vec<Option<String>> = Vec::new();
@@ -789,7 +791,14 @@ fn import_native(dir: &Path) -> Result<Imported> {
     let (source_vocab, target_vocab) = (marian_vocab(&vocab_paths[0])?, marian_vocab(&vocab_paths[1])?);
     // The embeddings' rows: the vocabularies as Marian has them.
     let (v_src, v_tgt) = (source_vocab.len(), target_vocab.len());
-    let separate = vocab_paths[0] != vocab_paths[1];
+    // Two files with the same pieces are one vocabulary.
+    let separate = source_vocab != target_vocab;
+    if !tied_all && !separate {
+        return Err(err(
+            &npz_path,
+            "separate source and target embeddings (encoder_Wemb, decoder_Wemb) over one vocabulary are not supported",
+        ));
+    }
     let source_vocab = with_pad(source_vocab);
     let target_vocab = if separate { Some(with_pad(target_vocab)) } else { None };
     if tied_all && separate && target_vocab.as_ref() != Some(&source_vocab) {

@@ -61,8 +61,9 @@ pub fn parse_npy(b: &[u8]) -> std::result::Result<Array, String> {
         return Err("Fortran-ordered arrays are not read".into());
     }
     let shape_text = field("shape")?;
-    let close = shape_text.find(')').ok_or("a malformed 'shape'")?;
-    let shape = shape_text[1..close]
+    let inner = shape_text.strip_prefix('(').ok_or("a malformed 'shape'")?;
+    let close = inner.find(')').ok_or("a malformed 'shape'")?;
+    let shape = inner[..close]
         .split(',')
         .map(str::trim)
         .filter(|s| !s.is_empty())

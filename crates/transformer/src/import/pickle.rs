@@ -132,7 +132,9 @@ pub fn read_state_dict(path: &Path) -> Result<BTreeMap<String, Tensor>> {
             _ => return Err(bad(path, format!("{name}: its shape {shape:?} and strides {strides:?} overflow"))),
         };
         let end = last.checked_add(1).and_then(|e| e.checked_mul(dtype.size()));
-        if n > 0 && end.is_none_or(|e| e > bytes.len()) {
+        // Every element must have bytes of its own (a zero stride could repeat one element
+        // without bound).
+        if n > 0 && (end.is_none_or(|e| e > bytes.len()) || n.saturating_mul(dtype.size()) > bytes.len()) {
             return Err(bad(path, format!("{name}: its view reaches past its storage ({} bytes)", bytes.len())));
         }
         let mut data = Vec::with_capacity(n);

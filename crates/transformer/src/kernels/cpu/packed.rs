@@ -6,7 +6,7 @@
 //! Threads split the panels.
 //!
 //! Used only where AVX-512 is present; products of more than [`PACKED_MAX_ROWS`] rows run in
-//! chunks of that many, so a chunk of X stays in cache while the panels pass over it (at 512 rows
+//! chunks of 156 (that many rounded down to whole blocks of MR), so a chunk of X stays in cache while the panels pass over it (at 512 rows
 //! this doubles the rate of Transformer-base's FFN products over the `gemm` crate,
 //! examples/decode_products.rs). Otherwise [`PackedLinear::forward`] calls the `gemm` crate on the
 //! original layout, so results never depend on which path ran beyond float rounding. Building with `pack = false` forces the `gemm` path (for A/B timing).
@@ -137,7 +137,7 @@ impl PackedLinear {
                 return linear_bf16(y, x, wb, m, bias.is_some());
             }
         };
-        if m == 0 || k == 0 {
+        if m == 0 || k == 0 || n == 0 {
             return linear_forward(Precision::F32, y, x, w, bias, m, n, k);
         }
         // Many rows: in chunks of at most PACKED_MAX_ROWS, so that a chunk of X stays in the
