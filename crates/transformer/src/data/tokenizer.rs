@@ -65,7 +65,7 @@ impl Tokenizer {
     pub fn source_vocab_size(&self) -> Option<usize> {
         match self {
             Tokenizer::Bpe(_) => None,
-            Tokenizer::Marian(m) => m.separate.then(|| m.source.len()),
+            Tokenizer::Marian(m) => m.inner.separate_vocabs().then(|| m.source.len()),
         }
     }
 
@@ -100,7 +100,6 @@ pub struct MarianTokens {
     source: IdMap,
     /// Marian's target ids ↔ ours.
     target: IdMap,
-    separate: bool,
     hash: String,
 }
 
@@ -128,8 +127,7 @@ impl MarianTokens {
             IdMap::new(size, p, e.ok_or_else(|| missing(eos))?, u.ok_or_else(|| missing(unk))?)
         };
         let (source, target) = (map(false)?, map(true)?);
-        let separate = inner.separate_vocabs();
-        Ok(MarianTokens { inner, source, target, separate, hash })
+        Ok(MarianTokens { inner, source, target, hash })
     }
 
     /// The wrapped tokenizer (Marian's ids).
