@@ -645,6 +645,9 @@ pub enum BenchCommand {
         /// Residual and embedding dropout of the benchmark model.
         #[arg(long, default_value_t = 0.1)]
         dropout: f32,
+        /// Also break the matrix products down by shape: calls, time, packing time and GFLOP/s.
+        #[arg(long)]
+        profile: bool,
         /// Print one JSON line.
         #[arg(long)]
         json: bool,

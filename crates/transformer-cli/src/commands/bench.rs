@@ -12,8 +12,8 @@ use transformer::{Batch, Precision, Transformer};
 
 pub fn run(which: BenchCommand) -> Result<()> {
     match which {
-        BenchCommand::TrainStep { steps, warmup, bf16, dropout, json } => {
-            train_step(steps as usize, warmup, bf16, dropout, json)
+        BenchCommand::TrainStep { steps, warmup, bf16, dropout, profile, json } => {
+            train_step(steps as usize, warmup, bf16, dropout, profile, json)
         }
         BenchCommand::Matmul { reps } => matmul_rates(reps as usize),
         #[cfg(feature = "mpi")]
@@ -80,7 +80,7 @@ fn bench_config(dropout: f32) -> ModelConfig {
     }
 }
 
-fn train_step(steps: usize, warmup: usize, bf16: bool, dropout: f32, json: bool) -> Result<()> {
+fn train_step(steps: usize, warmup: usize, bf16: bool, dropout: f32, per_shape: bool, json: bool) -> Result<()> {
     let precision = if bf16 { Precision::Bf16 } else { Precision::F32 };
     precision.available().map_err(|why| anyhow::anyhow!("--bf16: {why}"))?;
     let cfg = bench_config(dropout);
@@ -99,8 +99,12 @@ fn train_step(steps: usize, warmup: usize, bf16: bool, dropout: f32, json: bool)
     let mut times = Vec::new();
     let mut slots: Vec<Vec<(&str, f64)>> = Vec::new();
     let mut matmul_flops = 0;
+    // Per product shape, summed over the timed steps.
+    let mut products: std::collections::BTreeMap<_, transformer::kernels::cpu::profile::ShapeTimes> =
+        Default::default();
     for i in 0..warmup + steps {
         profile.take();
+        profile.take_products();
         let start = Instant::now();
         let stats = profile.install(|| trainer.train_step(std::slice::from_ref(&batch)))?;
         let dt = start.elapsed().as_secs_f64();
@@ -109,6 +113,13 @@ fn train_step(steps: usize, warmup: usize, bf16: bool, dropout: f32, json: bool)
             times.push(dt);
             slots.push(slot_times);
             matmul_flops = flops;
+            for (shape, t) in profile.take_products() {
+                let e = products.entry(shape).or_default();
+                e.calls += t.calls;
+                e.seconds += t.seconds;
+                e.pack_a_seconds += t.pack_a_seconds;
+                e.pack_b_seconds += t.pack_b_seconds;
+            }
         }
         if !json {
             eprintln!(
@@ -137,10 +148,41 @@ fn train_step(steps: usize, warmup: usize, bf16: bool, dropout: f32, json: bool)
     let matmul_median = breakdown[0].1;
     let threads = rayon::current_num_threads();
     let rss = super::peak_rss_bytes();
+    let mut products: Vec<_> = products.into_iter().collect();
+    products.sort_by(|a, b| b.1.seconds.total_cmp(&a.1.seconds));
+    // The unit's arithmetic ceiling on all worker threads (AMX's is not measured: its products do
+    // not run on the dot-product instruction).
+    let peak = if !per_shape {
+        None
+    } else {
+        use transformer::kernels::cpu::{bf16::Unit, peak};
+        match (bf16, transformer::kernels::cpu::bf16::unit()) {
+            (false, _) => peak::peak_gflops(peak::PeakOf::F32Fma, 20_000_000).map(|p| ("f32 FMA", p)),
+            (true, Ok(Unit::Avx512Bf16)) => {
+                peak::peak_gflops(peak::PeakOf::Bf16Dot, 20_000_000).map(|p| ("vdpbf16ps", p))
+            }
+            (true, _) => None,
+        }
+    };
+    let per_step = steps as f64;
     if json {
-        let v = serde_json::json!({ "impl": "transformer", "bf16": bf16, "threads": threads, "step_times_s": times, "median_s": median, "peak_rss_bytes": rss,
+        let mut v = serde_json::json!({ "impl": "transformer", "bf16": bf16, "threads": threads, "step_times_s": times, "median_s": median, "peak_rss_bytes": rss,
             "params": trainer.model().params.len(), "matmul_gflop": matmul_flops as f64 / 1e9,
             "breakdown_s": breakdown.iter().map(|(n, t)| (n.clone(), *t)).collect::<std::collections::BTreeMap<_, _>>() });
+        if per_shape {
+            v["products"] = products
+                .iter()
+                .map(|(s, t)| {
+                    serde_json::json!({ "shape": s.label(), "calls_per_step": t.calls as f64 / per_step,
+                        "ms_per_step": 1e3 * t.seconds / per_step, "pack_a_ms_per_step": 1e3 * t.pack_a_seconds / per_step,
+                        "pack_b_ms_per_step": 1e3 * t.pack_b_seconds / per_step,
+                        "gflops": s.flops() * t.calls as f64 / t.seconds / 1e9 })
+                })
+                .collect();
+            if let Some((what, p)) = peak {
+                v["peak_gflops"] = serde_json::json!({ "unit": what, "gflops": p });
+            }
+        }
         println!("{v}");
     } else {
         println!(
@@ -155,6 +197,44 @@ fn train_step(steps: usize, warmup: usize, bf16: bool, dropout: f32, json: bool)
         );
         for (name, t) in &breakdown {
             println!("  {name:<28} {:>7.1} ms  {:>5.1}%", t * 1e3, 100.0 * t / median);
+        }
+        if per_shape {
+            match peak {
+                Some((what, p)) => println!("unit peak ({what}, {threads} threads, no memory traffic): {p:.0} GFLOP/s"),
+                None => println!("unit peak: not measured for this unit"),
+            }
+            let pct = |g: f64| peak.map_or("-".to_string(), |(_, p)| format!("{:.0}%", 100.0 * g / p));
+            println!("matrix products by shape (C = op(A)·op(B), m×n×k; means over the timed steps):");
+            println!(
+                "  {:<22} {:>5} {:>9} {:>9} {:>9} {:>8} {:>6} {:>8}",
+                "ops m×n×k", "calls", "ms/step", "pack A", "pack B", "GFLOP/s", "peak", "no pack"
+            );
+            for (s, t) in &products {
+                let flops = s.flops() * t.calls as f64;
+                let compute = t.seconds - t.pack_a_seconds - t.pack_b_seconds;
+                println!(
+                    "  {:<22} {:>5} {:>9.1} {:>9.1} {:>9.1} {:>8.0} {:>6} {:>8.0}",
+                    s.label(),
+                    t.calls as f64 / per_step,
+                    1e3 * t.seconds / per_step,
+                    1e3 * t.pack_a_seconds / per_step,
+                    1e3 * t.pack_b_seconds / per_step,
+                    flops / t.seconds / 1e9,
+                    pct(flops / t.seconds / 1e9),
+                    flops / compute / 1e9
+                );
+            }
+            let total: f64 = products.iter().map(|p| p.1.seconds).sum::<f64>() / per_step;
+            let pack: f64 = products.iter().map(|p| p.1.pack_a_seconds + p.1.pack_b_seconds).sum::<f64>() / per_step;
+            let flops: f64 = products.iter().map(|p| p.0.flops() * p.1.calls as f64).sum::<f64>() / per_step;
+            println!(
+                "  all products: {:.1} ms/step, of which packing {:.1} ms; {:.0} GFLOP/s ({}), {:.0} without packing",
+                1e3 * total,
+                1e3 * pack,
+                flops / total / 1e9,
+                pct(flops / total / 1e9),
+                flops / (total - pack) / 1e9
+            );
         }
     }
     Ok(())

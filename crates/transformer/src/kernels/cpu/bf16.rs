@@ -445,7 +445,10 @@ pub fn matmul_bf16_on(
     let mut pb = take_buffer(&pack_buffers::B, nt * kt * TILE_ELEMS);
     // SAFETY: both units need avx512f/bw/bf16, checked above.
     unsafe {
+        let p = super::profile::pack_scope(false);
         pack_a(&mut pa, a, op_a, m, k, mt, kt);
+        drop(p);
+        let _p = super::profile::pack_scope(true);
         pack_b(&mut pb, b, op_b, k, n, nt, kt);
     }
     multiply(unit, c, &pa, &pb, m, n, (mt, nt, kt), accumulate);
@@ -505,12 +508,14 @@ pub fn linear_bf16(c: &mut [f32], a: &[f32], w: &Bf16Weights, m: usize, accumula
         }
         return;
     }
-    let _t = super::profile::scope(super::profile::Slot::Matmul);
-    super::profile::add_matmul_flops(2 * (m as u64) * (n as u64) * (k as u64));
+    let _t = super::profile::product_scope(m, n, k, false, true);
     let mt = round_up(m, BLOCK) / TILE_ROWS;
     let mut pa = take_buffer(&pack_buffers::A, mt * w.kt * TILE_ELEMS);
     // SAFETY: a bf16 unit implies avx512f/bw/bf16.
-    unsafe { pack_a(&mut pa, a, Op::N, m, k, mt, w.kt) };
+    unsafe {
+        let _p = super::profile::pack_scope(false);
+        pack_a(&mut pa, a, Op::N, m, k, mt, w.kt)
+    };
     multiply(unit, c, &pa, &w.tiles, m, n, (mt, w.nt, w.kt), accumulate);
     pack_buffers::A.set(pa);
 }

@@ -36,8 +36,7 @@ pub fn product(
     match prec {
         Precision::F32 => matmul(c, a, op_a, b, op_b, m, n, k, accumulate),
         Precision::Bf16 => {
-            let _t = super::profile::scope(super::profile::Slot::Matmul);
-            super::profile::add_matmul_flops(2 * (m as u64) * (n as u64) * (k as u64));
+            let _t = super::profile::product_scope(m, n, k, op_a == Op::T, op_b == Op::T);
             super::bf16::matmul_bf16(c, a, op_a, b, op_b, m, n, k, accumulate);
         }
         Precision::Int8 => panic!(

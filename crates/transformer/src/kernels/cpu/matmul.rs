@@ -67,8 +67,7 @@ pub fn matmul(c: &mut [f32], a: &[f32], op_a: Op, b: &[f32], op_b: Op, m: usize,
     } else {
         gemm::Parallelism::None
     };
-    let _t = super::profile::scope(super::profile::Slot::Matmul);
-    super::profile::add_matmul_flops(2 * (m * n * k) as u64);
+    let _t = super::profile::product_scope(m, n, k, op_a == Op::T, op_b == Op::T);
     // SAFETY: the asserts above guarantee every index op(A)[i][p], op(B)[p][j], C[i][j] for i < m,
     // j < n, p < k lies inside its slice with the strides computed above; C does not alias A or B
     // (it is borrowed mutably).

@@ -12,6 +12,7 @@ pub mod layer_norm;
 pub mod linear;
 pub mod matmul;
 pub mod packed;
+pub mod peak;
 pub mod profile;
 pub mod search;
 pub mod softmax_xent;

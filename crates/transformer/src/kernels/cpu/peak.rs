@@ -1,0 +1,110 @@
+//! The arithmetic peak of this machine's product units, measured: every worker thread runs a loop
+//! of independent fused multiply-adds (no memory traffic) for a fixed count, and the FLOPs over the
+//! wall time is the ceiling a matrix product could reach. `bench train-step --profile` reports each
+//! product shape's rate as a share of it.
+
+use rayon::prelude::*;
+use std::arch::x86_64::*;
+use std::time::Instant;
+
+/// Which instruction the peak is measured for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PeakOf {
+    /// f32 `vfmadd` on 512-bit registers (AVX-512F), or 256-bit (AVX2 + FMA) where that is all
+    /// there is.
+    F32Fma,
+    /// bf16 pair dot products `vdpbf16ps` on 512-bit registers (AVX512-BF16).
+    Bf16Dot,
+}
+
+/// Independent accumulators per thread: enough to cover the instruction latency.
+const ACC: usize = 16;
+
+/// GFLOP/s of `which` over all rayon worker threads at once, or `None` where the CPU lacks it.
+/// Runs `iters` rounds of 16 instructions per thread (2·10⁷ take about 0.1–0.2 s).
+pub fn peak_gflops(which: PeakOf, iters: usize) -> Option<f64> {
+    let (flops_per_op, run): (f64, fn(usize) -> f32) = match which {
+        PeakOf::Bf16Dot if super::bf16::avx512_bf16_available().is_ok() => (64.0, |n| {
+            // SAFETY: avx512f/bw/bf16 checked just above.
+            unsafe { bf16_loop(n) }
+        }),
+        PeakOf::F32Fma if is_x86_feature_detected!("avx512f") => (32.0, |n| {
+            // SAFETY: avx512f checked just above.
+            unsafe { f32_loop_512(n) }
+        }),
+        PeakOf::F32Fma if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") => (16.0, |n| {
+            // SAFETY: avx2 and fma checked just above.
+            unsafe { f32_loop_256(n) }
+        }),
+        _ => return None,
+    };
+    let threads = rayon::current_num_threads();
+    run(iters / 10); // warm the clocks up
+    let start = Instant::now();
+    let sink: f32 = (0..threads).into_par_iter().map(|_| run(iters)).sum();
+    let seconds = start.elapsed().as_secs_f64();
+    std::hint::black_box(sink);
+    Some(flops_per_op * (ACC * iters * threads) as f64 / seconds / 1e9)
+}
+
+#[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
+fn bf16_loop(iters: usize) -> f32 {
+    let mut acc = [_mm512_setzero_ps(); ACC];
+    // bf16 1.0 in every lane of a, a tiny value in b: the sums stay finite and normal.
+    let a: __m512bh = unsafe { std::mem::transmute(_mm512_set1_epi32(0x3f80_3f80)) };
+    let b: __m512bh = unsafe { std::mem::transmute(_mm512_set1_epi32(std::hint::black_box(0x2f80_2f80))) };
+    for _ in 0..iters {
+        for x in acc.iter_mut() {
+            *x = _mm512_dpbf16_ps(*x, a, b);
+        }
+    }
+    let total = acc.iter().fold(_mm512_setzero_ps(), |s, &x| _mm512_add_ps(s, x));
+    _mm512_reduce_add_ps(total)
+}
+
+#[target_feature(enable = "avx512f")]
+fn f32_loop_512(iters: usize) -> f32 {
+    let mut acc = [_mm512_setzero_ps(); ACC];
+    let a = _mm512_set1_ps(std::hint::black_box(0.999_999));
+    let b = _mm512_set1_ps(1e-7);
+    for _ in 0..iters {
+        for x in acc.iter_mut() {
+            *x = _mm512_fmadd_ps(*x, a, b);
+        }
+    }
+    let total = acc.iter().fold(_mm512_setzero_ps(), |s, &x| _mm512_add_ps(s, x));
+    _mm512_reduce_add_ps(total)
+}
+
+#[target_feature(enable = "avx2,fma")]
+fn f32_loop_256(iters: usize) -> f32 {
+    let mut acc = [_mm256_setzero_ps(); ACC];
+    let a = _mm256_set1_ps(std::hint::black_box(0.999_999));
+    let b = _mm256_set1_ps(1e-7);
+    for _ in 0..iters {
+        for x in acc.iter_mut() {
+            *x = _mm256_fmadd_ps(*x, a, b);
+        }
+    }
+    let mut lanes = [0f32; 8];
+    let total = acc.iter().fold(_mm256_setzero_ps(), |s, &x| _mm256_add_ps(s, x));
+    // SAFETY: `lanes` holds 8 floats.
+    unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), total) };
+    lanes.iter().sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn peaks_are_positive_where_the_unit_exists() {
+        // The f32 loop runs on every x86-64 CPU this project supports (AVX2 at least).
+        let f32_peak = peak_gflops(PeakOf::F32Fma, 100_000).expect("an AVX2 or AVX-512 CPU");
+        assert!(f32_peak.is_finite() && f32_peak > 1.0, "f32 peak {f32_peak}");
+        match peak_gflops(PeakOf::Bf16Dot, 100_000) {
+            Some(p) => assert!(p.is_finite() && p > 1.0, "bf16 peak {p}"),
+            None => assert!(crate::kernels::cpu::bf16::avx512_bf16_available().is_err()),
+        }
+    }
+}
