@@ -55,6 +55,10 @@ pub enum Command {
     /// validation F1, parse the test files and print EVALB's summary and example trees. Run it
     /// again with the same --output to resume.
     Quickstart(QuickstartArgs),
+    /// Table 3 at this machine's scale: train the quick start's model and each chosen row's
+    /// variation of it (applied in proportion) on Multi30k En→De with the same budget, data order
+    /// and seed, score each on the dev set, and write a table beside the paper's; rerun to resume.
+    Ablate(AblateArgs),
     /// Print the exact parameter count of a Table 3 preset (or all presets with --all).
     Params(ParamsArgs),
     /// Train a small model on a synthetic copy/reverse task and report held-out token accuracy.
@@ -103,6 +107,38 @@ pub enum Command {
     Serve(crate::serve::ServeArgs),
     /// Benchmarks.
     Bench(BenchArgs),
+}
+
+// The arguments of `transformer ablate`.
+#[derive(Debug, Args)]
+pub struct AblateArgs {
+    /// Table 3 rows: groups A–E (every row of the group) and/or rows a1–a4, b1, b2, c1–c7, d1–d4,
+    /// e; base is always trained.
+    #[arg(long, default_value = "A,B,D,E")]
+    pub rows: String,
+    /// Training minutes per row (wall clock) [default: 5].
+    #[arg(long, conflicts_with = "updates")]
+    pub minutes: Option<f64>,
+    /// Updates per row instead of minutes (the paper's way: every Table 3 row trained 100K steps).
+    #[arg(long)]
+    pub updates: Option<u64>,
+    /// Seeds per row: with more than one, mean and spread, and differences within the spread
+    /// marked as not significant.
+    #[arg(long, default_value_t = 1)]
+    pub seeds: u64,
+    /// Where everything goes (runs, table.md, table.csv, bleu.svg); an ablation there is resumed.
+    #[arg(long, default_value = "ablation")]
+    pub output: PathBuf,
+    /// Score only the first N dev (val) sentences [default: all 1,014].
+    #[arg(long)]
+    pub dev_sentences: Option<usize>,
+    /// Checkpoints averaged for scoring (the last ones; §6.1: 5).
+    #[arg(long, default_value_t = 5)]
+    pub average: usize,
+    /// Override a field of the base recipe (configs/multi30k-en-de.toml), before the rows are
+    /// scaled from it: --set model.d_model=512 (repeatable).
+    #[arg(long = "set", value_name = "SECTION.FIELD=VALUE")]
+    pub overrides: Vec<String>,
 }
 
 // The arguments of `transformer quickstart`.

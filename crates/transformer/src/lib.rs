@@ -42,6 +42,7 @@
 // Numeric kernels index several slices with one loop variable; iterator chains would obscure them.
 #![allow(clippy::needless_range_loop)]
 
+pub mod ablate;
 pub mod checkpoint;
 pub mod config;
 pub mod data;

@@ -21,6 +21,7 @@ use transformer::Task;
 /// Runs one command.
 pub fn run(cmd: Command) -> Result<()> {
     match cmd {
+        Command::Ablate(args) => quickstart::ablate(args),
         Command::Quickstart(QuickstartArgs {
             task,
             minutes,

@@ -1,5 +1,6 @@
 //! `quickstart`: the library's [`transformer::quickstart`] (translation) and
-//! [`transformer::quickstart::parsing`] with progress bars and the report.
+//! [`transformer::quickstart::parsing`] with progress bars and the report; `ablate`: the library's
+//! [`transformer::ablate`] with the same bars and its table.
 
 use crate::progress::{CountBar, TrainBar};
 use anyhow::Result;
@@ -29,7 +30,7 @@ impl Observer for Bars {
     fn stage(&mut self, name: &str) {
         self.close();
         eprintln!("== {name} ({:.0} s)", self.start.elapsed().as_secs_f64());
-        if name == "training" {
+        if name.starts_with("training") {
             self.train = Some(TrainBar::new());
         }
     }
@@ -61,5 +62,32 @@ pub fn quickstart(opts: QuickstartOptions) -> Result<()> {
     };
     bars.close();
     println!("{}", report?);
+    Ok(())
+}
+
+pub fn ablate(args: crate::args::AblateArgs) -> Result<()> {
+    use transformer::ablate::{self, AblateOptions, Budget};
+    let budget = match (args.minutes, args.updates) {
+        (_, Some(n)) => Budget::Updates(n),
+        (Some(m), None) => Budget::Minutes(m),
+        (None, None) => AblateOptions::default().budget,
+    };
+    let opts = AblateOptions {
+        output: args.output,
+        rows: ablate::parse_rows(&args.rows)?,
+        budget,
+        seeds: args.seeds,
+        dev_sentences: args.dev_sentences,
+        average: args.average,
+        base_overrides: args.overrides,
+    };
+    let mut bars = Bars { train: None, test: None, start: std::time::Instant::now() };
+    let report = ablate::run(&opts, &mut bars);
+    bars.close();
+    let report = report?;
+    println!("{}", report.markdown);
+    for f in ["table.md", "table.csv", "bleu.svg"] {
+        println!("wrote {}", opts.output.join(f).display());
+    }
     Ok(())
 }

@@ -1,0 +1,744 @@
+//! `transformer ablate`: the paper's Table 3 (§6.2, "Model Variations") at the scale of this
+//! machine. The base recipe is the quick start's (configs/multi30k-en-de.toml on the built-in
+//! Multi30k English→German data); every chosen row of Table 3 is applied to it *in proportion*
+//! ([`scale_row`]), trained on the same budget, data order and seed, averaged and scored on the
+//! dev set (val: perplexity per word-piece and BLEU with beam 4, α 0.6), and set beside the
+//! paper's own column for that row.
+//!
+//! The work is laid out in the output directory so that a killed run picks up where it was:
+//! `ablate.json` records the plan (rows, settings, budget, seeds) and refuses to resume a different
+//! one; `runs/<row>-s<seed>/` is one training run (resumed from its last checkpoint like any
+//! `transformer train` run) and its `result.json` once it is scored; `table.md`, `table.csv` and
+//! `bleu.svg` are written at the end from the results.
+
+use crate::checkpoint;
+use crate::config::{ModelConfig, Positions, Preset};
+use crate::data::download::{fetch_verified, multi30k_pair, Source};
+use crate::decode::translator::{DecodeOptions, SessionOptions, Translator};
+use crate::error::{Error, Result};
+use crate::eval::bleu::{corpus_bleu, BleuConfig};
+use crate::io::{io_err, write_atomically};
+use crate::quickstart::{Observer, MULTI30K_CONFIG};
+use crate::train::run::{list_checkpoints, run_with_progress, RunConfig};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// How long every row trains.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Budget {
+    /// Minutes of training per row (wall clock): what a laptop has. A larger row makes fewer
+    /// updates.
+    Minutes(f64),
+    /// Updates per row: the paper's way (every row of Table 3 trained 100K steps), and the same
+    /// for every row whatever the machine's load.
+    Updates(u64),
+}
+
+/// What to run.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AblateOptions {
+    /// Where everything goes; an ablation there is resumed.
+    pub output: PathBuf,
+    /// The Table 3 rows to train besides base, in order (see [`parse_rows`]).
+    pub rows: Vec<Preset>,
+    /// Training budget of every row.
+    pub budget: Budget,
+    /// Seeds per row (1, 2, …): with more than one, each row's mean and spread.
+    pub seeds: u64,
+    /// Score only the first N dev sentences (all of val by default; fewer for smoke tests).
+    pub dev_sentences: Option<usize>,
+    /// Checkpoints averaged for scoring (the last ones; §6.1 averages 5).
+    pub average: usize,
+    /// `section.field=value` overrides of the base recipe (as `transformer train --set`); the rows
+    /// are scaled from the base they give.
+    pub base_overrides: Vec<String>,
+}
+
+impl Default for AblateOptions {
+    fn default() -> Self {
+        AblateOptions {
+            output: PathBuf::from("ablation"),
+            rows: parse_rows("A,B,D,E").expect("the default rows parse"),
+            budget: Budget::Minutes(5.0),
+            seeds: 1,
+            dev_sentences: None,
+            average: crate::quickstart::AVERAGE_LAST,
+            base_overrides: Vec::new(),
+        }
+    }
+}
+
+/// Checkpoints written per row: the interval is the budget divided by this, so the averaged ones
+/// span the end of training (as in the quick start).
+const CHECKPOINTS_PER_ROW: f64 = 20.0;
+
+/// `A,B,D,E` (a letter: every row of that group), or row names (`a1,d3,e`), or a mix, into the
+/// rows in Table 3's order, each once. `base` is always trained and `big` is no variation of it,
+/// so neither is accepted.
+pub fn parse_rows(spec: &str) -> Result<Vec<Preset>> {
+    let mut chosen = Vec::new();
+    for item in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let lower = item.to_ascii_lowercase();
+        let rows: Vec<Preset> = if lower.len() == 1 && "abcde".contains(lower.as_str()) {
+            Preset::ALL.iter().copied().filter(|p| group(*p) == lower.chars().next()).collect()
+        } else {
+            let p = Preset::from_name(&lower).map_err(|_| {
+                Error::Config(format!(
+                    "--rows: unknown row '{item}'; give groups A–E or rows a1–a4, b1, b2, c1–c7, d1–d4, e"
+                ))
+            })?;
+            if group(p).is_none() {
+                return Err(Error::Config(format!(
+                    "--rows: '{item}' is not a variation of base (base is always trained; big is a different recipe)"
+                )));
+            }
+            vec![p]
+        };
+        chosen.extend(rows);
+    }
+    if chosen.is_empty() {
+        return Err(Error::Config("--rows: no row given; e.g. --rows A,B,D,E".into()));
+    }
+    let mut rows: Vec<Preset> = Preset::ALL.iter().copied().filter(|p| chosen.contains(p)).collect();
+    rows.dedup();
+    Ok(rows)
+}
+
+/// The Table 3 group of a variation row ('a'…'e'); `None` for base and big.
+fn group(p: Preset) -> Option<char> {
+    match p {
+        Preset::Base | Preset::Big => None,
+        _ => p.name().chars().next(),
+    }
+}
+
+/// One row as trained here: its name, the paper's row, and the model fields it sets on top of our
+/// base (TOML values, in the order of [`FIELDS`]).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Row {
+    /// `base`, `a1`, …
+    pub name: String,
+    /// Field = TOML value, for `model.<field>=<value>` overrides; empty for base.
+    pub settings: Vec<(String, String)>,
+    /// The paper's change, in the same words ("h=1, d_k=512, d_v=512").
+    pub paper_change: String,
+}
+
+/// The model fields a Table 3 row may change.
+pub const FIELDS: [&str; 9] =
+    ["n_layers", "d_model", "d_ff", "n_heads", "d_k", "d_v", "dropout", "label_smoothing", "positions"];
+
+fn field_value(c: &ModelConfig, field: &str) -> f64 {
+    match field {
+        "n_layers" => c.n_layers as f64,
+        "d_model" => c.d_model as f64,
+        "d_ff" => c.d_ff as f64,
+        "n_heads" => c.n_heads as f64,
+        "d_k" => c.d_k as f64,
+        "d_v" => c.d_v as f64,
+        "dropout" => c.dropout as f64,
+        "label_smoothing" => c.label_smoothing as f64,
+        "positions" => (c.positions == Positions::Learned) as u8 as f64,
+        _ => unreachable!("not a Table 3 field: {field}"),
+    }
+}
+
+fn show(field: &str, v: f64) -> String {
+    match field {
+        "positions" => if v > 0.0 { "\"learned\"" } else { "\"sinusoidal\"" }.into(),
+        "dropout" | "label_smoothing" => {
+            let s = format!("{v:.4}");
+            s.trim_end_matches('0').trim_end_matches('.').to_string()
+        }
+        _ => format!("{}", v as u64),
+    }
+}
+
+/// A row of Table 3 applied to `base` in proportion: each field the paper's row changes is our
+/// base's value times the paper's ratio (row ÷ paper base), rounded for sizes (at least 1); a
+/// changed position encoding is copied. One exception keeps the paper's meaning: row A varies the
+/// number of heads "keeping the amount of computation constant", so there d_k = d_v = (our base's
+/// h · d_k) ÷ h. At the quick start's size (N 3, d_model 256, d_ff 1024, h 4, d_k = d_v 64, P_drop
+/// 0.2, ε_ls 0.1): A → h 1/2/8/16 with d_k = d_v 256/128/32/16; B → d_k 16/32; C → N 1/2/4,
+/// d_model 128 (d_k 32) / 512 (d_k 128), d_ff 512/2048; D → P_drop 0/0.4, ε_ls 0/0.2; E →
+/// learned positions.
+pub fn scale_row(row: Preset, base: &ModelConfig) -> Result<Row> {
+    let paper = row.config();
+    let paper_base = ModelConfig::base();
+    let mut settings = Vec::new();
+    let mut paper_change = Vec::new();
+    let heads_only = paper.n_heads != paper_base.n_heads && paper.d_model == paper_base.d_model;
+    for field in FIELDS {
+        let (p, pb, b) = (field_value(&paper, field), field_value(&paper_base, field), field_value(base, field));
+        if p == pb {
+            continue;
+        }
+        paper_change.push(format!("{field}={}", show(field, p)).replace('"', ""));
+        let ours = match field {
+            "positions" => p,
+            "dropout" | "label_smoothing" => b * p / pb,
+            "d_k" | "d_v" if heads_only => {
+                let h = (base.n_heads as f64 * paper.n_heads as f64 / paper_base.n_heads as f64).round().max(1.0);
+                let width = (base.n_heads * base.d_k) as f64;
+                if width % h != 0.0 {
+                    return Err(Error::Config(format!(
+                        "row {}: h·d_k = {width} of the base does not divide into {h} heads",
+                        row.name()
+                    )));
+                }
+                width / h
+            }
+            _ => (b * p / pb).round().max(1.0),
+        };
+        settings.push((field.to_string(), show(field, ours)));
+    }
+    Ok(Row { name: row.name().into(), settings, paper_change: paper_change.join(", ") })
+}
+
+/// The base row (no settings).
+fn base_row() -> Row {
+    Row { name: "base".into(), settings: Vec::new(), paper_change: String::new() }
+}
+
+/// The paper's Table 3 dev (newstest2013) perplexity and BLEU of a row, from the paper (no
+/// checkpoint averaging there).
+pub fn paper_scores(name: &str) -> Option<(f64, f64)> {
+    Some(match name {
+        "base" => (4.92, 25.8),
+        "a1" => (5.29, 24.9),
+        "a2" => (5.00, 25.5),
+        "a3" => (4.91, 25.8),
+        "a4" => (5.01, 25.4),
+        "b1" => (5.16, 25.1),
+        "b2" => (5.01, 25.4),
+        "c1" => (6.11, 23.7),
+        "c2" => (5.19, 25.3),
+        "c3" => (4.88, 25.5),
+        "c4" => (5.75, 24.5),
+        "c5" => (4.66, 26.0),
+        "c6" => (5.12, 25.4),
+        "c7" => (4.75, 26.2),
+        "d1" => (5.77, 24.6),
+        "d2" => (4.95, 25.5),
+        "d3" => (4.67, 25.3),
+        "d4" => (5.47, 25.7),
+        "e" => (4.92, 25.7),
+        _ => return None,
+    })
+}
+
+/// Everything an ablation directory is made for; a resumed run must ask for the same.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Plan {
+    /// Base first, then the chosen rows.
+    pub rows: Vec<Row>,
+    /// Budget per row.
+    pub budget: Budget,
+    /// Seeds per row.
+    pub seeds: u64,
+    /// Dev sentences scored (None: all).
+    pub dev_sentences: Option<usize>,
+    /// Checkpoints averaged.
+    pub average: usize,
+    /// The base recipe's overrides.
+    pub base_overrides: Vec<String>,
+}
+
+/// One trained and scored row (one seed), `runs/<row>-s<seed>/result.json`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RowResult {
+    /// Row name.
+    pub row: String,
+    /// Seed.
+    pub seed: u64,
+    /// Parameters of the model (at our vocabulary).
+    pub params: usize,
+    /// Updates made.
+    pub updates: u64,
+    /// Seconds of training.
+    pub train_seconds: f64,
+    /// Checkpoints averaged.
+    pub averaged: usize,
+    /// Dev perplexity per word-piece (teacher-forced, no label smoothing) of the averaged model.
+    pub dev_perplexity: f64,
+    /// Dev BLEU (sacreBLEU 13a, cased) of the averaged model, beam 4, α 0.6.
+    pub dev_bleu: f64,
+}
+
+/// The run configuration of one row and seed: the quick start's recipe with `opts`' overrides,
+/// the row's settings, the budget, and checkpoints every budget/20.
+pub fn row_config(plan: &Plan, data: &[PathBuf], bpe: &Path, row: &Row, seed: u64, dir: &Path) -> Result<RunConfig> {
+    let quote = |p: &Path| format!("{:?}", p.display().to_string());
+    let mut overrides = vec![
+        format!("data.train_src={}", quote(&data[0])),
+        format!("data.train_tgt={}", quote(&data[1])),
+        format!("data.valid_src={}", quote(&data[2])),
+        format!("data.valid_tgt={}", quote(&data[3])),
+        format!("data.bpe={}", quote(bpe)),
+        format!("train.output_dir={}", quote(dir)),
+        format!("train.seed={seed}"),
+        format!("train.keep_last={}", plan.average.max(1)),
+    ];
+    match plan.budget {
+        Budget::Minutes(m) => {
+            overrides.push(format!("train.time_limit_minutes={m}"));
+            overrides.push(format!("train.checkpoint_minutes={}", m / CHECKPOINTS_PER_ROW));
+        }
+        Budget::Updates(n) => {
+            overrides.push(format!("train.max_steps={n}"));
+            overrides
+                .push(format!("train.checkpoint_steps={}", ((n as f64 / CHECKPOINTS_PER_ROW).round() as u64).max(1)));
+            // Only the step checkpoints count: the time interval is pushed past any run.
+            overrides.push("train.checkpoint_minutes=1e9".into());
+        }
+    }
+    overrides.extend(plan.base_overrides.iter().cloned());
+    overrides.extend(row.settings.iter().map(|(f, v)| format!("model.{f}={v}")));
+    RunConfig::from_toml(MULTI30K_CONFIG, "configs/multi30k-en-de.toml (built in)", &overrides)
+}
+
+/// The plan of `opts`: base and the rows scaled from the base the overrides give.
+pub fn plan(opts: &AblateOptions) -> Result<Plan> {
+    if opts.seeds == 0 {
+        return Err(Error::Config("--seeds 0 trains nothing: give at least 1".into()));
+    }
+    if opts.dev_sentences == Some(0) {
+        return Err(Error::Config("--dev-sentences 0 scores nothing: give at least 1".into()));
+    }
+    match opts.budget {
+        Budget::Minutes(m) if !(m.is_finite() && m > 0.0) => {
+            return Err(Error::Config(format!("--minutes {m} must be a positive number")))
+        }
+        Budget::Updates(0) => return Err(Error::Config("--updates 0 trains nothing: give at least 1".into())),
+        _ => {}
+    }
+    let base_cfg =
+        RunConfig::from_toml(MULTI30K_CONFIG, "configs/multi30k-en-de.toml (built in)", &opts.base_overrides)?;
+    let base = base_cfg.model_config(base_cfg.data.vocab_size)?;
+    let mut rows = vec![base_row()];
+    for &p in &opts.rows {
+        rows.push(scale_row(p, &base)?);
+    }
+    Ok(Plan {
+        rows,
+        budget: opts.budget,
+        seeds: opts.seeds,
+        dev_sentences: opts.dev_sentences,
+        average: opts.average.max(1),
+        base_overrides: opts.base_overrides.clone(),
+    })
+}
+
+/// The plan recorded in `out/ablate.json`, written if absent; a different one is refused.
+fn check_plan(out: &Path, plan: &Plan) -> Result<()> {
+    let path = out.join("ablate.json");
+    match std::fs::read_to_string(&path) {
+        Ok(text) => {
+            let found: Plan = serde_json::from_str(&text).map_err(|e| {
+                Error::Config(format!("{}: {e}; remove the file or choose another --output", path.display()))
+            })?;
+            if found != *plan {
+                let rows = |p: &Plan| p.rows.iter().map(|r| r.name.clone()).collect::<Vec<_>>().join(",");
+                return Err(Error::Config(format!(
+                    "{} holds another ablation (rows {}, budget {:?}, {} seed(s)), not this one (rows {}, budget {:?}, {} seed(s)): \
+                     run it with its own options to resume it, or choose another --output",
+                    out.display(),
+                    rows(&found),
+                    found.budget,
+                    found.seeds,
+                    rows(plan),
+                    plan.budget,
+                    plan.seeds
+                )));
+            }
+            Ok(())
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let text = serde_json::to_string_pretty(plan).expect("a plan serialises");
+            write_atomically(&path, format!("{text}\n").as_bytes())
+        }
+        Err(e) => Err(Error::Io { path, source: e }),
+    }
+}
+
+/// Per row: the results over its seeds.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RowSummary {
+    /// The row.
+    pub row: Row,
+    /// One result per seed.
+    pub results: Vec<RowResult>,
+}
+
+/// Mean and spread (max − min) of a statistic over seeds.
+fn mean_spread(v: &[f64]) -> (f64, f64) {
+    let mean = v.iter().sum::<f64>() / v.len() as f64;
+    let max = v.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+    let min = v.iter().cloned().fold(f64::INFINITY, f64::min);
+    (mean, max - min)
+}
+
+impl RowSummary {
+    fn ppl(&self) -> (f64, f64) {
+        mean_spread(&self.results.iter().map(|r| r.dev_perplexity).collect::<Vec<_>>())
+    }
+    fn bleu(&self) -> (f64, f64) {
+        mean_spread(&self.results.iter().map(|r| r.dev_bleu).collect::<Vec<_>>())
+    }
+}
+
+/// What the ablation produced.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AblateReport {
+    /// The plan it ran.
+    pub plan: Plan,
+    /// Base first, then the rows.
+    pub rows: Vec<RowSummary>,
+    /// The table as Markdown (also in `table.md`).
+    pub markdown: String,
+    /// The table as CSV (also in `table.csv`).
+    pub csv: String,
+}
+
+/// A difference from base, signed, with `~` appended when it lies within the seeds' spread of
+/// either row (not significant); plain with one seed (no spread to judge by).
+fn delta(d: f64, spread: f64, seeds: u64, decimals: usize) -> String {
+    let s = format!("{d:+.decimals$}");
+    if seeds > 1 && d.abs() <= spread {
+        format!("{s} ~")
+    } else {
+        s
+    }
+}
+
+fn render(plan: &Plan, rows: &[RowSummary]) -> (String, String) {
+    let base = &rows[0];
+    let (bp, bps) = base.ppl();
+    let (bb, bbs) = base.bleu();
+    let (pbp, pbb) = paper_scores("base").expect("base is in the paper");
+    let budget = match plan.budget {
+        Budget::Minutes(m) => format!("{m} minutes of training per row"),
+        Budget::Updates(n) => format!("{n} updates per row"),
+    };
+    let mut md = format!(
+        "Table 3 at small scale: dev = Multi30k val{}, perplexity per word-piece and BLEU (sacreBLEU, cased; beam 4, α 0.6) \
+         of the average of the last {} checkpoints; {budget}; {} seed(s){}.\n\n",
+        plan.dev_sentences.map(|n| format!(" (first {n} sentences)")).unwrap_or_default(),
+        plan.average,
+        plan.seeds,
+        if plan.seeds > 1 { ", mean ± half the spread (max − min); `~`: within the spread of the row or of base, not significant" } else { "" }
+    );
+    md.push_str("| row | ours: changed | paper: changed | params | updates | dev PPL | Δ PPL | dev BLEU | Δ BLEU | paper PPL | paper Δ PPL | paper BLEU | paper Δ BLEU |\n");
+    md.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    let mut csv = String::from(
+        "row,ours_changed,paper_changed,params,updates,dev_ppl,dev_ppl_spread,delta_ppl,dev_bleu,dev_bleu_spread,delta_bleu,paper_ppl,paper_delta_ppl,paper_bleu,paper_delta_bleu\n",
+    );
+    for r in rows {
+        let (p, ps) = r.ppl();
+        let (b, bs) = r.bleu();
+        let params = r.results[0].params;
+        let updates = mean_spread(&r.results.iter().map(|x| x.updates as f64).collect::<Vec<_>>()).0;
+        let ours =
+            r.row.settings.iter().map(|(f, v)| format!("{f}={}", v.replace('"', ""))).collect::<Vec<_>>().join(", ");
+        let (pp, pb) = paper_scores(&r.row.name).unwrap_or((f64::NAN, f64::NAN));
+        let is_base = r.row.name == "base";
+        let with_spread = |x: f64, s: f64, d: usize| {
+            if plan.seeds > 1 {
+                format!("{x:.d$} ± {:.d$}", s / 2.0)
+            } else {
+                format!("{x:.d$}")
+            }
+        };
+        let dash = |s: String| if is_base { "–".to_string() } else { s };
+        md.push_str(&format!(
+            "| {} | {} | {} | {:.2}M | {:.0} | {} | {} | {} | {} | {:.2} | {} | {:.1} | {} |\n",
+            r.row.name,
+            if ours.is_empty() { "–".into() } else { ours.clone() },
+            if r.row.paper_change.is_empty() { "–".into() } else { r.row.paper_change.clone() },
+            params as f64 / 1e6,
+            updates,
+            with_spread(p, ps, 2),
+            dash(delta(p - bp, ps.max(bps), plan.seeds, 2)),
+            with_spread(b, bs, 2),
+            dash(delta(b - bb, bs.max(bbs), plan.seeds, 2)),
+            pp,
+            dash(format!("{:+.2}", pp - pbp)),
+            pb,
+            dash(format!("{:+.1}", pb - pbb)),
+        ));
+        csv.push_str(&format!(
+            "{},\"{}\",\"{}\",{},{:.0},{:.4},{:.4},{:.4},{:.4},{:.4},{:.4},{:.2},{:.2},{:.1},{:.1}\n",
+            r.row.name,
+            ours,
+            r.row.paper_change,
+            params,
+            updates,
+            p,
+            ps,
+            p - bp,
+            b,
+            bs,
+            b - bb,
+            pp,
+            pp - pbp,
+            pb,
+            pb - pbb
+        ));
+    }
+    (md, csv)
+}
+
+/// A bar chart of dev BLEU by row (whiskers: the seeds' min and max), base's level as a line.
+fn bleu_svg(rows: &[RowSummary]) -> String {
+    let (w, h, left, bottom, top) = (80.0 + 56.0 * rows.len() as f64, 320.0, 56.0, 40.0, 30.0);
+    let max =
+        rows.iter().flat_map(|r| r.results.iter().map(|x| x.dev_bleu)).fold(1.0f64, f64::max).mul_add(1.1, 0.0).ceil();
+    let y = |v: f64| top + (h - top - bottom) * (1.0 - v / max);
+    let mut s = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" font-family=\"sans-serif\" font-size=\"12\">\n\
+         <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n\
+         <text x=\"{left}\" y=\"18\">dev BLEU by row (Table 3 at small scale)</text>\n"
+    );
+    for t in 0..=4 {
+        let v = max * t as f64 / 4.0;
+        s += &format!(
+            "<line x1=\"{left}\" x2=\"{}\" y1=\"{y:.1}\" y2=\"{y:.1}\" stroke=\"#ddd\"/><text x=\"{}\" y=\"{:.1}\" text-anchor=\"end\">{v:.0}</text>\n",
+            w - 10.0,
+            left - 6.0,
+            y(v) + 4.0,
+            y = y(v)
+        );
+    }
+    let base = rows[0].bleu().0;
+    for (i, r) in rows.iter().enumerate() {
+        let (mean, _) = r.bleu();
+        let lo = r.results.iter().map(|x| x.dev_bleu).fold(f64::INFINITY, f64::min);
+        let hi = r.results.iter().map(|x| x.dev_bleu).fold(f64::NEG_INFINITY, f64::max);
+        let x = left + 12.0 + 56.0 * i as f64;
+        let color = if i == 0 {
+            "#555"
+        } else if mean >= base {
+            "#2a7"
+        } else {
+            "#c54"
+        };
+        s += &format!(
+            "<rect x=\"{x:.1}\" y=\"{:.1}\" width=\"36\" height=\"{:.1}\" fill=\"{color}\"><title>{} {mean:.2}</title></rect>\n",
+            y(mean),
+            y(0.0) - y(mean),
+            r.row.name
+        );
+        if r.results.len() > 1 {
+            s += &format!(
+                "<line x1=\"{0:.1}\" x2=\"{0:.1}\" y1=\"{1:.1}\" y2=\"{2:.1}\" stroke=\"black\"/>\n",
+                x + 18.0,
+                y(lo),
+                y(hi)
+            );
+        }
+        s += &format!(
+            "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{}</text><text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\" font-size=\"10\">{mean:.1}</text>\n",
+            x + 18.0,
+            h - bottom + 16.0,
+            r.row.name,
+            x + 18.0,
+            y(mean) - 4.0
+        );
+    }
+    s += &format!(
+        "<line x1=\"{left}\" x2=\"{}\" y1=\"{1:.1}\" y2=\"{1:.1}\" stroke=\"#555\" stroke-dasharray=\"4 3\"/>\n</svg>\n",
+        w - 10.0,
+        y(base)
+    );
+    s
+}
+
+/// Averages the last checkpoints of `dir` (a run that ended in `state`), then scores the average
+/// on the dev set.
+#[allow(clippy::too_many_arguments)]
+fn score_row(
+    plan: &Plan,
+    data: &[PathBuf],
+    bpe: &Path,
+    row: &Row,
+    seed: u64,
+    dir: &Path,
+    state: crate::train::run::RunState,
+    obs: &mut dyn Observer,
+) -> Result<RowResult> {
+    let all = list_checkpoints(dir)?;
+    let last: Vec<PathBuf> = all.iter().rev().take(plan.average).rev().map(|(_, p)| p.clone()).collect();
+    if last.is_empty() {
+        return Err(Error::Config(format!("{}: no checkpoint to score", dir.display())));
+    }
+    let avg = checkpoint::average(&last)?;
+    let model_path = dir.join("average.safetensors");
+    checkpoint::save(&model_path, &avg)?;
+    let translator = Translator::load(&model_path, bpe, SessionOptions::default())?;
+    let read = |p: &Path| crate::data::corpus::read_lines(p);
+    let (mut src, mut refs) = (read(&data[2])?, read(&data[3])?);
+    if let Some(n) = plan.dev_sentences {
+        src.truncate(n);
+        refs.truncate(n);
+    }
+    let totals = translator.perplexity(&src, &refs, &mut |w| obs.log(&format!("warning: {w}")))?;
+    let ppl =
+        totals.perplexity().ok_or_else(|| Error::Config(format!("{}: no dev token could be scored", row.name)))?;
+    let (hyps, _) = {
+        let obs = std::cell::RefCell::new(&mut *obs);
+        translator.translate_with_progress(
+            &src,
+            &DecodeOptions::default(),
+            &mut |w| obs.borrow_mut().log(&format!("warning: {w}")),
+            &mut |d, t| obs.borrow_mut().translate(d, t),
+        )?
+    };
+    let hyps: Vec<String> = hyps.into_iter().map(|mut n| std::mem::take(&mut n[0].text)).collect();
+    let bleu = corpus_bleu(&hyps, &[refs], &BleuConfig::default());
+    Ok(RowResult {
+        row: row.name.clone(),
+        seed,
+        params: avg.params.len(),
+        updates: state.step,
+        train_seconds: state.elapsed_s,
+        averaged: last.len(),
+        dev_perplexity: ppl,
+        dev_bleu: bleu.score,
+    })
+}
+
+/// Runs the ablation (or resumes it): see the module's documentation.
+pub fn run(opts: &AblateOptions, obs: &mut dyn Observer) -> Result<AblateReport> {
+    let plan = plan(opts)?;
+    let out = &opts.output;
+    std::fs::create_dir_all(out).map_err(io_err(out))?;
+    let _lock = crate::train::run_dir::DirLock::acquire(out, &mut |m| obs.log(m)).map_err(|e| match e {
+        Error::RunDirLocked { dir, pid, host } => Error::Config(format!(
+            "{}: another ablation (pid {pid} on {host}) is using this directory; wait for it to end, stop it, or give another --output",
+            dir.display()
+        )),
+        e => e,
+    })?;
+    crate::train::run_dir::remove_dead_temp_files(out)?;
+    check_plan(out, &plan)?;
+
+    obs.stage("data");
+    let data = fetch_verified(&Source::Embedded, &multi30k_pair("en", "de")?, &out.join("data"), &mut |m| obs.log(m))?;
+    let bpe = out.join("bpe.json");
+
+    let mut summaries = Vec::new();
+    for row in &plan.rows {
+        let mut results = Vec::new();
+        for seed in 1..=plan.seeds {
+            let dir = out.join("runs").join(format!("{}-s{seed}", row.name));
+            let result_path = dir.join("result.json");
+            if let Ok(text) = std::fs::read_to_string(&result_path) {
+                if let Ok(r) = serde_json::from_str::<RowResult>(&text) {
+                    obs.log(&format!("{} seed {seed}: done before (dev BLEU {:.2})", row.name, r.dev_bleu));
+                    results.push(r);
+                    continue;
+                }
+            }
+            obs.stage(&format!("training {} (seed {seed}){}", row.name, describe(row)));
+            let cfg = row_config(&plan, &data, &bpe, row, seed, &dir)?;
+            let summary = {
+                let obs = std::cell::RefCell::new(&mut *obs);
+                run_with_progress(&cfg, &mut |m| obs.borrow_mut().log(m), &mut |p| obs.borrow_mut().train(p))?
+            };
+            obs.stage(&format!("scoring {} (seed {seed})", row.name));
+            let r = score_row(&plan, &data, &bpe, row, seed, &dir, summary.state, obs)?;
+            obs.log(&format!(
+                "{} seed {seed}: {} updates, dev perplexity {:.2}, dev BLEU {:.2}",
+                row.name, r.updates, r.dev_perplexity, r.dev_bleu
+            ));
+            let text = serde_json::to_string_pretty(&r).expect("a result serialises");
+            write_atomically(&result_path, format!("{text}\n").as_bytes())?;
+            results.push(r);
+        }
+        summaries.push(RowSummary { row: row.clone(), results });
+    }
+    let (markdown, csv) = render(&plan, &summaries);
+    write_atomically(&out.join("table.md"), markdown.as_bytes())?;
+    write_atomically(&out.join("table.csv"), csv.as_bytes())?;
+    write_atomically(&out.join("bleu.svg"), bleu_svg(&summaries).as_bytes())?;
+    Ok(AblateReport { plan, rows: summaries, markdown, csv })
+}
+
+/// ": h=1, d_k=256" for a row with settings, "" for base.
+fn describe(row: &Row) -> String {
+    if row.settings.is_empty() {
+        return String::new();
+    }
+    let s: Vec<String> = row.settings.iter().map(|(f, v)| format!("{f}={}", v.replace('"', ""))).collect();
+    format!(": {}", s.join(", "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn quick_start_base() -> ModelConfig {
+        let cfg = RunConfig::from_toml(MULTI30K_CONFIG, "built in", &[]).unwrap();
+        cfg.model_config(cfg.data.vocab_size).unwrap()
+    }
+
+    fn settings(row: &Row) -> Vec<(&str, &str)> {
+        row.settings.iter().map(|(f, v)| (f.as_str(), v.as_str())).collect()
+    }
+
+    #[test]
+    fn rows_scale_in_proportion_to_the_quick_start_base() {
+        let base = quick_start_base();
+        assert_eq!((base.n_layers, base.d_model, base.d_ff, base.n_heads, base.d_k), (3, 256, 1024, 4, 64));
+        let row = |p| scale_row(p, &base).unwrap();
+        assert_eq!(settings(&row(Preset::A1)), [("n_heads", "1"), ("d_k", "256"), ("d_v", "256")]);
+        assert_eq!(row(Preset::A1).paper_change, "n_heads=1, d_k=512, d_v=512");
+        assert_eq!(settings(&row(Preset::A2)), [("n_heads", "2"), ("d_k", "128"), ("d_v", "128")]);
+        assert_eq!(settings(&row(Preset::A3)), [("n_heads", "8"), ("d_k", "32"), ("d_v", "32")]);
+        assert_eq!(settings(&row(Preset::A4)), [("n_heads", "16"), ("d_k", "16"), ("d_v", "16")]);
+        assert_eq!(settings(&row(Preset::B1)), [("d_k", "16")]);
+        assert_eq!(settings(&row(Preset::B2)), [("d_k", "32")]);
+        assert_eq!(settings(&row(Preset::C1)), [("n_layers", "1")]);
+        assert_eq!(settings(&row(Preset::C3)), [("n_layers", "4")]);
+        assert_eq!(settings(&row(Preset::C4)), [("d_model", "128"), ("d_k", "32"), ("d_v", "32")]);
+        assert_eq!(settings(&row(Preset::C5)), [("d_model", "512"), ("d_k", "128"), ("d_v", "128")]);
+        assert_eq!(settings(&row(Preset::C7)), [("d_ff", "2048")]);
+        assert_eq!(settings(&row(Preset::D1)), [("dropout", "0")]);
+        assert_eq!(settings(&row(Preset::D2)), [("dropout", "0.4")]);
+        assert_eq!(settings(&row(Preset::D3)), [("label_smoothing", "0")]);
+        assert_eq!(settings(&row(Preset::D4)), [("label_smoothing", "0.2")]);
+        assert_eq!(settings(&row(Preset::E)), [("positions", "\"learned\"")]);
+        // Every scaled row builds a model.
+        for p in parse_rows("A,B,C,D,E").unwrap() {
+            let cfg = RunConfig::from_toml(
+                MULTI30K_CONFIG,
+                "built in",
+                &row(p).settings.iter().map(|(f, v)| format!("model.{f}={v}")).collect::<Vec<_>>(),
+            )
+            .unwrap();
+            let m = cfg.model_config(500).unwrap();
+            crate::Transformer::new(m, 1).unwrap_or_else(|e| panic!("{}: {e}", p.name()));
+        }
+    }
+
+    #[test]
+    fn row_specs_parse_into_table_order_and_bad_ones_are_named() {
+        let names = |s: &str| parse_rows(s).unwrap().iter().map(|p| p.name()).collect::<Vec<_>>();
+        assert_eq!(names("A,B,D,E"), ["a1", "a2", "a3", "a4", "b1", "b2", "d1", "d2", "d3", "d4", "e"]);
+        assert_eq!(names("e, a3,A"), ["a1", "a2", "a3", "a4", "e"]);
+        assert_eq!(names("d3"), ["d3"]);
+        for (bad, says) in
+            [("F", "unknown row 'F'"), ("base", "not a variation"), ("big", "not a variation"), ("", "no row")]
+        {
+            let e = parse_rows(bad).unwrap_err().to_string();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn significance_is_marked_only_with_a_spread_to_judge_by() {
+        assert_eq!(delta(-0.3, 0.5, 3, 2), "-0.30 ~");
+        assert_eq!(delta(-0.8, 0.5, 3, 2), "-0.80");
+        assert_eq!(delta(-0.3, 0.0, 1, 2), "-0.30");
+    }
+}
