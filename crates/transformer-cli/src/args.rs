@@ -120,21 +120,21 @@ pub struct AblateArgs {
     #[arg(long, conflicts_with = "updates")]
     pub minutes: Option<f64>,
     /// Updates per row instead of minutes (the paper's way: every Table 3 row trained 100K steps).
-    #[arg(long)]
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub updates: Option<u64>,
     /// Seeds per row: with more than one, mean and spread, and differences within the spread
     /// marked as not significant.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
     pub seeds: u64,
     /// Where everything goes (runs, table.md, table.csv, bleu.svg); an ablation there is resumed.
     #[arg(long, default_value = "ablation")]
     pub output: PathBuf,
     /// Score only the first N dev (val) sentences [default: all 1,014].
-    #[arg(long)]
-    pub dev_sentences: Option<usize>,
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub dev_sentences: Option<u64>,
     /// Checkpoints averaged for scoring (the last ones; §6.1: 5).
-    #[arg(long, default_value_t = 5)]
-    pub average: usize,
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
+    pub average: u64,
     /// Override a field of the base recipe (configs/multi30k-en-de.toml), before the rows are
     /// scaled from it: --set model.d_model=512 (repeatable).
     #[arg(long = "set", value_name = "SECTION.FIELD=VALUE")]

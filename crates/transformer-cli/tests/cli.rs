@@ -66,6 +66,12 @@ fn exit_codes_tell_usage_errors_from_runtime_errors() {
         (vec!["prepare", "--src", "s", "--tgt", "t", "--bpe", "b", "--out", "o", "--max-ratio", "0.5"], "--max-ratio"),
         (vec!["prepare", "--src", "s", "--tgt", "t", "--bpe", "b", "--out", "o", "--max-tokens", "0"], "--max-tokens"),
         (vec!["average", "--last", "0", "dir", "--output", "x"], "--last"),
+        (vec!["ablate", "--seeds", "0"], "--seeds"),
+        (vec!["ablate", "--updates", "0"], "--updates"),
+        (vec!["ablate", "--minutes", "0"], "--minutes"),
+        (vec!["ablate", "--minutes", "1", "--updates", "5"], "--updates"),
+        (vec!["ablate", "--rows", "A,F"], "unknown row 'F'"),
+        (vec!["ablate", "--rows", "big"], "not a variation of base"),
         (vec!["bleu", "--ref", "r", "--hyp", "h", "--smooth", "floor", "--smooth-value", "nan"], "--smooth-value"),
     ] {
         let (code, err) = exit_code(&args);

@@ -179,10 +179,10 @@ pub fn scale_row(row: Preset, base: &ModelConfig) -> Result<Row> {
             "dropout" | "label_smoothing" => b * p / pb,
             "d_k" | "d_v" if heads_only => {
                 let h = (base.n_heads as f64 * paper.n_heads as f64 / paper_base.n_heads as f64).round().max(1.0);
-                let width = (base.n_heads * base.d_k) as f64;
+                let width = (base.n_heads * if field == "d_k" { base.d_k } else { base.d_v }) as f64;
                 if width % h != 0.0 {
                     return Err(Error::Config(format!(
-                        "row {}: h·d_k = {width} of the base does not divide into {h} heads",
+                        "row {}: h·{field} = {width} of the base does not divide into {h} heads",
                         row.name()
                     )));
                 }
@@ -191,6 +191,15 @@ pub fn scale_row(row: Preset, base: &ModelConfig) -> Result<Row> {
             _ => (b * p / pb).round().max(1.0),
         };
         settings.push((field.to_string(), show(field, ours)));
+    }
+    let changes_something = settings.iter().any(|(f, v)| show(f, field_value(base, f)) != *v);
+    if !changes_something {
+        return Err(Error::Config(format!(
+            "row {} ({}) changes nothing at this base (every scaled value equals base's, after rounding): \
+             leave it out of --rows, or give the base more room with --set",
+            row.name(),
+            paper_change.join(", ")
+        )));
     }
     Ok(Row { name: row.name().into(), settings, paper_change: paper_change.join(", ") })
 }
@@ -286,6 +295,8 @@ pub fn row_config(plan: &Plan, data: &[PathBuf], bpe: &Path, row: &Row, seed: u6
         }
         Budget::Updates(n) => {
             overrides.push(format!("train.max_steps={n}"));
+            // The recipe's own time limit would cut slow rows short of n.
+            overrides.push("train.time_limit_minutes=1e9".into());
             overrides
                 .push(format!("train.checkpoint_steps={}", ((n as f64 / CHECKPOINTS_PER_ROW).round() as u64).max(1)));
             // Only the step checkpoints count: the time interval is pushed past any run.
@@ -296,6 +307,26 @@ pub fn row_config(plan: &Plan, data: &[PathBuf], bpe: &Path, row: &Row, seed: u6
     overrides.extend(row.settings.iter().map(|(f, v)| format!("model.{f}={v}")));
     RunConfig::from_toml(MULTI30K_CONFIG, "configs/multi30k-en-de.toml (built in)", &overrides)
 }
+
+/// Settings the ablation owns (the same budget, data, seed and averaging for every row), which
+/// `--set` may not change, and the flag to use instead.
+const OWNED: [(&str, &str); 15] = [
+    ("train.seed", "use --seeds"),
+    ("train.output_dir", "use --output"),
+    ("train.max_steps", "use --updates"),
+    ("train.max_epochs", "use --updates or --minutes"),
+    ("train.time_limit_minutes", "use --minutes"),
+    ("train.checkpoint_minutes", "checkpoints are written every budget/20"),
+    ("train.checkpoint_steps", "checkpoints are written every budget/20"),
+    ("train.keep_last", "use --average"),
+    ("data.train_src", "the ablation trains on the built-in Multi30k En→De"),
+    ("data.train_tgt", "the ablation trains on the built-in Multi30k En→De"),
+    ("data.valid_src", "the dev set is Multi30k val"),
+    ("data.valid_tgt", "the dev set is Multi30k val"),
+    ("data.bpe", "one BPE model is learned in --output for every row"),
+    ("data.train_bin", "the ablation trains on the built-in Multi30k En→De"),
+    ("data.task", "the ablation is of translation"),
+];
 
 /// The plan of `opts`: base and the rows scaled from the base the overrides give.
 pub fn plan(opts: &AblateOptions) -> Result<Plan> {
@@ -311,6 +342,14 @@ pub fn plan(opts: &AblateOptions) -> Result<Plan> {
         }
         Budget::Updates(0) => return Err(Error::Config("--updates 0 trains nothing: give at least 1".into())),
         _ => {}
+    }
+    for o in &opts.base_overrides {
+        let key = o.split('=').next().unwrap_or("").trim();
+        if let Some((_, instead)) = OWNED.iter().find(|(k, _)| *k == key) {
+            return Err(Error::Config(format!(
+                "--set {o}: the ablation sets {key} itself, the same for every row ({instead})"
+            )));
+        }
     }
     let base_cfg =
         RunConfig::from_toml(MULTI30K_CONFIG, "configs/multi30k-en-de.toml (built in)", &opts.base_overrides)?;
@@ -339,16 +378,32 @@ fn check_plan(out: &Path, plan: &Plan) -> Result<()> {
             })?;
             if found != *plan {
                 let rows = |p: &Plan| p.rows.iter().map(|r| r.name.clone()).collect::<Vec<_>>().join(",");
+                let mut differ = Vec::new();
+                if rows(&found) != rows(plan) {
+                    differ.push(format!("rows {} there, {} here", rows(&found), rows(plan)));
+                } else if found.rows != plan.rows {
+                    differ.push("the rows' settings (another base)".to_string());
+                }
+                if found.budget != plan.budget {
+                    differ.push(format!("budget {:?} there, {:?} here", found.budget, plan.budget));
+                }
+                if found.seeds != plan.seeds {
+                    differ.push(format!("{} seed(s) there, {} here", found.seeds, plan.seeds));
+                }
+                if found.dev_sentences != plan.dev_sentences {
+                    differ
+                        .push(format!("dev sentences {:?} there, {:?} here", found.dev_sentences, plan.dev_sentences));
+                }
+                if found.average != plan.average {
+                    differ.push(format!("--average {} there, {} here", found.average, plan.average));
+                }
+                if found.base_overrides != plan.base_overrides {
+                    differ.push(format!("--set {:?} there, {:?} here", found.base_overrides, plan.base_overrides));
+                }
                 return Err(Error::Config(format!(
-                    "{} holds another ablation (rows {}, budget {:?}, {} seed(s)), not this one (rows {}, budget {:?}, {} seed(s)): \
-                     run it with its own options to resume it, or choose another --output",
+                    "{} holds another ablation ({}): run it with its own options to resume it, or choose another --output",
                     out.display(),
-                    rows(&found),
-                    found.budget,
-                    found.seeds,
-                    rows(plan),
-                    plan.budget,
-                    plan.seeds
+                    differ.join("; ")
                 )));
             }
             Ok(())
@@ -400,11 +455,17 @@ pub struct AblateReport {
     pub csv: String,
 }
 
-/// A difference from base, signed, with `~` appended when it lies within the seeds' spread of
-/// either row (not significant); plain with one seed (no spread to judge by).
-fn delta(d: f64, spread: f64, seeds: u64, decimals: usize) -> String {
+/// Whether a row's mean differs from base's by no more than their half-spreads together: the
+/// ranges "mean ± half the spread" the table shows overlap, so the difference is not significant.
+/// Never with one seed (no spread to judge by).
+fn within_spread(d: f64, spread_row: f64, spread_base: f64, seeds: u64) -> bool {
+    seeds > 1 && d.abs() <= (spread_row + spread_base) / 2.0
+}
+
+/// A difference from base, signed, with `~` appended when [`within_spread`].
+fn delta(d: f64, spread_row: f64, spread_base: f64, seeds: u64, decimals: usize) -> String {
     let s = format!("{d:+.decimals$}");
-    if seeds > 1 && d.abs() <= spread {
+    if within_spread(d, spread_row, spread_base, seeds) {
         format!("{s} ~")
     } else {
         s
@@ -426,18 +487,23 @@ fn render(plan: &Plan, rows: &[RowSummary]) -> (String, String) {
         plan.dev_sentences.map(|n| format!(" (first {n} sentences)")).unwrap_or_default(),
         plan.average,
         plan.seeds,
-        if plan.seeds > 1 { ", mean ± half the spread (max − min); `~`: within the spread of the row or of base, not significant" } else { "" }
+        if plan.seeds > 1 {
+            ", mean ± half the spread (max − min over seeds); `~`: the row's range and base's overlap, not significant"
+        } else {
+            ""
+        }
     );
-    md.push_str("| row | ours: changed | paper: changed | params | updates | dev PPL | Δ PPL | dev BLEU | Δ BLEU | paper PPL | paper Δ PPL | paper BLEU | paper Δ BLEU |\n");
-    md.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    md.push_str("| row | ours: changed | paper: changed | params | updates | minutes | dev PPL | Δ PPL | dev BLEU | Δ BLEU | paper PPL | paper Δ PPL | paper BLEU | paper Δ BLEU |\n");
+    md.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     let mut csv = String::from(
-        "row,ours_changed,paper_changed,params,updates,dev_ppl,dev_ppl_spread,delta_ppl,dev_bleu,dev_bleu_spread,delta_bleu,paper_ppl,paper_delta_ppl,paper_bleu,paper_delta_bleu\n",
+        "row,ours_changed,paper_changed,params,updates,train_minutes,dev_ppl,dev_ppl_spread,delta_ppl,delta_ppl_within_spread,dev_bleu,dev_bleu_spread,delta_bleu,delta_bleu_within_spread,paper_ppl,paper_delta_ppl,paper_bleu,paper_delta_bleu\n",
     );
     for r in rows {
         let (p, ps) = r.ppl();
         let (b, bs) = r.bleu();
         let params = r.results[0].params;
         let updates = mean_spread(&r.results.iter().map(|x| x.updates as f64).collect::<Vec<_>>()).0;
+        let minutes = mean_spread(&r.results.iter().map(|x| x.train_seconds / 60.0).collect::<Vec<_>>()).0;
         let ours =
             r.row.settings.iter().map(|(f, v)| format!("{f}={}", v.replace('"', ""))).collect::<Vec<_>>().join(", ");
         let (pp, pb) = paper_scores(&r.row.name).unwrap_or((f64::NAN, f64::NAN));
@@ -451,34 +517,38 @@ fn render(plan: &Plan, rows: &[RowSummary]) -> (String, String) {
         };
         let dash = |s: String| if is_base { "–".to_string() } else { s };
         md.push_str(&format!(
-            "| {} | {} | {} | {:.2}M | {:.0} | {} | {} | {} | {} | {:.2} | {} | {:.1} | {} |\n",
+            "| {} | {} | {} | {:.2}M | {:.0} | {:.1} | {} | {} | {} | {} | {:.2} | {} | {:.1} | {} |\n",
             r.row.name,
             if ours.is_empty() { "–".into() } else { ours.clone() },
             if r.row.paper_change.is_empty() { "–".into() } else { r.row.paper_change.clone() },
             params as f64 / 1e6,
             updates,
+            minutes,
             with_spread(p, ps, 2),
-            dash(delta(p - bp, ps.max(bps), plan.seeds, 2)),
+            dash(delta(p - bp, ps, bps, plan.seeds, 2)),
             with_spread(b, bs, 2),
-            dash(delta(b - bb, bs.max(bbs), plan.seeds, 2)),
+            dash(delta(b - bb, bs, bbs, plan.seeds, 2)),
             pp,
             dash(format!("{:+.2}", pp - pbp)),
             pb,
             dash(format!("{:+.1}", pb - pbb)),
         ));
         csv.push_str(&format!(
-            "{},\"{}\",\"{}\",{},{:.0},{:.4},{:.4},{:.4},{:.4},{:.4},{:.4},{:.2},{:.2},{:.1},{:.1}\n",
+            "{},\"{}\",\"{}\",{},{:.0},{:.2},{:.4},{:.4},{:.4},{},{:.4},{:.4},{:.4},{},{:.2},{:.2},{:.1},{:.1}\n",
             r.row.name,
             ours,
             r.row.paper_change,
             params,
             updates,
+            minutes,
             p,
             ps,
             p - bp,
+            within_spread(p - bp, ps, bps, plan.seeds),
             b,
             bs,
             b - bb,
+            within_spread(b - bb, bs, bbs, plan.seeds),
             pp,
             pp - pbp,
             pb,
@@ -491,8 +561,10 @@ fn render(plan: &Plan, rows: &[RowSummary]) -> (String, String) {
 /// A bar chart of dev BLEU by row (whiskers: the seeds' min and max), base's level as a line.
 fn bleu_svg(rows: &[RowSummary]) -> String {
     let (w, h, left, bottom, top) = (80.0 + 56.0 * rows.len() as f64, 320.0, 56.0, 40.0, 30.0);
-    let max =
-        rows.iter().flat_map(|r| r.results.iter().map(|x| x.dev_bleu)).fold(1.0f64, f64::max).mul_add(1.1, 0.0).ceil();
+    // The axis top: a multiple of 4 above every score, so the five ticks are whole numbers.
+    let top_score =
+        rows.iter().flat_map(|r| r.results.iter().map(|x| x.dev_bleu)).filter(|x| x.is_finite()).fold(1.0f64, f64::max);
+    let max = ((top_score * 1.1) / 4.0).ceil() * 4.0;
     let y = |v: f64| top + (h - top - bottom) * (1.0 - v / max);
     let mut s = format!(
         "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" font-family=\"sans-serif\" font-size=\"12\">\n\
@@ -632,12 +704,25 @@ pub fn run(opts: &AblateOptions, obs: &mut dyn Observer) -> Result<AblateReport>
         for seed in 1..=plan.seeds {
             let dir = out.join("runs").join(format!("{}-s{seed}", row.name));
             let result_path = dir.join("result.json");
-            if let Ok(text) = std::fs::read_to_string(&result_path) {
-                if let Ok(r) = serde_json::from_str::<RowResult>(&text) {
-                    obs.log(&format!("{} seed {seed}: done before (dev BLEU {:.2})", row.name, r.dev_bleu));
-                    results.push(r);
-                    continue;
-                }
+            match std::fs::read_to_string(&result_path) {
+                Ok(text) => match serde_json::from_str::<RowResult>(&text) {
+                    Ok(r) if r.row == row.name && r.seed == seed && r.dev_bleu.is_finite() => {
+                        obs.log(&format!("{} seed {seed}: done before (dev BLEU {:.2})", row.name, r.dev_bleu));
+                        results.push(r);
+                        continue;
+                    }
+                    Ok(r) => obs.log(&format!(
+                        "{}: holds row {} seed {} (dev BLEU {}), not {} seed {seed}; scoring this one again",
+                        result_path.display(),
+                        r.row,
+                        r.seed,
+                        r.dev_bleu,
+                        row.name
+                    )),
+                    Err(e) => obs.log(&format!("{}: unreadable ({e}); scoring the row again", result_path.display())),
+                },
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(Error::Io { path: result_path, source: e }),
             }
             obs.stage(&format!("training {} (seed {seed}){}", row.name, describe(row)));
             let cfg = row_config(&plan, &data, &bpe, row, seed, &dir)?;
@@ -645,6 +730,17 @@ pub fn run(opts: &AblateOptions, obs: &mut dyn Observer) -> Result<AblateReport>
                 let obs = std::cell::RefCell::new(&mut *obs);
                 run_with_progress(&cfg, &mut |m| obs.borrow_mut().log(m), &mut |p| obs.borrow_mut().train(p))?
             };
+            let budget_spent = match (plan.budget, summary.stopped) {
+                (Budget::Updates(n), crate::train::run::StopReason::Steps(s)) => s == n,
+                (Budget::Minutes(_), crate::train::run::StopReason::TimeLimit(_)) => true,
+                _ => false,
+            };
+            if !budget_spent {
+                return Err(Error::Config(format!(
+                    "{} seed {seed} stopped early ({}), not on the ablation's budget {:?}: its row would not be comparable",
+                    row.name, summary.stopped, plan.budget
+                )));
+            }
             obs.stage(&format!("scoring {} (seed {seed})", row.name));
             let r = score_row(&plan, &data, &bpe, row, seed, &dir, summary.state, obs)?;
             obs.log(&format!(
@@ -737,8 +833,10 @@ mod tests {
 
     #[test]
     fn significance_is_marked_only_with_a_spread_to_judge_by() {
-        assert_eq!(delta(-0.3, 0.5, 3, 2), "-0.30 ~");
-        assert_eq!(delta(-0.8, 0.5, 3, 2), "-0.80");
-        assert_eq!(delta(-0.3, 0.0, 1, 2), "-0.30");
+        // Ranges mean ± spread/2: 0.3 apart with half-spreads 0.25 + 0.1 overlap; 0.4 apart do not.
+        assert_eq!(delta(-0.3, 0.5, 0.2, 3, 2), "-0.30 ~");
+        assert_eq!(delta(-0.4, 0.5, 0.2, 3, 2), "-0.40");
+        assert_eq!(delta(-0.3, 0.0, 0.0, 1, 2), "-0.30");
+        assert!(!within_spread(0.0, 0.0, 0.0, 1), "one seed: no judgement");
     }
 }

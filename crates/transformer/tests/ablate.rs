@@ -53,6 +53,28 @@ fn tmpdir(name: &str) -> PathBuf {
     d
 }
 
+#[test]
+fn settings_the_ablation_owns_and_rows_that_change_nothing_are_refused() {
+    let out = tmpdir("refused");
+    for (set, says) in [
+        ("train.seed=7", "use --seeds"),
+        ("train.max_steps=9", "use --updates"),
+        ("data.valid_src=x.en", "the dev set is Multi30k val"),
+        ("train.keep_last=1", "use --average"),
+    ] {
+        let mut opts = tiny(&out, "e", 1);
+        opts.base_overrides.push(set.into());
+        let err = ablate::plan(&opts).unwrap_err().to_string();
+        assert!(err.contains(set) && err.contains(says), "{set}: {err}");
+    }
+    // With one head in base, row a1 (one head) is base itself.
+    let mut opts = tiny(&out, "a1", 1);
+    opts.base_overrides.extend(["model.n_heads=1".to_string(), "model.d_k=32".into(), "model.d_v=32".into()]);
+    let err = ablate::plan(&opts).unwrap_err().to_string();
+    assert!(err.contains("row a1") && err.contains("changes nothing"), "{err}");
+    assert!(!out.exists(), "a refused plan wrote nothing");
+}
+
 fn checkpoints(dir: &Path) -> Vec<PathBuf> {
     let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
         .unwrap()
@@ -118,13 +140,13 @@ fn a_two_row_ablation_writes_its_table_and_resumes_at_the_row_it_was_on() {
     assert_eq!(params[1], params[0]);
     assert_eq!(params[2], params[0] + 256 * 32);
 
-    // The table: a header, a rule and one line per row, 13 columns, in Markdown and CSV.
+    // The table: a header, a rule and one line per row, 14 columns, in Markdown and CSV.
     let md = std::fs::read_to_string(out.join("table.md")).unwrap();
     assert_eq!(md, report.markdown);
     let lines: Vec<&str> = md.lines().filter(|l| l.starts_with('|')).collect();
     assert_eq!(lines.len(), 2 + 3, "{md}");
     for l in &lines {
-        assert_eq!(l.matches('|').count(), 14, "{l}");
+        assert_eq!(l.matches('|').count(), 15, "{l}");
     }
     assert!(lines[2].starts_with("| base | – | – |"), "{}", lines[2]);
     assert!(lines[3].contains("| a1 | n_heads=1, d_k=32, d_v=32 | n_heads=1, d_k=512, d_v=512 |"), "{}", lines[3]);
@@ -133,10 +155,10 @@ fn a_two_row_ablation_writes_its_table_and_resumes_at_the_row_it_was_on() {
     let csv = std::fs::read_to_string(out.join("table.csv")).unwrap();
     let csv_lines: Vec<&str> = csv.lines().collect();
     assert_eq!(csv_lines.len(), 4);
-    assert!(csv_lines[0].starts_with("row,ours_changed,paper_changed,params,updates,dev_ppl"));
+    assert!(csv_lines[0].starts_with("row,ours_changed,paper_changed,params,updates,train_minutes,dev_ppl"));
     assert!(csv_lines[2].starts_with("a1,\"n_heads=1, d_k=32, d_v=32\",\"n_heads=1, d_k=512, d_v=512\","));
     let base_ppl = report.rows[0].results[0].dev_perplexity;
-    let base_field: f64 = csv_lines[1].split(',').nth(5).unwrap().parse().unwrap();
+    let base_field: f64 = csv_lines[1].split(',').nth(6).unwrap().parse().unwrap();
     assert!((base_field - base_ppl).abs() < 1e-3, "{base_field} vs {base_ppl}");
     let svg = std::fs::read_to_string(out.join("bleu.svg")).unwrap();
     assert_eq!(svg.matches("<rect x=").count(), 3, "one bar per row");
@@ -168,9 +190,31 @@ fn a_two_row_ablation_writes_its_table_and_resumes_at_the_row_it_was_on() {
         assert!((a.dev_bleu - b.dev_bleu).abs() < 1e-9, "{a:?} vs {b:?}");
     }
 
-    // The same directory with another plan is refused, naming both.
+    // Killed after training row e but before its result was written: scored again, not trained.
+    std::fs::remove_file(e_dir.join("result.json")).unwrap();
+    let e_ckpts = checkpoints(&e_dir);
+    let mut log = Log::default();
+    ablate::run(&opts, &mut log).unwrap();
+    let text = log.0.join("\n");
+    assert!(text.contains("== scoring e (seed 1)"), "{text}");
+    assert_eq!(checkpoints(&e_dir), e_ckpts, "row e was trained again:\n{text}");
+    // A damaged result is named and scored again.
+    std::fs::write(e_dir.join("result.json"), b"{ not json").unwrap();
+    let mut log = Log::default();
+    ablate::run(&opts, &mut log).unwrap();
+    let text = log.0.join("\n");
+    assert!(text.contains("result.json: unreadable") && text.contains("== scoring e (seed 1)"), "{text}");
+    let stored: ablate::RowResult =
+        serde_json::from_str(&std::fs::read_to_string(e_dir.join("result.json")).unwrap()).unwrap();
+    assert_eq!((stored.row.as_str(), stored.seed, stored.updates), ("e", 1, 4));
+
+    // The same directory with another plan is refused, naming what differs.
     let err = ablate::run(&tiny(&out, "a1", 1), &mut Log::default()).unwrap_err().to_string();
-    assert!(err.contains("holds another ablation") && err.contains("base,a1,e"), "{err}");
+    assert!(err.contains("holds another ablation") && err.contains("rows base,a1,e there, base,a1 here"), "{err}");
+    let mut other_base = tiny(&out, "a1,e", 1);
+    other_base.base_overrides.push("model.d_ff=128".into());
+    let err = ablate::run(&other_base, &mut Log::default()).unwrap_err().to_string();
+    assert!(err.contains("--set") && err.contains("model.d_ff=128"), "{err}");
     std::fs::remove_dir_all(&out).unwrap();
 }
 
@@ -188,6 +232,23 @@ fn with_two_seeds_each_row_has_a_mean_and_a_spread() {
     assert_eq!(lines.len(), 1);
     // "mean ± half the spread" in the PPL and BLEU cells.
     assert_eq!(lines[0].matches(" ± ").count(), 2, "{}", lines[0]);
-    assert!(report.markdown.contains("not significant"));
+    // The Δ PPL cell is marked `~` exactly when the two rows' ranges (mean ± spread/2) overlap.
+    let stats = |i: usize| {
+        let v: Vec<f64> = report.rows[i].results.iter().map(|x| x.dev_perplexity).collect();
+        let (lo, hi) = (v.iter().cloned().fold(f64::INFINITY, f64::min), v.iter().cloned().fold(0.0, f64::max));
+        ((lo + hi) / 2.0, hi - lo)
+    };
+    let ((base_mean, base_spread), (d3_mean, d3_spread)) = (stats(0), stats(1));
+    let overlap = (d3_mean - base_mean).abs() <= (base_spread + d3_spread) / 2.0;
+    let cells: Vec<&str> = lines[0].split('|').map(str::trim).collect();
+    assert_eq!(
+        cells[8].ends_with('~'),
+        overlap,
+        "Δ PPL cell {:?}: base {base_mean}±{base_spread}, d3 {d3_mean}±{d3_spread}",
+        cells[8]
+    );
+    let csv = std::fs::read_to_string(out.join("table.csv")).unwrap();
+    let d3_csv = csv.lines().find(|l| l.starts_with("d3,")).unwrap();
+    assert!(d3_csv.contains(&format!(",{overlap},")), "{d3_csv}");
     std::fs::remove_dir_all(&out).unwrap();
 }

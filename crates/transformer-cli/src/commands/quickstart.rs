@@ -69,16 +69,21 @@ pub fn ablate(args: crate::args::AblateArgs) -> Result<()> {
     use transformer::ablate::{self, AblateOptions, Budget};
     let budget = match (args.minutes, args.updates) {
         (_, Some(n)) => Budget::Updates(n),
+        (Some(m), None) if !(m.is_finite() && m > 0.0) => crate::usage!("--minutes {m} must be a positive number"),
         (Some(m), None) => Budget::Minutes(m),
         (None, None) => AblateOptions::default().budget,
     };
+    let rows = match ablate::parse_rows(&args.rows) {
+        Ok(rows) => rows,
+        Err(e) => crate::usage!("{e}"),
+    };
     let opts = AblateOptions {
         output: args.output,
-        rows: ablate::parse_rows(&args.rows)?,
+        rows,
         budget,
         seeds: args.seeds,
-        dev_sentences: args.dev_sentences,
-        average: args.average,
+        dev_sentences: args.dev_sentences.map(|n| n as usize),
+        average: args.average as usize,
         base_overrides: args.overrides,
     };
     let mut bars = Bars { train: None, test: None, start: std::time::Instant::now() };
