@@ -184,8 +184,16 @@ fn bf16_matmul_matches_reference_on_rounded_operands() {
     let round =
         |v: &[f64]| -> Vec<f64> { v.iter().map(|&x| bf16::from_bf16(bf16::to_bf16(x as f32)) as f64).collect() };
     let mut rng = Rng::new(15);
-    for &(m, n, k) in &[(1, 1, 1), (7, 13, 5), (33, 17, 70), (64, 96, 128), (40, 50, 600), (100, 290, 33), (32, 32, 32)]
-    {
+    for &(m, n, k) in &[
+        (1, 1, 1),
+        (7, 13, 5),
+        (33, 17, 70),
+        (64, 96, 128),
+        (40, 50, 600),
+        (100, 290, 33),
+        (32, 32, 32),
+        (128, 45, 70),
+    ] {
         let a = rand_vec(&mut rng, m * k, 1.0);
         let b = rand_vec(&mut rng, k * n, 1.0);
         let c0 = rand_vec(&mut rng, m * n, 1.0);
