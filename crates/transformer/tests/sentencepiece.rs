@@ -8,7 +8,8 @@ use flate2::read::GzDecoder;
 use serde_json::Value;
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use transformer::data::sentencepiece::{MarianTokenizer, SentencePiece, MARIAN_FORMAT};
+use transformer::data::marian_tokenizer::{MarianTokenizer, MARIAN_FORMAT};
+use transformer::data::sentencepiece::SentencePiece;
 
 fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sentencepiece")

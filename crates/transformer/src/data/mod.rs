@@ -6,6 +6,7 @@ pub mod bpe;
 pub mod corpus;
 pub mod download;
 pub mod encoding;
+pub mod marian_tokenizer;
 pub mod parallel;
 pub mod ptb_sample;
 pub mod sentencepiece;

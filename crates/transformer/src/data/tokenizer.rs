@@ -4,7 +4,7 @@
 //! [`Tokenizer::load`] tells the two apart by content.
 
 use crate::data::bpe::Bpe;
-use crate::data::sentencepiece::{MarianTokenizer, MARIAN_FORMAT};
+use crate::data::marian_tokenizer::{MarianTokenizer, MARIAN_FORMAT};
 use crate::error::Result;
 use sha2::{Digest, Sha256};
 use std::path::Path;
