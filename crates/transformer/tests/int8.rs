@@ -96,6 +96,39 @@ fn dispatch_picks_the_fastest_kernel_this_cpu_has() {
             && is_x86_feature_detected!("avx512vnni");
         assert_eq!(ks.contains(&Int8Kernel::Vnni), vnni);
         assert_eq!(ks.contains(&Int8Kernel::Avx2), is_x86_feature_detected!("avx2"));
+        assert_eq!(ks.contains(&Int8Kernel::Amx), int8::amx_int8_available().is_ok());
+        if !ks.contains(&Int8Kernel::Amx) {
+            eprintln!("no AMX-INT8 here ({}): its kernel is not tested", int8::amx_int8_available().unwrap_err());
+        }
+    }
+    // AMX gives way below its row threshold, and only there.
+    if ks[0] == Int8Kernel::Amx {
+        assert_eq!(int8::kernel_for(int8::AMX_MIN_ROWS - 1), ks[1]);
+        assert_eq!(int8::kernel_for(int8::AMX_MIN_ROWS), Int8Kernel::Amx);
+    } else {
+        assert_eq!(int8::kernel_for(1), ks[0]);
+    }
+}
+
+#[test]
+fn accumulating_adds_the_product_on_every_row_count() {
+    // forward_accumulate (the kernel `kernel_for` picks: AMX from its threshold up, where present)
+    // adds exactly what forward computes without a bias.
+    let mut rng = Rng::new(84);
+    for &(m, n, k) in &[(1, 40, 70), (15, 33, 64), (16, 64, 65), (40, 70, 300), (100, 32, 130)] {
+        let x = rv(&mut rng, m * k, 1.0);
+        let w = rv(&mut rng, n * k, 0.3);
+        let q = QuantizedLinear::new(&w, n, k);
+        let start = rv(&mut rng, m * n, 1.0);
+        let mut product = vec![0f32; m * n];
+        q.forward_on(int8::kernel_for(m), &mut product, &x, None, m);
+        let want_product = r::linear_int8(&x, &w, None, m, n, k);
+        assert!(product.iter().zip(&want_product).all(|(a, b)| same(*a, *b)), "{m}x{n}x{k}");
+        let mut got = start.clone();
+        q.forward_accumulate(&mut got, &x, m);
+        for (i, ((&g, &s), &p)) in got.iter().zip(&start).zip(&product).enumerate() {
+            assert!(same(g, s + p), "{m}x{n}x{k} element {i}: {g} != {s} + {p}");
+        }
     }
 }
 

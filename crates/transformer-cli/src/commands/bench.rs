@@ -150,8 +150,7 @@ fn train_step(steps: usize, warmup: usize, bf16: bool, dropout: f32, per_shape: 
     let rss = super::peak_rss_bytes();
     let mut products: Vec<_> = products.into_iter().collect();
     products.sort_by(|a, b| b.1.seconds.total_cmp(&a.1.seconds));
-    // The unit's arithmetic ceiling on all worker threads (AMX's is not measured: its products do
-    // not run on the dot-product instruction).
+    // The unit's arithmetic ceiling on all worker threads: FMA, `vdpbf16ps` or AMX tiles.
     let peak = if !per_shape {
         None
     } else {
@@ -161,7 +160,8 @@ fn train_step(steps: usize, warmup: usize, bf16: bool, dropout: f32, per_shape: 
             (true, Ok(Unit::Avx512Bf16)) => {
                 peak::peak_gflops(peak::PeakOf::Bf16Dot, 20_000_000).map(|p| ("vdpbf16ps", p))
             }
-            (true, _) => None,
+            (true, Ok(Unit::Amx)) => peak::peak_gflops(peak::PeakOf::AmxBf16, 20_000_000).map(|p| ("AMX tdpbf16ps", p)),
+            (true, Err(_)) => None,
         }
     };
     let per_step = steps as f64;

@@ -26,7 +26,7 @@ const TILE_ELEMS: usize = 16 * 32;
 /// C block edge (two tiles).
 const BLOCK: usize = 32;
 /// Output blocks of columns per task: a task multiplies one 32-row strip of A by this many
-/// 32-column strips of B, so the strip of A stays in L1/L2 while B streams.
+/// 32-column strips of B (see [`multiply`]).
 const N_BLOCKS_PER_TASK: usize = 8;
 /// k tiles (of 32) per pass over a task's column blocks.
 const K_TILES_PER_PASS: usize = 16;
@@ -202,8 +202,9 @@ unsafe fn bf16_pairs(x0: __m512, x1: __m512) -> __m512i {
     unsafe { _mm512_permutexvar_epi16(_mm512_loadu_si512(IDX.as_ptr().cast()), to_bf16_x32(x0, x1)) }
 }
 
-/// Writes the transpose of a 16 × 16 block of u32 (`rows[c][r]` → tile row r, u32 column c).
-#[inline(always)]
+/// Writes the transpose of a 16 × 16 block of u32 (`rows[c][r]` → tile row r, u32 column c): the
+/// naive twin of [`transpose16`].
+#[cfg(test)]
 fn transpose_into(tile: &mut [u16], rows: &[[u32; 16]; 16]) {
     for r in 0..16 {
         for c in 0..16 {
@@ -214,25 +215,78 @@ fn transpose_into(tile: &mut [u16], rows: &[[u32; 16]; 16]) {
     }
 }
 
-/// Packs op(A) (m, k) into row tiles, k-tile-major: tile (it, pt) (rows 16·it.., k 32·pt..) sits at
-/// `(pt · mt + it) · 512`, element (r, q) at `r · 32 + q`. Writes every element of `out` (mt · kt
-/// tiles), the zero padding included, so `out` may hold anything before.
+/// Stores the transpose of 16 rows of 16 u32 (`rows[c]` lane r → tile row r, u32 column c) at
+/// `tile` (16 rows of 64 bytes): 32-bit and 64-bit interleaves within 128-bit lanes, then two
+/// rounds of 128-bit lane shuffles.
+///
+/// # Safety
+/// avx512f is present and `tile` has 512 writable u16.
+#[inline(always)]
+unsafe fn transpose16(tile: *mut u16, rows: &[__m512i; 16]) {
+    // SAFETY: the caller's contract.
+    unsafe {
+        let mut t = [_mm512_setzero_si512(); 16];
+        for i in 0..8 {
+            t[2 * i] = _mm512_unpacklo_epi32(rows[2 * i], rows[2 * i + 1]);
+            t[2 * i + 1] = _mm512_unpackhi_epi32(rows[2 * i], rows[2 * i + 1]);
+        }
+        // u[4g + e]: in 128-bit lane L, element 4L + e of rows 4g..4g + 4.
+        let mut u = [_mm512_setzero_si512(); 16];
+        for g in 0..4 {
+            let (a, b, c, d) = (t[4 * g], t[4 * g + 1], t[4 * g + 2], t[4 * g + 3]);
+            u[4 * g] = _mm512_unpacklo_epi64(a, c);
+            u[4 * g + 1] = _mm512_unpackhi_epi64(a, c);
+            u[4 * g + 2] = _mm512_unpacklo_epi64(b, d);
+            u[4 * g + 3] = _mm512_unpackhi_epi64(b, d);
+        }
+        for e in 0..4 {
+            let v = _mm512_shuffle_i32x4::<0x44>(u[e], u[4 + e]);
+            let w = _mm512_shuffle_i32x4::<0xEE>(u[e], u[4 + e]);
+            let v2 = _mm512_shuffle_i32x4::<0x44>(u[8 + e], u[12 + e]);
+            let w2 = _mm512_shuffle_i32x4::<0xEE>(u[8 + e], u[12 + e]);
+            // Output row 4L + e holds lane L of u[e], u[4 + e], u[8 + e], u[12 + e].
+            _mm512_storeu_si512(tile.add(e * 32).cast(), _mm512_shuffle_i32x4::<0x88>(v, v2));
+            _mm512_storeu_si512(tile.add((4 + e) * 32).cast(), _mm512_shuffle_i32x4::<0xDD>(v, v2));
+            _mm512_storeu_si512(tile.add((8 + e) * 32).cast(), _mm512_shuffle_i32x4::<0x88>(w, w2));
+            _mm512_storeu_si512(tile.add((12 + e) * 32).cast(), _mm512_shuffle_i32x4::<0xDD>(w, w2));
+        }
+    }
+}
+
+/// A raw pointer to packed tiles that may cross to a rayon worker; tasks write disjoint tiles.
+#[derive(Clone, Copy)]
+struct TilePtr(*mut u16);
+// SAFETY: each task of the packers writes its own tiles.
+unsafe impl Send for TilePtr {}
+unsafe impl Sync for TilePtr {}
+
+impl TilePtr {
+    fn get(self) -> *mut u16 {
+        self.0
+    }
+}
+
+/// Packs op(A) (m, k) into row tiles, strip-major: the 32-row strip `ib` (rows 32·ib..) holds its
+/// k tiles one after another, each as two 16-row tiles: tile (it, pt) (rows 16·it.., k 32·pt..)
+/// sits at `((it / 2) · kt + pt) · 2 + it % 2` tiles, element (r, q) at `r · 32 + q`. One k pass
+/// over a strip then reads contiguous memory (a k-tile-major layout put every k tile of a strip
+/// a multiple of 4 KiB apart, in the same L1 sets). Writes every element of `out`
+/// (mt · kt tiles), the zero padding included, so `out` may hold anything before.
 #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
 fn pack_a(out: &mut [u16], a: &[f32], op_a: Op, m: usize, k: usize, mt: usize, kt: usize) {
     assert_eq!(out.len(), mt * kt * TILE_ELEMS);
-    if op_a == Op::N {
-        // Row-major A: a task converts a group of k tiles for every row, reading each row's
-        // 32·group floats contiguously (one k tile per task would stride through all of A).
-        let group = (kt / 4).clamp(1, 8);
-        out.par_chunks_mut(group * mt * TILE_ELEMS).enumerate().for_each(|(gi, panels)| {
-            for i in 0..16 * mt {
-                for (gp, panel) in panels.chunks_exact_mut(mt * TILE_ELEMS).enumerate() {
-                    let pt = gi * group + gp;
-                    let kc = (k - 32 * pt).min(32);
-                    // SAFETY: the loads read kc floats of row i < m inside `a` (32·pt + kc ≤ k);
-                    // the store writes 64 bytes of tile row i inside `panel` (i < 16·mt).
+    assert_eq!(mt % 2, 0);
+    match op_a {
+        Op::N => out.par_chunks_mut(2 * kt * TILE_ELEMS).enumerate().for_each(|(ib, strip)| {
+            // Row-major A: each row's k floats are read once, contiguously.
+            for r in 0..BLOCK {
+                let i = BLOCK * ib + r;
+                for pt in 0..kt {
+                    // SAFETY: the loads read kc floats of row i < m inside `a`; the store writes
+                    // 64 bytes of tile row r % 16 inside `strip`.
                     unsafe {
                         let v = if i < m {
+                            let kc = (k - 32 * pt).min(32);
                             let src = a.as_ptr().add(i * k + 32 * pt);
                             let lo = load16(src, kc.min(16));
                             let hi = if kc > 16 { load16(src.add(16), kc - 16) } else { _mm512_setzero_ps() };
@@ -240,31 +294,32 @@ fn pack_a(out: &mut [u16], a: &[f32], op_a: Op, m: usize, k: usize, mt: usize, k
                         } else {
                             _mm512_setzero_si512()
                         };
-                        let dst = panel.as_mut_ptr().add((i / 16) * TILE_ELEMS + (i % 16) * 32);
+                        let dst = strip.as_mut_ptr().add((2 * pt + r / 16) * TILE_ELEMS + (r % 16) * 32);
                         _mm512_storeu_si512(dst.cast(), v);
                     }
                 }
             }
-        });
-        return;
-    }
-    out.par_chunks_mut(mt * TILE_ELEMS).enumerate().for_each(|(pt, panel)| {
-        let kc = (k - 32 * pt).min(32);
-        // SAFETY: every load reads `len` floats that lie inside `a` (rows < m, k indices < k, by the
-        // bounds computed here), and every store writes 64 bytes inside `panel`.
-        unsafe {
-            match op_a {
-                Op::N => unreachable!("handled above"),
-                Op::T => {
-                    // A is stored (k, m): rows p, p + 1 of it give tile column pair p / 2 for 16
-                    // tile rows at once; a 16 × 16 transpose puts the pairs in place.
-                    let mut rows = [[0u32; 16]; 16];
-                    for it in 0..mt {
+        }),
+        Op::T => {
+            // A is stored (k, m). A task takes one k tile: 32 consecutive rows of storage, read
+            // along their length (a task per row strip would sweep every row of A 128 bytes at a
+            // time). Rows p, p + 1 give tile column pair p / 2 for 16 tile rows at once; a
+            // 16 × 16 transpose puts the pairs in place.
+            let op = TilePtr(out.as_mut_ptr());
+            (0..kt).into_par_iter().for_each(|pt| {
+                let kc = (k - 32 * pt).min(32);
+                for it in 0..mt {
+                    // SAFETY: every load reads `len` floats inside `a` (rows p < k, columns < m);
+                    // the tile written lies inside `out` (it < mt, pt < kt) and belongs to this
+                    // task alone (its k tile).
+                    unsafe {
+                        let tile = op.get().add(((it / 2) * kt + pt) * 2 * TILE_ELEMS + (it % 2) * TILE_ELEMS);
                         let len = m.saturating_sub(16 * it).min(16);
                         if len == 0 {
-                            panel[it * TILE_ELEMS..][..TILE_ELEMS].fill(0);
+                            std::ptr::write_bytes(tile, 0, TILE_ELEMS);
                             continue;
                         }
+                        let mut rows = [_mm512_setzero_si512(); 16];
                         for (q2, row) in rows.iter_mut().enumerate() {
                             let p = 32 * pt + 2 * q2;
                             let x0 = if 2 * q2 < kc {
@@ -277,31 +332,37 @@ fn pack_a(out: &mut [u16], a: &[f32], op_a: Op, m: usize, k: usize, mt: usize, k
                             } else {
                                 _mm512_setzero_ps()
                             };
-                            _mm512_storeu_si512(row.as_mut_ptr().cast(), bf16_pairs(x0, x1));
+                            *row = bf16_pairs(x0, x1);
                         }
-                        transpose_into(&mut panel[it * TILE_ELEMS..][..TILE_ELEMS], &rows);
+                        transpose16(tile, &rows);
                     }
                 }
-            }
+            });
         }
-    });
+    }
 }
 
-/// Packs op(B) (k, n) into pair-interleaved tiles, k-tile-major: tile (jt, pt) (columns 16·jt..,
-/// k 32·pt..) sits at `(pt · nt + jt) · 512`; op(B)[32·pt + 2r + e][16·jt + j] at `r · 32 + 2j + e`.
-/// Writes every element of `out` (nt · kt tiles), the zero padding included.
+/// Packs op(B) (k, n) into pair-interleaved tiles, strip-major like [`pack_a`]: tile (jt, pt)
+/// (columns 16·jt.., k 32·pt..) sits at `((jt / 2) · kt + pt) · 2 + jt % 2` tiles;
+/// op(B)[32·pt + 2r + e][16·jt + j] at `r · 32 + 2j + e`. Writes every element of `out`
+/// (nt · kt tiles), the zero padding included.
 #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
 fn pack_b(out: &mut [u16], b: &[f32], op_b: Op, k: usize, n: usize, nt: usize, kt: usize) {
     assert_eq!(out.len(), nt * kt * TILE_ELEMS);
-    out.par_chunks_mut(nt * TILE_ELEMS).enumerate().for_each(|(pt, panel)| {
-        let kc = (k - 32 * pt).min(32);
-        // SAFETY: as in `pack_a`: loads stay inside `b`, stores inside `panel`.
-        unsafe {
-            match op_b {
-                Op::N => {
-                    // Rows p, p + 1 of B interleave into one tile row.
-                    for jt in 0..nt {
-                        let len = n.saturating_sub(16 * jt).min(16);
+    assert_eq!(nt % 2, 0);
+    match op_b {
+        Op::N => {
+            // B is stored (k, n). A task takes one k tile (32 rows of storage, read along their
+            // length); rows p, p + 1 interleave into one tile row.
+            let op = TilePtr(out.as_mut_ptr());
+            (0..kt).into_par_iter().for_each(|pt| {
+                let kc = (k - 32 * pt).min(32);
+                for jt in 0..nt {
+                    let len = n.saturating_sub(16 * jt).min(16);
+                    // SAFETY: loads read `len` floats of rows < k inside `b`; the tile written lies
+                    // inside `out` (jt < nt, pt < kt) and belongs to this task alone.
+                    unsafe {
+                        let tile = op.get().add(((jt / 2) * kt + pt) * 2 * TILE_ELEMS + (jt % 2) * TILE_ELEMS);
                         for q2 in 0..16 {
                             let p = 32 * pt + 2 * q2;
                             let v = if len > 0 && 2 * q2 < kc {
@@ -315,33 +376,39 @@ fn pack_b(out: &mut [u16], b: &[f32], op_b: Op, k: usize, n: usize, nt: usize, k
                             } else {
                                 _mm512_setzero_si512()
                             };
-                            let dst = panel.as_mut_ptr().add(jt * TILE_ELEMS + q2 * 32);
-                            _mm512_storeu_si512(dst.cast(), v);
+                            _mm512_storeu_si512(tile.add(q2 * 32).cast(), v);
                         }
                     }
                 }
-                Op::T => {
-                    // B is stored (n, k): 32 consecutive k of column j are 16 pairs in a row of B.
-                    let mut rows = [[0u32; 16]; 16];
-                    for jt in 0..nt {
+            });
+        }
+        Op::T => out.par_chunks_mut(2 * kt * TILE_ELEMS).enumerate().for_each(|(jb, strip)| {
+            // B is stored (n, k): 32 consecutive k of column j are 16 pairs in a row of B, read
+            // along the row; a 16 × 16 transpose puts them in place.
+            for pt in 0..kt {
+                let kc = (k - 32 * pt).min(32);
+                for h in 0..2 {
+                    let jt = 2 * jb + h;
+                    // SAFETY: loads read kc floats of rows col < n inside `b`; the tile lies inside
+                    // `strip`.
+                    unsafe {
+                        let tile = strip.as_mut_ptr().add((2 * pt + h) * TILE_ELEMS);
+                        let mut rows = [_mm512_setzero_si512(); 16];
                         for (j, row) in rows.iter_mut().enumerate() {
                             let col = 16 * jt + j;
-                            let v = if col < n {
+                            if col < n {
                                 let src = b.as_ptr().add(col * k + 32 * pt);
                                 let lo = load16(src, kc.min(16));
                                 let hi = if kc > 16 { load16(src.add(16), kc - 16) } else { _mm512_setzero_ps() };
-                                to_bf16_x32(lo, hi)
-                            } else {
-                                _mm512_setzero_si512()
-                            };
-                            _mm512_storeu_si512(row.as_mut_ptr().cast(), v);
+                                *row = to_bf16_x32(lo, hi);
+                            }
                         }
-                        transpose_into(&mut panel[jt * TILE_ELEMS..][..TILE_ELEMS], &rows);
+                        transpose16(tile, &rows);
                     }
                 }
             }
-        }
-    });
+        }),
+    }
 }
 
 /// Packed operands, kept between products on each calling thread: a fresh buffer of tens of MB
@@ -352,18 +419,77 @@ fn pack_b(out: &mut [u16], b: &[f32], op_b: Op, k: usize, n: usize, nt: usize, k
 mod pack_buffers {
     use std::cell::Cell;
     thread_local! {
-        pub static A: Cell<Vec<u16>> = const { Cell::new(Vec::new()) };
-        pub static B: Cell<Vec<u16>> = const { Cell::new(Vec::new()) };
+        pub static A: Cell<super::Tiles> = const { Cell::new(super::Tiles::new()) };
+        pub static B: Cell<super::Tiles> = const { Cell::new(super::Tiles::new()) };
+        pub static EDGES: Cell<Vec<f32>> = const { Cell::new(Vec::new()) };
     }
 }
 
 /// A buffer of `len` elements from `cell` (contents unspecified); give it back with `Cell::set`.
-fn take_buffer(cell: &'static std::thread::LocalKey<std::cell::Cell<Vec<u16>>>, len: usize) -> Vec<u16> {
+fn take_buffer(cell: &'static std::thread::LocalKey<std::cell::Cell<Tiles>>, len: usize) -> Tiles {
     let mut v = cell.take();
+    v.resize(len);
+    v
+}
+
+/// One cache line of bf16 values: one row of a tile.
+#[derive(Clone, Copy, Debug)]
+#[repr(C, align(64))]
+struct Line([u16; 32]);
+
+/// Packed bf16 tiles on 64-byte boundaries. Every tile row is then one cache line: rows split
+/// across two lines made each `tileloadd` about 2.5 times as slow (24 against 60 cycles a tile in
+/// `examples/amx_rate.rs`'s measurements, Xeon with AMX, 2026-11-27) and halved the products' rate.
+#[derive(Clone, Default)]
+pub(crate) struct Tiles(Vec<Line>);
+
+impl Tiles {
+    const fn new() -> Self {
+        Tiles(Vec::new())
+    }
+
+    /// `len` elements (a multiple of 32), zeros where new.
+    fn zeros(len: usize) -> Self {
+        let mut t = Tiles::new();
+        t.resize(len);
+        t
+    }
+
+    /// Sets the length to `len` elements (a multiple of 32); kept contents are unspecified.
+    fn resize(&mut self, len: usize) {
+        assert_eq!(len % 32, 0, "packed tiles are whole cache lines");
+        self.0.resize(len / 32, Line([0; 32]));
+    }
+
+    fn as_slice(&self) -> &[u16] {
+        // SAFETY: `Line` is 32 u16 with no padding (repr(C), 64 bytes, align 64).
+        unsafe { std::slice::from_raw_parts(self.0.as_ptr().cast(), self.0.len() * 32) }
+    }
+
+    fn as_mut_slice(&mut self) -> &mut [u16] {
+        // SAFETY: as in `as_slice`.
+        unsafe { std::slice::from_raw_parts_mut(self.0.as_mut_ptr().cast(), self.0.len() * 32) }
+    }
+
+    fn len(&self) -> usize {
+        self.0.len() * 32
+    }
+}
+
+impl std::fmt::Debug for Tiles {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Tiles({} bf16)", self.len())
+    }
+}
+
+/// A buffer of `len` f32 for the edge blocks of C (contents unspecified); give it back to
+/// `pack_buffers::EDGES`.
+fn take_f32_buffer(len: usize) -> Vec<f32> {
+    let mut v = pack_buffers::EDGES.take();
     if v.capacity() < len {
-        v = vec![0u16; len];
+        v = vec![0f32; len];
     } else {
-        v.resize(len, 0);
+        v.resize(len, 0.0);
     }
     v
 }
@@ -383,6 +509,11 @@ const CONFIG: TileConfig = {
     }
     TileConfig(c)
 };
+
+/// The tile configuration every AMX kernel here loads (palette 1, eight tiles of 16 × 64 bytes).
+pub(crate) fn tile_config() -> &'static [u8; 64] {
+    &CONFIG.0
+}
 
 /// A raw pointer that may cross to a rayon worker; every task writes a disjoint part of C.
 #[derive(Clone, Copy)]
@@ -446,14 +577,52 @@ pub fn matmul_bf16_on(
     // SAFETY: both units need avx512f/bw/bf16, checked above.
     unsafe {
         let p = super::profile::pack_scope(false);
-        pack_a(&mut pa, a, op_a, m, k, mt, kt);
+        pack_a(pa.as_mut_slice(), a, op_a, m, k, mt, kt);
         drop(p);
         let _p = super::profile::pack_scope(true);
-        pack_b(&mut pb, b, op_b, k, n, nt, kt);
+        pack_b(pb.as_mut_slice(), b, op_b, k, n, nt, kt);
     }
-    multiply(unit, c, &pa, &pb, m, n, (mt, nt, kt), accumulate);
+    multiply(unit, c, pa.as_slice(), pb.as_slice(), m, n, (mt, nt, kt), accumulate);
     pack_buffers::A.set(pa);
     pack_buffers::B.set(pb);
+}
+
+/// For benchmarks (`examples/amx_rate.rs`): the seconds `clock` counts for packing op(A), packing
+/// op(B) and multiplying, each the best of `reps` runs of one [`matmul_bf16`] call's parts.
+#[doc(hidden)]
+#[allow(clippy::too_many_arguments)]
+pub fn time_parts(
+    clock: fn() -> f64,
+    reps: usize,
+    c: &mut [f32],
+    a: &[f32],
+    op_a: Op,
+    b: &[f32],
+    op_b: Op,
+    (m, n, k): (usize, usize, usize),
+) -> [f64; 3] {
+    let unit = unit().expect("a bf16 unit");
+    let mt = round_up(m, BLOCK) / TILE_ROWS;
+    let nt = round_up(n, BLOCK) / 16;
+    let kt = k.div_ceil(32);
+    let mut pa = Tiles::zeros(mt * kt * TILE_ELEMS);
+    let mut pb = Tiles::zeros(nt * kt * TILE_ELEMS);
+    let mut best = [f64::INFINITY; 3];
+    for _ in 0..reps {
+        let t0 = clock();
+        // SAFETY: a bf16 unit implies avx512f/bw/bf16.
+        unsafe { pack_a(pa.as_mut_slice(), a, op_a, m, k, mt, kt) };
+        let t1 = clock();
+        // SAFETY: as above.
+        unsafe { pack_b(pb.as_mut_slice(), b, op_b, k, n, nt, kt) };
+        let t2 = clock();
+        multiply(unit, c, pa.as_slice(), pb.as_slice(), m, n, (mt, nt, kt), false);
+        let t3 = clock();
+        for (x, t) in best.iter_mut().zip([t1 - t0, t2 - t1, t3 - t2]) {
+            *x = x.min(t);
+        }
+    }
+    best
 }
 
 /// A weight matrix W (n, k), stored (n, k) like `nn.Linear`, rounded to bf16 and packed once as
@@ -465,7 +634,7 @@ pub struct Bf16Weights {
     k: usize,
     nt: usize,
     kt: usize,
-    tiles: Vec<u16>,
+    tiles: Tiles,
 }
 
 impl Bf16Weights {
@@ -475,9 +644,9 @@ impl Bf16Weights {
         avx512_bf16_available().expect("bf16 weights on a CPU without AVX512-BF16");
         let nt = round_up(n.max(1), BLOCK) / 16;
         let kt = k.div_ceil(32).max(1);
-        let mut tiles = vec![0u16; nt * kt * TILE_ELEMS];
+        let mut tiles = Tiles::zeros(nt * kt * TILE_ELEMS);
         // SAFETY: avx512f/bw/bf16 checked above.
-        unsafe { pack_b(&mut tiles, w, Op::T, k, n, nt, kt) };
+        unsafe { pack_b(tiles.as_mut_slice(), w, Op::T, k, n, nt, kt) };
         Bf16Weights { n, k, nt, kt, tiles }
     }
 
@@ -514,13 +683,21 @@ pub fn linear_bf16(c: &mut [f32], a: &[f32], w: &Bf16Weights, m: usize, accumula
     // SAFETY: a bf16 unit implies avx512f/bw/bf16.
     unsafe {
         let _p = super::profile::pack_scope(false);
-        pack_a(&mut pa, a, Op::N, m, k, mt, w.kt)
+        pack_a(pa.as_mut_slice(), a, Op::N, m, k, mt, w.kt)
     };
-    multiply(unit, c, &pa, &w.tiles, m, n, (mt, w.nt, w.kt), accumulate);
+    multiply(unit, c, pa.as_slice(), w.tiles.as_slice(), m, n, (mt, w.nt, w.kt), accumulate);
     pack_buffers::A.set(pa);
 }
 
 /// C (m, n) = [C +] packed A · packed B: `tiles` = (mt, nt, kt), the packed operands' tile counts.
+///
+/// Blocking, in the manner of GotoBLAS: k runs in passes of [`K_TILES_PER_PASS`] tiles, the
+/// outermost loop; within a pass, a task multiplies one 32-row strip of A by a group of
+/// [`N_BLOCKS_PER_TASK`] 32-column blocks of B, and tasks are numbered group-major, so that each
+/// thread runs through many row strips against the same group of B (256 KiB a pass, kept in L2)
+/// while each strip (32 KiB a pass) is read from L1 for every block of the group. Blocks wholly
+/// inside C are summed in place; the others (the last row strip or column block when m or n is not
+/// a multiple of 32) in a buffer, added to C at the end.
 #[allow(clippy::too_many_arguments)]
 fn multiply(
     unit: Unit,
@@ -536,85 +713,98 @@ fn multiply(
     let m_blocks = mt / 2;
     let n_blocks = nt / 2;
     let n_groups = n_blocks.div_ceil(N_BLOCKS_PER_TASK);
+    // Edge block (ib, jb): the last row strip has slots 0..n_blocks, the last column block
+    // n_blocks + ib.
+    let (row_edge, col_edge) = (!m.is_multiple_of(BLOCK), !n.is_multiple_of(BLOCK));
+    let edge_slot = move |ib: usize, jb: usize| -> Option<usize> {
+        if row_edge && ib == m_blocks - 1 {
+            Some(jb)
+        } else if col_edge && jb == n_blocks - 1 {
+            Some(n_blocks + ib)
+        } else {
+            None
+        }
+    };
+    let mut edges =
+        if row_edge || col_edge { take_f32_buffer((n_blocks + m_blocks) * BLOCK * BLOCK) } else { Vec::new() };
     let cp = SendPtr(c.as_mut_ptr());
-    (0..m_blocks * n_groups).into_par_iter().for_each_init(
-        || vec![0f32; N_BLOCKS_PER_TASK * BLOCK * BLOCK],
-        |edges, task| {
-            let (ib, g) = (task / n_groups, task % n_groups);
-            let c_ptr = cp.get();
-            let jbs = g * N_BLOCKS_PER_TASK..((g + 1) * N_BLOCKS_PER_TASK).min(n_blocks);
+    let ep = SendPtr(edges.as_mut_ptr());
+    let mut p0 = 0;
+    while p0 < kt {
+        let p1 = (p0 + K_TILES_PER_PASS).min(kt);
+        (0..m_blocks * n_groups).into_par_iter().for_each(|task| {
+            let (g, ib) = (task / m_blocks, task % m_blocks);
+            let (c_ptr, e_ptr) = (cp.get(), ep.get());
             let i0 = ib * BLOCK;
-            // SAFETY: the unit was checked above (for AMX: the CPU has it and the tile state is
-            // granted); the packed buffers hold mt × kt and nt × kt whole tiles, every block index
-            // below is < m_blocks (rows 32·ib..+32 ≤ 16·mt) or < n_blocks, k tiles stay < kt; C is
-            // read and written only at rows < m and columns < n (blocks wholly inside C in place,
-            // the others through `edges`), and tasks own disjoint (row strip, column group) blocks.
+            // SAFETY: the unit was checked by the caller (for AMX: the CPU has it and the tile
+            // state is granted); the packed buffers hold mt × kt and nt × kt whole tiles, every
+            // block index below is < m_blocks or < n_blocks, k tiles stay < kt; C is read and
+            // written only at rows < m and columns < n (blocks wholly inside C in place, the others
+            // in their own slot of `edges`), and the tasks of a pass own disjoint blocks.
             unsafe {
                 if unit == Unit::Amx {
                     asm!("ldtilecfg [{}]", in(reg) CONFIG.0.as_ptr(), options(nostack, readonly));
                 }
-                // k in chunks of K_TILES_PER_PASS tiles: the 32-row strip of A for one chunk
-                // (32 KiB at most) stays in L1 while the column group's blocks of B stream past.
-                let mut p0 = 0;
-                while p0 < kt {
-                    let p1 = (p0 + K_TILES_PER_PASS).min(kt);
-                    for (e, jb) in jbs.clone().enumerate() {
-                        let j0 = jb * BLOCK;
-                        let inside = i0 + BLOCK <= m && j0 + BLOCK <= n;
-                        let (out, ld) = if inside {
-                            (c_ptr.add(i0 * n + j0), n)
-                        } else {
-                            (edges.as_mut_ptr().add(e * BLOCK * BLOCK), BLOCK)
-                        };
-                        let load = p0 > 0 || (inside && accumulate);
-                        let a0 = pa.as_ptr().add((2 * ib + p0 * mt) * TILE_ELEMS);
-                        let b0 = pb.as_ptr().add((2 * jb + p0 * nt) * TILE_ELEMS);
-                        let (a_step, b_step) = (mt * TILE_ELEMS, nt * TILE_ELEMS);
-                        match unit {
-                            Unit::Amx => amx_block(out, ld, load, a0, a_step, b0, b_step, p1 - p0),
-                            Unit::Avx512Bf16 => {
-                                // Only the strips holding rows < m, the last with only its rows
-                                // (decoding a few rows would otherwise multiply 32).
-                                let rows = (m - i0).min(BLOCK);
-                                for s in 0..rows.div_ceil(8) {
-                                    // Rows 8·s.. of the block: tile s / 2 of the strip, rows 8·(s % 2)..
-                                    let a_s = a0.add((s / 2) * TILE_ELEMS + (s % 2) * 8 * 32);
-                                    let (o, n_k) = (out.add(8 * s * ld), p1 - p0);
-                                    match rows - 8 * s {
-                                        1 => dp_strip::<1>(o, ld, load, a_s, a_step, b0, b_step, n_k),
-                                        2 => dp_strip::<2>(o, ld, load, a_s, a_step, b0, b_step, n_k),
-                                        3 | 4 => dp_strip::<4>(o, ld, load, a_s, a_step, b0, b_step, n_k),
-                                        _ => dp_strip::<8>(o, ld, load, a_s, a_step, b0, b_step, n_k),
-                                    }
+                for jb in g * N_BLOCKS_PER_TASK..((g + 1) * N_BLOCKS_PER_TASK).min(n_blocks) {
+                    let j0 = jb * BLOCK;
+                    let slot = edge_slot(ib, jb);
+                    let (out, ld) = match slot {
+                        None => (c_ptr.add(i0 * n + j0), n),
+                        Some(e) => (e_ptr.add(e * BLOCK * BLOCK), BLOCK),
+                    };
+                    let load = p0 > 0 || (slot.is_none() && accumulate);
+                    let a0 = pa.as_ptr().add((ib * kt + p0) * 2 * TILE_ELEMS);
+                    let b0 = pb.as_ptr().add((jb * kt + p0) * 2 * TILE_ELEMS);
+                    let (a_step, b_step) = (2 * TILE_ELEMS, 2 * TILE_ELEMS);
+                    match unit {
+                        Unit::Amx => amx_block(out, ld, load, a0, a_step, b0, b_step, p1 - p0),
+                        Unit::Avx512Bf16 => {
+                            // Only the strips holding rows < m, the last with only its rows
+                            // (decoding a few rows would otherwise multiply 32).
+                            let rows = (m - i0).min(BLOCK);
+                            for s in 0..rows.div_ceil(8) {
+                                // Rows 8·s.. of the block: tile s / 2 of the strip, rows 8·(s % 2)..
+                                let a_s = a0.add((s / 2) * TILE_ELEMS + (s % 2) * 8 * 32);
+                                let (o, n_k) = (out.add(8 * s * ld), p1 - p0);
+                                match rows - 8 * s {
+                                    1 => dp_strip::<1>(o, ld, load, a_s, a_step, b0, b_step, n_k),
+                                    2 => dp_strip::<2>(o, ld, load, a_s, a_step, b0, b_step, n_k),
+                                    3 | 4 => dp_strip::<4>(o, ld, load, a_s, a_step, b0, b_step, n_k),
+                                    _ => dp_strip::<8>(o, ld, load, a_s, a_step, b0, b_step, n_k),
                                 }
                             }
                         }
                     }
-                    p0 = p1;
                 }
                 if unit == Unit::Amx {
                     asm!("tilerelease", options(nostack, nomem));
                 }
-                for (e, jb) in jbs.enumerate() {
-                    let j0 = jb * BLOCK;
-                    if i0 + BLOCK <= m && j0 + BLOCK <= n {
-                        continue;
-                    }
-                    let rows = (m - i0).min(BLOCK);
-                    let cols = (n - j0).min(BLOCK);
-                    for r in 0..rows {
-                        let dst = std::slice::from_raw_parts_mut(c_ptr.add((i0 + r) * n + j0), cols);
-                        let src = &edges[e * BLOCK * BLOCK + r * BLOCK..][..cols];
-                        if accumulate {
-                            dst.iter_mut().zip(src).for_each(|(d, s)| *d += s);
-                        } else {
-                            dst.copy_from_slice(src);
-                        }
-                    }
+            }
+        });
+        p0 = p1;
+    }
+    if row_edge || col_edge {
+        let edge_blocks: Vec<(usize, usize)> = (0..m_blocks)
+            .flat_map(|ib| (0..n_blocks).map(move |jb| (ib, jb)))
+            .filter(|&(ib, jb)| edge_slot(ib, jb).is_some())
+            .collect();
+        for (ib, jb) in edge_blocks {
+            let e = edge_slot(ib, jb).expect("an edge block");
+            let (i0, j0) = (ib * BLOCK, jb * BLOCK);
+            let rows = (m - i0).min(BLOCK);
+            let cols = (n - j0).min(BLOCK);
+            for r in 0..rows {
+                let dst = &mut c[(i0 + r) * n + j0..][..cols];
+                let src = &edges[e * BLOCK * BLOCK + r * BLOCK..][..cols];
+                if accumulate {
+                    dst.iter_mut().zip(src).for_each(|(d, s)| *d += s);
+                } else {
+                    dst.copy_from_slice(src);
                 }
             }
-        },
-    );
+        }
+        pack_buffers::EDGES.set(edges);
+    }
 }
 
 /// One 32 × 32 block of C at `out` (row stride `ld` floats) on AMX: loaded (`load`) or zeroed,
@@ -622,7 +812,7 @@ fn multiply(
 /// `b0`, the next k tile `a_step` / `b_step` elements on.
 ///
 /// # Safety
-/// The tile configuration is loaded; `out` is a writable 32 × 32 block; the packed tiles exist.
+/// The tile configuration is loaded; `out` is a writable 32 × 32 block; `tiles` ≥ 1 packed k tiles exist.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 unsafe fn amx_block(
@@ -642,17 +832,34 @@ unsafe fn amx_block(
         } else {
             asm!("tilezero tmm0", "tilezero tmm1", "tilezero tmm2", "tilezero tmm3", options(nostack, nomem));
         }
-        for p in 0..tiles {
+        // Software-pipelined: the tile registers are not renamed, so a load into a register
+        // waits for the products still reading it. Each k tile's operands are loaded right after
+        // their last use in the previous k tile (A0 after the two products that read it, B0 after
+        // its second, A1 and B1 at the end), which lets the loads overlap the products; loading all
+        // four first and then multiplying ran at about half the rate (`examples/amx_rate.rs`).
+        asm!(
+            "tileloadd tmm4, [{a0} + {s}*1]",
+            "tileloadd tmm6, [{b0} + {s}*1]",
+            "tileloadd tmm5, [{a1} + {s}*1]",
+            "tileloadd tmm7, [{b1} + {s}*1]",
+            a0 = in(reg) a0,
+            a1 = in(reg) a0.add(TILE_ELEMS),
+            b0 = in(reg) b0,
+            b1 = in(reg) b0.add(TILE_ELEMS),
+            s = in(reg) 64usize,
+            options(nostack, readonly),
+        );
+        for p in 1..tiles {
             let (a, b) = (a0.add(p * a_step), b0.add(p * b_step));
             asm!(
-                "tileloadd tmm4, [{a0} + {s}*1]",
-                "tileloadd tmm6, [{b0} + {s}*1]",
-                "tileloadd tmm5, [{a1} + {s}*1]",
                 "tdpbf16ps tmm0, tmm4, tmm6",
-                "tileloadd tmm7, [{b1} + {s}*1]",
-                "tdpbf16ps tmm2, tmm5, tmm6",
                 "tdpbf16ps tmm1, tmm4, tmm7",
+                "tileloadd tmm4, [{a0} + {s}*1]",
+                "tdpbf16ps tmm2, tmm5, tmm6",
+                "tileloadd tmm6, [{b0} + {s}*1]",
                 "tdpbf16ps tmm3, tmm5, tmm7",
+                "tileloadd tmm5, [{a1} + {s}*1]",
+                "tileloadd tmm7, [{b1} + {s}*1]",
                 a0 = in(reg) a,
                 a1 = in(reg) a.add(TILE_ELEMS),
                 b0 = in(reg) b,
@@ -661,6 +868,13 @@ unsafe fn amx_block(
                 options(nostack, readonly),
             );
         }
+        asm!(
+            "tdpbf16ps tmm0, tmm4, tmm6",
+            "tdpbf16ps tmm1, tmm4, tmm7",
+            "tdpbf16ps tmm2, tmm5, tmm6",
+            "tdpbf16ps tmm3, tmm5, tmm7",
+            options(nostack, nomem),
+        );
         store_c(out, ld * 4);
     }
 }
@@ -752,5 +966,33 @@ unsafe fn store_c(out: *mut f32, ld: usize) {
             s = in(reg) ld,
             options(nostack),
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vector_transpose_matches_its_naive_twin() {
+        if avx512_bf16_available().is_err() {
+            eprintln!("skipped: no AVX-512 on this CPU");
+            return;
+        }
+        let mut rows = [[0u32; 16]; 16];
+        for (c, row) in rows.iter_mut().enumerate() {
+            for (r, x) in row.iter_mut().enumerate() {
+                *x = ((c as u32) << 24) | ((r as u32) << 16) | ((c * 16 + r) as u32 * 7919 % 65536);
+            }
+        }
+        let mut naive = vec![0u16; TILE_ELEMS];
+        transpose_into(&mut naive, &rows);
+        let mut fast = vec![0u16; TILE_ELEMS];
+        // SAFETY: avx512f checked above; `fast` holds a tile; `rows` is 16 × 64 bytes.
+        unsafe {
+            let v: [__m512i; 16] = std::array::from_fn(|c| _mm512_loadu_si512(rows[c].as_ptr().cast()));
+            transpose16(fast.as_mut_ptr(), &v);
+        }
+        assert_eq!(fast, naive);
     }
 }

@@ -23,8 +23,9 @@
 //!   16-bit pair, so it never saturates), then `vpmaddwd` by ones into 32 bits.
 //! - Scalar: the same sums in plain loops over the packed layout.
 //!
-//! AMX-int8 (`tdpbusd`) is not written: no machine this was built on had AMX, and code that never
-//! ran is not shipped.
+//! - AMX-INT8 (`tdpbusd`, Sapphire Rapids and later): X row-major in shifted bytes as for VNNI,
+//!   the panels read in place as tiles (`QuantizedLinear::run_amx`); for products of
+//!   [`AMX_MIN_ROWS`] rows or more (fewer run on VNNI, unless asked for by name).
 
 use multiversion::multiversion;
 use rayon::prelude::*;
@@ -45,6 +46,10 @@ const BLOCKS_PER_PASS: usize = 16;
 /// The instructions an int8 product runs on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Int8Kernel {
+    /// Intel AMX-INT8 tiles (`tdpbusd`: 16 × 64 bytes by 64 × 16, summed into 16 × 16 i32), on
+    /// Sapphire Rapids and later. Chosen by [`QuantizedLinear::forward`] for products of at least
+    /// [`AMX_MIN_ROWS`] rows; fewer rows run on the next kernel.
+    Amx,
     /// AVX-512 VNNI `vpdpbusd` (AMD Zen 4 and later; Intel Cascade Lake and later).
     Vnni,
     /// AVX2 `vpmaddubsw` + `vpmaddwd`.
@@ -57,6 +62,7 @@ impl Int8Kernel {
     /// The name printed in logs and benchmarks.
     pub fn name(self) -> &'static str {
         match self {
+            Int8Kernel::Amx => "AMX-INT8",
             Int8Kernel::Vnni => "AVX-512 VNNI",
             Int8Kernel::Avx2 => "AVX2",
             Int8Kernel::Scalar => "scalar",
@@ -78,6 +84,9 @@ fn detect() -> Vec<Int8Kernel> {
     let mut k = Vec::new();
     #[cfg(target_arch = "x86_64")]
     {
+        if amx_int8_available().is_ok() {
+            k.push(Int8Kernel::Amx);
+        }
         if is_x86_feature_detected!("avx512f")
             && is_x86_feature_detected!("avx512bw")
             && is_x86_feature_detected!("avx512vnni")
@@ -96,6 +105,82 @@ fn detect() -> Vec<Int8Kernel> {
 pub fn kernel() -> Int8Kernel {
     static BEST: OnceLock<Int8Kernel> = OnceLock::new();
     *BEST.get_or_init(|| available_kernels()[0])
+}
+
+/// The fewest rows a product must have for [`QuantizedLinear::forward`] to run it on AMX: a tile
+/// multiplies 16 rows whatever the count, and below this the padding costs more than VNNI's
+/// broadcasts (measured with `bench/decode`, see BENCHMARKS.md).
+pub const AMX_MIN_ROWS: usize = 16;
+
+/// The kernel [`QuantizedLinear::forward`] runs for `m` rows: the fastest, except that AMX gives
+/// way to the next below [`AMX_MIN_ROWS`] rows.
+pub fn kernel_for(m: usize) -> Int8Kernel {
+    let ks = available_kernels();
+    if ks[0] == Int8Kernel::Amx && m < AMX_MIN_ROWS {
+        ks[1]
+    } else {
+        ks[0]
+    }
+}
+
+/// Whether this CPU and kernel can run AMX-INT8 products (`tdpbusd`); `Err` says why not.
+pub fn amx_int8_available() -> Result<(), String> {
+    super::bf16::amx_available()?;
+    #[cfg(target_arch = "x86_64")]
+    {
+        // Leaf 7 exists where AMX does (checked above).
+        let l7 = std::arch::x86_64::__cpuid_count(7, 0);
+        if l7.edx & (1 << 25) != 0 {
+            return Ok(());
+        }
+    }
+    Err("this CPU has AMX tiles but not AMX-INT8".into())
+}
+
+/// Groups of four k a panel holds: k / 4 rounded up to a whole AMX tile's 16 groups (64 k), so a
+/// tile load never reads past its panel; the padding codes are zero.
+fn panel_groups(k: usize) -> usize {
+    k.div_ceil(GROUP).div_ceil(16) * 16
+}
+
+/// Bytes on 64-byte boundaries (AMX tile rows are then single cache lines; see `bf16::Tiles`).
+#[derive(Clone, Default)]
+struct Aligned(Vec<Line>);
+
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct Line([i8; 64]);
+
+impl Aligned {
+    const fn new() -> Self {
+        Aligned(Vec::new())
+    }
+
+    /// Sets the length to `len` bytes rounded up to 64; new bytes are zero, kept ones unchanged.
+    fn resize(&mut self, len: usize) {
+        self.0.resize(len.div_ceil(64), Line([0; 64]));
+    }
+}
+
+impl std::ops::Deref for Aligned {
+    type Target = [i8];
+    fn deref(&self) -> &[i8] {
+        // SAFETY: `Line` is 64 i8 with no padding.
+        unsafe { std::slice::from_raw_parts(self.0.as_ptr().cast(), self.0.len() * 64) }
+    }
+}
+
+impl std::ops::DerefMut for Aligned {
+    fn deref_mut(&mut self) -> &mut [i8] {
+        // SAFETY: as in `deref`.
+        unsafe { std::slice::from_raw_parts_mut(self.0.as_mut_ptr().cast(), self.0.len() * 64) }
+    }
+}
+
+impl std::fmt::Debug for Aligned {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Aligned({} bytes)", self.len())
+    }
 }
 
 /// Quantises `x` into `q` (same length) and returns the scale (see the module's rule).
@@ -132,8 +217,8 @@ fn quantize_with(x: &[f32], q: &mut [i8], inv: f32) {
 pub struct QuantizedLinear {
     n: usize,
     k: usize,
-    /// ceil(n / NR) panels of groups · GROUP_BYTES codes.
-    panels: Vec<i8>,
+    /// ceil(n / NR) panels of `panel_groups(k)` · GROUP_BYTES codes, on 64-byte boundaries.
+    panels: Aligned,
     /// Per output row (n): the scale.
     scales: Vec<f32>,
     /// Per output column padded to the panels: 128 · Σ_p qw[j][p] (the VNNI shift's correction).
@@ -171,12 +256,15 @@ impl QuantizedLinear {
         if let Some(r) = scales.iter().position(|&s| !(s.is_nan() || (s.is_finite() && s >= 0.0))) {
             return Err(format!("scale {} of row {r} is negative or infinite", scales[r]));
         }
-        let groups = k.div_ceil(GROUP);
         let np = n.div_ceil(NR);
-        let mut panels = vec![0i8; np * groups * GROUP_BYTES];
+        let mut panels = Aligned::new();
+        panels.resize(np * panel_groups(k) * GROUP_BYTES);
         let mut shift = vec![0i32; np * NR];
-        panels.par_chunks_mut((groups * GROUP_BYTES).max(1)).zip(shift.par_chunks_mut(NR)).enumerate().for_each(
-            |(p, (panel, shift))| {
+        panels[..np * panel_groups(k) * GROUP_BYTES]
+            .par_chunks_mut((panel_groups(k) * GROUP_BYTES).max(1))
+            .zip(shift.par_chunks_mut(NR))
+            .enumerate()
+            .for_each(|(p, (panel, shift))| {
                 for (j, shift) in shift.iter_mut().enumerate().take(NR.min(n - p * NR)) {
                     let q = &codes[(p * NR + j) * k..][..k];
                     *shift = 128 * q.iter().map(|&v| v as i32).sum::<i32>();
@@ -184,19 +272,17 @@ impl QuantizedLinear {
                         panel[(kk / GROUP) * GROUP_BYTES + j * GROUP + kk % GROUP] = v;
                     }
                 }
-            },
-        );
+            });
         Ok(QuantizedLinear { n, k, panels, scales, shift })
     }
 
     /// The codes (n, k) row-major and the per-row scales, unpacked.
     pub fn codes(&self) -> (Vec<i8>, Vec<f32>) {
         let (n, k) = (self.n, self.k);
-        let groups = k.div_ceil(GROUP);
         let mut codes = vec![0i8; n * k];
         for (r, row) in codes.chunks_mut(k.max(1)).enumerate().take(n) {
             let (p, j) = (r / NR, r % NR);
-            let panel = &self.panels[p * groups * GROUP_BYTES..];
+            let panel = &self.panels[p * panel_groups(k) * GROUP_BYTES..];
             for (kk, c) in row.iter_mut().enumerate() {
                 *c = panel[(kk / GROUP) * GROUP_BYTES + j * GROUP + kk % GROUP];
             }
@@ -219,9 +305,10 @@ impl QuantizedLinear {
         self.panels.len() + 4 * (self.scales.len() + self.shift.len())
     }
 
-    /// Y (m, n) = X (m, k) · Wᵀ [+ bias] on the fastest kernel this CPU has.
+    /// Y (m, n) = X (m, k) · Wᵀ [+ bias] on the fastest kernel this CPU has for m rows
+    /// ([`kernel_for`]).
     pub fn forward(&self, y: &mut [f32], x: &[f32], bias: Option<&[f32]>, m: usize) {
-        self.forward_on(kernel(), y, x, bias, m)
+        self.forward_on(kernel_for(m), y, x, bias, m)
     }
 
     /// [`QuantizedLinear::forward`] on a given kernel, which must be one of [`kernels`] (panics
@@ -232,7 +319,7 @@ impl QuantizedLinear {
 
     /// Y (m, n) += X (m, k) · Wᵀ on the fastest kernel.
     pub fn forward_accumulate(&self, y: &mut [f32], x: &[f32], m: usize) {
-        self.run(kernel(), y, x, None, m, true)
+        self.run(kernel_for(m), y, x, None, m, true)
     }
 
     fn run(&self, kern: Int8Kernel, y: &mut [f32], x: &[f32], bias: Option<&[f32]>, m: usize, accumulate: bool) {
@@ -258,6 +345,11 @@ impl QuantizedLinear {
         }
         let _t = super::profile::scope(super::profile::Slot::Matmul);
         super::profile::add_matmul_flops(2 * (m * n * k) as u64);
+        #[cfg(target_arch = "x86_64")]
+        if kern == Int8Kernel::Amx {
+            self.run_amx(y, x, bias, m, accumulate);
+            return;
+        }
         let groups = k.div_ceil(GROUP);
         let blocks = m.div_ceil(MR);
         let block_bytes = groups * MR * GROUP;
@@ -301,7 +393,7 @@ impl QuantizedLinear {
             while b0 < blocks {
                 let b1 = (b0 + BLOCKS_PER_PASS).min(blocks);
                 for p in panels.clone() {
-                    let panel = &self.panels[p * groups * GROUP_BYTES..][..groups * GROUP_BYTES];
+                    let panel = &self.panels[p * panel_groups(k) * GROUP_BYTES..][..groups * GROUP_BYTES];
                     let c0 = p * NR;
                     let cols = NR.min(n - c0);
                     for b in b0..b1 {
@@ -361,6 +453,216 @@ impl QuantizedLinear {
     }
 }
 
+impl QuantizedLinear {
+    /// [`QuantizedLinear::run`] on AMX tiles. X's rows are quantised into a row-major buffer of
+    /// shifted codes (code + 128 as u8, for `tdpbusd`'s unsigned × signed bytes; the correction is
+    /// the same `shift` VNNI uses), each row zero-padded to `panel_groups(k)` · 4 bytes and the
+    /// rows to a multiple of 32; zero bytes add nothing whatever W's padding holds. The panels are
+    /// read in place as B tiles: tile row r of k chunk c is group 16·c + r, its first 64 bytes
+    /// columns 0..16 of the panel, the next 64 columns 16..32 (row stride 128 bytes). A task
+    /// multiplies one 32-row block by one panel (a 32 × 32 block of Y, 2 × 2 accumulator tiles; one
+    /// row tile where the block holds at most 16 rows), then scales it with [`dequantize`].
+    #[cfg(target_arch = "x86_64")]
+    fn run_amx(&self, y: &mut [f32], x: &[f32], bias: Option<&[f32]>, m: usize, accumulate: bool) {
+        let (n, k) = (self.n, self.k);
+        let gs = panel_groups(k);
+        let kp = gs * GROUP;
+        let row_blocks = m.div_ceil(32);
+        let mut xa = X_AMX.take();
+        xa.resize(row_blocks * 32 * kp);
+        let mut sx = X_SCALES.take();
+        sx.resize(row_blocks * 32, 0.0);
+        let quantize = |q: &mut Vec<i8>, (i, (row, s)): (usize, (&mut [i8], &mut f32))| {
+            if i < m {
+                *s = quantize_row(&x[i * k..][..k], &mut q[..k]);
+                for (d, &c) in row.iter_mut().zip(&q[..k]) {
+                    *d = c ^ (0x80u8 as i8);
+                }
+                row[k..].fill(0);
+            } else {
+                row.fill(0);
+                *s = 0.0;
+            }
+        };
+        let rows = xa[..row_blocks * 32 * kp].chunks_mut(kp).zip(sx.iter_mut()).enumerate();
+        if m * k >= 1 << 14 {
+            xa[..row_blocks * 32 * kp]
+                .par_chunks_mut(kp)
+                .zip(sx.par_iter_mut())
+                .enumerate()
+                .for_each_init(|| vec![0i8; k], quantize);
+        } else {
+            let mut q = vec![0i8; k];
+            rows.for_each(|t| quantize(&mut q, t));
+        }
+        let np = n.div_ceil(NR);
+        let out = SendPtr(y.as_mut_ptr());
+        let (xa_ref, sx_ref) = (&xa[..], &sx[..]);
+        let task = |t: usize| {
+            let out = &out;
+            let (p, b) = (t / row_blocks, t % row_blocks);
+            let (r0, c0) = (32 * b, p * NR);
+            let (rows, cols) = ((m - r0).min(32), (n - c0).min(NR));
+            let mut acc = [[0i32; NR]; 32];
+            // SAFETY: AMX-INT8 is available and the tile state granted (the kernel list holds
+            // Amx only then); the X block holds 32 rows of kp bytes and the panel gs groups of
+            // 128 bytes, both on 64-byte boundaries; `acc` is 32 rows of 32 i32.
+            unsafe {
+                let xb = xa_ref.as_ptr().add(r0 * kp);
+                let panel = self.panels.as_ptr().add(p * gs * GROUP_BYTES);
+                std::arch::asm!("ldtilecfg [{}]", in(reg) super::bf16::tile_config().as_ptr(), options(nostack, readonly));
+                if rows > 16 {
+                    amx_int8_block::<2>(xb, kp, panel, gs / 16, &mut acc);
+                } else {
+                    amx_int8_block::<1>(xb, kp, panel, gs / 16, &mut acc);
+                }
+                std::arch::asm!("tilerelease", options(nostack, nomem));
+            }
+            let shift = &self.shift[c0..c0 + cols];
+            for (i, row) in acc.iter_mut().enumerate().take(rows) {
+                for (a, &s) in row.iter_mut().zip(shift) {
+                    *a -= s;
+                }
+                // SAFETY: row r0 + i < m and columns c0..c0 + cols ≤ n lie inside Y; tasks write
+                // disjoint (row block, panel) blocks.
+                let dst = unsafe { std::slice::from_raw_parts_mut(out.0.add((r0 + i) * n + c0), cols) };
+                let sw = &self.scales[c0..c0 + cols];
+                dequantize(dst, &row[..cols], sx_ref[r0 + i], sw, bias.map(|b| &b[c0..c0 + cols]), accumulate);
+            }
+        };
+        let tasks = np * row_blocks;
+        if tasks == 1 || m * n * k < 1 << 16 {
+            (0..tasks).for_each(task);
+        } else {
+            (0..tasks).into_par_iter().for_each(task);
+        }
+        X_AMX.set(xa);
+        X_SCALES.set(sx);
+    }
+}
+
+/// The sums of one block of X (R · 16 rows at `x`, row stride `ld` bytes, shifted codes) by one
+/// panel (`chunks` chunks of 64 k at `panel`) into `acc` (rows ≥ 16 · R untouched): R × 2
+/// accumulator tiles. For R = 2 the loads are scheduled as in the bf16 kernel (each operand
+/// loaded right after its last use: the tile registers are not renamed).
+///
+/// # Safety
+/// The tile configuration of [`super::bf16::tile_config`] is loaded, AMX-INT8 is available, and
+/// the operands hold what is said above; `chunks` ≥ 1.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn amx_int8_block<const R: usize>(
+    x: *const i8,
+    ld: usize,
+    panel: *const i8,
+    chunks: usize,
+    acc: &mut [[i32; NR]; 32],
+) {
+    use std::arch::asm;
+    let b_at = |c: usize| panel.wrapping_add(c * 16 * GROUP_BYTES);
+    // SAFETY: the caller's contract; every load reads inside the operands named there.
+    unsafe {
+        asm!("tilezero tmm0", "tilezero tmm1", "tilezero tmm2", "tilezero tmm3", options(nostack, nomem));
+        if R == 2 {
+            asm!(
+                "tileloadd tmm4, [{a0} + {la}*1]",
+                "tileloadd tmm6, [{b0} + {lb}*1]",
+                "tileloadd tmm5, [{a1} + {la}*1]",
+                "tileloadd tmm7, [{b1} + {lb}*1]",
+                a0 = in(reg) x,
+                a1 = in(reg) x.add(16 * ld),
+                b0 = in(reg) b_at(0),
+                b1 = in(reg) b_at(0).add(64),
+                la = in(reg) ld,
+                lb = in(reg) GROUP_BYTES,
+                options(nostack, readonly),
+            );
+            for c in 1..chunks {
+                let (a, b) = (x.add(64 * c), b_at(c));
+                asm!(
+                    "tdpbusd tmm0, tmm4, tmm6",
+                    "tdpbusd tmm1, tmm4, tmm7",
+                    "tileloadd tmm4, [{a0} + {la}*1]",
+                    "tdpbusd tmm2, tmm5, tmm6",
+                    "tileloadd tmm6, [{b0} + {lb}*1]",
+                    "tdpbusd tmm3, tmm5, tmm7",
+                    "tileloadd tmm5, [{a1} + {la}*1]",
+                    "tileloadd tmm7, [{b1} + {lb}*1]",
+                    a0 = in(reg) a,
+                    a1 = in(reg) a.add(16 * ld),
+                    b0 = in(reg) b,
+                    b1 = in(reg) b.add(64),
+                    la = in(reg) ld,
+                    lb = in(reg) GROUP_BYTES,
+                    options(nostack, readonly),
+                );
+            }
+            asm!(
+                "tdpbusd tmm0, tmm4, tmm6",
+                "tdpbusd tmm1, tmm4, tmm7",
+                "tdpbusd tmm2, tmm5, tmm6",
+                "tdpbusd tmm3, tmm5, tmm7",
+                options(nostack, nomem),
+            );
+        } else {
+            // One row tile: A alternates between tmm4 and tmm5, B between (tmm6, tmm7) and
+            // (tmm2, tmm3), so a chunk's loads never wait for the previous chunk's products.
+            for c in 0..chunks {
+                let (a, b) = (x.add(64 * c), b_at(c));
+                if c % 2 == 0 {
+                    asm!(
+                        "tileloadd tmm4, [{a0} + {la}*1]",
+                        "tileloadd tmm6, [{b0} + {lb}*1]",
+                        "tileloadd tmm7, [{b1} + {lb}*1]",
+                        "tdpbusd tmm0, tmm4, tmm6",
+                        "tdpbusd tmm1, tmm4, tmm7",
+                        a0 = in(reg) a,
+                        b0 = in(reg) b,
+                        b1 = in(reg) b.add(64),
+                        la = in(reg) ld,
+                        lb = in(reg) GROUP_BYTES,
+                        options(nostack, readonly),
+                    );
+                } else {
+                    asm!(
+                        "tileloadd tmm5, [{a0} + {la}*1]",
+                        "tileloadd tmm2, [{b0} + {lb}*1]",
+                        "tileloadd tmm3, [{b1} + {lb}*1]",
+                        "tdpbusd tmm0, tmm5, tmm2",
+                        "tdpbusd tmm1, tmm5, tmm3",
+                        a0 = in(reg) a,
+                        b0 = in(reg) b,
+                        b1 = in(reg) b.add(64),
+                        la = in(reg) ld,
+                        lb = in(reg) GROUP_BYTES,
+                        options(nostack, readonly),
+                    );
+                }
+            }
+        }
+        let out = acc.as_mut_ptr().cast::<u8>();
+        let ldc = NR * 4;
+        asm!(
+            "tilestored [{p0} + {s}*1], tmm0",
+            "tilestored [{p1} + {s}*1], tmm1",
+            p0 = in(reg) out,
+            p1 = in(reg) out.add(64),
+            s = in(reg) ldc,
+            options(nostack),
+        );
+        if R == 2 {
+            asm!(
+                "tilestored [{p2} + {s}*1], tmm2",
+                "tilestored [{p3} + {s}*1], tmm3",
+                p2 = in(reg) out.add(16 * ldc),
+                p3 = in(reg) out.add(16 * ldc + 64),
+                s = in(reg) ldc,
+                options(nostack),
+            );
+        }
+    }
+}
+
 /// y[j] = sum[j] · (sx · sw[j]) + bias[j]: the one formula every kernel and the naive twin use
 /// (or y[j] += sum[j] · (sx · sw[j])).
 #[inline(always)]
@@ -386,6 +688,7 @@ fn dequantize(y: &mut [f32], sums: &[i32], sx: f32, sw: &[f32], bias: Option<&[f
 
 thread_local! {
     static X_PACKED: std::cell::Cell<Vec<i8>> = const { std::cell::Cell::new(Vec::new()) };
+    static X_AMX: std::cell::Cell<Aligned> = const { std::cell::Cell::new(Aligned::new()) };
     static X_SCALES: std::cell::Cell<Vec<f32>> = const { std::cell::Cell::new(Vec::new()) };
 }
 

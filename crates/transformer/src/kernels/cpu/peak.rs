@@ -15,6 +15,11 @@ pub enum PeakOf {
     F32Fma,
     /// bf16 pair dot products `vdpbf16ps` on 512-bit registers (AVX512-BF16).
     Bf16Dot,
+    /// AMX bf16 tile products `tdpbf16ps` (16 × 32 by 32 × 16, 16,384 FLOPs each).
+    AmxBf16,
+    /// AMX int8 tile products `tdpbusd` (16 × 64 by 64 × 16, 32,768 integer operations each,
+    /// reported as GOP/s).
+    AmxInt8,
 }
 
 /// Independent accumulators per thread: enough to cover the instruction latency.
@@ -22,9 +27,31 @@ const ACC: usize = 16;
 
 /// GFLOP/s of `which` over all rayon worker threads at once, or `None` where the CPU lacks it.
 /// Runs `iters` rounds of 16 instructions per thread, in three timings of a third each, and
-/// keeps the fastest (2·10⁷ rounds take about 0.1–0.2 s).
+/// keeps the fastest (2·10⁷ rounds take about 0.1–0.2 s; the AMX loops run a 64th as many
+/// rounds, each instruction doing 256 or 512 times the work).
 pub fn peak_gflops(which: PeakOf, iters: usize) -> Option<f64> {
     let (flops_per_op, run): (f64, fn(usize) -> f32) = match which {
+        PeakOf::AmxBf16 | PeakOf::AmxInt8 if super::bf16::amx_available().is_ok() => {
+            let int8 = which == PeakOf::AmxInt8;
+            if int8 && super::int8::amx_int8_available().is_err() {
+                return None;
+            }
+            // `run(n)` issues 6 · (n / 64) instructions; `best_of_three` counts ACC = 16 per
+            // round, hence the factor 6 / (16 · 64).
+            let flops = if int8 { 2.0 * 16.0 * 16.0 * 64.0 } else { 2.0 * 16.0 * 16.0 * 32.0 };
+            let run: fn(usize) -> f32 = if int8 {
+                |n| {
+                    // SAFETY: AMX tile state granted and amx-int8 present (checked above).
+                    unsafe { amx_loop::<true>(n / 64) }
+                }
+            } else {
+                |n| {
+                    // SAFETY: AMX tile state granted (checked above).
+                    unsafe { amx_loop::<false>(n / 64) }
+                }
+            };
+            return best_of_three(flops * 6.0 / (ACC as f64 * 64.0), run, iters);
+        }
         PeakOf::Bf16Dot if super::bf16::avx512_bf16_available().is_ok() => (64.0, |n| {
             // SAFETY: avx512f/bw/bf16 checked just above.
             unsafe { bf16_loop(n) }
@@ -39,6 +66,12 @@ pub fn peak_gflops(which: PeakOf, iters: usize) -> Option<f64> {
         }),
         _ => return None,
     };
+    best_of_three(flops_per_op, run, iters)
+}
+
+/// Runs `run(iters / 3)` on every worker thread at once, three times, after a warm-up; the
+/// fastest gives `flops_per_op · ACC · rounds · threads` over its time, in G/s.
+fn best_of_three(flops_per_op: f64, run: fn(usize) -> f32, iters: usize) -> Option<f64> {
     let threads = rayon::current_num_threads();
     // Warm the clocks up first.
     run(iters / 10);
@@ -66,6 +99,59 @@ fn bf16_loop(iters: usize) -> f32 {
     }
     let total = acc.iter().fold(_mm512_setzero_ps(), |s, &x| _mm512_add_ps(s, x));
     _mm512_reduce_add_ps(total)
+}
+
+/// `rounds` rounds of six tile products (`tdpbusd` if `INT8`, else `tdpbf16ps`) into six
+/// independent accumulator tiles (tmm0..tmm5; six chains of 16-cycle issue cover the instruction's
+/// latency) from two operand tiles of zeros: no memory traffic inside the loop.
+///
+/// # Safety
+/// The AMX tile state is granted to this process, and for `INT8` the CPU has AMX-INT8.
+unsafe fn amx_loop<const INT8: bool>(rounds: usize) -> f32 {
+    use std::arch::asm;
+    let config = super::bf16::tile_config();
+    // SAFETY: the caller's contract; the configuration is 64 aligned bytes; the loop reads and
+    // writes no memory.
+    unsafe {
+        asm!("ldtilecfg [{}]", in(reg) config.as_ptr(), options(nostack, readonly));
+        asm!(
+            "tilezero tmm0",
+            "tilezero tmm1",
+            "tilezero tmm2",
+            "tilezero tmm3",
+            "tilezero tmm4",
+            "tilezero tmm5",
+            "tilezero tmm6",
+            "tilezero tmm7",
+            options(nostack, nomem)
+        );
+        for _ in 0..rounds {
+            // Six instructions, one on each chain.
+            if INT8 {
+                asm!(
+                    "tdpbusd tmm0, tmm6, tmm7",
+                    "tdpbusd tmm1, tmm6, tmm7",
+                    "tdpbusd tmm2, tmm6, tmm7",
+                    "tdpbusd tmm3, tmm6, tmm7",
+                    "tdpbusd tmm4, tmm6, tmm7",
+                    "tdpbusd tmm5, tmm6, tmm7",
+                    options(nostack, nomem)
+                );
+            } else {
+                asm!(
+                    "tdpbf16ps tmm0, tmm6, tmm7",
+                    "tdpbf16ps tmm1, tmm6, tmm7",
+                    "tdpbf16ps tmm2, tmm6, tmm7",
+                    "tdpbf16ps tmm3, tmm6, tmm7",
+                    "tdpbf16ps tmm4, tmm6, tmm7",
+                    "tdpbf16ps tmm5, tmm6, tmm7",
+                    options(nostack, nomem)
+                );
+            }
+        }
+        asm!("tilerelease", options(nostack, nomem));
+    }
+    rounds as f32
 }
 
 #[target_feature(enable = "avx512f")]
@@ -111,6 +197,23 @@ mod tests {
         match peak_gflops(PeakOf::Bf16Dot, 100_000) {
             Some(p) => assert!(p.is_finite() && p > 1.0, "bf16 peak {p}"),
             None => assert!(crate::kernels::cpu::bf16::avx512_bf16_available().is_err()),
+        }
+        // The tile unit: measured where the CPU has it (and then far above the FMA peak: one
+        // `tdpbf16ps` is 16,384 FLOPs), refused where it does not.
+        for (which, avail) in [
+            (PeakOf::AmxBf16, crate::kernels::cpu::bf16::amx_available().is_ok()),
+            (PeakOf::AmxInt8, crate::kernels::cpu::int8::amx_int8_available().is_ok()),
+        ] {
+            match peak_gflops(which, 640_000) {
+                Some(p) => {
+                    assert!(avail, "{which:?} measured on a CPU without it");
+                    assert!(p.is_finite() && p > 2.0 * f32_peak, "{which:?} peak {p} against f32 {f32_peak}");
+                }
+                None => {
+                    assert!(!avail, "{which:?} not measured on a CPU with it");
+                    eprintln!("skipped: no {which:?} on this CPU");
+                }
+            }
         }
     }
 }
