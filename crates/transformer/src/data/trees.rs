@@ -402,10 +402,12 @@ pub fn training_pair(tree: &Tree) -> (String, String) {
     (tree.words().join(" "), tree.linearise().join(" "))
 }
 
-/// Retags every word with a letter or digit that carries one of the punctuation tags EVALB
-/// deletes (`,` `:` `` `` `` `''` `.`) as `XX`: in the treebank such words are never punctuation
-/// (one annotation slip aside), and a deleted tag on one would make EVALB reject the sentence as a
-/// length mismatch. Applied to a model's trees, not to gold ones. Returns how many were retagged.
+/// Retags as `XX` every word that is not punctuation but carries one of the punctuation tags EVALB
+/// deletes (`,` `:` `` `` `` `''` `.`): a word [`punctuation_tag`] does not know, other than the
+/// single quote `'` (a closing quote `''` or a possessive `POS`). In the treebank such words (those
+/// with a letter or digit, and `$` `%` `&` `#` `@`) never carry those tags (one annotation slip
+/// aside), and a deleted tag on one would make EVALB reject the sentence as a length mismatch.
+/// Applied to a model's trees, not to gold ones. Returns how many were retagged.
 pub fn retag_deleted_punctuation(tree: &mut Tree) -> usize {
     let mut retagged = 0;
     let mut stack = vec![tree];
@@ -413,7 +415,7 @@ pub fn retag_deleted_punctuation(tree: &mut Tree) -> usize {
         match &t.word {
             Some(w) => {
                 let deleted = matches!(t.label.as_str(), "," | ":" | "``" | "''" | ".");
-                if deleted && w.chars().any(char::is_alphanumeric) {
+                if deleted && punctuation_tag(w).is_none() && w != "'" {
                     t.label = "XX".into();
                     retagged += 1;
                 }

@@ -485,7 +485,10 @@ impl<'a> Run<'a> {
             valid_perplexity: self.valid_perplexity,
         };
         self.rank0.progress(&report);
-        if t.valid_steps.is_some_and(|v| self.state.step.is_multiple_of(v)) {
+        // A validation due at the epoch's last update is the epoch's own ([`Run::end_epoch`] runs
+        // next, at the same step): validating here too would record the step twice.
+        let epoch_ends = self.state.cursor == n_batches;
+        if t.valid_steps.is_some_and(|v| self.state.step.is_multiple_of(v)) && !epoch_ends {
             let v = self.validate()?;
             self.record(self.state.epoch + 1, &v)?;
         }
