@@ -180,7 +180,7 @@ fn train_then_translate_keeps_line_order_and_empty_lines() {
     let dir = std::env::temp_dir().join(format!("transformer-cli-translate-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    let data = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/multi30k");
+    let data = transformer::test_support::repo("data/multi30k");
     let cfg = dir.join("tiny.toml");
     std::fs::write(
         &cfg,
@@ -369,26 +369,45 @@ fn train_then_translate_keeps_line_order_and_empty_lines() {
     assert!(!ok && err.contains("--layer 2: the model has 1 layers"), "{err}");
 }
 
-/// `parse-eval` prints EVALB's report: byte for byte EVALB's stdout on a fixture case, its messages
-/// on stderr; `--summary-only` keeps the summary; misaligned and non-UTF-8 files are errors.
+/// `parse-eval` prints EVALB's report: byte for byte EVALB's stdout on every fixture case it runs
+/// to the end, its messages on stderr; `--summary-only` keeps the summary; misaligned and non-UTF-8
+/// files are errors.
 #[test]
 fn parse_eval_prints_evalbs_report() {
-    let case = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/evalb-fixtures");
-    let (gold, test) = (case.join("17-length-mismatch/gold.txt"), case.join("17-length-mismatch/test.txt"));
+    let fixtures = transformer::test_support::repo("tests/evalb");
+    let mut compared = 0;
+    for row in std::fs::read_to_string(fixtures.join("cases.tsv")).unwrap().lines().skip(1) {
+        let (name, exit_status) = (row.split('\t').next().unwrap(), row.split('\t').nth(2).unwrap());
+        if exit_status != "0" {
+            continue; // EVALB aborted there (cases 27 and 28): see below
+        }
+        let case = fixtures.join(name);
+        let (gold, test) = (case.join("gold.txt"), case.join("test.txt"));
+        let (ok, out, err) =
+            transformer(&["parse-eval", "--gold", gold.to_str().unwrap(), "--test", test.to_str().unwrap()]);
+        assert!(ok, "{name}: {err}");
+        assert_eq!(out, std::fs::read_to_string(case.join("evalb.out")).unwrap(), "{name}: stdout");
+        assert_eq!(err, std::fs::read_to_string(case.join("evalb.err")).unwrap_or_default(), "{name}: stderr");
+        compared += 1;
+    }
+    assert_eq!(compared, 26);
+
+    let case = fixtures.join("17-length-mismatch");
+    let (gold, test) = (case.join("gold.txt"), case.join("test.txt"));
     let (gold, test) = (gold.to_str().unwrap(), test.to_str().unwrap());
     let (ok, out, err) = transformer(&["parse-eval", "--gold", gold, "--test", test]);
     assert!(ok, "{err}");
-    assert_eq!(out, std::fs::read_to_string(case.join("17-length-mismatch/evalb.out")).unwrap());
-    assert!(out.contains("Bracketing FMeasure       =  96.39\n"), "{out}");
-    assert_eq!(err, std::fs::read_to_string(case.join("17-length-mismatch/evalb.err")).unwrap());
+    assert!(out.contains("Number of Error sentence  =      6\n"), "{out}");
+    assert_eq!(err.lines().count(), 6, "{err}");
 
     let (ok, out, err) = transformer(&["parse-eval", "--gold", gold, "--test", test, "--summary-only"]);
     assert!(ok, "{err}");
     assert!(out.starts_with("=== Summary ===\n") && !out.contains("Stat."), "{out}");
-    assert!(out.contains("Bracketing FMeasure       =  96.39\n") && out.contains("-- len<=40 --"), "{out}");
+    let whole = std::fs::read_to_string(case.join("evalb.out")).unwrap();
+    assert!(whole.ends_with(&out) && out.contains("-- len<=40 --"), "{out}");
 
     // Where EVALB aborts (case 27), we print the whole report and say where it would have stopped.
-    let (g27, t27) = (case.join("27-max-error-abort/gold.txt"), case.join("27-max-error-abort/test.txt"));
+    let (g27, t27) = (fixtures.join("27-max-error-abort/gold.txt"), fixtures.join("27-max-error-abort/test.txt"));
     let (ok, out, err) = transformer(&[
         "parse-eval",
         "--gold",
@@ -416,7 +435,7 @@ fn parse_eval_prints_evalbs_report() {
 
 #[test]
 fn parsing_trains_parses_and_evaluates_from_the_command_line() {
-    let sample = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/ptb-sample");
+    let treebank = transformer::test_support::treebank();
     let dir = std::env::temp_dir().join(format!("transformer-cli-parse-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
@@ -424,11 +443,11 @@ fn parsing_trains_parses_and_evaluates_from_the_command_line() {
     std::fs::write(
         &config,
         format!(
-            "{m}[data]\ntask = \"parsing\"\ntrain_src = \"{s}\"\ntrain_files = \"wsj_0001..wsj_0008\"\nvalid_src = \"{s}\"\nvalid_files = \"wsj_0160..wsj_0160\"\n\
+            "{m}[data]\ntask = \"parsing\"\ntrain_src = \"{s}\"\ntrain_files = \"own_0001..own_0008\"\nvalid_src = \"{s}\"\nvalid_files = \"own_0031..own_0031\"\n\
              bpe = \"{d}/vocab.json\"\nvocab_size = 400\nmax_tokens = 390\nmax_ratio = 12.0\n\
              [train]\noutput_dir = \"{d}\"\nmax_src_tokens = 2048\nmax_tgt_tokens = 2048\nwarmup = 20\nmax_steps = 6\nvalid_f1_beam = 2\n",
             m = transformer::test_support::tiny_model_toml(),
-            s = sample.display(),
+            s = treebank.display(),
             d = dir.display()
         ),
     )
@@ -442,13 +461,13 @@ fn parsing_trains_parses_and_evaluates_from_the_command_line() {
 
     // Gold trees and sentences of two test files.
     let (words, gold) = (dir.join("test.words"), dir.join("test.gold"));
-    let s = sample.to_str().unwrap();
+    let s = treebank.to_str().unwrap();
     let (ok, out, err) = transformer(&[
         "treebank",
         "--input",
         s,
         "--files",
-        "wsj_0175..wsj_0176",
+        "own_0036..own_0037",
         "--words",
         words.to_str().unwrap(),
         "--trees",
@@ -592,7 +611,7 @@ fn parsing_trains_parses_and_evaluates_from_the_command_line() {
         "--src",
         s,
         "--files",
-        "wsj_0001..wsj_0003",
+        "own_0001..own_0003",
         "--bpe",
         vocab,
         "--out",

@@ -19,8 +19,8 @@ const STEPS: u64 = 40;
 /// 1e-8 relative up to update 30, 1e-3 by update 40).
 const COMPARED: u64 = 16;
 
-fn shared(name: &str) -> String {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/multi30k").join(name).display().to_string()
+fn multi30k(name: &str) -> String {
+    transformer::test_support::multi30k(name).display().to_string()
 }
 
 /// A run of `STEPS` updates of 4 batches with dropout, crossing an epoch's end (the first 400
@@ -52,8 +52,8 @@ keep_last = 100
         transformer::test_support::tiny_model_toml(),
         train.0,
         train.1,
-        shared("test_2016_flickr.en.gz"),
-        shared("test_2016_flickr.de.gz"),
+        multi30k("test_2016_flickr.en.gz"),
+        multi30k("test_2016_flickr.de.gz"),
         bpe.display(),
         dir.join("out").display()
     );
@@ -69,7 +69,7 @@ fn small_corpus(dir: &Path, lines: usize) -> (String, String) {
     std::fs::create_dir_all(dir).unwrap();
     let mut out = Vec::new();
     for (name, lang) in [("train.en", "val.en.gz"), ("train.de", "val.de.gz")] {
-        let text = transformer::data::corpus::read_lines(Path::new(&shared(lang))).unwrap();
+        let text = transformer::data::corpus::read_lines(Path::new(&multi30k(lang))).unwrap();
         let p = dir.join(name);
         std::fs::write(&p, text[..lines].join("\n") + "\n").unwrap();
         out.push(p.display().to_string());

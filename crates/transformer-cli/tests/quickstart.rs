@@ -2,8 +2,9 @@
 //! and no repository around it: the built-in data alone must carry it. Checks every file and every
 //! line of the report it promises (not the BLEU value: a few seconds of training give ~0), then
 //! that a SIGKILL during training followed by the same command resumes. The parsing quick start
-//! runs there too, on the Penn Treebank sample that `data ptb-sample` copies from ../shared (the
-//! only thing taken from there: a user's clone fetches it from NLTK).
+//! runs there too, on the project's treebank (tests/treebank), and, as an extra check where
+//! ../shared has it, on the Penn Treebank sample that `data ptb-sample` copies from there (a
+//! user's clone fetches it from NLTK).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -180,38 +181,67 @@ fn quickstart_names_what_is_missing_for_other_languages() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-/// The verified Penn Treebank sample the parsing tests fetch from (as a local mirror), or `None`
-/// with a message where this checkout has no ../shared.
-fn ptb_mirror() -> Option<PathBuf> {
-    let d = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/ptb-sample");
-    if d.join("wsj_0001.mrg").is_file() {
-        Some(d)
-    } else {
-        eprintln!("skipped: no Penn Treebank sample at {} to fetch from", d.display());
-        None
-    }
+/// A seconds-long parsing quick start on the project's treebank (tests/treebank), split as the
+/// Penn Treebank sample is (train, validation, test) with one validation file (an untrained model
+/// decoded with beam 21 and no constraint runs every sentence to its length limit, so more would
+/// take minutes).
+fn small_parsing_on_the_owned_treebank() -> Vec<String> {
+    let treebank = transformer::test_support::treebank().display().to_string();
+    let args = [
+        "--task",
+        "parsing",
+        "--minutes",
+        "0.25",
+        "--test-sentences",
+        "10",
+        "--treebank",
+        &treebank,
+        "--train-files",
+        "own_0001..own_0030",
+        "--valid-files",
+        "own_0031..own_0031",
+        "--test-files",
+        "own_0036..own_0040",
+        "--output",
+        "out",
+    ];
+    args.iter().map(|s| s.to_string()).collect()
 }
 
-/// A seconds-long parsing quick start: one validation file (an untrained model decoded with beam 21
-/// and no constraint runs every sentence to its length limit, so the full 173 would take minutes).
-const SMALL_PARSING: [&str; 10] = [
-    "--task",
-    "parsing",
-    "--minutes",
-    "0.25",
-    "--test-sentences",
-    "10",
-    "--valid-files",
-    "wsj_0160..wsj_0160",
-    "--output",
-    "out",
-];
-
 #[test]
-fn quickstart_parsing_fetches_the_sample_trains_parses_reports_then_resumes() {
-    let Some(mirror) = ptb_mirror() else { return };
+fn quickstart_parsing_trains_parses_reports_then_resumes() {
     let dir = workdir("parsing");
-    // From a fresh clone: the treebank is fetched into data/ptb-sample, where the quick start looks.
+    let treebank = transformer::test_support::treebank().display().to_string();
+    let args = small_parsing_on_the_owned_treebank();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    check_parsing_quickstart(
+        &dir,
+        &args,
+        &Expected {
+            train: &format!("train: 30 files own_0001..own_0030 of {treebank}"),
+            test: "Test own_0036..own_0040",
+            longer: &format!(
+                "transformer quickstart --task parsing --output out --treebank {treebank} --train-files \
+                 own_0001..own_0030 --valid-files own_0031..own_0031 --test-files own_0036..own_0040 --minutes 0.75"
+            ),
+            marker: "out holds a quick start of parsing (train own_0001..own_0030",
+        },
+    );
+}
+
+/// The verified Penn Treebank sample the extra check fetches from (as a local mirror), or `None`
+/// with a message where this checkout has no ../shared.
+fn ptb_mirror() -> Option<PathBuf> {
+    transformer::test_support::shared("data/ptb-sample")
+}
+
+/// Extra check: the quick start's own path on the Penn Treebank sample, from a fresh clone: `data
+/// ptb-sample` fetches it (here from the copy in ../shared) into data/ptb-sample, where the quick
+/// start looks by default, and the default split is used (with one validation file).
+#[test]
+fn shared_quickstart_parsing_fetches_the_sample_trains_parses_reports_then_resumes() {
+    let Some(mirror) = ptb_mirror() else { return };
+    let dir = workdir("parsing-sample");
     let fetch = Command::new(env!("CARGO_BIN_EXE_transformer"))
         .current_dir(&dir)
         .args(["data", "ptb-sample", "--from", mirror.to_str().unwrap()])
@@ -224,14 +254,54 @@ fn quickstart_parsing_fetches_the_sample_trains_parses_reports_then_resumes() {
         stdout.contains("189 files verified (SHA-256) in data/ptb-sample; terms: data/ptb-sample/README"),
         "{stdout}"
     );
+    let args = [
+        "--task",
+        "parsing",
+        "--minutes",
+        "0.25",
+        "--test-sentences",
+        "10",
+        "--valid-files",
+        "wsj_0160..wsj_0160",
+        "--output",
+        "out",
+    ];
+    check_parsing_quickstart(
+        &dir,
+        &args,
+        &Expected {
+            train: "train: 159 files wsj_0001..wsj_0159 of data/ptb-sample",
+            test: "Test wsj_0175..wsj_0189",
+            longer:
+                "transformer quickstart --task parsing --output out --valid-files wsj_0160..wsj_0160 --minutes 0.75",
+            marker: "out holds a quick start of parsing (train wsj_0001..wsj_0159",
+        },
+    );
+}
 
-    let out = quickstart(&dir, &SMALL_PARSING).output().unwrap();
+/// What a parsing quick start's messages and report say of its data.
+struct Expected<'a> {
+    /// The line on the training files.
+    train: &'a str,
+    /// The start of the report's test line.
+    test: &'a str,
+    /// The report's command that trains longer.
+    longer: &'a str,
+    /// The start of the refusal of a translation quick start in the same directory.
+    marker: &'a str,
+}
+
+/// Runs a seconds-long parsing quick start in `dir` with `args` (10 test sentences, 0.25 minutes,
+/// output `out`) and checks every stage, report line and file it promises; then that running it
+/// again resumes, and that a translation quick start is refused there.
+fn check_parsing_quickstart(dir: &Path, args: &[&str], want: &Expected) {
+    let out = quickstart(dir, args).output().unwrap();
     let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "stdout:\n{stdout}\nstderr:\n{stderr}");
     for stage in ["== data", "== training", "== picking", "== parsing"] {
         assert!(stderr.contains(stage), "missing {stage:?} in stderr:\n{stderr}");
     }
-    assert!(stderr.contains("train: 159 files wsj_0001..wsj_0159 of data/ptb-sample"), "{stderr}");
+    assert!(stderr.contains(want.train), "{stderr}");
     assert!(stderr.contains("tgt tok/s") && stderr.contains("ETA"), "no progress line:\n{stderr}");
     assert!(stderr.contains("validation F1"), "{stderr}");
     let lines: Vec<&str> = stdout.lines().collect();
@@ -253,13 +323,17 @@ fn quickstart_parsing_fetches_the_sample_trains_parses_reports_then_resumes() {
     .unwrap();
     let constrained = if cfg.train.valid_f1_constrained { ", constrained" } else { "" };
     let beam = cfg.train.valid_f1_beam;
-    let test = find(&format!("Test wsj_0175..wsj_0189 (10 sentences; beam {beam}, alpha 0.3{constrained})"));
+    let test = find(&format!("{} (10 sentences; beam {beam}, alpha 0.3{constrained})", want.test));
     assert_eq!(lines[test + 1].trim(), "=== Summary ===");
-    // EVALB's summary, both blocks, as `parse-eval --summary-only` prints it.
-    for (k, block) in ["-- All --", "-- len<=40 --"].iter().enumerate() {
+    // EVALB's summary, both blocks, as `parse-eval --summary-only` prints it: all 10 sentences,
+    // then those of at most 40 tokens.
+    let gold = std::fs::read_to_string(dir.join("out/test.gold")).unwrap();
+    let short = transformer::data::trees::parse_trees(&gold, "test.gold").unwrap();
+    let short = short.iter().filter(|t| t.words().len() <= 40).count();
+    for (k, (block, n)) in [("-- All --", 10), ("-- len<=40 --", short)].iter().enumerate() {
         let at = lines.iter().position(|l| l.trim() == *block);
         let at = at.unwrap_or_else(|| panic!("no {block} block:\n{stdout}"));
-        assert!(lines[at + 1].trim() == "Number of sentence        =     10", "block {k}: {stdout}");
+        assert_eq!(lines[at + 1].trim(), format!("Number of sentence        = {n:>6}"), "block {k}: {stdout}");
         assert!(lines[at + 7].trim().starts_with("Bracketing FMeasure       ="), "block {k}: {stdout}");
         assert!(lines[at + 12].trim().starts_with("Tagging accuracy"), "block {k}: {stdout}");
     }
@@ -295,8 +369,7 @@ fn quickstart_parsing_fetches_the_sample_trains_parses_reports_then_resumes() {
     }
     let next = find("Next:");
     // The same data (here one validation file) and three times the budget.
-    let longer = "transformer quickstart --task parsing --output out --valid-files wsj_0160..wsj_0160 --minutes 0.75";
-    assert!(lines[next + 1].contains(longer), "{stdout}");
+    assert!(lines[next + 1].contains(want.longer), "{stdout}");
     let flag = if cfg.train.valid_f1_constrained { " --constrained" } else { "" };
     let parse =
         format!("transformer parse --tokenize{flag} --checkpoint out/model.safetensors --bpe out/run/vocab.json");
@@ -312,18 +385,18 @@ fn quickstart_parsing_fetches_the_sample_trains_parses_reports_then_resumes() {
     assert_eq!(std::fs::read_to_string(dir.join("out/report.txt")).unwrap().trim_end(), stdout.trim_end());
 
     // Again: it resumes rather than starting over.
-    let again = quickstart(&dir, &SMALL_PARSING).output().unwrap();
+    let again = quickstart(dir, args).output().unwrap();
     let stderr = String::from_utf8_lossy(&again.stderr);
     assert!(again.status.success(), "{stderr}");
     assert!(stderr.contains("resuming from"), "{stderr}");
     assert!(records_once_each(&dir.join("out/run")) >= 2);
     // A translation quick start is refused there, before anything is trained.
-    let other = quickstart(&dir, &["--minutes", "0.25", "--output", "out"]).output().unwrap();
+    let other = quickstart(dir, &["--minutes", "0.25", "--output", "out"]).output().unwrap();
     let stderr = String::from_utf8_lossy(&other.stderr);
     assert_eq!(other.status.code(), Some(1), "{stderr}");
-    assert!(stderr.contains("out holds a quick start of parsing (train wsj_0001..wsj_0159"), "{stderr}");
+    assert!(stderr.contains(want.marker), "{stderr}");
     assert!(!dir.join("out/data").exists(), "nothing of a translation run was written");
-    std::fs::remove_dir_all(&dir).unwrap();
+    std::fs::remove_dir_all(dir).unwrap();
 }
 
 #[test]
@@ -341,16 +414,15 @@ fn quickstart_parsing_names_what_is_missing() {
     );
     assert!(!dir.join("quickstart-parsing").exists(), "nothing is written before the data is there");
     // An output directory of a translation quick start is refused.
-    if let Some(mirror) = ptb_mirror() {
-        std::fs::create_dir_all(dir.join("out")).unwrap();
-        std::fs::write(dir.join("out/quickstart.json"), "{\"src\":\"en\",\"tgt\":\"de\"}\n").unwrap();
-        let args = ["--task", "parsing", "--treebank", mirror.to_str().unwrap(), "--output", "out"];
-        let out = quickstart(&dir, &args).output().unwrap();
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(1), "{stderr}");
-        assert!(stderr.contains("out holds a quick start of en-de, not parsing"), "{stderr}");
-        assert!(!dir.join("out/run").exists(), "nothing was trained");
-    }
+    std::fs::create_dir_all(dir.join("out")).unwrap();
+    std::fs::write(dir.join("out/quickstart.json"), "{\"src\":\"en\",\"tgt\":\"de\"}\n").unwrap();
+    let args = small_parsing_on_the_owned_treebank();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = quickstart(&dir, &args).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("out holds a quick start of en-de, not parsing"), "{stderr}");
+    assert!(!dir.join("out/run").exists(), "nothing was trained");
     // Options of the other task are usage errors.
     let out = quickstart(&dir, &["--task", "parsing", "--src", "de"]).output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);

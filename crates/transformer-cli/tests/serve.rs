@@ -16,7 +16,7 @@ fn bin() -> &'static str {
 }
 
 fn data() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/multi30k")
+    transformer::test_support::repo("data/multi30k")
 }
 
 fn dir() -> PathBuf {

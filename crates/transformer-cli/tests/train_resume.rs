@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 use transformer::checkpoint;
 use transformer::train::run::list_checkpoints;
 
-fn shared(name: &str) -> String {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/multi30k").join(name).display().to_string()
+fn multi30k(name: &str) -> String {
+    transformer::test_support::multi30k(name).display().to_string()
 }
 
 fn config(dir: &Path, bpe: &Path) -> PathBuf {
@@ -37,10 +37,10 @@ keep_last = 100
 valid_steps = 50
 "#,
         transformer::test_support::tiny_model_toml(),
-        shared("val.en.gz"),
-        shared("val.de.gz"),
-        shared("test_2016_flickr.en.gz"),
-        shared("test_2016_flickr.de.gz"),
+        multi30k("val.en.gz"),
+        multi30k("val.de.gz"),
+        multi30k("test_2016_flickr.en.gz"),
+        multi30k("test_2016_flickr.de.gz"),
         bpe.display(),
         dir.join("out").display()
     );

@@ -12,8 +12,8 @@ fn tmpdir(name: &str) -> PathBuf {
     d
 }
 
-fn shared(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/multi30k").join(name)
+fn multi30k(name: &str) -> PathBuf {
+    transformer::test_support::multi30k(name)
 }
 
 #[test]
@@ -51,7 +51,7 @@ fn filtering_counts_every_removal() {
 
 #[test]
 fn multi30k_train_reads_and_filters() {
-    let pairs = read_parallel(&shared("train.en.gz"), &shared("train.de.gz")).unwrap();
+    let pairs = read_parallel(&multi30k("train.en.gz"), &multi30k("train.de.gz")).unwrap();
     assert_eq!(pairs.len(), 29000);
     let bpe = Bpe::learn(pairs.iter().flat_map(|(s, t)| [s, t]), 8000, 2).unwrap();
     let (kept, r) = encode_and_filter(&pairs, &bpe, &FilterConfig::default()).unwrap();
@@ -120,12 +120,12 @@ fn epoch_order_is_a_seeded_permutation() {
 #[test]
 fn prepared_corpus_equals_in_memory_pairs_and_detects_truncation() {
     use transformer::data::binarized::{prepare, Binarized};
-    let pairs = read_parallel(&shared("val.en.gz"), &shared("val.de.gz")).unwrap();
+    let pairs = read_parallel(&multi30k("val.en.gz"), &multi30k("val.de.gz")).unwrap();
     let bpe = Bpe::learn(pairs.iter().flat_map(|(s, t)| [s, t]), 1000, 2).unwrap();
     let filter = FilterConfig { max_tokens: 40, max_ratio: 2.0 };
     let (want, want_report) = encode_and_filter(&pairs, &bpe, &filter).unwrap();
     let dir = tmpdir("prepared");
-    let report = prepare(&shared("val.en.gz"), &shared("val.de.gz"), &bpe, &filter, &dir, &mut |_| {}).unwrap();
+    let report = prepare(&multi30k("val.en.gz"), &multi30k("val.de.gz"), &bpe, &filter, &dir, &mut |_| {}).unwrap();
     assert_eq!(report, want_report);
     assert!(report.kept < report.read, "the filter should remove something here: {report}");
     let b = Binarized::open(&dir).unwrap();
@@ -155,11 +155,11 @@ fn prepared_corpus_equals_in_memory_pairs_and_detects_truncation() {
 #[test]
 fn prepared_corpus_with_a_corrupt_offset_or_flipped_bytes_is_refused_naming_the_file() {
     use transformer::data::binarized::{prepare, Binarized};
-    let pairs = read_parallel(&shared("val.en.gz"), &shared("val.de.gz")).unwrap();
+    let pairs = read_parallel(&multi30k("val.en.gz"), &multi30k("val.de.gz")).unwrap();
     let bpe = Bpe::learn(pairs.iter().take(200).flat_map(|(s, t)| [s, t]), 400, 2).unwrap();
     let filter = FilterConfig { max_tokens: 100, max_ratio: 9.0 };
     let dir = tmpdir("prepared-corrupt");
-    prepare(&shared("val.en.gz"), &shared("val.de.gz"), &bpe, &filter, &dir, &mut |_| {}).unwrap();
+    prepare(&multi30k("val.en.gz"), &multi30k("val.de.gz"), &bpe, &filter, &dir, &mut |_| {}).unwrap();
     Binarized::open(&dir).unwrap();
     let patch = |file: &str, at: usize, bytes: &[u8]| {
         let p = dir.join(file);

@@ -1,7 +1,8 @@
 //! The downloaders against a local HTTP server on 127.0.0.1 serving a mirror. Multi30k: verified
 //! downloads, the cache, a corrupted file (checksum error, nothing kept) and a missing file. The
-//! Penn Treebank sample: NLTK's treebank.zip rebuilt from the verified copy, then the same, a
-//! damaged or incomplete archive, and the treebank of nltk_data directories and local mirrors.
+//! Penn Treebank sample: an archive of stand-in files refused (checksums, a missing file, damage),
+//! the nltk_data search; and, where ../shared has the verified copy, NLTK's treebank.zip rebuilt
+//! from it, then the same, and the treebank of nltk_data directories and local mirrors.
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
@@ -12,8 +13,14 @@ use std::time::{Duration, Instant};
 use transformer::data::download::{fetch_verified, sha256_hex, Source, MULTI30K_FILES};
 use transformer::Error;
 
-fn shared() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/multi30k")
+/// The repository's built-in Multi30k (English and German): the mirror the tests serve.
+fn built_in() -> PathBuf {
+    transformer::test_support::repo("data/multi30k")
+}
+
+/// The files of `MULTI30K_FILES` the repository carries (English and German).
+fn en_de() -> Vec<(&'static str, &'static str)> {
+    MULTI30K_FILES.iter().copied().filter(|(n, _)| n.contains(".en.") || n.contains(".de.")).collect()
 }
 
 /// Serves files of `dir` over HTTP on 127.0.0.1 (404 for missing ones) from a background thread
@@ -75,28 +82,45 @@ fn files_in(dir: &Path) -> Vec<String> {
 
 #[test]
 fn downloads_verify_and_cache() {
-    let (url, count) = serve(shared());
+    let files = en_de();
+    assert_eq!(files.len(), 6);
+    let (url, count) = serve(built_in());
     let cache = tmpdir("ok");
-    let paths = fetch_verified(&Source::Url(url.clone()), &MULTI30K_FILES, &cache, &mut |_| {}).unwrap();
+    let paths = fetch_verified(&Source::Url(url.clone()), &files, &cache, &mut |_| {}).unwrap();
+    assert_eq!(paths.len(), 6);
+    for (p, (_, sha)) in paths.iter().zip(&files) {
+        assert_eq!(sha256_hex(&std::fs::read(p).unwrap()), *sha);
+    }
+    assert_eq!(count.load(Ordering::SeqCst), 6);
+    // Second call: everything comes from the verified cache.
+    fetch_verified(&Source::Url(url), &files, &cache, &mut |_| {}).unwrap();
+    assert_eq!(count.load(Ordering::SeqCst), 6, "cached files must not be fetched again");
+    // A local mirror works the same way.
+    let cache2 = tmpdir("mirror");
+    fetch_verified(&Source::Dir(built_in()), &MULTI30K_FILES[..2], &cache2, &mut |_| {}).unwrap();
+    assert_eq!(files_in(&cache2), ["train.de.gz", "train.en.gz"]);
+}
+
+/// Extra check: the checksums of all twelve files (French and Czech included) against the copy of
+/// every language in ../shared, served as a download is.
+#[test]
+fn shared_every_language_verifies_against_the_mirror() {
+    let Some(mirror) = transformer::test_support::shared("data/multi30k") else { return };
+    let (url, count) = serve(mirror);
+    let cache = tmpdir("all-languages");
+    let paths = fetch_verified(&Source::Url(url), &MULTI30K_FILES, &cache, &mut |_| {}).unwrap();
     assert_eq!(paths.len(), 12);
     for (p, (_, sha)) in paths.iter().zip(MULTI30K_FILES) {
         assert_eq!(sha256_hex(&std::fs::read(p).unwrap()), sha);
     }
     assert_eq!(count.load(Ordering::SeqCst), 12);
-    // Second call: everything comes from the verified cache.
-    fetch_verified(&Source::Url(url), &MULTI30K_FILES, &cache, &mut |_| {}).unwrap();
-    assert_eq!(count.load(Ordering::SeqCst), 12, "cached files must not be fetched again");
-    // A local mirror works the same way.
-    let cache2 = tmpdir("mirror");
-    fetch_verified(&Source::Dir(shared()), &MULTI30K_FILES[..2], &cache2, &mut |_| {}).unwrap();
-    assert_eq!(files_in(&cache2), ["train.de.gz", "train.en.gz"]);
 }
 
 #[test]
 fn corrupted_file_is_a_checksum_error_and_is_not_kept() {
     let mirror = tmpdir("corrupt-mirror");
     for (name, _) in &MULTI30K_FILES[4..6] {
-        std::fs::copy(shared().join(name), mirror.join(name)).unwrap();
+        std::fs::copy(built_in().join(name), mirror.join(name)).unwrap();
     }
     let mut bytes = std::fs::read(mirror.join("val.de.gz")).unwrap();
     let n = bytes.len();
@@ -117,7 +141,7 @@ fn corrupted_file_is_a_checksum_error_and_is_not_kept() {
 #[test]
 fn missing_file_is_an_error_naming_the_url() {
     let mirror = tmpdir("missing-mirror");
-    std::fs::copy(shared().join("val.en.gz"), mirror.join("val.en.gz")).unwrap();
+    std::fs::copy(built_in().join("val.en.gz"), mirror.join("val.en.gz")).unwrap();
     let (url, _) = serve(mirror);
     let cache = tmpdir("missing");
     let err = fetch_verified(&Source::Url(url.clone()), &MULTI30K_FILES[4..6], &cache, &mut |_| {}).unwrap_err();
@@ -145,15 +169,10 @@ mod ptb {
     };
     use transformer::Error;
 
-    /// The verified copy, or `None` (with a message) where this checkout has no ../shared.
+    /// The verified copy, or `None` (with a message) where this checkout has no ../shared: these
+    /// tests check the real sample's checksums, so only the real sample will do.
     fn sample() -> Option<PathBuf> {
-        let d = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/ptb-sample");
-        if d.join("wsj_0001.mrg").is_file() {
-            Some(d)
-        } else {
-            eprintln!("skipped: no Penn Treebank sample at {} to serve", d.display());
-            None
-        }
+        transformer::test_support::shared("data/ptb-sample")
     }
 
     /// A change to one file of the archive: its new bytes, or `None` to leave it out.
@@ -189,7 +208,7 @@ mod ptb {
     const EXTRA: &[(&str, &[u8])] = &[("treebank/combined/wsj_0199.mrg", b"( (S (NP (NN x)) ))\n")];
 
     #[test]
-    fn downloads_verify_keep_the_readme_and_cache() {
+    fn shared_downloads_verify_keep_the_readme_and_cache() {
         let Some(sample) = sample() else { return };
         let served = tmpdir("ptb-served");
         std::fs::write(served.join("treebank.zip"), treebank_zip(&sample, &unchanged, EXTRA)).unwrap();
@@ -224,8 +243,89 @@ mod ptb {
         assert_eq!(sha256_hex(&std::fs::read(dest.join("wsj_0042.mrg")).unwrap()), PTB_SAMPLE_FILES[41].1);
     }
 
+    /// The sample's file names holding the project's own trees (tests/treebank) instead of the
+    /// sample's, and a README: an archive that looks like NLTK's and fails every checksum.
+    fn stand_in() -> PathBuf {
+        let dir = tmpdir("ptb-stand-in");
+        let trees = std::fs::read(transformer::test_support::treebank().join("own_0001.mrg")).unwrap();
+        for (name, _) in PTB_SAMPLE_FILES {
+            std::fs::write(dir.join(name), &trees).unwrap();
+        }
+        std::fs::write(dir.join("README.orig"), "a stand-in for the Penn Treebank sample\n").unwrap();
+        dir
+    }
+
+    /// What needs no real sample: an archive or a directory whose files fail their checksums is
+    /// refused naming the first, and nothing is written; an incomplete or damaged archive and a
+    /// missing URL are refused saying what to do; the nltk_data search finds an archive and
+    /// explains an empty directory. (Fetching the real sample, its cache and its repair are the
+    /// extra checks `shared_…` below.)
     #[test]
-    fn a_checksum_mismatch_names_the_file_and_writes_nothing() {
+    fn refusals_and_the_nltk_data_search_need_no_real_sample() {
+        let stand_in = stand_in();
+        let served = tmpdir("ptb-stand-in-served");
+        std::fs::write(served.join("treebank.zip"), treebank_zip(&stand_in, &unchanged, EXTRA)).unwrap();
+        std::fs::write(
+            served.join("short.zip"),
+            treebank_zip(&stand_in, &|n, b| (n != "wsj_0150.mrg").then_some(b), &[]),
+        )
+        .unwrap();
+        let mut damaged = treebank_zip(&stand_in, &unchanged, &[]);
+        let n = damaged.len();
+        for b in &mut damaged[n / 2..n / 2 + 16] {
+            *b ^= 0xff;
+        }
+        std::fs::write(served.join("damaged.zip"), damaged).unwrap();
+        let (url, count) = serve(served.clone());
+        let dest = tmpdir("ptb-stand-in-dest").join("ptb-sample");
+
+        for source in [
+            TreebankSource::Url(format!("{url}treebank.zip")),
+            TreebankSource::local(&served.join("treebank.zip")),
+            TreebankSource::local(&stand_in),
+        ] {
+            let err = fetch_ptb_sample(&source, &dest, &mut |_| {}, &mut |_, _| {}).unwrap_err();
+            assert!(matches!(err, Error::Checksum { .. }), "{err}");
+            let msg = err.to_string();
+            assert!(msg.contains("wsj_0001.mrg") && msg.contains(PTB_SAMPLE_FILES[0].1), "{msg}");
+            assert!(!dest.exists(), "nothing may be written when a file is corrupt");
+        }
+        assert_eq!(count.load(Ordering::SeqCst), 1);
+
+        let err = fetch_ptb_sample(&TreebankSource::Url(format!("{url}short.zip")), &dest, &mut |_| {}, &mut |_, _| {})
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("has no wsj_0150.mrg") && err.contains("1 of the sample's 189 files missing"), "{err}");
+        let err =
+            fetch_ptb_sample(&TreebankSource::Url(format!("{url}damaged.zip")), &dest, &mut |_| {}, &mut |_, _| {})
+                .unwrap_err()
+                .to_string();
+        assert!(err.contains("damaged.zip") && err.contains("fetch it again"), "{err}");
+        let err =
+            fetch_ptb_sample(&TreebankSource::Url(format!("{url}missing.zip")), &dest, &mut |_| {}, &mut |_, _| {})
+                .unwrap_err()
+                .to_string();
+        assert!(err.contains("404") && err.contains("--from-nltk-data DIR"), "{err}");
+        assert!(!dest.exists());
+
+        // NLTK's search order, and an archive found in the second directory searched.
+        let dirs = nltk_data_dirs(Some("/a:/b".as_ref()), Some(Path::new("/home/u")));
+        assert_eq!(&dirs[..3], [Path::new("/a"), Path::new("/b"), Path::new("/home/u/nltk_data")]);
+        assert_eq!(dirs[3], Path::new("/usr/share/nltk_data"));
+        let root = tmpdir("ptb-stand-in-nltk");
+        let (empty, zipped) = (root.join("empty"), root.join("zipped"));
+        std::fs::create_dir_all(empty.join("corpora")).unwrap();
+        std::fs::create_dir_all(zipped.join("corpora")).unwrap();
+        std::fs::copy(served.join("treebank.zip"), zipped.join("corpora/treebank.zip")).unwrap();
+        let (found, source) = find_nltk_treebank(&[empty.clone(), zipped.clone()]).unwrap();
+        assert_eq!((found, &source), (zipped.clone(), &TreebankSource::Zip(zipped.join("corpora/treebank.zip"))));
+        let err = TreebankSource::from_nltk_data(&empty).unwrap_err().to_string();
+        assert!(err.contains("python -m nltk.downloader") && err.contains("empty"), "{err}");
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn shared_a_checksum_mismatch_names_the_file_and_writes_nothing() {
         let Some(sample) = sample() else { return };
         let served = tmpdir("ptb-corrupt-served");
         let altered = |name: &str, mut b: Vec<u8>| {
@@ -280,7 +380,7 @@ mod ptb {
     }
 
     #[test]
-    fn nltk_data_directories_and_local_mirrors() {
+    fn shared_nltk_data_directories_and_local_mirrors() {
         let Some(sample) = sample() else { return };
         // NLTK's search order: $NLTK_DATA's entries, ~/nltk_data, then the system directories.
         let dirs = nltk_data_dirs(Some("/a:/b".as_ref()), Some(Path::new("/home/u")));

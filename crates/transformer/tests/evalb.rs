@@ -1,22 +1,25 @@
-//! §6.3 parsing F1: our EVALB against the real program's output on every case of
-//! `shared/evalb-fixtures` (summaries from cases.tsv, every per-sentence line of evalb.out, the
-//! whole stdout and the stderr messages), and where we go on where EVALB aborts (cases 27, 28).
+//! §6.3 parsing F1: our EVALB against the real program's output on every case of `tests/evalb`
+//! (the project's own trees, scored by EVALB: dev/evalb/fixtures.py) and, where ../shared has them,
+//! of `shared/evalb-fixtures` (Penn Treebank trees): summaries from cases.tsv, every per-sentence
+//! line of evalb.out, the whole stdout and the stderr messages, and where we go on where EVALB
+//! aborts (cases 27, 28).
 
 use std::path::{Path, PathBuf};
 use transformer::data::trees::{parse_trees, Tree};
 use transformer::eval::evalb::{score, score_trees, Params, Report, Sentence, Status, Summary};
 
+/// The fixtures on the project's own trees.
 fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/evalb-fixtures")
+    transformer::test_support::repo("tests/evalb")
 }
 
 fn lines(path: &Path) -> Vec<String> {
     std::fs::read_to_string(path).unwrap().lines().map(str::to_string).collect()
 }
 
-fn case_dirs() -> Vec<PathBuf> {
+fn case_dirs(root: &Path) -> Vec<PathBuf> {
     let mut dirs: Vec<PathBuf> =
-        std::fs::read_dir(fixtures()).unwrap().map(|e| e.unwrap().path()).filter(|p| p.is_dir()).collect();
+        std::fs::read_dir(root).unwrap().map(|e| e.unwrap().path()).filter(|p| p.is_dir()).collect();
     dirs.sort();
     dirs
 }
@@ -99,18 +102,29 @@ fn assert_summary(case: &str, block: &str, s: &Summary, row: &[&str]) {
 
 #[test]
 fn every_case_matches_evalb_summary_and_every_sentence_line() {
-    let tsv = std::fs::read_to_string(fixtures().join("cases.tsv")).unwrap();
+    every_case_matches_evalb(&fixtures());
+}
+
+/// Extra check: the same on the cases of Penn Treebank trees in ../shared/evalb-fixtures.
+#[test]
+fn shared_every_penn_treebank_case_matches_evalb_summary_and_every_sentence_line() {
+    let Some(root) = transformer::test_support::shared("evalb-fixtures") else { return };
+    every_case_matches_evalb(&root);
+}
+
+fn every_case_matches_evalb(root: &Path) {
+    let tsv = std::fs::read_to_string(root.join("cases.tsv")).unwrap();
     let mut rows = tsv.lines();
     let header: Vec<&str> = rows.next().unwrap().split('\t').collect();
     assert_eq!(header[3], "all_sentences");
     assert_eq!(header[11], "le40_sentences");
-    let dirs = case_dirs();
+    let dirs = case_dirs(root);
     assert_eq!(dirs.len(), 28, "every fixture case is here");
     let mut seen = 0;
     for row in rows {
         let row: Vec<&str> = row.split('\t').collect();
         let case = row[0];
-        let dir = fixtures().join(case);
+        let dir = root.join(case);
         assert!(dirs.contains(&dir), "{case}");
         seen += 1;
         let report = run_case(&dir);
@@ -140,7 +154,18 @@ fn every_case_matches_evalb_summary_and_every_sentence_line() {
 /// Beyond the figures: our stdout is EVALB's byte for byte, and our messages are its stderr.
 #[test]
 fn stdout_and_stderr_are_evalbs_exactly_where_it_runs_to_the_end() {
-    for dir in case_dirs() {
+    stdout_and_stderr_are_evalbs(&fixtures());
+}
+
+/// Extra check: the same on the cases of Penn Treebank trees in ../shared/evalb-fixtures.
+#[test]
+fn shared_stdout_and_stderr_are_evalbs_exactly_on_the_penn_treebank_cases() {
+    let Some(root) = transformer::test_support::shared("evalb-fixtures") else { return };
+    stdout_and_stderr_are_evalbs(&root);
+}
+
+fn stdout_and_stderr_are_evalbs(root: &Path) {
+    for dir in case_dirs(root) {
         let report = run_case(&dir);
         let expected_err = std::fs::read_to_string(dir.join("evalb.err")).unwrap_or_default();
         let expected_err: Vec<&str> = expected_err.lines().collect();
@@ -171,14 +196,25 @@ fn stdout_and_stderr_are_evalbs_exactly_where_it_runs_to_the_end() {
 /// Case 27: twelve word mismatches; EVALB stops at the 12th message (line 14), we score all 14.
 #[test]
 fn too_many_errors_do_not_stop_us() {
-    let report = run_case(&fixtures().join("27-max-error-abort"));
+    too_many_errors(&fixtures(), "Words unmatch (Brenna|BRENNA)");
+}
+
+/// Extra check: the same on the Penn Treebank case.
+#[test]
+fn shared_too_many_errors_do_not_stop_us_on_the_penn_treebank_case() {
+    let Some(root) = transformer::test_support::shared("evalb-fixtures") else { return };
+    too_many_errors(&root, "Words unmatch (trading|TRADING)");
+}
+
+fn too_many_errors(root: &Path, last_error: &str) {
+    let report = run_case(&root.join("27-max-error-abort"));
     assert_eq!(report.evalb_abort_line, Some(14));
     assert_eq!(report.sentences.len(), 14);
     assert_eq!(report.all.error_sentences, 12);
     assert_eq!(report.all.valid_sentences, 2);
     let last = &report.sentences[13];
     assert_eq!(last.status, Status::Error);
-    assert_eq!(last.errors, ["Words unmatch (trading|TRADING)"]);
+    assert_eq!(last.errors, [last_error]);
     assert_eq!(report.all.recall, 100.0);
 }
 
@@ -186,7 +222,18 @@ fn too_many_errors_do_not_stop_us() {
 /// error sentence and the lines after it are scored.
 #[test]
 fn a_malformed_line_is_an_error_sentence() {
-    let dir = fixtures().join("28-malformed-line-abort");
+    a_malformed_line(&fixtures());
+}
+
+/// Extra check: the same on the Penn Treebank case.
+#[test]
+fn shared_a_malformed_line_is_an_error_sentence_in_the_penn_treebank_case() {
+    let Some(root) = transformer::test_support::shared("evalb-fixtures") else { return };
+    a_malformed_line(&root);
+}
+
+fn a_malformed_line(root: &Path) {
+    let dir = root.join("28-malformed-line-abort");
     let report = run_case(&dir);
     assert_eq!(report.evalb_abort_line, Some(8));
     let bad = &report.sentences[7];
@@ -234,8 +281,8 @@ fn garbage_never_panics() {
     }
 }
 
-/// `score_trees` is `score` on the bracketed trees with COLLINS.prm: the preprocessed sample of a
-/// case scores 100 against itself, and a flattened copy scores below.
+/// `score_trees` is `score` on the bracketed trees with COLLINS.prm: the preprocessed raw trees of
+/// a case score 100 against themselves, and a flattened copy scores below.
 #[test]
 fn score_trees_matches_score_on_bracketed_lines() {
     let dir = fixtures().join("24-model-10pct-rawgold");

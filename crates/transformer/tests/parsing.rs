@@ -12,8 +12,10 @@ use transformer::rng::Rng;
 use transformer::train::run::{run, RunConfig};
 use transformer::{Task, EOS};
 
-fn sample() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/ptb-sample")
+/// The project's treebank (tests/treebank): own_0001..own_0030 train, own_0031..own_0035
+/// validation, own_0036..own_0040 test.
+fn treebank() -> PathBuf {
+    transformer::test_support::treebank()
 }
 
 fn dir(name: &str) -> PathBuf {
@@ -25,26 +27,29 @@ fn dir(name: &str) -> PathBuf {
 
 #[test]
 fn file_ranges_select_treebank_files_by_name() {
-    let r = FileRange::parse("wsj_0160..wsj_0174").unwrap();
-    let files = trees::treebank_files(&sample(), Some(&r)).unwrap();
-    assert_eq!(files.len(), 15);
-    assert!(files[0].ends_with("wsj_0160.mrg") && files[14].ends_with("wsj_0174.mrg"));
-    assert_eq!(trees::treebank_files(&sample(), None).unwrap().len(), 189);
-    for bad in ["wsj_0174..wsj_0160", "wsj_0001", "..x", ""] {
+    let r = FileRange::parse("own_0031..own_0035").unwrap();
+    let files = trees::treebank_files(&treebank(), Some(&r)).unwrap();
+    assert_eq!(files.len(), 5);
+    assert!(files[0].ends_with("own_0031.mrg") && files[4].ends_with("own_0035.mrg"));
+    assert_eq!(trees::treebank_files(&treebank(), None).unwrap().len(), 40);
+    for bad in ["own_0035..own_0031", "own_0001", "..x", ""] {
         assert!(FileRange::parse(bad).is_err(), "{bad}");
     }
-    let err = trees::treebank_files(&sample(), Some(&FileRange::parse("x_1..x_2").unwrap())).unwrap_err();
+    let err = trees::treebank_files(&treebank(), Some(&FileRange::parse("x_1..x_2").unwrap())).unwrap_err();
     assert!(err.to_string().contains("no .mrg tree file named x_1..x_2"), "{err}");
 }
 
 #[test]
 fn parsing_pairs_and_vocabulary_keep_tree_tokens_whole() {
-    let pairs = Task::Parsing.read_pairs(&sample(), Path::new(""), Some("wsj_0001..wsj_0010")).unwrap();
-    assert_eq!(pairs[0].0, "Pierre Vinken , 61 years old , will join the board as a nonexecutive director Nov. 29 .");
-    assert!(pairs[0].1.starts_with(
-        "(S (NP (NP NNP Pierre NNP Vinken )NP , , (ADJP (NP CD 61 NNS years )NP JJ old )ADJP , , )NP (VP MD will"
-    ));
-    let err = Task::Parsing.read_pairs(&sample(), Path::new("x.de"), None).unwrap_err().to_string();
+    let pairs = Task::Parsing.read_pairs(&treebank(), Path::new(""), Some("own_0001..own_0010")).unwrap();
+    // The first tree of own_0001.mrg: a quotation whose clause left a trace (*T*-1) behind.
+    assert_eq!(pairs[0].0, "`` That recent tunnel reviewed Kelso Inc. rarely , '' Fenna Kestrel added .");
+    assert_eq!(
+        pairs[0].1,
+        "(S `` `` (S (NP DT That JJ recent NN tunnel )NP (VP VBD reviewed (NP NNP Kelso NNP Inc. )NP \
+         (ADVP RB rarely )ADVP )VP )S , , '' '' (NP NNP Fenna NNP Kestrel )NP (VP VBD added )VP . . )S"
+    );
+    let err = Task::Parsing.read_pairs(&treebank(), Path::new("x.de"), None).unwrap_err().to_string();
     assert!(err.contains("give no target file"), "{err}");
     let err = Task::Translation.read_pairs(Path::new("a"), Path::new("b"), Some("a..b")).unwrap_err().to_string();
     assert!(err.contains("parsing treebanks only"), "{err}");
@@ -52,7 +57,7 @@ fn parsing_pairs_and_vocabulary_keep_tree_tokens_whole() {
     let bpe = Task::Parsing.learn_vocabulary(&pairs, 400).unwrap();
     let whole = bpe.whole_tokens();
     let has = |t: &str| whole.iter().any(|(_, w)| w == t);
-    assert!(has("(NP") && has(")NP") && has("TAG=NNP") && has("TAG=,") && !has("NNP") && !has("Pierre"));
+    assert!(has("(NP") && has(")NP") && has("TAG=NNP") && has("TAG=,") && !has("NNP") && !has("Kelso"));
     // Whole entries never share an id with a BPE piece: every one was added past the learned pieces.
     assert!(whole.iter().all(|(id, _)| *id >= 400), "{whole:?}");
     assert_eq!(bpe.vocab_size(), 400 + whole.len());
@@ -92,8 +97,8 @@ fn well_formedness_is_exactly_a_linearised_tree_over_the_words() {
     assert!(!is_well_formed(&t("NN a )S"), &w("a")), "closes nothing");
     assert!(!is_well_formed(&t("(S NN )S"), &w("a")), "a tag without its word");
     assert!(!is_well_formed(&[], &w("a")));
-    // Every sample tree's linearisation is well-formed.
-    for tree in trees::read_treebank(&sample(), Some(&FileRange::parse("wsj_0001..wsj_0020").unwrap())).unwrap() {
+    // Every treebank tree's linearisation is well-formed.
+    for tree in trees::read_treebank(&treebank(), Some(&FileRange::parse("own_0001..own_0020").unwrap())).unwrap() {
         assert!(is_well_formed(&tree.linearise(), &tree.words()));
     }
 }
@@ -122,10 +127,10 @@ impl Scorer for Noise {
 
 #[test]
 fn constrained_search_always_gives_a_tree_over_exactly_the_words() {
-    let pairs = Task::Parsing.read_pairs(&sample(), Path::new(""), Some("wsj_0001..wsj_0010")).unwrap();
+    let pairs = Task::Parsing.read_pairs(&treebank(), Path::new(""), Some("own_0001..own_0010")).unwrap();
     let bpe = Task::Parsing.learn_vocabulary(&pairs, 400).unwrap();
     let sentences: Vec<Vec<&str>> =
-        ["board", "the board", "Pierre Vinken , 61", "a b c d e f g h", "unknownish words here ."]
+        ["board", "the board", "Mara Alder , 61", "a b c d e f g h", "unknownish words here ."]
             .iter()
             .map(|s| s.split(' ').collect())
             .collect();
@@ -191,13 +196,13 @@ fn the_penn_treebank_tokenizer_splits_as_the_treebank_does() {
 
 fn parsing_config(out: &Path, extra: &[&str]) -> transformer::Result<RunConfig> {
     let text = format!(
-        "{}[data]\ntask = \"parsing\"\ntrain_src = \"{s}\"\ntrain_files = \"wsj_0001..wsj_0012\"\nvalid_src = \"{s}\"\nvalid_files = \"wsj_0160..wsj_0161\"\n\
+        "{}[data]\ntask = \"parsing\"\ntrain_src = \"{s}\"\ntrain_files = \"own_0001..own_0012\"\nvalid_src = \"{s}\"\nvalid_files = \"own_0031..own_0032\"\n\
          bpe = \"{}\"\nvocab_size = 500\nmax_tokens = 400\nmax_ratio = 12.0\n\
          [train]\noutput_dir = \"{}\"\nseed = 3\nmax_src_tokens = 2048\nmax_tgt_tokens = 2048\nwarmup = 50\nmax_steps = 12\nvalid_f1_epochs = 1\nvalid_f1_beam = 2\n",
         transformer::test_support::tiny_model_toml(),
         out.join("vocab.json").display(),
         out.display(),
-        s = sample().display(),
+        s = treebank().display(),
     );
     // Linearised trees run to ~3.5 tokens a word: more positions than the tiny model's 256.
     let mut overrides = vec!["model.max_positions=512".to_string()];
@@ -259,7 +264,7 @@ fn a_parsing_run_validates_f1_keeps_its_best_checkpoint_and_parses() {
     // Constrained: every output is a well-formed tree over exactly the words, never repaired.
     let sentences: Vec<String> = vec![
         "The board met .".into(),
-        "Pierre Vinken , 61 years old , will join the board as a nonexecutive director Nov. 29 .".into(),
+        "Mara Alder , the new mayor of Ashford , will open the bridge near the harbor on Monday .".into(),
         "Yes".into(),
     ];
     let mut opts = ParseOptions { constrained: true, ..Default::default() };
@@ -325,13 +330,14 @@ fn a_parsing_run_scores_the_average_of_its_last_checkpoints_and_keeps_it_when_be
     let d = dir("average");
     let e = parsing_config(&d, &["train.valid_f1_average=6"]).unwrap().validate().unwrap_err().to_string();
     assert!(e.contains("train.valid_f1_average = 6 exceeds train.keep_last = 5"), "{e}");
-    // At this seed the average of the last 5 checkpoints (steps 142..150) wins on the 2-core AMD
-    // EPYC this was written on (validation F1 8.55 against 6.06 at best), so the branch that saves
-    // it runs there; the assertions hold whichever branch a machine's rounding takes.
+    // At this seed the average of the last 5 checkpoints (steps 142..150) wins on the 2-core Intel
+    // Xeon this was written on (validation F1 7.79 against 6.67 at best, on the project's
+    // treebank), so the branch that saves it runs there; the assertions hold whichever branch a
+    // machine's rounding takes.
     let settings = [
         "train.max_steps=150",
         "train.warmup=20",
-        "train.seed=5",
+        "train.seed=1",
         "train.checkpoint_steps=2",
         "train.valid_f1_epochs=4",
         "train.valid_f1_average=5",
@@ -388,7 +394,8 @@ fn records_once_each(path: &Path) -> Vec<(String, u64, u64)> {
 }
 
 /// A run killed after a checkpoint, one killed before its first, and one run again after it ended
-/// never record a step's training, validation or F1 twice.
+/// never record a step's training, validation or F1 twice. (Here the first epoch ends at step 10,
+/// where a validation of `valid_steps = 5` is due too: it is recorded once.)
 #[test]
 fn interrupted_and_repeated_runs_record_each_validation_once() {
     let d = dir("records");

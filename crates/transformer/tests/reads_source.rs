@@ -14,12 +14,18 @@ use transformer::{Batch, ModelConfig, Positions, Task, Transformer, Workspace};
 
 #[test]
 fn twenty_short_trees_are_reproduced_from_their_own_sentences() {
-    let sample = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/ptb-sample");
-    if !sample.exists() {
-        eprintln!("skipped: {} is missing (the Penn Treebank sample of shared/data)", sample.display());
-        return;
-    }
-    let mut pairs = Task::Parsing.read_pairs(&sample, Path::new(""), Some("wsj_0001..wsj_0030")).unwrap();
+    reproduces_twenty_short_trees(&transformer::test_support::treebank(), "own_0001..own_0030");
+}
+
+/// Extra check: the same on the Penn Treebank sample's first 30 files (../shared/data/ptb-sample).
+#[test]
+fn shared_twenty_short_penn_treebank_trees_are_reproduced_from_their_own_sentences() {
+    let Some(sample) = transformer::test_support::shared("data/ptb-sample") else { return };
+    reproduces_twenty_short_trees(&sample, "wsj_0001..wsj_0030");
+}
+
+fn reproduces_twenty_short_trees(treebank: &Path, files: &str) {
+    let mut pairs = Task::Parsing.read_pairs(treebank, Path::new(""), Some(files)).unwrap();
     // The 20 shortest distinct sentences of 6 words or more.
     pairs.retain(|(s, _)| s.split_whitespace().count() >= 6);
     pairs.sort_by_key(|(s, t)| (t.split_whitespace().count(), s.clone()));

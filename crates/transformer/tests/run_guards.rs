@@ -7,7 +7,7 @@ use transformer::error::Error;
 use transformer::train::run::{list_checkpoints, run, RunConfig};
 
 fn data(name: &str) -> String {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/multi30k").join(name).display().to_string()
+    transformer::test_support::multi30k(name).display().to_string()
 }
 
 /// A fresh directory for one test.

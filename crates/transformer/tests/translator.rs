@@ -8,7 +8,7 @@ use transformer::decode::BeamConfig;
 use transformer::{ModelConfig, Positions, Precision, Transformer};
 
 fn lines() -> Vec<String> {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/multi30k/val.en.gz");
+    let path = transformer::test_support::multi30k("val.en.gz");
     transformer::data::corpus::read_lines(&path).unwrap().into_iter().take(300).collect()
 }
 

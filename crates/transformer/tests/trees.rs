@@ -1,13 +1,13 @@
-//! Penn Treebank trees (§6.3): reading the sample, preprocessing, linearisation and its inverse on
-//! every tree, and repair of any token sequence into a tree over exactly the input words.
+//! Penn Treebank trees (§6.3): reading the project's treebank (and the Penn Treebank sample where
+//! ../shared has it), preprocessing, linearisation and its inverse on every tree, and repair of any
+//! token sequence into a tree over exactly the input words.
 
 use std::path::{Path, PathBuf};
 use transformer::data::trees::{delinearise, parse_trees, punctuation_tag, read_trees, strip_label, Tree};
 use transformer::rng::Rng;
 
-fn sample_files() -> Vec<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/ptb-sample");
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+fn mrg_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().path())
         .filter(|p| p.extension().is_some_and(|e| e == "mrg"))
@@ -28,15 +28,14 @@ fn well_formed(t: &Tree) -> bool {
     }
 }
 
-#[test]
-fn every_sample_tree_reads_preprocesses_and_survives_linearisation() {
-    let files = sample_files();
-    assert_eq!(files.len(), 189);
-    let mut trees = 0;
-    for f in &files {
+/// Reads every tree of `files`, preprocesses it and checks the result (under TOP, no empty element
+/// or function tag left, the raw tree's overt words) and that linearising and delinearising gives it
+/// back. Returns the raw trees.
+fn read_preprocess_and_linearise(files: &[PathBuf]) -> Vec<Tree> {
+    let mut all = Vec::new();
+    for f in files {
         for raw in read_trees(f).unwrap() {
-            let t = raw.preprocess().expect("a sample tree has words");
-            trees += 1;
+            let t = raw.preprocess().expect("a treebank tree has words");
             assert_eq!(t.label, "TOP");
             assert!(well_formed(&t), "{}", t.to_bracketed());
             let mut l = Vec::new();
@@ -63,10 +62,60 @@ fn every_sample_tree_reads_preprocesses_and_survives_linearisation() {
             assert_eq!(words, raw_words, "{}", f.display());
             let back = delinearise(&t.linearise(), &words);
             assert_eq!(back, t, "{}: linearise → delinearise changed {}", f.display(), t.to_bracketed());
+            all.push(raw);
         }
     }
+    all
+}
+
+/// Trees in a file, counted independently of the reader: each begins a line with `( (`.
+fn count_by_lines(files: &[PathBuf]) -> usize {
+    files.iter().map(|f| std::fs::read_to_string(f).unwrap().lines().filter(|l| l.starts_with("( (")).count()).sum()
+}
+
+#[test]
+fn every_owned_tree_reads_preprocesses_and_survives_linearisation() {
+    let files = mrg_files(&transformer::test_support::treebank());
+    assert_eq!(files.len(), 40);
+    let trees = read_preprocess_and_linearise(&files);
+    assert_eq!(trees.len(), count_by_lines(&files));
+    assert_eq!(trees.len(), 543);
+    // The treebank holds what it stands in for the Penn Treebank to test (dev/treebank/grammar.py).
+    let mut all = Vec::new();
+    for t in &trees {
+        labels(t, &mut all);
+    }
+    let has = |want: &dyn Fn(&str) -> bool| all.iter().any(|l| want(l));
+    assert!(has(&|l| l == "-NONE-"), "empty elements");
+    assert!(has(&|l| l.starts_with("NP-SBJ-")), "function tags with indices");
+    assert!(has(&|l| l.contains('=')), "gapping indices (NP=2)");
+    for tag in [",", ".", ":", "``", "''", "-LRB-", "-RRB-", "$", "#", "ADVP", "PRT", "PRN", "SINV", "SBARQ"] {
+        assert!(has(&|l| l == tag), "no {tag}");
+    }
+    fn depth(t: &Tree) -> usize {
+        1 + t.children.iter().map(depth).max().unwrap_or(0)
+    }
+    assert!(trees.iter().map(depth).max().unwrap() >= 15, "deep nesting");
+    let long = trees.iter().filter(|t| t.preprocess().unwrap().words().len() > 40).count();
+    assert!(long >= 30, "{long} sentences over 40 words");
+    // Unary chains after preprocessing (a clause whose subject was a trace: S over VP).
+    let unary = |t: &Tree| {
+        fn any(t: &Tree) -> bool {
+            (t.children.len() == 1 && t.children[0].word.is_none()) || t.children.iter().any(any)
+        }
+        any(&t.preprocess().unwrap().children[0])
+    };
+    assert!(trees.iter().filter(|t| unary(t)).count() >= 50);
+}
+
+/// Extra check: the Penn Treebank sample (../shared/data/ptb-sample) reads the same way.
+#[test]
+fn shared_penn_treebank_sample_trees_read_preprocess_and_survive_linearisation() {
+    let Some(dir) = transformer::test_support::shared("data/ptb-sample") else { return };
+    let files = mrg_files(&dir);
+    assert_eq!(files.len(), 189);
     // The 189 files hold 3,796 trees (counted independently by bracket depth).
-    assert_eq!(trees, 3796);
+    assert_eq!(read_preprocess_and_linearise(&files).len(), 3796);
 }
 
 #[test]
@@ -138,6 +187,16 @@ fn any_token_sequence_becomes_a_tree_over_exactly_the_words() {
     }
     // An empty output still covers the words.
     assert_eq!(delinearise(&[], &["a", "."]).to_bracketed(), "(TOP (XX a) (. .))");
+}
+
+/// A model's word that is not punctuation loses a tag EVALB deletes (which would make the sentence
+/// a length mismatch); punctuation and the ambiguous single quote keep theirs.
+#[test]
+fn deleted_punctuation_tags_leave_words_that_are_not_punctuation() {
+    let text = "(TOP (S (, $) (: %) (, Wa) (. 61) (, ,) ('' ') (. ?) (: --) (`` `) (NN %)))";
+    let mut t = parse_trees(text, "x").unwrap().remove(0);
+    assert_eq!(transformer::data::trees::retag_deleted_punctuation(&mut t), 4);
+    assert_eq!(t.to_bracketed(), "(TOP (S (XX $) (XX %) (XX Wa) (XX 61) (, ,) ('' ') (. ?) (: --) (`` `) (NN %)))");
 }
 
 /// Reading, preprocessing, writing, linearising, repairing, copying, comparing and freeing a tree

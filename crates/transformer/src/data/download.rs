@@ -211,7 +211,7 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("built without downloads") && err.contains("--from DIR"), "{err}");
-        let mirror = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/multi30k");
+        let mirror = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../data/multi30k");
         let paths = fetch_verified(&Source::Dir(mirror), &MULTI30K_FILES[4..5], &cache, &mut |_| {}).unwrap();
         assert_eq!(paths, [cache.join("val.en.gz")]);
         std::fs::remove_dir_all(&cache).unwrap();

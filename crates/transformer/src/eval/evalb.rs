@@ -1,7 +1,9 @@
 //! §6.3 Constituency parsing F1: labeled bracketing scored exactly as EVALB (Sekine & Collins,
 //! 1997; the 2006 revision by David Ellis) scores it with its standard `COLLINS.prm`, so the F1 we
 //! print is the F1 the parsing literature prints. Tested against the real program's output on
-//! every case of `shared/evalb-fixtures` (per-sentence lines, summaries and error messages).
+//! every case of `tests/evalb` (the project's own trees, `dev/evalb/fixtures.py`) and, on the
+//! project's CI machines, of `../shared/evalb-fixtures` (Penn Treebank trees): per-sentence lines,
+//! summaries and error messages.
 //!
 //! What EVALB does, and so what [`score`] does, for each pair of lines (one tree each):
 //! - Terminals whose tag is a `DELETE_LABEL` (COLLINS: `-NONE-`, `,`, `:`, ``` `` ```, `''`, `.`)
