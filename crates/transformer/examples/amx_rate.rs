@@ -3,7 +3,7 @@
 //! unit's one-thread peak measured the same way. For developing the AMX kernels; the step's
 //! numbers come from `bench train-step --bf16 --profile`.
 //!
-//!     cargo run --release -p transformer --example amx_rate [-- int8]
+//!     cargo run --release -p transformer --example amx_rate
 use transformer::kernels::cpu::bf16;
 use transformer::kernels::cpu::matmul::Op;
 use transformer::kernels::cpu::peak::{peak_gflops, PeakOf};
@@ -35,6 +35,9 @@ fn main() {
         let instr = 6.0 * ((600_000 / 64) + 3 * (2_000_000 / 64)) as f64;
         let peak = instr * 16384.0 / cpu / 1e9;
         println!("AMX bf16 peak, 1 thread: {peak:.0} GFLOP/s in CPU time ({wall_rate:.0} by the wall clock)");
+        if let Some(int8) = peak_gflops(PeakOf::AmxInt8, 6_000_000) {
+            println!("AMX int8 peak, 1 thread: {int8:.0} GOP/s by the wall clock");
+        }
         let shapes = [
             (2048, 512, 8000, Op::N, Op::N),
             (2048, 512, 2048, Op::T, Op::N),
