@@ -108,8 +108,9 @@ pub fn kernel() -> Int8Kernel {
 }
 
 /// The fewest rows a product must have for [`QuantizedLinear::forward`] to run it on AMX: a tile
-/// multiplies 16 rows whatever the count, and below this the padding costs more than VNNI's
-/// broadcasts (measured with `bench/decode`, see BENCHMARKS.md).
+/// multiplies 16 rows whatever the count, so below one full tile most of its work is padding, and
+/// decoding's small products (a beam of 4 at batch 1) stay on VNNI. The threshold is reasoned, not
+/// tuned: AMX against VNNI at each row count has not been timed.
 pub const AMX_MIN_ROWS: usize = 16;
 
 /// The kernel [`QuantizedLinear::forward`] runs for `m` rows: the fastest, except that AMX gives
