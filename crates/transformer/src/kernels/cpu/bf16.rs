@@ -794,11 +794,12 @@ fn multiply(
         p0 = p1;
     }
     if row_edge || col_edge {
-        let edge_blocks: Vec<(usize, usize)> = (0..m_blocks)
-            .flat_map(|ib| (0..n_blocks).map(move |jb| (ib, jb)))
-            .filter(|&(ib, jb)| edge_slot(ib, jb).is_some())
-            .collect();
-        for (ib, jb) in edge_blocks {
+        // The blocks `edge_slot` gives a slot: the last row strip, then the last column block's
+        // other strips.
+        let last_strip = (0..n_blocks).filter(|_| row_edge).map(|jb| (m_blocks - 1, jb));
+        let last_column =
+            (0..m_blocks).filter(|&ib| col_edge && !(row_edge && ib == m_blocks - 1)).map(|ib| (ib, n_blocks - 1));
+        for (ib, jb) in last_strip.chain(last_column) {
             let e = edge_slot(ib, jb).expect("an edge block");
             let (i0, j0) = (ib * BLOCK, jb * BLOCK);
             let rows = (m - i0).min(BLOCK);

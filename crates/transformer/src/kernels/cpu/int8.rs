@@ -485,7 +485,6 @@ impl QuantizedLinear {
                 *s = 0.0;
             }
         };
-        let rows = xa[..row_blocks * 32 * kp].chunks_mut(kp).zip(sx.iter_mut()).enumerate();
         if m * k >= 1 << 14 {
             xa[..row_blocks * 32 * kp]
                 .par_chunks_mut(kp)
@@ -494,7 +493,7 @@ impl QuantizedLinear {
                 .for_each_init(|| vec![0i8; k], quantize);
         } else {
             let mut q = vec![0i8; k];
-            rows.for_each(|t| quantize(&mut q, t));
+            xa[..row_blocks * 32 * kp].chunks_mut(kp).zip(sx.iter_mut()).enumerate().for_each(|t| quantize(&mut q, t));
         }
         let np = n.div_ceil(NR);
         let out = SendPtr(y.as_mut_ptr());
