@@ -8,6 +8,7 @@ use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 use transformer::config::{Preset, PAPER_VOCAB};
+use transformer::data::trees::TreeFormat;
 use transformer::decode::translator::{DecodeOptions, SessionOptions, Translator};
 use transformer::decode::{BeamConfig, SearchOverrides, SearchPreset};
 use transformer::eval::bleu::Smooth;
@@ -308,9 +309,10 @@ pub struct EvaluateArgs {
 // The arguments of `transformer parse`.
 #[derive(Args)]
 pub struct ParseArgs {
-    /// The checkpoint of a parsing run.
-    #[arg(long)]
-    pub checkpoint: PathBuf,
+    /// The checkpoint of a parsing run. Repeat it for an ensemble (the models must share the
+    /// vocabulary): their log-probabilities are averaged at every step of one beam search.
+    #[arg(long, required = true)]
+    pub checkpoint: Vec<PathBuf>,
     /// The vocabulary the checkpoint was trained with.
     #[arg(long)]
     pub bpe: PathBuf,
@@ -394,6 +396,9 @@ pub struct PrepareArgs {
     /// Parsing: only the treebank files FIRST..LAST by name (e.g. wsj_0001..wsj_0159).
     #[arg(long)]
     pub files: Option<String>,
+    /// Parsing: how the trees are written, `tags+words` or `tags` (as the run's data.tree_format).
+    #[arg(long, default_value = "tags+words", value_parser = library_enum(&TreeFormat::ALL, TreeFormat::name))]
+    pub tree_format: TreeFormat,
     /// The shared BPE model.
     #[arg(long)]
     pub bpe: PathBuf,
@@ -517,9 +522,10 @@ pub struct BenchArgs {
 /// The model a decoding command loads, and how.
 #[derive(Args)]
 pub struct ModelArgs {
-    /// The checkpoint (from `train` or `average`).
-    #[arg(long)]
-    pub checkpoint: PathBuf,
+    /// The checkpoint (from `train` or `average`). Repeat it for an ensemble: the models, which
+    /// must share the vocabulary, decode together, their log-probabilities averaged at every step.
+    #[arg(long, required = true)]
+    pub checkpoint: Vec<PathBuf>,
     /// The BPE model the checkpoint was trained with, or the tokenizer file of an imported model
     /// (`transformer import marian`; alias --tokenizer).
     #[arg(long, visible_alias = "tokenizer")]
@@ -715,14 +721,15 @@ impl ModelArgs {
     pub(crate) fn load(&self) -> Result<Translator> {
         let task = match self.task {
             Some(t) => t,
-            None => transformer::checkpoint::read_task(&self.checkpoint)?,
+            None => transformer::checkpoint::read_task(&self.checkpoint[0])?,
         };
         let options = SessionOptions {
             precision: self.precision,
             kernels: if self.no_pack { DecoderKernels::Gemm } else { DecoderKernels::Packed },
             task,
+            ..Default::default()
         };
-        Ok(Translator::load(&self.checkpoint, &self.bpe, options)?)
+        Ok(Translator::load_ensemble(&self.checkpoint, &self.bpe, options)?)
     }
 }
 

@@ -18,6 +18,10 @@ pub const FORMAT_VERSION: u32 = 1;
 /// The metadata key naming the model's task (`translation`, `parsing`); absent in checkpoints
 /// written before tasks existed, which are translation models.
 pub const TASK_KEY: &str = "task";
+
+/// The metadata key of a parsing checkpoint's tree format ([`crate::data::trees::TreeFormat`]);
+/// absent in translation checkpoints and in parsing ones that predate it (`tags+words`).
+pub const TREE_FORMAT_KEY: &str = "tree_format";
 /// Metadata key of the CRC-32 of every tensor's data, in file order of the layout (parameters, then
 /// Adam's moments): a checkpoint damaged after it was written fails to load instead of resuming
 /// from altered weights. Files written before it existed (and by other tools) have none.
@@ -380,6 +384,14 @@ pub fn average(paths: &[PathBuf]) -> Result<Checkpoint> {
                         found: ck.vocab_hash,
                     });
                 }
+                if ck.extra.get(TREE_FORMAT_KEY) != base.extra.get(TREE_FORMAT_KEY) {
+                    return Err(Error::CheckpointMismatch {
+                        path: p.clone(),
+                        what: format!("tree format (compared with {})", first.display()),
+                        expected: tree_format_of(first, base)?.name().into(),
+                        found: tree_format_of(p, &ck)?.name().into(),
+                    });
+                }
                 ck
             }
         };
@@ -401,12 +413,16 @@ pub fn average(paths: &[PathBuf]) -> Result<Checkpoint> {
     out.params = sum.iter().map(|&s| (s / n) as f32).collect();
     out.adam = None;
     let task = out.extra.remove(TASK_KEY);
+    let tree_format = out.extra.remove(TREE_FORMAT_KEY);
     out.extra =
         [("averaged_from".to_string(), paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(","))]
             .into_iter()
             .collect();
     if let Some(task) = task {
         out.extra.insert(TASK_KEY.to_string(), task);
+    }
+    if let Some(format) = tree_format {
+        out.extra.insert(TREE_FORMAT_KEY.to_string(), format);
     }
     Ok(out)
 }
@@ -415,6 +431,18 @@ pub fn average(paths: &[PathBuf]) -> Result<Checkpoint> {
 /// is an error naming the file.
 pub fn task_of(path: &Path, ckpt: &Checkpoint) -> Result<crate::task::Task> {
     task_named(path, ckpt.extra.get(TASK_KEY).map(String::as_str))
+}
+
+/// The tree format stored in a parsing checkpoint's metadata (`tags+words` when none is stored);
+/// an unknown name is an error naming the file.
+pub fn tree_format_of(path: &Path, ckpt: &Checkpoint) -> Result<crate::data::trees::TreeFormat> {
+    match ckpt.extra.get(TREE_FORMAT_KEY) {
+        None => Ok(crate::data::trees::TreeFormat::default()),
+        Some(name) => crate::data::trees::TreeFormat::from_name(name).ok_or_else(|| Error::CorruptCheckpoint {
+            path: path.to_path_buf(),
+            reason: format!("unknown tree format {name:?} in its metadata"),
+        }),
+    }
 }
 
 fn task_named(path: &Path, name: Option<&str>) -> Result<crate::task::Task> {
@@ -431,6 +459,22 @@ fn task_named(path: &Path, name: Option<&str>) -> Result<crate::task::Task> {
 
 /// The task stored in the checkpoint at `path`, reading only its header (see [`task_of`]).
 pub fn read_task(path: &Path) -> Result<crate::task::Task> {
+    let meta = read_metadata(path)?;
+    task_named(path, meta.get(TASK_KEY).and_then(|t| t.as_str()))
+}
+
+/// The vocabulary hash of the checkpoint at `path`, reading only its header.
+pub fn read_vocab_hash(path: &Path) -> Result<String> {
+    let meta = read_metadata(path)?;
+    meta.get("vocab_hash").and_then(|h| h.as_str()).map(str::to_string).ok_or_else(|| Error::CorruptCheckpoint {
+        path: path.to_path_buf(),
+        reason: "no vocab_hash in its metadata".into(),
+    })
+}
+
+/// The `__metadata__` of the safetensors file at `path` (empty if it has none), reading only
+/// its header.
+fn read_metadata(path: &Path) -> Result<serde_json::Map<String, serde_json::Value>> {
     use std::io::Read;
     let corrupt = |reason: String| Error::CorruptCheckpoint { path: path.to_path_buf(), reason };
     let mut f = std::fs::File::open(path).map_err(io_err(path))?;
@@ -442,9 +486,12 @@ pub fn read_task(path: &Path) -> Result<crate::task::Task> {
     }
     let mut header = vec![0u8; n as usize];
     f.read_exact(&mut header).map_err(|e| corrupt(format!("truncated safetensors header ({e})")))?;
-    let json: serde_json::Value =
+    let mut json: serde_json::Value =
         serde_json::from_slice(&header).map_err(|e| corrupt(format!("unreadable safetensors header ({e})")))?;
-    task_named(path, json.get("__metadata__").and_then(|m| m.get(TASK_KEY)).and_then(|t| t.as_str()))
+    match json.get_mut("__metadata__").map(serde_json::Value::take) {
+        Some(serde_json::Value::Object(m)) => Ok(m),
+        _ => Ok(serde_json::Map::new()),
+    }
 }
 
 /// Whether the file at `path` is an int8 checkpoint (reads the header only).

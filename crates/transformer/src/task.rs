@@ -5,7 +5,7 @@
 
 use crate::data::bpe::Bpe;
 use crate::data::encoding::TargetEncoding;
-use crate::data::trees::{read_treebank, training_pair, FileRange};
+use crate::data::trees::{read_treebank, training_pair, FileRange, TreeFormat};
 use crate::error::{Error, Result};
 use std::path::Path;
 
@@ -109,33 +109,37 @@ impl Task {
 
     /// Learns the vocabulary from training pairs ([`TargetEncoding::learn_vocabulary`]):
     /// translation one BPE model over both sides (§5.1's shared vocabulary), parsing BPE over the
-    /// sentences with every bracket and tag of the trees as one whole entry.
+    /// sentences with every bracket and tag of the trees as one whole entry (the same vocabulary
+    /// for every [`TreeFormat`]).
     pub fn learn_vocabulary(self, pairs: &[(String, String)], vocab_size: usize) -> Result<Bpe> {
-        self.target_encoding().learn_vocabulary(pairs, vocab_size)
+        self.target_encoding(TreeFormat::default()).learn_vocabulary(pairs, vocab_size)
     }
 
-    /// How targets become ids: BPE for translation, one whole entry per tree token for parsing.
-    pub fn target_encoding(self) -> TargetEncoding {
+    /// How targets become ids: BPE for translation, one whole entry per tree token for parsing,
+    /// the words after their tags or not as `format` says (ignored for translation).
+    pub fn target_encoding(self, format: TreeFormat) -> TargetEncoding {
         match self {
             Task::Translation => TargetEncoding::Bpe,
-            Task::Parsing => TargetEncoding::Tree,
+            Task::Parsing => TargetEncoding::Tree(format),
         }
     }
 
     /// Token ids of a source line (no BOS/EOS): BPE; for parsing after a leading space, so that
-    /// the first word is encoded as it is inside the tree ([`TargetEncoding::encode_source`]).
+    /// the first word is encoded as it is inside the tree ([`TargetEncoding::encode_source`]; the
+    /// same for every [`TreeFormat`]).
     pub fn encode_source(self, bpe: &Bpe, text: &str) -> Result<Vec<u32>> {
-        self.target_encoding().encode_source(bpe, text)
+        self.target_encoding(TreeFormat::default()).encode_source(bpe, text)
     }
 
-    /// Token ids of a target (no BOS/EOS).
-    pub fn encode_target(self, bpe: &Bpe, text: &str) -> Result<Vec<u32>> {
-        self.target_encoding().encode(bpe, text)
+    /// Token ids of a target (no BOS/EOS); `format` as in [`Task::target_encoding`].
+    pub fn encode_target(self, format: TreeFormat, bpe: &Bpe, text: &str) -> Result<Vec<u32>> {
+        self.target_encoding(format).encode(bpe, text)
     }
 
-    /// The text of output ids ([`TargetEncoding::decode`]; for parsing the linearised tree).
-    pub fn decode_target(self, bpe: &Bpe, ids: &[u32]) -> Result<String> {
-        self.target_encoding().decode(bpe, ids)
+    /// The text of output ids ([`TargetEncoding::decode`]; for parsing the linearised tree, with
+    /// no words in the `tags` format).
+    pub fn decode_target(self, format: TreeFormat, bpe: &Bpe, ids: &[u32]) -> Result<String> {
+        self.target_encoding(format).decode(bpe, ids)
     }
 
     /// The lower-case name.

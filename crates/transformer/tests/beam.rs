@@ -8,7 +8,9 @@ use std::collections::HashMap;
 mod common;
 
 use common::translate_batch;
-use transformer::decode::{beam_search, BeamConfig, Hypothesis, Scorer, SearchOverrides, SearchPreset, StepScores};
+use transformer::decode::{
+    beam_search, BeamConfig, EnsembleScorer, Hypothesis, Scorer, SearchOverrides, SearchPreset, StepScores,
+};
 use transformer::rng::Rng;
 use transformer::{Batch, ModelConfig, Positions, Transformer, Workspace, BOS, EOS};
 
@@ -456,4 +458,50 @@ fn out_of_range_search_settings_are_refused_and_the_length_limit_never_wraps() {
     wide.validate().unwrap();
     assert_eq!(wide.max_len(1000), 1_000_000 + (1 << 20));
     assert_eq!(BeamConfig { max_len_a: 0.0, max_len_b: usize::MAX, ..ok }.max_len(3), usize::MAX);
+}
+
+/// A second model for the ensemble tests: it prefers b at the first step.
+fn trap_b(_: usize, prefix: &[u32]) -> [f64; V] {
+    match prefix {
+        [] => probs(&[(A, 0.2), (B, 0.7), (EOS, 0.1)]),
+        [A] => probs(&[(A, 0.5), (B, 0.3), (EOS, 0.2)]),
+        [B] => probs(&[(EOS, 0.8), (A, 0.1), (B, 0.1)]),
+        _ => probs(&[(EOS, 1.0)]),
+    }
+}
+
+#[test]
+fn an_ensemble_averages_log_probabilities_at_every_step() {
+    // One member (with normalisers that are not zero) gives exactly what the member gives.
+    for beam in [1, 2, 3] {
+        let alone = search(&trap, &[0], &[3], cfg(beam, 0.6, beam));
+        let mut member = Scripted::new(&trap, &[0]);
+        member.shift = 0.7;
+        let mut one = EnsembleScorer::new(vec![member]).unwrap();
+        let got = beam_search(&mut one, &[3], &cfg(beam, 0.6, beam), usize::MAX).unwrap();
+        assert_eq!(got.len(), alone.len());
+        for (g, a) in got[0].iter().zip(&alone[0]) {
+            assert_hyp(g, &a.tokens, a.log_prob, a.score);
+        }
+    }
+    // The pair, by hand: log p(x) = ½ (log p₁(x) + log p₂(x)) at each step. Greedy: a scores
+    // ½ ln(0.5 · 0.2) = ln 0.316, b ½ ln(0.4 · 0.7) = ln 0.529, so b (trap alone takes a); then
+    // EOS, ½ ln(0.9 · 0.8). Beam 2 also keeps a, whose best finish is a a EOS: ½ ln(0.4 · 0.5)
+    // then ½ ln(1 · 1).
+    let pair = |shift: f32| {
+        let mut x = Scripted::new(&trap, &[0]);
+        let mut y = Scripted::new(&trap_b, &[0]);
+        (x.shift, y.shift) = (shift, 2.0 * shift);
+        EnsembleScorer::new(vec![x, y]).unwrap()
+    };
+    let b_eos = 0.5 * (0.4f64 * 0.7).ln() + 0.5 * (0.9f64 * 0.8).ln();
+    let a_a = 0.5 * (0.5f64 * 0.2).ln() + 0.5 * (0.4f64 * 0.5).ln();
+    let g = beam_search(&mut pair(0.0), &[3], &cfg(1, 0.6, 1), usize::MAX).unwrap();
+    assert_hyp(&g[0][0], &[B], b_eos, b_eos / lp(2, 0.6));
+    let b2 = beam_search(&mut pair(0.3), &[3], &cfg(2, 0.6, 2), usize::MAX).unwrap();
+    assert_eq!(b2[0].len(), 2);
+    assert_hyp(&b2[0][0], &[B], b_eos, b_eos / lp(2, 0.6));
+    assert_hyp(&b2[0][1], &[A, A], a_a, a_a / lp(3, 0.6));
+    // Members of different vocabulary sizes, or none, are refused.
+    assert!(EnsembleScorer::<Scripted>::new(Vec::new()).is_err());
 }

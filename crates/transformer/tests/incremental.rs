@@ -58,6 +58,11 @@ fn tree_model(seed: u64, source_pointer: bool, next_closer: bool, next_closer_de
 
 /// [`tree_model`] of any configuration.
 fn tree_model_of(seed: u64, cfg: ModelConfig) -> Transformer {
+    tree_model_with(seed, cfg, transformer::model::pointer::TokenClass::Tag)
+}
+
+/// [`tree_model_of`] with ids 7–12 of class `tag` (`Leaf`: the `tags` tree format, no words).
+fn tree_model_with(seed: u64, cfg: ModelConfig, tag: transformer::model::pointer::TokenClass) -> Transformer {
     use transformer::model::pointer::{PointerTable, TokenClass};
     let mut m = Transformer::new(cfg, seed).unwrap();
     let mut rng = Rng::new(seed ^ 0x5eed);
@@ -70,7 +75,7 @@ fn tree_model_of(seed: u64, cfg: ModelConfig) -> Transformer {
             5 => TokenClass::Open { closer: 5 },
             6 => TokenClass::Close,
             0..=6 if id != transformer::UNK => TokenClass::Structure,
-            7..=12 => TokenClass::Tag,
+            7..=12 => tag,
             13..=24 => TokenClass::Piece { starts_word: true },
             _ => TokenClass::Piece { starts_word: false },
         })
@@ -102,15 +107,29 @@ fn random_ids(rng: &mut Rng, n: usize, vocab: usize) -> Vec<u32> {
 
 #[test]
 fn incremental_matches_teacher_forcing() {
-    for (positions, pointer, closer, depth) in [
-        (Positions::Sinusoidal, false, false, true),
-        (Positions::Learned, false, false, true),
-        (Positions::Sinusoidal, true, false, true),
-        (Positions::Sinusoidal, false, true, true),
-        (Positions::Sinusoidal, true, true, true),
-        (Positions::Sinusoidal, true, true, false),
+    use transformer::model::pointer::TokenClass;
+    for (positions, pointer, closer, depth, tag) in [
+        (Positions::Sinusoidal, false, false, true, TokenClass::Tag),
+        (Positions::Learned, false, false, true, TokenClass::Tag),
+        (Positions::Sinusoidal, true, false, true, TokenClass::Tag),
+        (Positions::Sinusoidal, false, true, true, TokenClass::Tag),
+        (Positions::Sinusoidal, true, true, true, TokenClass::Tag),
+        (Positions::Sinusoidal, true, true, false, TokenClass::Tag),
+        // The `tags` tree format: each tag a whole leaf, the pointer a word a tag.
+        (Positions::Sinusoidal, true, false, true, TokenClass::Leaf),
+        (Positions::Sinusoidal, true, true, true, TokenClass::Leaf),
     ] {
-        let m = if pointer || closer { tree_model(11, pointer, closer, depth) } else { model(positions, 11) };
+        let m = if pointer || closer {
+            let cfg = ModelConfig {
+                source_pointer: pointer,
+                next_closer: closer,
+                next_closer_depth: depth,
+                ..config(positions)
+            };
+            tree_model_with(11, cfg, tag)
+        } else {
+            model(positions, 11)
+        };
         let v = m.config.vocab_size;
         let mut rng = Rng::new(3);
         let srcs: Vec<Vec<u32>> = [5, 1, 9, 3].iter().map(|&n| random_ids(&mut rng, n, v)).collect();
@@ -134,7 +153,7 @@ fn incremental_matches_teacher_forcing() {
                     let want = log_softmax(&full[(i * batch.t + t) * v..][..v]);
                     let got = log_softmax(&logits[i * v..(i + 1) * v]);
                     assert_close(
-                        &format!("{positions:?} pointer {pointer} closer {closer} depth {depth} sentence {i} step {t}"),
+                        &format!("{positions:?} pointer {pointer} closer {closer} depth {depth} {tag:?} sentence {i} step {t}"),
                         &got,
                         &want,
                         2e-5,

@@ -4,7 +4,7 @@
 //! handling of long and empty lines.
 
 use std::path::{Path, PathBuf};
-use transformer::data::trees::{self, delinearise, is_well_formed, ptb_tokenize, FileRange};
+use transformer::data::trees::{self, delinearise, is_well_formed, ptb_tokenize, FileRange, TreeFormat};
 use transformer::decode::beam::{beam_search_constrained, BeamConfig, Constraint, Scorer, StepScores};
 use transformer::decode::translator::{ParseOptions, SessionOptions, Translator};
 use transformer::decode::tree_constraint::TreeConstraint;
@@ -62,12 +62,12 @@ fn parsing_pairs_and_vocabulary_keep_tree_tokens_whole() {
     assert!(whole.iter().all(|(id, _)| *id >= 400), "{whole:?}");
     assert_eq!(bpe.vocab_size(), 400 + whole.len());
     for (s, t) in &pairs {
-        let ids = Task::Parsing.encode_target(&bpe, t).unwrap();
+        let ids = Task::Parsing.encode_target(TreeFormat::TagsWords, &bpe, t).unwrap();
         let tokens: Vec<String> = t.split_whitespace().map(str::to_string).collect();
         let structure = trees::items(&tokens).iter().filter(|i| !matches!(i, trees::Item::Word(_))).count();
         assert_eq!(ids.iter().filter(|&&id| id >= 400).count(), structure, "one id per bracket and tag");
         assert!(!ids.contains(&transformer::UNK));
-        assert_eq!(&Task::Parsing.decode_target(&bpe, &ids).unwrap(), t);
+        assert_eq!(&Task::Parsing.decode_target(TreeFormat::TagsWords, &bpe, &ids).unwrap(), t);
         // The source is BPE over the words, untouched by the tree tokens, after a leading space:
         // every word, the first included, has exactly the pieces it has inside the tree, which is
         // what the next-word pointer copies.
@@ -78,7 +78,7 @@ fn parsing_pairs_and_vocabulary_keep_tree_tokens_whole() {
         assert_eq!(src, pieces_in_tree, "{s}");
     }
     // A tag or bracket never seen in training is UNK.
-    let ids = Task::Parsing.encode_target(&bpe, "(NP NEWTAG word )NP").unwrap();
+    let ids = Task::Parsing.encode_target(TreeFormat::TagsWords, &bpe, "(NP NEWTAG word )NP").unwrap();
     assert_eq!(ids[1], transformer::UNK);
 }
 
@@ -135,7 +135,8 @@ fn constrained_search_always_gives_a_tree_over_exactly_the_words() {
             .map(|s| s.split(' ').collect())
             .collect();
     let pieces = |s: &[&str]| s.iter().map(|w| bpe.encode(&format!(" {w}")).unwrap()).collect::<Vec<_>>();
-    let constraint = TreeConstraint::new(&bpe, sentences.iter().map(|s| pieces(s)).collect()).unwrap();
+    let constraint =
+        TreeConstraint::new(&bpe, sentences.iter().map(|s| pieces(s)).collect(), TreeFormat::TagsWords).unwrap();
     for seed in 0..6 {
         let mut scorer =
             Noise { v: bpe.vocab_size(), rows: 0, rng: Rng::new(seed), scores: Vec::new(), norms: Vec::new() };
@@ -143,7 +144,7 @@ fn constrained_search_always_gives_a_tree_over_exactly_the_words() {
         let src: Vec<usize> = sentences.iter().map(|s| s.len()).collect();
         let hyps = beam_search_constrained(&mut scorer, &src, &cfg, 10_000, Some(&constraint)).unwrap();
         for (words, h) in sentences.iter().zip(hyps) {
-            let text = Task::Parsing.decode_target(&bpe, &h[0].tokens).unwrap();
+            let text = Task::Parsing.decode_target(TreeFormat::TagsWords, &bpe, &h[0].tokens).unwrap();
             let tokens: Vec<String> = text.split_whitespace().map(str::to_string).collect();
             assert!(is_well_formed(&tokens, words), "seed {seed}, {words:?}: {text}");
         }
@@ -173,7 +174,79 @@ fn constrained_search_always_gives_a_tree_over_exactly_the_words() {
     constraint.allowed(0, &[], 2, &mut out);
     assert!(!out.contains(&id("(NP")) && out.contains(&id("TAG=NN")));
     let plain = transformer::data::bpe::Bpe::learn(["a b c"].iter(), 300, 1).unwrap();
-    assert!(TreeConstraint::new(&plain, vec![vec![vec![5]]]).is_err());
+    assert!(TreeConstraint::new(&plain, vec![vec![vec![5]]], TreeFormat::TagsWords).is_err());
+}
+
+#[test]
+fn constrained_search_in_the_tags_format_gives_a_leaf_a_word() {
+    let pairs = Task::Parsing.read_pairs(&treebank(), Path::new(""), Some("own_0001..own_0010")).unwrap();
+    let bpe = Task::Parsing.learn_vocabulary(&pairs, 400).unwrap();
+    let sentences: Vec<Vec<&str>> =
+        ["board", "the board", "Mara Alder , 61", "a b c d e f g h", "unknownish words here ."]
+            .iter()
+            .map(|s| s.split(' ').collect())
+            .collect();
+    let pieces = |s: &[&str]| s.iter().map(|w| bpe.encode(&format!(" {w}")).unwrap()).collect::<Vec<_>>();
+    let constraint =
+        TreeConstraint::new(&bpe, sentences.iter().map(|s| pieces(s)).collect(), TreeFormat::Tags).unwrap();
+    for seed in 0..6 {
+        let mut scorer =
+            Noise { v: bpe.vocab_size(), rows: 0, rng: Rng::new(seed), scores: Vec::new(), norms: Vec::new() };
+        let cfg = BeamConfig { beam: 1 + seed as usize % 4, max_len_b: 600, ..BeamConfig::parsing() };
+        let src: Vec<usize> = sentences.iter().map(|s| s.len()).collect();
+        let hyps = beam_search_constrained(&mut scorer, &src, &cfg, 10_000, Some(&constraint)).unwrap();
+        for (words, h) in sentences.iter().zip(hyps) {
+            // No piece is ever allowed: the output is brackets and tags, one tag a word.
+            assert!(h[0].tokens.iter().all(|&t| t >= 400 || t == EOS), "seed {seed}: {:?}", h[0].tokens);
+            let text = Task::Parsing.decode_target(TreeFormat::Tags, &bpe, &h[0].tokens).unwrap();
+            let tokens: Vec<String> = text.split_whitespace().map(str::to_string).collect();
+            let full = trees::with_words(&tokens, words);
+            assert!(is_well_formed(&full, words), "seed {seed}, {words:?}: {text}");
+        }
+    }
+    // After a tag the leaf is done: inside (NP, its closer or another leaf or bracket; after the
+    // last word only the closer, then EOS.
+    let id = |t: &str| bpe.id_of(t).unwrap();
+    let mut out = Vec::new();
+    constraint.allowed(1, &[id("(NP"), id("TAG=DT")], 100, &mut out);
+    assert!(out.contains(&id(")NP")) && out.contains(&id("TAG=NN")) && out.contains(&id("(NP")));
+    assert!(out.iter().all(|&t| t >= 400), "{out:?}");
+    out.clear();
+    constraint.allowed(1, &[id("(NP"), id("TAG=DT"), id("TAG=NN")], 100, &mut out);
+    assert_eq!(out, vec![id(")NP")]);
+    out.clear();
+    constraint.allowed(1, &[id("(NP"), id("TAG=DT"), id("TAG=NN"), id(")NP")], 100, &mut out);
+    assert_eq!(out, vec![EOS]);
+}
+
+#[test]
+fn the_tags_format_round_trips_every_training_tree() {
+    // tensor2tensor's target: brackets and tags, no words; the words come back from the sentence.
+    let pairs = Task::Parsing.read_pairs(&treebank(), Path::new(""), None).unwrap();
+    assert!(pairs.len() > 500, "{}", pairs.len());
+    let bpe = Task::Parsing.learn_vocabulary(&pairs, 400).unwrap();
+    let mut fewer = (0, 0);
+    for (s, t) in &pairs {
+        let words: Vec<&str> = s.split_whitespace().collect();
+        let ids = Task::Parsing.encode_target(TreeFormat::Tags, &bpe, t).unwrap();
+        assert!(ids.iter().all(|&id| id >= 400), "no word pieces in the tags format: {t}");
+        let text = Task::Parsing.decode_target(TreeFormat::Tags, &bpe, &ids).unwrap();
+        let tokens: Vec<String> = text.split_whitespace().map(str::to_string).collect();
+        assert_eq!(tokens.len() + words.len(), t.split_whitespace().count(), "{t}");
+        let back = trees::with_words(&tokens, &words);
+        assert_eq!(back.join(" "), *t);
+        assert!(is_well_formed(&back, &words));
+        let gold = delinearise(&t.split_whitespace().map(str::to_string).collect::<Vec<_>>(), &words);
+        assert_eq!(delinearise(&back, &words), gold);
+        fewer.0 += ids.len();
+        fewer.1 += Task::Parsing.encode_target(TreeFormat::TagsWords, &bpe, t).unwrap().len();
+    }
+    assert!(fewer.0 < fewer.1, "{fewer:?}");
+    // Too many tags for the words: the output is not well-formed, and the tree keeps the words.
+    let tokens: Vec<String> = ["(NP", "NN", "NN", ")NP"].iter().map(|s| s.to_string()).collect();
+    let back = trees::with_words(&tokens, &["board"]);
+    assert!(!is_well_formed(&back, &["board"]));
+    assert_eq!(delinearise(&back, &["board"]).words(), vec!["board"]);
 }
 
 #[test]

@@ -5,7 +5,7 @@
 //! different sentences, so this fails when the source path dies (docs/parsing.md).
 
 use std::path::Path;
-use transformer::data::trees::delinearise;
+use transformer::data::trees::{delinearise, TreeFormat};
 use transformer::decode::translator::{ParseOptions, SessionOptions, Translator};
 use transformer::eval::perplexity::score_and_reading;
 use transformer::model::pointer::PointerTable;
@@ -14,17 +14,24 @@ use transformer::{Batch, ModelConfig, Positions, Task, Transformer, Workspace};
 
 #[test]
 fn twenty_short_trees_are_reproduced_from_their_own_sentences() {
-    reproduces_twenty_short_trees(&transformer::test_support::treebank(), "own_0001..own_0030");
+    reproduces_twenty_short_trees(&transformer::test_support::treebank(), "own_0001..own_0030", TreeFormat::TagsWords);
+}
+
+/// The same with the paper's target (tags, no words): the pointer alone tells the decoder which
+/// word each leaf is at.
+#[test]
+fn twenty_short_trees_are_reproduced_from_their_own_sentences_in_the_tags_format() {
+    reproduces_twenty_short_trees(&transformer::test_support::treebank(), "own_0001..own_0030", TreeFormat::Tags);
 }
 
 /// Extra check: the same on the Penn Treebank sample's first 30 files (../shared/data/ptb-sample).
 #[test]
 fn shared_twenty_short_penn_treebank_trees_are_reproduced_from_their_own_sentences() {
     let Some(sample) = transformer::test_support::shared("data/ptb-sample") else { return };
-    reproduces_twenty_short_trees(&sample, "wsj_0001..wsj_0030");
+    reproduces_twenty_short_trees(&sample, "wsj_0001..wsj_0030", TreeFormat::TagsWords);
 }
 
-fn reproduces_twenty_short_trees(treebank: &Path, files: &str) {
+fn reproduces_twenty_short_trees(treebank: &Path, files: &str, format: TreeFormat) {
     let mut pairs = Task::Parsing.read_pairs(treebank, Path::new(""), Some(files)).unwrap();
     // The 20 shortest distinct sentences of 6 words or more.
     pairs.retain(|(s, _)| s.split_whitespace().count() >= 6);
@@ -35,7 +42,9 @@ fn reproduces_twenty_short_trees(treebank: &Path, files: &str) {
     let bpe = Task::Parsing.learn_vocabulary(&pairs, 300).unwrap();
     let ids: Vec<(Vec<u32>, Vec<u32>)> = pairs
         .iter()
-        .map(|(s, t)| (Task::Parsing.encode_source(&bpe, s).unwrap(), Task::Parsing.encode_target(&bpe, t).unwrap()))
+        .map(|(s, t)| {
+            (Task::Parsing.encode_source(&bpe, s).unwrap(), Task::Parsing.encode_target(format, &bpe, t).unwrap())
+        })
         .collect();
     let cfg = ModelConfig {
         n_layers: 2,
@@ -57,7 +66,8 @@ fn reproduces_twenty_short_trees(treebank: &Path, files: &str) {
         next_closer_dropout: 0.0,
         ..transformer::ModelConfig::base()
     };
-    let model = Transformer::new(cfg.clone(), 1).unwrap().with_pointer_table(PointerTable::from_bpe(&bpe)).unwrap();
+    let model =
+        Transformer::new(cfg.clone(), 1).unwrap().with_pointer_table(PointerTable::from_bpe(&bpe, format)).unwrap();
     let mut trainer = Trainer::new(model, Schedule { d_model: 64, warmup: 100, lr_scale: 0.5 }, 1);
     let batch = Batch::from_pairs(&ids);
     for _ in 0..STEPS {
@@ -69,7 +79,9 @@ fn reproduces_twenty_short_trees(treebank: &Path, files: &str) {
     let gap = reading.gap.unwrap();
     eprintln!("shifted-sentence gap {gap:.3} nats/token, encoder spread {:.3}", reading.spread);
 
-    let parser = Translator::new(model, bpe, SessionOptions { task: Task::Parsing, ..Default::default() }).unwrap();
+    let parser =
+        Translator::new(model, bpe, SessionOptions { task: Task::Parsing, tree_format: format, ..Default::default() })
+            .unwrap();
     let sentences: Vec<String> = pairs.iter().map(|(s, _)| s.clone()).collect();
     let mut opts = ParseOptions::default();
     opts.decode.search = transformer::decode::BeamConfig::greedy();
@@ -84,7 +96,7 @@ fn reproduces_twenty_short_trees(treebank: &Path, files: &str) {
             eprintln!("not reproduced: {s}\n  want {}\n  got  {}", gold.to_bracketed(), p.tree.to_bracketed());
         }
     }
-    eprintln!("{exact}/20 trees reproduced exactly (unconstrained, greedy) after {STEPS} updates");
+    eprintln!("{}: {exact}/20 trees reproduced exactly (unconstrained, greedy) after {STEPS} updates", format.name());
     assert!(gap >= 1.0, "the decoder hardly reads its source: gap {gap:.3} nats/token");
     assert!(exact >= 19, "only {exact}/20 trees reproduced from their own sentences");
 }

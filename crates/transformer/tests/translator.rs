@@ -141,3 +141,56 @@ fn outputs_stopped_by_the_models_positions_are_reported() {
     assert!(!b.stopped_by_positions(14, 255, 256), "source + 50 = 64 is the limit that applies");
     assert!(!b.stopped_by_positions(200, 255, 256 + 200));
 }
+
+/// Saves a random model of `translator`'s shape (seed `seed`) trained "with" `bpe` as a checkpoint.
+fn save_model(dir: &std::path::Path, name: &str, bpe: &Bpe, seed: u64) -> std::path::PathBuf {
+    let model = Transformer::new(translator(Precision::F32).model().config.clone(), seed).unwrap();
+    let path = dir.join(name);
+    let ckpt = transformer::checkpoint::Checkpoint {
+        config: model.config.clone(),
+        step: 1,
+        vocab_hash: bpe.hash().to_string(),
+        params: model.params.clone(),
+        adam: None,
+        extra: Default::default(),
+    };
+    transformer::checkpoint::save(&path, &ckpt).unwrap();
+    path
+}
+
+#[test]
+fn ensembles_of_one_and_of_two_copies_decode_as_the_model() {
+    let dir = std::env::temp_dir().join(format!("transformer-ensemble-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bpe = Bpe::learn(lines().iter(), 400, 2).unwrap();
+    let bpe_path = dir.join("bpe.json");
+    bpe.save(&bpe_path).unwrap();
+    let a = save_model(&dir, "a.safetensors", &bpe, 7);
+    let b = save_model(&dir, "b.safetensors", &bpe, 8);
+    let input: Vec<String> = lines().into_iter().take(12).collect();
+    let opts = SessionOptions::default();
+    let alone = run(&Translator::load(&a, &bpe_path, opts).unwrap(), &input);
+    let one = Translator::load_ensemble(std::slice::from_ref(&a), &bpe_path, opts).unwrap();
+    assert_eq!(one.ensemble_size(), 1);
+    assert_eq!(run(&one, &input), alone);
+    // Two copies: each step averages two equal log-probabilities, so the same beam, and the same
+    // log P up to f32 rounding.
+    let two = Translator::load_ensemble(&[a.clone(), a.clone()], &bpe_path, opts).unwrap();
+    assert_eq!(two.ensemble_size(), 2);
+    let copies = run(&two, &input);
+    for (x, y) in copies.iter().flatten().zip(alone.iter().flatten()) {
+        assert_eq!(x.0, y.0);
+        assert!((x.1 - y.1).abs() < 1e-4 && (x.2 - y.2).abs() < 1e-4, "{x:?} vs {y:?}");
+    }
+    assert_eq!(copies.iter().flatten().count(), alone.iter().flatten().count());
+    // Two different models: some sentence differs from what A alone gives (random models disagree).
+    let mixed = run(&Translator::load_ensemble(&[a.clone(), b.clone()], &bpe_path, opts).unwrap(), &input);
+    assert_ne!(mixed, alone);
+    // A model of another vocabulary is refused, naming both files.
+    let other = Bpe::learn(lines().iter().skip(100), 400, 2).unwrap();
+    assert_ne!(other.hash(), bpe.hash());
+    let c = save_model(&dir, "c.safetensors", &other, 9);
+    let err = Translator::load_ensemble(&[a.clone(), c.clone()], &bpe_path, opts).err().unwrap().to_string();
+    assert!(err.contains("a.safetensors") && err.contains("c.safetensors") && err.contains("vocabular"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

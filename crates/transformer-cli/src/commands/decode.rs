@@ -152,10 +152,11 @@ pub fn evaluate(
     let totals = translator.perplexity(&srcs, &refs[0], &mut warn)?;
     match totals.nll_per_token() {
         Some(nll) => println!(
-            "perplexity = {:.2} (per target token, EOS included, teacher-forced on {}: {} tokens, mean NLL {nll:.4})",
+            "perplexity = {:.2} (per target token, EOS included, teacher-forced on {}: {} tokens, mean NLL {nll:.4}{})",
             nll.exp(),
             ref_paths[0].display(),
-            totals.tokens
+            totals.tokens,
+            first_of(&translator)
         ),
         None => println!("perplexity: no target token could be scored ({} is empty)", src_path.display()),
     }
@@ -181,6 +182,9 @@ pub fn attention(
 ) -> Result<()> {
     use crate::usage;
     use transformer::eval::{attention as attn, heatmap};
+    if model.checkpoint.len() > 1 {
+        usage!("attention shows one model's attention: give one --checkpoint, not {}", model.checkpoint.len());
+    }
     let translator = model.load()?;
     let c = &translator.model().config;
     if let Some(l) = layer.filter(|&l| l > c.n_layers) {
@@ -224,4 +228,12 @@ pub fn attention(
     }
     println!("{written} heatmaps written to {}", out.display());
     Ok(())
+}
+
+/// What a perplexity line adds for an ensemble: perplexity is the first model's alone.
+pub(crate) fn first_of(translator: &Translator) -> String {
+    match translator.ensemble_size() {
+        1 => String::new(),
+        n => format!("; the first of the ensemble's {n} models alone"),
+    }
 }

@@ -19,8 +19,11 @@ pub fn parse(args: &ParseArgs) -> Result<()> {
     let ParseArgs { checkpoint, bpe, input, tokenize, precision, search, parsing, speed } = args;
     let (input, tokenize, precision, parsing, speed) = (input.as_deref(), *tokenize, *precision, *parsing, *speed);
     let opts = parse_options(search.options(1, Task::Parsing)?, parsing);
-    let translator =
-        Translator::load(checkpoint, bpe, SessionOptions { precision, task: Task::Parsing, ..Default::default() })?;
+    let translator = Translator::load_ensemble(
+        checkpoint,
+        bpe,
+        SessionOptions { precision, task: Task::Parsing, ..Default::default() },
+    )?;
     let mut lines = Vec::new();
     for_each_input_line(input, |l| {
         lines.push(if tokenize { trees::ptb_tokenize(l).join(" ") } else { l.to_string() });
@@ -131,10 +134,11 @@ pub fn evaluate(
     let totals = translator.perplexity(&sentences, &targets, &mut warn)?;
     if let Some(nll) = totals.nll_per_token() {
         println!(
-            "perplexity = {:.2} (per tree token, EOS included, teacher-forced on {}: {} tokens)",
+            "perplexity = {:.2} (per tree token, EOS included, teacher-forced on {}: {} tokens{})",
             nll.exp(),
             gold_path.display(),
-            totals.tokens
+            totals.tokens,
+            super::decode::first_of(&translator)
         );
     }
     eprintln!(

@@ -153,7 +153,7 @@ pub fn average(last: Option<usize>, dir: Option<&Path>, inputs: Vec<PathBuf>, ou
 }
 
 pub fn prepare(args: &PrepareArgs) -> Result<()> {
-    let PrepareArgs { src, tgt, task, files, bpe, out, max_tokens, max_ratio } = args;
+    let PrepareArgs { src, tgt, task, files, tree_format, bpe, out, max_tokens, max_ratio } = args;
     let (tgt, files, task, max_tokens, max_ratio) =
         (tgt.as_deref(), files.as_deref(), *task, *max_tokens as usize, *max_ratio);
     let filter = transformer::data::parallel::FilterConfig { max_tokens, max_ratio };
@@ -175,7 +175,14 @@ pub fn prepare(args: &PrepareArgs) -> Result<()> {
         }
         (transformer::Task::Parsing, None) => {
             let pairs = task.read_pairs(src, Path::new(""), files)?;
-            transformer::data::binarized::prepare_pairs(pairs, task.target_encoding(), &model, &filter, out, log)?
+            transformer::data::binarized::prepare_pairs(
+                pairs,
+                task.target_encoding(*tree_format),
+                &model,
+                &filter,
+                out,
+                log,
+            )?
         }
     };
     spinner.finish();

@@ -8,9 +8,11 @@ use transformer::Precision;
 /// `transformer serve`: where to listen, which model, and the limits that keep the server bounded.
 #[derive(Args, Debug, Clone)]
 pub struct ServeArgs {
-    /// The checkpoint of a translation model (from `train` or `average`).
-    #[arg(long)]
-    pub checkpoint: PathBuf,
+    /// The checkpoint of a translation model (from `train` or `average`). Repeat it for an
+    /// ensemble (the models must share the vocabulary): their log-probabilities are averaged at
+    /// every step.
+    #[arg(long, required = true)]
+    pub checkpoint: Vec<PathBuf>,
     /// The BPE model the checkpoint was trained with, or the tokenizer file of an imported model
     /// (`transformer import marian`; alias --tokenizer).
     #[arg(long, visible_alias = "tokenizer")]

@@ -436,7 +436,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
     let server = runtime.spawn(serving);
     eprintln!("listening on http://{addr} (loading the model)");
     let options = SessionOptions { precision: args.precision, task: Task::Translation, ..Default::default() };
-    let translator = match Translator::load(&args.checkpoint, &args.bpe, options) {
+    let translator = match Translator::load_ensemble(&args.checkpoint, &args.bpe, options) {
         Ok(t) => Arc::new(t),
         Err(e) => {
             stop.notify_one();

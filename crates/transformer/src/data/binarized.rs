@@ -166,11 +166,14 @@ fn write_prepared(
     }
     let (src_bin, src_idx) = ws.finish()?;
     let (tgt_bin, tgt_idx) = wt.finish()?;
-    let meta = serde_json::json!({
+    let mut meta = serde_json::json!({
         "format": "transformer-binarized", "format_version": FORMAT_VERSION, "vocab_hash": bpe.hash(),
         "pairs": report.kept, "read": report.read, "empty": report.empty, "too_long": report.too_long, "bad_ratio": report.bad_ratio,
         "sha256": {"src.bin": src_bin, "src.idx": src_idx, "tgt.bin": tgt_bin, "tgt.idx": tgt_idx},
     });
+    if let TargetEncoding::Tree(format) = target {
+        meta["tree_format"] = format.name().into();
+    }
     write_atomically(&out.join("meta.json"), meta.to_string().as_bytes())?;
     Ok(report)
 }
@@ -184,6 +187,9 @@ pub struct Binarized {
     len: usize,
     /// The vocabulary hash it was prepared with.
     pub vocab_hash: String,
+    /// For trees, the format their targets were written in (`tags+words` for directories that
+    /// predate the field); `None` for translation.
+    pub tree_format: Option<crate::data::trees::TreeFormat>,
 }
 
 fn map(path: &Path) -> Result<memmap2::Mmap> {
@@ -229,7 +235,13 @@ impl Binarized {
         }
         let Ok([src, src_idx, tgt, tgt_idx]) = <[memmap2::Mmap; 4]>::try_from(maps) else { unreachable!("four files") };
         let vocab_hash = meta["vocab_hash"].as_str().unwrap_or("").to_string();
-        Ok(Binarized { src, tgt, src_idx, tgt_idx, len, vocab_hash })
+        let tree_format = match meta.get("tree_format") {
+            None => None,
+            Some(v) => Some(v.as_str().and_then(crate::data::trees::TreeFormat::from_name).ok_or_else(|| {
+                bad("meta.json", format!("unknown tree_format {v}: this program writes \"tags+words\" or \"tags\""))
+            })?),
+        };
+        Ok(Binarized { src, tgt, src_idx, tgt_idx, len, vocab_hash, tree_format })
     }
 
     /// Checks an offsets file against the pair count and its token file's (name, length in bytes).

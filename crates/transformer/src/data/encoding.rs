@@ -3,7 +3,7 @@
 //! pieces, as inside a sentence (docs/parsing.md).
 
 use crate::data::bpe::Bpe;
-use crate::data::trees::{items, Item};
+use crate::data::trees::{items, Item, TreeFormat};
 use crate::error::Result;
 
 /// How target text becomes ids.
@@ -11,10 +11,12 @@ use crate::error::Result;
 pub enum TargetEncoding {
     /// BPE, as the source (translation).
     Bpe,
-    /// A linearised tree ([`crate::data::trees::items`]): each bracket and tag one whole entry of
-    /// the vocabulary (tags as `TAG=` + tag, a spelling no BPE piece can have), an unknown one as
-    /// UNK, and each word as the BPE pieces of the word after a space, as inside a sentence.
-    Tree,
+    /// A linearised tree ([`crate::data::trees::items`]; its text always holds the words): each
+    /// bracket and tag one whole entry of the vocabulary (tags as `TAG=` + tag, a spelling no BPE
+    /// piece can have), an unknown one as UNK; with [`TreeFormat::TagsWords`] each word follows
+    /// its tag as the BPE pieces of the word after a space, as inside a sentence, and with
+    /// [`TreeFormat::Tags`] the words are left out.
+    Tree(TreeFormat),
 }
 
 /// The vocabulary entry of a POS tag in a parsing vocabulary: `TAG=` + the tag. It mixes letters
@@ -36,7 +38,7 @@ impl TargetEncoding {
     pub fn encode_source(self, bpe: &Bpe, text: &str) -> Result<Vec<u32>> {
         match self {
             TargetEncoding::Bpe => bpe.encode(text),
-            TargetEncoding::Tree => {
+            TargetEncoding::Tree(_) => {
                 let words: Vec<&str> = text.split_whitespace().collect();
                 if words.is_empty() {
                     return Ok(Vec::new());
@@ -50,14 +52,15 @@ impl TargetEncoding {
     pub fn encode(self, bpe: &Bpe, text: &str) -> Result<Vec<u32>> {
         match self {
             TargetEncoding::Bpe => bpe.encode(text),
-            TargetEncoding::Tree => {
+            TargetEncoding::Tree(format) => {
                 let tokens: Vec<String> = text.split_whitespace().map(str::to_string).collect();
                 let mut ids = Vec::with_capacity(tokens.len() * 2);
                 for (item, token) in items(&tokens).into_iter().zip(&tokens) {
                     match item {
                         Item::Open(_) | Item::Close(_) => ids.push(bpe.id_of(token).unwrap_or(crate::UNK)),
                         Item::Tag(t) => ids.push(bpe.id_of(&tag_entry(t)).unwrap_or(crate::UNK)),
-                        Item::Word(w) => ids.extend(bpe.encode(&format!(" {w}"))?),
+                        Item::Word(w) if format.words_in_target() => ids.extend(bpe.encode(&format!(" {w}"))?),
+                        Item::Word(_) => {}
                     }
                 }
                 Ok(ids)
@@ -74,7 +77,7 @@ impl TargetEncoding {
     pub fn learn_vocabulary(self, pairs: &[(String, String)], vocab_size: usize) -> Result<Bpe> {
         match self {
             TargetEncoding::Bpe => Bpe::learn(pairs.iter().flat_map(|(s, t)| [s, t]), vocab_size, 2),
-            TargetEncoding::Tree => {
+            TargetEncoding::Tree(_) => {
                 // Sentences as they are encoded (`encode_source`): every word after a space.
                 let bpe = Bpe::learn(pairs.iter().map(|(s, _)| format!(" {}", s.trim_start())), vocab_size, 2)?;
                 let mut entries: Vec<String> = Vec::new();
@@ -96,20 +99,22 @@ impl TargetEncoding {
     }
 
     /// The text of output ids. `Tree`: the linearised tree, tokens joined by spaces: brackets and
-    /// tags as written, and each run of BPE pieces between them as the word(s) it decodes to; BOS,
-    /// EOS and PAD are dropped.
+    /// tags as written, and each run of BPE pieces between them as the word(s) it decodes to (with
+    /// [`TreeFormat::Tags`], whose outputs hold no words, pieces a model wrote anyway are dropped:
+    /// the words come from the sentence, [`crate::data::trees::with_words`]); BOS, EOS and PAD are
+    /// dropped.
     pub fn decode(self, bpe: &Bpe, ids: &[u32]) -> Result<String> {
         match self {
             TargetEncoding::Bpe => bpe.decode(ids),
-            TargetEncoding::Tree => {
+            TargetEncoding::Tree(format) => {
                 let whole: std::collections::HashMap<u32, String> = bpe.whole_tokens().into_iter().collect();
                 let mut out: Vec<String> = Vec::new();
                 let mut run: Vec<u32> = Vec::new();
                 let flush = |run: &mut Vec<u32>, out: &mut Vec<String>| -> Result<()> {
-                    if !run.is_empty() {
+                    if !run.is_empty() && format.words_in_target() {
                         out.extend(bpe.decode(run)?.split_whitespace().map(str::to_string));
-                        run.clear();
                     }
+                    run.clear();
                     Ok(())
                 };
                 for &id in ids {

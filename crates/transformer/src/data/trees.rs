@@ -12,14 +12,74 @@
 //!
 //! Linearisation ([`Tree::linearise`]): an opening token `(X` per constituent, each leaf as its POS
 //! tag followed by its word, and a labelled closing token `)X`; `TOP` is implicit:
-//! `(S (NP NNP Pierre NNP Vinken )NP (VP VBD joined )VP . . )S`. Vinyals et al. replaced every
-//! leaf by `XX`; the tags give EVALB the tags it deletes punctuation by, and the copied words let
-//! the decoder find its place in the sentence by content (a model that emits tags alone must count
-//! words, and did not learn to in a 30-minute run: docs/parsing.md). [`delinearise`] turns any
-//! token sequence, however malformed, back into a tree over exactly the given words.
+//! `(S (NP NNP Pierre NNP Vinken )NP (VP VBD joined )VP . . )S`. This text form, words included,
+//! is what files and the library pass around. What a model writes is one of two [`TreeFormat`]s:
+//! the same tokens (`tags+words`), or without the words (`tags`, tensor2tensor's `wsj_parsing`
+//! target, which produced the paper's Table 4): [`with_words`] puts a sentence's words back after
+//! the tags. Vinyals et al. replaced every leaf by `XX`; the tags give EVALB the tags it deletes
+//! punctuation by. [`delinearise`] turns any token sequence, however malformed, back into a tree
+//! over exactly the given words.
 
 use crate::error::{Error, Result};
 use std::path::Path;
+
+/// What a parsing model writes for a tree (`data.tree_format`; docs/parsing.md, "The target
+/// format"). Both are linearised as [`Tree::linearise`]; they differ in the leaves.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub enum TreeFormat {
+    /// Each leaf as its tag followed by its word's BPE pieces, copied from the sentence (a named
+    /// departure, `words-in-target`, docs/deviations.md).
+    #[default]
+    #[serde(rename = "tags+words")]
+    TagsWords,
+    /// Each leaf as its tag alone (tensor2tensor's `wsj_parsing`, the paper's): the words come
+    /// from the sentence ([`with_words`]).
+    #[serde(rename = "tags")]
+    Tags,
+}
+
+impl TreeFormat {
+    /// Every format.
+    pub const ALL: [TreeFormat; 2] = [TreeFormat::TagsWords, TreeFormat::Tags];
+
+    /// The name in configurations and checkpoint metadata.
+    pub fn name(self) -> &'static str {
+        match self {
+            TreeFormat::TagsWords => "tags+words",
+            TreeFormat::Tags => "tags",
+        }
+    }
+
+    /// The format named `name`, or `None`.
+    pub fn from_name(name: &str) -> Option<TreeFormat> {
+        TreeFormat::ALL.into_iter().find(|f| f.name() == name)
+    }
+
+    /// Whether the words are written after their tags.
+    pub fn words_in_target(self) -> bool {
+        self == TreeFormat::TagsWords
+    }
+}
+
+/// The linearised tree of a `tags`-format output (brackets and tags, no words) with `words` put
+/// back: each tag followed by the next word, as [`Tree::linearise`] writes a tree. Tags past the
+/// last word are kept without a word (so [`is_well_formed`] rejects the output and [`delinearise`]
+/// drops them); words with no tag are left for [`delinearise`] to attach.
+pub fn with_words(tokens: &[String], words: &[&str]) -> Vec<String> {
+    let mut out = Vec::with_capacity(tokens.len() + words.len());
+    let mut next = 0;
+    for t in tokens {
+        out.push(t.clone());
+        let bracket = (t.starts_with('(') || t.starts_with(')')) && t.len() > 1;
+        if !bracket {
+            if let Some(w) = words.get(next) {
+                out.push(w.to_string());
+            }
+            next += 1;
+        }
+    }
+    out
+}
 
 /// A constituency tree: a constituent with children, or a preterminal (POS tag) over one word.
 ///

@@ -20,7 +20,7 @@
 //!
 //! Ties are broken deterministically: by lower row, then lower token id.
 
-use super::scorer::ModelScorer;
+use super::scorer::{EnsembleScorer, ModelScorer};
 use crate::error::{Error, Result};
 use crate::kernels::cpu::profile::{self, Slot};
 use crate::kernels::cpu::search::{top_k, top_k_among};
@@ -401,13 +401,43 @@ pub fn search_batch(
     state: &mut DecoderState,
     constraint: Option<&dyn Constraint>,
 ) -> Result<(Vec<Vec<Hypothesis>>, usize)> {
+    search_batch_ensemble(model, &[], srcs, cfg, ws, packed, state, constraint)
+}
+
+/// [`search_batch`] over an ensemble: `model` (in the buffers `ws` and `state`) and `others`, each
+/// with its packed decoder (in fresh buffers), their log-probabilities averaged at every step
+/// ([`EnsembleScorer`]). With no others it is [`search_batch`]. All must share the vocabulary.
+#[allow(clippy::too_many_arguments)]
+pub fn search_batch_ensemble(
+    model: &Transformer,
+    others: &[(&Transformer, &Arc<PackedDecoder>)],
+    srcs: &[&[u32]],
+    cfg: &BeamConfig,
+    ws: &mut Workspace,
+    packed: &Arc<PackedDecoder>,
+    state: &mut DecoderState,
+    constraint: Option<&dyn Constraint>,
+) -> Result<(Vec<Vec<Hypothesis>>, usize)> {
     cfg.validate()?;
-    let cap = model.config.max_positions - 1;
+    let cap = others.iter().map(|(m, _)| m.config.max_positions).fold(model.config.max_positions, usize::min) - 1;
     let steps = srcs.iter().map(|s| cfg.max_len(s.len()).min(cap) + 1).max().unwrap_or(0);
-    let mut scorer = ModelScorer::reusing(model, srcs, steps, ws, Arc::clone(packed), std::mem::take(state))?;
     let lens: Vec<usize> = srcs.iter().map(|s| s.len()).collect();
-    let hyps = beam_search_constrained(&mut scorer, &lens, cfg, cap, constraint);
-    let rows = scorer.rows_decoded;
-    *state = scorer.into_state();
+    let mut scorer = ModelScorer::reusing(model, srcs, steps, ws, Arc::clone(packed), std::mem::take(state))?;
+    if others.is_empty() {
+        let hyps = beam_search_constrained(&mut scorer, &lens, cfg, cap, constraint);
+        let rows = scorer.rows_decoded;
+        *state = scorer.into_state();
+        return Ok((hyps?, rows));
+    }
+    let mut members = vec![scorer];
+    for (m, p) in others {
+        let mut ws = Workspace::new();
+        members.push(ModelScorer::reusing(m, srcs, steps, &mut ws, Arc::clone(p), DecoderState::default())?);
+    }
+    let mut ensemble = EnsembleScorer::new(members)?;
+    let hyps = beam_search_constrained(&mut ensemble, &lens, cfg, cap, constraint);
+    let first = ensemble.into_members().swap_remove(0);
+    let rows = first.rows_decoded;
+    *state = first.into_state();
     Ok((hyps?, rows))
 }

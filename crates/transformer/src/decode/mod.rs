@@ -4,6 +4,11 @@
 pub mod beam;
 mod scorer;
 
-pub use beam::{beam_search, search_batch, BeamConfig, Hypothesis, Scorer, SearchOverrides, SearchPreset, StepScores};
+pub use scorer::EnsembleScorer;
+
+pub use beam::{
+    beam_search, search_batch, search_batch_ensemble, BeamConfig, Hypothesis, Scorer, SearchOverrides, SearchPreset,
+    StepScores,
+};
 pub mod translator;
 pub mod tree_constraint;

@@ -67,3 +67,69 @@ impl Scorer for ModelScorer<'_> {
         self.state.reorder(keep);
     }
 }
+
+/// Several models as one [`Scorer`]: an ensemble (`--checkpoint A --checkpoint B …`). At every step
+/// each member scores the same rows and the scores are the average of the members'
+/// log-probabilities (log p = (1/K) Σₖ log pₖ, as Marian's ensembles with equal weights), given with
+/// zero normalisers. Members must share the vocabulary ([`EnsembleScorer::new`] checks its size;
+/// [`super::translator::Translator::load_ensemble`] checks its hash).
+pub struct EnsembleScorer<S> {
+    members: Vec<S>,
+    scores: Vec<f32>,
+    zeros: Vec<f32>,
+}
+
+impl<S: Scorer> EnsembleScorer<S> {
+    /// The ensemble of `members` (at least one, all of one vocabulary size).
+    pub fn new(members: Vec<S>) -> Result<Self> {
+        let Some(first) = members.first() else {
+            return Err(Error::Config("an ensemble needs at least one model".into()));
+        };
+        if let Some(m) = members.iter().find(|m| m.vocab() != first.vocab()) {
+            return Err(Error::Mismatch(format!(
+                "ensemble members have vocabularies of {} and {} entries",
+                first.vocab(),
+                m.vocab()
+            )));
+        }
+        Ok(EnsembleScorer { members, scores: Vec::new(), zeros: Vec::new() })
+    }
+
+    /// The members, to reuse their buffers.
+    pub fn into_members(self) -> Vec<S> {
+        self.members
+    }
+}
+
+impl<S: Scorer> Scorer for EnsembleScorer<S> {
+    fn vocab(&self) -> usize {
+        self.members[0].vocab()
+    }
+
+    fn step(&mut self, tokens: &[u32]) -> Result<StepScores<'_>> {
+        let v = self.vocab();
+        let k = self.members.len() as f32;
+        self.scores.clear();
+        self.scores.resize(tokens.len() * v, 0.0);
+        for m in &mut self.members {
+            let s = m.step(tokens)?;
+            let _t = profile::scope(Slot::Search);
+            self.scores.par_chunks_mut(v).zip(s.scores.par_chunks(v)).zip(s.log_norms.par_iter()).for_each(
+                |((acc, row), &norm)| {
+                    for (a, &x) in acc.iter_mut().zip(row) {
+                        *a += (x - norm) / k;
+                    }
+                },
+            );
+        }
+        self.zeros.clear();
+        self.zeros.resize(tokens.len(), 0.0);
+        Ok(StepScores { scores: &self.scores, log_norms: &self.zeros })
+    }
+
+    fn reorder(&mut self, keep: &[usize]) {
+        for m in &mut self.members {
+            m.reorder(keep);
+        }
+    }
+}

@@ -8,12 +8,12 @@
 //! into chunks that are translated one after the other (with a warning) rather than cut, or
 //! refused, as the [`Task`] says.
 
-use super::beam::{search_batch, BeamConfig, Constraint, Hypothesis, Remapped};
+use super::beam::{search_batch_ensemble, BeamConfig, Constraint, Hypothesis, Remapped};
 use super::tree_constraint::TreeConstraint;
 use crate::data::batching::BatchConfig;
 use crate::data::bpe::Bpe;
 use crate::data::tokenizer::Tokenizer;
-use crate::data::trees::{delinearise, is_well_formed, retag_deleted_punctuation, Tree};
+use crate::data::trees::{delinearise, is_well_formed, retag_deleted_punctuation, with_words, Tree, TreeFormat};
 use crate::error::{Error, Result};
 use crate::eval::attention::{attention_weights, AttentionWeights};
 use crate::eval::perplexity::{self, Totals};
@@ -69,11 +69,18 @@ pub struct SessionOptions {
     pub kernels: DecoderKernels,
     /// What the model does.
     pub task: Task,
+    /// Parsing: how the model writes a tree. [`Translator::load`] takes it from the checkpoint.
+    pub tree_format: TreeFormat,
 }
 
 impl Default for SessionOptions {
     fn default() -> Self {
-        SessionOptions { precision: Precision::F32, kernels: DecoderKernels::Packed, task: Task::Translation }
+        SessionOptions {
+            precision: Precision::F32,
+            kernels: DecoderKernels::Packed,
+            task: Task::Translation,
+            tree_format: TreeFormat::default(),
+        }
     }
 }
 
@@ -194,6 +201,10 @@ pub struct Translator {
     vocab: Tokenizer,
     packed: Arc<PackedDecoder>,
     task: Task,
+    tree_format: TreeFormat,
+    /// The other models of an ensemble ([`Translator::load_ensemble`]), each with its packed
+    /// decoder; empty for one model.
+    others: Vec<(Transformer, Arc<PackedDecoder>)>,
     /// Buffers of finished calls, taken by the next ones (a call with none free makes its own).
     pool: Mutex<Vec<(Workspace, DecoderState)>>,
 }
@@ -219,7 +230,10 @@ impl Translator {
         }
         let mut model = model.with_precision(options.precision)?;
         match vocab.bpe() {
-            Some(bpe) => model = model.with_pointer_table(crate::model::pointer::PointerTable::from_bpe(bpe))?,
+            Some(bpe) => {
+                model =
+                    model.with_pointer_table(crate::model::pointer::PointerTable::from_bpe(bpe, options.tree_format))?
+            }
             None if options.task != Task::Translation => {
                 return Err(Error::Unsupported(format!(
                 "an imported model's tokenizer translates only; {} needs a model trained here with its BPE vocabulary",
@@ -229,12 +243,13 @@ impl Translator {
             None => {}
         }
         let packed = Arc::new(model.pack_decoder_with(options.kernels));
-        Ok(Translator { model, vocab, packed, task: options.task, pool: Mutex::new(Vec::new()) })
+        let (task, tree_format) = (options.task, options.tree_format);
+        Ok(Translator { model, vocab, packed, task, tree_format, others: Vec::new(), pool: Mutex::new(Vec::new()) })
     }
 
     /// Loads a checkpoint and the BPE model it was trained with, checking that they belong
     /// together (by the vocabulary's hash).
-    pub fn load(checkpoint: &Path, bpe: &Path, options: SessionOptions) -> Result<Self> {
+    pub fn load(checkpoint: &Path, bpe: &Path, mut options: SessionOptions) -> Result<Self> {
         let vocab = Tokenizer::load(bpe)?;
         let int8 = crate::checkpoint::is_int8(checkpoint)?;
         if int8 && options.precision != Precision::Int8 {
@@ -270,11 +285,54 @@ impl Translator {
                 if stored == Task::Parsing { ": use `transformer parse`" } else { "" }
             )));
         }
+        options.tree_format = crate::checkpoint::tree_format_of(checkpoint, &ckpt)?;
         let mut model = Transformer::from_params(ckpt.config, ckpt.params)?;
         if let Some(codes) = codes {
             model = model.with_int8_codes(&codes)?;
         }
         Self::new(model, vocab, options)
+    }
+
+    /// An ensemble session (`--checkpoint A --checkpoint B …`): the checkpoints, all trained with the
+    /// vocabulary `bpe` (checked first, naming the two files that differ) and for the same task
+    /// and tree format, decoded together: at every step of one beam search the models'
+    /// log-probabilities are averaged. One checkpoint is [`Translator::load`].
+    pub fn load_ensemble(checkpoints: &[std::path::PathBuf], bpe: &Path, options: SessionOptions) -> Result<Self> {
+        let Some(first) = checkpoints.first() else {
+            return Err(Error::Config("no checkpoint to load".into()));
+        };
+        let hash = crate::checkpoint::read_vocab_hash(first)?;
+        for c in &checkpoints[1..] {
+            let h = crate::checkpoint::read_vocab_hash(c)?;
+            if h != hash {
+                return Err(Error::Mismatch(format!(
+                    "{} and {} were trained with different vocabularies ({hash} and {h}): the models of an \
+                     ensemble must share one",
+                    first.display(),
+                    c.display()
+                )));
+            }
+        }
+        let mut main = Translator::load(first, bpe, options)?;
+        for c in &checkpoints[1..] {
+            let other = Translator::load(c, bpe, options)?;
+            if other.tree_format != main.tree_format {
+                return Err(Error::Mismatch(format!(
+                    "{} writes trees as {:?} but {} as {:?}: the models of an ensemble must write the same",
+                    first.display(),
+                    main.tree_format.name(),
+                    c.display(),
+                    other.tree_format.name()
+                )));
+            }
+            main.others.push((other.model, other.packed));
+        }
+        Ok(main)
+    }
+
+    /// How many models decode together (1 without an ensemble).
+    pub fn ensemble_size(&self) -> usize {
+        1 + self.others.len()
     }
 
     /// Where this session's memory is: the model's parameters, the prepared weights and the
@@ -321,7 +379,7 @@ impl Translator {
     /// Token ids of a target line (no BOS/EOS).
     pub fn encode_target(&self, text: &str) -> Result<Vec<u32>> {
         match &self.vocab {
-            Tokenizer::Bpe(b) => self.task.encode_target(b, text),
+            Tokenizer::Bpe(b) => self.task.encode_target(self.tree_format, b, text),
             Tokenizer::Marian(m) => Ok(m.encode_target(text)),
         }
     }
@@ -329,7 +387,7 @@ impl Translator {
     /// The text of output ids.
     pub fn decode_target(&self, ids: &[u32]) -> Result<String> {
         match &self.vocab {
-            Tokenizer::Bpe(b) => self.task.decode_target(b, ids),
+            Tokenizer::Bpe(b) => self.task.decode_target(self.tree_format, b, ids),
             Tokenizer::Marian(m) => Ok(m.decode_target(ids)),
         }
     }
@@ -337,6 +395,11 @@ impl Translator {
     /// The task.
     pub fn task(&self) -> Task {
         self.task
+    }
+
+    /// Parsing: how the model writes a tree.
+    pub fn tree_format(&self) -> TreeFormat {
+        self.tree_format
     }
 
     /// Translates `srcs` (token ids without BOS/EOS) in buffers of the pool. Returns each sentence's n-best list, best first, in input order.
@@ -398,7 +461,9 @@ impl Translator {
                 let remapped = constraint
                     .map(|inner| Remapped { inner, map: order[start..end].iter().map(|&p| pieces[p].0).collect() });
                 let c = remapped.as_ref().map(|r| r as &dyn Constraint);
-                let (hyps, rows) = search_batch(model, &batch, &opts.search, ws, packed, state, c)?;
+                let others: Vec<(&Transformer, &Arc<PackedDecoder>)> =
+                    self.others.iter().map(|(m, p)| (m, p)).collect();
+                let (hyps, rows) = search_batch_ensemble(model, &others, &batch, &opts.search, ws, packed, state, c)?;
                 stats.rows_decoded += rows;
                 for (&p, h) in order[start..end].iter().zip(hyps) {
                     piece_hyps[p] = h;
@@ -600,7 +665,7 @@ impl Translator {
             }
         }
         let constraint = match options.constrained {
-            true => Some(TreeConstraint::new(self.bpe()?, pieces)?),
+            true => Some(TreeConstraint::new(self.bpe()?, pieces, self.tree_format)?),
             false => None,
         };
         let c = constraint.as_ref().map(|c| c as &dyn Constraint);
@@ -608,8 +673,11 @@ impl Translator {
         for (&i, nbest) in idx.iter().zip(hyps) {
             let h = nbest.into_iter().next().unwrap_or(Hypothesis { tokens: Vec::new(), log_prob: 0.0, score: 0.0 });
             let text = self.decode_target(&h.tokens)?;
-            let tokens: Vec<String> = text.split_whitespace().map(str::to_string).collect();
+            let mut tokens: Vec<String> = text.split_whitespace().map(str::to_string).collect();
             let w: Vec<&str> = sentences[i].split_whitespace().collect();
+            if !self.tree_format.words_in_target() {
+                tokens = with_words(&tokens, &w);
+            }
             let malformed = !is_well_formed(&tokens, &w);
             let mut tree = delinearise(&tokens, &w);
             retag_deleted_punctuation(&mut tree);

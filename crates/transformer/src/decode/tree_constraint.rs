@@ -1,7 +1,8 @@
 //! Constrained decoding for parsing (`--constrained`, a named deviation: docs/deviations.md): the
 //! beam may only grow sequences that can still become a well-formed linearised tree over exactly
 //! the input words (see [`crate::data::trees`]). A tag only while words remain, and after a tag
-//! exactly the BPE pieces of the next input word (the words are copied, not chosen); an opening
+//! exactly the BPE pieces of the next input word (the words are copied, not chosen; in the `tags`
+//! format, where no words are written, a tag is the whole leaf); an opening
 //! token only while words remain (every constituent needs one), below a depth cap, at most
 //! [`MAX_OPEN_RUN`] in a row between leaves, and while the length limit leaves room to finish the
 //! tree after it; the closing token of the innermost open
@@ -12,6 +13,7 @@
 use super::beam::Constraint;
 use crate::data::bpe::Bpe;
 use crate::data::encoding::TAG_PREFIX;
+use crate::data::trees::TreeFormat;
 use crate::error::{Error, Result};
 use crate::EOS;
 use std::collections::HashMap;
@@ -45,12 +47,15 @@ pub struct TreeConstraint {
     tags: Vec<u32>,
     opens: Vec<u32>,
     words: Vec<Vec<Vec<u32>>>,
+    /// Whether each tag is followed by its word's pieces (`tags+words`).
+    words_in_target: bool,
 }
 
 impl TreeConstraint {
     /// The constraint for sentences `words[i]` (each word's pieces), over the whole tokens of
-    /// `bpe`. A vocabulary without tree tokens, or a word with no pieces, is an error.
-    pub fn new(bpe: &Bpe, words: Vec<Vec<Vec<u32>>>) -> Result<Self> {
+    /// `bpe`, for trees written in `format` (in `tags`, only the number of words counts). A
+    /// vocabulary without tree tokens, or a word with no pieces, is an error.
+    pub fn new(bpe: &Bpe, words: Vec<Vec<Vec<u32>>>, format: TreeFormat) -> Result<Self> {
         let whole = bpe.whole_tokens();
         let ids: HashMap<&str, u32> = whole.iter().map(|(id, t)| (t.as_str(), *id)).collect();
         let mut kinds = vec![Kind::Piece; bpe.vocab_size()];
@@ -85,7 +90,7 @@ impl TreeConstraint {
         if words.iter().flatten().any(|w| w.is_empty()) {
             return Err(Error::Input("constrained decoding: a word with no BPE pieces".into()));
         }
-        Ok(TreeConstraint { kinds, tags, opens, words })
+        Ok(TreeConstraint { kinds, tags, opens, words, words_in_target: format.words_in_target() })
     }
 }
 
@@ -124,8 +129,15 @@ impl Constraint for TreeConstraint {
                     }
                 }
                 Kind::Tag if used < words.len() => {
-                    in_word = Some(0);
                     run = 0;
+                    if self.words_in_target {
+                        in_word = Some(0);
+                    } else {
+                        used += 1;
+                        if let Some(top) = stack.last_mut() {
+                            top.1 = true;
+                        }
+                    }
                 }
                 Kind::Tag | Kind::Piece => {}
             }
@@ -137,9 +149,10 @@ impl Constraint for TreeConstraint {
         let left = words.len() - used.min(words.len());
         if left > 0 {
             out.extend_from_slice(&self.tags);
-            // The shortest finish after an opening bracket: a tag and the pieces of each word left,
-            // and a closing token for it and for every bracket open now.
-            let finish: usize = words[used..].iter().map(|w| 1 + w.len()).sum::<usize>() + stack.len() + 1;
+            // The shortest finish after an opening bracket: a tag and the pieces (if written) of
+            // each word left, and a closing token for it and for every bracket open now.
+            let leaf = |w: &Vec<u32>| 1 + if self.words_in_target { w.len() } else { 0 };
+            let finish: usize = words[used..].iter().map(leaf).sum::<usize>() + stack.len() + 1;
             if stack.len() < MAX_DEPTH && run < MAX_OPEN_RUN && finish < budget {
                 out.extend_from_slice(&self.opens);
             }

@@ -262,7 +262,7 @@ impl Transformer {
             (None, true) => Err(Error::Config(
                 "this model has the next-word pointer (model.source_pointer) or the next-closer input \
                  (model.next_closer) but no pointer table: build it with \
-                 Transformer::with_pointer_table(PointerTable::from_bpe(&bpe))"
+                 Transformer::with_pointer_table(PointerTable::from_bpe(&bpe, format))"
                     .into(),
             )),
         }

@@ -8,8 +8,9 @@
 //! longer has to find its place in the sentence through attention alone (docs/parsing.md,
 //! "Reading the sentence").
 //!
-//! What a token is comes from the vocabulary ([`PointerTable`]): a POS tag opens a leaf, a
-//! bracket or special token closes any open leaf, and a BPE piece is a piece of the leaf's word.
+//! What a token is comes from the vocabulary ([`PointerTable`]): a POS tag opens a leaf (in the
+//! `tags` tree format, where no words follow, it is the whole leaf), a bracket or special token
+//! closes any open leaf, and a BPE piece is a piece of the leaf's word.
 //! A source word starts at position 0 and at every piece that begins with a space.
 
 use crate::data::bpe::Bpe;
@@ -19,6 +20,8 @@ use crate::data::bpe::Bpe;
 pub enum TokenClass {
     /// A POS tag: a leaf begins; its word follows.
     Tag,
+    /// A POS tag that is a whole leaf (the `tags` tree format): no word follows.
+    Leaf,
     /// A special token (BOS, EOS, PAD), or a bracket of a vocabulary without bracket roles: no
     /// leaf is open after it.
     Structure,
@@ -52,10 +55,12 @@ impl PointerTable {
         PointerTable { classes }
     }
 
-    /// The table of a parsing vocabulary: its whole entries `TAG=…` are tags, `(X` opens (closed
-    /// by the entry `)X`, or by itself where there is none), `)X` closes, any other whole entry
-    /// and the special tokens other than UNK are structure, the rest pieces.
-    pub fn from_bpe(bpe: &Bpe) -> Self {
+    /// The table of a parsing vocabulary for trees written in `format`: its whole entries `TAG=…`
+    /// are tags (leaves in the `tags` format), `(X` opens (closed by the entry `)X`, or by itself
+    /// where there is none), `)X` closes, any other whole entry and the special tokens other than
+    /// UNK are structure, the rest pieces.
+    pub fn from_bpe(bpe: &Bpe, format: crate::data::trees::TreeFormat) -> Self {
+        let tag = if format.words_in_target() { TokenClass::Tag } else { TokenClass::Leaf };
         let n = bpe.vocab_size();
         let mut classes: Vec<TokenClass> = (0..n)
             .map(|id| {
@@ -73,7 +78,7 @@ impl PointerTable {
         for (id, token) in &whole {
             if let Some(c) = classes.get_mut(*id as usize) {
                 *c = if token.starts_with(TAG_PREFIX) {
-                    TokenClass::Tag
+                    tag
                 } else if let Some(label) = token.strip_prefix('(').filter(|l| !l.is_empty()) {
                     TokenClass::Open { closer: ids.get(format!("){label}").as_str()).copied().unwrap_or(*id) }
                 } else if token.len() > 1 && token.starts_with(')') {
@@ -138,6 +143,10 @@ impl PointerState {
             TokenClass::Tag => {
                 self.tags += 1;
                 self.remaining = pieces(self.tags as usize - 1).max(1);
+            }
+            TokenClass::Leaf => {
+                self.tags += 1;
+                self.remaining = 0;
             }
             TokenClass::Structure | TokenClass::Open { .. } | TokenClass::Close => self.remaining = 0,
             TokenClass::Piece { .. } => self.remaining = self.remaining.saturating_sub(1),
@@ -286,6 +295,27 @@ mod tests {
         assert_eq!(st.advance(T, &starts, 4), 0);
         assert_eq!(st.advance(W, &starts, 4), 1);
         assert_eq!(st.advance(P, &starts, 4), 1);
+    }
+
+    #[test]
+    fn pointer_in_the_tags_format_moves_a_word_a_leaf() {
+        // Source "Pierre Vin·ken ." as pieces: word starts 0, 1, 3; 4 positions.
+        let starts = [0u32, 1, 3];
+        let mut st = PointerState::default();
+        const L: TokenClass = TokenClass::Leaf;
+        // BOS (S (NP NNP NNP )NP . )S EOS: each leaf is its tag alone, so the pointer is at the
+        // next word's first piece after every tag, and past the end after the last.
+        let feed = [S, S, S, L, L, S, L, S, S];
+        let want = [0, 0, 0, 1, 3, 3, 4, 4, 4];
+        let got: Vec<usize> = feed.iter().map(|&c| st.advance(c, &starts, 4)).collect();
+        assert_eq!(got, want);
+        // A table built for the tags format classes tags as leaves, for tags+words as tags.
+        let pairs = [("Pierre Vinken".to_string(), "(NP NNP Pierre NNP Vinken )NP".to_string())];
+        let bpe = crate::task::Task::Parsing.learn_vocabulary(&pairs, 300).unwrap();
+        let tag = bpe.id_of("TAG=NNP").unwrap();
+        use crate::data::trees::TreeFormat;
+        assert_eq!(PointerTable::from_bpe(&bpe, TreeFormat::Tags).class(tag), L);
+        assert_eq!(PointerTable::from_bpe(&bpe, TreeFormat::TagsWords).class(tag), T);
     }
 
     #[test]

@@ -101,6 +101,9 @@ pub struct DataSection {
     pub train_files: Option<String>,
     /// Parsing: the treebank files to validate on.
     pub valid_files: Option<String>,
+    /// Parsing: what the model writes for a tree, `"tags+words"` (each tag followed by its word's
+    /// pieces) or `"tags"` (no words: the paper's target; docs/parsing.md, "The target format").
+    pub tree_format: crate::data::trees::TreeFormat,
     /// The shared BPE model; learned from the training text (and saved here) if it does not exist.
     pub bpe: PathBuf,
     /// A directory from `transformer prepare` to train from (memory-mapped) instead of
@@ -125,6 +128,7 @@ impl Default for DataSection {
             valid_tgt: PathBuf::new(),
             train_files: None,
             valid_files: None,
+            tree_format: crate::data::trees::TreeFormat::default(),
             bpe: PathBuf::new(),
             train_bin: None,
             vocab_size: 8000,
@@ -412,6 +416,12 @@ impl RunConfig {
                 if let Some(f) = d.train_files.as_ref().or(d.valid_files.as_ref()) {
                     return bad(format!(
                         "data.train_files/valid_files ({f}) select treebank files: they apply to task = \"parsing\" only"
+                    ));
+                }
+                if d.tree_format != crate::data::trees::TreeFormat::default() {
+                    return bad(format!(
+                        "data.tree_format = {:?} says how trees are written: it applies to task = \"parsing\" only",
+                        d.tree_format.name()
                     ));
                 }
             }

@@ -69,13 +69,23 @@ pub(super) fn prepare(cfg: &RunConfig, log: &mut dyn FnMut(&str)) -> Result<Data
                     bpe.hash()
                 )));
             }
+            let prepared = b.tree_format.unwrap_or_default();
+            if d.task == crate::task::Task::Parsing && prepared != d.tree_format {
+                return Err(Error::Mismatch(format!(
+                    "{} holds trees in the {:?} format but data.tree_format = {:?}; run `transformer prepare --tree-format {}` again",
+                    dir.display(),
+                    prepared.name(),
+                    d.tree_format.name(),
+                    d.tree_format.name()
+                )));
+            }
             log(&format!("train: {} prepared pairs, memory-mapped from {}", b.len(), dir.display()));
             Box::new(b)
         }
         None => {
             let filter = FilterConfig { max_tokens: d.max_tokens, max_ratio: d.max_ratio };
             let text = d.task.read_pairs(&d.train_src, &d.train_tgt, d.train_files.as_deref())?;
-            let (pairs, report) = encode_and_filter_with(d.task.target_encoding(), &text, &bpe, &filter)?;
+            let (pairs, report) = encode_and_filter_with(d.task.target_encoding(d.tree_format), &text, &bpe, &filter)?;
             log(&format!("train: {report}"));
             Box::new(pairs)
         }
@@ -122,7 +132,7 @@ fn validation_pairs(
     log: &mut dyn FnMut(&str),
 ) -> Result<TokenPairs> {
     let keep_all = FilterConfig { max_tokens: usize::MAX, max_ratio: f64::INFINITY };
-    let (encoded, mut report) = encode_and_filter_with(d.task.target_encoding(), text, bpe, &keep_all)?;
+    let (encoded, mut report) = encode_and_filter_with(d.task.target_encoding(d.tree_format), text, bpe, &keep_all)?;
     let max = model.max_positions;
     let mut valid = Vec::with_capacity(encoded.len());
     let non_empty = text.iter().enumerate().filter(|(_, (s, t))| !s.trim().is_empty() && !t.trim().is_empty());

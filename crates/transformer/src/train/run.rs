@@ -140,13 +140,20 @@ impl Progress {
     }
 }
 
-/// The metadata a run's checkpoints carry: its position and its task.
-pub(super) fn checkpoint_extra(state: &RunState, task: Task) -> std::collections::BTreeMap<String, String> {
-    [
+/// The metadata a run's checkpoints carry: its position, its task and (parsing) its tree format.
+pub(super) fn checkpoint_extra(
+    state: &RunState,
+    data: &super::config::DataSection,
+) -> std::collections::BTreeMap<String, String> {
+    let mut extra: std::collections::BTreeMap<String, String> = [
         ("run_state".to_string(), serde_json::to_string(state).expect("state serialises")),
-        (checkpoint::TASK_KEY.to_string(), task.name().to_string()),
+        (checkpoint::TASK_KEY.to_string(), data.task.name().to_string()),
     ]
-    .into()
+    .into();
+    if data.task == Task::Parsing {
+        extra.insert(checkpoint::TREE_FORMAT_KEY.to_string(), data.tree_format.name().to_string());
+    }
+    extra
 }
 
 /// Restores `trainer` from the checkpoint at `path` (which must be for `model_cfg` and the
@@ -401,7 +408,7 @@ impl<'a> Run<'a> {
         )?;
         let model = crate::model::Transformer::new(data.model.clone(), t.seed)?
             .with_precision(precision)?
-            .with_pointer_table(crate::model::pointer::PointerTable::from_bpe(&data.bpe))?;
+            .with_pointer_table(crate::model::pointer::PointerTable::from_bpe(&data.bpe, cfg.data.tree_format))?;
         let schedule = Schedule { d_model: data.model.d_model, warmup: t.warmup, lr_scale: t.lr_scale };
         let mut trainer = Trainer::new(model, schedule, t.seed);
         let state = resume_run(&mut trainer, cfg, comm, &run_dir, &data, &mut rank0)?;
@@ -599,7 +606,7 @@ impl<'a> Run<'a> {
         }
         // The records written so far precede this state: a run resumed from it keeps them.
         let saved = RunState { metrics_records: Some(self.run_dir.metrics_records()?), ..self.state };
-        let extra = checkpoint_extra(&saved, self.cfg.data.task);
+        let extra = checkpoint_extra(&saved, &self.cfg.data);
         self.run_dir.save(&self.trainer.to_checkpoint(self.data.bpe.hash(), extra))
     }
 }

@@ -116,7 +116,12 @@ pub(super) fn record(
 /// F-measure over all lengths (0 where EVALB has no valid sentence) and the number of outputs
 /// that needed repair.
 fn validate_f1(model: Transformer, data: &Data, cfg: &RunConfig) -> Result<(f64, usize)> {
-    let options = SessionOptions { precision: model.precision(), task: cfg.data.task, ..Default::default() };
+    let options = SessionOptions {
+        precision: model.precision(),
+        task: cfg.data.task,
+        tree_format: cfg.data.tree_format,
+        ..Default::default()
+    };
     let translator = Translator::new(model, data.bpe.clone(), options)?;
     let sentences: Vec<String> = data.valid_text.iter().map(|(s, _)| s.clone()).collect();
     let gold: Vec<Tree> = data
@@ -150,7 +155,7 @@ impl F1<'_> {
         let best = state.best_f1.is_none_or(|b| f1 > b);
         if best {
             state.best_f1 = Some(f1);
-            let extra = checkpoint_extra(state, self.cfg.data.task);
+            let extra = checkpoint_extra(state, &self.cfg.data);
             let ckpt = trainer.to_checkpoint(self.data.bpe.hash(), extra);
             checkpoint::save(&self.cfg.train.output_dir.join(BEST), &ckpt)?;
         }
