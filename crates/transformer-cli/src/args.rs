@@ -554,6 +554,10 @@ pub struct ParsingArgs {
     /// stopping with an error (a sentence is never split).
     #[arg(long)]
     pub skip_long: bool,
+    /// `evaluate` only, with --constrained: force every leaf's tag to the gold tree's. Not a
+    /// parser: it measures the most better tagging could buy.
+    #[arg(long, requires = "constrained")]
+    pub oracle_tags: bool,
 }
 
 /// Search and batching options shared by `translate`, `evaluate` and `parse`.

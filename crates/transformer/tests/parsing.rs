@@ -217,6 +217,33 @@ fn constrained_search_in_the_tags_format_gives_a_leaf_a_word() {
     out.clear();
     constraint.allowed(1, &[id("(NP"), id("TAG=DT"), id("TAG=NN"), id(")NP")], 100, &mut out);
     assert_eq!(out, vec![EOS]);
+    // Oracle tags (`evaluate --oracle-tags`): each word may take only its gold tag; a word whose
+    // gold tag the vocabulary lacks may take any.
+    let tags_of = |out: &[u32]| {
+        out.iter()
+            .copied()
+            .filter(|&t| bpe.whole_tokens().iter().any(|(i, w)| *i == t && w.starts_with("TAG=")))
+            .collect::<Vec<_>>()
+    };
+    let gold = vec![vec![]; 5]
+        .into_iter()
+        .enumerate()
+        .map(|(i, v): (usize, Vec<Option<u32>>)| if i == 1 { vec![Some(id("TAG=DT")), None] } else { v })
+        .collect();
+    let oracle = TreeConstraint::new(&bpe, sentences.iter().map(|s| pieces(s)).collect(), TreeFormat::Tags)
+        .unwrap()
+        .with_gold_tags(gold);
+    out.clear();
+    oracle.allowed(1, &[id("(NP")], 100, &mut out);
+    assert_eq!(tags_of(&out), vec![id("TAG=DT")]);
+    assert!(out.contains(&id("(NP")));
+    out.clear();
+    oracle.allowed(1, &[id("(NP"), id("TAG=DT")], 100, &mut out);
+    assert!(tags_of(&out).len() > 10, "no gold tag: any tag");
+    // Sentences without gold tags are not restricted.
+    out.clear();
+    oracle.allowed(0, &[], 100, &mut out);
+    assert!(tags_of(&out).len() > 10);
 }
 
 #[test]

@@ -11,7 +11,7 @@ use transformer::decode::translator::{DecodeOptions, ParseOptions, SessionOption
 use transformer::Task;
 
 fn parse_options(decode: DecodeOptions, p: ParsingArgs) -> ParseOptions {
-    ParseOptions { decode, constrained: p.constrained, skip_long: p.skip_long }
+    ParseOptions { decode, constrained: p.constrained, skip_long: p.skip_long, oracle_tags: p.oracle_tags }
 }
 
 pub fn parse(args: &ParseArgs) -> Result<()> {
@@ -147,7 +147,11 @@ pub fn evaluate(
         stats.sentences as f64 / secs,
         opts.search.beam,
         opts.search.alpha,
-        if parsing.constrained { ", constrained" } else { "" }
+        match (parsing.constrained, parsing.oracle_tags) {
+            (true, true) => ", constrained, gold tags forced",
+            (true, false) => ", constrained",
+            _ => "",
+        }
     );
     Ok(())
 }

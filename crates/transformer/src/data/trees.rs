@@ -137,6 +137,19 @@ impl Tree {
         out
     }
 
+    /// The preterminals (a tag over a word each), left to right.
+    pub fn leaves(&self) -> Vec<&Tree> {
+        let mut out = Vec::new();
+        self.walk(|step| {
+            if let Step::Enter(t) = step {
+                if t.word.is_some() {
+                    out.push(t);
+                }
+            }
+        });
+        out
+    }
+
     /// The tree in the treebank's bracketed notation on one line, `(TOP (S (NP (NNP Pierre)) …))`.
     pub fn to_bracketed(&self) -> String {
         let mut s = String::new();

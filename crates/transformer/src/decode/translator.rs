@@ -95,6 +95,10 @@ pub struct ParseOptions {
     /// Give `(TOP)` with a warning for a sentence longer than the model's positions, instead of an
     /// error.
     pub skip_long: bool,
+    /// With `constrained`, in [`Translator::parse_and_score`] only: every leaf's tag forced to the
+    /// gold tree's (`--oracle-tags`). Not a parser: a measurement of the most better tagging can
+    /// buy.
+    pub oracle_tags: bool,
 }
 
 impl Default for ParseOptions {
@@ -103,6 +107,7 @@ impl Default for ParseOptions {
             decode: DecodeOptions { search: BeamConfig::parsing(), ..Default::default() },
             constrained: false,
             skip_long: false,
+            oracle_tags: false,
         }
     }
 }
@@ -629,12 +634,31 @@ impl Translator {
         warn: &mut dyn FnMut(String),
         progress: &mut dyn FnMut(usize, usize),
     ) -> Result<(Vec<Parse>, TranslateStats)> {
+        if options.oracle_tags {
+            return Err(Error::Config("oracle tags come from gold trees: they apply to scoring against them".into()));
+        }
+        self.parse_inner(sentences, options, None, warn, progress)
+    }
+
+    /// [`Translator::parse_with_progress`], with the gold trees' tags forced on every leaf when
+    /// `gold` is given (`options.oracle_tags`).
+    fn parse_inner(
+        &self,
+        sentences: &[String],
+        options: &ParseOptions,
+        gold: Option<&[Tree]>,
+        warn: &mut dyn FnMut(String),
+        progress: &mut dyn FnMut(usize, usize),
+    ) -> Result<(Vec<Parse>, TranslateStats)> {
+        if options.oracle_tags && !options.constrained {
+            return Err(Error::Config("oracle tags are forced by constrained decoding: add --constrained".into()));
+        }
         if self.task != Task::Parsing {
             return Err(Error::Mismatch(format!("parsing needs a parsing model, not a {} one", self.task.name())));
         }
         let max = self.model.config.max_positions;
         let mut out: Vec<Parse> = Vec::with_capacity(sentences.len());
-        let (mut idx, mut srcs, mut pieces) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut idx, mut srcs, mut pieces, mut gold_tags) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for (i, line) in sentences.iter().enumerate() {
             let w: Vec<&str> = line.split_whitespace().collect();
             out.push(Parse::skipped());
@@ -663,9 +687,14 @@ impl Translator {
             if options.constrained {
                 pieces.push(w.iter().map(|w| self.bpe()?.encode(&format!(" {w}"))).collect::<Result<Vec<_>>>()?);
             }
+            if let Some(gold) = gold.filter(|_| options.oracle_tags) {
+                let bpe = self.bpe()?;
+                let leaves = gold[i].leaves();
+                gold_tags.push(leaves.iter().map(|l| bpe.id_of(&crate::data::encoding::tag_entry(&l.label))).collect());
+            }
         }
         let constraint = match options.constrained {
-            true => Some(TreeConstraint::new(self.bpe()?, pieces, self.tree_format)?),
+            true => Some(TreeConstraint::new(self.bpe()?, pieces, self.tree_format)?.with_gold_tags(gold_tags)),
             false => None,
         };
         let c = constraint.as_ref().map(|c| c as &dyn Constraint);
@@ -704,7 +733,7 @@ impl Translator {
                 gold.len()
             )));
         }
-        let (parses, stats) = self.parse_with_progress(sentences, options, warn, progress)?;
+        let (parses, stats) = self.parse_inner(sentences, options, Some(gold), warn, progress)?;
         let test: Vec<Tree> = parses.iter().map(|p| p.tree.clone()).collect();
         let report = crate::eval::evalb::score_trees(gold, &test);
         Ok(ScoredParses { parses, stats, report })

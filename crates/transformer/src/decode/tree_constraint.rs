@@ -49,6 +49,9 @@ pub struct TreeConstraint {
     words: Vec<Vec<Vec<u32>>>,
     /// Whether each tag is followed by its word's pieces (`tags+words`).
     words_in_target: bool,
+    /// Per sentence, the one tag each word may take (`--oracle-tags`; `None`: any tag, for a
+    /// tag the vocabulary lacks); empty: no oracle.
+    gold_tags: Vec<Vec<Option<u32>>>,
 }
 
 impl TreeConstraint {
@@ -90,7 +93,22 @@ impl TreeConstraint {
         if words.iter().flatten().any(|w| w.is_empty()) {
             return Err(Error::Input("constrained decoding: a word with no BPE pieces".into()));
         }
-        Ok(TreeConstraint { kinds, tags, opens, words, words_in_target: format.words_in_target() })
+        Ok(TreeConstraint {
+            kinds,
+            tags,
+            opens,
+            words,
+            words_in_target: format.words_in_target(),
+            gold_tags: Vec::new(),
+        })
+    }
+
+    /// The same constraint with every word's tag forced: `gold[i][w]` for word w of sentence i
+    /// (any tag where it is `None`); an empty `gold` forces nothing. For measuring what perfect
+    /// tagging would give (`evaluate --oracle-tags`), never for parsing.
+    pub fn with_gold_tags(mut self, gold: Vec<Vec<Option<u32>>>) -> Self {
+        self.gold_tags = gold;
+        self
     }
 }
 
@@ -148,7 +166,10 @@ impl Constraint for TreeConstraint {
         }
         let left = words.len() - used.min(words.len());
         if left > 0 {
-            out.extend_from_slice(&self.tags);
+            match self.gold_tags.get(sent).and_then(|g| g.get(used)) {
+                Some(&Some(tag)) => out.push(tag),
+                _ => out.extend_from_slice(&self.tags),
+            }
             // The shortest finish after an opening bracket: a tag and the pieces (if written) of
             // each word left, and a closing token for it and for every bracket open now.
             let leaf = |w: &Vec<u32>| 1 + if self.words_in_target { w.len() } else { 0 };
