@@ -8,7 +8,7 @@
 //! (`words=ok`, `words=diff`, or `words=count` for too many or too few leaves), the bracket depth
 //! at the end, whether a close came with nothing open, how many closes name another label than
 //! the innermost open one, and the leaves written against the words.
-use transformer::data::trees::{items, Item};
+use transformer::data::trees::{items, with_words, Item};
 use transformer::decode::translator::{ParseOptions, SessionOptions, Translator};
 use transformer::Task;
 
@@ -26,8 +26,12 @@ fn main() {
     let (parses, _) = t.parse(&sents, &opt, &mut |w| eprintln!("{w}")).expect("parsing");
     for (s, p) in sents.iter().zip(&parses) {
         let text = t.decode_target(&p.hypothesis.tokens).expect("decodable ids");
-        let toks: Vec<String> = text.split_whitespace().map(String::from).collect();
+        let mut toks: Vec<String> = text.split_whitespace().map(String::from).collect();
         let words: Vec<&str> = s.split_whitespace().collect();
+        if !t.tree_format().words_in_target() {
+            // A `tags` model writes no words: put the sentence's back, one a tag.
+            toks = with_words(&toks, &words);
+        }
         let it = items(&toks);
         let out: Vec<&str> = it.iter().filter_map(|i| if let Item::Word(w) = i { Some(*w) } else { None }).collect();
         let (mut depth, mut underflow, mut mismatched, mut stack) = (0i64, false, 0, Vec::new());

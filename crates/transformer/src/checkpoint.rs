@@ -384,12 +384,13 @@ pub fn average(paths: &[PathBuf]) -> Result<Checkpoint> {
                         found: ck.vocab_hash,
                     });
                 }
-                if ck.extra.get(TREE_FORMAT_KEY) != base.extra.get(TREE_FORMAT_KEY) {
+                let (want, found) = (tree_format_of(first, base)?, tree_format_of(p, &ck)?);
+                if found != want {
                     return Err(Error::CheckpointMismatch {
                         path: p.clone(),
                         what: format!("tree format (compared with {})", first.display()),
-                        expected: tree_format_of(first, base)?.name().into(),
-                        found: tree_format_of(p, &ck)?.name().into(),
+                        expected: want.name().into(),
+                        found: found.name().into(),
                     });
                 }
                 ck

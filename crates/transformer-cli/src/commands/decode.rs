@@ -156,7 +156,7 @@ pub fn evaluate(
             nll.exp(),
             ref_paths[0].display(),
             totals.tokens,
-            first_of(&translator)
+            first_of(translator)
         ),
         None => println!("perplexity: no target token could be scored ({} is empty)", src_path.display()),
     }

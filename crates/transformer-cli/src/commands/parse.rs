@@ -138,7 +138,7 @@ pub fn evaluate(
             nll.exp(),
             gold_path.display(),
             totals.tokens,
-            super::decode::first_of(&translator)
+            super::decode::first_of(translator)
         );
     }
     eprintln!(

@@ -160,6 +160,9 @@ pub fn prepare(args: &PrepareArgs) -> Result<()> {
     if let Err(e) = filter.validate(("--max-tokens", "--max-ratio")) {
         usage!("{}", e.to_string().trim_start_matches("invalid configuration: "));
     }
+    if task == transformer::Task::Translation && *tree_format != transformer::data::trees::TreeFormat::default() {
+        usage!("--tree-format says how trees are written: give --task parsing");
+    }
     let model = transformer::data::bpe::Bpe::load(bpe)?;
     let start = Instant::now();
     let spinner = crate::progress::Spinner::new(&format!("binarising {}", src.display()));

@@ -175,6 +175,12 @@ fn attention_json(t: &Translator, src: &[u32], tgt: &[u32]) -> Result<serde_json
     if src.is_empty() {
         return Ok(serde_json::Value::Null);
     }
+    if t.ensemble_size() > 1 {
+        return Err(format!(
+            "this server decodes an ensemble of {} models; attention weights are one model's",
+            t.ensemble_size()
+        ));
+    }
     let w = t.attention(src, tgt).map_err(|e| e.to_string())?;
     let layers = t.model().config.n_layers;
     let mut all = Vec::with_capacity(layers);

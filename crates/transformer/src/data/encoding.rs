@@ -1,6 +1,6 @@
 //! How texts become ids and back, by task: BPE for translation; for parsing a linearised tree
-//! whose brackets and POS tags are whole entries of the shared vocabulary and whose words are BPE
-//! pieces, as inside a sentence (docs/parsing.md).
+//! whose brackets and POS tags are whole entries of the shared vocabulary and whose words, in the
+//! `tags+words` format, are BPE pieces as inside a sentence (docs/parsing.md).
 
 use crate::data::bpe::Bpe;
 use crate::data::trees::{items, Item, TreeFormat};
@@ -34,7 +34,7 @@ impl TargetEncoding {
     /// `Tree` the line's words are encoded each after one space, so that every word, the first
     /// included, is encoded as it is inside a tree (where each word follows its tag, ` {w}`):
     /// the next-word pointer then copies the same pieces the tree holds. A line with no word
-    /// has no ids.
+    /// has no ids. (In the `tags` format no words are copied, and the same encoding serves.)
     pub fn encode_source(self, bpe: &Bpe, text: &str) -> Result<Vec<u32>> {
         match self {
             TargetEncoding::Bpe => bpe.encode(text),

@@ -405,8 +405,9 @@ pub fn search_batch(
 }
 
 /// [`search_batch`] over an ensemble: `model` (in the buffers `ws` and `state`) and `others`, each
-/// with its packed decoder (in fresh buffers), their log-probabilities averaged at every step
-/// ([`EnsembleScorer`]). With no others it is [`search_batch`]. All must share the vocabulary.
+/// with its packed decoder (in fresh buffers, allocated for each batch), their log-probabilities
+/// averaged at every step ([`EnsembleScorer`]). With no others it is [`search_batch`]. All must
+/// share the vocabulary. The rows decoded are one model's (each model decodes as many).
 #[allow(clippy::too_many_arguments)]
 pub fn search_batch_ensemble(
     model: &Transformer,

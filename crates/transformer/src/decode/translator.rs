@@ -321,6 +321,15 @@ impl Translator {
         let mut main = Translator::load(first, bpe, options)?;
         for c in &checkpoints[1..] {
             let other = Translator::load(c, bpe, options)?;
+            if other.model.config.max_positions != main.model.config.max_positions {
+                return Err(Error::Mismatch(format!(
+                    "{} has max_positions = {} but {} has {}: the models of an ensemble read and write the same lengths",
+                    first.display(),
+                    main.model.config.max_positions,
+                    c.display(),
+                    other.model.config.max_positions
+                )));
+            }
             if other.tree_format != main.tree_format {
                 return Err(Error::Mismatch(format!(
                     "{} writes trees as {:?} but {} as {:?}: the models of an ensemble must write the same",
@@ -344,11 +353,18 @@ impl Translator {
     /// pooled buffers of finished calls.
     pub fn memory(&self) -> MemoryReport {
         let pool = self.pool.lock().unwrap_or_else(|e| e.into_inner());
-        let int8 = self.model.int8_weights().map_or(0, |w| w.bytes());
-        MemoryReport {
-            parameters: 4 * self.model.params.capacity(),
+        // Every model of an ensemble: its parameters, prepared decoder and int8 codes.
+        let models = std::iter::once((&self.model, &self.packed)).chain(self.others.iter().map(|(m, p)| (m, p)));
+        let (mut parameters, mut packed, mut int8) = (0, 0, 0);
+        for (m, p) in models {
+            parameters += 4 * m.params.capacity();
             // At int8 the packed decoder shares the model's codes: count them once, there.
-            packed: if self.model.precision() == Precision::Int8 { 0 } else { self.packed.bytes() },
+            packed += if m.precision() == Precision::Int8 { 0 } else { p.bytes() };
+            int8 += m.int8_weights().map_or(0, |w| w.bytes());
+        }
+        MemoryReport {
+            parameters,
+            packed,
             int8,
             workspaces: pool.iter().map(|(ws, _)| ws.bytes()).sum(),
             decoder_states: pool.iter().map(|(_, st)| st.bytes()).sum(),
@@ -690,6 +706,14 @@ impl Translator {
             if let Some(gold) = gold.filter(|_| options.oracle_tags) {
                 let bpe = self.bpe()?;
                 let leaves = gold[i].leaves();
+                if leaves.len() != w.len() {
+                    return Err(Error::Input(format!(
+                        "line {}: {} words but its gold tree has {} leaves: oracle tags need the gold trees' own words",
+                        i + 1,
+                        w.len(),
+                        leaves.len()
+                    )));
+                }
                 gold_tags.push(leaves.iter().map(|l| bpe.id_of(&crate::data::encoding::tag_entry(&l.label))).collect());
             }
         }

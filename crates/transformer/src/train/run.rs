@@ -156,17 +156,36 @@ pub(super) fn checkpoint_extra(
     extra
 }
 
-/// Restores `trainer` from the checkpoint at `path` (which must be for `model_cfg` and the
-/// vocabulary `vocab_hash`, with finite values) and returns the run's position saved with it.
-fn resume(trainer: &mut Trainer, path: &Path, model_cfg: &ModelConfig, vocab_hash: &str) -> Result<RunState> {
-    let ck = checkpoint::load_for(path, model_cfg)?;
-    if ck.vocab_hash != vocab_hash {
+/// What a run's checkpoints must have been written for to resume from: the model, the vocabulary
+/// (its hash) and, for parsing, the tree format.
+struct ResumeFor<'a> {
+    model: &'a ModelConfig,
+    vocab_hash: &'a str,
+    tree_format: Option<crate::data::trees::TreeFormat>,
+}
+
+/// Restores `trainer` from the checkpoint at `path` (which must be written for `want`, with
+/// finite values) and returns the run's position saved with it.
+fn resume(trainer: &mut Trainer, path: &Path, want: &ResumeFor<'_>) -> Result<RunState> {
+    let ck = checkpoint::load_for(path, want.model)?;
+    if ck.vocab_hash != want.vocab_hash {
         return Err(Error::CheckpointMismatch {
             path: path.to_path_buf(),
             what: "vocabulary".into(),
-            expected: vocab_hash.into(),
+            expected: want.vocab_hash.into(),
             found: ck.vocab_hash,
         });
+    }
+    if let Some(format) = want.tree_format {
+        let found = checkpoint::tree_format_of(path, &ck)?;
+        if found != format {
+            return Err(Error::CheckpointMismatch {
+                path: path.to_path_buf(),
+                what: "tree format (data.tree_format)".into(),
+                expected: format.name().into(),
+                found: found.name().into(),
+            });
+        }
     }
     checkpoint::check_finite(path, &ck)?;
     let s = ck.extra.get("run_state").ok_or_else(|| Error::CorruptCheckpoint {
@@ -186,14 +205,13 @@ fn resume(trainer: &mut Trainer, path: &Path, model_cfg: &ModelConfig, vocab_has
 fn resume_newest_good(
     trainer: &mut Trainer,
     dir: &Path,
-    model_cfg: &ModelConfig,
-    vocab_hash: &str,
+    want: &ResumeFor<'_>,
     log: &mut dyn FnMut(&str),
 ) -> Result<Option<(PathBuf, RunState)>> {
     let mut all = list_checkpoints(dir)?;
     let mut damaged = Vec::new();
     while let Some((_, path)) = all.pop() {
-        match resume(trainer, &path, model_cfg, vocab_hash) {
+        match resume(trainer, &path, want) {
             Ok(state) => return Ok(Some((path, state))),
             Err(e @ (Error::CorruptCheckpoint { .. } | Error::NonFiniteCheckpoint { .. } | Error::Io { .. })) => {
                 log(&format!("warning: not resuming from {}: {e}; trying the checkpoint before it", path.display()));
@@ -624,7 +642,12 @@ fn resume_run(
     rank0: &mut Rank0,
 ) -> Result<RunState> {
     let dir = &cfg.train.output_dir;
-    let resumed = resume_newest_good(trainer, dir, &data.model, data.bpe.hash(), &mut |m| rank0.log(m))?;
+    let want = ResumeFor {
+        model: &data.model,
+        vocab_hash: data.bpe.hash(),
+        tree_format: (cfg.data.task == Task::Parsing).then_some(cfg.data.tree_format),
+    };
+    let resumed = resume_newest_good(trainer, dir, &want, &mut |m| rank0.log(m))?;
     let position = resumed.as_ref().map(|(_, s)| serde_json::to_string(s).expect("state serialises"));
     agree(
         comm,
