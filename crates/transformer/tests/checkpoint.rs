@@ -221,8 +221,27 @@ fn averaging_is_the_elementwise_mean_and_refuses_mismatches() {
     d.vocab_hash = "sha256:other".into();
     let pd = dir.join("d.safetensors");
     checkpoint::save(&pd, &d).unwrap();
-    let err = checkpoint::average(&[pa, pd]).unwrap_err().to_string();
+    let err = checkpoint::average(&[pa.clone(), pd]).unwrap_err().to_string();
     assert!(err.contains("d.safetensors") && err.contains("vocabulary") && err.contains("sha256:other"), "{err}");
+    // Tree formats: a parsing checkpoint without the key (written before it existed) is
+    // tags+words, so it averages with one that says so and keeps the format; `tags` is refused.
+    let key = checkpoint::TREE_FORMAT_KEY.to_string();
+    let with = |name: &str, format: &str| {
+        let mut e = sample();
+        e.extra.insert(key.clone(), format.into());
+        let p = dir.join(name);
+        checkpoint::save(&p, &e).unwrap();
+        p
+    };
+    let (tw, tags) = (with("tw.safetensors", "tags+words"), with("tags.safetensors", "tags"));
+    let avg = checkpoint::average(&[pa.clone(), tw.clone()]).unwrap();
+    assert_eq!(avg.extra.get(&key), None, "the first file's metadata is kept: no key, tags+words");
+    let avg = checkpoint::average(&[tw.clone(), pa.clone()]).unwrap();
+    assert_eq!(avg.extra.get(&key).map(String::as_str), Some("tags+words"));
+    let err = checkpoint::average(&[pa, tags.clone()]).unwrap_err().to_string();
+    assert!(err.contains("tags.safetensors") && err.contains("tree format"), "{err}");
+    let avg = checkpoint::average(&[tags.clone(), tags]).unwrap();
+    assert_eq!(avg.extra.get(&key).map(String::as_str), Some("tags"));
 }
 
 #[test]

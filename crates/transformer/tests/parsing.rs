@@ -325,6 +325,10 @@ fn the_configuration_checks_the_parsing_fields() {
     assert!(e.contains("apply to task = \"parsing\" only"), "{e}");
     let e = err(&["train.valid_f1_beam=0"]);
     assert!(e.contains("train.valid_f1_beam"), "{e}");
+    let e = err(&["data.task=translation", "data.train_tgt=x", "data.valid_tgt=y", "data.tree_format=tags"]);
+    assert!(e.contains("data.tree_format") && e.contains("parsing"), "{e}");
+    let e = parsing_config(&d, &["data.tree_format=words"]).unwrap_err().to_string();
+    assert!(e.contains("tree_format") || e.contains("unknown variant"), "{e}");
     // Translation still requires its target files.
     let e = parsing_config(&d, &["data.task=translation"]).unwrap_err().to_string();
     assert!(e.contains("missing field `train_tgt`"), "{e}");
@@ -423,6 +427,15 @@ fn a_parsing_run_validates_f1_keeps_its_best_checkpoint_and_parses() {
     if rs["best_f1"].as_f64().unwrap() == best_f1 {
         assert_eq!(std::fs::read(&best).unwrap(), before);
     }
+    // The checkpoints record their tree format; resuming them in the other format is refused.
+    assert_eq!(
+        transformer::checkpoint::tree_format_of(&best, &transformer::checkpoint::load(&best).unwrap()).unwrap(),
+        TreeFormat::TagsWords
+    );
+    assert_eq!(parser.tree_format(), TreeFormat::TagsWords);
+    let cfg3 = parsing_config(&d, &["train.max_steps=14", "data.tree_format=tags"]).unwrap();
+    let err = run(&cfg3, &mut |_| {}).err().unwrap().to_string();
+    assert!(err.contains("tree format") && err.contains("tags+words"), "{err}");
 }
 
 #[test]

@@ -413,15 +413,15 @@ impl RunConfig {
         }
         match d.task {
             Task::Translation => {
-                if let Some(f) = d.train_files.as_ref().or(d.valid_files.as_ref()) {
-                    return bad(format!(
-                        "data.train_files/valid_files ({f}) select treebank files: they apply to task = \"parsing\" only"
-                    ));
-                }
                 if d.tree_format != crate::data::trees::TreeFormat::default() {
                     return bad(format!(
                         "data.tree_format = {:?} says how trees are written: it applies to task = \"parsing\" only",
                         d.tree_format.name()
+                    ));
+                }
+                if let Some(f) = d.train_files.as_ref().or(d.valid_files.as_ref()) {
+                    return bad(format!(
+                        "data.train_files/valid_files ({f}) select treebank files: they apply to task = \"parsing\" only"
                     ));
                 }
             }
