@@ -125,15 +125,20 @@ impl Scorer for Noise {
     fn reorder(&mut self, _: &[usize]) {}
 }
 
-#[test]
-fn constrained_search_always_gives_a_tree_over_exactly_the_words() {
+/// The vocabulary of ten treebank files and five sentences for the constrained-search tests.
+fn constraint_setup() -> (transformer::data::bpe::Bpe, Vec<Vec<&'static str>>) {
     let pairs = Task::Parsing.read_pairs(&treebank(), Path::new(""), Some("own_0001..own_0010")).unwrap();
     let bpe = Task::Parsing.learn_vocabulary(&pairs, 400).unwrap();
-    let sentences: Vec<Vec<&str>> =
-        ["board", "the board", "Mara Alder , 61", "a b c d e f g h", "unknownish words here ."]
-            .iter()
-            .map(|s| s.split(' ').collect())
-            .collect();
+    let sentences = ["board", "the board", "Mara Alder , 61", "a b c d e f g h", "unknownish words here ."]
+        .iter()
+        .map(|s| s.split(' ').collect())
+        .collect();
+    (bpe, sentences)
+}
+
+#[test]
+fn constrained_search_always_gives_a_tree_over_exactly_the_words() {
+    let (bpe, sentences) = constraint_setup();
     let pieces = |s: &[&str]| s.iter().map(|w| bpe.encode(&format!(" {w}")).unwrap()).collect::<Vec<_>>();
     let constraint =
         TreeConstraint::new(&bpe, sentences.iter().map(|s| pieces(s)).collect(), TreeFormat::TagsWords).unwrap();
@@ -179,13 +184,7 @@ fn constrained_search_always_gives_a_tree_over_exactly_the_words() {
 
 #[test]
 fn constrained_search_in_the_tags_format_gives_a_leaf_a_word() {
-    let pairs = Task::Parsing.read_pairs(&treebank(), Path::new(""), Some("own_0001..own_0010")).unwrap();
-    let bpe = Task::Parsing.learn_vocabulary(&pairs, 400).unwrap();
-    let sentences: Vec<Vec<&str>> =
-        ["board", "the board", "Mara Alder , 61", "a b c d e f g h", "unknownish words here ."]
-            .iter()
-            .map(|s| s.split(' ').collect())
-            .collect();
+    let (bpe, sentences) = constraint_setup();
     let pieces = |s: &[&str]| s.iter().map(|w| bpe.encode(&format!(" {w}")).unwrap()).collect::<Vec<_>>();
     let constraint =
         TreeConstraint::new(&bpe, sentences.iter().map(|s| pieces(s)).collect(), TreeFormat::Tags).unwrap();
