@@ -105,6 +105,12 @@ pub struct ModelConfig {
     /// rescaled), so the decoder cannot lean on it alone (docs/parsing.md). 0 by default.
     #[serde(default)]
     pub next_closer_dropout: f32,
+    /// Parsing only: the width of the character encoder's byte embedding, 0 (the default, the
+    /// paper's) for none. With it, every source word's bytes go through a small CNN (filters of
+    /// width 3, D of them, max-pooled) whose output is added to each of the word's piece
+    /// embeddings (`kernels/cpu/char_cnn.rs`; a named deviation, `char-word-encoder`).
+    #[serde(default)]
+    pub char_dim: usize,
     /// The FFN's activation (ReLU in the paper; see [`Activation`]).
     #[serde(default)]
     pub activation: Activation,
@@ -273,6 +279,7 @@ const fn row(
         next_closer: false,
         next_closer_depth: true,
         next_closer_dropout: 0.0,
+        char_dim: 0,
         activation: Activation::Relu,
         output_bias: false,
         source_vocab_size: None,
@@ -380,6 +387,9 @@ impl ModelConfig {
             return bad("next_closer_dropout and next_closer_depth = false refine the next-closer input: \
                         they need next_closer = true"
                 .into());
+        }
+        if self.char_dim > 1024 {
+            return bad(format!("char_dim = {} is past 1024 (the character encoder's byte embedding)", self.char_dim));
         }
         if let Some(v) = self.source_vocab_size {
             if !(crate::SPECIAL_TOKENS..=1 << 24).contains(&v) {

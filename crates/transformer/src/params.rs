@@ -154,6 +154,11 @@ pub struct ModelOffsets {
     pub closer: Option<usize>,
     /// (V + MAX_OPEN_DEPTH)·D.
     pub closer_len: usize,
+    /// The character encoder's byte embedding (CHAR_VOCAB, dc), then its filters
+    /// (CHAR_WIDTH·dc, D) and their bias (D), contiguous, with `char_dim`.
+    pub chars: Option<usize>,
+    /// The three lengths of `chars`.
+    pub chars_len: [usize; 3],
     /// The source vocabulary's own embedding (V_src, D), with `source_vocab_size`.
     pub source_embed: Option<usize>,
     /// V_src·D.
@@ -265,6 +270,16 @@ impl ParamLayout {
             b.add("decoder.open_depth.weight".into(), &[crate::model::pointer::MAX_OPEN_DEPTH, c.d_model], Init::Zeros);
             off
         });
+        use crate::kernels::cpu::char_cnn::{CHAR_VOCAB, CHAR_WIDTH};
+        let chars_len = [CHAR_VOCAB * c.char_dim, CHAR_WIDTH * c.char_dim * c.d_model, c.d_model];
+        let chars = (c.char_dim > 0).then(|| {
+            // Bytes embedded N(0, 1), so that at initialisation the word's vector is of the size
+            // of its pieces' scaled embeddings.
+            let off = b.add("encoder.char_embed.weight".into(), &[CHAR_VOCAB, c.char_dim], Init::Normal(1.0));
+            b.add("encoder.char_conv.weight".into(), &[CHAR_WIDTH * c.char_dim, c.d_model], Init::XavierUniform);
+            b.add("encoder.char_conv.bias".into(), &[c.d_model], Init::Zeros);
+            off
+        });
         // The options for imported models come last, so that the paper's layout is unchanged.
         let source_embed =
             c.source_vocab_size.map(|v| b.add("encoder.embed.weight".into(), &[v, c.d_model], Init::Normal(std)));
@@ -285,6 +300,8 @@ impl ParamLayout {
                 pointer_len: c.d_model * c.d_model,
                 closer,
                 closer_len: (c.vocab_size + crate::model::pointer::MAX_OPEN_DEPTH) * c.d_model,
+                chars,
+                chars_len,
                 source_embed,
                 source_embed_len: c.source_vocab() * c.d_model,
                 output_bias,
@@ -668,6 +685,21 @@ impl ModelOffsets {
     /// Their gradient in `g`, with `next_closer`.
     pub fn closer_mut<'a>(&self, g: &'a mut [f32]) -> Option<&'a mut [f32]> {
         self.closer.map(|off| &mut g[off..][..self.closer_len])
+    }
+
+    /// The character encoder's (byte embedding, filters, bias) in `p`, with `char_dim`.
+    pub fn chars<'a>(&self, p: &'a [f32]) -> Option<[&'a [f32]; 3]> {
+        let [e, w, b] = self.chars_len;
+        self.chars.map(|off| [&p[off..][..e], &p[off + e..][..w], &p[off + e + w..][..b]])
+    }
+
+    /// Their gradients in `g`, with `char_dim`.
+    pub fn chars_mut<'a>(&self, g: &'a mut [f32]) -> Option<[&'a mut [f32]; 3]> {
+        let [e, w, b] = self.chars_len;
+        let off = self.chars?;
+        let (de, rest) = g[off..][..e + w + b].split_at_mut(e);
+        let (dw, db) = rest.split_at_mut(w);
+        Some([de, dw, db])
     }
 
     /// The learned positions (max_positions, D) in `p`, if any.

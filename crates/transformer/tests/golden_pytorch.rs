@@ -60,7 +60,17 @@ impl Fixture {
         let src_lens: Vec<usize> = self.i64s("input.src_lens").iter().map(|&x| x as usize).collect();
         let tgt_lens: Vec<usize> = self.i64s("input.tgt_lens").iter().map(|&x| x as usize).collect();
         let b = src_lens.len();
-        Batch { b, s: src.len() / b, t: tgt_in.len() / b, src, src_lens, tgt_in, tgt_out, tgt_lens }
+        Batch {
+            b,
+            s: src.len() / b,
+            t: tgt_in.len() / b,
+            src,
+            src_lens,
+            tgt_in,
+            tgt_out,
+            tgt_lens,
+            src_drop: Vec::new(),
+        }
     }
 }
 

@@ -61,6 +61,7 @@ fn pad_more(b: &Batch, extra: usize) -> Batch {
         tgt_in: vec![PAD; b.b * t2],
         tgt_out: vec![PAD; b.b * t2],
         tgt_lens: b.tgt_lens.clone(),
+        src_drop: Vec::new(),
     };
     for i in 0..b.b {
         out.src[i * s2..i * s2 + b.s].copy_from_slice(&b.src[i * b.s..(i + 1) * b.s]);
@@ -174,6 +175,40 @@ fn pointer_backward_matches_finite_difference() {
     slopes_match_finite_differences(&[(0.1, 0.0)], 32, Positions::Sinusoidal, &sample_pairs(6, 4), (true, false));
 }
 
+/// The same with the character encoder (its byte embedding, filters and bias, under its own
+/// dropout mask). Every word here is one piece spelled with one byte, so it has one window and
+/// the max-pool no kink for a finite step to cross; the pooling's choice of window is checked
+/// against the naive twin in tests/char_encoder.rs.
+#[test]
+fn char_encoder_backward_matches_finite_difference() {
+    let chars = |c: ModelConfig| ModelConfig { char_dim: 4, next_closer: false, ..c };
+    slopes_match_finite_differences_refined(
+        &[(0.1, 0.0), (0.0, 0.0)],
+        32,
+        Positions::Sinusoidal,
+        &sample_pairs(6, 4),
+        (true, false),
+        &chars,
+        0.0,
+    );
+}
+
+/// The same with word dropout: half the source words read as UNK in the pass (the embedding's
+/// gradient goes to the UNK row, not to the pieces' rows), with the character encoder beside it.
+#[test]
+fn word_dropout_backward_matches_finite_difference() {
+    let chars = |c: ModelConfig| ModelConfig { char_dim: 4, next_closer: false, ..c };
+    slopes_match_finite_differences_refined(
+        &[(0.1, 0.0)],
+        32,
+        Positions::Sinusoidal,
+        &sample_pairs(6, 4),
+        (true, false),
+        &chars,
+        0.5,
+    );
+}
+
 /// The same with the next-closer input as well (its closer and depth tables), on the same
 /// made-up vocabulary, where some ids open constituents and one closes them.
 #[test]
@@ -193,7 +228,7 @@ fn closer_refinements_backward_match_finite_difference() {
 }
 
 fn slopes_match_finite_differences_with(pairs: &[(Vec<u32>, Vec<u32>)], refine: &dyn Fn(ModelConfig) -> ModelConfig) {
-    slopes_match_finite_differences_refined(&[(0.1, 0.0)], 32, Positions::Sinusoidal, pairs, (true, true), refine);
+    slopes_match_finite_differences_refined(&[(0.1, 0.0)], 32, Positions::Sinusoidal, pairs, (true, true), refine, 0.0);
 }
 
 fn slopes_match_finite_differences(
@@ -203,7 +238,7 @@ fn slopes_match_finite_differences(
     pairs: &[(Vec<u32>, Vec<u32>)],
     inputs: (bool, bool),
 ) {
-    slopes_match_finite_differences_refined(rates, max_positions, positions, pairs, inputs, &|c| c);
+    slopes_match_finite_differences_refined(rates, max_positions, positions, pairs, inputs, &|c| c, 0.0);
 }
 
 fn slopes_match_finite_differences_refined(
@@ -213,12 +248,14 @@ fn slopes_match_finite_differences_refined(
     pairs: &[(Vec<u32>, Vec<u32>)],
     (pointer, closer): (bool, bool),
     refine: &dyn Fn(ModelConfig) -> ModelConfig,
+    word_drop: f32,
 ) {
     for &(p, pa) in rates {
         let cfg = ModelConfig { max_positions, ..tiny(p, pa, 0.1, positions) };
         let cfg = refine(ModelConfig { source_pointer: pointer, next_closer: closer, ..cfg });
+        let with_chars = cfg.char_dim > 0;
         let mut model = Transformer::new(cfg, 7).unwrap();
-        if pointer || closer {
+        if pointer || closer || with_chars {
             use transformer::model::pointer::{PointerTable, TokenClass};
             // Ids 4 and 5 open constituents (closed by 6, and by 5 itself), 6 closes, 7–9 tags,
             // 10–17 word starts, the rest pieces inside a word.
@@ -233,7 +270,19 @@ fn slopes_match_finite_differences_refined(
                     _ => TokenClass::Piece { starts_word: false },
                 })
                 .collect();
-            model = model.with_pointer_table(PointerTable::new(classes)).unwrap();
+            // Word starts are spelled with one byte each, the other ids with none.
+            let bytes =
+                (0..30u8).map(|id| if (10..=17).contains(&id) { vec![b'a' + id] } else { Vec::new() }).collect();
+            model = model.with_pointer_table(PointerTable::new(classes).with_bytes(bytes)).unwrap();
+        }
+        if with_chars {
+            // The filters at their initial values (bias 0), so that about half the units pass the
+            // ReLU: a finite step moves a unit's pre-activation by ~0.004, so the few units that
+            // close to 0 add an error of a few thousandths of one unit's share of the slope. (A
+            // bias that keeps every unit positive offsets every word's vector, saturates the
+            // attention and makes the step measure curvature instead.)
+            let r = model.layout.get("encoder.char_conv.bias").expect("the character encoder's bias").range();
+            assert!(model.params[r].iter().all(|&b| b == 0.0));
         }
         if closer {
             // The next-closer tables start at zero; give them values so that they take part.
@@ -252,9 +301,18 @@ fn slopes_match_finite_differences_refined(
         for r in b1 {
             model.params[r].fill(4.0);
         }
-        let batch = Batch::from_pairs(pairs);
+        let mut batch = Batch::from_pairs(pairs);
+        if word_drop > 0.0 {
+            batch.src_drop = vec![word_drop; batch.src.len()];
+        }
         let ctx = Some(DropoutCtx { seed: 11, counter: 3 });
         let (_, g) = loss_and_grads(&model, &batch, ctx);
+        if word_drop > 0.0 {
+            let mut ws = Workspace::new();
+            model.forward(&batch, &mut ws, ctx).unwrap();
+            let dropped = ws.embed_ids.iter().zip(&batch.src).filter(|(a, b)| a != b).count();
+            assert!(dropped > 2 && ws.embed_ids.iter().filter(|&&id| id != transformer::UNK).count() > 2, "{dropped}");
+        }
         // Per tensor, along that tensor's unit gradient the directional derivative is |g_tensor|,
         // large enough to stand above f32 noise; a wrong backward points g elsewhere and the true
         // slope along it differs. (One direction for the whole model would be dominated by the
@@ -272,7 +330,10 @@ fn slopes_match_finite_differences_refined(
         let mut rng = Rng::new(17);
         for e in model.layout.entries() {
             let norm = g[e.range()].iter().map(|&x| x as f64 * x as f64).sum::<f64>().sqrt();
-            if norm < 0.05 {
+            // The character encoder's gradients are smaller (a few bytes a word), yet a slope of 0.01
+            // still stands well above the quotient's f32 noise (~5e-4) against a missing term's O(1).
+            let floor = if e.name.starts_with("encoder.char_") { 0.01 } else { 0.05 };
+            if norm < floor {
                 continue; // key biases (exactly 0) and unused position rows
             }
             // Direction: the unit gradient plus a random unit vector. The gradient part keeps the
@@ -295,6 +356,13 @@ fn slopes_match_finite_differences_refined(
             let w = model.layout.get("decoder.source_pointer.weight").expect("the pointer's weight");
             let norm = g[w.range()].iter().map(|&x| x as f64 * x as f64).sum::<f64>().sqrt();
             assert!(norm >= 0.05, "the pointer's gradient is too small to check: {norm}");
+        }
+        if with_chars {
+            for name in ["encoder.char_embed.weight", "encoder.char_conv.weight", "encoder.char_conv.bias"] {
+                let w = model.layout.get(name).expect("the character encoder's tensors");
+                let norm = g[w.range()].iter().map(|&x| x as f64 * x as f64).sum::<f64>().sqrt();
+                assert!(norm >= 0.01, "{name}: gradient too small to check: {norm}");
+            }
         }
         if closer {
             for name in ["decoder.next_closer.weight", "decoder.open_depth.weight"] {

@@ -76,6 +76,7 @@ fn bench_config(dropout: f32) -> ModelConfig {
         next_closer: false,
         next_closer_depth: true,
         next_closer_dropout: 0.0,
+        char_dim: 0,
         ..transformer::ModelConfig::base()
     }
 }

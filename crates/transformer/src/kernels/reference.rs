@@ -284,6 +284,90 @@ pub fn embedding_backward(
     (dt, dp)
 }
 
+/// The character-level word encoder (see `kernels::cpu::char_cnn`): for word w (characters
+/// `chars[offsets[w]..offsets[w + 1]]`, ids into `emb` (·, dc)), out[w, j] = max(0, max over
+/// windows t of b[j] + Σ_{k < width, m < dc} emb[chars[t + k], m] · w[(k·dc + m), j]).
+#[allow(clippy::too_many_arguments)]
+pub fn char_cnn_forward(
+    chars: &[u32],
+    offsets: &[usize],
+    emb: &[f64],
+    w: &[f64],
+    b: &[f64],
+    dc: usize,
+    width: usize,
+    d: usize,
+) -> Vec<f64> {
+    let words = offsets.len() - 1;
+    let mut out = vec![0.0; words * d];
+    for word in 0..words {
+        let cs = &chars[offsets[word]..offsets[word + 1]];
+        for j in 0..d {
+            let mut best = 0.0f64;
+            for t in 0..=cs.len() - width {
+                let mut h = b[j];
+                for k in 0..width {
+                    for m in 0..dc {
+                        h += emb[cs[t + k] as usize * dc + m] * w[(k * dc + m) * d + j];
+                    }
+                }
+                best = best.max(h);
+            }
+            out[word * d + j] = best;
+        }
+    }
+    out
+}
+
+/// Gradients of [`char_cnn_forward`] from `dout`: (demb, dw, db). The maximum's window (the
+/// first, on ties) takes each filter's gradient; none where the maximum is ≤ 0.
+#[allow(clippy::too_many_arguments)]
+pub fn char_cnn_backward(
+    dout: &[f64],
+    chars: &[u32],
+    offsets: &[usize],
+    emb: &[f64],
+    w: &[f64],
+    b: &[f64],
+    dc: usize,
+    width: usize,
+    d: usize,
+) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
+    let (mut de, mut dw, mut db) = (vec![0.0; emb.len()], vec![0.0; w.len()], vec![0.0; d]);
+    for word in 0..offsets.len() - 1 {
+        let cs = &chars[offsets[word]..offsets[word + 1]];
+        for j in 0..d {
+            let window = |t: usize| -> f64 {
+                let mut h = b[j];
+                for k in 0..width {
+                    for m in 0..dc {
+                        h += emb[cs[t + k] as usize * dc + m] * w[(k * dc + m) * d + j];
+                    }
+                }
+                h
+            };
+            let (mut best, mut arg) = (0.0f64, None);
+            for t in 0..=cs.len() - width {
+                let h = window(t);
+                if h > best {
+                    (best, arg) = (h, Some(t));
+                }
+            }
+            let Some(t) = arg else { continue };
+            let g = dout[word * d + j];
+            db[j] += g;
+            for k in 0..width {
+                for m in 0..dc {
+                    let c = cs[t + k] as usize;
+                    dw[(k * dc + m) * d + j] += emb[c * dc + m] * g;
+                    de[c * dc + m] += w[(k * dc + m) * d + j] * g;
+                }
+            }
+        }
+    }
+    (de, dw, db)
+}
+
 /// max(x, 0) and its backward.
 pub fn relu_forward(x: &[f64]) -> Vec<f64> {
     x.iter().map(|v| v.max(0.0)).collect()

@@ -18,9 +18,10 @@ impl Transformer {
         let d = c.d_model;
         let p = &self.params;
         let o = &self.layout.offsets;
+        self.drop_words(batch, dropout, &mut ws.embed_ids);
         embedding_forward(
             &mut ws.enc_in,
-            &batch.src,
+            if ws.embed_ids.is_empty() { &batch.src } else { &ws.embed_ids },
             self.source_embedding(),
             self.positions(),
             batch.s,
@@ -28,6 +29,7 @@ impl Transformer {
             self.embedding_scale(),
             EmbeddingMasks::new(c, dropout).source,
         );
+        self.char_forward(batch, ws, dropout);
 
         let slots = ws.enc.len();
         assert!(slots >= c.n_layers.min(2), "the workspace is not prepared for this encoder");
@@ -102,12 +104,13 @@ impl Transformer {
                 masks.self_attn,
             );
         }
+        self.char_backward(&ws.g_a[..ms * d], &mut ws.chars, dropout, grads);
         let (emb_g, pos_g) = o.source_embedding_mut(grads);
         embedding_backward(
             emb_g,
             pos_g,
             &ws.g_a[..ms * d],
-            &batch.src,
+            if ws.embed_ids.is_empty() { &batch.src } else { &ws.embed_ids },
             dims.s,
             d,
             self.embedding_scale(),

@@ -103,6 +103,7 @@ impl Transformer {
     /// source is allowed: its decoder sees no source keys.
     pub fn encode(&self, srcs: &[&[u32]], ws: &mut Workspace) -> Result<Encoded> {
         let c = &self.config;
+        self.tree_table()?;
         let b = srcs.len();
         if b == 0 {
             return Ok(Encoded {
@@ -149,6 +150,7 @@ impl Transformer {
                 tgt_in: vec![crate::BOS; gb],
                 tgt_out: vec![UNK; gb],
                 tgt_lens: vec![1; gb],
+                src_drop: Vec::new(),
             };
             for (i, x) in group.iter().enumerate() {
                 batch.src[i * gs..i * gs + x.len()].copy_from_slice(x);

@@ -21,6 +21,10 @@ pub(crate) mod site {
     pub const ATTN: u64 = 5;
     /// Positions that get no next-closer input (`next_closer_dropout`).
     pub const CLOSER: u64 = 3;
+    /// The character encoder's word vectors (`char_dim`).
+    pub const CHARS: u64 = 4;
+    /// Word dropout (`Batch::src_drop`).
+    pub const WORDS: u64 = 6;
 }
 
 /// The mask of dropout probability `p` at `site`: none without a context (inference) or with p = 0.
@@ -38,11 +42,17 @@ pub(super) struct EmbeddingMasks {
     pub source: Option<DropoutMask>,
     /// Decoder input.
     pub target: Option<DropoutMask>,
+    /// The character encoder's word vectors, where they are added to the encoder input.
+    pub chars: Option<DropoutMask>,
 }
 
 impl EmbeddingMasks {
     pub(super) fn new(c: &ModelConfig, ctx: Option<DropoutCtx>) -> Self {
-        EmbeddingMasks { source: mask(ctx, c.dropout, site::ENC_EMBED), target: mask(ctx, c.dropout, site::DEC_EMBED) }
+        EmbeddingMasks {
+            source: mask(ctx, c.dropout, site::ENC_EMBED),
+            target: mask(ctx, c.dropout, site::DEC_EMBED),
+            chars: mask(ctx, c.dropout, site::CHARS),
+        }
     }
 }
 

@@ -4,6 +4,7 @@
 //! backward pass runs them in reverse.
 
 mod attention;
+mod chars;
 mod decoder;
 mod encoder;
 mod feed_forward;
@@ -50,6 +51,10 @@ pub struct Batch {
     pub tgt_out: Vec<u32>,
     /// (B) target lengths.
     pub tgt_lens: Vec<usize>,
+    /// (B, S) word dropout (`train.word_dropout`), read in training only: at every source
+    /// position, the probability that its word is read as UNK by the source embedding in this
+    /// pass (the same at every piece of a word); empty for none.
+    pub src_drop: Vec<f32>,
 }
 
 impl Batch {
@@ -68,6 +73,7 @@ impl Batch {
             tgt_in: vec![PAD; b * t],
             tgt_out: vec![PAD; b * t],
             tgt_lens: Vec::with_capacity(b),
+            src_drop: Vec::new(),
         };
         for (i, (src, tgt)) in pairs.iter().enumerate() {
             batch.src[i * s..i * s + src.len()].copy_from_slice(src);
@@ -103,6 +109,13 @@ impl Batch {
         }
         if self.src_lens.len() != self.b || self.tgt_lens.len() != self.b {
             return bad("one length per sentence expected".into());
+        }
+        if !self.src_drop.is_empty() && self.src_drop.len() != self.src.len() {
+            return bad(format!(
+                "{} word-dropout probabilities for {} source positions",
+                self.src_drop.len(),
+                self.src.len()
+            ));
         }
         if self.s > c.max_positions || self.t > c.max_positions {
             return bad(format!(
@@ -237,10 +250,10 @@ impl Transformer {
     }
 
     /// The same model with the vocabulary's [`pointer::PointerTable`], which a model with
-    /// `source_pointer` or `next_closer` needs before it can run (a no-op without them). An
+    /// `source_pointer`, `next_closer` or `char_dim` needs before it can run (a no-op without them). An
     /// error when the table does not cover the vocabulary.
     pub fn with_pointer_table(mut self, table: pointer::PointerTable) -> Result<Self> {
-        if self.config.source_pointer || self.config.next_closer {
+        if self.uses_tree_table() {
             if table.len() != self.config.vocab_size {
                 return Err(Error::Mismatch(format!(
                     "the pointer table covers {} ids, the model's vocabulary has {}",
@@ -256,16 +269,22 @@ impl Transformer {
     /// The pointer table (with `source_pointer` or `next_closer`), or the error that says it is
     /// missing.
     fn tree_table(&self) -> Result<Option<&pointer::PointerTable>> {
-        match (&self.pointer, self.config.source_pointer || self.config.next_closer) {
+        match (&self.pointer, self.uses_tree_table()) {
             (_, false) => Ok(None),
             (Some(t), true) => Ok(Some(t)),
             (None, true) => Err(Error::Config(
-                "this model has the next-word pointer (model.source_pointer) or the next-closer input \
-                 (model.next_closer) but no pointer table: build it with \
+                "this model has the next-word pointer (model.source_pointer), the next-closer input \
+                 (model.next_closer) or the character encoder (model.char_dim) but no pointer table: build it with \
                  Transformer::with_pointer_table(PointerTable::from_bpe(&bpe, format))"
                     .into(),
             )),
         }
+    }
+
+    /// Whether the model reads the vocabulary's [`pointer::PointerTable`]: with the next-word
+    /// pointer, the next-closer input or the character encoder.
+    fn uses_tree_table(&self) -> bool {
+        self.config.source_pointer || self.config.next_closer || self.config.char_dim > 0
     }
 
     /// The pointer table with `source_pointer` (see [`Transformer::tree_table`]).
@@ -316,6 +335,7 @@ impl Transformer {
     /// applied when `dropout` is given (training), skipped otherwise.
     pub fn forward(&self, batch: &Batch, ws: &mut Workspace, dropout: Option<DropoutCtx>) -> Result<()> {
         batch.validate(&self.config)?;
+        self.tree_table()?;
         ws.prepare(&self.config, batch.b, batch.s, batch.t);
         if let Some(table) = self.pointer_table()? {
             ws.ptr = pointer::batch_positions(table, batch);

@@ -44,6 +44,22 @@ pub enum TokenClass {
 #[derive(Clone, Debug, PartialEq)]
 pub struct PointerTable {
     classes: Vec<TokenClass>,
+    /// Every id's bytes, a word-starting space left out (for the character encoder,
+    /// `model.char_dim`); empty for ids with none (special tokens, tags, brackets).
+    bytes: Vec<Vec<u8>>,
+}
+
+/// The byte that the GPT-2 byte-level alphabet (the `tokenizers` crate's `ByteLevel`, which our
+/// BPE uses) writes as `ch`: printable bytes stand for themselves, the others are written as
+/// U+0100 onwards in byte order.
+fn byte_level_byte(ch: char) -> Option<u8> {
+    let printed = |b: u32| (33..=126).contains(&b) || (161..=172).contains(&b) || (174..=255).contains(&b);
+    let c = ch as u32;
+    if c < 256 && printed(c) {
+        return Some(c as u8);
+    }
+    let n = c.checked_sub(256)? as usize;
+    (0u32..256).filter(|&b| !printed(b)).nth(n).map(|b| b as u8)
 }
 
 /// The prefix that marks a POS tag entry of a parsing vocabulary (`TAG=NN`).
@@ -52,7 +68,14 @@ const TAG_PREFIX: &str = crate::data::encoding::TAG_PREFIX;
 impl PointerTable {
     /// A table from explicit classes, one per id (tests, synthetic vocabularies).
     pub fn new(classes: Vec<TokenClass>) -> Self {
-        PointerTable { classes }
+        PointerTable { classes, bytes: Vec::new() }
+    }
+
+    /// The same table with every id's bytes for the character encoder (tests, synthetic
+    /// vocabularies); ids past `bytes` have none.
+    pub fn with_bytes(mut self, bytes: Vec<Vec<u8>>) -> Self {
+        self.bytes = bytes;
+        self
     }
 
     /// The table of a parsing vocabulary for trees written in `format`: its whole entries `TAG=…`
@@ -88,7 +111,49 @@ impl PointerTable {
                 };
             }
         }
-        PointerTable { classes }
+        let bytes = (0..n)
+            .map(|id| match classes[id] {
+                TokenClass::Piece { .. } if id as u32 != crate::UNK => {
+                    let piece = bpe.piece_of(id as u32).unwrap_or_default();
+                    let mut b: Vec<u8> = piece.chars().filter_map(byte_level_byte).collect();
+                    if b.first() == Some(&b' ') {
+                        b.remove(0);
+                    }
+                    b
+                }
+                _ => Vec::new(),
+            })
+            .collect();
+        PointerTable { classes, bytes }
+    }
+
+    /// The bytes of `id` (a word-starting space left out), for the character encoder.
+    pub fn bytes(&self, id: u32) -> &[u8] {
+        self.bytes.get(id as usize).map_or(&[], |b| b.as_slice())
+    }
+
+    /// The words of a source for the character encoder, as ranges of positions: a word starts
+    /// at a piece in position 0 or at a piece that begins with a space, and goes on over the
+    /// pieces that do not; positions that are not pieces belong to no word.
+    pub fn word_spans(&self, src: &[u32]) -> Vec<std::ops::Range<usize>> {
+        let mut spans: Vec<std::ops::Range<usize>> = Vec::new();
+        let mut open = false;
+        for (i, &id) in src.iter().enumerate() {
+            match self.class(id) {
+                TokenClass::Piece { starts_word } => {
+                    if open && !starts_word {
+                        if let Some(last) = spans.last_mut() {
+                            last.end = i + 1;
+                        }
+                    } else {
+                        spans.push(i..i + 1);
+                        open = true;
+                    }
+                }
+                _ => open = false,
+            }
+        }
+        spans
     }
 
     /// Vocabulary size covered.

@@ -144,6 +144,11 @@ pub struct Workspace {
     pub d_enc: Vec<f32>,
     /// Intermediate gradients.
     pub grad: GradScratch,
+    /// (B·S) the ids the source embedding read in this pass: the source with the words dropped
+    /// by word dropout set to UNK; empty when it read the source as it is.
+    pub embed_ids: Vec<u32>,
+    /// The character encoder's saved values (with `char_dim`).
+    pub(crate) chars: super::chars::CharActs,
 }
 
 fn fit(v: &mut Vec<f32>, n: usize) {

@@ -187,6 +187,9 @@ pub struct TrainSection {
     /// Matrix products with bf16 operands and f32 sums on AMX or AVX512-BF16 (the `bf16-matmul` departure);
     /// weights, gradients, Adam and every other kernel stay f32. `true`, `false` or `"auto"`.
     pub bf16_matmul: Bf16Matmul,
+    /// Parsing: word dropout (the `word-dropout` departure): in training, each source word of
+    /// training count c is read as UNK with probability 1/(1 + c), drawn afresh every pass.
+    pub word_dropout: bool,
 }
 
 impl TrainSection {
@@ -228,6 +231,7 @@ impl Default for TrainSection {
             valid_f1_constrained: false,
             valid_f1_average: 0,
             bf16_matmul: Bf16Matmul::Off,
+            word_dropout: false,
         }
     }
 }
@@ -472,6 +476,18 @@ impl RunConfig {
                     .into(),
             ));
         }
+        if model.char_dim > 0 && d.task != crate::task::Task::Parsing {
+            return Err(Error::Config(
+                "model.char_dim (the character encoder) reads the words of a sentence to parse: it needs \
+                 data.task = \"parsing\""
+                    .into(),
+            ));
+        }
+        if t.word_dropout && d.task != crate::task::Task::Parsing {
+            return Err(Error::Config(
+                "train.word_dropout counts the words of sentences to parse: it needs data.task = \"parsing\"".into(),
+            ));
+        }
         if d.train_bin.is_none() && d.max_tokens >= model.max_positions {
             return Err(Error::Config(format!(
                 "data.max_tokens = {} must be below model.max_positions = {} (a target of max_tokens \
@@ -567,6 +583,16 @@ mod tests {
 
     fn bf16_of(extra: &str, overrides: &[&str]) -> Result<Bf16Matmul> {
         parse(extra, overrides).map(|c| c.train.bf16_matmul)
+    }
+
+    #[test]
+    fn the_character_encoder_and_word_dropout_need_the_parsing_task() {
+        for (set, name) in [("model.char_dim=8", "model.char_dim"), ("train.word_dropout=true", "train.word_dropout")] {
+            let cfg = parse("", &[set]).unwrap();
+            let model = cfg.model_config(100).unwrap();
+            let err = cfg.validate_for(&model, None).unwrap_err().to_string();
+            assert!(err.contains(name) && err.contains("data.task = \"parsing\""), "{err}");
+        }
     }
 
     #[test]
@@ -693,7 +719,7 @@ mod tests {
             assert!(err.contains(&format!("test.toml: unknown field `{key}`, expected one of `preset`")), "{err}");
             let list = "`preset`, `n_layers`, `d_model`, `d_ff`, `n_heads`, `d_k`, `d_v`, `dropout`, \
                         `attention_dropout`, `label_smoothing`, `positions`, `max_positions`, `source_pointer`, `next_closer`, \
-                        `next_closer_depth`, `next_closer_dropout`, `activation`, `output_bias`, `source_vocab_size`, \
+                        `next_closer_depth`, `next_closer_dropout`, `char_dim`, `activation`, `output_bias`, `source_vocab_size`, \
                         `sinusoid_layout`, `scale_embedding`\nin `model`";
             assert!(err.contains(list), "{err}");
             let expected = err.split("expected one of").nth(1).unwrap();

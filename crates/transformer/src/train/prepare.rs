@@ -23,6 +23,47 @@ pub(super) struct Data {
     pub valid: TokenPairs,
     /// The validation text pairs (for parsing: sentence, linearised gold tree).
     pub valid_text: Vec<(String, String)>,
+    /// With `train.word_dropout`: the training words' counts.
+    pub word_counts: Option<WordCounts>,
+}
+
+/// Word dropout's counts (`train.word_dropout`): how often each word (a run of pieces, as the
+/// vocabulary's pointer table splits a source) occurs in the training sources.
+pub(super) struct WordCounts {
+    table: crate::model::pointer::PointerTable,
+    counts: std::collections::HashMap<Vec<u32>, u32>,
+}
+
+impl WordCounts {
+    /// The counts over every training source.
+    pub fn new(table: crate::model::pointer::PointerTable, train: &dyn Pairs) -> Self {
+        let mut counts = std::collections::HashMap::new();
+        for i in 0..train.count() {
+            let src = train.get(i).0;
+            for span in table.word_spans(&src) {
+                *counts.entry(src[span].to_vec()).or_insert(0u32) += 1;
+            }
+        }
+        WordCounts { table, counts }
+    }
+
+    /// Sets `batch.src_drop`: 1/(1 + c) at every piece of a word seen c times.
+    pub fn set_probabilities(&self, batch: &mut Batch) {
+        let s = batch.s;
+        batch.src_drop = vec![0.0; batch.src.len()];
+        for r in 0..batch.b {
+            let src = &batch.src[r * s..][..batch.src_lens[r]];
+            for span in self.table.word_spans(src) {
+                let c = self.counts.get(&src[span.clone()]).copied().unwrap_or(0);
+                batch.src_drop[r * s..][span].fill(1.0 / (1.0 + c as f32));
+            }
+        }
+    }
+
+    /// How many distinct words.
+    pub fn len(&self) -> usize {
+        self.counts.len()
+    }
 }
 
 impl Data {
@@ -118,7 +159,16 @@ pub(super) fn prepare(cfg: &RunConfig, log: &mut dyn FnMut(&str)) -> Result<Data
     }
     let bc = BatchConfig { max_src_tokens: cfg.train.max_src_tokens, max_tgt_tokens: cfg.train.max_tgt_tokens };
     let batches = make_batches(&lengths, &bc);
-    Ok(Data { bpe, model, train, batches, valid, valid_text })
+    let word_counts = cfg.train.word_dropout.then(|| {
+        let table = crate::model::pointer::PointerTable::from_bpe(&bpe, d.tree_format);
+        let counts = WordCounts::new(table, train.as_ref());
+        log(&format!(
+            "word dropout: {} distinct training words, each read as UNK with probability 1/(1 + count)",
+            counts.len()
+        ));
+        counts
+    });
+    Ok(Data { bpe, model, train, batches, valid, valid_text, word_counts })
 }
 
 /// The validation pairs: every pair with two non-empty sides, encoded; a pair too long for the
@@ -166,7 +216,35 @@ fn validation_pairs(
 }
 
 /// The batch of training pairs `idx`.
-pub(super) fn batch_of(pairs: &dyn Pairs, idx: &[usize]) -> Batch {
+pub(super) fn batch_of(pairs: &dyn Pairs, idx: &[usize], word_counts: Option<&WordCounts>) -> Batch {
     let sel: Vec<(Vec<u32>, Vec<u32>)> = idx.iter().map(|&i| pairs.get(i)).collect();
-    Batch::from_pairs(&sel)
+    let mut batch = Batch::from_pairs(&sel);
+    if let Some(w) = word_counts {
+        w.set_probabilities(&mut batch);
+    }
+    batch
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::pointer::{PointerTable, TokenClass};
+
+    #[test]
+    fn word_dropout_counts_whole_words() {
+        // Id 4 starts a word, 5 continues one.
+        let s = |b| TokenClass::Piece { starts_word: b };
+        let classes =
+            vec![TokenClass::Structure, TokenClass::Structure, TokenClass::Structure, s(false), s(true), s(false)];
+        let train: crate::data::parallel::TokenPairs =
+            vec![(vec![4, 4, 5], vec![1]), (vec![4, 5, 4], vec![1]), (vec![5, 4], vec![1])];
+        // Words: [4] three times, [4 5] twice, and [5] once (position 0 starts a word whatever its piece).
+        let counts = WordCounts::new(PointerTable::new(classes), &train);
+        assert_eq!(counts.len(), 3);
+        let mut batch = Batch::from_pairs(&[(vec![4, 5, 4, 4, 4], vec![1]), (vec![5, 5], vec![1])]);
+        counts.set_probabilities(&mut batch);
+        let (q, h) = (1.0 / 4.0, 1.0 / 3.0);
+        // Row 1: [5 5] is unseen (probability 1), then padding.
+        assert_eq!(batch.src_drop, vec![h, h, q, q, q, 1.0, 1.0, 0.0, 0.0, 0.0]);
+    }
 }

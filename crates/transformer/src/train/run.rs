@@ -480,8 +480,10 @@ impl<'a> Run<'a> {
         let end = (self.state.cursor + t.accumulate).min(n_batches);
         let share = share_of(end - self.state.cursor, self.comm.rank(), self.comm.size());
         let mine = &order[self.state.cursor + share.start..self.state.cursor + share.end];
-        let group: Vec<Batch> =
-            mine.iter().map(|&b| batch_of(self.data.train.as_ref(), &self.data.batches[b])).collect();
+        let group: Vec<Batch> = mine
+            .iter()
+            .map(|&b| batch_of(self.data.train.as_ref(), &self.data.batches[b], self.data.word_counts.as_ref()))
+            .collect();
         let stats = self.trainer.train_step_shared(&group, share.start, end - self.state.cursor, self.comm)?;
         let state = &mut self.state;
         state.cursor = end;

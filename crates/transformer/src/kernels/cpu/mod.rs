@@ -5,6 +5,7 @@ pub mod adam;
 pub mod attention;
 pub mod bf16;
 pub mod cached_attention;
+pub mod char_cnn;
 pub mod elementwise;
 pub mod embedding;
 pub mod int8;
