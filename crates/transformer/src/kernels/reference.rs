@@ -303,20 +303,33 @@ pub fn char_cnn_forward(
     for word in 0..words {
         let cs = &chars[offsets[word]..offsets[word + 1]];
         for j in 0..d {
-            let mut best = 0.0f64;
-            for t in 0..=cs.len() - width {
-                let mut h = b[j];
-                for k in 0..width {
-                    for m in 0..dc {
-                        h += emb[cs[t + k] as usize * dc + m] * w[(k * dc + m) * d + j];
-                    }
-                }
-                best = best.max(h);
-            }
-            out[word * d + j] = best;
+            let windows = (0..=cs.len() - width).map(|t| char_window(cs, t, j, emb, w, b[j], dc, width, d));
+            out[word * d + j] = windows.fold(0.0f64, f64::max);
         }
     }
     out
+}
+
+/// Filter j's pre-activation at window t of the characters `cs`: bias + Σ_{k, m} emb · w.
+#[allow(clippy::too_many_arguments)]
+fn char_window(
+    cs: &[u32],
+    t: usize,
+    j: usize,
+    emb: &[f64],
+    w: &[f64],
+    bias: f64,
+    dc: usize,
+    width: usize,
+    d: usize,
+) -> f64 {
+    let mut h = bias;
+    for k in 0..width {
+        for m in 0..dc {
+            h += emb[cs[t + k] as usize * dc + m] * w[(k * dc + m) * d + j];
+        }
+    }
+    h
 }
 
 /// Gradients of [`char_cnn_forward`] from `dout`: (demb, dw, db). The maximum's window (the
@@ -337,18 +350,9 @@ pub fn char_cnn_backward(
     for word in 0..offsets.len() - 1 {
         let cs = &chars[offsets[word]..offsets[word + 1]];
         for j in 0..d {
-            let window = |t: usize| -> f64 {
-                let mut h = b[j];
-                for k in 0..width {
-                    for m in 0..dc {
-                        h += emb[cs[t + k] as usize * dc + m] * w[(k * dc + m) * d + j];
-                    }
-                }
-                h
-            };
             let (mut best, mut arg) = (0.0f64, None);
             for t in 0..=cs.len() - width {
-                let h = window(t);
+                let h = char_window(cs, t, j, emb, w, b[j], dc, width, d);
                 if h > best {
                     (best, arg) = (h, Some(t));
                 }
