@@ -11,7 +11,7 @@ cd "$(dirname "$0")/../fuzz"
 seconds="${SECONDS_EACH:-60}"
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
-    targets=(run_config checkpoint bpe_json prepared_data ptb_trees)
+    targets=(run_config checkpoint bpe_json prepared_data ptb_trees pickle npy sentencepiece marian_vocab)
 fi
 for t in "${targets[@]}"; do
     echo "== $t: ${seconds} s"

@@ -313,8 +313,9 @@ pub struct ParseArgs {
     /// vocabulary): their log-probabilities are averaged at every step of one beam search.
     #[arg(long, required = true)]
     pub checkpoint: Vec<PathBuf>,
-    /// The vocabulary the checkpoint was trained with.
-    #[arg(long)]
+    /// The vocabulary the checkpoint was trained with (alias --tokenizer, as for the other verbs;
+    /// parsing needs a BPE vocabulary, so an imported model's tokenizer is refused with a reason).
+    #[arg(long, visible_alias = "tokenizer")]
     pub bpe: PathBuf,
     /// Input file (plain or .gz; default: stdin), words separated by spaces (PTB tokens).
     #[arg(long)]
@@ -399,8 +400,9 @@ pub struct PrepareArgs {
     /// Parsing: how the trees are written, `tags+words` or `tags` (as the run's data.tree_format).
     #[arg(long, default_value = "tags+words", value_parser = library_enum(&TreeFormat::ALL, TreeFormat::name))]
     pub tree_format: TreeFormat,
-    /// The shared BPE model.
-    #[arg(long)]
+    /// The shared BPE model (alias --tokenizer, as for the other verbs; prepared data needs a BPE
+    /// vocabulary, so an imported model's tokenizer is refused with a reason).
+    #[arg(long, visible_alias = "tokenizer")]
     pub bpe: PathBuf,
     /// Output directory.
     #[arg(long)]

@@ -250,11 +250,12 @@ fn translations_equal_the_cli_one_by_one_batched_and_nbest() {
     assert_eq!(strings(&a.body["translations"]), ["", "", expected[0].as_str(), expected[1].as_str()]);
     assert!(a.body["attention"][0].is_null() && a.body["attention"][1].is_null(), "{}", a.body["attention"]);
     assert!(a.body.get("capped").is_none(), "{}", a.body);
-    // An empty sentence has one hypothesis, the empty one, whatever nbest asks (as the CLI).
-    let a = post(&s, &json!({ "q": ["", "  ", lines[0].clone()], "nbest": 3 }));
+    // An empty or blank sentence has nbest hypotheses, each the empty one (as the CLI).
+    let a = post(&s, &json!({ "q": ["", "  ", "\u{200B}\u{FEFF}", lines[0].clone()], "nbest": 3 }));
     assert_eq!(a.status, 200, "{}", a.body);
     let sizes: Vec<usize> = a.body["nbest"].as_array().unwrap().iter().map(|l| l.as_array().unwrap().len()).collect();
-    assert_eq!(sizes, [1, 1, 3], "{}", a.body);
+    assert_eq!(sizes, [3, 3, 3, 3], "{}", a.body);
+    assert_eq!(strings(&a.body["translations"])[..3], ["", "", ""], "{}", a.body);
 
     // n-best lists and scores: the CLI's `index ||| text ||| log P ||| score` lines.
     let cli: Vec<Vec<String>> = cli_translate(&lines, &["--nbest", "3", "--beam", "5", "--alpha", "1.0"])
@@ -769,6 +770,30 @@ fn idle_and_half_sent_connections_time_out_and_never_block_the_server() {
     assert_eq!(s.metric("transformer_request_duration_seconds_count"), 1.0, "only the real request is timed");
 }
 
+/// Under `ulimit -n 64` the server still holds many connections and serves clients side by side:
+/// its bound keeps the descriptors open and a fixed reserve, not 128 of them (the audit found a
+/// bound of 1 there: one client served, two refused with 503).
+#[test]
+fn a_low_open_file_limit_still_serves_clients_side_by_side() {
+    let s = Server::start_limited(&model().1, &[], true, Some(64));
+    let log = s.log.lock().unwrap().clone();
+    let bound: usize = log
+        .split("--max-connections lowered to ")
+        .nth(1)
+        .and_then(|rest| rest.split(':').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no note of the lowered bound: {log}"));
+    assert!(bound >= 20, "a bound of {bound} at 64 open files: {log}");
+    let held: Vec<_> = (0..8).map(|_| std::net::TcpStream::connect(&s.addr).unwrap()).collect();
+    std::thread::sleep(Duration::from_millis(200));
+    let statuses: Vec<u16> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..3).map(|_| scope.spawn(|| post(&s, &json!({ "q": "A dog runs." })).status)).collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(statuses, [200, 200, 200]);
+    drop(held);
+}
+
 /// Past --max-connections a connection is served one answer and closed: /health as usual (a
 /// health check keeps answering while the bound is full), 503 to anything else, its body read
 /// first so the client gets the answer; once a connection closes, requests are served again.
@@ -871,4 +896,40 @@ fn an_idle_keep_alive_connection_is_closed_after_the_header_timeout() {
     assert!(rest.is_empty(), "{}", String::from_utf8_lossy(&rest));
     assert!(waited >= Duration::from_millis(1500) && waited < Duration::from_secs(6), "closed after {waited:?}");
     assert!(idle.elapsed() < Duration::from_secs(8));
+}
+
+/// Framing the server cannot read gets the status HTTP gives it, at once: a chunk size that is
+/// not hexadecimal is the client's error (400, not a 408 counted as abandoned), a transfer coding
+/// other than chunked is not implemented (501, not read as plain chunked), and a body announced
+/// over the limit with `Expect: 100-continue` gets its 413 before any `100 Continue`.
+#[test]
+fn malformed_framing_and_unsupported_codings_get_their_statuses() {
+    let s = Server::start(&["--max-body-bytes", "1000"]);
+    let a = raw_exchange(
+        &s.addr,
+        b"POST /translate HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n0\r\n\r\n",
+        false,
+    );
+    assert!(a.starts_with("HTTP/1.1 400") && a.contains("chunked framing"), "{a}");
+    let a = raw_exchange(
+        &s.addr,
+        b"POST /translate HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n",
+        false,
+    );
+    assert!(a.starts_with("HTTP/1.1 501") && a.contains("gzip"), "{a}");
+    let a = raw_exchange(
+        &s.addr,
+        b"POST /translate HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\nExpect: 100-continue\r\n\r\n",
+        false,
+    );
+    assert!(a.starts_with("HTTP/1.1 413") && !a.contains("100 Continue"), "{a}");
+    // Within the limit, Expect: 100-continue is honoured and the request served.
+    let body = json!({ "q": "A dog runs." }).to_string();
+    let request = format!(
+        "POST /translate HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\nExpect: 100-continue\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let a = raw_exchange(&s.addr, request.as_bytes(), false);
+    assert!(a.contains("HTTP/1.1 200"), "{a}");
+    assert_eq!(s.metric("transformer_abandoned_requests_total"), 0.0);
 }

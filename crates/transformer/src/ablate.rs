@@ -18,7 +18,7 @@ use crate::decode::translator::{DecodeOptions, SessionOptions, Translator};
 use crate::error::{Error, Result};
 use crate::eval::bleu::{corpus_bleu, BleuConfig};
 use crate::io::{io_err, write_atomically};
-use crate::quickstart::{Observer, MULTI30K_CONFIG};
+use crate::quickstart::{short_number, Observer, MAX_MINUTES, MULTI30K_CONFIG};
 use crate::train::run::{list_checkpoints, run_with_progress, RunConfig};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -338,8 +338,12 @@ pub fn plan(opts: &AblateOptions) -> Result<Plan> {
     }
     match opts.budget {
         Budget::Minutes(m) if !(m.is_finite() && m > 0.0) => {
-            return Err(Error::Config(format!("--minutes {m} must be a positive number")))
+            return Err(Error::Config(format!("--minutes {} must be a positive number", short_number(m))))
         }
+        Budget::Minutes(m) if m > MAX_MINUTES => return Err(Error::Config(format!(
+            "--minutes {} is more than a week ({MAX_MINUTES} minutes) per row, the longest budget an ablation takes",
+            short_number(m)
+        ))),
         Budget::Updates(0) => return Err(Error::Config("--updates 0 trains nothing: give at least 1".into())),
         _ => {}
     }
@@ -478,14 +482,21 @@ fn render(plan: &Plan, rows: &[RowSummary]) -> (String, String) {
     let (bb, bbs) = base.bleu();
     let (pbp, pbb) = paper_scores("base").expect("base is in the paper");
     let budget = match plan.budget {
-        Budget::Minutes(m) => format!("{m} minutes of training per row"),
+        Budget::Minutes(m) => format!("{} minutes of training per row", short_number(m)),
         Budget::Updates(n) => format!("{n} updates per row"),
+    };
+    // The checkpoints each row really averaged: fewer than --average when a row wrote fewer.
+    let averaged: Vec<usize> = rows.iter().flat_map(|r| r.results.iter().map(|x| x.averaged)).collect();
+    let (fewest, most) = (averaged.iter().copied().min().unwrap_or(0), averaged.iter().copied().max().unwrap_or(0));
+    let last = match (fewest == most, most == plan.average) {
+        (true, true) => format!("the last {most}"),
+        (true, false) => format!("the last {most} (--average {}: the rows wrote only {most})", plan.average),
+        (false, _) => format!("the last {fewest} to {most} (--average {}; some rows wrote fewer)", plan.average),
     };
     let mut md = format!(
         "Table 3 at small scale: dev = Multi30k val{}, perplexity per word-piece and BLEU (sacreBLEU, cased; beam 4, α 0.6) \
-         of the average of the last {} checkpoints; {budget}; {} seed(s){}.\n\n",
+         of the average of {last} checkpoints; {budget}; {} seed(s){}.\n\n",
         plan.dev_sentences.map(|n| format!(" (first {n} sentences)")).unwrap_or_default(),
-        plan.average,
         plan.seeds,
         if plan.seeds > 1 {
             ", mean ± half the spread (max − min over seeds); `~`: the row's range and base's overlap, not significant"
@@ -829,6 +840,48 @@ mod tests {
             let e = parse_rows(bad).unwrap_err().to_string();
             assert!(e.contains(says), "{bad}: {e}");
         }
+    }
+
+    #[test]
+    fn the_table_says_how_many_checkpoints_were_really_averaged() {
+        let base = Row { name: "base".into(), settings: Vec::new(), paper_change: String::new() };
+        let result = |averaged| RowResult {
+            row: "base".into(),
+            seed: 1,
+            params: 10,
+            updates: 4,
+            train_seconds: 60.0,
+            averaged,
+            dev_perplexity: 9.0,
+            dev_bleu: 20.0,
+        };
+        let plan = |average| Plan {
+            rows: vec![base.clone()],
+            budget: Budget::Minutes(1e-7),
+            seeds: 1,
+            dev_sentences: None,
+            average,
+            base_overrides: Vec::new(),
+        };
+        let rows = vec![RowSummary { row: base.clone(), results: vec![result(4)] }];
+        let (md, _) = render(&plan(99), &rows);
+        assert!(md.contains("the last 4 (--average 99: the rows wrote only 4) checkpoints"), "{md}");
+        assert!(md.contains("1e-7 minutes of training per row"), "{md}");
+        let (md, _) = render(&plan(4), &rows);
+        assert!(md.contains("of the average of the last 4 checkpoints;"), "{md}");
+    }
+
+    #[test]
+    fn minute_budgets_are_written_without_hundreds_of_digits() {
+        assert_eq!(short_number(1e308), "1e308");
+        assert_eq!(short_number(3e-7), "3e-7");
+        assert_eq!(
+            (short_number(0.75), short_number(30.0), short_number(1.333)),
+            ("0.75".into(), "30".into(), "1.33".into())
+        );
+        let opts = AblateOptions { budget: Budget::Minutes(1e308), ..AblateOptions::default() };
+        let err = plan(&opts).unwrap_err().to_string();
+        assert!(err.contains("--minutes 1e308 is more than a week"), "{err}");
     }
 
     #[test]

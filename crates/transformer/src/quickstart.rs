@@ -242,7 +242,13 @@ fn longer_minutes(minutes: f64) -> Option<f64> {
     (minutes < MAX_MINUTES).then(|| (minutes * 3.0).min(MAX_MINUTES))
 }
 
-fn short_number(x: f64) -> String {
+///
+/// Numbers that two decimals would show as 0, and very large ones, are written with an exponent
+/// (`3e-7`, `1e308`), so that no message advises `--minutes 0` or prints 309 digits.
+pub fn short_number(x: f64) -> String {
+    if x != 0.0 && x.is_finite() && !(0.005..1e6).contains(&x.abs()) {
+        return format!("{x:e}");
+    }
     let s = format!("{x:.2}");
     s.trim_end_matches('0').trim_end_matches('.').to_string()
 }
@@ -285,13 +291,13 @@ fn lock_output(out: &Path, obs: &mut dyn Observer) -> Result<crate::train::run_d
 /// Checks the options every quick start shares.
 fn check_common(opts: &QuickstartOptions) -> Result<()> {
     if !(opts.minutes.is_finite() && opts.minutes > 0.0) {
-        return Err(Error::Config(format!("--minutes {} must be a positive number", opts.minutes)));
+        return Err(Error::Config(format!("--minutes {} must be a positive number", short_number(opts.minutes))));
     }
     if opts.minutes > MAX_MINUTES {
         return Err(Error::Config(format!(
             "--minutes {} is more than a week ({MAX_MINUTES} minutes), the longest budget a quick start takes; \
              for longer runs train a config with `transformer train`",
-            opts.minutes
+            short_number(opts.minutes)
         )));
     }
     if opts.test_sentences == Some(0) {

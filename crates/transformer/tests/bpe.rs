@@ -134,4 +134,10 @@ fn a_checkpoint_or_binary_file_is_not_a_bpe_model() {
     std::fs::write(&bin, [0xffu8, 0xfe, 0, 1, 2]).unwrap();
     let err = transformer::data::bpe::Bpe::load(&bin).err().unwrap().to_string();
     assert!(err.contains("random.bin") && err.contains("not a BPE model"), "{err}");
+    // The same through the reader every verb's --bpe / --tokenizer uses (it said "stream did
+    // not contain valid UTF-8").
+    for (path, what) in [(&ckpt, "a checkpoint"), (&bin, "not a BPE model")] {
+        let err = transformer::data::tokenizer::Tokenizer::load(path).err().unwrap().to_string();
+        assert!(err.contains(path.file_name().unwrap().to_str().unwrap()) && err.contains(what), "{err}");
+    }
 }

@@ -207,3 +207,36 @@ fn an_update_that_makes_parameters_non_finite_stops_with_an_error() {
     assert!(matches!(err, Error::NonFiniteParameters { step: 1, .. }), "{err}");
     assert!(err.to_string().contains("before anything was saved"), "{err}");
 }
+
+/// A run whose last update ends an epoch validates that model once: one `valid` record at the
+/// step, not a second one under the next epoch's number.
+#[test]
+fn a_run_that_stops_at_an_epoch_end_records_its_validation_once() {
+    let d = dir("epoch-end");
+    let (r, log) = run_quiet(&config(&d, &["train.max_steps=1"]).unwrap());
+    r.unwrap();
+    // "N parameters, M training pairs in K batches, 1 per update"
+    let line = log.iter().find(|l| l.contains("training pairs in")).expect("the batch count is logged");
+    let batches: u64 = line.split(" batches").next().unwrap().rsplit(' ').next().unwrap().parse().unwrap();
+    let d = dir("epoch-end-2");
+    let steps = format!("train.max_steps={batches}");
+    run_quiet(&config(&d, &[&steps, "train.checkpoint_steps=1000"]).unwrap()).0.unwrap();
+    let records: Vec<serde_json::Value> = std::fs::read_to_string(d.join("metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|r: &serde_json::Value| r["kind"] == "valid")
+        .collect();
+    let at_end: Vec<_> = records.iter().filter(|r| r["step"] == batches).collect();
+    assert_eq!(at_end.len(), 1, "valid records at step {batches}: {at_end:?}");
+    assert_eq!(at_end[0]["epoch"], 1);
+}
+
+#[test]
+fn a_batch_budget_no_pair_fits_is_refused() {
+    let d = dir("budget");
+    for field in ["train.max_src_tokens", "train.max_tgt_tokens"] {
+        let err = config_error(&d, &[&format!("{field}=1")]);
+        assert!(err.contains(&format!("{field} = 1")) && err.contains("fit none of the"), "{field}: {err}");
+    }
+}

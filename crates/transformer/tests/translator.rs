@@ -142,6 +142,44 @@ fn outputs_stopped_by_the_models_positions_are_reported() {
     assert!(!b.stopped_by_positions(200, 255, 256 + 200));
 }
 
+/// A blank line (white space, zero-width marks, a byte-order mark) is translated as an empty line,
+/// never into text the model invents, and its n-best list has as many entries as asked for.
+#[test]
+fn blank_lines_give_empty_outputs_with_the_full_nbest_list() {
+    let t = translator(Precision::F32);
+    let input: Vec<String> =
+        ["", "   ", "\u{200B}", "\u{200B}\u{FEFF}", "\t\u{2060} \u{200C}\u{200D}"].map(String::from).to_vec();
+    let (out, _) = t.translate(&input, &options(), &mut |_| {}).unwrap();
+    for (line, nbest) in input.iter().zip(&out) {
+        assert_eq!(nbest.len(), options().search.nbest, "{line:?}: {nbest:?}");
+        assert!(nbest.iter().all(|x| x.text.is_empty() && x.hypothesis.tokens.is_empty()), "{line:?}: {nbest:?}");
+    }
+    assert!(!transformer::decode::translator::is_blank("a\u{200B}b"));
+    assert!(t.encode_source("a\u{200B}b").unwrap().len() > 1);
+}
+
+/// A sentence longer than the model's positions is translated in chunks whose texts are joined by
+/// a space: no word of one chunk runs into the first word of the next.
+#[test]
+fn chunks_of_a_long_sentence_are_joined_with_a_space() {
+    let t = translator(Precision::F32);
+    let long = lines()[..12].join(" ");
+    assert!(t.encode_source(&long).unwrap().len() > t.model().config.max_positions);
+    let mut opts = options();
+    opts.search.nbest = 1;
+    let (out, stats) = t.translate(&[long], &opts, &mut |_| {}).unwrap();
+    assert_eq!(stats.chunked, 1);
+    let h = &out[0][0].hypothesis;
+    assert!(!h.chunk_starts.is_empty(), "no chunk boundaries recorded");
+    let bounds: Vec<usize> = std::iter::once(0).chain(h.chunk_starts.iter().copied()).chain([h.tokens.len()]).collect();
+    let mut words = Vec::new();
+    for w in bounds.windows(2) {
+        let part = t.decode_target(&h.tokens[w[0]..w[1]]).unwrap();
+        words.extend(part.split_whitespace().map(String::from));
+    }
+    assert_eq!(out[0][0].text.split_whitespace().collect::<Vec<_>>(), words);
+}
+
 /// Saves a random model of `translator`'s shape (seed `seed`) trained "with" `bpe` as a checkpoint.
 fn save_model(dir: &std::path::Path, name: &str, bpe: &Bpe, seed: u64) -> std::path::PathBuf {
     let model = Transformer::new(translator(Precision::F32).model().config.clone(), seed).unwrap();

@@ -69,7 +69,9 @@ pub fn ablate(args: crate::args::AblateArgs) -> Result<()> {
     use transformer::ablate::{self, AblateOptions, Budget};
     let budget = match (args.minutes, args.updates) {
         (_, Some(n)) => Budget::Updates(n),
-        (Some(m), None) if !(m.is_finite() && m > 0.0) => crate::usage!("--minutes {m} must be a positive number"),
+        (Some(m), None) if !(m.is_finite() && m > 0.0) => {
+            crate::usage!("--minutes {} must be a positive number", transformer::quickstart::short_number(m))
+        }
         (Some(m), None) => Budget::Minutes(m),
         (None, None) => AblateOptions::default().budget,
     };

@@ -232,7 +232,7 @@ fn decode(t: &Translator, jobs: Vec<Job>, budget: Budget, metrics: &Metrics) {
             for (src, nbest) in job.srcs.iter().zip(&mine) {
                 let mut list = Vec::with_capacity(nbest.len());
                 for h in nbest {
-                    match t.decode_target(&h.tokens) {
+                    match t.text(h) {
                         Ok(text) => list.push((text, h.log_prob, h.score)),
                         Err(e) => error = Some(format!("cannot turn the output into text: {e}")),
                     }

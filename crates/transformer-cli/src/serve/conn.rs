@@ -26,16 +26,22 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
-/// The open connections: a permit each, out of `max`.
+/// The open connections: a permit each, out of `max`; and room for `overflow` more being answered
+/// past the bound.
 pub struct Connections {
     permits: Arc<Semaphore>,
     max: usize,
+    overflow: usize,
 }
 
 impl Connections {
-    /// Room for `max` connections.
-    pub fn new(max: usize) -> Self {
-        Connections { permits: Arc::new(Semaphore::new(max)), max }
+    /// Room for `bound.connections` connections and `bound.overflow` answered past them.
+    pub fn new(bound: &Bound) -> Self {
+        Connections {
+            permits: Arc::new(Semaphore::new(bound.connections)),
+            max: bound.connections,
+            overflow: bound.overflow,
+        }
     }
 
     /// How many are open now.
@@ -44,25 +50,53 @@ impl Connections {
     }
 }
 
-/// Connections past the bound that are being answered at once (each for at most a second or two);
+/// Most connections past the bound that are answered at once (each for at most a second or two);
 /// one past these is closed without an answer.
 pub const OVERFLOW: usize = 64;
 
-/// `wanted` connections, or fewer so that they fit the soft open-file limit (each holds a file
-/// descriptor; 64 are kept for the model, the listener and the runtime, and [`OVERFLOW`] for the
-/// answers past the bound). Returns the bound and, when it was lowered, why.
-pub fn bound_by_file_limit(wanted: usize) -> (usize, Option<String>) {
+/// Descriptors kept free beside the connections, on top of those open when the bound is set: for
+/// the model's files while it loads, the runtime, and what the server opens as it runs.
+pub const RESERVE: usize = 16;
+
+/// How many connections the server holds open, and how many past them it answers at once.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Bound {
+    /// Connections served.
+    pub connections: usize,
+    /// Connections past the bound answered at once (503, or /health).
+    pub overflow: usize,
+    /// Why `connections` is below what was asked, when it is.
+    pub note: Option<String>,
+}
+
+/// `wanted` connections, or fewer so that they fit the soft open-file limit: each holds a file
+/// descriptor, and the descriptors open now plus a fixed [`RESERVE`] are kept; of the rest an
+/// eighth (at most [`OVERFLOW`]) answers connections past the bound.
+pub fn bound_by_file_limit(wanted: usize) -> Bound {
     let soft = std::fs::read_to_string("/proc/self/limits").ok().and_then(|text| {
         let line = text.lines().find(|l| l.starts_with("Max open files"))?;
         line.split_whitespace().nth(3)?.parse::<usize>().ok()
     });
-    match soft {
-        Some(limit) if limit.saturating_sub(64 + OVERFLOW) < wanted => {
-            let fit = limit.saturating_sub(64 + OVERFLOW).max(1);
-            (fit, Some(format!("--max-connections lowered to {fit}: the open-file limit is {limit} (ulimit -n)")))
-        }
-        _ => (wanted, None),
+    let open_now = std::fs::read_dir("/proc/self/fd").map_or(64, |d| d.count());
+    bound_for(wanted, soft, open_now)
+}
+
+/// [`bound_by_file_limit`] for a given soft limit (`None`: unlimited or unknown) and count of open
+/// descriptors.
+pub fn bound_for(wanted: usize, limit: Option<usize>, open_now: usize) -> Bound {
+    let Some(limit) = limit else { return Bound { connections: wanted, overflow: OVERFLOW, note: None } };
+    let free = limit.saturating_sub(open_now + RESERVE);
+    let overflow = (free / 8).min(OVERFLOW);
+    let fit = free - overflow;
+    if fit >= wanted {
+        return Bound { connections: wanted, overflow, note: None };
     }
+    let connections = fit.max(1);
+    let note = format!(
+        "--max-connections lowered to {connections}: the open-file limit is {limit} (ulimit -n), {open_now} are open \
+         and {RESERVE} kept free"
+    );
+    Bound { connections, overflow, note: Some(note) }
 }
 
 /// Serves `router` on `listener` until `stop` resolves, then lets open connections finish. A
@@ -81,7 +115,7 @@ pub async fn serve(
     // Past the bound: one request, read within a second, then closed (a bounded number at once).
     let mut quick = http1::Builder::new();
     quick.timer(TokioTimer::new()).header_read_timeout(Duration::from_secs(1)).keep_alive(false).half_close(true);
-    let refusals = Arc::new(Semaphore::new(OVERFLOW));
+    let refusals = Arc::new(Semaphore::new(connections.overflow));
     let graceful = GracefulShutdown::new();
     let mut stop = pin!(stop);
     let mut accept_error_logged = false;
@@ -132,4 +166,26 @@ pub async fn serve(
     drop(listener);
     graceful.shutdown().await;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_bound_keeps_a_fixed_reserve_not_half_the_descriptors() {
+        // The audit's case: at `ulimit -n 64` with 11 descriptors open the bound was 1.
+        let b = bound_for(256, Some(64), 11);
+        assert_eq!((b.connections, b.overflow), (33, 4));
+        assert!(b.note.as_deref().is_some_and(|n| n.contains("lowered to 33")), "{b:?}");
+        // At 256 it held back 128; now the open ones, the reserve and the overflow's eighth.
+        let b = bound_for(1000, Some(256), 11);
+        assert_eq!((b.connections, b.overflow), (201, 28));
+        // Enough room: what was asked, with the full overflow.
+        assert_eq!(bound_for(256, Some(65536), 11), Bound { connections: 256, overflow: OVERFLOW, note: None });
+        assert_eq!(bound_for(256, None, 11), Bound { connections: 256, overflow: OVERFLOW, note: None });
+        // Nothing free: one connection, no overflow, and a note.
+        let b = bound_for(256, Some(20), 11);
+        assert_eq!((b.connections, b.overflow), (1, 0));
+    }
 }

@@ -12,7 +12,7 @@ use super::ServeArgs;
 use anyhow::{Context, Result};
 use axum::body::{Body, HttpBody};
 use axum::extract::{Request, State};
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -103,21 +103,69 @@ struct Abandoned;
 /// close): a client that writes its whole body before reading then reads the 413, not a reset.
 const DRAIN_BYTES: usize = 8 << 20;
 
+/// Whether a body error is the client's malformed framing (a chunk size that is not hex, a chunk
+/// without its line end), not a client that went away: hyper reports those as invalid input or data.
+fn malformed_framing(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause = Some(e);
+    while let Some(err) = cause {
+        if let Some(io) = err.downcast_ref::<std::io::Error>() {
+            return matches!(io.kind(), std::io::ErrorKind::InvalidInput | std::io::ErrorKind::InvalidData);
+        }
+        cause = err.source();
+    }
+    false
+}
+
+/// What the headers say about a request body before any of it is read: a transfer coding other
+/// than chunked is refused (501: the body would be read as something it is not), and a
+/// Content-Length over `limit` with `Expect: 100-continue` gets its 413 at once, before the client
+/// is told to send the body.
+fn check_body_headers(headers: &HeaderMap, limit: usize) -> Result<(), ApiError> {
+    for value in headers.get_all(header::TRANSFER_ENCODING) {
+        let text = value.to_str().unwrap_or("?");
+        if let Some(coding) = text.split(',').map(str::trim).find(|c| !c.eq_ignore_ascii_case("chunked")) {
+            let mut e = ApiError::new(
+                StatusCode::NOT_IMPLEMENTED,
+                format!("Transfer-Encoding {coding:?} is not supported: send the body as it is, or chunked"),
+            );
+            e.close = true;
+            return Err(e);
+        }
+    }
+    let expects = headers
+        .get(header::EXPECT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.eq_ignore_ascii_case("100-continue"));
+    let length = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+    if let (true, Some(n)) = (expects, length) {
+        if n > limit as u64 {
+            let mut e = too_large(limit);
+            e.message = format!("{} (Content-Length {n})", e.message);
+            return Err(e);
+        }
+    }
+    Ok(())
+}
+
+/// The 413 for a body over `limit` bytes; the connection closes after it.
+fn too_large(limit: usize) -> ApiError {
+    let mut e = ApiError::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        format!(
+            "the request body is larger than the limit of {limit} bytes (--max-body-bytes): send fewer or shorter sentences per request"
+        ),
+    );
+    e.close = true;
+    e
+}
+
 /// Reads a request body of at most `limit` bytes within `timeout`. A larger one is read on (up to
-/// [`DRAIN_BYTES`] more, in the same time) and refused with 413; one that stops arriving, or whose
-/// client goes away, is abandoned (408, connection closed).
+/// [`DRAIN_BYTES`] more, in the same time) and refused with 413; malformed chunked framing is a 400;
+/// a body that stops arriving, or whose client goes away, is abandoned (408). Each closes the
+/// connection.
 async fn read_body(mut body: Body, limit: usize, timeout: Duration) -> Result<Vec<u8>, ApiError> {
     let deadline = tokio::time::Instant::now() + timeout;
-    let too_large = || {
-        let mut e = ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            format!(
-                "the request body is larger than the limit of {limit} bytes (--max-body-bytes): send fewer or shorter sentences per request"
-            ),
-        );
-        e.close = true;
-        e
-    };
+    let too_large = || too_large(limit);
     let abandoned = |why: &str| {
         let mut e = ApiError::new(StatusCode::REQUEST_TIMEOUT, format!("the request body {why}"));
         e.close = true;
@@ -138,6 +186,14 @@ async fn read_body(mut body: Body, limit: usize, timeout: Duration) -> Result<Ve
             }
             Ok(None) => break,
             Ok(Some(Err(_))) if over.is_some() => return Err(too_large()),
+            Ok(Some(Err(e))) if malformed_framing(&e) => {
+                let mut bad = ApiError::new(
+                    StatusCode::BAD_REQUEST,
+                    format!("the request body's chunked framing is malformed: {e}"),
+                );
+                bad.close = true;
+                return Err(bad);
+            }
             Ok(Some(Err(_))) => return Err(abandoned("stopped arriving (the client went away)")),
             Ok(Some(Ok(frame))) => {
                 let Ok(data) = frame.into_data() else { continue };
@@ -163,7 +219,8 @@ async fn read_body(mut body: Body, limit: usize, timeout: Duration) -> Result<Ve
     }
 }
 
-async fn translate(State(app): State<Arc<App>>, body: Body) -> Result<Response, ApiError> {
+async fn translate(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {
+    check_body_headers(&headers, app.body_limit)?;
     let body = read_body(body, app.body_limit, app.body_timeout).await?;
     let req = request::parse(&body, &app.limits).map_err(|m| ApiError::new(StatusCode::BAD_REQUEST, m))?;
     let t = app.translator.get().ok_or_else(loading)?;
@@ -407,11 +464,11 @@ pub fn run(args: ServeArgs) -> Result<()> {
     let addr = listener.local_addr()?;
     let limits =
         Limits { max_request_sentences: args.max_request_sentences as usize, max_beam: args.max_beam as usize };
-    let (max_connections, lowered) = conn::bound_by_file_limit(args.max_connections as usize);
-    if let Some(why) = lowered {
+    let bound = conn::bound_by_file_limit(args.max_connections as usize);
+    if let Some(why) = &bound.note {
         eprintln!("note: {why}");
     }
-    let connections = Arc::new(Connections::new(max_connections));
+    let connections = Arc::new(Connections::new(&bound));
     let app = Arc::new(App {
         translator: OnceLock::new(),
         queue: Queue::new(args.max_queue as usize),

@@ -112,6 +112,19 @@ impl Bpe {
                 path.display()
             ))
         })?;
+        #[derive(serde::Deserialize)]
+        struct Format {
+            format: Option<String>,
+        }
+        if serde_json::from_str::<Format>(text).ok().and_then(|f| f.format).as_deref()
+            == Some(super::marian_tokenizer::MARIAN_FORMAT)
+        {
+            return Err(Error::Bpe(format!(
+                "{}: an imported model's tokenizer (`transformer import marian`), not a BPE model: translating, \
+                 evaluating and serving take it; parsing and `prepare` need the BPE vocabulary of a run of ours",
+                path.display()
+            )));
+        }
         let tokenizer: Tokenizer = text.parse().map_err(|e| {
             Error::Bpe(format!("{}: not a BPE model ({e}); create one with `transformer bpe learn`", path.display()))
         })?;

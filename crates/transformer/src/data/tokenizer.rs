@@ -32,7 +32,14 @@ impl Tokenizer {
     /// Reads a tokenizer file: a Marian tokenizer written by `transformer import marian`, or a
     /// BPE model from `bpe learn` / `train`. Errors name the file.
     pub fn load(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path).map_err(crate::io::io_err(path))?;
+        let bytes = std::fs::read(path).map_err(crate::io::io_err(path))?;
+        // A safetensors checkpoint (8 bytes of header length, then its JSON header) or another
+        // binary file given as the vocabulary: the BPE reader names and explains it.
+        let checkpoint = bytes.len() >= 10 && bytes[8..].starts_with(b"{\"");
+        let text = match String::from_utf8(bytes) {
+            Ok(text) if !checkpoint => text,
+            _ => return Ok(Tokenizer::Bpe(Bpe::load(path)?)),
+        };
         let is_marian = serde_json::from_str::<serde_json::Value>(&text)
             .ok()
             .and_then(|j| j.get("format").and_then(|f| f.as_str()).map(|f| f == MARIAN_FORMAT))

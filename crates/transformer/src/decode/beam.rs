@@ -196,7 +196,7 @@ impl BeamConfig {
 }
 
 /// A finished hypothesis.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Hypothesis {
     /// Output tokens, without BOS and EOS.
     pub tokens: Vec<u32>,
@@ -204,6 +204,9 @@ pub struct Hypothesis {
     pub log_prob: f64,
     /// log_prob / lp(|tokens| + 1): what the search ranks by.
     pub score: f64,
+    /// Where the output of each chunk after the first begins, in tokens, when the source was longer
+    /// than the model's positions and was translated in chunks; empty for a sentence decoded whole.
+    pub chunk_starts: Vec<usize>,
 }
 
 /// What the search queries: next-token scores for a set of rows (hypotheses), each row belonging to
@@ -347,7 +350,12 @@ pub fn beam_search_constrained(
                 let h = &live[c.row];
                 if c.token == EOS {
                     let score = c.log_prob / cfg.length_penalty(h.tokens.len() + 1);
-                    finished[sent].push(Hypothesis { tokens: h.tokens.clone(), log_prob: c.log_prob, score });
+                    finished[sent].push(Hypothesis {
+                        tokens: h.tokens.clone(),
+                        log_prob: c.log_prob,
+                        score,
+                        chunk_starts: Vec::new(),
+                    });
                 } else {
                     let mut tokens = h.tokens.clone();
                     tokens.push(c.token);
@@ -401,22 +409,23 @@ pub fn search_batch(
     state: &mut DecoderState,
     constraint: Option<&dyn Constraint>,
 ) -> Result<(Vec<Vec<Hypothesis>>, usize)> {
-    search_batch_ensemble(model, &[], srcs, cfg, ws, packed, state, constraint)
+    search_batch_ensemble(model, &[], srcs, cfg, (ws, state), &mut Vec::new(), packed, constraint)
 }
 
-/// [`search_batch`] over an ensemble: `model` (in the buffers `ws` and `state`) and `others`, each
-/// with its packed decoder (in fresh buffers, allocated for each batch), their log-probabilities
-/// averaged at every step ([`EnsembleScorer`]). With no others it is [`search_batch`]. All must
-/// share the vocabulary. The rows decoded are one model's (each model decodes as many).
+/// [`search_batch`] over an ensemble: `model` (in the buffers `mine`: workspace and decoder
+/// state) and `others`, each with its packed decoder and the buffers of `theirs` (one pair a model,
+/// grown as needed and kept for the next batch), their log-probabilities averaged at every step
+/// ([`EnsembleScorer`]). With no others it is [`search_batch`]. All must share the vocabulary. The
+/// rows decoded are one model's (each model decodes as many).
 #[allow(clippy::too_many_arguments)]
 pub fn search_batch_ensemble(
     model: &Transformer,
     others: &[(&Transformer, &Arc<PackedDecoder>)],
     srcs: &[&[u32]],
     cfg: &BeamConfig,
-    ws: &mut Workspace,
+    (ws, state): (&mut Workspace, &mut DecoderState),
+    theirs: &mut Vec<(Workspace, DecoderState)>,
     packed: &Arc<PackedDecoder>,
-    state: &mut DecoderState,
     constraint: Option<&dyn Constraint>,
 ) -> Result<(Vec<Vec<Hypothesis>>, usize)> {
     cfg.validate()?;
@@ -431,14 +440,18 @@ pub fn search_batch_ensemble(
         return Ok((hyps?, rows));
     }
     let mut members = vec![scorer];
-    for (m, p) in others {
-        let mut ws = Workspace::new();
-        members.push(ModelScorer::reusing(m, srcs, steps, &mut ws, Arc::clone(p), DecoderState::default())?);
+    theirs.resize_with(theirs.len().max(others.len()), Default::default);
+    for ((m, p), (ws, st)) in others.iter().zip(theirs.iter_mut()) {
+        members.push(ModelScorer::reusing(m, srcs, steps, ws, Arc::clone(p), std::mem::take(st))?);
     }
     let mut ensemble = EnsembleScorer::new(members)?;
     let hyps = beam_search_constrained(&mut ensemble, &lens, cfg, cap, constraint);
-    let first = ensemble.into_members().swap_remove(0);
+    let mut members = ensemble.into_members().into_iter();
+    let first = members.next().expect("the first model");
     let rows = first.rows_decoded;
     *state = first.into_state();
+    for (member, (_, st)) in members.zip(theirs.iter_mut()) {
+        *st = member.into_state();
+    }
     Ok((hyps?, rows))
 }

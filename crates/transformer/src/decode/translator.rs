@@ -152,9 +152,17 @@ impl Parse {
             tree: Tree::node("TOP", Vec::new()),
             malformed: false,
             skipped: true,
-            hypothesis: Hypothesis { tokens: Vec::new(), log_prob: 0.0, score: 0.0 },
+            hypothesis: Hypothesis::default(),
         }
     }
+}
+
+/// Whether a line has nothing to translate: only white space and invisible marks (zero-width
+/// space, non-joiner and joiner, word joiner, byte-order mark). Such a line is translated as an
+/// empty line.
+pub fn is_blank(text: &str) -> bool {
+    text.chars()
+        .all(|c| c.is_whitespace() || matches!(c, '\u{200B}' | '\u{200C}' | '\u{200D}' | '\u{2060}' | '\u{FEFF}'))
 }
 
 /// One output sentence: the detokenised text of a hypothesis.
@@ -199,6 +207,20 @@ impl MemoryReport {
     }
 }
 
+/// The buffers one call decodes in, kept in the session's pool for the next: the encoder's
+/// workspace and decoder state of the model, and of each other model of an ensemble.
+#[derive(Default)]
+struct Buffers {
+    mine: (Workspace, DecoderState),
+    theirs: Vec<(Workspace, DecoderState)>,
+}
+
+impl Buffers {
+    fn all(&self) -> impl Iterator<Item = &(Workspace, DecoderState)> {
+        std::iter::once(&self.mine).chain(&self.theirs)
+    }
+}
+
 /// A translator session: the model, its vocabulary, its packed inference weights and a pool of
 /// decoder states (see the module docs).
 pub struct Translator {
@@ -211,7 +233,7 @@ pub struct Translator {
     /// decoder; empty for one model.
     others: Vec<(Transformer, Arc<PackedDecoder>)>,
     /// Buffers of finished calls, taken by the next ones (a call with none free makes its own).
-    pool: Mutex<Vec<(Workspace, DecoderState)>>,
+    pool: Mutex<Vec<Buffers>>,
 }
 
 impl Translator {
@@ -366,8 +388,8 @@ impl Translator {
             parameters,
             packed,
             int8,
-            workspaces: pool.iter().map(|(ws, _)| ws.bytes()).sum(),
-            decoder_states: pool.iter().map(|(_, st)| st.bytes()).sum(),
+            workspaces: pool.iter().flat_map(Buffers::all).map(|(ws, _)| ws.bytes()).sum(),
+            decoder_states: pool.iter().flat_map(Buffers::all).map(|(_, st)| st.bytes()).sum(),
         }
     }
 
@@ -389,8 +411,13 @@ impl Translator {
             .ok_or_else(|| Error::Unsupported("this model's tokenizer is an imported one, not a BPE vocabulary".into()))
     }
 
-    /// Token ids of a source line (no BOS; an imported Marian model's `</s>` included).
+    /// Token ids of a source line (no BOS; an imported Marian model's `</s>` included). A blank
+    /// line ([`is_blank`]: nothing but white space and invisible marks) has no ids, whatever the
+    /// tokenizer, so that it is translated as an empty line rather than into invented text.
     pub fn encode_source(&self, text: &str) -> Result<Vec<u32>> {
+        if is_blank(text) {
+            return Ok(Vec::new());
+        }
         match &self.vocab {
             Tokenizer::Bpe(b) => self.task.encode_source(b, text),
             Tokenizer::Marian(m) => Ok(m.encode_source(text)),
@@ -403,6 +430,25 @@ impl Translator {
             Tokenizer::Bpe(b) => self.task.encode_target(self.tree_format, b, text),
             Tokenizer::Marian(m) => Ok(m.encode_target(text)),
         }
+    }
+
+    /// The text of a hypothesis: its ids as text, or, for a sentence translated in chunks, each
+    /// chunk's text joined to the next with a space.
+    pub fn text(&self, h: &Hypothesis) -> Result<String> {
+        if h.chunk_starts.is_empty() {
+            return self.decode_target(&h.tokens);
+        }
+        let bounds: Vec<usize> =
+            std::iter::once(0).chain(h.chunk_starts.iter().copied()).chain([h.tokens.len()]).collect();
+        let mut parts = Vec::with_capacity(bounds.len() - 1);
+        for w in bounds.windows(2) {
+            let part = self.decode_target(&h.tokens[w[0].min(w[1])..w[1]])?;
+            let part = part.trim();
+            if !part.is_empty() {
+                parts.push(part.to_string());
+            }
+        }
+        Ok(parts.join(" "))
     }
 
     /// The text of output ids.
@@ -471,7 +517,7 @@ impl Translator {
         // Longest first, so the first batch shows the peak memory; stable for equal lengths.
         let mut order: Vec<usize> = (0..pieces.len()).collect();
         order.sort_by_key(|&p| std::cmp::Reverse(pieces[p].1.len()));
-        let piece_hyps = self.with_buffers(|ws, state| -> Result<Vec<Vec<Hypothesis>>> {
+        let piece_hyps = self.with_buffers(|buffers| -> Result<Vec<Vec<Hypothesis>>> {
             let mut piece_hyps: Vec<Vec<Hypothesis>> = vec![Vec::new(); pieces.len()];
             let mut start = 0;
             while start < order.len() {
@@ -484,7 +530,9 @@ impl Translator {
                 let c = remapped.as_ref().map(|r| r as &dyn Constraint);
                 let others: Vec<(&Transformer, &Arc<PackedDecoder>)> =
                     self.others.iter().map(|(m, p)| (m, p)).collect();
-                let (hyps, rows) = search_batch_ensemble(model, &others, &batch, &opts.search, ws, packed, state, c)?;
+                let mine = (&mut buffers.mine.0, &mut buffers.mine.1);
+                let (hyps, rows) =
+                    search_batch_ensemble(model, &others, &batch, &opts.search, mine, &mut buffers.theirs, packed, c)?;
                 stats.rows_decoded += rows;
                 for (&p, h) in order[start..end].iter().zip(hyps) {
                     piece_hyps[p] = h;
@@ -496,7 +544,7 @@ impl Translator {
             Ok(piece_hyps)
         })?;
         // Join chunks rank by rank (a chunk with fewer hypotheses repeats its last).
-        let empty = Hypothesis { tokens: Vec::new(), log_prob: 0.0, score: 0.0 };
+        let empty = Hypothesis::default();
         let mut out: Vec<Vec<Hypothesis>> = vec![Vec::new(); srcs.len()];
         let mut p = 0;
         for (i, o) in out.iter_mut().enumerate() {
@@ -506,14 +554,19 @@ impl Translator {
             }
             let chunks = &piece_hyps[first..p];
             if chunks.is_empty() {
-                o.push(empty.clone());
+                // An empty source has one output, the empty one; the n-best list still has its
+                // n entries, so that every sentence has as many as asked for.
+                o.extend(std::iter::repeat_n(empty.clone(), opts.search.nbest.max(1)));
                 continue;
             }
             let ranks = chunks.iter().map(|c| c.len()).max().unwrap_or(0);
             for k in 0..ranks {
                 let mut joined = empty.clone();
-                for c in chunks {
+                for (j, c) in chunks.iter().enumerate() {
                     let h = &c[k.min(c.len() - 1)];
+                    if j > 0 {
+                        joined.chunk_starts.push(joined.tokens.len());
+                    }
                     joined.tokens.extend_from_slice(&h.tokens);
                     joined.log_prob += h.log_prob;
                     joined.score += h.score;
@@ -540,11 +593,11 @@ impl Translator {
     }
 
     /// Runs `f` with buffers from the pool, returning them after.
-    fn with_buffers<R>(&self, f: impl FnOnce(&mut Workspace, &mut DecoderState) -> R) -> R {
+    fn with_buffers<R>(&self, f: impl FnOnce(&mut Buffers) -> R) -> R {
         let taken = self.pool.lock().unwrap_or_else(|p| p.into_inner()).pop();
-        let (mut ws, mut state) = taken.unwrap_or_default();
-        let out = f(&mut ws, &mut state);
-        self.pool.lock().unwrap_or_else(|p| p.into_inner()).push((ws, state));
+        let mut buffers = taken.unwrap_or_default();
+        let out = f(&mut buffers);
+        self.pool.lock().unwrap_or_else(|p| p.into_inner()).push(buffers);
         out
     }
 
@@ -597,7 +650,7 @@ impl Translator {
             .map(|nbest| {
                 nbest
                     .into_iter()
-                    .map(|h| Ok(Translation { text: self.decode_target(&h.tokens)?, hypothesis: h }))
+                    .map(|h| Ok(Translation { text: self.text(&h)?, hypothesis: h }))
                     .collect::<Result<Vec<_>>>()
             })
             .collect::<Result<Vec<_>>>()?;
@@ -625,7 +678,7 @@ impl Translator {
         }
         let pairs: Vec<(Vec<u32>, Vec<u32>)> = keep.into_iter().map(|i| std::mem::take(&mut pairs[i])).collect();
         let budget = BatchConfig { max_src_tokens: 4096, max_tgt_tokens: 4096 };
-        self.with_buffers(|ws, _| perplexity::score(&self.model, &pairs, &budget, 0.0, ws))
+        self.with_buffers(|b| perplexity::score(&self.model, &pairs, &budget, 0.0, &mut b.mine.0))
     }
 
     /// Parses sentences (words separated by spaces, already tokenised as the treebank's) into trees
@@ -724,7 +777,7 @@ impl Translator {
         let c = constraint.as_ref().map(|c| c as &dyn Constraint);
         let (hyps, stats) = self.search(&srcs, &options.decode, c, warn, progress)?;
         for (&i, nbest) in idx.iter().zip(hyps) {
-            let h = nbest.into_iter().next().unwrap_or(Hypothesis { tokens: Vec::new(), log_prob: 0.0, score: 0.0 });
+            let h = nbest.into_iter().next().unwrap_or_default();
             let text = self.decode_target(&h.tokens)?;
             let mut tokens: Vec<String> = text.split_whitespace().map(str::to_string).collect();
             let w: Vec<&str> = sentences[i].split_whitespace().collect();
@@ -776,6 +829,6 @@ impl Translator {
                 c.max_positions
             )));
         }
-        self.with_buffers(|ws, _| attention_weights(&self.model, src, tgt, ws))
+        self.with_buffers(|b| attention_weights(&self.model, src, tgt, &mut b.mine.0))
     }
 }

@@ -28,6 +28,7 @@ use crate::data::tokenizer::Tokenizer;
 use crate::error::{Error, Result};
 use crate::params::ParamLayout;
 use std::collections::{BTreeMap, HashMap};
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
 /// The logit bias of rows that do not exist in the imported model: their probability is exactly
@@ -87,6 +88,8 @@ pub struct Imported {
     pub tokenizer: TokenizerParts,
     /// The files read, and the format (`hf-safetensors`, `hf-pytorch`, `marian-npz`).
     pub source: String,
+    /// The directory the model was read from: [`write`] never writes into it.
+    pub dir: PathBuf,
 }
 
 fn err(path: &Path, msg: impl std::fmt::Display) -> Error {
@@ -112,18 +115,60 @@ pub fn import(dir: &Path) -> Result<Imported> {
     }
 }
 
+/// Largest configuration, vocabulary or YAML file read (the largest Marian vocabularies, 250k
+/// pieces, are about 6 MB).
+const MAX_TEXT_BYTES: u64 = 32 << 20;
+/// Largest SentencePiece model read (OPUS-MT's are under 1 MB).
+const MAX_SPM_BYTES: u64 = 64 << 20;
+
+/// The whole of `path`, at most `limit` bytes: a larger file, or a device that never ends, is
+/// refused before it fills memory.
+fn read_limited(path: &Path, limit: u64, what: &str) -> Result<Vec<u8>> {
+    let file = std::fs::File::open(path).map_err(crate::io::io_err(path))?;
+    let mut bytes = Vec::new();
+    file.take(limit + 1).read_to_end(&mut bytes).map_err(crate::io::io_err(path))?;
+    if bytes.len() as u64 > limit {
+        return Err(err(path, format!("larger than {limit} bytes: too large for {what}")));
+    }
+    Ok(bytes)
+}
+
+fn read_text(path: &Path, what: &str) -> Result<String> {
+    let bytes = read_limited(path, MAX_TEXT_BYTES, what)?;
+    String::from_utf8(bytes).map_err(|_| err(path, format!("not UTF-8 text: not {what}")))
+}
+
 fn read_json(path: &Path) -> Result<serde_json::Value> {
-    let text = std::fs::read_to_string(path).map_err(crate::io::io_err(path))?;
+    let text = read_text(path, "a JSON file")?;
     serde_json::from_str(&text).map_err(|e| err(path, format!("not valid JSON: {e}")))
 }
 
-fn read_bytes(path: &Path) -> Result<Vec<u8>> {
-    std::fs::read(path).map_err(crate::io::io_err(path))
+/// A JSON file that must hold an object (`config.json`, `tokenizer_config.json`).
+fn read_json_object(path: &Path) -> Result<serde_json::Value> {
+    let json = read_json(path)?;
+    if !json.is_object() {
+        return Err(err(path, "not a JSON object of settings (`{\"key\": value, …}`)"));
+    }
+    Ok(json)
+}
+
+/// A SentencePiece model's bytes, read with a bound and checked to parse, so that a bad file is
+/// named here rather than when the tokenizer is built.
+fn read_spm(path: &Path) -> Result<Vec<u8>> {
+    let bytes = read_limited(path, MAX_SPM_BYTES, "a SentencePiece model")?;
+    SentencePiece::from_bytes(&bytes).map_err(|e| err(path, format!("not a SentencePiece model: {e}")))?;
+    Ok(bytes)
 }
 
 /// A Hugging Face vocabulary (`vocab.json`: piece → id) as pieces by id; ids must be 0..n.
 fn hf_vocab(path: &Path) -> Result<Vocab> {
-    let json = read_json(path)?;
+    parse_hf_vocab(&read_text(path, "a vocabulary")?, path)
+}
+
+/// [`Vocab`] from the text of a Hugging Face `vocab.json` (piece → id, ids 0..n); `path` names the
+/// file in errors.
+pub fn parse_hf_vocab(text: &str, path: &Path) -> Result<Vocab> {
+    let json: serde_json::Value = serde_json::from_str(text).map_err(|e| err(path, format!("not valid JSON: {e}")))?;
     let map = json.as_object().ok_or_else(|| err(path, "not a JSON object of piece → id"))?;
     let mut pieces = vec![None; map.len()];
     for (piece, id) in map {
@@ -201,6 +246,9 @@ impl Tensors {
         if squeeze(&t.shape) != squeeze(shape) || t.data.len() != n {
             return Err(err(&self.path, format!("{name} has shape {:?}, the configuration needs {shape:?}", t.shape)));
         }
+        if let Some(i) = t.data.iter().position(|x| !x.is_finite()) {
+            return Err(err(&self.path, format!("{name} holds {} at element {i}: the model is corrupt", t.data[i])));
+        }
         Ok(t.data)
     }
 
@@ -217,7 +265,7 @@ impl Tensors {
 }
 
 fn safetensors_file(path: &Path) -> Result<BTreeMap<String, Tensor>> {
-    let bytes = read_bytes(path)?;
+    let bytes = std::fs::read(path).map_err(crate::io::io_err(path))?;
     let st = safetensors::SafeTensors::deserialize(&bytes).map_err(|e| err(path, format!("not safetensors: {e}")))?;
     let mut out = BTreeMap::new();
     for (name, view) in st.tensors() {
@@ -342,7 +390,7 @@ fn transpose(v: &[f32], rows: usize, cols: usize) -> Vec<f32> {
 
 fn import_hf(dir: &Path) -> Result<Imported> {
     let cfg_path = dir.join("config.json");
-    let json = read_json(&cfg_path)?;
+    let json = read_json_object(&cfg_path)?;
     let c = HfConfig { json: &json, path: &cfg_path };
     let model_type = c.str("model_type", "marian")?;
     if model_type != "marian" {
@@ -388,7 +436,7 @@ fn import_hf(dir: &Path) -> Result<Imported> {
 
     // Tokenizer files.
     let tok_cfg = match dir.join("tokenizer_config.json") {
-        p if p.is_file() => read_json(&p)?,
+        p if p.is_file() => read_json_object(&p)?,
         _ => serde_json::Value::Null,
     };
     let special = |key: &str, default: &str| -> String {
@@ -486,20 +534,32 @@ fn import_hf(dir: &Path) -> Result<Imported> {
         }
     })?;
     let parts = TokenizerParts {
-        source_spm: read_bytes(&dir.join("source.spm"))?,
-        target_spm: read_bytes(&dir.join("target.spm"))?,
+        source_spm: read_spm(&dir.join("source.spm"))?,
+        target_spm: read_spm(&dir.join("target.spm"))?,
         source_vocab,
         target_vocab,
         eos: eos_piece,
         unk: unk_piece,
         pad: pad_piece,
     };
-    Ok(Imported { checkpoint: checkpoint(config, params, format), tokenizer: parts, source: format.to_string() })
+    Ok(Imported {
+        checkpoint: checkpoint(config, params, format),
+        tokenizer: parts,
+        source: format.to_string(),
+        dir: dir.to_path_buf(),
+    })
 }
 
 /// Writes an import as `out/model.safetensors` and `out/tokenizer.json` (the checkpoint tied to
 /// the tokenizer by its hash), creating `out` if needed; returns the two paths.
+///
+/// Refuses an `out` that is the directory the model was read from, or whose output files are
+/// files of that directory (through links): an import never overwrites what it read. Everything
+/// is checked before the first file is written, each file is written atomically, and a failure
+/// after the tokenizer is written removes it, so a failed import leaves no partial output.
 pub fn write(imported: &Imported, out: &Path) -> Result<(PathBuf, PathBuf)> {
+    let (ckpt_path, tok_path) = (out.join("model.safetensors"), out.join("tokenizer.json"));
+    refuse_input_dir(&imported.dir, out, &[&ckpt_path, &tok_path])?;
     let t = &imported.tokenizer;
     let map = |v: &Vocab| v.pieces.iter().enumerate().map(|(i, p)| (p.clone(), i as u32)).collect();
     let specials = MarianSpecials {
@@ -508,26 +568,62 @@ pub fn write(imported: &Imported, out: &Path) -> Result<(PathBuf, PathBuf)> {
         pad_token: t.pad.clone(),
         clean_up_tokenization_spaces: false,
     };
+    let spm = |bytes: &[u8], which: &str| {
+        SentencePiece::from_bytes(bytes)
+            .map_err(|e| err(&imported.dir, format!("the {which} SentencePiece model: {e}")))
+    };
     let tokenizer = MarianTokenizer::new(
-        SentencePiece::from_bytes(&t.source_spm)?,
-        SentencePiece::from_bytes(&t.target_spm)?,
+        spm(&t.source_spm, "source")?,
+        spm(&t.target_spm, "target")?,
         map(&t.source_vocab),
         t.target_vocab.as_ref().map(map),
         specials,
     )?;
+    crate::checkpoint::check_finite(&imported.dir, &imported.checkpoint)?;
+    let created = !out.exists();
     std::fs::create_dir_all(out).map_err(crate::io::io_err(out))?;
-    let (ckpt_path, tok_path) = (out.join("model.safetensors"), out.join("tokenizer.json"));
-    tokenizer.save(&tok_path)?;
-    let tokens = Tokenizer::load(&tok_path)?;
-    if tokens.vocab_size() != imported.checkpoint.config.vocab_size
-        || tokens.source_vocab_size() != imported.checkpoint.config.source_vocab_size
-    {
-        return Err(err(out, "the tokenizer's vocabulary does not match the model's (an import bug)"));
+    let tok_existed = tok_path.exists();
+    let result = (|| {
+        tokenizer.save(&tok_path)?;
+        let tokens = Tokenizer::load(&tok_path)?;
+        if tokens.vocab_size() != imported.checkpoint.config.vocab_size
+            || tokens.source_vocab_size() != imported.checkpoint.config.source_vocab_size
+        {
+            return Err(err(out, "the tokenizer's vocabulary does not match the model's (an import bug)"));
+        }
+        let mut ckpt = imported.checkpoint.clone();
+        ckpt.vocab_hash = tokens.hash().to_string();
+        crate::checkpoint::save(&ckpt_path, &ckpt)
+    })();
+    if result.is_err() {
+        if !tok_existed {
+            let _ = std::fs::remove_file(&tok_path);
+        }
+        if created {
+            // Only if nothing else was put there meanwhile (remove_dir refuses a full one).
+            let _ = std::fs::remove_dir(out);
+        }
     }
-    let mut ckpt = imported.checkpoint.clone();
-    ckpt.vocab_hash = tokens.hash().to_string();
-    crate::checkpoint::save(&ckpt_path, &ckpt)?;
-    Ok((ckpt_path, tok_path))
+    result.map(|()| (ckpt_path, tok_path))
+}
+
+/// Refuses an output directory `out` that is the input directory `input`, or output `files` that
+/// already exist as files of `input` (through a link).
+fn refuse_input_dir(input: &Path, out: &Path, files: &[&Path]) -> Result<()> {
+    let Ok(input) = input.canonicalize() else { return Ok(()) };
+    let same_dir = out.canonicalize().is_ok_and(|o| o == input);
+    let linked = files.iter().find(|f| f.canonicalize().is_ok_and(|f| f.parent() == Some(input.as_path())));
+    if same_dir || linked.is_some() {
+        return Err(err(
+            out,
+            format!(
+                "this is where the model is read from ({}): the import would overwrite its files; give --output \
+                 another directory",
+                input.display()
+            ),
+        ));
+    }
+    Ok(())
 }
 
 fn checkpoint(config: ModelConfig, params: Vec<f32>, format: &str) -> Checkpoint {
@@ -590,7 +686,7 @@ fn parse_yaml(text: &str) -> BTreeMap<String, Vec<String>> {
 }
 
 fn read_yaml(path: &Path) -> Result<BTreeMap<String, Vec<String>>> {
-    let text = std::fs::read_to_string(path).map_err(crate::io::io_err(path))?;
+    let text = read_text(path, "a YAML file")?;
     Ok(parse_yaml(&text))
 }
 
@@ -650,12 +746,19 @@ fn unescape_double(s: &str) -> String {
 fn marian_vocab(path: &Path) -> Result<Vocab> {
     let is_spm = path.extension().is_some_and(|e| e == "spm" || e == "model");
     if is_spm {
-        let sp = crate::data::sentencepiece::SentencePiece::load(path)?;
+        let sp = SentencePiece::from_bytes(&read_spm(path)?)?;
         let pieces = (0..sp.len() as u32).map(|i| sp.id_to_piece(i).unwrap_or_default().to_string()).collect();
         return Ok(Vocab { pieces });
     }
-    let text = std::fs::read_to_string(path).map_err(crate::io::io_err(path))?;
+    parse_yml_vocab(&read_text(path, "a vocabulary")?, path)
+}
+
+/// [`Vocab`] from the text of a Marian `.yml` vocabulary (`piece: id` lines, ids 0..n); `path`
+/// names the file in errors.
+pub fn parse_yml_vocab(text: &str, path: &Path) -> Result<Vocab> {
     let mut pieces: Vec<Option<String>> = Vec::new();
+    // Ids run 0..n, one a line, so none can reach the number of lines.
+    let lines = text.lines().count();
     for (n, line) in text.lines().enumerate() {
         let t = line.trim_end();
         if t.trim().is_empty() || t.starts_with('#') {
@@ -663,8 +766,11 @@ fn marian_vocab(path: &Path) -> Result<Vocab> {
         }
         let (k, v) = t.rsplit_once(':').ok_or_else(|| err(path, format!("line {}: not `piece: id`", n + 1)))?;
         let id: usize = v.trim().parse().map_err(|_| err(path, format!("line {}: {v:?} is not an id", n + 1)))?;
-        if id > 1 << 24 {
-            return Err(err(path, format!("line {}: id {id} is too large", n + 1)));
+        if id >= lines {
+            return Err(err(
+                path,
+                format!("line {}: id {id} is beyond the file's {lines} lines (ids must run 0..n without gaps)", n + 1),
+            ));
         }
         if pieces.len() <= id {
             pieces.resize(id + 1, None);
@@ -685,7 +791,7 @@ fn import_native(dir: &Path) -> Result<Imported> {
         // YAML text then one or more NULs (Marian reads up to the first).
         Some(Array::Bytes(b)) => String::from_utf8_lossy(b.split(|&c| c == 0).next().unwrap_or(&[])).to_string(),
         _ => match npz_path.with_extension("yml") {
-            p if p.is_file() => std::fs::read_to_string(&p).map_err(crate::io::io_err(&p))?,
+            p if p.is_file() => read_text(&p, "a model YAML file")?,
             _ => return Err(err(&npz_path, "no special:model.yml inside it and no model .yml beside it")),
         },
     };
@@ -881,7 +987,7 @@ fn import_native(dir: &Path) -> Result<Imported> {
     let spm = |names: &[&str]| -> Result<Vec<u8>> {
         let p = names.iter().map(|n| dir.join(n)).find(|p| p.is_file());
         let p = p.ok_or_else(|| err(dir, format!("no SentencePiece model ({})", names.join(" or "))))?;
-        read_bytes(&p)
+        read_spm(&p)
     };
     let parts = TokenizerParts {
         source_spm: spm(&["source.spm", "source.model"])?,
@@ -892,7 +998,12 @@ fn import_native(dir: &Path) -> Result<Imported> {
         unk: "<unk>".into(),
         pad: "<pad>".into(),
     };
-    Ok(Imported { checkpoint: checkpoint(config, params, "marian-npz"), tokenizer: parts, source: "marian-npz".into() })
+    Ok(Imported {
+        checkpoint: checkpoint(config, params, "marian-npz"),
+        tokenizer: parts,
+        source: "marian-npz".into(),
+        dir: dir.to_path_buf(),
+    })
 }
 
 #[cfg(test)]

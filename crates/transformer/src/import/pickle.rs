@@ -9,11 +9,19 @@
 //! `torch._utils._rebuild_parameter` (a tensor: storage, offset, shape, strides), and the storage
 //! types `torch.FloatStorage`, `HalfStorage`, `BFloat16Storage` named in persistent ids. Any other
 //! global is refused with an error naming it.
+//!
+//! Untrusted pickles are read in bounded memory and stack: values are shared, so a memo read
+//! copies a pointer (a pickle that doubles a value from the memo, level upon level, holds one node
+//! a level); no value may nest deeper than [`MAX_DEPTH`], so nothing that recurses over values
+//! (dropping, printing) can overflow the stack; at most [`MAX_VALUES`] values are built (counting
+//! the copies that changing a shared list or dict makes); `data.pkl` is at most
+//! [`MAX_PICKLE_BYTES`]; and error messages describe a value briefly, never print it whole.
 
 use crate::error::{Error, Result};
 use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::Path;
+use std::rc::Rc;
 
 /// A tensor's element type in the archive.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -44,7 +52,19 @@ pub struct Tensor {
     pub data: Vec<f32>,
 }
 
-/// A value built by the pickle machine. Some payloads are kept for error messages only.
+/// Most nesting a value may have. A state dict nests four deep; anything deeper is refused before
+/// any code recurses over it (dropping, printing), so untrusted nesting cannot overflow the stack.
+pub const MAX_DEPTH: usize = 100;
+/// Most values one pickle may build, counting the elements copied when a list or dict that is also
+/// in the memo is changed. A state dict of a thousand tensors builds about twenty thousand.
+pub const MAX_VALUES: usize = 1 << 22;
+/// Largest `data.pkl` read (a state dict's pickle is some kilobytes a hundred tensors).
+pub const MAX_PICKLE_BYTES: u64 = 64 << 20;
+
+/// A value built by the pickle machine. Compound values and strings are shared (`Rc`), so a memo
+/// read (`GET`) copies a pointer, never the value: a pickle that builds `(x, x)` from memo reads,
+/// level upon level, holds one node a level instead of doubling. Some payloads are kept for error
+/// messages only.
 #[derive(Clone, Debug)]
 #[allow(dead_code)]
 enum Value {
@@ -52,25 +72,79 @@ enum Value {
     Bool(bool),
     Int(i64),
     Float(f64),
-    Str(String),
-    Bytes(Vec<u8>),
-    Tuple(Vec<Value>),
-    List(Vec<Value>),
-    Dict(Vec<(Value, Value)>),
+    Str(Rc<str>),
+    Bytes(Rc<[u8]>),
+    Tuple(Seq<Value>),
+    List(Seq<Value>),
+    Dict(Seq<(Value, Value)>),
     /// `module.name`, not resolved.
-    Global(String),
-    /// A persistent id (a storage reference): its tuple.
-    PersId(Box<Value>),
-    /// A tensor view: storage (key, dtype), offset, shape, strides (in elements).
-    Tensor {
-        key: String,
-        dtype: DType,
-        offset: usize,
-        shape: Vec<usize>,
-        strides: Vec<usize>,
-    },
+    Global(Rc<str>),
+    /// A persistent id (a storage reference): its tuple, as a one-element sequence.
+    PersId(Seq<Value>),
+    /// A tensor view.
+    Tensor(Rc<TensorView>),
     /// The stack mark.
     Mark,
+}
+
+/// Shared elements with the nesting depth of the value that holds them (1 + the deepest element),
+/// kept so that no check ever walks the elements.
+#[derive(Clone, Debug)]
+struct Seq<T> {
+    depth: usize,
+    items: Rc<Vec<T>>,
+}
+
+impl Value {
+    fn depth(&self) -> usize {
+        match self {
+            Value::Tuple(s) | Value::List(s) | Value::PersId(s) => s.depth,
+            Value::Dict(s) => s.depth,
+            _ => 0,
+        }
+    }
+
+    /// A short description for error messages, however large or deep the value is.
+    fn brief(&self) -> String {
+        let cut = |s: &str| -> String {
+            let head: String = s.chars().take(60).collect();
+            if head.len() < s.len() {
+                format!("{head:?}…")
+            } else {
+                format!("{head:?}")
+            }
+        };
+        match self {
+            Value::None => "None".into(),
+            Value::Bool(b) => b.to_string(),
+            Value::Int(i) => i.to_string(),
+            Value::Float(f) => f.to_string(),
+            Value::Str(s) => format!("the string {}", cut(s)),
+            Value::Bytes(b) => format!("{} bytes", b.len()),
+            Value::Tuple(s) => format!("a tuple of {} values", s.items.len()),
+            Value::List(s) => format!("a list of {} values", s.items.len()),
+            Value::Dict(s) => format!("a dict of {} items", s.items.len()),
+            Value::Global(g) => format!("the global {}", cut(g)),
+            Value::PersId(_) => "a persistent id".into(),
+            Value::Tensor(_) => "a tensor".into(),
+            Value::Mark => "a MARK".into(),
+        }
+    }
+}
+
+/// One tensor of a state dict as its pickle describes it: a view of a storage.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TensorView {
+    /// The storage's key (its entry is `<archive>/data/<key>`).
+    pub key: String,
+    /// The storage's element type.
+    pub dtype: DType,
+    /// The view's first element, in elements from the storage's start.
+    pub offset: usize,
+    /// Shape.
+    pub shape: Vec<usize>,
+    /// Strides, in elements.
+    pub strides: Vec<usize>,
 }
 
 fn bad(path: &Path, msg: impl std::fmt::Display) -> Error {
@@ -98,19 +172,19 @@ pub fn read_state_dict(path: &Path) -> Result<BTreeMap<String, Tensor>> {
     let prefix = pkl_name.trim_end_matches("data.pkl").to_string();
     let mut pkl = Vec::new();
     zip.by_name(&pkl_name)
-        .and_then(|mut f| f.read_to_end(&mut pkl).map_err(Into::into))
+        .and_then(|f| f.take(MAX_PICKLE_BYTES + 1).read_to_end(&mut pkl).map_err(Into::into))
         .map_err(|e| bad(path, format!("{pkl_name}: {e}")))?;
-    let root = Machine::new(&pkl).run().map_err(|m| bad(path, format!("{pkl_name}: {m}")))?;
-    let Value::Dict(items) = root else {
-        return Err(bad(path, "the pickle is not a state dict (a dict of tensors)"));
-    };
+    if pkl.len() as u64 > MAX_PICKLE_BYTES {
+        return Err(bad(
+            path,
+            format!("{pkl_name} is larger than {MAX_PICKLE_BYTES} bytes: not the pickle of a state dict"),
+        ));
+    }
+    let views = tensor_views(&pkl).map_err(|m| bad(path, format!("{pkl_name}: {m}")))?;
     let mut storages: BTreeMap<String, Vec<u8>> = BTreeMap::new();
     let mut out = BTreeMap::new();
-    for (k, v) in items {
-        let Value::Str(name) = k else { return Err(bad(path, "a state dict key is not a string")) };
-        let Value::Tensor { key, dtype, offset, shape, strides } = v else {
-            return Err(bad(path, format!("{name} is not a tensor")));
-        };
+    for (name, view) in views {
+        let TensorView { key, dtype, offset, shape, strides } = view;
         if !storages.contains_key(&key) {
             let entry = format!("{prefix}data/{key}");
             let mut bytes = Vec::new();
@@ -160,18 +234,75 @@ pub fn read_state_dict(path: &Path) -> Result<BTreeMap<String, Tensor>> {
     Ok(out)
 }
 
+/// The tensors a state dict's pickle (`data.pkl`) describes, by name, in the pickle's order,
+/// without reading their storages. Refuses what [`read_state_dict`] refuses in the pickle: calls
+/// outside the allowlist, values nested deeper than [`MAX_DEPTH`], more than [`MAX_VALUES`] values
+/// built, and anything but a dict of tensors at the root.
+pub fn tensor_views(pkl: &[u8]) -> std::result::Result<Vec<(String, TensorView)>, String> {
+    let root = Machine::new(pkl).run()?;
+    let Value::Dict(items) = root else {
+        return Err(format!("the pickle is {}, not a state dict (a dict of tensors)", root.brief()));
+    };
+    let mut out = Vec::with_capacity(items.items.len());
+    for (k, v) in items.items.iter() {
+        let Value::Str(name) = k else { return Err(format!("a state dict key is {}, not a string", k.brief())) };
+        let Value::Tensor(view) = v else { return Err(format!("{name} is {}, not a tensor", v.brief())) };
+        out.push((name.to_string(), view.as_ref().clone()));
+    }
+    Ok(out)
+}
+
 struct Machine<'a> {
     code: &'a [u8],
     at: usize,
     stack: Vec<Value>,
     memo: BTreeMap<u64, Value>,
+    /// Values built so far (see [`MAX_VALUES`]).
+    built: usize,
 }
 
 type Step<T> = std::result::Result<T, String>;
 
+fn check_depth(depth: usize) -> Step<()> {
+    if depth > MAX_DEPTH {
+        return Err(format!("values nested deeper than {MAX_DEPTH}: not a state dict"));
+    }
+    Ok(())
+}
+
+/// Elements shared in a new sequence, with its depth checked.
+fn seq<T>(items: Vec<T>, depth_of: impl Fn(&T) -> usize) -> Step<Seq<T>> {
+    let depth = 1 + items.iter().map(depth_of).max().unwrap_or(0);
+    check_depth(depth)?;
+    Ok(Seq { depth, items: Rc::new(items) })
+}
+
+fn tuple(items: Vec<Value>) -> Step<Value> {
+    Ok(Value::Tuple(seq(items, Value::depth)?))
+}
+
+fn pair_depth(p: &(Value, Value)) -> usize {
+    p.0.depth().max(p.1.depth())
+}
+
 impl<'a> Machine<'a> {
     fn new(code: &'a [u8]) -> Self {
-        Machine { code, at: 0, stack: Vec::new(), memo: BTreeMap::new() }
+        Machine { code, at: 0, stack: Vec::new(), memo: BTreeMap::new(), built: 0 }
+    }
+
+    /// Counts `n` more values built.
+    fn count(&mut self, n: usize) -> Step<()> {
+        self.built = self.built.saturating_add(n);
+        if self.built > MAX_VALUES {
+            return Err(format!("the pickle builds more than {MAX_VALUES} values: not a state dict"));
+        }
+        Ok(())
+    }
+
+    fn push(&mut self, v: Value) -> Step<()> {
+        self.count(1)?;
+        self.stack.push(v);
+        Ok(())
     }
 
     fn take(&mut self, n: usize) -> Step<&'a [u8]> {
@@ -209,12 +340,63 @@ impl<'a> Machine<'a> {
         Ok(items)
     }
 
-    fn top(&mut self) -> Step<&mut Value> {
-        self.stack.last_mut().ok_or_else(|| "stack underflow".to_string())
+    fn top(&self) -> Step<&Value> {
+        self.stack.last().ok_or_else(|| "stack underflow".to_string())
     }
 
     fn string(bytes: &[u8]) -> Step<Value> {
-        Ok(Value::Str(String::from_utf8(bytes.to_vec()).map_err(|_| "a string is not UTF-8")?))
+        let s = std::str::from_utf8(bytes).map_err(|_| "a string is not UTF-8")?;
+        Ok(Value::Str(Rc::from(s)))
+    }
+
+    /// The elements a change of the list or dict on top of the stack copies first: all of them when
+    /// the memo shares it, none otherwise.
+    fn copied_by_change(&self, op: &str) -> Step<usize> {
+        let (len, shared) = match self.top()? {
+            Value::List(s) => (s.items.len(), Rc::strong_count(&s.items) > 1),
+            Value::Dict(s) => (s.items.len(), Rc::strong_count(&s.items) > 1),
+            other => return Err(format!("{op} on {}", other.brief())),
+        };
+        Ok(if shared { len } else { 0 })
+    }
+
+    /// APPEND / APPENDS: `items` onto the list on top of the stack.
+    fn extend_list(&mut self, items: Vec<Value>, op: &str) -> Step<()> {
+        let depth = 1 + items.iter().map(Value::depth).max().unwrap_or(0);
+        check_depth(depth)?;
+        let copied = self.copied_by_change(op)?;
+        self.count(copied)?;
+        match self.stack.last_mut() {
+            Some(Value::List(s)) => {
+                s.depth = s.depth.max(depth);
+                Rc::make_mut(&mut s.items).extend(items);
+                Ok(())
+            }
+            _ => Err(format!("{op} to a non-list")),
+        }
+    }
+
+    /// SETITEM / SETITEMS: `pairs` into the dict on top of the stack.
+    fn extend_dict(&mut self, pairs: Vec<(Value, Value)>, op: &str) -> Step<()> {
+        let depth = 1 + pairs.iter().map(pair_depth).max().unwrap_or(0);
+        check_depth(depth)?;
+        let copied = self.copied_by_change(op)?;
+        self.count(copied)?;
+        match self.stack.last_mut() {
+            Some(Value::Dict(s)) => {
+                s.depth = s.depth.max(depth);
+                Rc::make_mut(&mut s.items).extend(pairs);
+                Ok(())
+            }
+            _ => Err(format!("{op} on a non-dict")),
+        }
+    }
+
+    fn memo_put(&mut self, k: u64) -> Step<()> {
+        let v = self.top()?.clone();
+        self.count(1)?;
+        self.memo.insert(k, v);
+        Ok(())
     }
 
     fn run(mut self) -> Step<Value> {
@@ -228,24 +410,24 @@ impl<'a> Machine<'a> {
                     self.take(8)?; // FRAME
                 }
                 b'.' => return self.pop(),
-                b'(' => self.stack.push(Value::Mark),
-                b'}' => self.stack.push(Value::Dict(Vec::new())),
-                b']' => self.stack.push(Value::List(Vec::new())),
-                b')' => self.stack.push(Value::Tuple(Vec::new())),
-                b'N' => self.stack.push(Value::None),
-                0x88 => self.stack.push(Value::Bool(true)),
-                0x89 => self.stack.push(Value::Bool(false)),
+                b'(' => self.push(Value::Mark)?,
+                b'}' => self.push(Value::Dict(seq(Vec::new(), pair_depth)?))?,
+                b']' => self.push(Value::List(seq(Vec::new(), Value::depth)?))?,
+                b')' => self.push(tuple(Vec::new())?)?,
+                b'N' => self.push(Value::None)?,
+                0x88 => self.push(Value::Bool(true))?,
+                0x89 => self.push(Value::Bool(false))?,
                 b'K' => {
                     let v = self.le(1)? as i64;
-                    self.stack.push(Value::Int(v));
+                    self.push(Value::Int(v))?;
                 }
                 b'M' => {
                     let v = self.le(2)? as i64;
-                    self.stack.push(Value::Int(v));
+                    self.push(Value::Int(v))?;
                 }
                 b'J' => {
                     let v = self.le(4)? as u32 as i32 as i64;
-                    self.stack.push(Value::Int(v));
+                    self.push(Value::Int(v))?;
                 }
                 0x8a => {
                     // LONG1: little-endian two's complement of n ≤ 8 bytes.
@@ -258,60 +440,59 @@ impl<'a> Machine<'a> {
                     if n > 0 && n < 8 && b[n - 1] & 0x80 != 0 {
                         v -= 1i64 << (8 * n);
                     }
-                    self.stack.push(Value::Int(v));
+                    self.push(Value::Int(v))?;
                 }
                 b'G' => {
                     let b = self.take(8)?;
-                    self.stack.push(Value::Float(f64::from_be_bytes(b.try_into().expect("8 bytes"))));
+                    self.push(Value::Float(f64::from_be_bytes(b.try_into().expect("8 bytes"))))?;
                 }
                 b'X' => {
                     let n = self.le(4)? as usize;
                     let v = Self::string(self.take(n)?)?;
-                    self.stack.push(v);
+                    self.push(v)?;
                 }
                 0x8c => {
                     let n = self.u8()? as usize;
                     let v = Self::string(self.take(n)?)?;
-                    self.stack.push(v);
+                    self.push(v)?;
                 }
                 0x8d => {
                     let n = self.le(8)? as usize;
                     let v = Self::string(self.take(n)?)?;
-                    self.stack.push(v);
+                    self.push(v)?;
                 }
                 b'B' => {
                     let n = self.le(4)? as usize;
-                    let v = self.take(n)?.to_vec();
-                    self.stack.push(Value::Bytes(v));
+                    let v = Rc::from(self.take(n)?);
+                    self.push(Value::Bytes(v))?;
                 }
                 b'C' => {
                     let n = self.u8()? as usize;
-                    let v = self.take(n)?.to_vec();
-                    self.stack.push(Value::Bytes(v));
+                    let v = Rc::from(self.take(n)?);
+                    self.push(Value::Bytes(v))?;
                 }
                 b'q' => {
                     let k = self.le(1)?;
-                    let v = self.top()?.clone();
-                    self.memo.insert(k, v);
+                    self.memo_put(k)?;
                 }
                 b'r' => {
                     let k = self.le(4)?;
-                    let v = self.top()?.clone();
-                    self.memo.insert(k, v);
+                    self.memo_put(k)?;
                 }
                 0x94 => {
                     let k = self.memo.len() as u64;
-                    let v = self.top()?.clone();
-                    self.memo.insert(k, v);
+                    self.memo_put(k)?;
                 }
                 b'h' | b'j' => {
                     let k = if op == b'h' { self.le(1)? } else { self.le(4)? };
+                    // A shared copy: the value itself is not duplicated.
                     let v = self.memo.get(&k).cloned().ok_or("a memo entry read before it was written")?;
-                    self.stack.push(v);
+                    self.push(v)?;
                 }
                 b't' => {
                     let items = self.pop_mark()?;
-                    self.stack.push(Value::Tuple(items));
+                    let v = tuple(items)?;
+                    self.push(v)?;
                 }
                 0x85..=0x87 => {
                     let n = (op - 0x84) as usize;
@@ -319,37 +500,33 @@ impl<'a> Machine<'a> {
                         return Err("stack underflow".into());
                     }
                     let items = self.stack.split_off(self.stack.len() - n);
-                    self.stack.push(Value::Tuple(items));
+                    let v = tuple(items)?;
+                    self.push(v)?;
                 }
                 b'c' => {
                     let module = self.line()?;
                     let name = self.line()?;
-                    self.stack.push(Value::Global(format!("{module}.{name}")));
+                    self.push(Value::Global(Rc::from(format!("{module}.{name}"))))?;
                 }
                 0x93 => {
                     let name = self.pop()?;
                     let module = self.pop()?;
                     match (module, name) {
-                        (Value::Str(m), Value::Str(n)) => self.stack.push(Value::Global(format!("{m}.{n}"))),
+                        (Value::Str(m), Value::Str(n)) => self.push(Value::Global(Rc::from(format!("{m}.{n}"))))?,
                         _ => return Err("STACK_GLOBAL of non-strings".into()),
                     }
                 }
                 b'Q' => {
                     let pid = self.pop()?;
-                    self.stack.push(Value::PersId(Box::new(pid)));
+                    let v = Value::PersId(seq(vec![pid], Value::depth)?);
+                    self.push(v)?;
                 }
-                b'R' => {
+                b'R' | 0x81 => {
+                    // REDUCE, or NEWOBJ (cls.__new__(cls, *args)): allowlisted calls only.
                     let args = self.pop()?;
                     let func = self.pop()?;
                     let v = call(func, args)?;
-                    self.stack.push(v);
-                }
-                0x81 => {
-                    // NEWOBJ: cls.__new__(cls, *args), allowlisted like REDUCE.
-                    let args = self.pop()?;
-                    let cls = self.pop()?;
-                    let v = call(cls, args)?;
-                    self.stack.push(v);
+                    self.push(v)?;
                 }
                 b'b' => {
                     // BUILD: the state of a dict (the state dict's `_metadata`) or of a tensor
@@ -358,25 +535,16 @@ impl<'a> Machine<'a> {
                 }
                 b'a' => {
                     let v = self.pop()?;
-                    match self.top()? {
-                        Value::List(l) => l.push(v),
-                        _ => return Err("APPEND to a non-list".into()),
-                    }
+                    self.extend_list(vec![v], "APPEND")?;
                 }
                 b'e' => {
                     let items = self.pop_mark()?;
-                    match self.top()? {
-                        Value::List(l) => l.extend(items),
-                        _ => return Err("APPENDS to a non-list".into()),
-                    }
+                    self.extend_list(items, "APPENDS")?;
                 }
                 b's' => {
                     let v = self.pop()?;
                     let k = self.pop()?;
-                    match self.top()? {
-                        Value::Dict(d) => d.push((k, v)),
-                        _ => return Err("SETITEM on a non-dict".into()),
-                    }
+                    self.extend_dict(vec![(k, v)], "SETITEM")?;
                 }
                 b'u' => {
                     let items = self.pop_mark()?;
@@ -388,10 +556,7 @@ impl<'a> Machine<'a> {
                     while let (Some(k), Some(v)) = (it.next(), it.next()) {
                         pairs.push((k, v));
                     }
-                    match self.top()? {
-                        Value::Dict(d) => d.extend(pairs),
-                        _ => return Err("SETITEMS on a non-dict".into()),
-                    }
+                    self.extend_dict(pairs, "SETITEMS")?;
                 }
                 other => {
                     return Err(format!(
@@ -407,63 +572,70 @@ impl<'a> Machine<'a> {
 fn int(v: &Value) -> Step<usize> {
     match v {
         Value::Int(i) if *i >= 0 => Ok(*i as usize),
-        _ => Err(format!("expected a non-negative integer, found {v:?}")),
+        _ => Err(format!("expected a non-negative integer, found {}", v.brief())),
     }
 }
 
 fn ints(v: &Value) -> Step<Vec<usize>> {
     match v {
-        Value::Tuple(t) | Value::List(t) => t.iter().map(int).collect(),
-        _ => Err(format!("expected a tuple of integers, found {v:?}")),
+        Value::Tuple(t) | Value::List(t) => t.items.iter().map(int).collect(),
+        _ => Err(format!("expected a tuple of integers, found {}", v.brief())),
     }
 }
 
 /// A call the state dict needs, by the callable's name; anything else is refused.
 fn call(func: Value, args: Value) -> Step<Value> {
-    let Value::Global(name) = func else { return Err(format!("a call of a non-global {func:?}")) };
+    let Value::Global(name) = func else { return Err(format!("a call of {}, not a global", func.brief())) };
     let Value::Tuple(args) = args else { return Err(format!("{name}: arguments are not a tuple")) };
-    match name.as_str() {
-        "collections.OrderedDict" | "builtins.dict" => Ok(Value::Dict(Vec::new())),
+    let args = args.items.as_slice();
+    match &*name {
+        "collections.OrderedDict" | "builtins.dict" => Ok(Value::Dict(seq(Vec::new(), pair_depth)?)),
         "torch._utils._rebuild_tensor_v2" | "torch._utils._rebuild_tensor" => {
             if args.len() < 4 {
                 return Err(format!("{name} with {} arguments", args.len()));
             }
             let Value::PersId(pid) = &args[0] else {
-                return Err(format!("{name}: the storage is not a persistent id"));
+                return Err(format!("{name}: the storage is {}, not a persistent id", args[0].brief()));
             };
-            let Value::Tuple(pid) = pid.as_ref() else { return Err("a persistent id is not a tuple".into()) };
+            let Value::Tuple(pid) = &pid.items[0] else {
+                return Err(format!("a persistent id is {}, not a tuple", pid.items[0].brief()));
+            };
+            let pid = pid.items.as_slice();
             // ('storage', storage type, key, location, numel)
-            if pid.len() < 3 || !matches!(&pid[0], Value::Str(s) if s == "storage") {
-                return Err(format!("unexpected persistent id {pid:?}"));
+            if pid.len() < 3 || !matches!(&pid[0], Value::Str(s) if &**s == "storage") {
+                let first = pid.first().map_or("nothing".to_string(), Value::brief);
+                return Err(format!("unexpected persistent id: {} values, the first {first}", pid.len()));
             }
             let dtype = match &pid[1] {
-                Value::Global(g) if g == "torch.FloatStorage" => DType::F32,
-                Value::Global(g) if g == "torch.HalfStorage" => DType::F16,
-                Value::Global(g) if g == "torch.BFloat16Storage" => DType::Bf16,
+                Value::Global(g) if &**g == "torch.FloatStorage" => DType::F32,
+                Value::Global(g) if &**g == "torch.HalfStorage" => DType::F16,
+                Value::Global(g) if &**g == "torch.BFloat16Storage" => DType::Bf16,
                 other => {
                     return Err(format!(
-                        "storage type {other:?} is not read (float32, float16 and bfloat16 are): convert the model to \
-                         one of those"
+                        "storage type {} is not read (float32, float16 and bfloat16 are): convert the model to \
+                         one of those",
+                        other.brief()
                     ))
                 }
             };
             let key = match &pid[2] {
-                Value::Str(s) => s.clone(),
+                Value::Str(s) => s.to_string(),
                 Value::Int(i) => i.to_string(),
-                other => return Err(format!("a storage key {other:?}")),
+                other => return Err(format!("a storage key {}", other.brief())),
             };
             let (offset, shape, strides) = (int(&args[1])?, ints(&args[2])?, ints(&args[3])?);
             if shape.len() != strides.len() {
                 return Err(format!("{name}: {} sizes but {} strides", shape.len(), strides.len()));
             }
-            Ok(Value::Tensor { key, dtype, offset, shape, strides })
+            Ok(Value::Tensor(Rc::new(TensorView { key, dtype, offset, shape, strides })))
         }
         "torch._utils._rebuild_parameter" | "torch._utils._rebuild_parameter_with_state" => {
-            args.into_iter().next().ok_or_else(|| format!("{name} without a tensor"))
+            args.first().cloned().ok_or_else(|| format!("{name} without a tensor"))
         }
         _ => Err(format!(
-            "the pickle calls {name}, which is not part of a plain state dict: refused (no pickle code is run); \
-             save the state dict alone, or use model.safetensors"
+            "the pickle calls {}, which is not part of a plain state dict: refused (no pickle code is run); \
+             save the state dict alone, or use model.safetensors",
+            name.chars().take(200).collect::<String>()
         )),
     }
 }
@@ -485,8 +657,8 @@ mod tests {
         // {'a': 1, 'b': -2}: } q ( X a K1 X b J-2 u .
         let code = b"\x80\x02}q\x00(X\x01\x00\x00\x00aK\x01X\x01\x00\x00\x00bJ\xfe\xff\xff\xffu.";
         let Value::Dict(d) = Machine::new(code).run().unwrap() else { panic!("not a dict") };
-        assert_eq!(d.len(), 2);
-        assert!(matches!((&d[1].0, &d[1].1), (Value::Str(k), Value::Int(-2)) if k == "b"));
+        assert_eq!(d.items.len(), 2);
+        assert!(matches!((&d.items[1].0, &d.items[1].1), (Value::Str(k), Value::Int(-2)) if &**k == "b"));
     }
 
     #[test]

@@ -158,6 +158,7 @@ pub(super) fn prepare(cfg: &RunConfig, log: &mut dyn FnMut(&str)) -> Result<Data
         )));
     }
     let bc = BatchConfig { max_src_tokens: cfg.train.max_src_tokens, max_tgt_tokens: cfg.train.max_tgt_tokens };
+    check_budget(&lengths, &bc, log)?;
     let batches = make_batches(&lengths, &bc);
     let word_counts = cfg.train.word_dropout.then(|| {
         let table = crate::model::pointer::PointerTable::from_bpe(&bpe, d.tree_format);
@@ -169,6 +170,36 @@ pub(super) fn prepare(cfg: &RunConfig, log: &mut dyn FnMut(&str)) -> Result<Data
         counts
     });
     Ok(Data { bpe, model, train, batches, valid, valid_text, word_counts })
+}
+
+/// A batch budget no training pair fits is refused (every batch would be one pair over it); pairs
+/// over it while others fit get a batch of their own, and the log says how many.
+fn check_budget(lengths: &[(usize, usize)], bc: &BatchConfig, log: &mut dyn FnMut(&str)) -> Result<()> {
+    let over = |&(s, t): &(usize, usize)| s > bc.max_src_tokens || t + 1 > bc.max_tgt_tokens;
+    let n_over = lengths.iter().filter(|p| over(p)).count();
+    if n_over == 0 {
+        return Ok(());
+    }
+    let shortest_src = lengths.iter().map(|p| p.0).min().unwrap_or(0);
+    let shortest_tgt = lengths.iter().map(|p| p.1 + 1).min().unwrap_or(0);
+    if n_over == lengths.len() {
+        return Err(Error::Config(format!(
+            "train.max_src_tokens = {} and train.max_tgt_tokens = {} fit none of the {} training pairs (the shortest \
+             has {shortest_src} source and {shortest_tgt} target positions, the EOS included): raise them, to several \
+             thousand tokens for a useful batch",
+            bc.max_src_tokens,
+            bc.max_tgt_tokens,
+            lengths.len()
+        )));
+    }
+    log(&format!(
+        "warning: {n_over} of {} training pairs exceed train.max_src_tokens = {} or train.max_tgt_tokens = {} alone; \
+         each gets a batch of its own",
+        lengths.len(),
+        bc.max_src_tokens,
+        bc.max_tgt_tokens
+    ));
+    Ok(())
 }
 
 /// The validation pairs: every pair with two non-empty sides, encoded; a pair too long for the

@@ -396,6 +396,8 @@ struct Run<'a> {
     /// Elapsed seconds at the last checkpoint.
     last_ckpt: f64,
     valid_perplexity: Option<f64>,
+    /// The step of the last validation recorded, and its scores.
+    recorded: Option<(u64, Validated)>,
 }
 
 impl<'a> Run<'a> {
@@ -456,6 +458,7 @@ impl<'a> Run<'a> {
             clock,
             last_ckpt,
             valid_perplexity: None,
+            recorded: None,
         })
     }
 
@@ -578,8 +581,16 @@ impl<'a> Run<'a> {
             self.state.ended_at = Some(self.state.step);
             last_path = self.save()?;
         }
-        let v = self.validate()?;
-        self.record(self.state.epoch + 1, &v)?;
+        // A run that stops where an epoch ended has just validated this model: its record stands
+        // (a second would repeat the step under the next epoch's number).
+        let v = match self.recorded {
+            Some((step, v)) if step == self.state.step => v,
+            _ => {
+                let v = self.validate()?;
+                self.record(self.state.epoch + 1, &v)?;
+                v
+            }
+        };
         self.run_dir.write_learning_curve()?;
         self.rank0.log(&format!(
             "stopped: {stopped}; valid loss {:.4}, perplexity {:.2}{}; checkpoint {}",
@@ -606,7 +617,9 @@ impl<'a> Run<'a> {
     /// Records a validation under `epoch` (and warns when the source path looks dead).
     fn record(&mut self, epoch: u64, v: &Validated) -> Result<()> {
         let warmup = self.cfg.train.warmup;
-        validation::record(&self.run_dir, &self.state, epoch, v, warmup, &mut |m| self.rank0.log(m))
+        validation::record(&self.run_dir, &self.state, epoch, v, warmup, &mut |m| self.rank0.log(m))?;
+        self.recorded = Some((self.state.step, *v));
+        Ok(())
     }
 
     /// Rank 0: the F1 validation of the current model, kept as the best checkpoint when it is.
