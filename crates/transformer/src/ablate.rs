@@ -340,10 +340,12 @@ pub fn plan(opts: &AblateOptions) -> Result<Plan> {
         Budget::Minutes(m) if !(m.is_finite() && m > 0.0) => {
             return Err(Error::Config(format!("--minutes {} must be a positive number", short_number(m))))
         }
-        Budget::Minutes(m) if m > MAX_MINUTES => return Err(Error::Config(format!(
+        Budget::Minutes(m) if m > MAX_MINUTES => {
+            return Err(Error::Config(format!(
             "--minutes {} is more than a week ({MAX_MINUTES} minutes) per row, the longest budget an ablation takes",
             short_number(m)
-        ))),
+        )))
+        }
         Budget::Updates(0) => return Err(Error::Config("--updates 0 trains nothing: give at least 1".into())),
         _ => {}
     }

@@ -231,7 +231,6 @@ fn marker_name(v: &serde_json::Value) -> String {
     }
 }
 
-/// `x` with at most two decimals and no trailing zeros: 30, 0.75, 1.33.
 /// The longest training budget a quick start takes: a week (`--minutes` above it is refused before
 /// anything is written, and no report suggests more).
 pub const MAX_MINUTES: f64 = 7.0 * 24.0 * 60.0;
@@ -242,9 +241,9 @@ fn longer_minutes(minutes: f64) -> Option<f64> {
     (minutes < MAX_MINUTES).then(|| (minutes * 3.0).min(MAX_MINUTES))
 }
 
-///
-/// Numbers that two decimals would show as 0, and very large ones, are written with an exponent
-/// (`3e-7`, `1e308`), so that no message advises `--minutes 0` or prints 309 digits.
+/// `x` with at most two decimals and no trailing zeros: 30, 0.75, 1.33. Numbers that two decimals
+/// would show as 0, and very large ones, are written with an exponent (`3e-7`, `1e308`), so that
+/// no message advises `--minutes 0` or prints 309 digits.
 pub fn short_number(x: f64) -> String {
     if x != 0.0 && x.is_finite() && !(0.005..1e6).contains(&x.abs()) {
         return format!("{x:e}");

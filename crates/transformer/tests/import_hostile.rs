@@ -204,12 +204,23 @@ fn an_import_never_writes_into_the_directory_it_reads() {
 
 #[test]
 fn a_failed_write_leaves_no_partial_output() {
-    let mut imported = import(&fixture()).unwrap();
-    imported.checkpoint.params[7] = f32::NAN;
-    let out = tempdir("partial");
+    // Refused before anything is written: no directory is made.
+    let mut bad = import(&fixture()).unwrap();
+    bad.checkpoint.params[7] = f32::NAN;
+    let out = tempdir("partial").join("new/deeper");
+    assert!(write(&bad, &out).is_err());
+    assert!(!out.parent().unwrap().exists(), "a refused import made its output directory");
+    // A failure after both files are written (the model's name is taken by a directory): neither
+    // file is left, and an existing tokenizer.json is not replaced by one that does not match.
+    let imported = import(&fixture()).unwrap();
+    let out = tempdir("partial-late");
+    std::fs::create_dir(out.join("model.safetensors")).unwrap();
+    std::fs::write(out.join("tokenizer.json"), "the user's file").unwrap();
     assert!(write(&imported, &out).is_err());
-    let left: Vec<_> = std::fs::read_dir(&out).unwrap().map(|e| e.unwrap().file_name()).collect();
-    assert!(left.is_empty(), "a failed import left {left:?}");
+    let mut left: Vec<_> = std::fs::read_dir(&out).unwrap().map(|e| e.unwrap().file_name()).collect();
+    left.sort();
+    assert_eq!(left, ["model.safetensors", "tokenizer.json"], "a failed import left {left:?}");
+    assert_eq!(std::fs::read_to_string(out.join("tokenizer.json")).unwrap(), "the user's file");
 }
 
 #[test]
@@ -239,6 +250,11 @@ fn files_that_never_end_are_refused_with_their_name() {
     for file in ["source.spm", "vocab.json"] {
         let dir = copy_fixture(&format!("endless-{file}"), &[file]);
         std::os::unix::fs::symlink("/dev/zero", dir.join(file)).unwrap();
+        let err = import(&dir).unwrap_err().to_string();
+        assert!(err.contains(file) && err.contains("not a regular file"), "{file}: {err}");
+        // A regular file past the bound (sparse: no disk is written) is refused by its size.
+        std::fs::remove_file(dir.join(file)).unwrap();
+        std::fs::File::create(dir.join(file)).unwrap().set_len(65 << 20).unwrap();
         let err = import(&dir).unwrap_err().to_string();
         assert!(err.contains(file) && err.contains("larger than"), "{file}: {err}");
     }

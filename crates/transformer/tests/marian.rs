@@ -179,7 +179,9 @@ fn tokenizer_ids_equal_marian_tokenizer() {
         };
         let (smap, tmap) = m.maps();
         for (i, (s, ids)) in strings(&r, "sources").iter().zip(r.ids("source_ids")).enumerate() {
-            let ours: Vec<u32> = t.encode_source(s).unwrap().iter().map(|&id| smap.foreign(id).unwrap()).collect();
+            // The tokenizer itself (the session reads a blank line as no ids at all: see
+            // `greedy_output_equals_generate`).
+            let ours: Vec<u32> = m.encode_source(s).iter().map(|&id| smap.foreign(id).unwrap()).collect();
             assert_eq!(ours, ids, "{variant}/{dir} source {i}: {s:?}");
         }
         for (i, (s, ids)) in strings(&r, "targets").iter().zip(r.ids("target_ids")).enumerate() {
@@ -215,7 +217,13 @@ fn greedy_output_equals_generate() {
         opts.search.beam = 1;
         let (out, _) = t.translate(&strings(&r, "sources"), &opts, &mut |w| panic!("{w}")).unwrap();
         let (want_ids, want_text) = (r.ids("greedy_ids"), strings(&r, "greedy_text"));
-        for (i, nbest) in out.iter().enumerate() {
+        for (i, (nbest, src)) in out.iter().zip(strings(&r, "sources")).enumerate() {
+            if transformer::decode::translator::is_blank(&src) {
+                // `generate` writes what the model makes of `</s>` alone; a blank line is
+                // translated as an empty line here, never into invented text.
+                assert!(nbest[0].text.is_empty() && nbest[0].hypothesis.tokens.is_empty(), "{variant} sentence {i}");
+                continue;
+            }
             let mut ids: Vec<u32> = nbest[0].hypothesis.tokens.iter().map(|&id| tmap.foreign(id).unwrap()).collect();
             ids.push(0); // </s>
             assert_eq!(ids, want_ids[i], "{variant} sentence {i}");

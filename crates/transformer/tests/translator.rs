@@ -178,6 +178,15 @@ fn chunks_of_a_long_sentence_are_joined_with_a_space() {
         words.extend(part.split_whitespace().map(String::from));
     }
     assert_eq!(out[0][0].text.split_whitespace().collect::<Vec<_>>(), words);
+    // The join itself, on chunks whose texts are known: the second chunk's first word must not
+    // run into the first chunk's last.
+    let (a, b) = (t.encode_target("im Schnee.").unwrap(), t.encode_target("Ein Mann").unwrap());
+    let h = transformer::decode::Hypothesis {
+        tokens: [a.clone(), b].concat(),
+        chunk_starts: vec![a.len()],
+        ..Default::default()
+    };
+    assert_eq!(t.text(&h).unwrap(), "im Schnee. Ein Mann");
 }
 
 /// Saves a random model of `translator`'s shape (seed `seed`) trained "with" `bpe` as a checkpoint.

@@ -12,7 +12,7 @@ use super::ServeArgs;
 use anyhow::{Context, Result};
 use axum::body::{Body, HttpBody};
 use axum::extract::{Request, State};
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode, Version};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -116,11 +116,17 @@ fn malformed_framing(e: &(dyn std::error::Error + 'static)) -> bool {
     false
 }
 
-/// What the headers say about a request body before any of it is read: a transfer coding other
-/// than chunked is refused (501: the body would be read as something it is not), and a
-/// Content-Length over `limit` with `Expect: 100-continue` gets its 413 at once, before the client
-/// is told to send the body.
-fn check_body_headers(headers: &HeaderMap, limit: usize) -> Result<(), ApiError> {
+/// What the headers say about a request body before any of it is read: a transfer coding before
+/// `chunked` is refused (501: the body would be read as something it is not; hyper itself answers
+/// 400 to codings that do not end in `chunked`), and an HTTP/1.1 request that expects
+/// `100 Continue` for a body of a known length over `limit` gets its 413 at once, before the client
+/// is told to send it (`length` is hyper's own reading of Content-Length).
+fn check_body_headers(
+    headers: &HeaderMap,
+    version: Version,
+    length: Option<u64>,
+    limit: usize,
+) -> Result<(), ApiError> {
     for value in headers.get_all(header::TRANSFER_ENCODING) {
         let text = value.to_str().unwrap_or("?");
         if let Some(coding) = text.split(',').map(str::trim).find(|c| !c.eq_ignore_ascii_case("chunked")) {
@@ -132,11 +138,14 @@ fn check_body_headers(headers: &HeaderMap, limit: usize) -> Result<(), ApiError>
             return Err(e);
         }
     }
-    let expects = headers
-        .get(header::EXPECT)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.eq_ignore_ascii_case("100-continue"));
-    let length = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+    // As hyper: the last Expect header counts, and HTTP/1.0 has none.
+    let expects = version > Version::HTTP_10
+        && headers
+            .get_all(header::EXPECT)
+            .iter()
+            .next_back()
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.eq_ignore_ascii_case("100-continue"));
     if let (true, Some(n)) = (expects, length) {
         if n > limit as u64 {
             let mut e = too_large(limit);
@@ -219,8 +228,13 @@ async fn read_body(mut body: Body, limit: usize, timeout: Duration) -> Result<Ve
     }
 }
 
-async fn translate(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {
-    check_body_headers(&headers, app.body_limit)?;
+async fn translate(
+    State(app): State<Arc<App>>,
+    version: Version,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    check_body_headers(&headers, version, body.size_hint().exact(), app.body_limit)?;
     let body = read_body(body, app.body_limit, app.body_timeout).await?;
     let req = request::parse(&body, &app.limits).map_err(|m| ApiError::new(StatusCode::BAD_REQUEST, m))?;
     let t = app.translator.get().ok_or_else(loading)?;

@@ -418,6 +418,12 @@ impl Translator {
         if is_blank(text) {
             return Ok(Vec::new());
         }
+        self.encode_source_as_is(text)
+    }
+
+    /// The tokenizer's ids of a source line, blank or not (a blank line's perplexity is scored as
+    /// the tokenizer reads it).
+    fn encode_source_as_is(&self, text: &str) -> Result<Vec<u32>> {
         match &self.vocab {
             Tokenizer::Bpe(b) => self.task.encode_source(b, text),
             Tokenizer::Marian(m) => Ok(m.encode_source(text)),
@@ -666,7 +672,7 @@ impl Translator {
         }
         let mut pairs = Vec::with_capacity(srcs.len());
         for (s, r) in srcs.iter().zip(refs) {
-            pairs.push((self.encode_source(s)?, self.encode_target(r)?));
+            pairs.push((self.encode_source_as_is(s)?, self.encode_target(r)?));
         }
         let (keep, too_long) = perplexity::scorable(&self.model, &pairs);
         for i in too_long {
@@ -731,7 +737,7 @@ impl Translator {
         for (i, line) in sentences.iter().enumerate() {
             let w: Vec<&str> = line.split_whitespace().collect();
             out.push(Parse::skipped());
-            if w.is_empty() {
+            if w.is_empty() || is_blank(line) {
                 warn(format!("line {}: empty; its tree is (TOP)", i + 1));
                 continue;
             }

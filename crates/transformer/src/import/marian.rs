@@ -121,9 +121,13 @@ const MAX_TEXT_BYTES: u64 = 32 << 20;
 /// Largest SentencePiece model read (OPUS-MT's are under 1 MB).
 const MAX_SPM_BYTES: u64 = 64 << 20;
 
-/// The whole of `path`, at most `limit` bytes: a larger file, or a device that never ends, is
-/// refused before it fills memory.
+/// The whole of `path`, at most `limit` bytes: a larger file is refused before it fills memory,
+/// and so is anything but a regular file (a device that never ends, a pipe that never closes).
 fn read_limited(path: &Path, limit: u64, what: &str) -> Result<Vec<u8>> {
+    let meta = std::fs::metadata(path).map_err(crate::io::io_err(path))?;
+    if !meta.is_file() {
+        return Err(err(path, format!("not a regular file (a device or a pipe): not {what}")));
+    }
     let file = std::fs::File::open(path).map_err(crate::io::io_err(path))?;
     let mut bytes = Vec::new();
     file.take(limit + 1).read_to_end(&mut bytes).map_err(crate::io::io_err(path))?;
@@ -555,8 +559,9 @@ fn import_hf(dir: &Path) -> Result<Imported> {
 ///
 /// Refuses an `out` that is the directory the model was read from, or whose output files are
 /// files of that directory (through links): an import never overwrites what it read. Everything
-/// is checked before the first file is written, each file is written atomically, and a failure
-/// after the tokenizer is written removes it, so a failed import leaves no partial output.
+/// is checked before the first file is written; both files are written under temporary names and
+/// renamed into place once both are written, and a failure removes the temporary files and the
+/// directories this import made, so a failed import leaves no partial output.
 pub fn write(imported: &Imported, out: &Path) -> Result<(PathBuf, PathBuf)> {
     let (ckpt_path, tok_path) = (out.join("model.safetensors"), out.join("tokenizer.json"));
     refuse_input_dir(&imported.dir, out, &[&ckpt_path, &tok_path])?;
@@ -580,12 +585,19 @@ pub fn write(imported: &Imported, out: &Path) -> Result<(PathBuf, PathBuf)> {
         specials,
     )?;
     crate::checkpoint::check_finite(&imported.dir, &imported.checkpoint)?;
-    let created = !out.exists();
+    // The directories this import creates, deepest first, to remove again if it fails.
+    let created: Vec<PathBuf> =
+        out.ancestors().take_while(|d| !d.as_os_str().is_empty() && !d.exists()).map(Path::to_path_buf).collect();
     std::fs::create_dir_all(out).map_err(crate::io::io_err(out))?;
-    let tok_existed = tok_path.exists();
+    // Both files are written under temporary names and renamed into place only when both are
+    // written, so a failure leaves neither, and never a new tokenizer beside an old model.
+    static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let tag = format!("{}.{}", std::process::id(), SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+    let (ckpt_tmp, tok_tmp) =
+        (out.join(format!(".model.safetensors.import.{tag}")), out.join(format!(".tokenizer.json.import.{tag}")));
     let result = (|| {
-        tokenizer.save(&tok_path)?;
-        let tokens = Tokenizer::load(&tok_path)?;
+        tokenizer.save(&tok_tmp)?;
+        let tokens = Tokenizer::load(&tok_tmp)?;
         if tokens.vocab_size() != imported.checkpoint.config.vocab_size
             || tokens.source_vocab_size() != imported.checkpoint.config.source_vocab_size
         {
@@ -593,15 +605,16 @@ pub fn write(imported: &Imported, out: &Path) -> Result<(PathBuf, PathBuf)> {
         }
         let mut ckpt = imported.checkpoint.clone();
         ckpt.vocab_hash = tokens.hash().to_string();
-        crate::checkpoint::save(&ckpt_path, &ckpt)
+        crate::checkpoint::save(&ckpt_tmp, &ckpt)?;
+        std::fs::rename(&ckpt_tmp, &ckpt_path).map_err(crate::io::io_err(&ckpt_path))?;
+        std::fs::rename(&tok_tmp, &tok_path).map_err(crate::io::io_err(&tok_path))
     })();
     if result.is_err() {
-        if !tok_existed {
-            let _ = std::fs::remove_file(&tok_path);
-        }
-        if created {
-            // Only if nothing else was put there meanwhile (remove_dir refuses a full one).
-            let _ = std::fs::remove_dir(out);
+        let _ = std::fs::remove_file(&ckpt_tmp);
+        let _ = std::fs::remove_file(&tok_tmp);
+        for d in &created {
+            // Only while empty (remove_dir refuses a directory with anything in it).
+            let _ = std::fs::remove_dir(d);
         }
     }
     result.map(|()| (ckpt_path, tok_path))

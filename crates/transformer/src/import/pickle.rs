@@ -58,7 +58,9 @@ pub const MAX_DEPTH: usize = 100;
 /// Most values one pickle may build, counting the elements copied when a list or dict that is also
 /// in the memo is changed. A state dict of a thousand tensors builds about twenty thousand.
 pub const MAX_VALUES: usize = 1 << 22;
-/// Largest `data.pkl` read (a state dict's pickle is some kilobytes a hundred tensors).
+/// Most dimensions a tensor may have.
+pub const MAX_DIMS: usize = 16;
+/// Largest `data.pkl` read (a state dict's pickle takes some kilobytes per hundred tensors).
 pub const MAX_PICKLE_BYTES: u64 = 64 << 20;
 
 /// A value built by the pickle machine. Compound values and strings are shared (`Rc`), so a memo
@@ -147,6 +149,16 @@ pub struct TensorView {
     pub strides: Vec<usize>,
 }
 
+/// At most 200 characters of `s`, for error messages (names in a hostile pickle can be megabytes).
+fn cut(s: &str) -> String {
+    let head: String = s.chars().take(200).collect();
+    if head.len() < s.len() {
+        format!("{head}…")
+    } else {
+        head
+    }
+}
+
 fn bad(path: &Path, msg: impl std::fmt::Display) -> Error {
     Error::Import(format!("{}: {msg}", path.display()))
 }
@@ -181,35 +193,62 @@ pub fn read_state_dict(path: &Path) -> Result<BTreeMap<String, Tensor>> {
         ));
     }
     let views = tensor_views(&pkl).map_err(|m| bad(path, format!("{pkl_name}: {m}")))?;
+    // The geometry of every view first: its element count and the bytes of its storage it reaches
+    // (without overflow), so that each storage is read only as far as its views need, and a state
+    // dict cannot name its storages over and over to multiply what is built from them.
+    let mut geometry = Vec::with_capacity(views.len());
+    let mut need: BTreeMap<String, usize> = BTreeMap::new();
+    let mut elements = 0usize;
+    for (name, v) in &views {
+        let n = v.shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
+        let last = v
+            .shape
+            .iter()
+            .zip(&v.strides)
+            .try_fold(v.offset, |a, (&s, &st)| s.saturating_sub(1).checked_mul(st).and_then(|x| a.checked_add(x)));
+        let end = last.and_then(|l| l.checked_add(1)).and_then(|e| e.checked_mul(v.dtype.size()));
+        let (Some(n), Some(end)) = (n, end) else {
+            return Err(bad(path, format!("{}: its shape and strides overflow", cut(name))));
+        };
+        let end = if n == 0 { 0 } else { end };
+        let e = need.entry(v.key.clone()).or_insert(0);
+        *e = (*e).max(end);
+        elements = elements.saturating_add(n);
+        geometry.push((n, end));
+    }
+    let stored: usize = need.values().fold(0usize, |a, &b| a.saturating_add(b));
+    // Tied weights name one storage a few times (an embedding three or four); sixteen f32 names
+    // of every storage are allowed.
+    if elements > stored.saturating_mul(4).saturating_add(1 << 20) {
+        return Err(bad(
+            path,
+            format!(
+                "{pkl_name}: its {} tensors hold {elements} elements, read from {stored} bytes of storage: the state dict \
+                 names its storages many times over",
+                views.len()
+            ),
+        ));
+    }
     let mut storages: BTreeMap<String, Vec<u8>> = BTreeMap::new();
     let mut out = BTreeMap::new();
-    for (name, view) in views {
+    for ((name, view), (n, end)) in views.into_iter().zip(geometry) {
         let TensorView { key, dtype, offset, shape, strides } = view;
         if !storages.contains_key(&key) {
             let entry = format!("{prefix}data/{key}");
             let mut bytes = Vec::new();
             zip.by_name(&entry)
-                .and_then(|mut f| f.read_to_end(&mut bytes).map_err(Into::into))
-                .map_err(|e| bad(path, format!("{name}: storage {entry}: {e}")))?;
+                .and_then(|f| f.take(need[&key] as u64).read_to_end(&mut bytes).map_err(Into::into))
+                .map_err(|e| bad(path, format!("{}: storage {}: {e}", cut(&name), cut(&entry))))?;
             storages.insert(key.clone(), bytes);
         }
         let bytes = &storages[&key];
-        // The element count and the largest element index the view touches, without overflow:
-        // the view must lie inside the storage.
-        let n = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
-        let last = shape
-            .iter()
-            .zip(&strides)
-            .try_fold(offset, |a, (&s, &st)| s.saturating_sub(1).checked_mul(st).and_then(|x| a.checked_add(x)));
-        let (n, last) = match (n, last) {
-            (Some(n), Some(last)) => (n, last),
-            _ => return Err(bad(path, format!("{name}: its shape {shape:?} and strides {strides:?} overflow"))),
-        };
-        let end = last.checked_add(1).and_then(|e| e.checked_mul(dtype.size()));
-        // Every element must have bytes of its own (a zero stride could repeat one element
-        // without bound).
-        if n > 0 && (end.is_none_or(|e| e > bytes.len()) || n.saturating_mul(dtype.size()) > bytes.len()) {
-            return Err(bad(path, format!("{name}: its view reaches past its storage ({} bytes)", bytes.len())));
+        // The view must lie inside the storage, and every element must have bytes of its own (a
+        // zero stride could repeat one element without bound).
+        if n > 0 && (end > bytes.len() || n.saturating_mul(dtype.size()) > bytes.len()) {
+            return Err(bad(
+                path,
+                format!("{}: its view reaches past its storage ({} bytes)", cut(&name), bytes.len()),
+            ));
         }
         let mut data = Vec::with_capacity(n);
         let mut index = vec![0usize; shape.len()];
@@ -246,7 +285,7 @@ pub fn tensor_views(pkl: &[u8]) -> std::result::Result<Vec<(String, TensorView)>
     let mut out = Vec::with_capacity(items.items.len());
     for (k, v) in items.items.iter() {
         let Value::Str(name) = k else { return Err(format!("a state dict key is {}, not a string", k.brief())) };
-        let Value::Tensor(view) = v else { return Err(format!("{name} is {}, not a tensor", v.brief())) };
+        let Value::Tensor(view) = v else { return Err(format!("{} is {}, not a tensor", cut(name), v.brief())) };
         out.push((name.to_string(), view.as_ref().clone()));
     }
     Ok(out)
@@ -586,7 +625,7 @@ fn ints(v: &Value) -> Step<Vec<usize>> {
 /// A call the state dict needs, by the callable's name; anything else is refused.
 fn call(func: Value, args: Value) -> Step<Value> {
     let Value::Global(name) = func else { return Err(format!("a call of {}, not a global", func.brief())) };
-    let Value::Tuple(args) = args else { return Err(format!("{name}: arguments are not a tuple")) };
+    let Value::Tuple(args) = args else { return Err(format!("{}: arguments are not a tuple", cut(&name))) };
     let args = args.items.as_slice();
     match &*name {
         "collections.OrderedDict" | "builtins.dict" => Ok(Value::Dict(seq(Vec::new(), pair_depth)?)),
@@ -597,6 +636,16 @@ fn call(func: Value, args: Value) -> Step<Value> {
             let Value::PersId(pid) = &args[0] else {
                 return Err(format!("{name}: the storage is {}, not a persistent id", args[0].brief()));
             };
+            for a in &args[2..4] {
+                if let Value::Tuple(t) | Value::List(t) = a {
+                    if t.items.len() > MAX_DIMS {
+                        return Err(format!(
+                            "{name}: a tensor of {} dimensions (at most {MAX_DIMS} are read)",
+                            t.items.len()
+                        ));
+                    }
+                }
+            }
             let Value::Tuple(pid) = &pid.items[0] else {
                 return Err(format!("a persistent id is {}, not a tuple", pid.items[0].brief()));
             };
@@ -635,7 +684,7 @@ fn call(func: Value, args: Value) -> Step<Value> {
         _ => Err(format!(
             "the pickle calls {}, which is not part of a plain state dict: refused (no pickle code is run); \
              save the state dict alone, or use model.safetensors",
-            name.chars().take(200).collect::<String>()
+            cut(&name)
         )),
     }
 }

@@ -185,7 +185,7 @@ fn check_budget(lengths: &[(usize, usize)], bc: &BatchConfig, log: &mut dyn FnMu
     if n_over == lengths.len() {
         return Err(Error::Config(format!(
             "train.max_src_tokens = {} and train.max_tgt_tokens = {} fit none of the {} training pairs (the shortest \
-             has {shortest_src} source and {shortest_tgt} target positions, the EOS included): raise them, to several \
+             source has {shortest_src} positions and the shortest target {shortest_tgt}, its EOS included): raise them, to several \
              thousand tokens for a useful batch",
             bc.max_src_tokens,
             bc.max_tgt_tokens,
