@@ -296,3 +296,21 @@ fn an_imported_model_translates_blank_lines_as_empty_lines() {
     let (res, _) = t.translate(&["hello".to_string()], &opts, &mut |_| {}).unwrap();
     assert!(res[0][0].hypothesis.log_prob < 0.0, "{:?}", res[0][0]);
 }
+
+#[test]
+fn a_zip_bomb_inside_a_model_archive_is_refused_before_it_is_read() {
+    // 64 MB of zeros deflate to about 64 KB: an entry 1,000 times its archive.
+    let dir = tempdir("zip-bomb");
+    let path = dir.join("model.npz");
+    let mut zip = zip::ZipWriter::new(std::fs::File::create(&path).unwrap());
+    let options = zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Deflated);
+    zip.start_file("Wemb.npy", options).unwrap();
+    let zeros = vec![0u8; 1 << 20];
+    for _ in 0..64 {
+        zip.write_all(&zeros).unwrap();
+    }
+    zip.finish().unwrap();
+    assert!(std::fs::metadata(&path).unwrap().len() < 1 << 20);
+    let err = transformer::import::npz::read_npz(&path).unwrap_err().to_string();
+    assert!(err.contains("Wemb.npy expands to 67108864 bytes"), "{err}");
+}

@@ -12,3 +12,10 @@ pub mod npz;
 pub mod pickle;
 
 pub use crate::data::tokenizer::IdMap;
+
+/// The most bytes one entry of a zip archive of `archive_bytes` may expand to: model archives
+/// store their arrays (numpy's `savez`, `torch.save`) or deflate them little, so an entry over four
+/// times its whole archive (plus 1 MiB) is a zip bomb, refused before it is read.
+pub(crate) fn max_entry_bytes(archive_bytes: u64) -> u64 {
+    archive_bytes.saturating_mul(4).saturating_add(1 << 20)
+}

@@ -23,15 +23,22 @@ fn bad(path: &Path, msg: impl std::fmt::Display) -> Error {
 /// Reads every array of the archive, by name (the entry name without `.npy`).
 pub fn read_npz(path: &Path) -> Result<BTreeMap<String, Array>> {
     let file = std::fs::File::open(path).map_err(crate::io::io_err(path))?;
+    let bound = super::max_entry_bytes(file.metadata().map_err(crate::io::io_err(path))?.len());
     let mut zip = zip::ZipArchive::new(std::io::BufReader::new(file))
         .map_err(|e| bad(path, format!("not an .npz (zip) archive: {e}")))?;
     let mut out = BTreeMap::new();
     for i in 0..zip.len() {
-        let mut entry = zip.by_index(i).map_err(|e| bad(path, format!("entry {i}: {e}")))?;
+        let entry = zip.by_index(i).map_err(|e| bad(path, format!("entry {i}: {e}")))?;
         let name = entry.name().map_err(|e| bad(path, format!("entry {i}: {e}")))?.to_string();
         let Some(key) = name.strip_suffix(".npy") else { continue };
+        if entry.size() > bound {
+            return Err(bad(
+                path,
+                format!("{name} expands to {} bytes, more than its archive could hold", entry.size()),
+            ));
+        }
         let mut bytes = Vec::new();
-        entry.read_to_end(&mut bytes).map_err(|e| bad(path, format!("{name}: {e}")))?;
+        entry.take(bound).read_to_end(&mut bytes).map_err(|e| bad(path, format!("{name}: {e}")))?;
         let array = parse_npy(&bytes).map_err(|m| bad(path, format!("{name}: {m}")))?;
         out.insert(key.to_string(), array);
     }

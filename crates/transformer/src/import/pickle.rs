@@ -168,6 +168,7 @@ fn bad(path: &Path, msg: impl std::fmt::Display) -> Error {
 /// storages that are missing or too short for their views.
 pub fn read_state_dict(path: &Path) -> Result<BTreeMap<String, Tensor>> {
     let file = std::fs::File::open(path).map_err(crate::io::io_err(path))?;
+    let bound = super::max_entry_bytes(file.metadata().map_err(crate::io::io_err(path))?.len());
     let mut zip = zip::ZipArchive::new(std::io::BufReader::new(file)).map_err(|e| {
         bad(
             path,
@@ -237,7 +238,7 @@ pub fn read_state_dict(path: &Path) -> Result<BTreeMap<String, Tensor>> {
             let entry = format!("{prefix}data/{key}");
             let mut bytes = Vec::new();
             zip.by_name(&entry)
-                .and_then(|f| f.take(need[&key] as u64).read_to_end(&mut bytes).map_err(Into::into))
+                .and_then(|f| f.take((need[&key] as u64).min(bound)).read_to_end(&mut bytes).map_err(Into::into))
                 .map_err(|e| bad(path, format!("{}: storage {}: {e}", cut(&name), cut(&entry))))?;
             storages.insert(key.clone(), bytes);
         }
