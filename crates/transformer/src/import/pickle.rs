@@ -108,25 +108,18 @@ impl Value {
 
     /// A short description for error messages, however large or deep the value is.
     fn brief(&self) -> String {
-        let cut = |s: &str| -> String {
-            let head: String = s.chars().take(60).collect();
-            if head.len() < s.len() {
-                format!("{head:?}…")
-            } else {
-                format!("{head:?}")
-            }
-        };
+        let quoted = |s: &str| format!("{:?}", cut(s));
         match self {
             Value::None => "None".into(),
             Value::Bool(b) => b.to_string(),
             Value::Int(i) => i.to_string(),
             Value::Float(f) => f.to_string(),
-            Value::Str(s) => format!("the string {}", cut(s)),
+            Value::Str(s) => format!("the string {}", quoted(s)),
             Value::Bytes(b) => format!("{} bytes", b.len()),
             Value::Tuple(s) => format!("a tuple of {} values", s.items.len()),
             Value::List(s) => format!("a list of {} values", s.items.len()),
             Value::Dict(s) => format!("a dict of {} items", s.items.len()),
-            Value::Global(g) => format!("the global {}", cut(g)),
+            Value::Global(g) => format!("the global {}", quoted(g)),
             Value::PersId(_) => "a persistent id".into(),
             Value::Tensor(_) => "a tensor".into(),
             Value::Mark => "a MARK".into(),
