@@ -7,6 +7,7 @@
 //! final logits bias, the sinusoid layout, separate vocabularies) and one tokenizer file
 //! ([`crate::data::tokenizer::Tokenizer`]) that every verb accepts in place of a BPE model.
 
+mod files;
 pub mod marian;
 pub mod npz;
 pub mod pickle;
