@@ -262,7 +262,7 @@ fn train_then_translate_keeps_line_order_and_empty_lines() {
     assert!(ok, "{err}");
     assert_eq!(int8.split('\n').count(), 5, "{int8:?}");
     assert!(
-        err.contains("memory at int8 (MB):") && err.contains("int8 weights:") && err.contains("process peak RSS"),
+        err.contains("memory at int8 (MB):") && err.contains("prepared weights:") && err.contains("process peak RSS"),
         "{err}"
     );
     let q = dir.join("int8.safetensors");

@@ -41,7 +41,7 @@ fn main() {
             let mut line = format!("m {m:4} n {n:5} k {k:5}:");
             for &p in &precisions {
                 let pk = PackedLinear::new(&w, n, k, p, true);
-                let t = time(|| pk.forward(&mut y, &x, &w, None, m), flops);
+                let t = time(|| pk.forward(&mut y, &x, None, m), flops);
                 line += &format!(" | {p} {:7.1} us {:6.1} GF/s", t * 1e6, flops / t / 1e9);
             }
             println!("{line}");

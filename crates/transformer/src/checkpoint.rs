@@ -140,6 +140,42 @@ pub fn check_finite(path: &Path, ckpt: &Checkpoint) -> Result<()> {
 /// the parameters (never whole into memory beside them), so loading peaks at the parameters plus
 /// a megabyte.
 pub fn load(path: &Path) -> Result<Checkpoint> {
+    let (meta, file_len, mut file) = open(path)?;
+    parse(path, meta, file_len, &mut file)
+}
+
+/// A checkpoint's model prepared for inference at `precision` on `kernels`
+/// (`Transformer::prepare`), read tensor by tensor: each linear map is prepared as soon as it is
+/// read, so loading holds one map's f32 weights beside what is prepared, never all of them (the
+/// process's peak memory is the prepared model's, not twice it). The checks are [`load`]'s; the
+/// returned checkpoint has the metadata but no parameters and no Adam moments.
+pub fn load_prepared(
+    path: &Path,
+    precision: crate::precision::Precision,
+    kernels: crate::model::DecoderKernels,
+) -> Result<(Checkpoint, crate::model::Transformer)> {
+    precision.available()?;
+    let (meta, file_len, mut src) = open(path)?;
+    let (config, step, vocab_hash, layout) = check_tensors(path, &meta, file_len, &mut src)?;
+    let mut loader = crate::model::PreparedLoader::new(&config, precision, kernels);
+    let mut crc = crc32fast::Hasher::new();
+    let mut buf = Vec::new();
+    for e in layout.entries() {
+        buf.resize(e.len(), 0.0);
+        src.read_f32(&e.name, &mut buf, &mut crc).map_err(read_error(path))?;
+        loader.tensor(&e.name, &buf);
+    }
+    drop(buf);
+    read_adam(path, &mut src, layout.total(), &mut crc, false)?;
+    check_crc(path, &meta, crc)?;
+    let model = loader.finish()?;
+    let ckpt = Checkpoint { config, step, vocab_hash, params: Vec::new(), adam: None, extra: extra_metadata(meta) };
+    Ok((ckpt, model))
+}
+
+/// Opens a checkpoint file and checks its safetensors header: the metadata, the file's length and
+/// the file to read the tensors from.
+fn open(path: &Path) -> Result<(HashMap<String, String>, usize, FileTensors)> {
     use std::io::Read;
     let corrupt = |reason: String| Error::CorruptCheckpoint { path: path.to_path_buf(), reason };
     let mut file = std::fs::File::open(path).map_err(io_err(path))?;
@@ -181,7 +217,7 @@ pub fn load(path: &Path) -> Result<Checkpoint> {
         })
         .collect();
     let meta = metadata.metadata().clone().unwrap_or_default();
-    parse(path, meta, file_len, &mut FileTensors { file, tensors, buf: Vec::new() })
+    Ok((meta, file_len, FileTensors { file, tensors, buf: Vec::new() }))
 }
 
 /// The largest safetensors header read (the crate's own limit).
@@ -205,6 +241,8 @@ trait TensorSource {
     /// Its little-endian f32 data into `dst` (as many values as the shape says), its bytes fed to
     /// `crc`. The caller has checked the dtype and shape.
     fn read_f32(&mut self, name: &str, dst: &mut [f32], crc: &mut crc32fast::Hasher) -> std::io::Result<()>;
+    /// Its bytes fed to `crc` only.
+    fn check_f32(&mut self, name: &str, crc: &mut crc32fast::Hasher) -> std::io::Result<()>;
 }
 
 impl TensorSource for SafeTensors<'_> {
@@ -216,6 +254,12 @@ impl TensorSource for SafeTensors<'_> {
         let t = self.tensor(name).map_err(|e| std::io::Error::other(e.to_string()))?;
         crc.update(t.data());
         read_f32(t.data(), dst);
+        Ok(())
+    }
+
+    fn check_f32(&mut self, name: &str, crc: &mut crc32fast::Hasher) -> std::io::Result<()> {
+        let t = self.tensor(name).map_err(|e| std::io::Error::other(e.to_string()))?;
+        crc.update(t.data());
         Ok(())
     }
 }
@@ -242,6 +286,20 @@ impl TensorSource for FileTensors {
             self.file.read_exact(&mut self.buf)?;
             crc.update(&self.buf);
             read_f32(&self.buf, d);
+        }
+        Ok(())
+    }
+
+    fn check_f32(&mut self, name: &str, crc: &mut crc32fast::Hasher) -> std::io::Result<()> {
+        use std::io::{Read, Seek, SeekFrom};
+        let range = self.tensors[name].2.clone();
+        self.file.seek(SeekFrom::Start(range.start as u64))?;
+        let mut left = range.len();
+        while left > 0 {
+            self.buf.resize(left.min(1 << 20), 0);
+            self.file.read_exact(&mut self.buf)?;
+            crc.update(&self.buf);
+            left -= self.buf.len();
         }
         Ok(())
     }
@@ -272,8 +330,27 @@ fn parse(
     file_len: usize,
     src: &mut dyn TensorSource,
 ) -> Result<Checkpoint> {
+    let (config, step, vocab_hash, layout) = check_tensors(path, &meta, file_len, src)?;
+    let mut params = vec![0f32; layout.total()];
+    let mut crc = crc32fast::Hasher::new();
+    for e in layout.entries() {
+        src.read_f32(&e.name, &mut params[e.range()], &mut crc).map_err(read_error(path))?;
+    }
+    let adam = read_adam(path, src, layout.total(), &mut crc, true)?;
+    check_crc(path, &meta, crc)?;
+    Ok(Checkpoint { config, step, vocab_hash, params, adam, extra: extra_metadata(meta) })
+}
+
+/// The metadata's checks, and every tensor's presence, dtype and shape against the configuration
+/// it names, before anything is read: (config, step, vocabulary hash, layout).
+fn check_tensors(
+    path: &Path,
+    meta: &HashMap<String, String>,
+    file_len: usize,
+    src: &mut dyn TensorSource,
+) -> Result<(ModelConfig, u64, String, ParamLayout)> {
     let corrupt = |reason: String| Error::CorruptCheckpoint { path: path.to_path_buf(), reason };
-    let (config, step, vocab_hash) = header_fields(path, &meta)?;
+    let (config, step, vocab_hash) = header_fields(path, meta)?;
     if meta.get(PRECISION_KEY).is_some_and(|p| p == "int8") {
         return Err(Error::Unsupported(format!(
             "{} is an int8 checkpoint (from `transformer quantize`): it holds no f32 weights for the linear maps, so it \
@@ -302,38 +379,61 @@ fn parse(
             )));
         }
     }
-    let read_err = |e: std::io::Error| corrupt(format!("reading its tensors: {e}"));
-    let mut params = vec![0f32; layout.total()];
-    let mut crc = crc32fast::Hasher::new();
-    for e in layout.entries() {
-        src.read_f32(&e.name, &mut params[e.range()], &mut crc).map_err(read_err)?;
+    Ok((config, step, vocab_hash, layout))
+}
+
+/// An I/O error reading `path`'s tensors, as a corrupt-checkpoint error.
+fn read_error(path: &Path) -> impl Fn(std::io::Error) -> Error + '_ {
+    move |e| Error::CorruptCheckpoint { path: path.to_path_buf(), reason: format!("reading its tensors: {e}") }
+}
+
+/// Adam's moments, if the checkpoint has them (checked against `n` parameters), read through
+/// `crc`; returned only with `keep` (otherwise read for the checksum alone, a megabyte at a time).
+fn read_adam(
+    path: &Path,
+    src: &mut dyn TensorSource,
+    n: usize,
+    crc: &mut crc32fast::Hasher,
+    keep: bool,
+) -> Result<Option<(Vec<f32>, Vec<f32>)>> {
+    let corrupt = |reason: String| Error::CorruptCheckpoint { path: path.to_path_buf(), reason };
+    let (Some(m), Some(v)) = (src.info(ADAM_M), src.info(ADAM_V)) else { return Ok(None) };
+    if m.1 != [n] || v.1 != [n] || m.0 != Dtype::F32 || v.0 != Dtype::F32 {
+        return Err(corrupt("optimizer moments do not match the parameter count".into()));
     }
-    let n = layout.total();
-    let adam = match (src.info(ADAM_M), src.info(ADAM_V)) {
-        (Some(m), Some(v)) => {
-            if m.1 != [n] || v.1 != [n] || m.0 != Dtype::F32 || v.0 != Dtype::F32 {
-                return Err(corrupt("optimizer moments do not match the parameter count".into()));
-            }
-            let (mut am, mut av) = (vec![0f32; n], vec![0f32; n]);
-            src.read_f32(ADAM_M, &mut am, &mut crc).map_err(read_err)?;
-            src.read_f32(ADAM_V, &mut av, &mut crc).map_err(read_err)?;
-            Some((am, av))
-        }
-        _ => None,
-    };
+    if !keep {
+        src.check_f32(ADAM_M, crc).map_err(read_error(path))?;
+        src.check_f32(ADAM_V, crc).map_err(read_error(path))?;
+        return Ok(None);
+    }
+    let (mut am, mut av) = (vec![0f32; n], vec![0f32; n]);
+    src.read_f32(ADAM_M, &mut am, crc).map_err(read_error(path))?;
+    src.read_f32(ADAM_V, &mut av, crc).map_err(read_error(path))?;
+    Ok(Some((am, av)))
+}
+
+/// Compares the tensors' CRC-32 with the one stored when the file was written (files without one
+/// predate it).
+fn check_crc(path: &Path, meta: &HashMap<String, String>, crc: crc32fast::Hasher) -> Result<()> {
     if let Some(stored) = meta.get(CRC_KEY) {
         let found = format!("{:08x}", crc.finalize());
         if *stored != found {
-            return Err(corrupt(format!(
-                "its tensor data have CRC-32 {found}, not the {stored} stored when it was written: the file was damaged"
-            )));
+            return Err(Error::CorruptCheckpoint {
+                path: path.to_path_buf(),
+                reason: format!(
+                    "its tensor data have CRC-32 {found}, not the {stored} stored when it was written: the file was damaged"
+                ),
+            });
         }
     }
-    let extra = meta
-        .into_iter()
+    Ok(())
+}
+
+/// The metadata beyond what every checkpoint has.
+fn extra_metadata(meta: HashMap<String, String>) -> BTreeMap<String, String> {
+    meta.into_iter()
         .filter(|(k, _)| !["format", "format_version", "config", "step", "vocab_hash", CRC_KEY].contains(&k.as_str()))
-        .collect();
-    Ok(Checkpoint { config, step, vocab_hash, params, adam, extra })
+        .collect()
 }
 
 /// Reads a checkpoint for a model configured as `expected`; a different config is an error naming
@@ -644,17 +744,10 @@ pub fn load_int8(path: &Path) -> Result<(Checkpoint, crate::model::Int8Codes)> {
 pub fn quantize(src: &Path, dst: &Path) -> Result<(u64, u64)> {
     let ckpt = load(src)?;
     let model = crate::model::Transformer::from_params(ckpt.config.clone(), ckpt.params.clone())?
-        .with_precision(crate::precision::Precision::Int8)?;
-    let codes = model.int8_weights().expect("an int8 model has int8 weights").codes(&model);
-    let layout = &model.layout;
-    let embed = layout.offsets.embedding(&model.params).as_ptr() as usize - model.params.as_ptr() as usize;
-    let embedding = layout
-        .entries()
-        .iter()
-        .find(|e| 4 * e.offset == embed)
-        .map(|e| e.name.clone())
-        .expect("the layout names the embedding");
-    save_int8(dst, &Checkpoint { adam: None, ..ckpt }, &codes, &embedding)?;
+        .prepare(crate::precision::Precision::Int8)?;
+    let codes = model.prepared().and_then(|p| p.codes(&model.config)).expect("a model prepared at int8 has codes");
+    let embedding = "embed.weight";
+    save_int8(dst, &Checkpoint { adam: None, ..ckpt }, &codes, embedding)?;
     let size = |p: &Path| std::fs::metadata(p).map(|m| m.len()).map_err(io_err(p));
     Ok((size(src)?, size(dst)?))
 }

@@ -68,6 +68,6 @@ pub use config::{Activation, ModelConfig, Positions, SinusoidLayout};
 pub use decode::translator::Translator;
 pub use error::{Error, Result};
 pub use model::{Batch, DropoutCtx, Transformer, Workspace};
-pub use precision::Precision;
+pub use precision::{Float, Precision};
 pub use task::Task;
 pub use vocab::{BOS, EOS, PAD, SPECIAL_TOKENS, UNK};

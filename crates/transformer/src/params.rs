@@ -70,6 +70,9 @@ pub struct AttnOffsets {
     pub hk: usize,
     /// H·V: the values' width.
     pub hv: usize,
+    /// Whether W^Q|W^K|W^V and W^O are in the buffer (not in a model prepared for inference,
+    /// where they are views of nothing).
+    pub weights: bool,
 }
 
 /// Offsets of one LayerNorm.
@@ -98,6 +101,8 @@ pub struct FfnOffsets {
     pub d: usize,
     /// F: d_ff.
     pub f: usize,
+    /// Whether W_1 and W_2 are in the buffer (see [`AttnOffsets::weights`]).
+    pub weights: bool,
 }
 
 /// One encoder layer (§3.1).
@@ -167,6 +172,8 @@ pub struct ModelOffsets {
     pub output_bias: Option<usize>,
     /// V: the (target) vocabulary's size.
     pub vocab: usize,
+    /// The tensors the buffer leaves out.
+    pub leave_out: LeaveOut,
 }
 
 /// The named layout of all parameters of a model.
@@ -182,6 +189,20 @@ pub struct ParamLayout {
 struct Builder {
     entries: Vec<ParamEntry>,
     total: usize,
+    /// Which tensors are left out of the buffer.
+    leave_out: LeaveOut,
+}
+
+/// Tensors a layout leaves out of the buffer: a model prepared for inference holds the linear
+/// maps' weights (and at f32 the tied embedding) in their compute layout instead
+/// (`model::Prepared`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LeaveOut {
+    /// Every linear map's W: attention projections, FFN matrices, the pointer's W_p.
+    pub linear_weights: bool,
+    /// The shared embedding E (V, D) (its rows are then read from the prepared output
+    /// projection).
+    pub embedding: bool,
 }
 
 impl Builder {
@@ -192,17 +213,25 @@ impl Builder {
         offset
     }
 
+    /// A linear map's weight: [`Builder::add`], or nothing where linear weights are left out.
+    fn add_weight(&mut self, name: String, shape: &[usize], init: Init) -> usize {
+        if self.leave_out.linear_weights {
+            return self.total;
+        }
+        self.add(name, shape, init)
+    }
+
     fn attention(&mut self, p: &str, c: &ModelConfig) -> AttnOffsets {
         let (d, hk, hv) = (c.d_model, c.n_heads * c.d_k, c.n_heads * c.d_v);
-        let w_qkv = self.add(format!("{p}.w_q"), &[hk, d], Init::XavierUniform);
-        self.add(format!("{p}.w_k"), &[hk, d], Init::XavierUniform);
-        self.add(format!("{p}.w_v"), &[hv, d], Init::XavierUniform);
+        let w_qkv = self.add_weight(format!("{p}.w_q"), &[hk, d], Init::XavierUniform);
+        self.add_weight(format!("{p}.w_k"), &[hk, d], Init::XavierUniform);
+        self.add_weight(format!("{p}.w_v"), &[hv, d], Init::XavierUniform);
         let b_qkv = self.add(format!("{p}.b_q"), &[hk], Init::Zeros);
         self.add(format!("{p}.b_k"), &[hk], Init::Zeros);
         self.add(format!("{p}.b_v"), &[hv], Init::Zeros);
-        let w_o = self.add(format!("{p}.w_o"), &[d, hv], Init::XavierUniform);
+        let w_o = self.add_weight(format!("{p}.w_o"), &[d, hv], Init::XavierUniform);
         let b_o = self.add(format!("{p}.b_o"), &[d], Init::Zeros);
-        AttnOffsets { w_qkv, b_qkv, w_o, b_o, d, hk, hv }
+        AttnOffsets { w_qkv, b_qkv, w_o, b_o, d, hk, hv, weights: !self.leave_out.linear_weights }
     }
 
     fn norm(&mut self, p: &str, d: usize) -> NormOffsets {
@@ -212,11 +241,11 @@ impl Builder {
     }
 
     fn ffn(&mut self, p: &str, c: &ModelConfig) -> FfnOffsets {
-        let w_1 = self.add(format!("{p}.w_1"), &[c.d_ff, c.d_model], Init::XavierUniform);
+        let w_1 = self.add_weight(format!("{p}.w_1"), &[c.d_ff, c.d_model], Init::XavierUniform);
         let b_1 = self.add(format!("{p}.b_1"), &[c.d_ff], Init::Zeros);
-        let w_2 = self.add(format!("{p}.w_2"), &[c.d_model, c.d_ff], Init::XavierUniform);
+        let w_2 = self.add_weight(format!("{p}.w_2"), &[c.d_model, c.d_ff], Init::XavierUniform);
         let b_2 = self.add(format!("{p}.b_2"), &[c.d_model], Init::Zeros);
-        FfnOffsets { w_1, b_1, w_2, b_2, d: c.d_model, f: c.d_ff }
+        FfnOffsets { w_1, b_1, w_2, b_2, d: c.d_model, f: c.d_ff, weights: !self.leave_out.linear_weights }
     }
 }
 
@@ -228,9 +257,20 @@ pub fn param_count(c: &ModelConfig) -> usize {
 impl ParamLayout {
     /// The layout of a model with configuration `c`.
     pub fn new(c: &ModelConfig) -> Self {
-        let mut b = Builder { entries: Vec::new(), total: 0 };
+        Self::leaving_out(c, LeaveOut::default())
+    }
+
+    /// The layout of `c` without the tensors `leave_out` names: the same names in the same
+    /// order, the others absent from [`ParamLayout::entries`] and from the buffer, and their
+    /// typed views empty.
+    pub fn leaving_out(c: &ModelConfig, leave_out: LeaveOut) -> Self {
+        let mut b = Builder { entries: Vec::new(), total: 0, leave_out };
         let std = (c.d_model as f32).powf(-0.5);
-        let embed = b.add("embed.weight".into(), &[c.vocab_size, c.d_model], Init::Normal(std));
+        let embed = if leave_out.embedding {
+            b.total
+        } else {
+            b.add("embed.weight".into(), &[c.vocab_size, c.d_model], Init::Normal(std))
+        };
         let positions = match c.positions {
             Positions::Learned => {
                 Some(b.add("embed.positions".into(), &[c.max_positions, c.d_model], Init::Normal(std)))
@@ -261,9 +301,9 @@ impl ParamLayout {
                 }
             })
             .collect();
-        let pointer = c
-            .source_pointer
-            .then(|| b.add("decoder.source_pointer.weight".into(), &[c.d_model, c.d_model], Init::XavierUniform));
+        let pointer = c.source_pointer.then(|| {
+            b.add_weight("decoder.source_pointer.weight".into(), &[c.d_model, c.d_model], Init::XavierUniform)
+        });
         // Zeros: at initialisation the decoder input is the paper's.
         let closer = c.next_closer.then(|| {
             let off = b.add("decoder.next_closer.weight".into(), &[c.vocab_size, c.d_model], Init::Zeros);
@@ -292,18 +332,19 @@ impl ParamLayout {
             offsets: ModelOffsets {
                 embed,
                 positions,
-                embed_len: c.vocab_size * c.d_model,
+                embed_len: if leave_out.embedding { 0 } else { c.vocab_size * c.d_model },
                 positions_len: c.max_positions * c.d_model,
                 encoder,
                 decoder,
                 pointer,
-                pointer_len: c.d_model * c.d_model,
+                pointer_len: if leave_out.linear_weights { 0 } else { c.d_model * c.d_model },
                 closer,
                 closer_len: (c.vocab_size + crate::model::pointer::MAX_OPEN_DEPTH) * c.d_model,
                 chars,
                 chars_len,
                 source_embed,
                 source_embed_len: c.source_vocab() * c.d_model,
+                leave_out,
                 output_bias,
                 vocab: c.vocab_size,
             },
@@ -323,6 +364,24 @@ impl ParamLayout {
     /// The tensor called `name`.
     pub fn get(&self, name: &str) -> Option<&ParamEntry> {
         self.index.get(name).map(|&i| &self.entries[i])
+    }
+
+    /// This layout's buffer filled from `params`, laid out by `from` (a layout of the same
+    /// configuration that holds every tensor this one does): each tensor copied by name.
+    pub fn gather(&self, from: &ParamLayout, params: &[f32]) -> Vec<f32> {
+        assert_eq!(params.len(), from.total(), "the buffer does not match its layout");
+        let mut out = Vec::with_capacity(self.total);
+        for e in &self.entries {
+            let src = from.get(&e.name).unwrap_or_else(|| panic!("the source layout has no tensor '{}'", e.name));
+            assert_eq!(
+                (src.shape.as_slice(), out.len()),
+                (e.shape.as_slice(), e.offset),
+                "layouts disagree on '{}'",
+                e.name
+            );
+            out.extend_from_slice(&params[src.range()]);
+        }
+        out
     }
 
     /// A freshly initialised parameter buffer (deterministic for `seed`).
@@ -426,13 +485,20 @@ impl AttnOffsets {
     pub fn params<'a>(&self, p: &'a [f32]) -> AttnParams<'a> {
         let (d, hk, hv) = (self.d, self.hk, self.hv);
         let n = 2 * hk + hv;
-        let (w_qkv, b_qkv) = (&p[self.w_qkv..][..n * d], &p[self.b_qkv..][..n]);
-        let (w_q, w_kv) = w_qkv.split_at(hk * d);
+        let b_qkv = &p[self.b_qkv..][..n];
         let (b_q, b_kv) = b_qkv.split_at(hk);
-        AttnParams { w_qkv, b_qkv, w_q, b_q, w_kv, b_kv, w_o: &p[self.w_o..][..d * hv], b_o: &p[self.b_o..][..d] }
+        let (w_qkv, w_q, w_kv, w_o): (&[f32], &[f32], &[f32], &[f32]) = if self.weights {
+            let w_qkv = &p[self.w_qkv..][..n * d];
+            let (w_q, w_kv) = w_qkv.split_at(hk * d);
+            (w_qkv, w_q, w_kv, &p[self.w_o..][..d * hv])
+        } else {
+            (&[], &[], &[], &[])
+        };
+        AttnParams { w_qkv, b_qkv, w_q, b_q, w_kv, b_kv, w_o, b_o: &p[self.b_o..][..d] }
     }
 
     fn params_mut<'a>(&self, g: &mut Carve<'a>) -> AttnParamsMut<'a> {
+        assert!(self.weights, "gradients of a layout without its linear weights");
         let (d, hk, hv) = (self.d, self.hk, self.hv);
         let n = 2 * hk + hv;
         AttnParamsMut {
@@ -505,15 +571,13 @@ impl FfnOffsets {
     /// The FFN's tensors in `p`.
     pub fn params<'a>(&self, p: &'a [f32]) -> FfnParams<'a> {
         let (d, f) = (self.d, self.f);
-        FfnParams {
-            w_1: &p[self.w_1..][..f * d],
-            b_1: &p[self.b_1..][..f],
-            w_2: &p[self.w_2..][..d * f],
-            b_2: &p[self.b_2..][..d],
-        }
+        let (w_1, w_2): (&[f32], &[f32]) =
+            if self.weights { (&p[self.w_1..][..f * d], &p[self.w_2..][..d * f]) } else { (&[], &[]) };
+        FfnParams { w_1, b_1: &p[self.b_1..][..f], w_2, b_2: &p[self.b_2..][..d] }
     }
 
     fn params_mut<'a>(&self, g: &mut Carve<'a>) -> FfnParamsMut<'a> {
+        assert!(self.weights, "gradients of a layout without its linear weights");
         let (d, f) = (self.d, self.f);
         FfnParamsMut {
             w_1: g.take(self.w_1, f * d),

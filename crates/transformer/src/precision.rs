@@ -42,6 +42,44 @@ impl Precision {
     }
 }
 
+/// The precisions of products between two f32 operands: what training computes at (forward and
+/// backward), and what a model that is not prepared for inference runs its products at. int8 is
+/// not one of them: it is a property of prepared weights (`Transformer::prepare`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Float {
+    /// f32 operands and sums.
+    #[default]
+    F32,
+    /// Operands rounded to bf16, sums in f32.
+    Bf16,
+}
+
+impl From<Float> for Precision {
+    fn from(f: Float) -> Precision {
+        match f {
+            Float::F32 => Precision::F32,
+            Float::Bf16 => Precision::Bf16,
+        }
+    }
+}
+
+impl Precision {
+    /// The same precision as a [`Float`], or `None` for int8 (which only prepared weights have).
+    pub fn float(self) -> Option<Float> {
+        match self {
+            Precision::F32 => Some(Float::F32),
+            Precision::Bf16 => Some(Float::Bf16),
+            Precision::Int8 => None,
+        }
+    }
+}
+
+impl std::fmt::Display for Float {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        Precision::from(*self).fmt(f)
+    }
+}
+
 impl std::fmt::Display for Precision {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.name())

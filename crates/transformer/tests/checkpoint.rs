@@ -357,9 +357,8 @@ fn int8_checkpoints_round_trip_decode_alike_and_are_refused_where_f32_is_needed(
     assert_eq!((loaded.step, &loaded.vocab_hash, &loaded.extra), (ckpt.step, &ckpt.vocab_hash, &ckpt.extra));
     assert!(loaded.adam.is_none());
     // The codes are the ones quantising at load gives, so both models compute alike.
-    let at_load =
-        Transformer::from_params(cfg(), ckpt.params.clone()).unwrap().with_precision(Precision::Int8).unwrap();
-    assert_eq!(at_load.int8_weights().unwrap().codes(&at_load), codes);
+    let at_load = Transformer::from_params(cfg(), ckpt.params.clone()).unwrap().prepare(Precision::Int8).unwrap();
+    assert_eq!(at_load.prepared().unwrap().codes(&at_load.config).unwrap(), codes);
     let from_file = Transformer::from_params(cfg(), loaded.params.clone()).unwrap().with_int8_codes(&codes).unwrap();
     let batch = transformer::Batch::from_pairs(&[(vec![4, 5, 6], vec![7, 8]), (vec![9], vec![10, 11, 12])]);
     let (mut w1, mut w2) = (transformer::Workspace::new(), transformer::Workspace::new());
@@ -367,7 +366,7 @@ fn int8_checkpoints_round_trip_decode_alike_and_are_refused_where_f32_is_needed(
     from_file.forward(&batch, &mut w2, None).unwrap();
     assert_eq!(w1.logits, w2.logits);
     // The linear maps' f32 weights are not in the file: such a model stays at int8.
-    let e = from_file.with_precision(Precision::F32).unwrap_err().to_string();
+    let e = from_file.prepare(Precision::F32).unwrap_err().to_string();
     assert!(e.contains("int8 checkpoint") && e.contains("not f32"), "{e}");
     // The f32 loader (train, resume, average) refuses it by name.
     let e = checkpoint::load(&dst).unwrap_err().to_string();
@@ -394,4 +393,45 @@ fn int8_checkpoints_round_trip_decode_alike_and_are_refused_where_f32_is_needed(
     partial.remove(&first);
     let e = Transformer::from_params(cfg(), loaded.params).unwrap().with_int8_codes(&partial).unwrap_err().to_string();
     assert!(e.contains(&first), "{e}");
+}
+
+/// Loading straight into a model prepared for inference, tensor by tensor, gives the model that
+/// loading whole and preparing gives, at every precision; the checksum covers every tensor it
+/// reads and the Adam moments it skips.
+#[test]
+fn a_checkpoint_loads_prepared_as_loading_then_preparing_does() {
+    use transformer::model::DecoderKernels;
+    use transformer::Precision;
+    let dir = tmpdir("prepared");
+    let path = dir.join("ckpt.safetensors");
+    let mut ckpt = sample();
+    let mut rng = transformer::rng::Rng::new(4);
+    for p in &mut ckpt.params {
+        *p += (rng.uniform() as f32 - 0.5) * 0.5;
+    }
+    checkpoint::save(&path, &ckpt).unwrap();
+    let batch = transformer::Batch::from_pairs(&[(vec![4, 5, 6], vec![7, 8]), (vec![9], vec![10, 11, 12])]);
+    for p in Precision::ALL.into_iter().filter(|p| p.available().is_ok()) {
+        for kernels in [DecoderKernels::Packed, DecoderKernels::Gemm] {
+            let (meta, streamed) = checkpoint::load_prepared(&path, p, kernels).unwrap();
+            assert_eq!((meta.step, &meta.vocab_hash, &meta.extra), (ckpt.step, &ckpt.vocab_hash, &ckpt.extra));
+            assert!(meta.params.is_empty() && meta.adam.is_none());
+            let whole = Transformer::from_params(cfg(), ckpt.params.clone()).unwrap().prepare_with(p, kernels).unwrap();
+            assert_eq!(streamed.params, whole.params, "{p} {kernels:?}");
+            assert_eq!(streamed.layout.entries(), whole.layout.entries(), "{p} {kernels:?}");
+            assert_eq!(streamed.prepared().unwrap().bytes(), whole.prepared().unwrap().bytes());
+            let (mut w1, mut w2) = (transformer::Workspace::new(), transformer::Workspace::new());
+            streamed.forward(&batch, &mut w1, None).unwrap();
+            whole.forward(&batch, &mut w2, None).unwrap();
+            assert_eq!(w1.logits, w2.logits, "{p} {kernels:?}");
+            assert!(w1.logits.iter().all(|x| x.is_finite()));
+        }
+    }
+    // A damaged byte in the Adam moments, which a prepared load does not keep, still fails.
+    let mut bytes = std::fs::read(&path).unwrap();
+    let last = bytes.len() - 3;
+    bytes[last] ^= 0x10;
+    std::fs::write(&path, &bytes).unwrap();
+    let e = checkpoint::load_prepared(&path, Precision::F32, DecoderKernels::Packed).unwrap_err().to_string();
+    assert!(e.contains("CRC-32") && e.contains("damaged"), "{e}");
 }

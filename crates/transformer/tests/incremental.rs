@@ -141,6 +141,10 @@ fn incremental_matches_teacher_forcing() {
         m.forward(&batch, &mut ws, None).unwrap();
         let full = ws.logits.clone();
 
+        // Incremental decoding on the model prepared for inference (every linear map in its compute
+        // layout, the embedding read from the output projection), teacher forcing on the model as
+        // it trains.
+        let m = m.prepare(transformer::Precision::F32).unwrap();
         let src_refs: Vec<&[u32]> = srcs.iter().map(|s| s.as_slice()).collect();
         let enc = m.encode(&src_refs, &mut ws).unwrap();
         let mut st = m.start_decoding(&enc, batch.t).unwrap();
@@ -343,23 +347,22 @@ fn drive(
 
 #[test]
 fn a_reused_state_decodes_exactly_like_a_fresh_one() {
-    let m = model(Positions::Sinusoidal, 11);
+    let m = model(Positions::Sinusoidal, 11).prepare(transformer::Precision::F32).unwrap();
     let v = m.config.vocab_size;
     let mut rng = Rng::new(12);
     let mut ws = Workspace::new();
-    let packed = std::sync::Arc::new(m.pack_decoder());
     // A first batch of 3 sentences grows the buffers past 16 positions.
     let a: Vec<Vec<u32>> = [6, 3, 9].iter().map(|&n| random_ids(&mut rng, n, v)).collect();
     let a_refs: Vec<&[u32]> = a.iter().map(|s| s.as_slice()).collect();
     let enc_a = m.encode(&a_refs, &mut ws).unwrap();
     let mut st = transformer::model::DecoderState::default();
-    m.restart_decoding(&enc_a, 40, packed.clone(), &mut st).unwrap();
+    m.restart_decoding(&enc_a, 40, &mut st).unwrap();
     drive(&m, &enc_a, &mut st, 30, 6, 1);
     // Then a smaller batch in the same state, against a fresh state: bit for bit the same.
     let b: Vec<Vec<u32>> = [4, 8].iter().map(|&n| random_ids(&mut rng, n, v)).collect();
     let b_refs: Vec<&[u32]> = b.iter().map(|s| s.as_slice()).collect();
     let enc_b = m.encode(&b_refs, &mut ws).unwrap();
-    m.restart_decoding(&enc_b, 24, packed.clone(), &mut st).unwrap();
+    m.restart_decoding(&enc_b, 24, &mut st).unwrap();
     assert_eq!((st.rows(), st.len()), (2, 0));
     let reused = drive(&m, &enc_b, &mut st, 22, 6, 2);
     let mut fresh_st = m.start_decoding(&enc_b, 24).unwrap();
@@ -370,13 +373,40 @@ fn a_reused_state_decodes_exactly_like_a_fresh_one() {
     let c: Vec<Vec<u32>> = [5, 2, 7, 3, 6].iter().map(|&n| random_ids(&mut rng, n, v)).collect();
     let c_refs: Vec<&[u32]> = c.iter().map(|s| s.as_slice()).collect();
     let enc_c = m.encode(&c_refs, &mut ws).unwrap();
-    m.restart_decoding(&enc_c, 24, packed.clone(), &mut st).unwrap();
+    m.restart_decoding(&enc_c, 24, &mut st).unwrap();
     let reused = drive(&m, &enc_c, &mut st, 20, 200, 3);
     let mut fresh_st = m.start_decoding(&enc_c, 24).unwrap();
     assert_eq!(reused, drive(&m, &enc_c, &mut fresh_st, 20, 200, 3));
-    // Packed weights of another model are refused.
-    let other = Transformer::new(ModelConfig { d_model: 12, ..config(Positions::Sinusoidal) }, 1).unwrap();
-    assert!(m.restart_decoding(&enc_b, 24, std::sync::Arc::new(other.pack_decoder()), &mut st).is_err());
+}
+
+#[test]
+fn a_prepared_model_keeps_each_weight_once() {
+    use transformer::Precision;
+    let m = model(Positions::Sinusoidal, 11);
+    let total = m.params.len();
+    let linear: usize =
+        m.layout.entries().iter().filter(|e| e.name.contains(".w_") || e.name == "embed.weight").map(|e| e.len()).sum();
+    for p in Precision::ALL.into_iter().filter(|p| p.available().is_ok()) {
+        let prepared = m.clone().prepare(p).unwrap();
+        let names: Vec<&str> = prepared.layout.entries().iter().map(|e| e.name.as_str()).collect();
+        assert!(!names.iter().any(|n| n.contains(".w_")), "{p}: a linear map's weights stayed in the parameters");
+        // At f32 the embedding's rows are read from the prepared output projection; bf16 tiles and
+        // int8 codes hold rounded values, so the lookups keep E.
+        let keeps_embedding = p != Precision::F32;
+        assert_eq!(names.contains(&"embed.weight"), keeps_embedding, "{p}");
+        let kept =
+            if keeps_embedding { total - linear + m.config.vocab_size * m.config.d_model } else { total - linear };
+        assert_eq!(prepared.params.len(), kept, "{p}");
+        assert_eq!(prepared.precision(), p);
+        // Prepared once: the same precision again is a no-op, another one or training is refused.
+        assert!(prepared.clone().prepare(p).is_ok());
+        let other = if p == Precision::F32 { Precision::Int8 } else { Precision::F32 };
+        assert!(prepared.clone().prepare(other).is_err(), "{p} → {other}");
+        let e = prepared.with_precision(Precision::F32).unwrap_err().to_string();
+        assert!(e.contains("prepared for inference"), "{e}");
+    }
+    let e = m.with_precision(Precision::Int8).unwrap_err().to_string();
+    assert!(e.contains("prepared for inference"), "{e}");
 }
 
 #[test]
@@ -404,9 +434,8 @@ fn incremental_vs_forward(m: &Transformer, reference: &Transformer) -> f64 {
     let full = ws.logits.clone();
     let src_refs: Vec<&[u32]> = srcs.iter().map(|s| s.as_slice()).collect();
     let enc = m.encode(&src_refs, &mut ws).unwrap();
-    let packed = std::sync::Arc::new(m.pack_decoder());
     let mut st = DecoderState::default();
-    m.restart_decoding(&enc, batch.t, packed, &mut st).unwrap();
+    m.restart_decoding(&enc, batch.t, &mut st).unwrap();
     let mut worst = 0f64;
     for t in 0..batch.t {
         let tokens: Vec<u32> = (0..batch.b).map(|i| batch.tgt_in[i * batch.t + t].max(BOS)).collect();
@@ -428,7 +457,7 @@ fn int8_and_bf16_decoding_match_their_own_teacher_forcing_and_stay_near_f32() {
             || if pointer || closer { tree_model(12, pointer, closer, true) } else { model(Positions::Sinusoidal, 12) };
         let f32_model = base();
         for p in [Precision::Int8, Precision::Bf16].into_iter().filter(|p| p.available().is_ok()) {
-            let m = base().with_precision(p).unwrap();
+            let m = base().prepare(p).unwrap();
             // Against its own teacher-forced pass: the same quantised weights; rows that differ by
             // float rounding may round one code apart.
             let own = incremental_vs_forward(&m, &m);
@@ -489,5 +518,9 @@ fn imported_architecture_options_decode_like_teacher_forcing() {
         }
         let worst = incremental_vs_forward(&m, &m);
         assert!(worst < 2e-5, "{:?}: incremental log-probabilities off by {worst:e}", c.departures());
+        // Prepared for inference (a separate source embedding stays in the parameters; the target
+        // one is read from the output projection).
+        let worst = incremental_vs_forward(&m.clone().prepare(transformer::Precision::F32).unwrap(), &m);
+        assert!(worst < 2e-5, "{:?} prepared: incremental log-probabilities off by {worst:e}", c.departures());
     }
 }

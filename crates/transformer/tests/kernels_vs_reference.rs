@@ -49,13 +49,13 @@ fn linear_forward_backward() {
     let (m, n, k) = (19, 23, 37);
     let (x, w, b) = (rand_vec(&mut rng, m * k, 1.0), rand_vec(&mut rng, n * k, 1.0), rand_vec(&mut rng, n, 1.0));
     let mut y = vec![0f32; m * n];
-    linear::linear_forward(transformer::Precision::F32, &mut y, &to_f32(&x), &to_f32(&w), Some(&to_f32(&b)), m, n, k);
+    linear::linear_forward(transformer::Float::F32, &mut y, &to_f32(&x), &to_f32(&w), Some(&to_f32(&b)), m, n, k);
     assert_close("y", &to_f64(&y), &r::linear_forward(&x, &w, &b, m, n, k), ATOL, RTOL);
     let g = rand_vec(&mut rng, m * n, 1.0);
     let (dx, dw, db) = r::linear_backward(&g, &x, &w, m, n, k);
     let (mut fdx, mut fdw, mut fdb) = (vec![0f32; m * k], vec![0f32; n * k], vec![0f32; n]);
     linear::linear_backward(
-        transformer::Precision::F32,
+        transformer::Float::F32,
         Some(&mut fdx),
         false,
         &mut fdw,
@@ -99,10 +99,10 @@ fn packed_linear_matches_reference() {
         let packed = packed::PackedLinear::new(&to_f32(&w), n, k, transformer::Precision::F32, true);
         assert_eq!((packed.n(), packed.k()), (n, k));
         let mut y = vec![f32::NAN; m * n];
-        packed.forward(&mut y, &to_f32(&x), &to_f32(&w), Some(&to_f32(&b)), m);
+        packed.forward(&mut y, &to_f32(&x), Some(&to_f32(&b)), m);
         assert_close(&format!("{m}x{n}x{k} + bias"), &to_f64(&y), &r::linear_forward(&x, &w, &b, m, n, k), ATOL, RTOL);
         let mut y = vec![f32::NAN; m * n];
-        packed.forward(&mut y, &to_f32(&x), &to_f32(&w), None, m);
+        packed.forward(&mut y, &to_f32(&x), None, m);
         let zero = vec![0.0; n];
         assert_close(&format!("{m}x{n}x{k}"), &to_f64(&y), &r::linear_forward(&x, &w, &zero, m, n, k), ATOL, RTOL);
     }
@@ -511,7 +511,16 @@ fn embedding_matches_reference() {
         let scale = (d as f64).sqrt();
         let want = r::embedding_forward(&tokens, &table, &pos, seq, d, scale, mask.as_deref());
         let mut out = vec![0f32; b * seq * d];
-        embedding::embedding_forward(&mut out, &tokens, &to_f32(&table), &to_f32(&pos), seq, d, scale as f32, dm);
+        embedding::embedding_forward(
+            &mut out,
+            &tokens,
+            embedding::Rows::Dense(&to_f32(&table)),
+            &to_f32(&pos),
+            seq,
+            d,
+            scale as f32,
+            dm,
+        );
         assert_close("emb fwd", &to_f64(&out), &want, ATOL, RTOL);
         let g = rand_vec(&mut rng, b * seq * d, 1.0);
         let (dt, dp) = r::embedding_backward(&g, &tokens, vocab, seq + 2, seq, d, scale, mask.as_deref());
@@ -672,8 +681,25 @@ fn embedding_step_matches_reference() {
     let (table, pos) = (rand_vec(&mut rng, v * d, 1.0), rand_vec(&mut rng, d, 1.0));
     let tokens = [3u32, 0, 10, 3, 7];
     let mut out = vec![f32::NAN; tokens.len() * d];
-    embedding::embedding_step(&mut out, &tokens, &to_f32(&table), &to_f32(&pos), d, 4.36);
+    embedding::embedding_step(&mut out, &tokens, embedding::Rows::Dense(&to_f32(&table)), &to_f32(&pos), d, 4.36);
     assert_close("step embedding", &to_f64(&out), &r::embedding_step(&tokens, &table, &pos, d, 4.36), ATOL, RTOL);
+    // The same rows read from a prepared output projection (f32 panels where this CPU packs,
+    // W itself elsewhere): bit for bit the dense lookup, in the step and in the batch kernel.
+    let w = to_f32(&table);
+    let prepared = transformer::kernels::cpu::packed::PackedLinear::new(&w, v, d, transformer::Precision::F32, true);
+    let rows = prepared.rows().expect("f32 prepared weights keep their rows exact");
+    let mut from_panels = vec![f32::NAN; tokens.len() * d];
+    embedding::embedding_step(&mut from_panels, &tokens, rows, &to_f32(&pos), d, 4.36);
+    assert_eq!(from_panels, out);
+    let positions = to_f32(&rand_vec(&mut rng, tokens.len() * d, 1.0));
+    let (mut a, mut b) = (vec![0.0; tokens.len() * d], vec![1.0; tokens.len() * d]);
+    embedding::embedding_forward(&mut a, &tokens, embedding::Rows::Dense(&w), &positions, tokens.len(), d, 2.0, None);
+    embedding::embedding_forward(&mut b, &tokens, rows, &positions, tokens.len(), d, 2.0, None);
+    assert_eq!(a, b);
+    if transformer::Precision::Bf16.available().is_ok() {
+        let bf16 = transformer::kernels::cpu::packed::PackedLinear::new(&w, v, d, transformer::Precision::Bf16, true);
+        assert!(bf16.rows().is_none(), "bf16 tiles hold rounded rows");
+    }
 }
 
 /// Cached attention over a slot map (each position's key in some slot) and over plain rows, with

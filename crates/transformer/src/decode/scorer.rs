@@ -6,9 +6,8 @@ use super::beam::{Scorer, StepScores};
 use crate::error::{Error, Result};
 use crate::kernels::cpu::profile::{self, Slot};
 use crate::kernels::cpu::search::log_sum_exp;
-use crate::model::{DecoderState, Encoded, PackedDecoder, Transformer, Workspace};
+use crate::model::{DecoderState, Encoded, Transformer, Workspace};
 use rayon::prelude::*;
-use std::sync::Arc;
 
 /// The model as a [`Scorer`]: incremental decoding over an encoded batch.
 pub(crate) struct ModelScorer<'m> {
@@ -21,19 +20,17 @@ pub(crate) struct ModelScorer<'m> {
 }
 
 impl<'m> ModelScorer<'m> {
-    /// Encodes `srcs` and prepares to decode up to `max_steps` positions with the decoder weights
-    /// `packed` (by `model.pack_decoder()`), in the buffers of `state` (from
-    /// [`ModelScorer::into_state`] of an earlier batch).
+    /// Encodes `srcs` and prepares to decode up to `max_steps` positions in the buffers of
+    /// `state` (from [`ModelScorer::into_state`] of an earlier batch).
     pub fn reusing(
         model: &'m Transformer,
         srcs: &[&[u32]],
         max_steps: usize,
         ws: &mut Workspace,
-        packed: Arc<PackedDecoder>,
         mut state: DecoderState,
     ) -> Result<Self> {
         let enc = model.encode(srcs, ws)?;
-        model.restart_decoding(&enc, max_steps, packed, &mut state)?;
+        model.restart_decoding(&enc, max_steps, &mut state)?;
         Ok(ModelScorer { model, enc, state, log_norms: Vec::new(), rows_decoded: 0 })
     }
 

@@ -1,5 +1,5 @@
-//! The translator session, [`Translator`]: a model, its vocabulary, its packed inference weights
-//! and a pool of reusable decoder states, built once from a checkpoint and shared by every front
+//! The translator session, [`Translator`]: a model prepared for inference (its linear maps in
+//! their compute layout, `model::Prepared`), its vocabulary and a pool of reusable decoder states, built once from a checkpoint and shared by every front
 //! end (the CLI's `translate`, `evaluate` and `attention`, a server). It is `Send + Sync`: threads
 //! may call it at once, each call taking its own state from the pool.
 //!
@@ -17,11 +17,11 @@ use crate::data::trees::{delinearise, is_well_formed, retag_deleted_punctuation,
 use crate::error::{Error, Result};
 use crate::eval::attention::{attention_weights, AttentionWeights};
 use crate::eval::perplexity::{self, Totals};
-use crate::model::{DecoderKernels, DecoderState, PackedDecoder, Transformer, Workspace};
+use crate::model::{DecoderKernels, DecoderState, Transformer, Workspace};
 use crate::precision::Precision;
 use crate::task::{LongInputs, Task};
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 /// How to batch and search.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -65,7 +65,7 @@ pub struct TranslateStats {
 pub struct SessionOptions {
     /// The arithmetic of the matrix products.
     pub precision: Precision,
-    /// The incremental decoder's kernels: packed panels (the default) or the `gemm` crate.
+    /// The products' kernels: weights laid out once (the default) or the `gemm` path.
     pub kernels: DecoderKernels,
     /// What the model does.
     pub task: Task,
@@ -177,12 +177,11 @@ pub struct Translation {
 /// Bytes a [`Translator`] holds, by what holds them ([`Translator::memory`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct MemoryReport {
-    /// The model's f32 parameters.
+    /// The model's f32 parameters other than the prepared maps' weights (biases, LayerNorms,
+    /// positions; the embedding except at f32).
     pub parameters: usize,
-    /// The decoder's weights prepared for the precision (f32 panels or bf16 tiles).
-    pub packed: usize,
-    /// The int8 codes, scales and corrections of every linear map (at int8).
-    pub int8: usize,
+    /// Every linear map prepared for the precision (f32 panels, bf16 tiles or int8 codes).
+    pub prepared: usize,
     /// The encoder's buffers in the pool.
     pub workspaces: usize,
     /// The decoder states in the pool (key/value caches, logits, scratch).
@@ -192,15 +191,14 @@ pub struct MemoryReport {
 impl MemoryReport {
     /// Everything counted.
     pub fn total(&self) -> usize {
-        self.parameters + self.packed + self.int8 + self.workspaces + self.decoder_states
+        self.parameters + self.prepared + self.workspaces + self.decoder_states
     }
 
     /// One `name: MB` line a part.
     pub fn lines(&self) -> Vec<(&'static str, usize)> {
         vec![
             ("parameters (f32)", self.parameters),
-            ("prepared decoder weights", self.packed),
-            ("int8 weights", self.int8),
+            ("prepared weights", self.prepared),
             ("encoder buffers", self.workspaces),
             ("decoder states", self.decoder_states),
         ]
@@ -221,17 +219,16 @@ impl Buffers {
     }
 }
 
-/// A translator session: the model, its vocabulary, its packed inference weights and a pool of
-/// decoder states (see the module docs).
+/// A translator session: the model prepared for inference, its vocabulary and a pool of decoder
+/// states (see the module docs).
 pub struct Translator {
     model: Transformer,
     vocab: Tokenizer,
-    packed: Arc<PackedDecoder>,
     task: Task,
     tree_format: TreeFormat,
-    /// The other models of an ensemble ([`Translator::load_ensemble`]), each with its packed
-    /// decoder; empty for one model.
-    others: Vec<(Transformer, Arc<PackedDecoder>)>,
+    /// The other models of an ensemble ([`Translator::load_ensemble`]), prepared too; empty for
+    /// one model.
+    others: Vec<Transformer>,
     /// Buffers of finished calls, taken by the next ones (a call with none free makes its own).
     pool: Mutex<Vec<Buffers>>,
 }
@@ -255,7 +252,7 @@ impl Translator {
                 vocab.source_vocab_size()
             )));
         }
-        let mut model = model.with_precision(options.precision)?;
+        let mut model = model.prepare_with(options.precision, options.kernels)?;
         match vocab.bpe() {
             Some(bpe) => {
                 model =
@@ -269,9 +266,8 @@ impl Translator {
             }
             None => {}
         }
-        let packed = Arc::new(model.pack_decoder_with(options.kernels));
         let (task, tree_format) = (options.task, options.tree_format);
-        Ok(Translator { model, vocab, packed, task, tree_format, others: Vec::new(), pool: Mutex::new(Vec::new()) })
+        Ok(Translator { model, vocab, task, tree_format, others: Vec::new(), pool: Mutex::new(Vec::new()) })
     }
 
     /// Loads a checkpoint and the BPE model it was trained with, checking that they belong
@@ -287,11 +283,14 @@ impl Translator {
                 options.precision
             )));
         }
-        let (ckpt, codes) = if int8 {
-            let (ckpt, codes) = crate::checkpoint::load_int8(checkpoint)?;
-            (ckpt, Some(codes))
+        // The model is prepared as it is read: its f32 weights are never all in memory at once.
+        let (ckpt, model) = if int8 {
+            let (mut ckpt, codes) = crate::checkpoint::load_int8(checkpoint)?;
+            let params = std::mem::take(&mut ckpt.params);
+            let model = Transformer::from_params(ckpt.config.clone(), params)?.with_int8_codes(&codes)?;
+            (ckpt, model)
         } else {
-            (crate::checkpoint::load(checkpoint)?, None)
+            crate::checkpoint::load_prepared(checkpoint, options.precision, options.kernels)?
         };
         if ckpt.vocab_hash != vocab.hash() {
             return Err(Error::Mismatch(format!(
@@ -313,10 +312,6 @@ impl Translator {
             )));
         }
         options.tree_format = crate::checkpoint::tree_format_of(checkpoint, &ckpt)?;
-        let mut model = Transformer::from_params(ckpt.config, ckpt.params)?;
-        if let Some(codes) = codes {
-            model = model.with_int8_codes(&codes)?;
-        }
         Self::new(model, vocab, options)
     }
 
@@ -361,7 +356,7 @@ impl Translator {
                     other.tree_format.name()
                 )));
             }
-            main.others.push((other.model, other.packed));
+            main.others.push(other.model);
         }
         Ok(main)
     }
@@ -375,19 +370,15 @@ impl Translator {
     /// pooled buffers of finished calls.
     pub fn memory(&self) -> MemoryReport {
         let pool = self.pool.lock().unwrap_or_else(|e| e.into_inner());
-        // Every model of an ensemble: its parameters, prepared decoder and int8 codes.
-        let models = std::iter::once((&self.model, &self.packed)).chain(self.others.iter().map(|(m, p)| (m, p)));
-        let (mut parameters, mut packed, mut int8) = (0, 0, 0);
-        for (m, p) in models {
+        // Every model of an ensemble: its parameters and prepared maps.
+        let (mut parameters, mut prepared) = (0, 0);
+        for m in std::iter::once(&self.model).chain(&self.others) {
             parameters += 4 * m.params.capacity();
-            // At int8 the packed decoder shares the model's codes: count them once, there.
-            packed += if m.precision() == Precision::Int8 { 0 } else { p.bytes() };
-            int8 += m.int8_weights().map_or(0, |w| w.bytes());
+            prepared += m.prepared().map_or(0, |p| p.bytes());
         }
         MemoryReport {
             parameters,
-            packed,
-            int8,
+            prepared,
             workspaces: pool.iter().flat_map(Buffers::all).map(|(ws, _)| ws.bytes()).sum(),
             decoder_states: pool.iter().flat_map(Buffers::all).map(|(_, st)| st.bytes()).sum(),
         }
@@ -487,7 +478,7 @@ impl Translator {
         warn: &mut dyn FnMut(String),
         progress: &mut dyn FnMut(usize, usize),
     ) -> Result<(Vec<Vec<Hypothesis>>, TranslateStats)> {
-        let (model, packed, task) = (&self.model, &self.packed, self.task);
+        let (model, task) = (&self.model, self.task);
         opts.search.validate()?;
         if constraint.is_some() && task.long_inputs() != LongInputs::Refuse {
             return Err(Error::Config(format!("constrained decoding is for parsing, not {}", task.name())));
@@ -534,11 +525,10 @@ impl Translator {
                 let remapped = constraint
                     .map(|inner| Remapped { inner, map: order[start..end].iter().map(|&p| pieces[p].0).collect() });
                 let c = remapped.as_ref().map(|r| r as &dyn Constraint);
-                let others: Vec<(&Transformer, &Arc<PackedDecoder>)> =
-                    self.others.iter().map(|(m, p)| (m, p)).collect();
+                let others: Vec<&Transformer> = self.others.iter().collect();
                 let mine = (&mut buffers.mine.0, &mut buffers.mine.1);
                 let (hyps, rows) =
-                    search_batch_ensemble(model, &others, &batch, &opts.search, mine, &mut buffers.theirs, packed, c)?;
+                    search_batch_ensemble(model, &others, &batch, &opts.search, mine, &mut buffers.theirs, c)?;
                 stats.rows_decoded += rows;
                 for (&p, h) in order[start..end].iter().zip(hyps) {
                     piece_hyps[p] = h;

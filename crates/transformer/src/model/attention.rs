@@ -2,6 +2,7 @@
 //! (encoder; causal in the decoder) and encoder–decoder attention.
 
 use super::masks::SubLayerMasks;
+use super::prepared::{AttnLins, Lin};
 use super::workspace::{AttnActs, Backward, Dims, Flow, GradScratch};
 use super::Transformer;
 use crate::kernels::cpu::attention::{attention_backward, attention_forward, AttnGrads, Heads};
@@ -54,16 +55,16 @@ fn widths(m: &Transformer) -> (usize, usize, usize) {
 /// inside the fused residual + LayerNorm.
 fn project_and_norm(
     m: &Transformer,
-    p: &AttnBlock,
+    (p, w_o): (&AttnBlock, Lin),
     x: &[f32],
     acts: &mut AttnActs,
     y: &mut [f32],
     rows: usize,
     drop: Option<DropoutMask>,
 ) {
-    let (d, _, hv) = widths(m);
+    let d = m.config.d_model;
     let y = &mut y[..rows * d];
-    m.linear(y, &acts.ctx, p.attn.w_o, None, rows, d, hv);
+    w_o.forward(y, &acts.ctx, None, rows);
     let n = &mut acts.norm;
     residual_layer_norm_forward(
         &mut n.out,
@@ -110,7 +111,7 @@ fn project_and_norm_backward(
         drop,
     );
     linear_backward(
-        m.precision,
+        m.float(),
         Some(&mut gs.d_ctx[..rows * hv]),
         false,
         g.attn.w_o,
@@ -124,20 +125,21 @@ fn project_and_norm_backward(
     );
 }
 
-/// Self-attention block over x (B·T, D): Q, K, V from one fused projection.
+/// Self-attention block over x (B·T, D): Q, K, V from one fused projection. `p` pairs the
+/// block's tensors with its linear maps.
 pub(super) fn self_forward(
     m: &Transformer,
-    p: &AttnBlock,
+    (p, lins): (&AttnBlock, AttnLins),
     x: &[f32],
     acts: &mut AttnActs,
     y: &mut [f32],
     shape: &AttnShape,
     masks: SubLayerMasks,
 ) {
-    let (d, hk, hv) = widths(m);
+    let (_, hk, hv) = widths(m);
     let nq = 2 * hk + hv;
     let rows = shape.q_rows();
-    m.linear(&mut acts.q, x, p.attn.w_qkv, Some(p.attn.b_qkv), rows, nq, d);
+    lins.q.forward(&mut acts.q, x, Some(p.attn.b_qkv), rows);
     let head = |off| Heads { data: &acts.q, ld: nq, off };
     let (dims, key_lens, mask) = (shape.dims, shape.key_lens, shape.mask);
     attention_forward(
@@ -151,7 +153,7 @@ pub(super) fn self_forward(
         masks.weights,
         dims,
     );
-    project_and_norm(m, p, x, acts, y, rows, masks.out);
+    project_and_norm(m, (p, lins.o), x, acts, y, rows, masks.out);
 }
 
 /// Backward of [`self_forward`]: `flow.dx` (B·T, D) is overwritten with the gradient of `flow.x`.
@@ -183,7 +185,7 @@ pub(super) fn self_backward(
         dims,
     );
     linear_backward(
-        m.precision,
+        m.float(),
         Some(flow.dx),
         true,
         pg.g.attn.w_qkv,
@@ -199,30 +201,30 @@ pub(super) fn self_backward(
 
 /// The keys and values of encoder–decoder attention, projected from the encoder output `enc`
 /// (B·S, D) into `acts.kv`: the first half of [`cross_forward`].
-pub(super) fn cross_kv_forward(m: &Transformer, p: &AttnBlock, enc: &[f32], acts: &mut AttnActs, shape: &AttnShape) {
-    let (d, hk, hv) = widths(m);
-    m.linear(&mut acts.kv, enc, p.attn.w_kv, Some(p.attn.b_kv), shape.kv_rows(), hk + hv, d);
+pub(super) fn cross_kv_forward((p, lins): (&AttnBlock, AttnLins), enc: &[f32], acts: &mut AttnActs, shape: &AttnShape) {
+    let kv = lins.kv.expect("encoder–decoder attention has a K|V map");
+    kv.forward(&mut acts.kv, enc, Some(p.attn.b_kv), shape.kv_rows());
 }
 
 /// Encoder–decoder attention block: queries from the decoder state x (B·T, D), keys and values
 /// in `acts.kv` from [`cross_kv_forward`].
 pub(super) fn cross_forward(
     m: &Transformer,
-    p: &AttnBlock,
+    (p, lins): (&AttnBlock, AttnLins),
     x: &[f32],
     acts: &mut AttnActs,
     y: &mut [f32],
     shape: &AttnShape,
     masks: SubLayerMasks,
 ) {
-    let (d, hk, hv) = widths(m);
+    let (_, hk, hv) = widths(m);
     let mt = shape.q_rows();
-    m.linear(&mut acts.q, x, p.attn.w_q, Some(p.attn.b_q), mt, hk, d);
+    lins.q.forward(&mut acts.q, x, Some(p.attn.b_q), mt);
     let q = Heads { data: &acts.q, ld: hk, off: 0 };
     let kv = |off| Heads { data: &acts.kv, ld: hk + hv, off };
     let (dims, key_lens, mask) = (shape.dims, shape.key_lens, shape.mask);
     attention_forward(&mut acts.ctx, &mut acts.probs, q, kv(0), kv(hk), key_lens, mask, masks.weights, dims);
-    project_and_norm(m, p, x, acts, y, mt, masks.out);
+    project_and_norm(m, (p, lins.o), x, acts, y, mt, masks.out);
 }
 
 /// Backward of [`cross_forward`]: overwrites `flow.dx` (B·T, D) and leaves the keys' and values'
@@ -263,7 +265,7 @@ pub(super) fn cross_backward(
     );
     let (dwq, dbq, _, _) = pg.g.attn.q_kv();
     linear_backward(
-        m.precision,
+        m.float(),
         Some(flow.dx),
         true,
         dwq,
@@ -291,7 +293,7 @@ pub(super) fn cross_kv_backward(
     let ms = shape.kv_rows();
     let (_, _, dwkv, dbkv) = pg.g.attn.q_kv();
     linear_backward(
-        m.precision,
+        m.float(),
         Some(d_enc),
         true,
         dwkv,

@@ -24,7 +24,7 @@ impl Transformer {
         embedding_forward(
             &mut ws.dec_in,
             &batch.tgt_in,
-            self.embedding(),
+            self.embedding_rows(),
             self.positions(),
             batch.t,
             d,
@@ -32,7 +32,7 @@ impl Transformer {
             EmbeddingMasks::new(c, dropout).target,
         );
         let enc_out: &[f32] = if c.n_layers == 0 { &ws.enc_in } else { &ws.enc[c.n_layers - 1].ffn.norm.out };
-        if let Some(w_p) = o.pointer(p) {
+        if let Some(w_p) = self.pointer_lin() {
             // The next-word pointer: dec_in += enc_out[ptr] W_pᵀ (after the embedding's dropout).
             let (b, s, t) = (ws.dims.b, ws.dims.s, ws.dims.t);
             let mt = b * t;
@@ -44,22 +44,7 @@ impl Transformer {
                     row.copy_from_slice(&enc_out[src_row * d..][..d]);
                 }
             }
-            if self.precision == crate::precision::Precision::Int8 {
-                self.int8_weight(w_p).forward_accumulate(&mut ws.dec_in[..mt * d], &ws.ptr_in[..mt * d], mt);
-            } else {
-                product(
-                    self.precision,
-                    &mut ws.dec_in[..mt * d],
-                    &ws.ptr_in[..mt * d],
-                    Op::N,
-                    w_p,
-                    Op::T,
-                    mt,
-                    d,
-                    d,
-                    true,
-                );
-            }
+            w_p.forward_accumulate(&mut ws.dec_in[..mt * d], &ws.ptr_in[..mt * d], mt);
         }
         if let Some(tables) = o.closer(p) {
             // The next-closer input: dec_in += C[closer] + H[depth] (after the embedding's dropout).
@@ -83,12 +68,16 @@ impl Transformer {
             let acts = &mut rest[0];
             let dims = ws.dims;
             let shape = AttnShape::self_attn(self, dims.b, dims.t, &batch.tgt_lens, Mask::Causal);
-            attention::self_forward(self, &lp.self_attn, x, &mut acts.self_attn, &mut ws.y, &shape, masks.self_attn);
+            let lins = self.decoder_lins(l);
+            let attn = (&lp.self_attn, lins.self_attn);
+            attention::self_forward(self, attn, x, &mut acts.self_attn, &mut ws.y, &shape, masks.self_attn);
             let (attn_out, cross) = (&acts.self_attn.norm.out, &mut acts.cross_attn);
             let shape = AttnShape::cross(self, dims, &batch.src_lens);
-            attention::cross_kv_forward(self, &lp.cross_attn, enc_out, cross, &shape);
-            attention::cross_forward(self, &lp.cross_attn, attn_out, cross, &mut ws.y, &shape, masks.cross_attn);
-            feed_forward::forward(self, &lp.ffn, &mut acts.ffn, &acts.cross_attn.norm.out, &mut ws.y, masks.ffn);
+            let cross_attn = (&lp.cross_attn, lins.cross_attn);
+            attention::cross_kv_forward(cross_attn, enc_out, cross, &shape);
+            attention::cross_forward(self, cross_attn, attn_out, cross, &mut ws.y, &shape, masks.cross_attn);
+            let ffn = (&lp.ffn, lins.ffn);
+            feed_forward::forward(self, ffn, &mut acts.ffn, &acts.cross_attn.norm.out, &mut ws.y, masks.ffn);
         }
     }
 
@@ -145,9 +134,9 @@ impl Transformer {
         if let Some(w_p) = o.pointer(p) {
             // Pointer: d(ptr_in) = d(dec_in) W_p, scattered into d(enc_out); dW_p += d(dec_in)ᵀ ptr_in.
             let g = &ws.g_a[..mt * d];
-            product(self.precision, &mut ws.g_b[..mt * d], g, Op::N, w_p, Op::N, mt, d, d, false);
+            product(self.float(), &mut ws.g_b[..mt * d], g, Op::N, w_p, Op::N, mt, d, d, false);
             let w_g = o.pointer_mut(grads).expect("the layout has the pointer");
-            product(self.precision, w_g, g, Op::T, &ws.ptr_in[..mt * d], Op::N, d, d, mt, true);
+            product(self.float(), w_g, g, Op::T, &ws.ptr_in[..mt * d], Op::N, d, d, mt, true);
             for (i, row) in ws.g_b[..mt * d].chunks_exact(d).enumerate() {
                 if ws.ptr[i] == PAST_END {
                     continue;

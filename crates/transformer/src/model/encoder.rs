@@ -22,7 +22,7 @@ impl Transformer {
         embedding_forward(
             &mut ws.enc_in,
             if ws.embed_ids.is_empty() { &batch.src } else { &ws.embed_ids },
-            self.source_embedding(),
+            self.source_rows(),
             self.positions(),
             batch.s,
             d,
@@ -48,8 +48,11 @@ impl Transformer {
             };
             let dims = ws.dims;
             let shape = AttnShape::self_attn(self, dims.b, dims.s, &batch.src_lens, Mask::Padding);
-            attention::self_forward(self, &lp.self_attn, x, &mut acts.self_attn, &mut ws.y, &shape, masks.self_attn);
-            feed_forward::forward(self, &lp.ffn, &mut acts.ffn, &acts.self_attn.norm.out, &mut ws.y, masks.ffn);
+            let lins = self.encoder_lins(l);
+            let attn = (&lp.self_attn, lins.self_attn);
+            attention::self_forward(self, attn, x, &mut acts.self_attn, &mut ws.y, &shape, masks.self_attn);
+            let ffn = (&lp.ffn, lins.ffn);
+            feed_forward::forward(self, ffn, &mut acts.ffn, &acts.self_attn.norm.out, &mut ws.y, masks.ffn);
         }
     }
 

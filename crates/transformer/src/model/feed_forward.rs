@@ -1,6 +1,7 @@
 //! §3.3 Position-wise feed-forward network, Eq. 2: FFN(x) = max(0, x W_1 + b_1) W_2 + b_2, with its
 //! residual + LayerNorm. b_1 is fused with the ReLU, b_2 with the residual LayerNorm.
 
+use super::prepared::FfnLins;
 use super::workspace::{Backward, FfnActs, Flow, GradScratch};
 use super::Transformer;
 use crate::config::Activation;
@@ -11,21 +12,22 @@ use crate::params::{FfnBlock, FfnBlockMut};
 use crate::rng::DropoutMask;
 
 /// Forward over x (M, D); the block output lands in `acts.norm.out`.
+/// `p` pairs the block's tensors with its linear maps.
 pub(super) fn forward(
     m: &Transformer,
-    p: &FfnBlock,
+    (p, lins): (&FfnBlock, FfnLins),
     acts: &mut FfnActs,
     x: &[f32],
     y: &mut [f32],
     drop: Option<DropoutMask>,
 ) {
-    let (d, f) = (m.config.d_model, m.config.d_ff);
+    let d = m.config.d_model;
     let (fp, np) = (&p.ffn, &p.norm);
     let rows = x.len() / d;
-    m.linear(&mut acts.h, x, fp.w_1, None, rows, f, d);
+    lins.w_1.forward(&mut acts.h, x, None, rows);
     bias_activation_forward(&mut acts.h, fp.b_1, m.config.activation);
     let y = &mut y[..rows * d];
-    m.linear(y, &acts.h, fp.w_2, None, rows, d, f);
+    lins.w_2.forward(y, &acts.h, None, rows);
     let n = &mut acts.norm;
     residual_layer_norm_forward(
         &mut n.out,
@@ -74,7 +76,7 @@ pub(super) fn backward(
     // Training runs refuse other activations (`Trainer::new`): only ReLU's backward is here.
     assert_eq!(m.config.activation, Activation::Relu, "the FFN backward is ReLU's");
     let dh = &mut gs.d_h[..rows * f];
-    linear_backward(m.precision, Some(&mut *dh), false, fg.w_2, None, dy, &acts.h, fp.w_2, rows, d, f);
+    linear_backward(m.float(), Some(&mut *dh), false, fg.w_2, None, dy, &acts.h, fp.w_2, rows, d, f);
     bias_relu_backward(dh, &acts.h, fg.b_1, &mut gs.partials);
-    linear_backward(m.precision, Some(flow.dx), true, fg.w_1, None, dh, flow.x, fp.w_1, rows, f, d);
+    linear_backward(m.float(), Some(flow.dx), true, fg.w_1, None, dh, flow.x, fp.w_1, rows, f, d);
 }

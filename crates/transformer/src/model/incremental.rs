@@ -16,19 +16,17 @@
 //! equal those of the teacher-forced [`Transformer::forward`] to float rounding
 //! (tests/incremental.rs).
 
-use super::packed_decoder::PackedDecoder;
 use super::pointer::{CloserStacks, PointerState, NO_OPEN};
+use super::prepared::Lin;
 use super::{Batch, Transformer, Workspace};
 use crate::error::{Error, Result};
 use crate::kernels::cpu::cached_attention::{attend, KeyValues};
 use crate::kernels::cpu::elementwise::bias_activation_forward;
 use crate::kernels::cpu::embedding::embedding_step;
 use crate::kernels::cpu::layer_norm::residual_layer_norm_forward;
-use crate::kernels::cpu::packed::PackedLinear;
 use crate::params::{AttnParams, NormParams};
 use crate::{PAD, UNK};
 use rayon::prelude::*;
-use std::sync::Arc;
 
 /// Padded source tokens the encoder runs on at once in [`Transformer::encode`] (a batch holding
 /// more is encoded in groups).
@@ -65,8 +63,6 @@ pub struct DecoderState {
     max_steps: usize,
     /// Slots allocated: at least the rows.
     slots: usize,
-    /// The weights it decodes with.
-    packed: Option<Arc<PackedDecoder>>,
     /// (rows, cap): the slot holding row r's key and value of position t is `origin[r·cap + t]`.
     origin: Vec<u32>,
     /// Per layer: (slots, cap, H·K) self-attention keys.
@@ -117,7 +113,6 @@ impl Transformer {
         }
         let s = srcs.iter().map(|x| x.len()).max().unwrap_or(0).max(1);
         let (d, hk, hv) = (c.d_model, c.n_heads * c.d_k, c.n_heads * c.d_v);
-        let p = &self.params;
         let with_pointer = self.config.source_pointer;
         let mut cross_kv = vec![vec![0.0; b * s * (hk + hv)]; c.n_layers];
         let mut ptr_proj = if with_pointer { vec![0.0; b * s * d] } else { Vec::new() };
@@ -166,15 +161,16 @@ impl Transformer {
                 }
             };
             let mut tmp = vec![0.0; gb * gs * (hk + hv).max(d)];
-            for (lo, kv) in self.layout.offsets.decoder.iter().zip(cross_kv.iter_mut()) {
-                let ap = lo.cross_attn.params(p);
+            for (l, (lo, kv)) in self.layout.offsets.decoder.iter().zip(cross_kv.iter_mut()).enumerate() {
+                let ap = lo.cross_attn.params(&self.params);
                 let out = &mut tmp[..gb * gs * (hk + hv)];
-                self.linear(out, enc, ap.w_kv, Some(ap.b_kv), gb * gs, hk + hv, d);
+                let w_kv = self.decoder_lins(l).cross_attn.kv.expect("encoder–decoder attention has a K|V map");
+                w_kv.forward(out, enc, Some(ap.b_kv), gb * gs);
                 scatter(kv, out, hk + hv);
             }
-            if let Some(w_p) = self.layout.offsets.pointer(p).filter(|_| with_pointer) {
+            if let Some(w_p) = self.pointer_lin() {
                 let out = &mut tmp[..gb * gs * d];
-                self.linear(out, enc, w_p, None, gb * gs, d, d);
+                w_p.forward(out, enc, None, gb * gs);
                 scatter(&mut ptr_proj, out, d);
             }
             src_lens.extend(batch.src_lens);
@@ -188,38 +184,19 @@ impl Transformer {
     }
 
     /// A fresh decoder state with one row per sentence of `enc`, able to decode up to `max_steps`
-    /// positions (at most `max_positions`). Packs the decoder's weights for this state alone; to
-    /// decode many batches, pack once and use [`Transformer::restart_decoding`].
+    /// positions (at most `max_positions`). Its products read the model's prepared weights
+    /// ([`Transformer::prepare`]), or in a model that is not prepared, the parameters.
     pub fn start_decoding(&self, enc: &Encoded, max_steps: usize) -> Result<DecoderState> {
         let mut st = DecoderState::default();
-        self.restart_decoding(enc, max_steps, Arc::new(self.pack_decoder()), &mut st)?;
+        self.restart_decoding(enc, max_steps, &mut st)?;
         Ok(st)
     }
 
-    /// Makes `st` a fresh decoder state for `enc` like [`Transformer::start_decoding`], with the
-    /// weights `packed` by [`Transformer::pack_decoder`] of this model, but keeps its buffers: decoding batch after batch then allocates (and page-faults) nothing new
-    /// once the buffers have grown to the largest batch.
-    pub fn restart_decoding(
-        &self,
-        enc: &Encoded,
-        max_steps: usize,
-        packed: Arc<PackedDecoder>,
-        st: &mut DecoderState,
-    ) -> Result<()> {
+    /// Makes `st` a fresh decoder state for `enc` like [`Transformer::start_decoding`], but keeps
+    /// its buffers: decoding batch after batch then allocates (and page-faults) nothing new once
+    /// the buffers have grown to the largest batch.
+    pub fn restart_decoding(&self, enc: &Encoded, max_steps: usize, st: &mut DecoderState) -> Result<()> {
         let c = &self.config;
-        let shapes_match = packed.precision == self.precision
-            && packed.d_model == c.d_model
-            && packed.vocab == c.vocab_size
-            && packed.layers.len() == c.n_layers
-            && packed.layers.iter().all(|l| {
-                (l.self_qkv.n(), l.self_o.k(), l.w_1.n())
-                    == (2 * c.n_heads * c.d_k + c.n_heads * c.d_v, c.n_heads * c.d_v, c.d_ff)
-            });
-        if !shapes_match {
-            return Err(Error::Mismatch(
-                "the packed decoder weights belong to a different model (or precision)".into(),
-            ));
-        }
         if max_steps > c.max_positions {
             return Err(Error::Config(format!(
                 "decoding {max_steps} positions needs max_positions ≥ {max_steps} (the model has {})",
@@ -239,7 +216,6 @@ impl Transformer {
         st.keys.resize(c.n_layers, Vec::new());
         st.values.resize(c.n_layers, Vec::new());
         (st.hk, st.hv) = (c.n_heads * c.d_k, c.n_heads * c.d_v);
-        st.packed = Some(packed);
         st.logits.clear();
         st.add_slots(enc.b);
         Ok(())
@@ -270,7 +246,6 @@ impl Transformer {
         let (hk, hv) = (c.n_heads * c.d_k, c.n_heads * c.d_v);
         let p = &self.params;
         let o = &self.layout.offsets;
-        let packed = Arc::clone(st.packed.as_ref().expect("a decoder state is made by start_decoding"));
         for (buf, width) in [
             (&mut st.x, d),
             (&mut st.x2, d),
@@ -286,10 +261,9 @@ impl Transformer {
             buf.resize(rows * width, 0.0);
         }
         // §3.4: embedding · √D + position `len` (sinusoidal or learned).
-        let emb = self.embedding();
         let scale = self.embedding_scale();
         let pos = &self.positions()[st.len * d..(st.len + 1) * d];
-        embedding_step(&mut st.x, tokens, emb, pos, d, scale);
+        embedding_step(&mut st.x, tokens, self.embedding_rows(), pos, d, scale);
         if let Some(table) = self.pointer_table()? {
             // The next-word pointer: x += (enc_out W_pᵀ)[j] for the row's source position j.
             for (r, x) in st.x.chunks_exact_mut(d).take(rows).enumerate() {
@@ -321,11 +295,12 @@ impl Transformer {
             }
         }
         let t = st.len + 1; // keys visible to this step, the new one included
-        for (l, (lo, pl)) in o.decoder.iter().zip(&packed.layers).enumerate() {
+        for (l, lo) in o.decoder.iter().enumerate() {
             let lp = lo.params(p);
+            let pl = self.decoder_lins(l);
             // Causal self-attention over the cache, extended by this position's key and value.
             let nq = 2 * hk + hv;
-            pl.self_qkv.forward(&mut st.proj, &st.x, lp.self_attn.attn.w_qkv, Some(lp.self_attn.attn.b_qkv), rows);
+            pl.self_attn.q.forward(&mut st.proj, &st.x, Some(lp.self_attn.attn.b_qkv), rows);
             // Row r's new key and value go to slot r.
             let (cap, len) = (st.cap, st.len);
             let proj = &st.proj;
@@ -354,15 +329,9 @@ impl Transformer {
                     (q, kv)
                 });
             }
-            self.project_norm(&pl.self_o, &lp.self_attn.attn, &lp.self_attn.norm, st, rows);
+            self.project_norm(pl.self_attn.o, &lp.self_attn.attn, &lp.self_attn.norm, st, rows);
             // Encoder–decoder attention over the cached source keys and values.
-            pl.cross_q.forward(
-                &mut st.proj[..rows * hk],
-                &st.x,
-                lp.cross_attn.attn.w_q,
-                Some(lp.cross_attn.attn.b_q),
-                rows,
-            );
+            pl.cross_attn.q.forward(&mut st.proj[..rows * hk], &st.x, Some(lp.cross_attn.attn.b_q), rows);
             {
                 let (kv, proj, sent) = (&enc.cross_kv[l], &st.proj, &st.sent);
                 let ld = hk + hv;
@@ -374,21 +343,21 @@ impl Transformer {
                     (q, KeyValues { k: &kv[base..], ldk: ld, v: &kv[base + hk..], ldv: ld, n, origin: None })
                 });
             }
-            self.project_norm(&pl.cross_o, &lp.cross_attn.attn, &lp.cross_attn.norm, st, rows);
+            self.project_norm(pl.cross_attn.o, &lp.cross_attn.attn, &lp.cross_attn.norm, st, rows);
             // FFN.
-            pl.w_1.forward(&mut st.hidden, &st.x, lp.ffn.ffn.w_1, None, rows);
+            pl.ffn.w_1.forward(&mut st.hidden, &st.x, None, rows);
             bias_activation_forward(&mut st.hidden, lp.ffn.ffn.b_1, c.activation);
-            pl.w_2.forward(&mut st.y, &st.hidden, lp.ffn.ffn.w_2, None, rows);
+            pl.ffn.w_2.forward(&mut st.y, &st.hidden, None, rows);
             self.residual_norm(&lp.ffn.norm, lp.ffn.ffn.b_2, st);
         }
         st.len += 1;
-        packed.output.forward(&mut st.logits, &st.x, emb, self.output_bias(), rows);
+        self.output_lin().forward(&mut st.logits, &st.x, self.output_bias(), rows);
         Ok(&st.logits)
     }
 
     /// W^O over the heads in `st.ctx`, then x ← LN(x + y + b^O).
-    fn project_norm(&self, w_o: &PackedLinear, ap: &AttnParams, np: &NormParams, st: &mut DecoderState, rows: usize) {
-        w_o.forward(&mut st.y, &st.ctx, ap.w_o, None, rows);
+    fn project_norm(&self, w_o: Lin, ap: &AttnParams, np: &NormParams, st: &mut DecoderState, rows: usize) {
+        w_o.forward(&mut st.y, &st.ctx, None, rows);
         self.residual_norm(np, ap.b_o, st);
     }
 
@@ -427,7 +396,7 @@ impl DecoderState {
         self.len == 0
     }
 
-    /// Bytes held by the state's buffers (their capacity), the packed weights not included.
+    /// Bytes held by the state's buffers (their capacity).
     pub fn bytes(&self) -> usize {
         fn v<T>(x: &Vec<T>) -> usize {
             x.capacity() * std::mem::size_of::<T>()

@@ -10,25 +10,25 @@ mod encoder;
 mod feed_forward;
 mod incremental;
 mod masks;
-mod packed_decoder;
 pub mod pointer;
-mod quantized;
+mod prepared;
 mod workspace;
 
 pub use incremental::{DecoderState, Encoded, ENCODE_TOKENS};
-pub use packed_decoder::{DecoderKernels, PackedDecoder};
-pub use quantized::{Int8Codes, Int8Weights};
+pub(crate) use prepared::PreparedLoader;
+pub use prepared::{DecoderKernels, Int8Codes, Prepared};
 pub use workspace::Workspace;
 
 use crate::config::ModelConfig;
 use crate::error::{Error, Result};
-use crate::kernels::cpu::embedding::sinusoid_table;
+use crate::kernels::cpu::embedding::{sinusoid_table, Rows};
 use crate::kernels::cpu::linear::product;
 use crate::kernels::cpu::matmul::Op;
 use crate::kernels::cpu::softmax_xent::{softmax_xent_forward_backward, XentSums};
-use crate::params::ParamLayout;
-use crate::precision::Precision;
+use crate::params::{LeaveOut, ParamLayout};
+use crate::precision::{Float, Precision};
 use crate::PAD;
+use std::sync::Arc;
 
 /// A padded batch of sentence pairs (B sentences, source length S, target length T), right-padded
 /// with [`PAD`]. The decoder reads `tgt_in` (BOS y1 … yn) and is trained to predict `tgt_out`
@@ -164,25 +164,32 @@ pub struct DropoutCtx {
     pub counter: u64,
 }
 
-/// The model: configuration, layout and the flat parameter buffer.
+/// The model: configuration, layout and the flat parameter buffer; prepared for inference
+/// ([`Transformer::prepare`]), also the linear maps in their compute layout.
 #[derive(Clone, Debug)]
 pub struct Transformer {
     /// Hyper-parameters.
     pub config: ModelConfig,
-    /// Names, shapes and offsets of the parameters.
+    /// Names, shapes and offsets of the parameters (in a prepared model, without the tensors the
+    /// prepared maps hold: [`crate::params::LeaveOut`]).
     pub layout: ParamLayout,
-    /// All parameters, laid out by `layout`.
+    /// The parameters, laid out by `layout`.
     pub params: Vec<f32>,
     /// (max_positions, D) sinusoids (empty with learned positions).
     sinusoids: Vec<f32>,
-    /// How its matrix products are computed.
-    precision: Precision,
-    /// At [`Precision::Int8`]: the linear maps' weights, quantised when the precision was set.
-    int8: Option<std::sync::Arc<Int8Weights>>,
-    /// Whether the linear maps' f32 weights are absent (a model from an int8 checkpoint).
-    int8_only: bool,
+    /// How its matrix products are computed, and on what.
+    compute: Compute,
     /// With `source_pointer` or `next_closer`: what each vocabulary id is to the tree.
-    pointer: Option<std::sync::Arc<pointer::PointerTable>>,
+    pointer: Option<Arc<pointer::PointerTable>>,
+}
+
+/// Where a model's products read their weights.
+#[derive(Clone, Debug)]
+enum Compute {
+    /// On W in the parameters, at this precision: a model that trains.
+    Params(Float),
+    /// On the prepared maps (the parameters no longer hold their weights): a model that decodes.
+    Prepared(Arc<Prepared>),
 }
 
 /// Loss sums of one batch.
@@ -201,6 +208,24 @@ impl Transformer {
     pub fn from_params(config: ModelConfig, params: Vec<f32>) -> Result<Self> {
         config.validate()?;
         let layout = ParamLayout::new(&config);
+        Self::with_layout(config, layout, params)
+    }
+
+    /// A model prepared for inference from its parts: the prepared maps, and `params` laid out
+    /// without their weights (`ParamLayout::leaving_out`, the embedding left out too where the
+    /// output projection keeps its rows exactly). What loading a checkpoint tensor by tensor
+    /// builds (`checkpoint::load_prepared`) without ever holding every f32 weight.
+    pub(crate) fn from_prepared(config: ModelConfig, params: Vec<f32>, prepared: Prepared) -> Result<Self> {
+        config.validate()?;
+        let leave_out = LeaveOut { linear_weights: true, embedding: prepared.embedding_rows().is_some() };
+        let layout = ParamLayout::leaving_out(&config, leave_out);
+        let mut model = Self::with_layout(config, layout, params)?;
+        model.compute = Compute::Prepared(Arc::new(prepared));
+        Ok(model)
+    }
+
+    fn with_layout(config: ModelConfig, layout: ParamLayout, params: Vec<f32>) -> Result<Self> {
+        config.validate()?;
         if params.len() != layout.total() {
             return Err(Error::Mismatch(format!(
                 "{} parameters given, the configuration needs {}",
@@ -214,39 +239,100 @@ impl Transformer {
             }
             crate::config::Positions::Learned => Vec::new(),
         };
-        Ok(Transformer {
-            config,
-            layout,
-            params,
-            sinusoids,
-            precision: Precision::F32,
-            int8: None,
-            int8_only: false,
-            pointer: None,
-        })
+        Ok(Transformer { config, layout, params, sinusoids, compute: Compute::Params(Float::F32), pointer: None })
     }
 
-    /// The same model computing its matrix products at `precision` (f32 by default); an error
-    /// where this CPU cannot. [`Precision::Int8`] quantises the linear maps' weights now, as they
-    /// are: a model whose parameters change afterwards must be set to int8 again (training
-    /// refuses int8).
+    /// The same model computing its matrix products at `precision` (f32 by default) on the
+    /// weights in its parameters, as training does; an error where this CPU cannot, for int8
+    /// (which only prepared weights have: [`Transformer::prepare`]) and for a prepared model.
     pub fn with_precision(mut self, precision: Precision) -> Result<Self> {
         precision.available()?;
-        if self.int8_only {
-            if precision == Precision::Int8 {
-                return Ok(self);
-            }
+        if let Compute::Prepared(p) = &self.compute {
             return Err(Error::Unsupported(format!(
-                "this model comes from an int8 checkpoint (`transformer quantize`), which holds no f32 weights for its \
-                 linear maps: it decodes at int8 only, not {precision}; use the f32 checkpoint it was made from"
+                "this model is prepared for inference at {}: its parameters no longer hold the linear maps' weights, \
+                 so it cannot compute on them at {precision}; load the checkpoint again",
+                p.precision()
             )));
         }
-        self.precision = precision;
-        self.int8 = None;
-        if precision == Precision::Int8 {
-            self.int8 = Some(std::sync::Arc::new(Int8Weights::build(&self)));
-        }
+        let float = precision.float().ok_or_else(|| {
+            Error::Unsupported(
+                "int8 products run only on weights prepared for inference (Transformer::prepare(Precision::Int8)); \
+                 gradients and training need f32 or bf16"
+                    .into(),
+            )
+        })?;
+        self.compute = Compute::Params(float);
         Ok(self)
+    }
+
+    /// The same model prepared for inference at `precision` ([`Prepared`]): every linear map's
+    /// weights laid out once for the products that read them (f32 panels, bf16 tiles, int8 codes),
+    /// and removed from the parameters, which keep only what is not a linear map (and, at f32,
+    /// not the embedding either: its rows are read from the prepared output projection). An
+    /// error where this CPU cannot compute at `precision`. A model that is already prepared stays
+    /// as it is at the same precision (a model from an int8 checkpoint is prepared at int8) and
+    /// is refused at another.
+    pub fn prepare(self, precision: Precision) -> Result<Self> {
+        self.prepare_with(precision, DecoderKernels::Packed)
+    }
+
+    /// [`Transformer::prepare`] on the given kernels ([`DecoderKernels::Gemm`]: products on W as
+    /// given, for A/B timing).
+    pub fn prepare_with(self, precision: Precision, kernels: DecoderKernels) -> Result<Self> {
+        precision.available()?;
+        if let Compute::Prepared(p) = &self.compute {
+            if p.precision() == precision {
+                return Ok(self);
+            }
+            return Err(Error::Unsupported(if p.precision() == Precision::Int8 {
+                format!(
+                    "this model comes from an int8 checkpoint (`transformer quantize`), which holds no f32 weights for \
+                     its linear maps: it decodes at int8 only, not {precision}; use the f32 checkpoint it was made from"
+                )
+            } else {
+                format!("this model is prepared at {}, not {precision}; load the checkpoint again", p.precision())
+            }));
+        }
+        let prepared = Prepared::build(&self.config, &self.layout, &self.params, precision, kernels);
+        Ok(self.with_prepared(prepared))
+    }
+
+    /// The same model prepared at int8 with the linear maps' codes taken from `codes` (an int8
+    /// checkpoint's) instead of quantised from the parameters, whose values for those maps are
+    /// unused: such a model decodes at int8 only.
+    pub fn with_int8_codes(self, codes: &Int8Codes) -> Result<Self> {
+        if !matches!(self.compute, Compute::Params(_)) {
+            return Err(Error::Unsupported("this model is already prepared for inference".into()));
+        }
+        let prepared = Prepared::from_codes(&self.config, &self.layout, codes)?;
+        Ok(self.with_prepared(prepared))
+    }
+
+    /// Takes `prepared` (built from this model) and leaves its weights out of the parameters.
+    fn with_prepared(mut self, prepared: Prepared) -> Self {
+        let leave_out = LeaveOut { linear_weights: true, embedding: prepared.embedding_rows().is_some() };
+        let layout = ParamLayout::leaving_out(&self.config, leave_out);
+        self.params = layout.gather(&self.layout, &self.params);
+        self.layout = layout;
+        self.compute = Compute::Prepared(Arc::new(prepared));
+        self
+    }
+
+    /// The prepared linear maps, in a model prepared for inference.
+    pub fn prepared(&self) -> Option<&Prepared> {
+        match &self.compute {
+            Compute::Prepared(p) => Some(p),
+            Compute::Params(_) => None,
+        }
+    }
+
+    /// The precision of products on the parameters (training's); f32 in a prepared model, which
+    /// computes none.
+    pub(crate) fn float(&self) -> Float {
+        match self.compute {
+            Compute::Params(f) => f,
+            Compute::Prepared(_) => Float::F32,
+        }
     }
 
     /// The same model with the vocabulary's [`pointer::PointerTable`], which a model with
@@ -299,22 +385,39 @@ impl Transformer {
 
     /// How the model's matrix products are computed.
     pub fn precision(&self) -> Precision {
-        self.precision
+        match &self.compute {
+            Compute::Params(f) => (*f).into(),
+            Compute::Prepared(p) => p.precision(),
+        }
     }
 
     fn positions(&self) -> &[f32] {
         self.layout.offsets.learned_positions(&self.params).unwrap_or(&self.sinusoids)
     }
 
-    /// The shared embedding E (V, D) (§3.4), also the pre-softmax projection.
+    /// The shared embedding E (V, D) in the parameters (§3.4), also the pre-softmax projection;
+    /// empty in a model prepared at f32, whose output projection holds it
+    /// ([`Transformer::embedding_rows`]).
     fn embedding(&self) -> &[f32] {
         self.layout.offsets.embedding(&self.params)
     }
 
-    /// The source embedding: the shared E, or the source vocabulary's own with
+    /// The rows of E as a lookup reads them: from the parameters, or from the prepared output
+    /// projection where the parameters leave E out.
+    fn embedding_rows(&self) -> Rows<'_> {
+        match self.prepared().and_then(|p| p.embedding_rows()).filter(|_| self.layout.offsets.leave_out.embedding) {
+            Some(rows) => rows,
+            None => Rows::Dense(self.embedding()),
+        }
+    }
+
+    /// The source embedding's rows: the shared E's, or the source vocabulary's own with
     /// `source_vocab_size`.
-    fn source_embedding(&self) -> &[f32] {
-        self.layout.offsets.source_embedding(&self.params)
+    fn source_rows(&self) -> Rows<'_> {
+        match self.layout.offsets.source_embed {
+            Some(_) => Rows::Dense(self.layout.offsets.source_embedding(&self.params)),
+            None => self.embedding_rows(),
+        }
     }
 
     /// The output logits' bias (V), with `output_bias`.
@@ -357,13 +460,12 @@ impl Transformer {
                 }
             }
         }
-        let (d, v, n) = (self.config.d_model, self.config.vocab_size, self.config.n_layers);
+        let n = self.config.n_layers;
         self.encoder_forward(batch, ws, dropout);
         self.decoder_forward(batch, ws, dropout);
         let dec_out: &[f32] = if n == 0 { &ws.dec_in } else { &ws.dec[n - 1].ffn.norm.out };
         // §3.4: the pre-softmax projection is the shared embedding, logits = h Eᵀ.
-        let emb = self.embedding();
-        self.linear(&mut ws.logits, dec_out, emb, self.output_bias(), batch.b * batch.t, v, d);
+        self.output_lin().forward(&mut ws.logits, dec_out, self.output_bias(), batch.b * batch.t);
         Ok(())
     }
 
@@ -385,6 +487,10 @@ impl Transformer {
     /// Backward pass after [`Transformer::forward`] and [`Transformer::loss`] on the same batch,
     /// workspace and dropout context. Accumulates (`+=`) parameter gradients into `grads`.
     pub fn backward(&self, batch: &Batch, ws: &mut Workspace, dropout: Option<DropoutCtx>, grads: &mut [f32]) {
+        assert!(
+            self.prepared().is_none(),
+            "a model prepared for inference has no backward pass (Trainer::new refuses one)"
+        );
         assert_eq!(grads.len(), self.params.len(), "gradient buffer does not match the layout");
         let (d, v, n) = (self.config.d_model, self.config.vocab_size, self.config.n_layers);
         let mt = ws.dims.b * ws.dims.t;
@@ -392,9 +498,9 @@ impl Transformer {
 
         // Pre-softmax projection: d(dec_out) = dlogits E; dE += dlogitsᵀ dec_out.
         let dec_out: &[f32] = if n == 0 { &ws.dec_in } else { &ws.dec[n - 1].ffn.norm.out };
-        product(self.precision, &mut ws.g_a[..mt * d], &ws.logits, Op::N, emb, Op::N, mt, d, v, false);
+        product(self.float(), &mut ws.g_a[..mt * d], &ws.logits, Op::N, emb, Op::N, mt, d, v, false);
         let (emb_g, _) = self.layout.offsets.embedding_mut(grads);
-        product(self.precision, emb_g, &ws.logits, Op::T, dec_out, Op::N, v, d, mt, true);
+        product(self.float(), emb_g, &ws.logits, Op::T, dec_out, Op::N, v, d, mt, true);
         if let Some(bias_g) = self.layout.offsets.output_bias_mut(grads) {
             crate::kernels::cpu::elementwise::column_sum_add(bias_g, &ws.logits[..mt * v], v);
         }

@@ -54,12 +54,13 @@ pub struct Trainer {
 }
 
 impl Trainer {
-    /// A trainer at step 0 with the paper's Adam and the given schedule. Panics for a model at
-    /// [`Precision::Int8`](crate::Precision::Int8), which is for decoding only.
+    /// A trainer at step 0 with the paper's Adam and the given schedule. Panics for a model
+    /// prepared for inference ([`Transformer::prepare`]), which no longer holds its linear maps'
+    /// weights as parameters.
     pub fn new(model: Transformer, schedule: Schedule, seed: u64) -> Self {
         assert!(
-            crate::precision::Precision::TRAINING.contains(&model.precision()),
-            "a model at {} cannot train: int8 is for decoding (train at f32 or bf16)",
+            model.prepared().is_none(),
+            "a model prepared for inference (at {}) cannot train: train the model as loaded, at f32 or bf16",
             model.precision()
         );
         if let Err(e) = crate::train::config::check_trainable(&model.config) {

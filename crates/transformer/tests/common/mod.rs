@@ -66,7 +66,6 @@ pub fn translate_batch(
     cfg: &transformer::decode::BeamConfig,
     ws: &mut transformer::Workspace,
 ) -> transformer::Result<Vec<Vec<transformer::decode::Hypothesis>>> {
-    let packed = std::sync::Arc::new(model.pack_decoder());
     let mut state = transformer::model::DecoderState::default();
-    Ok(transformer::decode::search_batch(model, srcs, cfg, ws, &packed, &mut state, None)?.0)
+    Ok(transformer::decode::search_batch(model, srcs, cfg, ws, &mut state, None)?.0)
 }

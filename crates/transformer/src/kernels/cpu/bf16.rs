@@ -28,6 +28,7 @@ use rayon::prelude::*;
 use std::arch::x86_64::*;
 
 use super::matmul::Op;
+use super::SendPtr;
 
 /// Tile geometry: 16 rows of 64 bytes (32 bf16 or 16 f32).
 const TILE_ROWS: usize = 16;
@@ -523,20 +524,6 @@ const CONFIG: TileConfig = {
 /// The tile configuration every AMX kernel here loads (palette 1, eight tiles of 16 × 64 bytes).
 pub(crate) fn tile_config() -> &'static [u8; 64] {
     &CONFIG.0
-}
-
-/// A raw pointer that may cross to a rayon worker; every task writes a disjoint part of C.
-#[derive(Clone, Copy)]
-struct SendPtr(*mut f32);
-// SAFETY: tasks write disjoint (row strip, column group) blocks of C (see `matmul_bf16_on`).
-unsafe impl Send for SendPtr {}
-unsafe impl Sync for SendPtr {}
-
-impl SendPtr {
-    /// The pointer (a method, so closures capture the whole `Send` wrapper, not the raw field).
-    fn get(self) -> *mut f32 {
-        self.0
-    }
 }
 
 /// C (m, n) = [C +] op(A) · op(B) with both operands rounded to bf16 and f32 sums, on [`unit`].

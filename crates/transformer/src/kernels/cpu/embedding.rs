@@ -5,13 +5,66 @@ use crate::config::SinusoidLayout;
 use crate::rng::DropoutMask;
 use rayon::prelude::*;
 
+/// An embedding table (V, D) as a lookup reads it: row-major, or the output projection's packed
+/// panels (`PackedLinear::rows`), which then need no second copy.
+#[derive(Clone, Copy, Debug)]
+pub enum Rows<'a> {
+    /// (V, D) row-major.
+    Dense(&'a [f32]),
+    /// ceil(n / nr) panels of k × nr: row i is column i % nr of panel i / nr.
+    Panels {
+        /// The panels.
+        data: &'a [f32],
+        /// Row width (D).
+        k: usize,
+        /// Columns per panel.
+        nr: usize,
+        /// Rows (V).
+        n: usize,
+    },
+}
+
+impl Rows<'_> {
+    /// Rows in the table, each `d` wide.
+    pub fn count(&self, d: usize) -> usize {
+        match *self {
+            Rows::Dense(t) => t.len() / d,
+            Rows::Panels { k, n, .. } => {
+                assert_eq!(k, d, "embedding rows are {k} wide, not {d}");
+                n
+            }
+        }
+    }
+
+    /// out = row i × scale + add, element by element (the same arithmetic whichever layout).
+    #[inline]
+    fn scaled_row(&self, i: usize, out: &mut [f32], scale: f32, add: &[f32]) {
+        let d = out.len();
+        match *self {
+            Rows::Dense(t) => {
+                let e = &t[i * d..][..d];
+                for j in 0..d {
+                    out[j] = e[j] * scale + add[j];
+                }
+            }
+            Rows::Panels { data, nr, .. } => {
+                let panel = &data[(i / nr) * d * nr..][..d * nr];
+                let col = i % nr;
+                for j in 0..d {
+                    out[j] = panel[j * nr + col] * scale + add[j];
+                }
+            }
+        }
+    }
+}
+
 /// out (B·L, D) = Dropout(table[tokens] · scale + positions[l]) for row b·L + l.
 /// `positions` is (≥ L, D): the sinusoid table or the learned one.
 #[allow(clippy::too_many_arguments)]
 pub fn embedding_forward(
     out: &mut [f32],
     tokens: &[u32],
-    table: &[f32],
+    table: Rows,
     positions: &[f32],
     seq_len: usize,
     d: usize,
@@ -26,15 +79,11 @@ pub fn embedding_forward(
     }
     let needed = seq_len.checked_mul(d);
     assert!(seq_len > 0 && needed.is_some_and(|n| positions.len() >= n), "position table shorter than the sequence");
-    let vocab = table.len() / d;
+    let vocab = table.count(d);
     assert!(tokens.iter().all(|&t| (t as usize) < vocab), "a token id is outside the vocabulary of {vocab}");
     out.par_chunks_mut(d).enumerate().for_each(|(r, o)| {
-        let tok = tokens[r] as usize;
-        let e = &table[tok * d..(tok + 1) * d];
         let p = &positions[(r % seq_len) * d..(r % seq_len + 1) * d];
-        for j in 0..d {
-            o[j] = e[j] * scale + p[j];
-        }
+        table.scaled_row(tokens[r] as usize, o, scale, p);
         if let Some(mask) = dropout {
             mask.for_chunks(r * d, d, |j0, f| {
                 for (t, &f) in f.iter().enumerate() {
@@ -157,16 +206,13 @@ pub fn sinusoid_table(max_len: usize, d: usize, layout: SinusoidLayout) -> Vec<f
 /// One decoder step's inputs (§6.1): out (rows, D) = table[tokens[r]] · scale + position, where
 /// `position` (D) is the row of the position table for the step every row is at. No dropout
 /// (inference).
-pub fn embedding_step(out: &mut [f32], tokens: &[u32], table: &[f32], position: &[f32], d: usize, scale: f32) {
+pub fn embedding_step(out: &mut [f32], tokens: &[u32], table: Rows, position: &[f32], d: usize, scale: f32) {
     assert!(d > 0, "embedding_step: zero width");
     assert_eq!(Some(out.len()), tokens.len().checked_mul(d));
     assert_eq!(position.len(), d, "embedding_step: the position row has {} values, not {d}", position.len());
-    let vocab = table.len() / d;
+    let vocab = table.count(d);
     assert!(tokens.iter().all(|&t| (t as usize) < vocab), "a token id is outside the vocabulary of {vocab}");
-    out.par_chunks_mut(d).zip(tokens.par_iter()).for_each(|(x, &tok)| {
-        let e = &table[tok as usize * d..][..d];
-        for j in 0..d {
-            x[j] = e[j] * scale + position[j];
-        }
-    });
+    out.par_chunks_mut(d)
+        .zip(tokens.par_iter())
+        .for_each(|(x, &tok)| table.scaled_row(tok as usize, x, scale, position));
 }

@@ -27,6 +27,7 @@
 //!   the panels read in place as tiles (`QuantizedLinear::run_amx`); for products of
 //!   [`AMX_MIN_ROWS`] rows or more (fewer run on VNNI, unless asked for by name).
 
+use super::SendPtr;
 use multiversion::multiversion;
 use rayon::prelude::*;
 use std::sync::OnceLock;
@@ -691,11 +692,6 @@ thread_local! {
     static X_AMX: std::cell::Cell<Aligned> = const { std::cell::Cell::new(Aligned::new()) };
     static X_SCALES: std::cell::Cell<Vec<f32>> = const { std::cell::Cell::new(Vec::new()) };
 }
-
-struct SendPtr(*mut f32);
-// SAFETY: used only to write disjoint regions from different threads (see `forward_on`).
-unsafe impl Sync for SendPtr {}
-unsafe impl Send for SendPtr {}
 
 /// acc[i][j] = Σ_g Σ_e blk[g][i][e] · panel[g][j][e] over `groups` groups (AVX2 and scalar; VNNI
 /// blocks run `vnni_block`).

@@ -1,10 +1,12 @@
-//! Matrix products at a given [`Precision`], and the linear maps (`nn.Linear`) of the model built
-//! on them. The precision is an argument, carried by the model that calls: f32 goes to
-//! [`super::matmul::matmul`], bf16 to [`super::bf16::matmul_bf16`].
+//! Matrix products of two f32 operands at a given [`Float`] precision, and the linear maps
+//! (`nn.Linear`) of the model built on them, forward and backward. The precision is an argument,
+//! carried by the model that calls: f32 goes to [`super::matmul::matmul`], bf16 to
+//! [`super::bf16::matmul_bf16`]. int8 products exist only on prepared weights
+//! ([`super::packed::PackedLinear`]).
 
 use super::matmul::{matmul, Op};
 use crate::error::{Error, Result};
-use crate::precision::Precision;
+use crate::precision::{Float, Precision};
 
 impl Precision {
     /// Whether this CPU can compute products at this precision; the error says why not.
@@ -18,11 +20,11 @@ impl Precision {
 }
 
 /// C (m, n) = [C +] op(A) · op(B) at precision `prec`; the contract of [`matmul`]. For
-/// [`Precision::Bf16`] the caller has checked [`Precision::available`] (the model does so when it
+/// [`Float::Bf16`] the caller has checked [`Precision::available`] (the model does so when it
 /// is built).
 #[allow(clippy::too_many_arguments)]
 pub fn product(
-    prec: Precision,
+    prec: Float,
     c: &mut [f32],
     a: &[f32],
     op_a: Op,
@@ -34,22 +36,18 @@ pub fn product(
     accumulate: bool,
 ) {
     match prec {
-        Precision::F32 => matmul(c, a, op_a, b, op_b, m, n, k, accumulate),
-        Precision::Bf16 => {
+        Float::F32 => matmul(c, a, op_a, b, op_b, m, n, k, accumulate),
+        Float::Bf16 => {
             let _t = super::profile::product_scope(m, n, k, op_a == Op::T, op_b == Op::T);
             super::bf16::matmul_bf16(c, a, op_a, b, op_b, m, n, k, accumulate);
         }
-        Precision::Int8 => panic!(
-            "int8 products run only on weights quantised at load (Transformer::with_precision(Int8) \
-             routes the linear maps to them); gradients and training need f32 or bf16"
-        ),
     }
 }
 
 /// Y (m, n) = X (m, k) · Wᵀ + bias, with W stored (n, k) like PyTorch's `nn.Linear`.
 #[allow(clippy::too_many_arguments)]
 pub fn linear_forward(
-    prec: Precision,
+    prec: Float,
     y: &mut [f32],
     x: &[f32],
     w: &[f32],
@@ -77,7 +75,7 @@ pub fn linear_forward(
 /// Backward of [`linear_forward`]: dW (n, k) += dYᵀ X; db (n) += Σ_rows dY; dX (m, k) = or += dY W.
 #[allow(clippy::too_many_arguments)]
 pub fn linear_backward(
-    prec: Precision,
+    prec: Float,
     dx: Option<&mut [f32]>,
     accumulate_dx: bool,
     dw: &mut [f32],

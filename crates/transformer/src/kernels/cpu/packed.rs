@@ -13,25 +13,26 @@
 //!
 //! At the other precisions the weights are prepared once as well: bf16 products read W rounded and
 //! laid out in the bf16 unit's tiles ([`super::bf16::Bf16Weights`]), int8 products read W quantised
-//! per row ([`super::int8::QuantizedLinear`], shared with the model that quantised it).
+//! per row ([`super::int8::QuantizedLinear`]). A [`PackedLinear`] owns the only copy of W it
+//! needs: the model's parameters need not keep W beside it (`model::Prepared`).
 
 use super::bf16::{linear_bf16, Bf16Weights};
+use super::embedding::Rows;
 use super::int8::QuantizedLinear;
 use super::linear::linear_forward;
-use crate::precision::Precision;
+use super::SendPtr;
+use crate::precision::{Float, Precision};
 use multiversion::multiversion;
 use rayon::prelude::*;
-use std::sync::Arc;
 
 /// Output columns per weight panel.
 pub const NR: usize = 32;
 /// Rows per block of X.
 pub const MR: usize = 12;
-/// Products with more rows than this go to the `gemm` crate.
+/// Products with more rows than this run in chunks of at most this many.
 pub const PACKED_MAX_ROWS: usize = 160;
 
-/// A weight matrix W (n, k) prepared for inference products. The f32 products also take W as
-/// given, for the `gemm` path, so the f32 panels hold no second copy of it.
+/// A weight matrix W (n, k) prepared for inference products, owning what its products read.
 #[derive(Clone, Debug)]
 pub struct PackedLinear {
     n: usize,
@@ -43,12 +44,13 @@ pub struct PackedLinear {
 enum Kind {
     /// f32: ceil(n / NR) panels of k × NR, zero-padded past column n.
     Panels(Vec<f32>),
-    /// Every product on W as given, at this precision (f32 or bf16; the `gemm` path).
-    Unpacked(Precision),
+    /// W (n, k) as given, every product on it through [`linear_forward`] at this precision (the
+    /// `gemm` path: a CPU without AVX-512, or preparing without packing for A/B timing).
+    Unpacked(Float, Vec<f32>),
     /// bf16 tiles.
     Bf16(Bf16Weights),
     /// int8 codes and scales.
-    Int8(Arc<QuantizedLinear>),
+    Int8(QuantizedLinear),
 }
 
 fn use_packed() -> bool {
@@ -68,12 +70,12 @@ fn use_packed() -> bool {
 
 impl PackedLinear {
     /// Prepares W, stored (n, k) row-major, for products at `precision`: f32 panels (with `pack`
-    /// on a CPU with AVX-512), bf16 tiles (with `pack`), int8 codes (always). Otherwise the
-    /// products run [`linear_forward`] at `precision` on W as given.
+    /// on a CPU with AVX-512), bf16 tiles (with `pack`), int8 codes (always). Otherwise it keeps W
+    /// as given and the products run [`linear_forward`] at `precision` on it.
     pub fn new(w: &[f32], n: usize, k: usize, precision: Precision, pack: bool) -> Self {
         assert_eq!(w.len(), n * k, "PackedLinear: W has {} elements, expected {n}x{k}", w.len());
         let kind = match precision {
-            Precision::Int8 => Kind::Int8(Arc::new(QuantizedLinear::new(w, n, k))),
+            Precision::Int8 => Kind::Int8(QuantizedLinear::new(w, n, k)),
             Precision::Bf16 if pack => Kind::Bf16(Bf16Weights::new(w, n, k)),
             Precision::F32 if pack && use_packed() && n > 0 && k > 0 => {
                 let np = n.div_ceil(NR);
@@ -88,21 +90,41 @@ impl PackedLinear {
                 });
                 Kind::Panels(panels)
             }
-            _ => Kind::Unpacked(precision),
+            Precision::Bf16 => Kind::Unpacked(Float::Bf16, w.to_vec()),
+            Precision::F32 => Kind::Unpacked(Float::F32, w.to_vec()),
         };
         PackedLinear { n, k, kind }
     }
 
-    /// int8 weights quantised elsewhere (the model's own copy, shared rather than repeated).
-    pub fn int8(q: Arc<QuantizedLinear>) -> Self {
+    /// int8 weights quantised elsewhere (codes read from an int8 checkpoint).
+    pub fn int8(q: QuantizedLinear) -> Self {
         PackedLinear { n: q.n(), k: q.k(), kind: Kind::Int8(q) }
     }
 
-    /// Bytes this holds beside W itself.
+    /// The int8 codes, for an int8 layout.
+    pub fn quantized(&self) -> Option<&QuantizedLinear> {
+        match &self.kind {
+            Kind::Int8(q) => Some(q),
+            _ => None,
+        }
+    }
+
+    /// W's rows exactly as given, where this layout keeps them in f32 (panels or W itself): what
+    /// an embedding lookup may read instead of a second copy of W. `None` for bf16 tiles and int8
+    /// codes, which hold rounded values.
+    pub fn rows(&self) -> Option<Rows<'_>> {
+        match &self.kind {
+            Kind::Panels(p) => Some(Rows::Panels { data: p, k: self.k, nr: NR, n: self.n }),
+            Kind::Unpacked(_, w) => Some(Rows::Dense(w)),
+            Kind::Bf16(_) | Kind::Int8(_) => None,
+        }
+    }
+
+    /// Bytes this holds.
     pub fn bytes(&self) -> usize {
         match &self.kind {
             Kind::Panels(p) => 4 * p.len(),
-            Kind::Unpacked(_) => 0,
+            Kind::Unpacked(_, w) => 4 * w.len(),
             Kind::Bf16(w) => w.bytes(),
             Kind::Int8(q) => q.bytes(),
         }
@@ -118,16 +140,15 @@ impl PackedLinear {
         self.k
     }
 
-    /// Y (m, n) = X (m, k) · Wᵀ [+ bias], where `w` is the matrix this was packed from.
-    pub fn forward(&self, y: &mut [f32], x: &[f32], w: &[f32], bias: Option<&[f32]>, m: usize) {
+    /// Y (m, n) = X (m, k) · Wᵀ [+ bias].
+    pub fn forward(&self, y: &mut [f32], x: &[f32], bias: Option<&[f32]>, m: usize) {
         let (n, k) = (self.n, self.k);
-        assert_eq!(w.len(), n * k, "PackedLinear: W has {} elements, expected {n}x{k}", w.len());
         assert_eq!(y.len(), m * n, "PackedLinear: Y has {} elements, expected {m}x{n}", y.len());
         assert_eq!(x.len(), m * k, "PackedLinear: X has {} elements, expected {m}x{k}", x.len());
         assert!(bias.is_none_or(|b| b.len() == n));
         let panels = match &self.kind {
             Kind::Panels(panels) => panels,
-            Kind::Unpacked(prec) => return linear_forward(*prec, y, x, w, bias, m, n, k),
+            Kind::Unpacked(prec, w) => return linear_forward(*prec, y, x, w, bias, m, n, k),
             Kind::Int8(q) => return q.forward(y, x, bias, m),
             Kind::Bf16(_) if n == 0 => return,
             Kind::Bf16(wb) => {
@@ -137,8 +158,8 @@ impl PackedLinear {
                 return linear_bf16(y, x, wb, m, bias.is_some());
             }
         };
-        if m == 0 || k == 0 || n == 0 {
-            return linear_forward(Precision::F32, y, x, w, bias, m, n, k);
+        if m == 0 {
+            return;
         }
         // Many rows: in chunks of at most PACKED_MAX_ROWS, so that a chunk of X stays in the
         // core's cache while every panel of W passes over it (all of X at once would be read
@@ -146,7 +167,7 @@ impl PackedLinear {
         if m > PACKED_MAX_ROWS {
             let chunk = PACKED_MAX_ROWS / MR * MR;
             for (yc, xc) in y.chunks_mut(chunk * n).zip(x.chunks(chunk * k)) {
-                self.forward(yc, xc, w, bias, xc.len() / k);
+                self.forward(yc, xc, bias, xc.len() / k);
             }
             return;
         }
@@ -171,6 +192,23 @@ impl PackedLinear {
         });
         self.panels_times(panels, y, &xp[..blocks * k * MR], bias, m);
         X_PACKED.set(xp);
+    }
+
+    /// Y (m, n) += X (m, k) · Wᵀ.
+    pub fn forward_accumulate(&self, y: &mut [f32], x: &[f32], m: usize) {
+        let (n, k) = (self.n, self.k);
+        match &self.kind {
+            Kind::Int8(q) => q.forward_accumulate(y, x, m),
+            Kind::Unpacked(prec, w) => {
+                use super::matmul::Op;
+                super::linear::product(*prec, y, x, Op::N, w, Op::T, m, n, k, true)
+            }
+            Kind::Panels(_) | Kind::Bf16(_) => {
+                let mut t = vec![0.0; m * n];
+                self.forward(&mut t, x, None, m);
+                y.iter_mut().zip(&t).for_each(|(a, b)| *a += b);
+            }
+        }
     }
 
     /// Y = packed X · packed W [+ bias]; threads split the panels, so each writes its own columns.
@@ -212,11 +250,6 @@ impl PackedLinear {
 thread_local! {
     static X_PACKED: std::cell::Cell<Vec<f32>> = const { std::cell::Cell::new(Vec::new()) };
 }
-
-struct SendPtr(*mut f32);
-// SAFETY: used only to write disjoint regions from different threads (see `forward`).
-unsafe impl Sync for SendPtr {}
-unsafe impl Send for SendPtr {}
 
 /// Y[i][j] = Σ_p xp[p][i] · panel[p][j] (+ bias[j]) for i < rows, j < cols, accumulated in
 /// registers: a column of MR rows of X times a row of NR weights per step.

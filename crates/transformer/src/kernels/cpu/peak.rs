@@ -90,7 +90,9 @@ fn best_of_three(flops_per_op: f64, run: fn(usize) -> f32, iters: usize) -> Opti
 fn bf16_loop(iters: usize) -> f32 {
     let mut acc = [_mm512_setzero_ps(); ACC];
     // bf16 1.0 in every lane of a, a tiny value in b: the sums stay finite and normal.
+    // SAFETY: __m512i and __m512bh are both 64-byte vectors; every bit pattern is a valid bf16 pair.
     let a: __m512bh = unsafe { std::mem::transmute(_mm512_set1_epi32(0x3f80_3f80)) };
+    // SAFETY: as above.
     let b: __m512bh = unsafe { std::mem::transmute(_mm512_set1_epi32(std::hint::black_box(0x2f80_2f80))) };
     for _ in 0..iters {
         for x in acc.iter_mut() {

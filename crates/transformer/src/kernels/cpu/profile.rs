@@ -245,7 +245,7 @@ mod tests {
     use super::*;
     use crate::kernels::cpu::linear::product;
     use crate::kernels::cpu::matmul::Op;
-    use crate::precision::Precision;
+    use crate::precision::{Float, Precision};
 
     #[test]
     fn products_are_counted_by_shape_with_their_packing() {
@@ -254,9 +254,9 @@ mod tests {
         let b = vec![0.25f32; k * n];
         let mut c = vec![0f32; m * n];
         let profile = Profile::new();
-        let mut precisions = vec![Precision::F32];
+        let mut precisions = vec![Float::F32];
         if Precision::Bf16.available().is_ok() {
-            precisions.push(Precision::Bf16);
+            precisions.push(Float::Bf16);
         }
         for &prec in &precisions {
             profile.install(|| {
@@ -275,7 +275,7 @@ mod tests {
                 let pack = t.pack_a_seconds + t.pack_b_seconds;
                 assert!(t.seconds > 0.0 && pack <= t.seconds, "{prec:?} {}: {t:?}", s.label());
                 // f32 products pack inside the gemm crate, which reports nothing; bf16 ones pack here.
-                assert_eq!(pack > 0.0, prec == Precision::Bf16, "{prec:?} {}: {t:?}", s.label());
+                assert_eq!(pack > 0.0, prec == Float::Bf16, "{prec:?} {}: {t:?}", s.label());
             }
             let (_, flops) = profile.take();
             assert_eq!(flops, (2 * (2 * m * n * k) + 2 * n * n * k) as u64);

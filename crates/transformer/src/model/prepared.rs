@@ -1,0 +1,491 @@
+//! A model's linear maps prepared for inference ([`Prepared`]): every W of the encoder, the
+//! decoder, the encoder–decoder attention, the pointer and the output projection, built once in
+//! the layout its products read (f32 panels, bf16 tiles, int8 codes with scales), in the style of
+//! CTranslate2's `Dense` layers. A [`Transformer`] prepared for inference
+//! ([`Transformer::prepare`]) owns it and no longer holds those weights in its parameters, so the
+//! two cannot disagree and no weight is kept twice.
+//!
+//! The forward pass reads a linear map through [`Lin`]: on the prepared copy, or, in a model that
+//! is not prepared (training), on W in the parameters at the model's [`Float`] precision.
+
+use super::Transformer;
+use crate::error::{Error, Result};
+use crate::kernels::cpu::embedding::Rows;
+use crate::kernels::cpu::int8::QuantizedLinear;
+use crate::kernels::cpu::linear::linear_forward;
+use crate::kernels::cpu::packed::PackedLinear;
+use crate::params::ParamLayout;
+use crate::precision::{Float, Precision};
+use crate::ModelConfig;
+
+/// Which kernels a prepared model's products run on.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum DecoderKernels {
+    /// The weights laid out once: f32 panels for the AVX-512 micro-kernel, bf16 tiles for the
+    /// bf16 unit, int8 codes.
+    #[default]
+    Packed,
+    /// f32 and bf16 products on W as given, packed at each call by the `gemm` path (for A/B
+    /// timing; int8 products still read codes).
+    Gemm,
+}
+
+/// Codes (row-major, the tensor's shape) and per-row scales of one parameter tensor, by its
+/// layout name: what an int8 checkpoint stores.
+pub type Int8Codes = std::collections::BTreeMap<String, (Vec<i8>, Vec<f32>)>;
+
+/// Every linear map of a model at one precision, in its compute layout.
+#[derive(Debug)]
+pub struct Prepared {
+    precision: Precision,
+    pub(super) encoder: Vec<EncoderLinears>,
+    pub(super) decoder: Vec<DecoderLinears>,
+    /// The next-word pointer's W_p (D, D).
+    pub(super) pointer: Option<PackedLinear>,
+    /// The tied embedding E (V, D) as the output projection.
+    pub(super) output: PackedLinear,
+}
+
+/// One encoder layer's maps.
+#[derive(Debug)]
+pub(super) struct EncoderLinears {
+    pub qkv: PackedLinear,
+    pub o: PackedLinear,
+    pub w_1: PackedLinear,
+    pub w_2: PackedLinear,
+}
+
+/// One decoder layer's maps.
+#[derive(Debug)]
+pub(super) struct DecoderLinears {
+    pub self_qkv: PackedLinear,
+    pub self_o: PackedLinear,
+    pub cross_q: PackedLinear,
+    pub cross_kv: PackedLinear,
+    pub cross_o: PackedLinear,
+    pub w_1: PackedLinear,
+    pub w_2: PackedLinear,
+}
+
+/// One linear map of a configuration: the parameter tensors whose rows it stacks (adjacent in the
+/// full layout), its input width, and whether its products see many rows at once (the encoder's
+/// maps, the encoder–decoder keys|values and the pointer's W_p, all applied to whole sentences)
+/// rather than a decoder step's few.
+#[derive(Clone, Debug)]
+pub(crate) struct MapSpec {
+    pub tensors: Vec<String>,
+    pub k: usize,
+    pub many_rows: bool,
+}
+
+impl MapSpec {
+    /// The map prepared from W (n, k). At f32 the maps of many rows keep W as given for the
+    /// `gemm` path (which packs its own blocks, and gave the encoder its results before it read
+    /// prepared weights: they stay bit for bit the same), the decoder step's maps become the
+    /// micro-kernel's panels; bf16 and int8 lay out every map.
+    fn prepare(&self, w: &[f32], precision: Precision, kernels: DecoderKernels) -> PackedLinear {
+        let pack = kernels == DecoderKernels::Packed && !(self.many_rows && precision == Precision::F32);
+        PackedLinear::new(w, w.len() / self.k, self.k, precision, pack)
+    }
+}
+
+/// Every linear map of `c`, in the order [`Prepared`] holds them: per encoder layer Q|K|V, W^O,
+/// W_1, W_2; per decoder layer Q|K|V, W^O, the encoder–decoder Q, K|V and W^O, W_1, W_2; the
+/// pointer's W_p; the embedding as the output projection.
+pub(crate) fn map_specs(c: &ModelConfig) -> Vec<MapSpec> {
+    let (d, hv, f) = (c.d_model, c.n_heads * c.d_v, c.d_ff);
+    let map = |names: &[String], k| MapSpec { tensors: names.to_vec(), k, many_rows: false };
+    let whole = |names: &[String], k| MapSpec { tensors: names.to_vec(), k, many_rows: true };
+    let mut out = Vec::new();
+    let attn = |p: &str| [format!("{p}.w_q"), format!("{p}.w_k"), format!("{p}.w_v"), format!("{p}.w_o")];
+    for l in 0..c.n_layers {
+        let p = format!("encoder.layers.{l}");
+        let [q, k, v, o] = attn(&format!("{p}.self_attn"));
+        out.push(whole(&[q, k, v], d));
+        out.push(whole(&[o], hv));
+        out.push(whole(&[format!("{p}.ffn.w_1")], d));
+        out.push(whole(&[format!("{p}.ffn.w_2")], f));
+    }
+    for l in 0..c.n_layers {
+        let p = format!("decoder.layers.{l}");
+        let [q, k, v, o] = attn(&format!("{p}.self_attn"));
+        out.push(map(&[q, k, v], d));
+        out.push(map(&[o], hv));
+        let [q, k, v, o] = attn(&format!("{p}.cross_attn"));
+        out.push(map(&[q], d));
+        out.push(whole(&[k, v], d));
+        out.push(map(&[o], hv));
+        out.push(map(&[format!("{p}.ffn.w_1")], d));
+        out.push(map(&[format!("{p}.ffn.w_2")], f));
+    }
+    if c.source_pointer {
+        out.push(whole(&["decoder.source_pointer.weight".into()], d));
+    }
+    out.push(map(&["embed.weight".into()], d));
+    out
+}
+
+impl MapSpec {
+    /// The map's W (n, k) in `params` laid out by the full `layout`: its tensors are adjacent.
+    pub(crate) fn weights<'p>(&self, layout: &ParamLayout, params: &'p [f32]) -> &'p [f32] {
+        let entry = |name: &str| layout.get(name).unwrap_or_else(|| panic!("the layout has no tensor '{name}'"));
+        let first = entry(&self.tensors[0]);
+        let end = self.tensors.iter().fold(first.offset, |at, name| {
+            let e = entry(name);
+            assert_eq!(e.offset, at, "the tensors of a linear map are adjacent");
+            at + e.len()
+        });
+        &params[first.offset..end]
+    }
+}
+
+impl Prepared {
+    /// The maps built in `map_specs` order from `make` (given each map's spec).
+    fn assemble(
+        c: &ModelConfig,
+        precision: Precision,
+        mut make: impl FnMut(&MapSpec) -> Result<PackedLinear>,
+    ) -> Result<Self> {
+        let specs = map_specs(c);
+        let mut it = specs.iter();
+        let mut next = || make(it.next().expect("map_specs lists every map"));
+        let mut encoder = Vec::with_capacity(c.n_layers);
+        for _ in 0..c.n_layers {
+            encoder.push(EncoderLinears { qkv: next()?, o: next()?, w_1: next()?, w_2: next()? });
+        }
+        let mut decoder = Vec::with_capacity(c.n_layers);
+        for _ in 0..c.n_layers {
+            decoder.push(DecoderLinears {
+                self_qkv: next()?,
+                self_o: next()?,
+                cross_q: next()?,
+                cross_kv: next()?,
+                cross_o: next()?,
+                w_1: next()?,
+                w_2: next()?,
+            });
+        }
+        let pointer = if c.source_pointer { Some(next()?) } else { None };
+        let output = next()?;
+        Ok(Prepared { precision, encoder, decoder, pointer, output })
+    }
+
+    /// Prepares every linear map of the model whose parameters `params` are laid out by the full
+    /// `layout`, at `precision` on `kernels`.
+    pub(crate) fn build(
+        c: &ModelConfig,
+        layout: &ParamLayout,
+        params: &[f32],
+        precision: Precision,
+        kernels: DecoderKernels,
+    ) -> Self {
+        Self::assemble(c, precision, |spec| Ok(spec.prepare(spec.weights(layout, params), precision, kernels)))
+            .expect("building from parameters cannot fail")
+    }
+
+    /// The int8 maps from codes stored per parameter tensor (an int8 checkpoint), without
+    /// quantising: each map's rows are the tensors it stacks. An error names a missing tensor, one
+    /// that does not fit its map, or codes for a tensor that is no linear map's weight.
+    pub(crate) fn from_codes(c: &ModelConfig, layout: &ParamLayout, codes: &Int8Codes) -> Result<Self> {
+        let mut used = 0;
+        let prepared = Self::assemble(c, Precision::Int8, |spec| {
+            let k = spec.k;
+            let (mut q, mut s) = (Vec::new(), Vec::new());
+            for name in &spec.tensors {
+                let (ec, es) = codes.get(name).ok_or_else(|| {
+                    Error::Mismatch(format!("the int8 codes have no tensor '{name}', a linear map's weights"))
+                })?;
+                let len = layout.get(name).map_or(0, |e| e.len());
+                if ec.len() != len || es.len() * k != len {
+                    return Err(Error::Mismatch(format!("the int8 tensor '{name}' does not fit its linear map")));
+                }
+                q.extend_from_slice(ec);
+                s.extend_from_slice(es);
+                used += 1;
+            }
+            let n = s.len();
+            Ok(PackedLinear::int8(QuantizedLinear::from_codes(&q, s, n, k).map_err(Error::Mismatch)?))
+        })?;
+        if used != codes.len() {
+            // Codes for a tensor that is no linear map's weight (a bias, a LayerNorm gain): its f32
+            // values, which the model reads, would be missing.
+            let specs = map_specs(c);
+            let stray =
+                codes.keys().find(|name| !specs.iter().any(|s| s.tensors.contains(name))).cloned().unwrap_or_default();
+            return Err(Error::Mismatch(format!("the int8 codes hold '{stray}', which is not a linear map's weights")));
+        }
+        Ok(prepared)
+    }
+
+    /// Every map in `map_specs` order.
+    fn all(&self) -> Vec<&PackedLinear> {
+        let mut out = Vec::new();
+        for l in &self.encoder {
+            out.extend([&l.qkv, &l.o, &l.w_1, &l.w_2]);
+        }
+        for l in &self.decoder {
+            out.extend([&l.self_qkv, &l.self_o, &l.cross_q, &l.cross_kv, &l.cross_o, &l.w_1, &l.w_2]);
+        }
+        out.extend(self.pointer.as_ref());
+        out.push(&self.output);
+        out
+    }
+
+    /// At int8: the codes and scales of every parameter tensor that is part of a linear map, by
+    /// name (what `transformer quantize` writes). `None` at another precision.
+    pub fn codes(&self, c: &ModelConfig) -> Option<Int8Codes> {
+        let layout = ParamLayout::new(c);
+        let mut out = Int8Codes::new();
+        for (spec, lin) in map_specs(c).iter().zip(self.all()) {
+            let (q, s) = lin.quantized()?.codes();
+            let k = spec.k;
+            let mut row = 0;
+            for name in &spec.tensors {
+                let rows = layout.get(name).expect("map_specs names layout tensors").len() / k;
+                out.insert(name.clone(), (q[row * k..(row + rows) * k].to_vec(), s[row..row + rows].to_vec()));
+                row += rows;
+            }
+        }
+        Some(out)
+    }
+
+    /// The precision of the products.
+    pub fn precision(&self) -> Precision {
+        self.precision
+    }
+
+    /// Bytes held by the prepared maps.
+    pub fn bytes(&self) -> usize {
+        self.all().iter().map(|l| l.bytes()).sum()
+    }
+
+    /// The embedding's rows, where the output projection keeps them exactly (f32).
+    pub(super) fn embedding_rows(&self) -> Option<Rows<'_>> {
+        self.output.rows()
+    }
+}
+
+/// Builds a prepared model from its tensors given one at a time in layout order (a checkpoint
+/// read tensor by tensor): each linear map is prepared as soon as its last tensor arrives and its
+/// f32 rows are dropped, every other tensor is kept. Loading then never holds more f32 weights
+/// than one map's beside what is prepared.
+pub(crate) struct PreparedLoader {
+    config: ModelConfig,
+    precision: Precision,
+    kernels: DecoderKernels,
+    specs: Vec<MapSpec>,
+    /// Tensor name → (its map, whether it is the map's last tensor).
+    owner: std::collections::HashMap<String, (usize, bool)>,
+    maps: Vec<Option<PackedLinear>>,
+    /// The rows of the map being read.
+    pending: Vec<f32>,
+    /// Every tensor that is no map's weight, in layout order (and E where its map's layout does
+    /// not keep its rows exactly).
+    kept: Vec<f32>,
+}
+
+impl PreparedLoader {
+    /// A loader for a model of configuration `c` prepared at `precision` on `kernels`.
+    pub(crate) fn new(c: &ModelConfig, precision: Precision, kernels: DecoderKernels) -> Self {
+        let specs = map_specs(c);
+        let mut owner = std::collections::HashMap::new();
+        for (i, spec) in specs.iter().enumerate() {
+            for (j, name) in spec.tensors.iter().enumerate() {
+                owner.insert(name.clone(), (i, j + 1 == spec.tensors.len()));
+            }
+        }
+        let maps = (0..specs.len()).map(|_| None).collect();
+        PreparedLoader {
+            config: c.clone(),
+            precision,
+            kernels,
+            specs,
+            owner,
+            maps,
+            pending: Vec::new(),
+            kept: Vec::new(),
+        }
+    }
+
+    /// The next tensor in layout order, `name` with values `data`.
+    pub(crate) fn tensor(&mut self, name: &str, data: &[f32]) {
+        let Some(&(i, last)) = self.owner.get(name) else {
+            self.kept.extend_from_slice(data);
+            return;
+        };
+        let lin = if last && self.pending.is_empty() {
+            self.specs[i].prepare(data, self.precision, self.kernels)
+        } else {
+            self.pending.extend_from_slice(data);
+            if !last {
+                return;
+            }
+            let lin = self.specs[i].prepare(&self.pending, self.precision, self.kernels);
+            self.pending = Vec::new();
+            lin
+        };
+        if name == "embed.weight" && lin.rows().is_none() {
+            // The lookups read E itself where the output projection holds rounded values.
+            self.kept.extend_from_slice(data);
+        }
+        self.maps[i] = Some(lin);
+    }
+
+    /// The prepared model, once every tensor has been given.
+    pub(crate) fn finish(self) -> Result<Transformer> {
+        let mut maps = self.maps.into_iter();
+        let prepared = Prepared::assemble(&self.config, self.precision, |spec| {
+            maps.next().flatten().ok_or_else(|| Error::Mismatch(format!("no tensor '{}' was read", spec.tensors[0])))
+        })?;
+        Transformer::from_prepared(self.config, self.kept, prepared)
+    }
+}
+
+/// One linear map as the forward pass reads it: Y = X · Wᵀ [+ bias].
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Lin<'a> {
+    /// W (n, k) row-major in the parameters, computed at a training precision.
+    Params { w: &'a [f32], n: usize, k: usize, precision: Float },
+    /// The prepared copy.
+    Prepared(&'a PackedLinear),
+}
+
+impl Lin<'_> {
+    /// Y (m, n) = X (m, k) · Wᵀ [+ bias].
+    pub fn forward(self, y: &mut [f32], x: &[f32], bias: Option<&[f32]>, m: usize) {
+        match self {
+            Lin::Params { w, n, k, precision } => linear_forward(precision, y, x, w, bias, m, n, k),
+            Lin::Prepared(p) => p.forward(y, x, bias, m),
+        }
+    }
+
+    /// Y (m, n) += X (m, k) · Wᵀ.
+    pub fn forward_accumulate(self, y: &mut [f32], x: &[f32], m: usize) {
+        match self {
+            Lin::Params { w, n, k, precision } => {
+                use crate::kernels::cpu::matmul::Op;
+                crate::kernels::cpu::linear::product(precision, y, x, Op::N, w, Op::T, m, n, k, true)
+            }
+            Lin::Prepared(p) => p.forward_accumulate(y, x, m),
+        }
+    }
+}
+
+/// One attention block's maps: Q (self-attention: Q|K|V fused), K|V (encoder–decoder attention)
+/// and W^O.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct AttnLins<'a> {
+    pub q: Lin<'a>,
+    pub kv: Option<Lin<'a>>,
+    pub o: Lin<'a>,
+}
+
+/// One FFN's maps.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct FfnLins<'a> {
+    pub w_1: Lin<'a>,
+    pub w_2: Lin<'a>,
+}
+
+/// One encoder layer's maps.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct EncoderLayerLins<'a> {
+    pub self_attn: AttnLins<'a>,
+    pub ffn: FfnLins<'a>,
+}
+
+/// One decoder layer's maps.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct DecoderLayerLins<'a> {
+    pub self_attn: AttnLins<'a>,
+    pub cross_attn: AttnLins<'a>,
+    pub ffn: FfnLins<'a>,
+}
+
+impl Transformer {
+    /// Encoder layer `l`'s linear maps.
+    pub(crate) fn encoder_lins(&self, l: usize) -> EncoderLayerLins<'_> {
+        match self.prepared() {
+            Some(p) => {
+                let e = &p.encoder[l];
+                EncoderLayerLins {
+                    self_attn: AttnLins { q: Lin::Prepared(&e.qkv), kv: None, o: Lin::Prepared(&e.o) },
+                    ffn: FfnLins { w_1: Lin::Prepared(&e.w_1), w_2: Lin::Prepared(&e.w_2) },
+                }
+            }
+            None => {
+                let lp = self.layout.offsets.encoder[l].params(&self.params);
+                let lin = |w, k| self.params_lin(w, k);
+                let (d, hv, f) = (self.config.d_model, self.config.n_heads * self.config.d_v, self.config.d_ff);
+                EncoderLayerLins {
+                    self_attn: AttnLins {
+                        q: lin(lp.self_attn.attn.w_qkv, d),
+                        kv: None,
+                        o: lin(lp.self_attn.attn.w_o, hv),
+                    },
+                    ffn: FfnLins { w_1: lin(lp.ffn.ffn.w_1, d), w_2: lin(lp.ffn.ffn.w_2, f) },
+                }
+            }
+        }
+    }
+
+    /// Decoder layer `l`'s linear maps.
+    pub(crate) fn decoder_lins(&self, l: usize) -> DecoderLayerLins<'_> {
+        match self.prepared() {
+            Some(p) => {
+                let e = &p.decoder[l];
+                DecoderLayerLins {
+                    self_attn: AttnLins { q: Lin::Prepared(&e.self_qkv), kv: None, o: Lin::Prepared(&e.self_o) },
+                    cross_attn: AttnLins {
+                        q: Lin::Prepared(&e.cross_q),
+                        kv: Some(Lin::Prepared(&e.cross_kv)),
+                        o: Lin::Prepared(&e.cross_o),
+                    },
+                    ffn: FfnLins { w_1: Lin::Prepared(&e.w_1), w_2: Lin::Prepared(&e.w_2) },
+                }
+            }
+            None => {
+                let lp = self.layout.offsets.decoder[l].params(&self.params);
+                let lin = |w, k| self.params_lin(w, k);
+                let (d, hv, f) = (self.config.d_model, self.config.n_heads * self.config.d_v, self.config.d_ff);
+                DecoderLayerLins {
+                    self_attn: AttnLins {
+                        q: lin(lp.self_attn.attn.w_qkv, d),
+                        kv: None,
+                        o: lin(lp.self_attn.attn.w_o, hv),
+                    },
+                    cross_attn: AttnLins {
+                        q: lin(lp.cross_attn.attn.w_q, d),
+                        kv: Some(lin(lp.cross_attn.attn.w_kv, d)),
+                        o: lin(lp.cross_attn.attn.w_o, hv),
+                    },
+                    ffn: FfnLins { w_1: lin(lp.ffn.ffn.w_1, d), w_2: lin(lp.ffn.ffn.w_2, f) },
+                }
+            }
+        }
+    }
+
+    /// The output projection (the tied embedding, V × D).
+    pub(crate) fn output_lin(&self) -> Lin<'_> {
+        match self.prepared() {
+            Some(p) => Lin::Prepared(&p.output),
+            None => self.params_lin(self.layout.offsets.embedding(&self.params), self.config.d_model),
+        }
+    }
+
+    /// The next-word pointer's W_p, with `source_pointer`.
+    pub(crate) fn pointer_lin(&self) -> Option<Lin<'_>> {
+        if !self.config.source_pointer {
+            return None;
+        }
+        Some(match self.prepared() {
+            Some(p) => Lin::Prepared(p.pointer.as_ref().expect("a pointer model prepares W_p")),
+            None => self.params_lin(self.layout.offsets.pointer(&self.params)?, self.config.d_model),
+        })
+    }
+
+    /// W (n, k) in the parameters at this model's training precision.
+    fn params_lin<'a>(&self, w: &'a [f32], k: usize) -> Lin<'a> {
+        Lin::Params { w, n: w.len() / k, k, precision: self.float() }
+    }
+}
