@@ -30,7 +30,7 @@ use rayon::prelude::*;
 
 /// Padded source tokens the encoder runs on at once in [`Transformer::encode`] (a batch holding
 /// more is encoded in groups).
-pub const ENCODE_TOKENS: usize = 512;
+pub const ENCODE_TOKENS: usize = 256;
 
 /// A batch of encoded source sentences: what every decoder step reads.
 #[derive(Clone, Debug)]
