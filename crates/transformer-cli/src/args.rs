@@ -540,7 +540,8 @@ pub struct ModelArgs {
     /// (per row), exact integer sums (AVX-512 VNNI, AVX2 or scalar; the int8-decoding departure).
     #[arg(long, default_value = "f32", value_parser = library_enum(&Precision::ALL, Precision::name))]
     pub precision: Precision,
-    /// Run the decoder's products on the gemm crate instead of pre-packed panels (for A/B timing).
+    /// Run the products on the weights as given (the gemm path) instead of the prepared panels and
+    /// tiles (for A/B timing; int8 still reads its codes).
     #[arg(long)]
     pub no_pack: bool,
 }
