@@ -1,6 +1,6 @@
 //! The vocabulary of a model, whatever made it: the shared BPE model this project learns
 //! ([`Bpe`]), or the SentencePiece models and vocabularies of an imported Marian / OPUS-MT model
-//! ([`MarianTokens`]). Every decoding verb takes one file, `--bpe` (alias `--tokenizer`), and
+//! ([`ImportedTokenizer`]). Every decoding verb takes one file, `--bpe` (alias `--tokenizer`), and
 //! [`Tokenizer::load`] tells the two apart by content.
 
 use crate::data::bpe::Bpe;
@@ -25,7 +25,7 @@ pub enum Tokenizer {
     /// This project's byte-level BPE, one vocabulary for both sides.
     Bpe(Bpe),
     /// An imported Marian model's SentencePiece models and vocabularies, in our id order.
-    Marian(Box<MarianTokens>),
+    Marian(Box<ImportedTokenizer>),
 }
 
 impl Tokenizer {
@@ -46,7 +46,7 @@ impl Tokenizer {
             .unwrap_or(false);
         if is_marian {
             let hash = format!("sha256:{:x}", Sha256::digest(text.as_bytes()));
-            Ok(Tokenizer::Marian(Box::new(MarianTokens::new(MarianTokenizer::load(path)?, hash)?)))
+            Ok(Tokenizer::Marian(Box::new(ImportedTokenizer::new(MarianTokenizer::load(path)?, hash)?)))
         } else {
             Ok(Tokenizer::Bpe(Bpe::from_json(&text, path)?))
         }
@@ -101,7 +101,7 @@ impl From<Bpe> for Tokenizer {
 
 /// An imported Marian model's tokenizer, with the id maps between Marian's ids and ours.
 #[derive(Clone)]
-pub struct MarianTokens {
+pub struct ImportedTokenizer {
     inner: MarianTokenizer,
     /// Marian's source ids ↔ ours.
     source: IdMap,
@@ -110,7 +110,7 @@ pub struct MarianTokens {
     hash: String,
 }
 
-impl MarianTokens {
+impl ImportedTokenizer {
     /// Wraps `inner` (read from a file whose hash is `hash`) with the id maps its special
     /// tokens define on each side ([`IdMap`]).
     pub fn new(inner: MarianTokenizer, hash: String) -> Result<Self> {
@@ -134,7 +134,7 @@ impl MarianTokens {
             IdMap::new(size, p, e.ok_or_else(|| missing(eos))?, u.ok_or_else(|| missing(unk))?)
         };
         let (source, target) = (map(false)?, map(true)?);
-        Ok(MarianTokens { inner, source, target, hash })
+        Ok(ImportedTokenizer { inner, source, target, hash })
     }
 
     /// The wrapped tokenizer (Marian's ids).

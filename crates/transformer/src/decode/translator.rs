@@ -270,10 +270,11 @@ impl Translator {
         Ok(Translator { model, vocab, task, tree_format, others: Vec::new(), pool: Mutex::new(Vec::new()) })
     }
 
-    /// Loads a checkpoint and the BPE model it was trained with, checking that they belong
-    /// together (by the vocabulary's hash).
-    pub fn load(checkpoint: &Path, bpe: &Path, mut options: SessionOptions) -> Result<Self> {
-        let vocab = Tokenizer::load(bpe)?;
+    /// Loads a checkpoint and the tokenizer it was trained with (a BPE model of ours, or the
+    /// tokenizer file `transformer import` wrote), checking that they belong together (by the
+    /// vocabulary's hash).
+    pub fn load(checkpoint: &Path, tokenizer: &Path, mut options: SessionOptions) -> Result<Self> {
+        let vocab = Tokenizer::load(tokenizer)?;
         let int8 = crate::checkpoint::is_int8(checkpoint)?;
         if int8 && options.precision != Precision::Int8 {
             return Err(Error::Mismatch(format!(
@@ -297,7 +298,7 @@ impl Translator {
                 "{} was trained with vocabulary {} but {} is {}: pass the BPE model the checkpoint was trained with",
                 checkpoint.display(),
                 ckpt.vocab_hash,
-                bpe.display(),
+                tokenizer.display(),
                 vocab.hash()
             )));
         }
@@ -316,10 +317,14 @@ impl Translator {
     }
 
     /// An ensemble session (`--checkpoint A --checkpoint B …`): the checkpoints, all trained with the
-    /// vocabulary `bpe` (checked first, naming the two files that differ) and for the same task
+    /// tokenizer `tokenizer` (checked first, naming the two files that differ) and for the same task
     /// and tree format, decoded together: at every step of one beam search the models'
     /// log-probabilities are averaged. One checkpoint is [`Translator::load`].
-    pub fn load_ensemble(checkpoints: &[std::path::PathBuf], bpe: &Path, options: SessionOptions) -> Result<Self> {
+    pub fn load_ensemble(
+        checkpoints: &[std::path::PathBuf],
+        tokenizer: &Path,
+        options: SessionOptions,
+    ) -> Result<Self> {
         let Some(first) = checkpoints.first() else {
             return Err(Error::Config("no checkpoint to load".into()));
         };
@@ -335,9 +340,9 @@ impl Translator {
                 )));
             }
         }
-        let mut main = Translator::load(first, bpe, options)?;
+        let mut main = Translator::load(first, tokenizer, options)?;
         for c in &checkpoints[1..] {
-            let other = Translator::load(c, bpe, options)?;
+            let other = Translator::load(c, tokenizer, options)?;
             if other.model.config.max_positions != main.model.config.max_positions {
                 return Err(Error::Mismatch(format!(
                     "{} has max_positions = {} but {} has {}: the models of an ensemble read and write the same lengths",
