@@ -277,28 +277,31 @@ impl TensorSource for FileTensors {
     }
 
     fn read_f32(&mut self, name: &str, dst: &mut [f32], crc: &mut crc32fast::Hasher) -> std::io::Result<()> {
-        use std::io::{Read, Seek, SeekFrom};
-        let range = self.tensors[name].2.clone();
-        self.file.seek(SeekFrom::Start(range.start as u64))?;
-        const CHUNK: usize = 1 << 18; // f32 values, 1 MiB
-        for d in dst[..range.len() / 4].chunks_mut(CHUNK) {
-            self.buf.resize(4 * d.len(), 0);
-            self.file.read_exact(&mut self.buf)?;
-            crc.update(&self.buf);
-            read_f32(&self.buf, d);
-        }
-        Ok(())
+        let mut at = 0;
+        self.stream(name, |bytes| {
+            crc.update(bytes);
+            read_f32(bytes, &mut dst[at..at + bytes.len() / 4]);
+            at += bytes.len() / 4;
+        })
     }
 
     fn check_f32(&mut self, name: &str, crc: &mut crc32fast::Hasher) -> std::io::Result<()> {
+        self.stream(name, |bytes| crc.update(bytes))
+    }
+}
+
+impl FileTensors {
+    /// A tensor's bytes, a megabyte at a time, each piece handed to `each`.
+    fn stream(&mut self, name: &str, mut each: impl FnMut(&[u8])) -> std::io::Result<()> {
         use std::io::{Read, Seek, SeekFrom};
+        const CHUNK: usize = 1 << 20; // bytes, a whole number of f32 values
         let range = self.tensors[name].2.clone();
         self.file.seek(SeekFrom::Start(range.start as u64))?;
         let mut left = range.len();
         while left > 0 {
-            self.buf.resize(left.min(1 << 20), 0);
+            self.buf.resize(left.min(CHUNK), 0);
             self.file.read_exact(&mut self.buf)?;
-            crc.update(&self.buf);
+            each(&self.buf);
             left -= self.buf.len();
         }
         Ok(())

@@ -14,7 +14,7 @@ use crate::kernels::cpu::embedding::Rows;
 use crate::kernels::cpu::int8::QuantizedLinear;
 use crate::kernels::cpu::linear::linear_forward;
 use crate::kernels::cpu::packed::PackedLinear;
-use crate::params::ParamLayout;
+use crate::params::{AttnParams, FfnParams, ParamLayout};
 use crate::precision::{Float, Precision};
 use crate::ModelConfig;
 
@@ -415,15 +415,9 @@ impl Transformer {
             }
             None => {
                 let lp = self.layout.offsets.encoder[l].params(&self.params);
-                let lin = |w, k| self.params_lin(w, k);
-                let (d, hv, f) = (self.config.d_model, self.config.n_heads * self.config.d_v, self.config.d_ff);
                 EncoderLayerLins {
-                    self_attn: AttnLins {
-                        q: lin(lp.self_attn.attn.w_qkv, d),
-                        kv: None,
-                        o: lin(lp.self_attn.attn.w_o, hv),
-                    },
-                    ffn: FfnLins { w_1: lin(lp.ffn.ffn.w_1, d), w_2: lin(lp.ffn.ffn.w_2, f) },
+                    self_attn: self.attn_lins(&lp.self_attn.attn, false),
+                    ffn: self.ffn_lins(&lp.ffn.ffn),
                 }
             }
         }
@@ -446,23 +440,29 @@ impl Transformer {
             }
             None => {
                 let lp = self.layout.offsets.decoder[l].params(&self.params);
-                let lin = |w, k| self.params_lin(w, k);
-                let (d, hv, f) = (self.config.d_model, self.config.n_heads * self.config.d_v, self.config.d_ff);
                 DecoderLayerLins {
-                    self_attn: AttnLins {
-                        q: lin(lp.self_attn.attn.w_qkv, d),
-                        kv: None,
-                        o: lin(lp.self_attn.attn.w_o, hv),
-                    },
-                    cross_attn: AttnLins {
-                        q: lin(lp.cross_attn.attn.w_q, d),
-                        kv: Some(lin(lp.cross_attn.attn.w_kv, d)),
-                        o: lin(lp.cross_attn.attn.w_o, hv),
-                    },
-                    ffn: FfnLins { w_1: lin(lp.ffn.ffn.w_1, d), w_2: lin(lp.ffn.ffn.w_2, f) },
+                    self_attn: self.attn_lins(&lp.self_attn.attn, false),
+                    cross_attn: self.attn_lins(&lp.cross_attn.attn, true),
+                    ffn: self.ffn_lins(&lp.ffn.ffn),
                 }
             }
         }
+    }
+
+    /// An attention block's maps on the parameters: Q|K|V fused, or for encoder–decoder attention
+    /// (`cross`) Q and K|V apart.
+    fn attn_lins<'a>(&self, a: &AttnParams<'a>, cross: bool) -> AttnLins<'a> {
+        let (d, hv) = (self.config.d_model, self.config.n_heads * self.config.d_v);
+        let o = self.params_lin(a.w_o, hv);
+        match cross {
+            false => AttnLins { q: self.params_lin(a.w_qkv, d), kv: None, o },
+            true => AttnLins { q: self.params_lin(a.w_q, d), kv: Some(self.params_lin(a.w_kv, d)), o },
+        }
+    }
+
+    /// An FFN's maps on the parameters.
+    fn ffn_lins<'a>(&self, f: &FfnParams<'a>) -> FfnLins<'a> {
+        FfnLins { w_1: self.params_lin(f.w_1, self.config.d_model), w_2: self.params_lin(f.w_2, self.config.d_ff) }
     }
 
     /// The output projection (the tied embedding, V × D).

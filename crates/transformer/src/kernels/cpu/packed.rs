@@ -203,7 +203,10 @@ impl PackedLinear {
                 use super::matmul::Op;
                 super::linear::product(*prec, y, x, Op::N, w, Op::T, m, n, k, true)
             }
-            Kind::Panels(_) | Kind::Bf16(_) => {
+            Kind::Bf16(wb) => linear_bf16(y, x, wb, m, true),
+            Kind::Panels(_) => {
+                // The panels' kernel writes Y; the maps that accumulate (the pointer's) are
+                // prepared as W itself at f32, so this runs only for a map prepared otherwise.
                 let mut t = vec![0.0; m * n];
                 self.forward(&mut t, x, None, m);
                 y.iter_mut().zip(&t).for_each(|(a, b)| *a += b);
