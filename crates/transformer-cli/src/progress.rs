@@ -4,7 +4,7 @@
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::io::IsTerminal;
 use std::time::{Duration, Instant};
-use transformer::train::run::Progress;
+use transformer::events::{Events, Update};
 
 /// Seconds between plain progress lines.
 const PLAIN_EVERY: f64 = 2.0;
@@ -53,7 +53,7 @@ impl TrainBar {
     }
 
     /// After every update.
-    pub fn update(&mut self, p: &Progress) {
+    pub fn update(&mut self, p: &Update) {
         match &self.bar {
             Some(b) => {
                 let (pos, len) = match p.limit_s {
@@ -86,6 +86,17 @@ impl TrainBar {
         if let Some(b) = &self.bar {
             b.finish_and_clear();
         }
+    }
+}
+
+/// A run's messages above the bar, and its updates on it.
+impl Events for TrainBar {
+    fn log(&mut self, message: &str) {
+        TrainBar::log(self, message);
+    }
+
+    fn update(&mut self, update: &Update) {
+        TrainBar::update(self, update);
     }
 }
 
@@ -138,6 +149,17 @@ impl CountBar {
         if let Some(b) = &self.bar {
             b.finish_and_clear();
         }
+    }
+}
+
+/// Warnings and messages above the bar, the count on it.
+impl Events for CountBar {
+    fn log(&mut self, message: &str) {
+        self.println(message);
+    }
+
+    fn progress(&mut self, done: usize, total: usize) {
+        self.update(done, total);
     }
 }
 

@@ -1,15 +1,9 @@
 //! The `transformer` binary end to end.
 
-use std::process::Command;
+mod common;
 
-fn transformer(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_transformer")).args(args).output().expect("runs");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+use common::transformer;
+use std::process::Command;
 
 #[test]
 fn params_prints_exact_counts_and_json() {
@@ -28,7 +22,7 @@ fn params_prints_exact_counts_and_json() {
 
 /// The exit code and stderr of a run.
 fn exit_code(args: &[&str]) -> (Option<i32>, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_transformer")).args(args).output().expect("runs");
+    let out = Command::new(common::bin()).args(args).output().expect("runs");
     (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
@@ -180,28 +174,11 @@ fn train_then_translate_keeps_line_order_and_empty_lines() {
     let dir = std::env::temp_dir().join(format!("transformer-cli-translate-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
+    let (ckpt, bpe) = common::train_tiny_translator(&dir);
     let data = transformer::test_support::repo("data/multi30k");
-    let cfg = dir.join("tiny.toml");
-    std::fs::write(
-        &cfg,
-        format!(
-            "{2}[data]\ntrain_src = \"{0}/val.en.gz\"\ntrain_tgt = \"{0}/val.de.gz\"\nvalid_src = \"{0}/test_2016_flickr.en.gz\"\n\
-             valid_tgt = \"{0}/test_2016_flickr.de.gz\"\nbpe = \"{1}/bpe.json\"\nvocab_size = 600\nmax_tokens = 120\n\
-             [train]\noutput_dir = \"{1}/out\"\nmax_steps = 20\nwarmup = 10\nmax_src_tokens = 1024\nmax_tgt_tokens = 1024\n",
-            data.display(),
-            dir.display(),
-            transformer::test_support::tiny_model_toml()
-        ),
-    )
-    .unwrap();
-    let (ok, out, err) = transformer(&["train", "--config", cfg.to_str().unwrap(), "--set", "model.max_positions=128"]);
-    assert!(ok, "{err}");
-    assert!(out.contains("reached 20 steps"), "{out}");
-    let ckpt = dir.join("out/ckpt-00000020.safetensors");
     let long_line = "A man is riding a bicycle. ".repeat(30);
     let input =
         tmp("translate-in.txt", format!("A man is riding a bicycle.\n\nTwo dogs play.\n{long_line}\n").as_bytes());
-    let bpe = dir.join("bpe.json");
     let (ck, bp, inp) = (ckpt.to_str().unwrap(), bpe.to_str().unwrap(), input.to_str().unwrap());
     let (ok, out, err) = transformer(&["translate", "--checkpoint", ck, "--bpe", bp, "--input", inp, "--speed"]);
     assert!(ok, "{err}");
@@ -654,6 +631,23 @@ fn params_cost_matches_the_written_count() {
     let flops = v["cost"]["train_flops"].as_f64().unwrap();
     assert_eq!(flops, 6.0 * 25000.0 * (88387584.0 + 126582784.0) * 300000.0);
     assert_eq!(v["cost"]["paper_train_flops"], 2.3e19);
+    // The English→French big recipe's line (configs/wmt14-en-fr-big.toml, docs/cost.md): the same
+    // model at a 32,000-entry vocabulary.
+    let (ok, out, err) = transformer(&[
+        "params",
+        "--preset",
+        "big",
+        "--vocab",
+        "32000",
+        "--cost",
+        "--tokens-per-step",
+        "25000",
+        "--steps",
+        "300000",
+    ]);
+    assert!(ok, "{err}");
+    assert!(out.contains("forward: 88387584 multiply-adds per source token, 121462784 per target token"), "{out}");
+    assert!(out.contains("training, 300000 steps: 9.443e18 FLOPs; paper (Table 2): 2.3e19"), "{out}");
     // --steps without --tokens-per-step, or cost flags without --cost, are usage errors.
     let (code, _) = exit_code(&["params", "--cost", "--steps", "10"]);
     assert_eq!(code, Some(2));
@@ -666,7 +660,7 @@ fn params_cost_matches_the_written_count() {
 #[cfg(not(feature = "mpi"))]
 #[test]
 fn train_under_mpirun_needs_the_mpi_feature() {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_transformer"))
+    let out = std::process::Command::new(common::bin())
         .args(["train", "--config", "../../configs/tiny-test.toml"])
         .env("OMPI_COMM_WORLD_SIZE", "2")
         .output()

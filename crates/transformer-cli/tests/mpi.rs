@@ -6,6 +6,9 @@
 //! Every process runs one thread (`--threads 1`), so that the comparisons measure only what the
 //! worker count changes.
 
+mod common;
+
+use common::{bin, multi30k};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
@@ -19,48 +22,21 @@ const STEPS: u64 = 40;
 /// 1e-8 relative up to update 30, 1e-3 by update 40).
 const COMPARED: u64 = 16;
 
-fn multi30k(name: &str) -> String {
-    transformer::test_support::multi30k(name).display().to_string()
-}
-
 /// A run of `STEPS` updates of 4 batches with dropout, crossing an epoch's end (the first 400
 /// pairs of Multi30k's validation set make 29 batches: 7 updates and one of 1 batch an epoch).
 fn config(dir: &Path, bpe: &Path, train: (&str, &str)) -> PathBuf {
-    let text = format!(
-        r#"{}dropout = 0.1
-attention_dropout = 0.1
-
-[data]
-train_src = "{}"
-train_tgt = "{}"
-valid_src = "{}"
-valid_tgt = "{}"
-bpe = "{}"
-vocab_size = 600
-
-[train]
-output_dir = "{}"
-seed = 5
-max_src_tokens = 200
-max_tgt_tokens = 200
-accumulate = 4
-warmup = 20
-max_steps = {STEPS}
-checkpoint_steps = 2
-keep_last = 100
-"#,
-        transformer::test_support::tiny_model_toml(),
-        train.0,
-        train.1,
-        multi30k("test_2016_flickr.en.gz"),
-        multi30k("test_2016_flickr.de.gz"),
-        bpe.display(),
-        dir.join("out").display()
-    );
-    std::fs::create_dir_all(dir).unwrap();
-    let p = dir.join("run.toml");
-    std::fs::write(&p, text).unwrap();
-    p
+    common::Run {
+        model: "dropout = 0.1\nattention_dropout = 0.1",
+        train,
+        bpe,
+        vocab_size: 600,
+        data: "",
+        train_section: &format!(
+            "seed = 5\nmax_src_tokens = 200\nmax_tgt_tokens = 200\naccumulate = 4\nwarmup = 20\n\
+             max_steps = {STEPS}\ncheckpoint_steps = 2\nkeep_last = 100\n"
+        ),
+    }
+    .write(dir)
 }
 
 /// The first 400 pairs of the validation set, written to `dir` (shorter than the whole file, so
@@ -77,10 +53,6 @@ fn small_corpus(dir: &Path, lines: usize) -> (String, String) {
     (out[0].clone(), out[1].clone())
 }
 
-fn transformer() -> &'static str {
-    env!("CARGO_BIN_EXE_transformer")
-}
-
 /// `mpirun -np N transformer --threads 1 train --config CFG ARGS…`, as root if need be, with
 /// more processes than cores allowed.
 fn mpirun(n: usize) -> Command {
@@ -91,9 +63,9 @@ fn mpirun(n: usize) -> Command {
 }
 
 fn train(n: usize, cfg: &Path, extra: &[&str]) -> Command {
-    let mut c = if n == 1 { Command::new(transformer()) } else { mpirun(n) };
+    let mut c = if n == 1 { Command::new(bin()) } else { mpirun(n) };
     if n > 1 {
-        c.arg(transformer());
+        c.arg(bin());
     }
     c.args(["--threads", "1", "train", "--config", cfg.to_str().unwrap()]).args(extra);
     c
@@ -314,8 +286,8 @@ fn workers_that_disagree_stop_at_the_start() {
 
     // MPMD: worker 1 gets another warmup.
     let mut c = mpirun(1);
-    c.args([transformer(), "--threads", "1", "train", "--config", cfg.to_str().unwrap()]);
-    c.args([":", "-np", "1", transformer(), "--threads", "1", "train", "--config", cfg.to_str().unwrap()]);
+    c.args([bin(), "--threads", "1", "train", "--config", cfg.to_str().unwrap()]);
+    c.args([":", "-np", "1", bin(), "--threads", "1", "train", "--config", cfg.to_str().unwrap()]);
     c.args(["--set", "train.warmup=21"]);
     let out = c.output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
@@ -327,18 +299,9 @@ fn workers_that_disagree_stop_at_the_start() {
     let _ = other;
     let rel = config(&root.join("rel"), &bpe, ("data/train.en", "data/train.de"));
     let mut c = mpirun(1);
-    c.args([
-        "-wdir",
-        root.to_str().unwrap(),
-        transformer(),
-        "--threads",
-        "1",
-        "train",
-        "--config",
-        rel.to_str().unwrap(),
-    ]);
+    c.args(["-wdir", root.to_str().unwrap(), bin(), "--threads", "1", "train", "--config", rel.to_str().unwrap()]);
     let other_dir = root.join("other");
-    c.args([":", "-np", "1", "-wdir", other_dir.to_str().unwrap(), transformer(), "--threads", "1", "train"]);
+    c.args([":", "-np", "1", "-wdir", other_dir.to_str().unwrap(), bin(), "--threads", "1", "train"]);
     c.args(["--config", rel.to_str().unwrap()]);
     let out = c.output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
@@ -357,17 +320,8 @@ fn workers_that_disagree_stop_at_the_start() {
     let one = train(1, &local, &["--set", "train.max_steps=2"]).current_dir(&here).output().unwrap();
     ok(one);
     let mut c = mpirun(1);
-    c.args([
-        "-wdir",
-        here.to_str().unwrap(),
-        transformer(),
-        "--threads",
-        "1",
-        "train",
-        "--config",
-        local.to_str().unwrap(),
-    ]);
-    c.args([":", "-np", "1", "-wdir", there.to_str().unwrap(), transformer(), "--threads", "1", "train"]);
+    c.args(["-wdir", here.to_str().unwrap(), bin(), "--threads", "1", "train", "--config", local.to_str().unwrap()]);
+    c.args([":", "-np", "1", "-wdir", there.to_str().unwrap(), bin(), "--threads", "1", "train"]);
     c.args(["--config", local.to_str().unwrap()]);
     let out = c.output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
@@ -396,7 +350,7 @@ fn two_hosts_over_tcp_make_the_updates_of_shared_memory() {
     let mut c = Command::new(script);
     c.env("OMPI_ALLOW_RUN_AS_ROOT", "1").env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
     let cfg = config(&tcp, &bpe, (&data.0, &data.1));
-    c.args(["mpirun", transformer(), "--threads", "1", "train", "--config", cfg.to_str().unwrap()]).args(steps);
+    c.args(["mpirun", bin(), "--threads", "1", "train", "--config", cfg.to_str().unwrap()]).args(steps);
     let err = ok(c.output().unwrap());
     assert!(err.contains("over 2 workers (2 each)"), "{err}");
     let (a, b) = (last(&shm), last(&tcp));

@@ -6,6 +6,8 @@
 //! ../shared has it, on the Penn Treebank sample that `data ptb-sample` copies from there (a
 //! user's clone fetches it from NLTK).
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -19,7 +21,7 @@ fn workdir(name: &str) -> PathBuf {
 }
 
 fn quickstart(dir: &Path, args: &[&str]) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_transformer"));
+    let mut c = Command::new(common::bin());
     c.current_dir(dir).args(["--threads", "2", "quickstart"]).args(args);
     c
 }
@@ -74,7 +76,7 @@ fn quickstart_writes_every_promised_file_and_report_line_then_resumes() {
     assert!(lines[find("BLEU|nrefs:1|case:mixed")].contains("tok:13a"), "cased sacreBLEU: {stdout}");
     find("chrF2|nrefs:1");
     let ex = find("Examples:");
-    for (k, src) in transformer::quickstart::EXAMPLES.iter().enumerate() {
+    for (k, src) in transformer::recipes::quickstart::EXAMPLES.iter().enumerate() {
         assert_eq!(lines[ex + 1 + 2 * k].trim(), *src);
         assert!(lines[ex + 2 + 2 * k].trim_start().starts_with("->"), "{stdout}");
     }
@@ -242,7 +244,7 @@ fn ptb_mirror() -> Option<PathBuf> {
 fn shared_quickstart_parsing_fetches_the_sample_trains_parses_reports_then_resumes() {
     let Some(mirror) = ptb_mirror() else { return };
     let dir = workdir("parsing-sample");
-    let fetch = Command::new(env!("CARGO_BIN_EXE_transformer"))
+    let fetch = Command::new(common::bin())
         .current_dir(&dir)
         .args(["data", "ptb-sample", "--from", mirror.to_str().unwrap()])
         .output()
@@ -316,7 +318,7 @@ fn check_parsing_quickstart(dir: &Path, args: &[&str], want: &Expected) {
     assert!(lines[find("Picked the checkpoint of step ")].contains("best by validation F1"), "{stdout}");
     // The test is decoded as the built-in config's validation decodes.
     let cfg = transformer::train::run::RunConfig::from_toml(
-        transformer::quickstart::parsing::PTB_PARSE_CONFIG,
+        transformer::recipes::parsing::PTB_PARSE_CONFIG,
         "ptb-parse.toml",
         &[],
     )

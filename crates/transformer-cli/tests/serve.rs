@@ -3,6 +3,9 @@
 //! fails when Chromium is missing unless TRANSFORMER_SKIP_BROWSER=1.
 #![cfg(feature = "serve")]
 
+mod common;
+
+use common::bin;
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -10,10 +13,6 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
-
-fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_transformer")
-}
 
 fn data() -> PathBuf {
     transformer::test_support::repo("data/multi30k")
@@ -29,27 +28,7 @@ fn dir() -> PathBuf {
 /// test binary: (checkpoint, bpe).
 fn model() -> &'static (PathBuf, PathBuf) {
     static MODEL: OnceLock<(PathBuf, PathBuf)> = OnceLock::new();
-    MODEL.get_or_init(|| {
-        let dir = dir().join("model");
-        std::fs::create_dir_all(&dir).unwrap();
-        let cfg = dir.join("tiny.toml");
-        std::fs::write(
-            &cfg,
-            format!(
-                "{2}[data]\ntrain_src = \"{0}/val.en.gz\"\ntrain_tgt = \"{0}/val.de.gz\"\nvalid_src = \"{0}/test_2016_flickr.en.gz\"\n\
-                 valid_tgt = \"{0}/test_2016_flickr.de.gz\"\nbpe = \"{1}/bpe.json\"\nvocab_size = 600\nmax_tokens = 120\n\
-                 [train]\noutput_dir = \"{1}/out\"\nmax_steps = 20\nwarmup = 10\nmax_src_tokens = 1024\nmax_tgt_tokens = 1024\n",
-                data().display(),
-                dir.display(),
-                transformer::test_support::tiny_model_toml()
-            ),
-        )
-        .unwrap();
-        let args = ["train", "--config", cfg.to_str().unwrap(), "--set", "model.max_positions=128"];
-        let out = Command::new(bin()).args(args).output().unwrap();
-        assert!(out.status.success(), "training the test model failed: {}", String::from_utf8_lossy(&out.stderr));
-        (dir.join("out/ckpt-00000020.safetensors"), dir.join("bpe.json"))
-    })
+    MODEL.get_or_init(|| common::train_tiny_translator(&dir().join("model")))
 }
 
 /// The first `n` English sentences of the Multi30k test set.

@@ -1,56 +1,30 @@
 //! Exact resume: a run killed with SIGKILL at an arbitrary moment and started again with the same
 //! command ends with the same parameters, Adam moments and loss curve as an uninterrupted run.
 
+mod common;
+
+use common::multi30k;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 use transformer::checkpoint;
 use transformer::train::run::list_checkpoints;
 
-fn multi30k(name: &str) -> String {
-    transformer::test_support::multi30k(name).display().to_string()
-}
-
 fn config(dir: &Path, bpe: &Path) -> PathBuf {
-    let text = format!(
-        r#"{}dropout = 0.1
-attention_dropout = 0.1
-
-[data]
-train_src = "{}"
-train_tgt = "{}"
-valid_src = "{}"
-valid_tgt = "{}"
-bpe = "{}"
-vocab_size = 1000
-
-[train]
-output_dir = "{}"
-seed = 11
-max_src_tokens = 600
-max_tgt_tokens = 600
-accumulate = 2
-warmup = 50
-max_steps = 240
-checkpoint_steps = 7
-keep_last = 100
-valid_steps = 50
-"#,
-        transformer::test_support::tiny_model_toml(),
-        multi30k("val.en.gz"),
-        multi30k("val.de.gz"),
-        multi30k("test_2016_flickr.en.gz"),
-        multi30k("test_2016_flickr.de.gz"),
-        bpe.display(),
-        dir.join("out").display()
-    );
-    let p = dir.join("run.toml");
-    std::fs::write(&p, text).unwrap();
-    p
+    common::Run {
+        model: "dropout = 0.1\nattention_dropout = 0.1",
+        train: (&multi30k("val.en.gz"), &multi30k("val.de.gz")),
+        bpe,
+        vocab_size: 1000,
+        data: "",
+        train_section: "seed = 11\nmax_src_tokens = 600\nmax_tgt_tokens = 600\naccumulate = 2\nwarmup = 50\n\
+                        max_steps = 240\ncheckpoint_steps = 7\nkeep_last = 100\nvalid_steps = 50\n",
+    }
+    .write(dir)
 }
 
 fn train_cmd(cfg: &Path) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_transformer"));
+    let mut c = Command::new(common::bin());
     c.args(["--threads", "2", "train", "--config", cfg.to_str().unwrap()]);
     c
 }

@@ -23,7 +23,8 @@ fn main() {
     let text = std::fs::read_to_string(&a[3]).expect("the sentences");
     let sents: Vec<String> = text.lines().map(String::from).collect();
     let opt = ParseOptions { constrained: a.get(4).is_some_and(|s| s == "c"), ..Default::default() };
-    let (parses, _) = t.parse(&sents, &opt, &mut |w| eprintln!("{w}")).expect("parsing");
+    let (parses, _) =
+        t.parse(&sents, &opt, &mut transformer::events::Lines::new(|m| eprintln!("{m}"))).expect("parsing");
     for (s, p) in sents.iter().zip(&parses) {
         let text = t.decode_target(&p.hypothesis.tokens).expect("decodable ids");
         let mut toks: Vec<String> = text.split_whitespace().map(String::from).collect();

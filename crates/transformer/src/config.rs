@@ -240,6 +240,132 @@ impl Preset {
     pub fn paper_params_millions(self) -> Option<f64> {
         ModelConfig::paper_params_millions(self.name())
     }
+
+    /// The paper's Table 3 dev (newstest2013) perplexity per word-piece and BLEU of the row (no
+    /// checkpoint averaging there); `None` for big, which Table 3 lists without them.
+    pub fn paper_dev_scores(self) -> Option<(f64, f64)> {
+        use Preset::*;
+        Some(match self {
+            Base => (4.92, 25.8),
+            A1 => (5.29, 24.9),
+            A2 => (5.00, 25.5),
+            A3 => (4.91, 25.8),
+            A4 => (5.01, 25.4),
+            B1 => (5.16, 25.1),
+            B2 => (5.01, 25.4),
+            C1 => (6.11, 23.7),
+            C2 => (5.19, 25.3),
+            C3 => (4.88, 25.5),
+            C4 => (5.75, 24.5),
+            C5 => (4.66, 26.0),
+            C6 => (5.12, 25.4),
+            C7 => (4.75, 26.2),
+            D1 => (5.77, 24.6),
+            D2 => (4.95, 25.5),
+            D3 => (4.67, 25.3),
+            D4 => (5.47, 25.7),
+            E => (4.92, 25.7),
+            Big => return None,
+        })
+    }
+}
+
+/// A change to a model's Table 3 columns: each field given replaces the model's, the others stay.
+/// What a row of Table 3 does to its base ([`ModelChange::between`]), and what `ablate` trains.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ModelChange {
+    /// N.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub n_layers: Option<usize>,
+    /// d_model.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub d_model: Option<usize>,
+    /// d_ff.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub d_ff: Option<usize>,
+    /// h.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub n_heads: Option<usize>,
+    /// d_k.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub d_k: Option<usize>,
+    /// d_v.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub d_v: Option<usize>,
+    /// P_drop.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dropout: Option<f32>,
+    /// ε_ls.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub label_smoothing: Option<f32>,
+    /// Sinusoidal or learned positions (row E).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub positions: Option<Positions>,
+}
+
+impl ModelChange {
+    /// The Table 3 columns in which `to` differs from `from`, at `to`'s values.
+    pub fn between(from: &ModelConfig, to: &ModelConfig) -> ModelChange {
+        fn differs<T: PartialEq + Copy>(a: T, b: T) -> Option<T> {
+            (a != b).then_some(b)
+        }
+        ModelChange {
+            n_layers: differs(from.n_layers, to.n_layers),
+            d_model: differs(from.d_model, to.d_model),
+            d_ff: differs(from.d_ff, to.d_ff),
+            n_heads: differs(from.n_heads, to.n_heads),
+            d_k: differs(from.d_k, to.d_k),
+            d_v: differs(from.d_v, to.d_v),
+            dropout: differs(from.dropout, to.dropout),
+            label_smoothing: differs(from.label_smoothing, to.label_smoothing),
+            positions: differs(from.positions, to.positions),
+        }
+    }
+
+    /// `c` with this change made.
+    pub fn apply(&self, c: &ModelConfig) -> ModelConfig {
+        ModelConfig {
+            n_layers: self.n_layers.unwrap_or(c.n_layers),
+            d_model: self.d_model.unwrap_or(c.d_model),
+            d_ff: self.d_ff.unwrap_or(c.d_ff),
+            n_heads: self.n_heads.unwrap_or(c.n_heads),
+            d_k: self.d_k.unwrap_or(c.d_k),
+            d_v: self.d_v.unwrap_or(c.d_v),
+            dropout: self.dropout.unwrap_or(c.dropout),
+            label_smoothing: self.label_smoothing.unwrap_or(c.label_smoothing),
+            positions: self.positions.unwrap_or(c.positions),
+            ..c.clone()
+        }
+    }
+
+    /// Whether no column is given.
+    pub fn is_empty(&self) -> bool {
+        *self == ModelChange::default()
+    }
+}
+
+/// The columns given, `field=value` in Table 3's order: `n_heads=1, d_k=512, d_v=512`.
+impl std::fmt::Display for ModelChange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let positions = self.positions.map(|p| match p {
+            Positions::Sinusoidal => "sinusoidal",
+            Positions::Learned => "learned",
+        });
+        let columns = [
+            ("n_layers", self.n_layers.map(|v| v.to_string())),
+            ("d_model", self.d_model.map(|v| v.to_string())),
+            ("d_ff", self.d_ff.map(|v| v.to_string())),
+            ("n_heads", self.n_heads.map(|v| v.to_string())),
+            ("d_k", self.d_k.map(|v| v.to_string())),
+            ("d_v", self.d_v.map(|v| v.to_string())),
+            ("dropout", self.dropout.map(|v| v.to_string())),
+            ("label_smoothing", self.label_smoothing.map(|v| v.to_string())),
+            ("positions", positions.map(str::to_string)),
+        ];
+        let shown: Vec<String> = columns.iter().filter_map(|(k, v)| Some(format!("{k}={}", v.as_ref()?))).collect();
+        write!(f, "{}", shown.join(", "))
+    }
 }
 
 /// Every named row of Table 3, in the table's order ([`Preset::name`] of [`Preset::ALL`]).
@@ -366,11 +492,11 @@ impl ModelConfig {
                 return bad(format!("{name} must be at least 1"));
             }
         }
-        if self.vocab_size < crate::SPECIAL_TOKENS {
+        if self.vocab_size < crate::vocab::SPECIAL_TOKENS {
             return bad(format!(
                 "vocab_size {} is smaller than the {} special tokens",
                 self.vocab_size,
-                crate::SPECIAL_TOKENS
+                crate::vocab::SPECIAL_TOKENS
             ));
         }
         for (name, p) in [
@@ -392,10 +518,10 @@ impl ModelConfig {
             return bad(format!("char_dim = {} is past 1024 (the character encoder's byte embedding)", self.char_dim));
         }
         if let Some(v) = self.source_vocab_size {
-            if !(crate::SPECIAL_TOKENS..=1 << 24).contains(&v) {
+            if !(crate::vocab::SPECIAL_TOKENS..=1 << 24).contains(&v) {
                 return bad(format!(
                     "source_vocab_size {v} must lie between the {} special tokens and 2^24",
-                    crate::SPECIAL_TOKENS
+                    crate::vocab::SPECIAL_TOKENS
                 ));
             }
         }

@@ -19,6 +19,7 @@
 //! ## Modules
 //! From the bottom up; each imports only from those above it (and [`error`], [`io`]).
 //! - [`error`], [`io`]: errors that say what to do, atomic writes, I/O errors that name their file.
+//! - [`events`]: where the library tells what it is doing (messages, warnings, progress).
 //! - [`vocab`]: the special tokens' ids and strings.
 //! - [`rng`]: counter-based dropout masks and the initialisation generator.
 //! - [`precision`]: f32 or bf16 matrix products, a value each model carries.
@@ -35,27 +36,28 @@
 //!   packed weights and state pool, for translating, parsing and scoring.
 //! - [`train`]: learning-rate schedule (Eq. 3), Adam (§5.3), the training step, whole training
 //!   runs with exact resume, and data-parallel runs over MPI (feature `mpi`).
-//! - [`quickstart`]: the main job in one call (built-in Multi30k to a scored model and a report;
-//!   [`quickstart::parsing`]: a treebank to a parser, its EVALB scores and a report).
+//! - [`recipes`]: whole jobs over the library: the main job in one call ([`recipes::quickstart`]:
+//!   built-in Multi30k to a scored model and a report; [`recipes::parsing`]: a treebank to a
+//!   parser, its EVALB scores and a report) and Table 3 at this machine's scale ([`recipes::ablate`]).
 //! - [`synthetic`]: copy/reverse tasks and the recipe that learns them.
 
 // Numeric kernels index several slices with one loop variable; iterator chains would obscure them.
 #![allow(clippy::needless_range_loop)]
 
-pub mod ablate;
 pub mod checkpoint;
 pub mod config;
 pub mod data;
 pub mod decode;
 pub mod error;
 pub mod eval;
+pub mod events;
 pub mod import;
 pub mod io;
 pub mod kernels;
 pub mod model;
 pub mod params;
 pub mod precision;
-pub mod quickstart;
+pub mod recipes;
 pub mod rng;
 pub mod synthetic;
 pub mod task;

@@ -10,6 +10,10 @@ use crate::config::{ModelConfig, Positions};
 use crate::rng::Rng;
 use std::collections::HashMap;
 
+/// Depths of the parser's next-closer input table (`decoder.open_depth.weight`): deeper stacks
+/// share its last row.
+pub const MAX_OPEN_DEPTH: usize = 32;
+
 /// How a tensor is initialised.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Init {
@@ -307,7 +311,7 @@ impl ParamLayout {
         // Zeros: at initialisation the decoder input is the paper's.
         let closer = c.next_closer.then(|| {
             let off = b.add("decoder.next_closer.weight".into(), &[c.vocab_size, c.d_model], Init::Zeros);
-            b.add("decoder.open_depth.weight".into(), &[crate::model::pointer::MAX_OPEN_DEPTH, c.d_model], Init::Zeros);
+            b.add("decoder.open_depth.weight".into(), &[MAX_OPEN_DEPTH, c.d_model], Init::Zeros);
             off
         });
         use crate::kernels::cpu::char_cnn::{CHAR_VOCAB, CHAR_WIDTH};
@@ -339,7 +343,7 @@ impl ParamLayout {
                 pointer,
                 pointer_len: if leave_out.linear_weights { 0 } else { c.d_model * c.d_model },
                 closer,
-                closer_len: (c.vocab_size + crate::model::pointer::MAX_OPEN_DEPTH) * c.d_model,
+                closer_len: (c.vocab_size + MAX_OPEN_DEPTH) * c.d_model,
                 chars,
                 chars_len,
                 source_embed,

@@ -6,7 +6,7 @@ use crate::error::Result;
 use crate::model::{Batch, Transformer};
 use crate::rng::Rng;
 use crate::train::{Schedule, StepStats, Trainer};
-use crate::SPECIAL_TOKENS;
+use crate::vocab::SPECIAL_TOKENS;
 
 /// Symbols of the recipe's sequences.
 pub const SYMBOLS: usize = 20;
@@ -127,7 +127,7 @@ pub fn token_accuracy(logits: &[f32], batch: &Batch, vocab: usize) -> (usize, us
     let mut correct = 0;
     let mut total = 0;
     for (r, &t) in batch.tgt_out.iter().enumerate() {
-        if t == crate::PAD {
+        if t == crate::vocab::PAD {
             continue;
         }
         let row = &logits[r * vocab..(r + 1) * vocab];

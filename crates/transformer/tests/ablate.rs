@@ -4,21 +4,21 @@
 //! killed part-way resumes at the row it was on without redoing the rows before it.
 
 use std::path::{Path, PathBuf};
-use transformer::ablate::{self, AblateOptions, Budget};
-use transformer::quickstart::Observer;
-use transformer::train::run::Progress;
+use transformer::config::{ModelChange, Positions};
+use transformer::events::Events;
+use transformer::recipes::ablate::{self, AblateOptions, Budget};
+use transformer::recipes::{Multi30kFiles, Pair};
 
 #[derive(Default)]
 struct Log(Vec<String>);
 
-impl Observer for Log {
+impl Events for Log {
     fn stage(&mut self, name: &str) {
         self.0.push(format!("== {name}"));
     }
     fn log(&mut self, message: &str) {
         self.0.push(message.to_string());
     }
-    fn train(&mut self, _: &Progress) {}
 }
 
 fn tiny(out: &Path, rows: &str, seeds: u64) -> AblateOptions {
@@ -94,7 +94,8 @@ fn a_two_row_ablation_writes_its_table_and_resumes_at_the_row_it_was_on() {
     // the whole training section but the output directory, resolve to the same values.
     let plan = ablate::plan(&opts).unwrap();
     assert_eq!(plan.rows.iter().map(|r| r.name.as_str()).collect::<Vec<_>>(), ["base", "a1", "e"]);
-    let data: Vec<PathBuf> = (0..6).map(|i| PathBuf::from(format!("d{i}"))).collect();
+    let pair = |i: usize| Pair { src: PathBuf::from(format!("d{i}")), tgt: PathBuf::from(format!("d{}", i + 1)) };
+    let data = Multi30kFiles { train: pair(0), valid: pair(2), test: pair(4) };
     let resolve = |row: &ablate::Row| {
         let cfg = ablate::row_config(&plan, &data, Path::new("bpe.json"), row, 1, Path::new("x")).unwrap();
         (serde_json::to_value(cfg.model_config(300).unwrap()).unwrap(), cfg.train)
@@ -112,17 +113,15 @@ fn a_two_row_ablation_writes_its_table_and_resumes_at_the_row_it_was_on() {
             .map(|(k, _)| k.clone())
             .collect();
         changed.sort();
-        let mut declared: Vec<String> = row.settings.iter().map(|(f, _)| f.clone()).collect();
+        let declared = serde_json::to_value(row.change).unwrap();
+        let mut declared: Vec<String> = declared.as_object().unwrap().keys().cloned().collect();
         declared.sort();
         assert_eq!(changed, declared, "{}: resolved config differs in other fields than declared", row.name);
     }
     // At this base (h 4 × d_k 8), a1 is one head of 32, e learned positions.
-    let settings = |i: usize| plan.rows[i].settings.clone();
-    assert_eq!(
-        settings(1),
-        [("n_heads", "1"), ("d_k", "32"), ("d_v", "32")].map(|(a, b)| (a.to_string(), b.to_string()))
-    );
-    assert_eq!(settings(2), [("positions".to_string(), "\"learned\"".to_string())]);
+    let change = |i: usize| plan.rows[i].change;
+    assert_eq!(change(1), ModelChange { n_heads: Some(1), d_k: Some(32), d_v: Some(32), ..Default::default() });
+    assert_eq!(change(2), ModelChange { positions: Some(Positions::Learned), ..Default::default() });
 
     // The whole run.
     let mut log = Log::default();

@@ -79,10 +79,14 @@ fn heatmap_cells_show_the_weights_and_the_png_decodes() {
     }
     assert_eq!(weight_colour(0.0), [255, 255, 255]);
     assert_ne!(weight_colour(1.0), weight_colour(0.5));
-    // Labels are drawn: the left margin and the band above the grid have dark pixels.
+    // Labels are drawn (antialiased black text): the left margin and the band above the grid have
+    // pixels nearly black, which no cell colour is.
     let (gx, gy) = cell_centre(&rows, &cols, 0, 0);
-    let dark =
-        |x0: usize, x1: usize, y0: usize, y1: usize| (y0..y1).any(|y| (x0..x1).any(|x| img.pixel(x, y) == [0, 0, 0]));
+    let near_black = |p: [u8; 3]| p.iter().all(|&c| c < 64);
+    assert!(!near_black(weight_colour(1.0)));
+    let dark = |x0: usize, x1: usize, y0: usize, y1: usize| {
+        (y0..y1).any(|y| (x0..x1).any(|x| near_black(img.pixel(x, y))))
+    };
     assert!(dark(0, gx - 12, gy - 12, gy + 12), "no row label");
     assert!(dark(gx - 12, gx + 12, 30, gy - 12), "no column label");
 

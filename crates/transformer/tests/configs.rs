@@ -34,6 +34,7 @@ fn every_shipped_config_parses_validates_and_resolves() {
         "tiny-test.toml",
         "wmt14-en-de-base.toml",
         "wmt14-en-de-big.toml",
+        "wmt14-en-fr-big.toml",
     ] {
         assert!(names.contains(&expected), "{expected} missing from {names:?}");
     }
@@ -44,9 +45,10 @@ fn every_shipped_config_parses_validates_and_resolves() {
     // The built-in copy of multi30k-en-de.toml that quickstart trains is the file itself.
     let shipped =
         std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs/multi30k-en-de.toml"));
-    assert_eq!(shipped.unwrap(), transformer::quickstart::MULTI30K_CONFIG);
+    assert_eq!(shipped.unwrap(), transformer::recipes::MULTI30K_CONFIG);
     // So is the parsing quick start's, whose default split is the config's.
-    use transformer::quickstart::parsing::{PTB_PARSE_CONFIG, SAMPLE_SPLIT};
+    use transformer::data::ptb_sample::SAMPLE_SPLIT;
+    use transformer::recipes::parsing::PTB_PARSE_CONFIG;
     let shipped = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs/ptb-parse.toml"));
     assert_eq!(shipped.unwrap(), PTB_PARSE_CONFIG);
     let ptb = &all.iter().find(|(n, _)| n == "ptb-parse.toml").unwrap().1;
@@ -64,15 +66,18 @@ fn every_shipped_config_parses_validates_and_resolves() {
 fn the_wmt14_recipes_are_the_papers() {
     let all = configs();
     let get = |n: &str| &all.iter().find(|(name, _)| name == n).unwrap().1;
-    for (name, preset, d_model, dropout, steps, keep) in [
-        ("wmt14-en-de-base.toml", "base", 512, 0.1, 100_000, 5),
-        ("wmt14-en-de-big.toml", "big", 1024, 0.3, 300_000, 20),
+    // (file, preset, d_model, P_drop, vocabulary, steps, checkpoints averaged): §5.1, §5.2, §6.1
+    // (the big English→French model's P_drop 0.1, and its 32,000-entry vocabulary).
+    for (name, preset, d_model, dropout, vocab, steps, keep) in [
+        ("wmt14-en-de-base.toml", "base", 512, 0.1, 37000, 100_000, 5),
+        ("wmt14-en-de-big.toml", "big", 1024, 0.3, 37000, 300_000, 20),
+        ("wmt14-en-fr-big.toml", "big", 1024, 0.1, 32000, 300_000, 20),
     ] {
         let c = get(name);
         let m = c.model_config(c.data.vocab_size).unwrap();
         assert_eq!(c.model.preset.as_deref(), Some(preset), "{name}");
         assert_eq!((m.n_layers, m.d_model, m.dropout, m.label_smoothing), (6, d_model, dropout, 0.1), "{name}");
-        assert_eq!(c.data.vocab_size, 37000, "{name}: §5.1's shared vocabulary");
+        assert_eq!(c.data.vocab_size, vocab, "{name}: §5.1's shared vocabulary");
         let t = &c.train;
         assert_eq!(t.max_src_tokens * t.accumulate, 25_000, "{name}: ~25k source tokens an update");
         assert_eq!(t.max_tgt_tokens * t.accumulate, 25_000, "{name}: ~25k target tokens an update");

@@ -288,12 +288,12 @@ fn an_imported_model_translates_blank_lines_as_empty_lines() {
     let t = transformer::Translator::load(&ckpt, &tok, Default::default()).unwrap();
     let input: Vec<String> = ["", " ", "\u{200B}", "\u{200B}\u{FEFF}"].map(String::from).to_vec();
     let opts = transformer::decode::translator::DecodeOptions::default();
-    let (res, _) = t.translate(&input, &opts, &mut |_| {}).unwrap();
+    let (res, _) = t.translate(&input, &opts, &mut ()).unwrap();
     for (line, nbest) in input.iter().zip(&res) {
         assert!(nbest.iter().all(|x| x.text.is_empty() && x.hypothesis.log_prob == 0.0), "{line:?} gave {nbest:?}");
     }
     // A line with a word is searched: its output has a probability below one.
-    let (res, _) = t.translate(&["hello".to_string()], &opts, &mut |_| {}).unwrap();
+    let (res, _) = t.translate(&["hello".to_string()], &opts, &mut ()).unwrap();
     assert!(res[0][0].hypothesis.log_prob < 0.0, "{:?}", res[0][0]);
 }
 

@@ -102,6 +102,15 @@ fn check_numerics(variant: &str, dir: &str) {
     }
 }
 
+/// Events that fail the test on any warning or message.
+struct NoWarnings;
+
+impl transformer::events::Events for NoWarnings {
+    fn log(&mut self, message: &str) {
+        panic!("{message}");
+    }
+}
+
 #[test]
 fn hf_safetensors_numerics_equal_transformers() {
     for variant in ["opus", "relu_nobias", "gelu_separate"] {
@@ -197,7 +206,7 @@ fn evaluate_nll_equals_the_transformers_loss() {
     for (variant, dir) in [("opus", "hf"), ("relu_nobias", "hf"), ("gelu_separate", "hf")] {
         let (t, _) = session(variant, dir);
         let r = Reference::open(variant);
-        let totals = t.perplexity(&strings(&r, "sources"), &strings(&r, "targets"), &mut |w| panic!("{w}")).unwrap();
+        let totals = t.perplexity(&strings(&r, "sources"), &strings(&r, "targets"), &mut NoWarnings).unwrap();
         let ours = totals.nll / totals.tokens as f64;
         let want = r.json["mean_nll"].as_f64().unwrap();
         assert!((ours - want).abs() < 1e-4 * want, "{variant}: mean NLL {ours} vs transformers {want}");
@@ -215,7 +224,7 @@ fn greedy_output_equals_generate() {
         let tmap = m.maps().1.clone();
         let mut opts = DecodeOptions::default();
         opts.search.beam = 1;
-        let (out, _) = t.translate(&strings(&r, "sources"), &opts, &mut |w| panic!("{w}")).unwrap();
+        let (out, _) = t.translate(&strings(&r, "sources"), &opts, &mut NoWarnings).unwrap();
         let (want_ids, want_text) = (r.ids("greedy_ids"), strings(&r, "greedy_text"));
         for (i, (nbest, src)) in out.iter().zip(strings(&r, "sources")).enumerate() {
             if transformer::decode::translator::is_blank(&src) {
@@ -244,7 +253,7 @@ fn beam_output_follows_the_documented_rule() {
     let (t, _) = session("opus", "hf");
     let r = Reference::open("opus");
     let srcs = strings(&r, "sources");
-    let (out, _) = t.translate(&srcs, &DecodeOptions::default(), &mut |w| panic!("{w}")).unwrap();
+    let (out, _) = t.translate(&srcs, &DecodeOptions::default(), &mut NoWarnings).unwrap();
     let m = t.model();
     let v = m.config.vocab_size;
     let mut ws = Workspace::new();

@@ -338,7 +338,7 @@ fn a_parsing_run_validates_f1_keeps_its_best_checkpoint_and_parses() {
     let d = dir("run");
     let cfg = parsing_config(&d, &[]).unwrap();
     let mut log = Vec::new();
-    let summary = run(&cfg, &mut |m| log.push(m.to_string())).unwrap();
+    let summary = run(&cfg, &mut log).unwrap();
     assert_eq!(summary.state.step, 12);
     let metrics = std::fs::read_to_string(d.join("metrics.jsonl")).unwrap();
     let f1s: Vec<serde_json::Value> = metrics
@@ -372,7 +372,7 @@ fn a_parsing_run_validates_f1_keeps_its_best_checkpoint_and_parses() {
     ];
     let mut opts = ParseOptions { constrained: true, ..Default::default() };
     opts.decode.search.beam = 3;
-    let (parses, _) = parser.parse(&sentences, &opts, &mut |_| {}).unwrap();
+    let (parses, _) = parser.parse(&sentences, &opts, &mut ()).unwrap();
     for (s, p) in sentences.iter().zip(&parses) {
         let words: Vec<&str> = s.split_whitespace().collect();
         assert_eq!(p.tree.words(), words);
@@ -383,7 +383,7 @@ fn a_parsing_run_validates_f1_keeps_its_best_checkpoint_and_parses() {
     }
     // Unconstrained: trees over exactly the words too (repaired where needed).
     opts.constrained = false;
-    let (parses, _) = parser.parse(&sentences, &opts, &mut |_| {}).unwrap();
+    let (parses, _) = parser.parse(&sentences, &opts, &mut ()).unwrap();
     for (s, p) in sentences.iter().zip(&parses) {
         assert_eq!(p.tree.words(), s.split_whitespace().collect::<Vec<_>>());
     }
@@ -391,7 +391,7 @@ fn a_parsing_run_validates_f1_keeps_its_best_checkpoint_and_parses() {
     // Parse-then-EVALB in one call: the same parses, scored as EVALB scores them; against
     // themselves as gold every bracket matches; gold trees that do not align are refused.
     let own: Vec<trees::Tree> = parses.iter().map(|p| p.tree.clone()).collect();
-    let scored = parser.parse_and_score(&sentences, &own, &opts, &mut |_| {}, &mut |_, _| {}).unwrap();
+    let scored = parser.parse_and_score(&sentences, &own, &opts, &mut ()).unwrap();
     let trees_of =
         |ps: &[transformer::decode::translator::Parse]| ps.iter().map(|p| p.tree.clone()).collect::<Vec<_>>();
     assert_eq!(trees_of(&scored.parses), own);
@@ -400,18 +400,18 @@ fn a_parsing_run_validates_f1_keeps_its_best_checkpoint_and_parses() {
     assert_eq!(format!("{:?}", scored.report), format!("{want:?}"));
     assert_eq!(scored.malformed(), parses.iter().filter(|p| p.malformed).count());
     assert!(scored.report.all.fmeasure == 100.0 || scored.report.all.fmeasure.is_nan(), "{:?}", scored.report.all);
-    let err = parser.parse_and_score(&sentences, &own[..2], &opts, &mut |_| {}, &mut |_, _| {}).unwrap_err();
+    let err = parser.parse_and_score(&sentences, &own[..2], &opts, &mut ()).unwrap_err();
     assert!(err.to_string().contains("3 sentences but 2 gold trees"), "{err}");
 
     // A line longer than the model's positions is refused naming it, never split; with
     // skip_long it gives (TOP) and a warning. An empty line gives (TOP) too.
     let long = ["word ".repeat(600)];
     let lines = vec!["The board met .".to_string(), long[0].clone(), String::new()];
-    let err = parser.parse(&lines, &opts, &mut |_| {}).err().unwrap().to_string();
+    let err = parser.parse(&lines, &opts, &mut ()).err().unwrap().to_string();
     assert!(err.contains("line 2") && err.contains("never split"), "{err}");
     opts.skip_long = true;
     let mut warnings = Vec::new();
-    let (parses, _) = parser.parse(&lines, &opts, &mut |w| warnings.push(w)).unwrap();
+    let (parses, _) = parser.parse(&lines, &opts, &mut warnings).unwrap();
     assert_eq!(parses[1].tree.to_bracketed(), "(TOP)");
     assert!(parses[1].skipped && parses[2].skipped && !parses[0].skipped);
     assert!(warnings.iter().any(|w| w.contains("line 2")) && warnings.iter().any(|w| w.contains("line 3")));
@@ -419,7 +419,7 @@ fn a_parsing_run_validates_f1_keeps_its_best_checkpoint_and_parses() {
     // Resuming keeps the best F1 (a later, worse F1 does not replace best.safetensors).
     let before = std::fs::read(&best).unwrap();
     let cfg2 = parsing_config(&d, &["train.max_steps=13", "train.lr_scale=0.000001"]).unwrap();
-    run(&cfg2, &mut |_| {}).unwrap();
+    run(&cfg2, &mut ()).unwrap();
     let state = transformer::checkpoint::load(&d.join("ckpt-00000013.safetensors")).unwrap();
     let rs: serde_json::Value = serde_json::from_str(&state.extra["run_state"]).unwrap();
     assert!(rs["best_f1"].as_f64().unwrap() >= best_f1);
@@ -433,7 +433,7 @@ fn a_parsing_run_validates_f1_keeps_its_best_checkpoint_and_parses() {
     );
     assert_eq!(parser.tree_format(), TreeFormat::TagsWords);
     let cfg3 = parsing_config(&d, &["train.max_steps=14", "data.tree_format=tags"]).unwrap();
-    let err = run(&cfg3, &mut |_| {}).err().unwrap().to_string();
+    let err = run(&cfg3, &mut ()).err().unwrap().to_string();
     assert!(err.contains("tree format") && err.contains("tags+words"), "{err}");
 }
 
@@ -456,7 +456,7 @@ fn a_parsing_run_scores_the_average_of_its_last_checkpoints_and_keeps_it_when_be
     ];
     let cfg = parsing_config(&d, &settings).unwrap();
     let mut log = Vec::new();
-    let summary = run(&cfg, &mut |m| log.push(m.to_string())).unwrap();
+    let summary = run(&cfg, &mut log).unwrap();
     assert_eq!(summary.state.step, 150);
     let records: Vec<serde_json::Value> = std::fs::read_to_string(d.join("metrics.jsonl"))
         .unwrap()
@@ -513,7 +513,7 @@ fn interrupted_and_repeated_runs_record_each_validation_once() {
     let d = dir("records");
     let settings = ["train.checkpoint_steps=4", "train.valid_f1_average=2", "train.valid_steps=5"];
     let cfg = parsing_config(&d, &settings).unwrap();
-    run(&cfg, &mut |_| {}).unwrap();
+    run(&cfg, &mut ()).unwrap();
     let whole = records_once_each(&d.join("metrics.jsonl"));
     let count = |keys: &[(String, u64, u64)], kind: &str| keys.iter().filter(|k| k.0 == kind).count();
     assert_eq!(count(&whole, "train"), 12);
@@ -523,7 +523,7 @@ fn interrupted_and_repeated_runs_record_each_validation_once() {
     // the checkpoint of step 12 was not. The run resumes at 8 and writes them again, once.
     std::fs::remove_file(d.join("ckpt-00000012.safetensors")).unwrap();
     let mut log = Vec::new();
-    run(&cfg, &mut |m| log.push(m.to_string())).unwrap();
+    run(&cfg, &mut log).unwrap();
     assert!(log.iter().any(|l| l.contains("resuming from") && l.contains("step 8")), "{log:?}");
     let again = records_once_each(&d.join("metrics.jsonl"));
     assert_eq!(count(&again, "train"), 12);
@@ -537,7 +537,7 @@ fn interrupted_and_repeated_runs_record_each_validation_once() {
     // Run again once it has ended: nothing left to train, the end's F1 is not scored again, and
     // the final validation is recorded once.
     let mut log = Vec::new();
-    run(&cfg, &mut |m| log.push(m.to_string())).unwrap();
+    run(&cfg, &mut log).unwrap();
     assert!(!log.iter().any(|l| l.contains("validation F1")), "{log:?}");
     assert_eq!(kinds(&records_once_each(&d.join("metrics.jsonl"))), kinds(&whole));
 
@@ -548,7 +548,7 @@ fn interrupted_and_repeated_runs_record_each_validation_once() {
             std::fs::remove_file(p).unwrap();
         }
     }
-    run(&cfg, &mut |_| {}).unwrap();
+    run(&cfg, &mut ()).unwrap();
     assert_eq!(kinds(&records_once_each(&d.join("metrics.jsonl"))), kinds(&whole));
 }
 
@@ -558,14 +558,14 @@ fn interrupted_and_repeated_runs_record_each_validation_once() {
 fn a_resume_passes_over_a_checkpoint_that_fails_its_checksum() {
     let d = dir("crc-resume");
     let cfg = parsing_config(&d, &["train.checkpoint_steps=4", "train.valid_f1_epochs=0"]).unwrap();
-    run(&cfg, &mut |_| {}).unwrap();
+    run(&cfg, &mut ()).unwrap();
     let newest = d.join("ckpt-00000012.safetensors");
     let mut bytes = std::fs::read(&newest).unwrap();
     let at = bytes.len() - 5; // inside the last tensor's data
     bytes[at] ^= 0x01;
     std::fs::write(&newest, &bytes).unwrap();
     let mut log = Vec::new();
-    let summary = run(&cfg, &mut |m| log.push(m.to_string())).unwrap();
+    let summary = run(&cfg, &mut log).unwrap();
     assert_eq!(summary.state.step, 12);
     assert!(log.iter().any(|l| l.contains("ckpt-00000012.safetensors") && l.contains("CRC-32")), "{log:?}");
     assert!(log.iter().any(|l| l.contains("resuming from") && l.contains("step 8")), "{log:?}");

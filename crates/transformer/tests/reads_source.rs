@@ -85,7 +85,7 @@ fn reproduces_twenty_short_trees(treebank: &Path, files: &str, format: TreeForma
     let sentences: Vec<String> = pairs.iter().map(|(s, _)| s.clone()).collect();
     let mut opts = ParseOptions::default();
     opts.decode.search = transformer::decode::BeamConfig::greedy();
-    let (parses, _) = parser.parse(&sentences, &opts, &mut |_| {}).unwrap();
+    let (parses, _) = parser.parse(&sentences, &opts, &mut ()).unwrap();
     let mut exact = 0;
     for ((s, t), p) in pairs.iter().zip(&parses) {
         let words: Vec<&str> = s.split_whitespace().collect();

@@ -37,7 +37,7 @@ fn config(out: &Path, extra: &[&str]) -> transformer::Result<RunConfig> {
 
 fn run_quiet(cfg: &RunConfig) -> (transformer::Result<transformer::train::run::RunSummary>, Vec<String>) {
     let mut log = Vec::new();
-    let r = run(cfg, &mut |m| log.push(m.to_string()));
+    let r = run(cfg, &mut log);
     (r, log)
 }
 

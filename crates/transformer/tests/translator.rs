@@ -48,7 +48,7 @@ fn options() -> DecodeOptions {
 
 /// (text, log P, score) of every hypothesis.
 fn run(t: &Translator, input: &[String]) -> Vec<Vec<(String, f32, f32)>> {
-    let (out, _) = t.translate(input, &options(), &mut |_| {}).unwrap();
+    let (out, _) = t.translate(input, &options(), &mut ()).unwrap();
     out.into_iter()
         .map(|l| l.into_iter().map(|x| (x.text, x.hypothesis.log_prob as f32, x.hypothesis.score as f32)).collect())
         .collect()
@@ -117,7 +117,7 @@ fn outputs_stopped_by_the_models_positions_are_reported() {
     opts.search.nbest = 1;
     opts.search.max_len_b = 100; // beyond the model's 63 positions for every source
     let mut warnings = Vec::new();
-    let (out, stats) = t.translate(&input, &opts, &mut |w| warnings.push(w)).unwrap();
+    let (out, stats) = t.translate(&input, &opts, &mut warnings).unwrap();
     let at_cap: Vec<usize> =
         out.iter().enumerate().filter(|(_, o)| o[0].hypothesis.tokens.len() >= cap).map(|(i, _)| i).collect();
     assert!(!at_cap.is_empty(), "the untrained model should reach the cap at least once");
@@ -134,7 +134,7 @@ fn outputs_stopped_by_the_models_positions_are_reported() {
     opts.search.max_len_a = 0.5;
     opts.search.max_len_b = 12;
     let mut warnings = Vec::new();
-    let (_, stats) = t.translate(&input, &opts, &mut |w| warnings.push(w)).unwrap();
+    let (_, stats) = t.translate(&input, &opts, &mut warnings).unwrap();
     assert_eq!((stats.capped, warnings.len()), (0, 0), "{warnings:?}");
     let b = BeamConfig::translation();
     assert!(b.stopped_by_positions(220, 255, 256) && !b.stopped_by_positions(220, 254, 256));
@@ -149,7 +149,7 @@ fn blank_lines_give_empty_outputs_with_the_full_nbest_list() {
     let t = translator(Precision::F32);
     let input: Vec<String> =
         ["", "   ", "\u{200B}", "\u{200B}\u{FEFF}", "\t\u{2060} \u{200C}\u{200D}"].map(String::from).to_vec();
-    let (out, _) = t.translate(&input, &options(), &mut |_| {}).unwrap();
+    let (out, _) = t.translate(&input, &options(), &mut ()).unwrap();
     for (line, nbest) in input.iter().zip(&out) {
         assert_eq!(nbest.len(), options().search.nbest, "{line:?}: {nbest:?}");
         assert!(nbest.iter().all(|x| x.text.is_empty() && x.hypothesis.tokens.is_empty()), "{line:?}: {nbest:?}");
@@ -167,7 +167,7 @@ fn chunks_of_a_long_sentence_are_joined_with_a_space() {
     assert!(t.encode_source(&long).unwrap().len() > t.model().config.max_positions);
     let mut opts = options();
     opts.search.nbest = 1;
-    let (out, stats) = t.translate(&[long], &opts, &mut |_| {}).unwrap();
+    let (out, stats) = t.translate(&[long], &opts, &mut ()).unwrap();
     assert_eq!(stats.chunked, 1);
     let h = &out[0][0].hypothesis;
     assert!(!h.chunk_starts.is_empty(), "no chunk boundaries recorded");

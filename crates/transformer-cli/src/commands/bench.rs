@@ -5,7 +5,7 @@ use crate::args::BenchCommand;
 use anyhow::Result;
 use std::time::Instant;
 use transformer::config::ModelConfig;
-use transformer::kernels::cpu::profile::Profile;
+use transformer::kernels::cpu::profile::{Profile, Shape, ShapeTimes};
 use transformer::rng::Rng;
 use transformer::train::{Schedule, Trainer};
 use transformer::{Batch, Precision, Transformer};
@@ -81,15 +81,87 @@ fn bench_config(dropout: f32) -> ModelConfig {
     }
 }
 
+/// What the timed steps of `bench train-step` measured.
+struct StepTimes {
+    /// Seconds per timed step.
+    times: Vec<f64>,
+    /// Per timed step, the seconds of each kernel family.
+    slots: Vec<Vec<(&'static str, f64)>>,
+    /// The matrix products' floating-point operations in one step.
+    matmul_flops: u64,
+    /// Per product shape, summed over the timed steps, longest first.
+    products: Vec<(Shape, ShapeTimes)>,
+    /// Parameters of the model.
+    params: usize,
+}
+
 fn train_step(steps: usize, warmup: usize, bf16: bool, dropout: f32, per_shape: bool, json: bool) -> Result<()> {
     let precision = if bf16 { Precision::Bf16 } else { Precision::F32 };
     precision.available().map_err(|why| anyhow::anyhow!("--bf16: {why}"))?;
+    let m = time_train_steps(precision, dropout, steps, warmup, json)?;
+    // The unit's arithmetic ceiling on all worker threads: FMA, `vdpbf16ps` or AMX tiles.
+    let peak = if per_shape { unit_peak(bf16) } else { None };
+    let median = median_of(m.times.clone());
+    // Per kernel family: the median over steps; "other" is the step minus all accounted time.
+    let mut breakdown: Vec<(String, f64)> = (m.slots[0].iter().enumerate())
+        .map(|(k, (n, _))| (n.to_string(), median_of(m.slots.iter().map(|s| s[k].1).collect())))
+        .collect();
+    let other = median_of(m.times.iter().zip(&m.slots).map(|(t, s)| t - s.iter().map(|x| x.1).sum::<f64>()).collect());
+    breakdown.push(("other (wiring, rayon waits)".into(), other));
+    let threads = rayon::current_num_threads();
+    let rss = super::peak_rss_bytes();
+    let per_step = steps as f64;
+    if json {
+        let mut v = serde_json::json!({ "impl": "transformer", "bf16": bf16, "threads": threads, "step_times_s": m.times, "median_s": median, "peak_rss_bytes": rss,
+            "params": m.params, "matmul_gflop": m.matmul_flops as f64 / 1e9,
+            "breakdown_s": breakdown.iter().map(|(n, t)| (n.clone(), *t)).collect::<std::collections::BTreeMap<_, _>>() });
+        if per_shape {
+            v["products"] = products_json(&m.products, per_step);
+            if let Some((what, p)) = peak {
+                v["peak_gflops"] = serde_json::json!({ "unit": what, "gflops": p });
+            }
+        }
+        println!("{v}");
+        return Ok(());
+    }
+    println!(
+        "median step {median:.3} s over {steps} steps, {threads} threads, {}, peak RSS {:.2} GB",
+        if bf16 { "bf16 products" } else { "f32" },
+        rss.unwrap_or(0) as f64 / 1e9
+    );
+    let matmul_median = breakdown[0].1;
+    println!(
+        "matmuls: {:.1} GFLOP at {:.0} GFLOP/s",
+        m.matmul_flops as f64 / 1e9,
+        m.matmul_flops as f64 / matmul_median / 1e9
+    );
+    for (name, t) in &breakdown {
+        println!("  {name:<28} {:>7.1} ms  {:>5.1}%", t * 1e3, 100.0 * t / median);
+    }
+    if per_shape {
+        match peak {
+            Some((what, p)) => println!("unit peak ({what}, {threads} threads, no memory traffic): {p:.0} GFLOP/s"),
+            None => println!("unit peak: not measured for this unit"),
+        }
+        print_products(&m.products, per_step, peak.map(|p| p.1));
+    }
+    Ok(())
+}
+
+fn median_of(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v[v.len() / 2]
+}
+
+/// Trains the bench model on one fixed batch of 64 sentences of 32 source and 32 target
+/// positions: `warmup` steps, then `steps` timed ones (each printed unless `quiet`).
+fn time_train_steps(precision: Precision, dropout: f32, steps: usize, warmup: usize, quiet: bool) -> Result<StepTimes> {
     let cfg = bench_config(dropout);
     let (b, s, t) = (64, 32, 32);
     let model = Transformer::new(cfg.clone(), 1)?.with_precision(precision)?;
     let mut trainer = Trainer::new(model, Schedule::paper(cfg.d_model), 1);
     let mut rng = Rng::new(7);
-    let special = transformer::SPECIAL_TOKENS as u64;
+    let special = transformer::vocab::SPECIAL_TOKENS as u64;
     let mut tok = || (special + rng.below(cfg.vocab_size as u64 - special)) as u32;
     // Every sentence is exactly 32 source and 32 target positions (decoder input BOS + 31 tokens).
     let pairs: Vec<(Vec<u32>, Vec<u32>)> =
@@ -97,12 +169,8 @@ fn train_step(steps: usize, warmup: usize, bf16: bool, dropout: f32, per_shape: 
     let batch = Batch::from_pairs(&pairs);
     assert_eq!((batch.s, batch.t), (s, t));
     let profile = Profile::new();
-    let mut times = Vec::new();
-    let mut slots: Vec<Vec<(&str, f64)>> = Vec::new();
-    let mut matmul_flops = 0;
-    // Per product shape, summed over the timed steps.
-    let mut products: std::collections::BTreeMap<_, transformer::kernels::cpu::profile::ShapeTimes> =
-        Default::default();
+    let mut m = StepTimes { times: Vec::new(), slots: Vec::new(), matmul_flops: 0, products: Vec::new(), params: 0 };
+    let mut products: std::collections::BTreeMap<Shape, ShapeTimes> = Default::default();
     for i in 0..warmup + steps {
         profile.take();
         profile.take_products();
@@ -111,9 +179,9 @@ fn train_step(steps: usize, warmup: usize, bf16: bool, dropout: f32, per_shape: 
         let dt = start.elapsed().as_secs_f64();
         let (slot_times, flops) = profile.take();
         if i >= warmup {
-            times.push(dt);
-            slots.push(slot_times);
-            matmul_flops = flops;
+            m.times.push(dt);
+            m.slots.push(slot_times);
+            m.matmul_flops = flops;
             for (shape, t) in profile.take_products() {
                 let e = products.entry(shape).or_default();
                 e.calls += t.calls;
@@ -122,123 +190,75 @@ fn train_step(steps: usize, warmup: usize, bf16: bool, dropout: f32, per_shape: 
                 e.pack_b_seconds += t.pack_b_seconds;
             }
         }
-        if !json {
-            eprintln!(
-                "step {:>3}: {:.3} s  loss {:.4}{}",
-                i + 1,
-                dt,
-                stats.loss,
-                if i < warmup { " (warm-up)" } else { "" }
-            );
+        if !quiet {
+            let warm = if i < warmup { " (warm-up)" } else { "" };
+            eprintln!("step {:>3}: {:.3} s  loss {:.4}{warm}", i + 1, dt, stats.loss);
         }
     }
-    let median_of = |mut v: Vec<f64>| {
-        v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-        v[v.len() / 2]
-    };
-    let median = median_of(times.clone());
-    // Per kernel family: the median over steps; "other" is the step minus all accounted time.
-    let names: Vec<&str> = slots[0].iter().map(|s| s.0).collect();
-    let mut breakdown: Vec<(String, f64)> = names
+    m.products = products.into_iter().collect();
+    m.products.sort_by(|a, b| b.1.seconds.total_cmp(&a.1.seconds));
+    m.params = trainer.model().params.len();
+    Ok(m)
+}
+
+/// The products' unit's arithmetic ceiling on all worker threads (FMA at f32; `vdpbf16ps` or AMX
+/// tiles at bf16), with the unit's name; `None` where it is not measured.
+fn unit_peak(bf16: bool) -> Option<(&'static str, f64)> {
+    use transformer::kernels::cpu::{bf16::Unit, peak};
+    match (bf16, transformer::kernels::cpu::bf16::unit()) {
+        (false, _) => peak::peak_gflops(peak::PeakOf::F32Fma, 20_000_000).map(|p| ("f32 FMA", p)),
+        (true, Ok(Unit::Avx512Bf16)) => peak::peak_gflops(peak::PeakOf::Bf16Dot, 20_000_000).map(|p| ("vdpbf16ps", p)),
+        (true, Ok(Unit::Amx)) => peak::peak_gflops(peak::PeakOf::AmxBf16, 20_000_000).map(|p| ("AMX tdpbf16ps", p)),
+        (true, Err(_)) => None,
+    }
+}
+
+fn products_json(products: &[(Shape, ShapeTimes)], per_step: f64) -> serde_json::Value {
+    products
         .iter()
-        .enumerate()
-        .map(|(k, n)| (n.to_string(), median_of(slots.iter().map(|s| s[k].1).collect())))
-        .collect();
-    let other = median_of(times.iter().zip(&slots).map(|(t, s)| t - s.iter().map(|x| x.1).sum::<f64>()).collect());
-    breakdown.push(("other (wiring, rayon waits)".into(), other));
-    let matmul_median = breakdown[0].1;
-    let threads = rayon::current_num_threads();
-    let rss = super::peak_rss_bytes();
-    let mut products: Vec<_> = products.into_iter().collect();
-    products.sort_by(|a, b| b.1.seconds.total_cmp(&a.1.seconds));
-    // The unit's arithmetic ceiling on all worker threads: FMA, `vdpbf16ps` or AMX tiles.
-    let peak = if !per_shape {
-        None
-    } else {
-        use transformer::kernels::cpu::{bf16::Unit, peak};
-        match (bf16, transformer::kernels::cpu::bf16::unit()) {
-            (false, _) => peak::peak_gflops(peak::PeakOf::F32Fma, 20_000_000).map(|p| ("f32 FMA", p)),
-            (true, Ok(Unit::Avx512Bf16)) => {
-                peak::peak_gflops(peak::PeakOf::Bf16Dot, 20_000_000).map(|p| ("vdpbf16ps", p))
-            }
-            (true, Ok(Unit::Amx)) => peak::peak_gflops(peak::PeakOf::AmxBf16, 20_000_000).map(|p| ("AMX tdpbf16ps", p)),
-            (true, Err(_)) => None,
-        }
-    };
-    let per_step = steps as f64;
-    if json {
-        let mut v = serde_json::json!({ "impl": "transformer", "bf16": bf16, "threads": threads, "step_times_s": times, "median_s": median, "peak_rss_bytes": rss,
-            "params": trainer.model().params.len(), "matmul_gflop": matmul_flops as f64 / 1e9,
-            "breakdown_s": breakdown.iter().map(|(n, t)| (n.clone(), *t)).collect::<std::collections::BTreeMap<_, _>>() });
-        if per_shape {
-            v["products"] = products
-                .iter()
-                .map(|(s, t)| {
-                    serde_json::json!({ "shape": s.label(), "calls_per_step": t.calls as f64 / per_step,
-                        "ms_per_step": 1e3 * t.seconds / per_step, "pack_a_ms_per_step": 1e3 * t.pack_a_seconds / per_step,
-                        "pack_b_ms_per_step": 1e3 * t.pack_b_seconds / per_step,
-                        "gflops": s.flops() * t.calls as f64 / t.seconds / 1e9 })
-                })
-                .collect();
-            if let Some((what, p)) = peak {
-                v["peak_gflops"] = serde_json::json!({ "unit": what, "gflops": p });
-            }
-        }
-        println!("{v}");
-    } else {
+        .map(|(s, t)| {
+            serde_json::json!({ "shape": s.label(), "calls_per_step": t.calls as f64 / per_step,
+                "ms_per_step": 1e3 * t.seconds / per_step, "pack_a_ms_per_step": 1e3 * t.pack_a_seconds / per_step,
+                "pack_b_ms_per_step": 1e3 * t.pack_b_seconds / per_step,
+                "gflops": s.flops() * t.calls as f64 / t.seconds / 1e9 })
+        })
+        .collect()
+}
+
+/// The table of matrix products by shape, each against the unit's `peak` when measured.
+fn print_products(products: &[(Shape, ShapeTimes)], per_step: f64, peak: Option<f64>) {
+    let pct = |g: f64| peak.map_or("-".to_string(), |p| format!("{:.0}%", 100.0 * g / p));
+    println!("matrix products by shape (C = op(A)·op(B), m×n×k; means over the timed steps):");
+    println!(
+        "  {:<22} {:>5} {:>9} {:>9} {:>9} {:>8} {:>6} {:>8}",
+        "ops m×n×k", "calls", "ms/step", "pack A", "pack B", "GFLOP/s", "peak", "no pack"
+    );
+    for (s, t) in products {
+        let flops = s.flops() * t.calls as f64;
+        let compute = t.seconds - t.pack_a_seconds - t.pack_b_seconds;
         println!(
-            "median step {median:.3} s over {steps} steps, {threads} threads, {}, peak RSS {:.2} GB",
-            if bf16 { "bf16 products" } else { "f32" },
-            rss.unwrap_or(0) as f64 / 1e9
+            "  {:<22} {:>5} {:>9.1} {:>9.1} {:>9.1} {:>8.0} {:>6} {:>8.0}",
+            s.label(),
+            t.calls as f64 / per_step,
+            1e3 * t.seconds / per_step,
+            1e3 * t.pack_a_seconds / per_step,
+            1e3 * t.pack_b_seconds / per_step,
+            flops / t.seconds / 1e9,
+            pct(flops / t.seconds / 1e9),
+            flops / compute / 1e9
         );
-        println!(
-            "matmuls: {:.1} GFLOP at {:.0} GFLOP/s",
-            matmul_flops as f64 / 1e9,
-            matmul_flops as f64 / matmul_median / 1e9
-        );
-        for (name, t) in &breakdown {
-            println!("  {name:<28} {:>7.1} ms  {:>5.1}%", t * 1e3, 100.0 * t / median);
-        }
-        if per_shape {
-            match peak {
-                Some((what, p)) => println!("unit peak ({what}, {threads} threads, no memory traffic): {p:.0} GFLOP/s"),
-                None => println!("unit peak: not measured for this unit"),
-            }
-            let pct = |g: f64| peak.map_or("-".to_string(), |(_, p)| format!("{:.0}%", 100.0 * g / p));
-            println!("matrix products by shape (C = op(A)·op(B), m×n×k; means over the timed steps):");
-            println!(
-                "  {:<22} {:>5} {:>9} {:>9} {:>9} {:>8} {:>6} {:>8}",
-                "ops m×n×k", "calls", "ms/step", "pack A", "pack B", "GFLOP/s", "peak", "no pack"
-            );
-            for (s, t) in &products {
-                let flops = s.flops() * t.calls as f64;
-                let compute = t.seconds - t.pack_a_seconds - t.pack_b_seconds;
-                println!(
-                    "  {:<22} {:>5} {:>9.1} {:>9.1} {:>9.1} {:>8.0} {:>6} {:>8.0}",
-                    s.label(),
-                    t.calls as f64 / per_step,
-                    1e3 * t.seconds / per_step,
-                    1e3 * t.pack_a_seconds / per_step,
-                    1e3 * t.pack_b_seconds / per_step,
-                    flops / t.seconds / 1e9,
-                    pct(flops / t.seconds / 1e9),
-                    flops / compute / 1e9
-                );
-            }
-            let total: f64 = products.iter().map(|p| p.1.seconds).sum::<f64>() / per_step;
-            let pack: f64 = products.iter().map(|p| p.1.pack_a_seconds + p.1.pack_b_seconds).sum::<f64>() / per_step;
-            let flops: f64 = products.iter().map(|p| p.0.flops() * p.1.calls as f64).sum::<f64>() / per_step;
-            println!(
-                "  all products: {:.1} ms/step, of which packing {:.1} ms; {:.0} GFLOP/s ({}), {:.0} without packing",
-                1e3 * total,
-                1e3 * pack,
-                flops / total / 1e9,
-                pct(flops / total / 1e9),
-                flops / (total - pack) / 1e9
-            );
-        }
     }
-    Ok(())
+    let total: f64 = products.iter().map(|p| p.1.seconds).sum::<f64>() / per_step;
+    let pack: f64 = products.iter().map(|p| p.1.pack_a_seconds + p.1.pack_b_seconds).sum::<f64>() / per_step;
+    let flops: f64 = products.iter().map(|p| p.0.flops() * p.1.calls as f64).sum::<f64>() / per_step;
+    println!(
+        "  all products: {:.1} ms/step, of which packing {:.1} ms; {:.0} GFLOP/s ({}), {:.0} without packing",
+        1e3 * total,
+        1e3 * pack,
+        flops / total / 1e9,
+        pct(flops / total / 1e9),
+        flops / (total - pack) / 1e9
+    );
 }
 
 fn matmul_rates(reps: usize) -> Result<()> {

@@ -1,6 +1,6 @@
 //! `translate`, `evaluate` and `attention`: thin layers over [`Translator`].
 
-use super::input::{for_each_input_line, read_input_lines, read_references, warn};
+use super::input::{for_each_input_line, read_input_lines, read_references, Stderr};
 use crate::args::{ModelArgs, SearchArgs};
 use crate::progress::CountBar;
 use crate::usage;
@@ -41,17 +41,10 @@ pub fn translate(
     })?;
     let prof = Profile::new();
     let start = Instant::now();
-    let bar = std::cell::RefCell::new(CountBar::new("sentences", lines.len() as u64));
-    let run = || {
-        translator.translate_with_progress(
-            &lines,
-            &opts,
-            &mut |m| bar.borrow().println(&format!("warning: {m}")),
-            &mut |d, t| bar.borrow_mut().update(d, t),
-        )
-    };
+    let mut bar = CountBar::new("sentences", lines.len() as u64);
+    let mut run = || translator.translate(&lines, &opts, &mut bar);
     let result = if profile { prof.install(run) } else { run() };
-    bar.borrow().finish();
+    bar.finish();
     let (out, stats) = result?;
     let secs = start.elapsed().as_secs_f64();
     if profile {
@@ -124,14 +117,9 @@ pub fn evaluate(
         anyhow::bail!("{} has no sentences: there is nothing to evaluate", src_path.display());
     }
     let start = Instant::now();
-    let bar = std::cell::RefCell::new(CountBar::new("sentences", srcs.len() as u64));
-    let result = translator.translate_with_progress(
-        &srcs,
-        opts,
-        &mut |m| bar.borrow().println(&format!("warning: {m}")),
-        &mut |d, t| bar.borrow_mut().update(d, t),
-    );
-    bar.borrow().finish();
+    let mut bar = CountBar::new("sentences", srcs.len() as u64);
+    let result = translator.translate(&srcs, opts, &mut bar);
+    bar.finish();
     let (out, stats) = result?;
     let secs = start.elapsed().as_secs_f64();
     let hyps: Vec<String> = out.into_iter().map(|mut l| l.swap_remove(0).text).collect();
@@ -149,7 +137,7 @@ pub fn evaluate(
             println!("{}", b.line());
         }
     }
-    let totals = translator.perplexity(&srcs, &refs[0], &mut warn)?;
+    let totals = translator.perplexity(&srcs, &refs[0], &mut Stderr)?;
     match totals.nll_per_token() {
         Some(nll) => println!(
             "perplexity = {:.2} (per target token, EOS included, teacher-forced on {}: {} tokens, mean NLL {nll:.4}{})",
@@ -201,7 +189,7 @@ pub fn attention(
         Some(t) => translator.encode_target(t)?,
         None => {
             let opts = DecodeOptions { search: BeamConfig::for_task(translator.task()), ..Default::default() };
-            let (h, _) = translator.translate_ids(std::slice::from_ref(&src_ids), &opts, &mut warn)?;
+            let (h, _) = translator.translate_ids(std::slice::from_ref(&src_ids), &opts, &mut Stderr)?;
             let ids = h[0][0].tokens.clone();
             eprintln!("translation: {}", translator.decode_target(&ids)?);
             ids

@@ -3,27 +3,24 @@
 //! process is refused, so that N copies never train side by side on one directory.
 
 use anyhow::Result;
-use transformer::train::run::{Progress, RunConfig, RunSummary};
+use transformer::events::Events;
+use transformer::train::run::{RunConfig, RunSummary};
 
 /// The number of processes an MPI launcher started this one among, from its variables.
 fn launcher_size() -> Option<usize> {
     ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"].iter().find_map(|v| std::env::var(v).ok()?.parse().ok())
 }
 
-/// Runs `cfg` (messages to `log`, a [`Progress`] after every update to `progress`) as one process, or as one worker of `mpirun -np N` when built with the `mpi`
-/// feature and started by it. Returns the summary on rank 0 (`None` on the other workers, which
+/// Runs `cfg` (telling `events` its messages and updates) as one process, or as one worker of
+/// `mpirun -np N` when built with the `mpi` feature and started by it. Returns the summary on rank 0 (`None` on the other workers, which
 /// print nothing). An error on any worker of N > 1 ends them all (`MPI_Abort`), after this
 /// worker has printed it with its rank.
-pub fn train(
-    cfg: &RunConfig,
-    log: &mut dyn FnMut(&str),
-    progress: &mut dyn FnMut(&Progress),
-) -> Result<Option<RunSummary>> {
+pub fn train(cfg: &RunConfig, events: &mut dyn Events) -> Result<Option<RunSummary>> {
     #[cfg(feature = "mpi")]
     if transformer::train::distributed::Mpi::launched() {
         use transformer::train::distributed::Collective;
         let mpi = transformer::train::distributed::Mpi::init()?;
-        return match transformer::train::run::run_distributed(cfg, &mpi, log, progress) {
+        return match transformer::train::run::run_distributed(cfg, &mpi, events) {
             Ok(summary) => Ok(mpi.is_root().then_some(summary)),
             Err(e) if mpi.size() > 1 => {
                 eprintln!("error (worker {} of {}): {e}", mpi.rank(), mpi.size());
@@ -39,7 +36,7 @@ pub fn train(
              (needs Open MPI and libclang), or run it without mpirun"
         );
     }
-    Ok(Some(transformer::train::run::run_with_progress(cfg, log, progress)?))
+    Ok(Some(transformer::train::run::run(cfg, events)?))
 }
 
 /// `bench allreduce`: seconds per in-place all-reduce (sum) of `floats` f32 values over the

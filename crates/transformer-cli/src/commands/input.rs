@@ -23,9 +23,13 @@ pub(crate) fn read_input_lines(path: &std::path::Path) -> Result<Vec<String>> {
     Ok(lines)
 }
 
-/// Prints a warning to stderr.
-pub(crate) fn warn(m: String) {
-    eprintln!("warning: {m}");
+/// Warnings (and messages) printed to stderr, progress not shown.
+pub(crate) struct Stderr;
+
+impl transformer::events::Events for Stderr {
+    fn log(&mut self, message: &str) {
+        eprintln!("{message}");
+    }
 }
 
 /// Runs `f` on every line of `input` (a plain or .gz file) or of stdin, read as the user means it

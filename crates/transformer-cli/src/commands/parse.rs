@@ -1,7 +1,7 @@
 //! `parse`, `treebank` and `evaluate` of a parsing model: thin layers over [`Translator::parse`]
 //! and the EVALB scorer.
 
-use super::input::{for_each_input_line, read_input_lines, warn};
+use super::input::{for_each_input_line, read_input_lines, Stderr};
 use crate::args::{ParseArgs, ParsingArgs};
 use anyhow::Result;
 use std::path::Path;
@@ -30,7 +30,7 @@ pub fn parse(args: &ParseArgs) -> Result<()> {
         Ok(())
     })?;
     let start = Instant::now();
-    let (parses, stats) = translator.parse(&lines, &opts, &mut warn)?;
+    let (parses, stats) = translator.parse(&lines, &opts, &mut Stderr)?;
     let secs = start.elapsed().as_secs_f64();
     let stdout = std::io::stdout();
     let mut w = std::io::BufWriter::new(stdout.lock());
@@ -112,7 +112,7 @@ pub fn evaluate(
     }
     let popts = parse_options(*opts, parsing);
     let start = Instant::now();
-    let scored = translator.parse_and_score(&sentences, &gold, &popts, &mut warn, &mut |_, _| {})?;
+    let scored = translator.parse_and_score(&sentences, &gold, &popts, &mut Stderr)?;
     let (parses, stats, report) = (&scored.parses, scored.stats, &scored.report);
     let secs = start.elapsed().as_secs_f64();
     if let Some(p) = output {
@@ -131,7 +131,7 @@ pub fn evaluate(
         100.0 * malformed as f64 / parses.len() as f64
     );
     let targets: Vec<String> = gold.iter().map(|t| t.linearise().join(" ")).collect();
-    let totals = translator.perplexity(&sentences, &targets, &mut warn)?;
+    let totals = translator.perplexity(&sentences, &targets, &mut Stderr)?;
     if let Some(nll) = totals.nll_per_token() {
         println!(
             "perplexity = {:.2} (per tree token, EOS included, teacher-forced on {}: {} tokens{})",

@@ -116,10 +116,9 @@ pub fn train(config: &Path, mut overrides: Vec<String>, time_limit: Option<f64>)
         overrides.push(format!("train.time_limit_minutes={m}"));
     }
     let cfg = transformer::train::run::RunConfig::from_toml(&text, &config.display().to_string(), &overrides)?;
-    let bar = std::cell::RefCell::new(crate::progress::TrainBar::new());
-    let summary =
-        super::distributed::train(&cfg, &mut |msg| bar.borrow().log(msg), &mut |p| bar.borrow_mut().update(p));
-    bar.borrow().finish();
+    let mut bar = crate::progress::TrainBar::new();
+    let summary = super::distributed::train(&cfg, &mut bar);
+    bar.finish();
     // Under `mpirun -np N`, rank 0 reports for every worker.
     let Some(summary) = summary? else { return Ok(()) };
     println!(
@@ -137,11 +136,11 @@ pub fn train(config: &Path, mut overrides: Vec<String>, time_limit: Option<f64>)
 pub fn average(last: Option<usize>, dir: Option<&Path>, inputs: Vec<PathBuf>, output: &Path) -> Result<()> {
     let paths = match (last, dir) {
         (Some(k), Some(dir)) => {
-            let all = transformer::train::run::list_checkpoints(dir)?;
-            if all.len() < k {
-                anyhow::bail!("{} holds {} checkpoints, fewer than --last {k}", dir.display(), all.len());
+            let last = transformer::train::run_dir::last_checkpoints(dir, k)?;
+            if last.len() < k {
+                anyhow::bail!("{} holds {} checkpoints, fewer than --last {k}", dir.display(), last.len());
             }
-            all[all.len() - k..].iter().map(|(_, p)| p.clone()).collect()
+            last.into_iter().map(|(_, p)| p).collect()
         }
         _ if !inputs.is_empty() => inputs,
         _ => usage!("give --last K DIR or --inputs FILE..."),

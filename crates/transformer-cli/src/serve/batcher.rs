@@ -210,7 +210,7 @@ fn decode(t: &Translator, jobs: Vec<Job>, budget: Budget, metrics: &Metrics) {
         DecodeOptions { search: jobs[0].search, max_tokens: budget.max_tokens, max_sentences: budget.max_sentences };
     let start = Instant::now();
     metrics.decoding.store(srcs.len() as u64, Ordering::Relaxed);
-    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| t.translate_ids(&srcs, &opts, &mut |_| {})));
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| t.translate_ids(&srcs, &opts, &mut ())));
     metrics.batch_seconds.observe(start.elapsed().as_secs_f64());
     metrics.decoding.store(0, Ordering::Relaxed);
     metrics.batches.fetch_add(1, Ordering::Relaxed);

@@ -437,6 +437,66 @@ async fn shutdown_signal(stop: Arc<Notify>) {
 
 /// Runs the server: binds, prints `listening on http://ADDR`, loads the model (`/health` turns
 /// 200 and `ready` is printed), decodes on this thread until a signal, then drains and returns.
+/// Installs the SIGTERM and SIGINT handlers (each tells `stop` and `drain`), checks `--host` and
+/// binds the listening socket. The handlers go in before the address is printed, so a SIGTERM
+/// sent as soon as the address is known is never missed.
+async fn listen(args: &ServeArgs, stop: &Arc<Notify>, drain: &Arc<Notify>) -> Result<tokio::net::TcpListener> {
+    use tokio::signal::unix::{signal, SignalKind};
+    for kind in [SignalKind::terminate(), SignalKind::interrupt()] {
+        let mut s = signal(kind).context("cannot install a signal handler")?;
+        let stop = Arc::clone(stop);
+        let drain = Arc::clone(drain);
+        tokio::spawn(async move {
+            s.recv().await;
+            eprintln!("shutting down: no new connections; finishing the requests in flight");
+            stop.notify_one();
+            drain.notify_one();
+        });
+    }
+    if args.host.parse::<std::net::IpAddr>().is_err()
+        && tokio::net::lookup_host((args.host.as_str(), args.port)).await.map_or(true, |mut a| a.next().is_none())
+    {
+        anyhow::bail!(
+            "--host {:?} is not an address to listen on: give an IP address (127.0.0.1 for this machine only, \
+             0.0.0.0 for every interface) or a host name this machine resolves",
+            args.host
+        );
+    }
+    tokio::net::TcpListener::bind((args.host.as_str(), args.port)).await.with_context(|| {
+        format!("cannot listen on {}:{} (is the port taken? --port 0 picks a free one)", args.host, args.port)
+    })
+}
+
+/// Waits for the server to stop, or after `drain` for at most `drain_seconds` more, closing the
+/// connections still open then; then closes the queue so the batcher returns.
+async fn watch(
+    mut server: tokio::task::JoinHandle<std::io::Result<()>>,
+    app: Arc<App>,
+    drain: Arc<Notify>,
+    drain_seconds: u64,
+    connections: Arc<Connections>,
+) -> Result<()> {
+    let r = tokio::select! {
+        r = &mut server => r,
+        _ = drain.notified() => {
+            match tokio::time::timeout(std::time::Duration::from_secs(drain_seconds), &mut server).await {
+                Ok(r) => r,
+                Err(_) => {
+                    eprintln!(
+                        "shutting down: closing the {} connection(s) still open after {drain_seconds} s (--drain-seconds): \
+                         clients that stopped sending mid-request or never read their answer",
+                        connections.open()
+                    );
+                    server.abort();
+                    Ok(Ok(()))
+                }
+            }
+        }
+    };
+    app.queue.close();
+    r.context("the HTTP server task failed")?.context("the HTTP server failed")
+}
+
 pub fn run(args: ServeArgs) -> Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(args.http_threads as usize)
@@ -447,34 +507,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
     let stop = Arc::new(Notify::new());
     // Told with `stop`: starts the drain deadline.
     let drain = Arc::new(Notify::new());
-    // Signal handlers go in before the address is printed, so a SIGTERM sent as soon as the
-    // address is known is never missed.
-    let listener = runtime.block_on(async {
-        use tokio::signal::unix::{signal, SignalKind};
-        for kind in [SignalKind::terminate(), SignalKind::interrupt()] {
-            let mut s = signal(kind).context("cannot install a signal handler")?;
-            let stop = stop.clone();
-            let drain = drain.clone();
-            tokio::spawn(async move {
-                s.recv().await;
-                eprintln!("shutting down: no new connections; finishing the requests in flight");
-                stop.notify_one();
-                drain.notify_one();
-            });
-        }
-        if args.host.parse::<std::net::IpAddr>().is_err()
-            && tokio::net::lookup_host((args.host.as_str(), args.port)).await.map_or(true, |mut a| a.next().is_none())
-        {
-            anyhow::bail!(
-                "--host {:?} is not an address to listen on: give an IP address (127.0.0.1 for this machine only, \
-                 0.0.0.0 for every interface) or a host name this machine resolves",
-                args.host
-            );
-        }
-        tokio::net::TcpListener::bind((args.host.as_str(), args.port)).await.with_context(|| {
-            format!("cannot listen on {}:{} (is the port taken? --port 0 picks a free one)", args.host, args.port)
-        })
-    })?;
+    let listener = runtime.block_on(listen(&args, &stop, &drain))?;
     let addr = listener.local_addr()?;
     let limits =
         Limits { max_request_sentences: args.max_request_sentences as usize, max_beam: args.max_beam as usize };
@@ -494,7 +527,6 @@ pub fn run(args: ServeArgs) -> Result<()> {
         connections: connections.clone(),
         max_attention_weights: args.max_attention_weights,
     });
-    let drain_seconds = args.drain_seconds;
     let serving = conn::serve(
         listener,
         router(app.clone()),
@@ -528,31 +560,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
     );
     // When the server has stopped (every in-flight request answered), close the queue so the
     // batcher below returns.
-    let watcher = {
-        let app = app.clone();
-        runtime.spawn(async move {
-            let mut server = server;
-            let r = tokio::select! {
-                r = &mut server => r,
-                _ = drain.notified() => {
-                    match tokio::time::timeout(std::time::Duration::from_secs(drain_seconds), &mut server).await {
-                        Ok(r) => r,
-                        Err(_) => {
-                            eprintln!(
-                                "shutting down: closing the {} connection(s) still open after {drain_seconds} s (--drain-seconds): \
-                                 clients that stopped sending mid-request or never read their answer",
-                                connections.open()
-                            );
-                            server.abort();
-                            Ok(Ok(()))
-                        }
-                    }
-                }
-            };
-            app.queue.close();
-            r.context("the HTTP server task failed")?.context("the HTTP server failed")
-        })
-    };
+    let watcher = runtime.spawn(watch(server, app.clone(), drain, args.drain_seconds, connections));
     let budget = Budget { max_tokens: args.max_tokens as usize, max_sentences: args.max_sentences as usize };
     batcher::run(&translator, &app.queue, budget, &app.metrics);
     runtime.block_on(watcher).context("the HTTP server task failed")??;

@@ -57,8 +57,8 @@ impl TargetEncoding {
                 let mut ids = Vec::with_capacity(tokens.len() * 2);
                 for (item, token) in items(&tokens).into_iter().zip(&tokens) {
                     match item {
-                        Item::Open(_) | Item::Close(_) => ids.push(bpe.id_of(token).unwrap_or(crate::UNK)),
-                        Item::Tag(t) => ids.push(bpe.id_of(&tag_entry(t)).unwrap_or(crate::UNK)),
+                        Item::Open(_) | Item::Close(_) => ids.push(bpe.id_of(token).unwrap_or(crate::vocab::UNK)),
+                        Item::Tag(t) => ids.push(bpe.id_of(&tag_entry(t)).unwrap_or(crate::vocab::UNK)),
                         Item::Word(w) if format.words_in_target() => ids.extend(bpe.encode(&format!(" {w}"))?),
                         Item::Word(_) => {}
                     }
@@ -118,7 +118,7 @@ impl TargetEncoding {
                     Ok(())
                 };
                 for &id in ids {
-                    if (id as usize) < crate::SPECIAL_TOKENS && id != crate::UNK {
+                    if (id as usize) < crate::vocab::SPECIAL_TOKENS && id != crate::vocab::UNK {
                         continue;
                     }
                     match whole.get(&id) {
@@ -126,9 +126,9 @@ impl TargetEncoding {
                             flush(&mut run, &mut out)?;
                             out.push(t.strip_prefix(TAG_PREFIX).unwrap_or(t).to_string());
                         }
-                        None if id == crate::UNK => {
+                        None if id == crate::vocab::UNK => {
                             flush(&mut run, &mut out)?;
-                            out.push(crate::vocab::SPECIALS[crate::UNK as usize].to_string());
+                            out.push(crate::vocab::SPECIALS[crate::vocab::UNK as usize].to_string());
                         }
                         None => run.push(id),
                     }

@@ -25,6 +25,10 @@ pub const PTB_MIRROR_ENV: &str = "TRANSFORMER_PTB_MIRROR";
 /// repository root, where `configs/ptb-parse.toml` looks for them).
 pub const PTB_SAMPLE_DIR: &str = "data/ptb-sample";
 
+/// The sample's split by file (training, validation, test): the first two are those of
+/// `configs/ptb-parse.toml`, all three the parsing quick start's.
+pub const SAMPLE_SPLIT: [&str; 3] = ["wsj_0001..wsj_0159", "wsj_0160..wsj_0174", "wsj_0175..wsj_0189"];
+
 /// The sample's terms, as its README states them (printed when it is fetched; the README itself is
 /// kept next to the files).
 pub const PTB_SAMPLE_TERMS: &str = "\

@@ -4,11 +4,8 @@
 pub mod beam;
 mod scorer;
 
-pub use scorer::EnsembleScorer;
+pub use scorer::{search_batch, search_batch_ensemble, EnsembleScorer};
 
-pub use beam::{
-    beam_search, search_batch, search_batch_ensemble, BeamConfig, Hypothesis, Scorer, SearchOverrides, SearchPreset,
-    StepScores,
-};
+pub use beam::{beam_search, BeamConfig, Hypothesis, Scorer, SearchOverrides, SearchPreset, StepScores};
 pub mod translator;
 pub mod tree_constraint;

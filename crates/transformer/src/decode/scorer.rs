@@ -1,8 +1,9 @@
 //! The model as a beam-search [`Scorer`]: incremental decoding (§3.2.3's masked decoder, one
 //! position a step) over an encoded batch, each step's log-softmax normalisers computed in
-//! parallel.
+//! parallel; and [`search_batch`] / [`search_batch_ensemble`], the search of a batch of sources
+//! with one model or several.
 
-use super::beam::{Scorer, StepScores};
+use super::beam::{beam_search_constrained, BeamConfig, Constraint, Hypothesis, Scorer, StepScores};
 use crate::error::{Error, Result};
 use crate::kernels::cpu::profile::{self, Slot};
 use crate::kernels::cpu::search::log_sum_exp;
@@ -129,4 +130,63 @@ impl<S: Scorer> Scorer for EnsembleScorer<S> {
             m.reorder(keep);
         }
     }
+}
+
+/// Translates a batch of sources (token ids without BOS/EOS) with beam search, on the model's
+/// prepared weights ([`Transformer::prepare`]) and in the buffers of `state` (it is left holding
+/// them for the next batch); also returns the rows decoded summed over steps. The output length
+/// is capped by the model's positions as well as by the config. `constraint`, if given,
+/// restricts the search.
+pub fn search_batch(
+    model: &Transformer,
+    srcs: &[&[u32]],
+    cfg: &BeamConfig,
+    ws: &mut Workspace,
+    state: &mut DecoderState,
+    constraint: Option<&dyn Constraint>,
+) -> Result<(Vec<Vec<Hypothesis>>, usize)> {
+    search_batch_ensemble(model, &[], srcs, cfg, (ws, state), &mut Vec::new(), constraint)
+}
+
+/// [`search_batch`] over an ensemble: `model` (in the buffers `mine`: workspace and decoder
+/// state) and `others`, each in the buffers of `theirs` (one pair a model,
+/// grown as needed and kept for the next batch), their log-probabilities averaged at every step
+/// ([`EnsembleScorer`]). With no others it is [`search_batch`]. All must share the vocabulary. The
+/// rows decoded are one model's (each model decodes as many).
+#[allow(clippy::too_many_arguments)]
+pub fn search_batch_ensemble(
+    model: &Transformer,
+    others: &[&Transformer],
+    srcs: &[&[u32]],
+    cfg: &BeamConfig,
+    (ws, state): (&mut Workspace, &mut DecoderState),
+    theirs: &mut Vec<(Workspace, DecoderState)>,
+    constraint: Option<&dyn Constraint>,
+) -> Result<(Vec<Vec<Hypothesis>>, usize)> {
+    cfg.validate()?;
+    let cap = others.iter().map(|m| m.config.max_positions).fold(model.config.max_positions, usize::min) - 1;
+    let steps = srcs.iter().map(|s| cfg.max_len(s.len()).min(cap) + 1).max().unwrap_or(0);
+    let lens: Vec<usize> = srcs.iter().map(|s| s.len()).collect();
+    let mut scorer = ModelScorer::reusing(model, srcs, steps, ws, std::mem::take(state))?;
+    if others.is_empty() {
+        let hyps = beam_search_constrained(&mut scorer, &lens, cfg, cap, constraint);
+        let rows = scorer.rows_decoded;
+        *state = scorer.into_state();
+        return Ok((hyps?, rows));
+    }
+    let mut members = vec![scorer];
+    theirs.resize_with(theirs.len().max(others.len()), Default::default);
+    for (m, (ws, st)) in others.iter().zip(theirs.iter_mut()) {
+        members.push(ModelScorer::reusing(m, srcs, steps, ws, std::mem::take(st))?);
+    }
+    let mut ensemble = EnsembleScorer::new(members)?;
+    let hyps = beam_search_constrained(&mut ensemble, &lens, cfg, cap, constraint);
+    let mut members = ensemble.into_members().into_iter();
+    let first = members.next().expect("the first model");
+    let rows = first.rows_decoded;
+    *state = first.into_state();
+    for (member, (_, st)) in members.zip(theirs.iter_mut()) {
+        *st = member.into_state();
+    }
+    Ok((hyps?, rows))
 }

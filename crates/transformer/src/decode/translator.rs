@@ -8,7 +8,8 @@
 //! into chunks that are translated one after the other (with a warning) rather than cut, or
 //! refused, as the [`Task`] says.
 
-use super::beam::{search_batch_ensemble, BeamConfig, Constraint, Hypothesis, Remapped};
+use super::beam::{BeamConfig, Constraint, Hypothesis, Remapped};
+use super::scorer::search_batch_ensemble;
 use super::tree_constraint::TreeConstraint;
 use crate::data::batching::BatchConfig;
 use crate::data::bpe::Bpe;
@@ -17,6 +18,7 @@ use crate::data::trees::{delinearise, is_well_formed, retag_deleted_punctuation,
 use crate::error::{Error, Result};
 use crate::eval::attention::{attention_weights, AttentionWeights};
 use crate::eval::perplexity::{self, Totals};
+use crate::events::Events;
 use crate::model::{DecoderKernels, DecoderState, Transformer, Workspace};
 use crate::precision::Precision;
 use crate::task::{LongInputs, Task};
@@ -472,16 +474,15 @@ impl Translator {
     }
 
     /// Translates `srcs` (token ids without BOS/EOS) in buffers of the pool. Returns each sentence's n-best list, best first, in input order.
-    /// `warn` receives one message per chunked sentence (naming its 1-based index); a task that
-    /// refuses long inputs gets an error instead. `progress(done, total)` hears after every batch how
-    /// many of the non-empty pieces (sentences, or chunks of long ones) are decoded.
+    /// `events` hears a warning per chunked sentence (naming its 1-based index; a task that refuses
+    /// long inputs gets an error instead) and, after every batch, how many of the non-empty pieces
+    /// (sentences, or chunks of long ones) are decoded.
     fn search(
         &self,
         srcs: &[Vec<u32>],
         opts: &DecodeOptions,
         constraint: Option<&dyn Constraint>,
-        warn: &mut dyn FnMut(String),
-        progress: &mut dyn FnMut(usize, usize),
+        events: &mut dyn Events,
     ) -> Result<(Vec<Vec<Hypothesis>>, TranslateStats)> {
         let (model, task) = (&self.model, self.task);
         opts.search.validate()?;
@@ -490,32 +491,7 @@ impl Translator {
         }
         let max_src = model.config.max_positions;
         let mut stats = TranslateStats { sentences: srcs.len(), ..Default::default() };
-        // Pieces: (sentence, chunk) → ids. Most sentences are one piece.
-        let mut pieces: Vec<(usize, &[u32])> = Vec::with_capacity(srcs.len());
-        for (i, s) in srcs.iter().enumerate() {
-            stats.src_tokens += s.len();
-            if s.len() > max_src && task.long_inputs() == LongInputs::Refuse {
-                return Err(Error::Decode(format!(
-                    "sentence {}: {} tokens exceed the model's max_positions = {max_src}; a {} model cannot split its input",
-                    i + 1,
-                    s.len(),
-                    task.name()
-                )));
-            }
-            if s.len() > max_src {
-                let n = s.len().div_ceil(max_src);
-                let size = s.len().div_ceil(n);
-                warn(format!(
-                    "sentence {}: {} tokens exceed the model's max_positions = {max_src}; translated in {n} chunks of ≤ {size} tokens, joined",
-                    i + 1,
-                    s.len()
-                ));
-                stats.chunked += 1;
-                pieces.extend(s.chunks(size).map(|c| (i, c)));
-            } else if !s.is_empty() {
-                pieces.push((i, s));
-            }
-        }
+        let pieces = self.pieces(srcs, &mut stats, events)?;
         // Longest first, so the first batch shows the peak memory; stable for equal lengths.
         let mut order: Vec<usize> = (0..pieces.len()).collect();
         order.sort_by_key(|&p| std::cmp::Reverse(pieces[p].1.len()));
@@ -540,57 +516,51 @@ impl Translator {
                 }
                 stats.batches += 1;
                 start = end;
-                progress(end, order.len());
+                events.progress(end, order.len());
             }
             Ok(piece_hyps)
         })?;
-        // Join chunks rank by rank (a chunk with fewer hypotheses repeats its last).
-        let empty = Hypothesis::default();
-        let mut out: Vec<Vec<Hypothesis>> = vec![Vec::new(); srcs.len()];
-        let mut p = 0;
-        for (i, o) in out.iter_mut().enumerate() {
-            let first = p;
-            while p < pieces.len() && pieces[p].0 == i {
-                p += 1;
-            }
-            let chunks = &piece_hyps[first..p];
-            if chunks.is_empty() {
-                // An empty source has one output, the empty one; the n-best list still has its
-                // n entries, so that every sentence has as many as asked for.
-                o.extend(std::iter::repeat_n(empty.clone(), opts.search.nbest.max(1)));
-                continue;
-            }
-            let ranks = chunks.iter().map(|c| c.len()).max().unwrap_or(0);
-            for k in 0..ranks {
-                let mut joined = empty.clone();
-                for (j, c) in chunks.iter().enumerate() {
-                    let h = &c[k.min(c.len() - 1)];
-                    if j > 0 {
-                        joined.chunk_starts.push(joined.tokens.len());
-                    }
-                    joined.tokens.extend_from_slice(&h.tokens);
-                    joined.log_prob += h.log_prob;
-                    joined.score += h.score;
-                }
-                o.push(joined);
-            }
-            stats.out_tokens += o[0].tokens.len();
-            if chunks.iter().zip(pieces[first..p].iter()).any(|(c, (_, src))| {
-                c.first().is_some_and(|h| opts.search.stopped_by_positions(src.len(), h.tokens.len(), max_src))
-            }) {
-                warn(format!(
-                    "sentence {}: the output reached the model's limit of {} tokens (max_positions = {max_src}) before \
-                     ending, and stops there: the length limit of this search (source × {} + {}) lies beyond what the \
-                     model can write",
+        let out = join_chunks(srcs.len(), &pieces, piece_hyps, opts, max_src, &mut stats, events);
+        Ok((out, stats))
+    }
+
+    /// The non-empty pieces of `srcs` to decode, as (sentence, ids): a sentence longer than the
+    /// model's positions is cut into even chunks (with a warning), or refused by a task that never
+    /// splits its input.
+    fn pieces<'a>(
+        &self,
+        srcs: &'a [Vec<u32>],
+        stats: &mut TranslateStats,
+        events: &mut dyn Events,
+    ) -> Result<Vec<(usize, &'a [u32])>> {
+        let (max_src, task) = (self.model.config.max_positions, self.task);
+        // Pieces: (sentence, chunk) → ids. Most sentences are one piece.
+        let mut pieces: Vec<(usize, &[u32])> = Vec::with_capacity(srcs.len());
+        for (i, s) in srcs.iter().enumerate() {
+            stats.src_tokens += s.len();
+            if s.len() > max_src && task.long_inputs() == LongInputs::Refuse {
+                return Err(Error::Decode(format!(
+                    "sentence {}: {} tokens exceed the model's max_positions = {max_src}; a {} model cannot split its input",
                     i + 1,
-                    max_src - 1,
-                    opts.search.max_len_a,
-                    opts.search.max_len_b
+                    s.len(),
+                    task.name()
+                )));
+            }
+            if s.len() > max_src {
+                let n = s.len().div_ceil(max_src);
+                let size = s.len().div_ceil(n);
+                events.warn(&format!(
+                    "sentence {}: {} tokens exceed the model's max_positions = {max_src}; translated in {n} chunks of ≤ {size} tokens, joined",
+                    i + 1,
+                    s.len()
                 ));
-                stats.capped += 1;
+                stats.chunked += 1;
+                pieces.extend(s.chunks(size).map(|c| (i, c)));
+            } else if !s.is_empty() {
+                pieces.push((i, s));
             }
         }
-        Ok((out, stats))
+        Ok(pieces)
     }
 
     /// Runs `f` with buffers from the pool, returning them after.
@@ -603,49 +573,27 @@ impl Translator {
     }
 
     /// Translates token ids (without BOS/EOS): each sentence's n-best list, best first, in input
-    /// order, and the counts for a speed report. `warn` receives a message per chunked sentence.
+    /// order, and the counts for a speed report. `events` hears a warning per chunked sentence and
+    /// the pieces decoded (sentences, or chunks of long ones) after every batch.
     pub fn translate_ids(
         &self,
         srcs: &[Vec<u32>],
         options: &DecodeOptions,
-        warn: &mut dyn FnMut(String),
+        events: &mut dyn Events,
     ) -> Result<(Vec<Vec<Hypothesis>>, TranslateStats)> {
-        self.translate_ids_with_progress(srcs, options, warn, &mut |_, _| {})
-    }
-
-    /// [`Translator::translate_ids`], calling `progress(done, total)` after every batch (pieces
-    /// decoded of all non-empty pieces: sentences, or chunks of long ones).
-    pub fn translate_ids_with_progress(
-        &self,
-        srcs: &[Vec<u32>],
-        options: &DecodeOptions,
-        warn: &mut dyn FnMut(String),
-        progress: &mut dyn FnMut(usize, usize),
-    ) -> Result<(Vec<Vec<Hypothesis>>, TranslateStats)> {
-        self.search(srcs, options, None, warn, progress)
+        self.search(srcs, options, None, events)
     }
 
     /// Translates lines of text: each line's n-best list of detokenised outputs, in input order,
-    /// and the counts for a speed report.
+    /// and the counts for a speed report; `events` as for [`Translator::translate_ids`].
     pub fn translate(
         &self,
         lines: &[String],
         options: &DecodeOptions,
-        warn: &mut dyn FnMut(String),
-    ) -> Result<(Vec<Vec<Translation>>, TranslateStats)> {
-        self.translate_with_progress(lines, options, warn, &mut |_, _| {})
-    }
-
-    /// [`Translator::translate`], calling `progress(done, total)` after every batch.
-    pub fn translate_with_progress(
-        &self,
-        lines: &[String],
-        options: &DecodeOptions,
-        warn: &mut dyn FnMut(String),
-        progress: &mut dyn FnMut(usize, usize),
+        events: &mut dyn Events,
     ) -> Result<(Vec<Vec<Translation>>, TranslateStats)> {
         let srcs = lines.iter().map(|l| self.encode_source(l)).collect::<Result<Vec<_>>>()?;
-        let (hyps, stats) = self.translate_ids_with_progress(&srcs, options, warn, progress)?;
+        let (hyps, stats) = self.translate_ids(&srcs, options, events)?;
         let out = hyps
             .into_iter()
             .map(|nbest| {
@@ -660,8 +608,8 @@ impl Translator {
 
     /// Teacher-forced scores of `refs` given `srcs` (lines of text, aligned), without label
     /// smoothing: the perplexity of Table 3. Pairs that do not fit the model's positions are left
-    /// out, and `warn` gets a message naming each (1-based line).
-    pub fn perplexity(&self, srcs: &[String], refs: &[String], warn: &mut dyn FnMut(String)) -> Result<Totals> {
+    /// out, and `events` hears a warning naming each (1-based line).
+    pub fn perplexity(&self, srcs: &[String], refs: &[String], events: &mut dyn Events) -> Result<Totals> {
         if srcs.len() != refs.len() {
             return Err(Error::Input(format!("{} sources but {} references", srcs.len(), refs.len())));
         }
@@ -671,7 +619,7 @@ impl Translator {
         }
         let (keep, too_long) = perplexity::scorable(&self.model, &pairs);
         for i in too_long {
-            warn(format!(
+            events.warn(&format!(
                 "line {}: longer than max_positions = {}; left out of the perplexity",
                 i + 1,
                 self.model.config.max_positions
@@ -685,40 +633,28 @@ impl Translator {
     /// Parses sentences (words separated by spaces, already tokenised as the treebank's) into trees
     /// over exactly their words, in input order, with the counts for a speed report. A sentence
     /// longer than the model's positions is an error naming its line, or with
-    /// `options.skip_long` gives the tree `(TOP)` and a warning; so does an empty line.
+    /// `options.skip_long` gives the tree `(TOP)` and a warning; so does an empty line. `events`
+    /// hears the warnings, and the sentences parsed after every batch.
     pub fn parse(
         &self,
         sentences: &[String],
         options: &ParseOptions,
-        warn: &mut dyn FnMut(String),
-    ) -> Result<(Vec<Parse>, TranslateStats)> {
-        self.parse_with_progress(sentences, options, warn, &mut |_, _| {})
-    }
-
-    /// [`Translator::parse`], calling `progress(done, total)` after every batch (sentences parsed
-    /// of those not skipped).
-    pub fn parse_with_progress(
-        &self,
-        sentences: &[String],
-        options: &ParseOptions,
-        warn: &mut dyn FnMut(String),
-        progress: &mut dyn FnMut(usize, usize),
+        events: &mut dyn Events,
     ) -> Result<(Vec<Parse>, TranslateStats)> {
         if options.oracle_tags {
             return Err(Error::Config("oracle tags come from gold trees: they apply to scoring against them".into()));
         }
-        self.parse_inner(sentences, options, None, warn, progress)
+        self.parse_inner(sentences, options, None, events)
     }
 
-    /// [`Translator::parse_with_progress`], with the gold trees' tags forced on every leaf when
+    /// [`Translator::parse`], with the gold trees' tags forced on every leaf when
     /// `gold` is given (`options.oracle_tags`).
     fn parse_inner(
         &self,
         sentences: &[String],
         options: &ParseOptions,
         gold: Option<&[Tree]>,
-        warn: &mut dyn FnMut(String),
-        progress: &mut dyn FnMut(usize, usize),
+        events: &mut dyn Events,
     ) -> Result<(Vec<Parse>, TranslateStats)> {
         if options.oracle_tags && !options.constrained {
             return Err(Error::Config("oracle tags are forced by constrained decoding: add --constrained".into()));
@@ -733,7 +669,7 @@ impl Translator {
             let w: Vec<&str> = line.split_whitespace().collect();
             out.push(Parse::skipped());
             if w.is_empty() || is_blank(line) {
-                warn(format!("line {}: empty; its tree is (TOP)", i + 1));
+                events.warn(&format!("line {}: empty; its tree is (TOP)", i + 1));
                 continue;
             }
             let ids = self.encode_source(&w.join(" "))?;
@@ -749,7 +685,7 @@ impl Translator {
                         "{what}; a sentence is never split for parsing (give --skip-long to output (TOP) for it)"
                     )));
                 }
-                warn(format!("{what}; skipped, its tree is (TOP)"));
+                events.warn(&format!("{what}; skipped, its tree is (TOP)"));
                 continue;
             }
             idx.push(i);
@@ -776,7 +712,7 @@ impl Translator {
             false => None,
         };
         let c = constraint.as_ref().map(|c| c as &dyn Constraint);
-        let (hyps, stats) = self.search(&srcs, &options.decode, c, warn, progress)?;
+        let (hyps, stats) = self.search(&srcs, &options.decode, c, events)?;
         for (&i, nbest) in idx.iter().zip(hyps) {
             let h = nbest.into_iter().next().unwrap_or_default();
             let text = self.decode_target(&h.tokens)?;
@@ -793,7 +729,7 @@ impl Translator {
         Ok((out, stats))
     }
 
-    /// Parses `sentences` like [`Translator::parse_with_progress`] and scores the trees against
+    /// Parses `sentences` like [`Translator::parse`] and scores the trees against
     /// `gold` (one tree per sentence, in order) with EVALB's COLLINS.prm: what validation, the
     /// `evaluate` command and the parsing quick start all report.
     pub fn parse_and_score(
@@ -801,8 +737,7 @@ impl Translator {
         sentences: &[String],
         gold: &[Tree],
         options: &ParseOptions,
-        warn: &mut dyn FnMut(String),
-        progress: &mut dyn FnMut(usize, usize),
+        events: &mut dyn Events,
     ) -> Result<ScoredParses> {
         if sentences.len() != gold.len() {
             return Err(Error::Input(format!(
@@ -811,7 +746,7 @@ impl Translator {
                 gold.len()
             )));
         }
-        let (parses, stats) = self.parse_inner(sentences, options, Some(gold), warn, progress)?;
+        let (parses, stats) = self.parse_inner(sentences, options, Some(gold), events)?;
         let test: Vec<Tree> = parses.iter().map(|p| p.tree.clone()).collect();
         let report = crate::eval::evalb::score_trees(gold, &test);
         Ok(ScoredParses { parses, stats, report })
@@ -832,4 +767,65 @@ impl Translator {
         }
         self.with_buffers(|b| attention_weights(&self.model, src, tgt, &mut b.mine.0))
     }
+}
+
+/// Each sentence's n-best list from its pieces' (`pieces` in sentence order): chunks joined rank by
+/// rank, an empty source as `nbest` empty outputs; a warning for each output the model's positions
+/// cut short.
+fn join_chunks(
+    sentences: usize,
+    pieces: &[(usize, &[u32])],
+    piece_hyps: Vec<Vec<Hypothesis>>,
+    opts: &DecodeOptions,
+    max_src: usize,
+    stats: &mut TranslateStats,
+    events: &mut dyn Events,
+) -> Vec<Vec<Hypothesis>> {
+    // Join chunks rank by rank (a chunk with fewer hypotheses repeats its last).
+    let empty = Hypothesis::default();
+    let mut out: Vec<Vec<Hypothesis>> = vec![Vec::new(); sentences];
+    let mut p = 0;
+    for (i, o) in out.iter_mut().enumerate() {
+        let first = p;
+        while p < pieces.len() && pieces[p].0 == i {
+            p += 1;
+        }
+        let chunks = &piece_hyps[first..p];
+        if chunks.is_empty() {
+            // An empty source has one output, the empty one; the n-best list still has its
+            // n entries, so that every sentence has as many as asked for.
+            o.extend(std::iter::repeat_n(empty.clone(), opts.search.nbest.max(1)));
+            continue;
+        }
+        let ranks = chunks.iter().map(|c| c.len()).max().unwrap_or(0);
+        for k in 0..ranks {
+            let mut joined = empty.clone();
+            for (j, c) in chunks.iter().enumerate() {
+                let h = &c[k.min(c.len() - 1)];
+                if j > 0 {
+                    joined.chunk_starts.push(joined.tokens.len());
+                }
+                joined.tokens.extend_from_slice(&h.tokens);
+                joined.log_prob += h.log_prob;
+                joined.score += h.score;
+            }
+            o.push(joined);
+        }
+        stats.out_tokens += o[0].tokens.len();
+        if chunks.iter().zip(pieces[first..p].iter()).any(|(c, (_, src))| {
+            c.first().is_some_and(|h| opts.search.stopped_by_positions(src.len(), h.tokens.len(), max_src))
+        }) {
+            events.warn(&format!(
+                "sentence {}: the output reached the model's limit of {} tokens (max_positions = {max_src}) before \
+                 ending, and stops there: the length limit of this search (source × {} + {}) lies beyond what the \
+                 model can write",
+                i + 1,
+                max_src - 1,
+                opts.search.max_len_a,
+                opts.search.max_len_b
+            ));
+            stats.capped += 1;
+        }
+    }
+    out
 }

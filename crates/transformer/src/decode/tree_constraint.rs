@@ -15,7 +15,7 @@ use crate::data::bpe::Bpe;
 use crate::data::encoding::TAG_PREFIX;
 use crate::data::trees::TreeFormat;
 use crate::error::{Error, Result};
-use crate::EOS;
+use crate::vocab::EOS;
 use std::collections::HashMap;
 
 /// Deepest nesting allowed (the sample's deepest tree is far shallower); it keeps a model that

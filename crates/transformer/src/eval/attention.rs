@@ -71,19 +71,10 @@ impl AttentionWeights {
 
 use crate::data::tokenizer::{Side, Tokenizer};
 
-/// Token labels for a heatmap: each piece decoded on its own; pieces that continue a word (no
-/// leading space, not first) are marked with a leading '-'.
+/// Token labels for a heatmap: each piece as its text, decoded on its own (a piece that starts a
+/// word without the space before it, so "." and "Hund" read as themselves).
 pub fn piece_labels(vocab: &Tokenizer, side: Side, ids: &[u32]) -> Result<Vec<String>> {
-    let mut out = Vec::with_capacity(ids.len());
-    for (i, &id) in ids.iter().enumerate() {
-        let text = vocab.piece_text(side, id)?;
-        out.push(match text.strip_prefix(' ') {
-            Some(word) => word.to_string(),
-            None if i > 0 => format!("-{text}"),
-            None => text,
-        });
-    }
-    Ok(out)
+    ids.iter().map(|&id| Ok(vocab.piece_text(side, id)?.trim_start_matches(' ').to_string())).collect()
 }
 
 /// The axes of a sentence pair's attention maps: the source pieces (encoder positions), what the

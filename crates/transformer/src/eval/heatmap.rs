@@ -2,15 +2,20 @@
 //! grid of cells from white (0) to dark blue (1), with the query tokens labelling the rows (left),
 //! the key tokens labelling the columns (top, written upwards) and a title, saved as PNG.
 //!
-//! Text is drawn with the public-domain 8×8 bitmap font of the `font8x8` crate (ASCII and
-//! Latin-1, so German umlauts and ß show; other characters are drawn as '?'), scaled ×2.
+//! Text is drawn antialiased in DejaVu Sans (`assets/DejaVuSans.ttf`, bundled with its licence),
+//! rasterised by the `ab_glyph` crate: Latin with every accent, Greek and Cyrillic show as
+//! written, and a character the font lacks as its missing-glyph box.
 
 use crate::error::{Error, Result};
-use font8x8::UnicodeFonts;
+use ab_glyph::{Font, FontRef, PxScale, ScaleFont};
 use std::path::Path;
 
-const SCALE: usize = 2;
-const GLYPH: usize = 8 * SCALE;
+/// The bundled font (see `assets/DejaVuSans-LICENSE.txt`).
+const FONT: &[u8] = include_bytes!("../../assets/DejaVuSans.ttf");
+/// Text size in pixels (the font's em).
+const TEXT_PX: f32 = 14.0;
+/// A line of text's height in pixels: the font's ascent to descent at [`TEXT_PX`].
+const GLYPH: usize = 17;
 const PAD: usize = 8;
 const MAX_LABEL_CHARS: usize = 16;
 
@@ -51,28 +56,28 @@ impl Image {
         }
     }
 
-    /// Draws `text` with its top-left corner at (x, y); `upwards` rotates it 90° anticlockwise
-    /// (then (x, y) is the bottom-left corner and the text reads from bottom to top).
+    /// Draws `text` in black with its top-left corner at (x, y); `upwards` rotates it 90°
+    /// anticlockwise (then (x, y) is the bottom-left corner and the text reads from bottom to top).
     fn text(&mut self, x: usize, y: usize, text: &str, upwards: bool) {
-        for (k, ch) in text.chars().enumerate() {
-            let g = glyph(ch);
-            for (row, bits) in g.iter().enumerate() {
-                for col in 0..8 {
-                    if bits & (1 << col) == 0 {
-                        continue;
-                    }
-                    for dy in 0..SCALE {
-                        for dx in 0..SCALE {
-                            let (gx, gy) = (k * GLYPH + col * SCALE + dx, row * SCALE + dy);
-                            if upwards {
-                                // Glyph x runs up the image, glyph y runs right.
-                                if let Some(py) = y.checked_sub(gx) {
-                                    self.set(x + gy, py, [0, 0, 0]);
-                                }
-                            } else {
-                                self.set(x + gx, y + gy, [0, 0, 0]);
-                            }
-                        }
+        let line = Line::new(text);
+        for gy in 0..GLYPH {
+            for gx in 0..line.width {
+                let c = line.coverage[gy * line.width + gx];
+                if c <= 0.0 {
+                    continue;
+                }
+                // Glyph x runs up the image when upwards, glyph y runs right.
+                let (px, py) = match upwards {
+                    true => match y.checked_sub(gx) {
+                        Some(py) => (x + gy, py),
+                        None => continue,
+                    },
+                    false => (x + gx, y + gy),
+                };
+                if px < self.width && py < self.height {
+                    let i = (py * self.width + px) * 3;
+                    for v in &mut self.rgb[i..i + 3] {
+                        *v = (*v as f32 * (1.0 - c)).round() as u8;
                     }
                 }
             }
@@ -95,11 +100,56 @@ impl Image {
     }
 }
 
-fn glyph(ch: char) -> [u8; 8] {
-    font8x8::BASIC_FONTS
-        .get(ch)
-        .or_else(|| font8x8::LATIN_FONTS.get(ch))
-        .unwrap_or_else(|| font8x8::BASIC_FONTS.get('?').unwrap_or([0; 8]))
+fn font() -> FontRef<'static> {
+    FontRef::try_from_slice(FONT).expect("the bundled font parses")
+}
+
+/// One line of text rasterised: how much of each pixel of a `width` × [`GLYPH`] box the glyphs
+/// cover (0 to 1), the baseline at the font's ascent.
+struct Line {
+    width: usize,
+    coverage: Vec<f32>,
+}
+
+impl Line {
+    fn new(text: &str) -> Line {
+        let font = font();
+        let scaled = font.as_scaled(PxScale::from(TEXT_PX));
+        let mut glyphs = Vec::new();
+        let (mut x, mut previous) = (0.0f32, None);
+        for ch in text.chars() {
+            let id = scaled.glyph_id(ch);
+            if let Some(p) = previous {
+                x += scaled.kern(p, id);
+            }
+            glyphs.push(id.with_scale_and_position(TEXT_PX, ab_glyph::point(x, scaled.ascent())));
+            x += scaled.h_advance(id);
+            previous = Some(id);
+        }
+        let width = x.ceil() as usize;
+        let mut coverage = vec![0f32; width * GLYPH];
+        for g in glyphs {
+            let Some(outline) = scaled.outline_glyph(g) else { continue };
+            let min = outline.px_bounds().min;
+            outline.draw(|gx, gy, c| {
+                let (px, py) = (min.x as i64 + gx as i64, min.y as i64 + gy as i64);
+                if (0..width as i64).contains(&px) && (0..GLYPH as i64).contains(&py) {
+                    let cell = &mut coverage[py as usize * width + px as usize];
+                    *cell = (*cell + c).min(1.0);
+                }
+            });
+        }
+        Line { width, coverage }
+    }
+}
+
+/// The width in pixels `text` takes.
+fn text_width(text: &str) -> usize {
+    let font = font();
+    let scaled = font.as_scaled(PxScale::from(TEXT_PX));
+    let ids: Vec<_> = text.chars().map(|c| scaled.glyph_id(c)).collect();
+    let kerning: f32 = ids.windows(2).map(|w| scaled.kern(w[0], w[1])).sum();
+    (ids.iter().map(|&id| scaled.h_advance(id)).sum::<f32>() + kerning).ceil() as usize
 }
 
 /// Shortens a label to the width the margins allow.
@@ -108,7 +158,7 @@ fn clip(label: &str) -> String {
         label.to_string()
     } else {
         let mut s: String = label.chars().take(MAX_LABEL_CHARS - 1).collect();
-        s.push('~');
+        s.push('…');
         s
     }
 }
@@ -130,7 +180,7 @@ struct Geometry {
 fn geometry(row_labels: &[String], col_labels: &[String]) -> Geometry {
     // Cells are never smaller than a glyph, so labels line up with them.
     let cell = if row_labels.len().max(col_labels.len()) > 60 { GLYPH + 2 } else { GLYPH + 8 };
-    let label_w = |ls: &[String]| ls.iter().map(|l| clip(l).chars().count()).max().unwrap_or(0) * GLYPH;
+    let label_w = |ls: &[String]| ls.iter().map(|l| text_width(&clip(l))).max().unwrap_or(0);
     let left = PAD + label_w(row_labels) + PAD;
     let top = PAD + GLYPH + PAD + label_w(col_labels) + PAD;
     Geometry { cell, left, top }
@@ -141,7 +191,7 @@ pub fn render(weights: &[f32], row_labels: &[String], col_labels: &[String], tit
     let (rows, cols) = (row_labels.len(), col_labels.len());
     assert_eq!(weights.len(), rows * cols, "heatmap: weights do not match the labels");
     let Geometry { cell, left, top } = geometry(row_labels, col_labels);
-    let title_w = title.chars().count() * GLYPH;
+    let title_w = text_width(title);
     let width = (left + cols * cell + PAD).max(PAD + title_w + PAD);
     let height = top + rows * cell + PAD;
     let mut img = Image::new(width, height);
@@ -151,7 +201,7 @@ pub fn render(weights: &[f32], row_labels: &[String], col_labels: &[String], tit
     }
     for (i, l) in row_labels.iter().enumerate() {
         let l = clip(l);
-        let x = left - PAD - l.chars().count() * GLYPH;
+        let x = left - PAD - text_width(&l);
         img.text(x, top + i * cell + (cell - GLYPH) / 2, &l, false);
     }
     for i in 0..rows {

@@ -524,10 +524,10 @@ pub fn log_sum_exp(row: &[f64]) -> f64 {
 pub fn top_k(row: &[f32], norm: f32, k: usize, eos_only: bool) -> Vec<(f64, u32)> {
     let key = |x: f32| if (x - norm).is_nan() { f64::NEG_INFINITY } else { (x - norm) as f64 };
     if eos_only {
-        return vec![(key(row[crate::EOS as usize]), crate::EOS)];
+        return vec![(key(row[crate::vocab::EOS as usize]), crate::vocab::EOS)];
     }
     let mut all: Vec<(f64, u32)> = (0..row.len() as u32)
-        .filter(|&j| j != crate::PAD && j != crate::BOS)
+        .filter(|&j| j != crate::vocab::PAD && j != crate::vocab::BOS)
         .map(|j| (key(row[j as usize]), j))
         .collect();
     all.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));

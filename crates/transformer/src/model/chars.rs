@@ -58,7 +58,7 @@ impl Transformer {
                 let first = r * s + span.start;
                 let p = batch.src_drop[first];
                 if p > 0.0 && uniform(ctx, first) < p as f64 {
-                    ids[r * s..][span].fill(crate::UNK);
+                    ids[r * s..][span].fill(crate::vocab::UNK);
                 }
             }
         }

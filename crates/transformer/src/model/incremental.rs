@@ -25,7 +25,7 @@ use crate::kernels::cpu::elementwise::bias_activation_forward;
 use crate::kernels::cpu::embedding::embedding_step;
 use crate::kernels::cpu::layer_norm::residual_layer_norm_forward;
 use crate::params::{AttnParams, NormParams};
-use crate::{PAD, UNK};
+use crate::vocab::{PAD, UNK};
 use rayon::prelude::*;
 
 /// Padded source tokens the encoder runs on at once in [`Transformer::encode`] (a batch holding
@@ -142,7 +142,7 @@ impl Transformer {
                 t: 1,
                 src: vec![PAD; gb * gs],
                 src_lens: group.iter().map(|x| x.len()).collect(),
-                tgt_in: vec![crate::BOS; gb],
+                tgt_in: vec![crate::vocab::BOS; gb],
                 tgt_out: vec![UNK; gb],
                 tgt_lens: vec![1; gb],
                 src_drop: Vec::new(),
@@ -244,8 +244,6 @@ impl Transformer {
         }
         let (d, v, f) = (c.d_model, c.vocab_size, c.d_ff);
         let (hk, hv) = (c.n_heads * c.d_k, c.n_heads * c.d_v);
-        let p = &self.params;
-        let o = &self.layout.offsets;
         for (buf, width) in [
             (&mut st.x, d),
             (&mut st.x2, d),
@@ -260,7 +258,20 @@ impl Transformer {
         ] {
             buf.resize(rows * width, 0.0);
         }
-        // §3.4: embedding · √D + position `len` (sinusoidal or learned).
+        self.embed_step(enc, st, tokens, rows)?;
+        for l in 0..c.n_layers {
+            self.decoder_layer_step(l, enc, st, rows);
+        }
+        st.len += 1;
+        self.output_lin().forward(&mut st.logits, &st.x, self.output_bias(), rows);
+        Ok(&st.logits)
+    }
+
+    /// The decoder's input at this step: embedding · √D + position `len` (§3.4), plus the parser's
+    /// pointer and next-closer inputs where the model has them.
+    fn embed_step(&self, enc: &Encoded, st: &mut DecoderState, tokens: &[u32], rows: usize) -> Result<()> {
+        let (d, v) = (self.config.d_model, self.config.vocab_size);
+        let (p, o) = (&self.params, &self.layout.offsets);
         let scale = self.embedding_scale();
         let pos = &self.positions()[st.len * d..(st.len + 1) * d];
         embedding_step(&mut st.x, tokens, self.embedding_rows(), pos, d, scale);
@@ -294,65 +305,65 @@ impl Transformer {
                 }
             }
         }
+        Ok(())
+    }
+
+    /// Decoder layer `l` at this step, on `st.x` in place: causal self-attention over the cache
+    /// (extended by this position's key and value), encoder–decoder attention, FFN.
+    fn decoder_layer_step(&self, l: usize, enc: &Encoded, st: &mut DecoderState, rows: usize) {
+        let c = &self.config;
+        let (hk, hv) = (c.n_heads * c.d_k, c.n_heads * c.d_v);
+        let lp = self.layout.offsets.decoder[l].params(&self.params);
         let t = st.len + 1; // keys visible to this step, the new one included
-        for (l, lo) in o.decoder.iter().enumerate() {
-            let lp = lo.params(p);
-            let pl = self.decoder_lins(l);
-            // Causal self-attention over the cache, extended by this position's key and value.
-            let nq = 2 * hk + hv;
-            pl.self_attn.q.forward(&mut st.proj, &st.x, Some(lp.self_attn.attn.b_qkv), rows);
-            // Row r's new key and value go to slot r.
-            let (cap, len) = (st.cap, st.len);
-            let proj = &st.proj;
-            st.keys[l]
-                .par_chunks_mut(cap * hk)
-                .zip(st.values[l].par_chunks_mut(cap * hv))
-                .take(rows)
-                .enumerate()
-                .for_each(|(r, (ks, vs))| {
-                    let pr = &proj[r * nq..(r + 1) * nq];
-                    ks[len * hk..][..hk].copy_from_slice(&pr[hk..2 * hk]);
-                    vs[len * hv..][..hv].copy_from_slice(&pr[2 * hk..]);
-                });
-            {
-                let (keys, values, proj, origin) = (&st.keys[l], &st.values[l], &st.proj, &st.origin);
-                attend(&mut st.ctx, c.n_heads, c.d_k, c.d_v, |r| {
-                    let q = &proj[r * nq..][..hk];
-                    let kv = KeyValues {
-                        k: keys,
-                        ldk: hk,
-                        v: values,
-                        ldv: hv,
-                        n: t,
-                        origin: Some((&origin[r * cap..][..t], cap * hk, cap * hv)),
-                    };
-                    (q, kv)
-                });
-            }
-            self.project_norm(pl.self_attn.o, &lp.self_attn.attn, &lp.self_attn.norm, st, rows);
-            // Encoder–decoder attention over the cached source keys and values.
-            pl.cross_attn.q.forward(&mut st.proj[..rows * hk], &st.x, Some(lp.cross_attn.attn.b_q), rows);
-            {
-                let (kv, proj, sent) = (&enc.cross_kv[l], &st.proj, &st.sent);
-                let ld = hk + hv;
-                attend(&mut st.ctx, c.n_heads, c.d_k, c.d_v, |r| {
-                    let i = sent[r];
-                    let base = i * enc.s * ld;
-                    let q = &proj[r * hk..][..hk];
-                    let n = enc.src_lens[i];
-                    (q, KeyValues { k: &kv[base..], ldk: ld, v: &kv[base + hk..], ldv: ld, n, origin: None })
-                });
-            }
-            self.project_norm(pl.cross_attn.o, &lp.cross_attn.attn, &lp.cross_attn.norm, st, rows);
-            // FFN.
-            pl.ffn.w_1.forward(&mut st.hidden, &st.x, None, rows);
-            bias_activation_forward(&mut st.hidden, lp.ffn.ffn.b_1, c.activation);
-            pl.ffn.w_2.forward(&mut st.y, &st.hidden, None, rows);
-            self.residual_norm(&lp.ffn.norm, lp.ffn.ffn.b_2, st);
+        let pl = self.decoder_lins(l);
+        // Causal self-attention over the cache, extended by this position's key and value.
+        let nq = 2 * hk + hv;
+        pl.self_attn.q.forward(&mut st.proj, &st.x, Some(lp.self_attn.attn.b_qkv), rows);
+        // Row r's new key and value go to slot r.
+        let (cap, len) = (st.cap, st.len);
+        let proj = &st.proj;
+        st.keys[l].par_chunks_mut(cap * hk).zip(st.values[l].par_chunks_mut(cap * hv)).take(rows).enumerate().for_each(
+            |(r, (ks, vs))| {
+                let pr = &proj[r * nq..(r + 1) * nq];
+                ks[len * hk..][..hk].copy_from_slice(&pr[hk..2 * hk]);
+                vs[len * hv..][..hv].copy_from_slice(&pr[2 * hk..]);
+            },
+        );
+        {
+            let (keys, values, proj, origin) = (&st.keys[l], &st.values[l], &st.proj, &st.origin);
+            attend(&mut st.ctx, c.n_heads, c.d_k, c.d_v, |r| {
+                let q = &proj[r * nq..][..hk];
+                let kv = KeyValues {
+                    k: keys,
+                    ldk: hk,
+                    v: values,
+                    ldv: hv,
+                    n: t,
+                    origin: Some((&origin[r * cap..][..t], cap * hk, cap * hv)),
+                };
+                (q, kv)
+            });
         }
-        st.len += 1;
-        self.output_lin().forward(&mut st.logits, &st.x, self.output_bias(), rows);
-        Ok(&st.logits)
+        self.project_norm(pl.self_attn.o, &lp.self_attn.attn, &lp.self_attn.norm, st, rows);
+        // Encoder–decoder attention over the cached source keys and values.
+        pl.cross_attn.q.forward(&mut st.proj[..rows * hk], &st.x, Some(lp.cross_attn.attn.b_q), rows);
+        {
+            let (kv, proj, sent) = (&enc.cross_kv[l], &st.proj, &st.sent);
+            let ld = hk + hv;
+            attend(&mut st.ctx, c.n_heads, c.d_k, c.d_v, |r| {
+                let i = sent[r];
+                let base = i * enc.s * ld;
+                let q = &proj[r * hk..][..hk];
+                let n = enc.src_lens[i];
+                (q, KeyValues { k: &kv[base..], ldk: ld, v: &kv[base + hk..], ldv: ld, n, origin: None })
+            });
+        }
+        self.project_norm(pl.cross_attn.o, &lp.cross_attn.attn, &lp.cross_attn.norm, st, rows);
+        // FFN.
+        pl.ffn.w_1.forward(&mut st.hidden, &st.x, None, rows);
+        bias_activation_forward(&mut st.hidden, lp.ffn.ffn.b_1, c.activation);
+        pl.ffn.w_2.forward(&mut st.y, &st.hidden, None, rows);
+        self.residual_norm(&lp.ffn.norm, lp.ffn.ffn.b_2, st);
     }
 
     /// W^O over the heads in `st.ctx`, then x ← LN(x + y + b^O).

@@ -27,7 +27,7 @@ use crate::kernels::cpu::matmul::Op;
 use crate::kernels::cpu::softmax_xent::{softmax_xent_forward_backward, XentSums};
 use crate::params::{LeaveOut, ParamLayout};
 use crate::precision::{Float, Precision};
-use crate::PAD;
+use crate::vocab::PAD;
 use std::sync::Arc;
 
 /// A padded batch of sentence pairs (B sentences, source length S, target length T), right-padded
@@ -78,10 +78,10 @@ impl Batch {
         for (i, (src, tgt)) in pairs.iter().enumerate() {
             batch.src[i * s..i * s + src.len()].copy_from_slice(src);
             batch.src_lens.push(src.len());
-            batch.tgt_in[i * t] = crate::BOS;
+            batch.tgt_in[i * t] = crate::vocab::BOS;
             batch.tgt_in[i * t + 1..i * t + 1 + tgt.len()].copy_from_slice(tgt);
             batch.tgt_out[i * t..i * t + tgt.len()].copy_from_slice(tgt);
-            batch.tgt_out[i * t + tgt.len()] = crate::EOS;
+            batch.tgt_out[i * t + tgt.len()] = crate::vocab::EOS;
             batch.tgt_lens.push(tgt.len() + 1);
         }
         batch

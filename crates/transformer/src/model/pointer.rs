@@ -91,8 +91,8 @@ impl PointerTable {
                 TokenClass::Piece { starts_word }
             })
             .collect();
-        for (id, class) in classes.iter_mut().enumerate().take(crate::SPECIAL_TOKENS) {
-            if id as u32 != crate::UNK {
+        for (id, class) in classes.iter_mut().enumerate().take(crate::vocab::SPECIAL_TOKENS) {
+            if id as u32 != crate::vocab::UNK {
                 *class = TokenClass::Structure;
             }
         }
@@ -113,7 +113,7 @@ impl PointerTable {
         }
         let bytes = (0..n)
             .map(|id| match classes[id] {
-                TokenClass::Piece { .. } if id as u32 != crate::UNK => {
+                TokenClass::Piece { .. } if id as u32 != crate::vocab::UNK => {
                     let piece = bpe.piece_of(id as u32).unwrap_or_default();
                     let mut b: Vec<u8> = piece.chars().filter_map(byte_level_byte).collect();
                     if b.first() == Some(&b' ') {
@@ -274,8 +274,7 @@ pub struct CloserStacks {
 /// An empty stack in [`CloserStacks`].
 pub const NO_OPEN: u32 = u32::MAX;
 
-/// Depths of the next-closer input's table: deeper stacks share its last row.
-pub const MAX_OPEN_DEPTH: usize = 32;
+pub use crate::params::MAX_OPEN_DEPTH;
 
 /// A next-closer id meaning "no next-closer input at this position" (training with
 /// `next_closer_dropout`).
@@ -305,7 +304,7 @@ impl CloserStacks {
     /// of depth (the open constituents, capped at MAX_OPEN_DEPTH − 1).
     pub fn closer(&self, top: u32) -> (u32, u32) {
         if top == NO_OPEN {
-            (crate::EOS, 0)
+            (crate::vocab::EOS, 0)
         } else {
             let (c, _, depth) = self.nodes[top as usize];
             (c, depth.min(MAX_OPEN_DEPTH as u32 - 1))
@@ -316,7 +315,7 @@ impl CloserStacks {
 /// The next-closer ids and depth rows of a padded batch: (B, T) each, position t of row b after
 /// `tgt_in[b, ..=t]`; (EOS, 0) on padding.
 pub fn batch_closers(table: &PointerTable, batch: &super::Batch) -> (Vec<u32>, Vec<u32>) {
-    let mut ids = vec![crate::EOS; batch.b * batch.t];
+    let mut ids = vec![crate::vocab::EOS; batch.b * batch.t];
     let mut depths = vec![0; batch.b * batch.t];
     let mut stacks = CloserStacks::default();
     for b in 0..batch.b {
@@ -393,8 +392,18 @@ mod tests {
         let mut top = NO_OPEN;
         // BOS (S (NP NN x )NP (X )S )S )S: the stray closes at the end are ignored.
         let feed = [S, os, onp, T, P, c, ox, c, c, c];
-        let want =
-            [(crate::EOS, 0), (5, 1), (7, 2), (7, 2), (7, 2), (5, 1), (8, 2), (5, 1), (crate::EOS, 0), (crate::EOS, 0)];
+        let want = [
+            (crate::vocab::EOS, 0),
+            (5, 1),
+            (7, 2),
+            (7, 2),
+            (7, 2),
+            (5, 1),
+            (8, 2),
+            (5, 1),
+            (crate::vocab::EOS, 0),
+            (crate::vocab::EOS, 0),
+        ];
         let got: Vec<(u32, u32)> = feed
             .iter()
             .map(|&k| {

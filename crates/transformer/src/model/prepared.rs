@@ -9,6 +9,7 @@
 //! is not prepared (training), on W in the parameters at the model's [`Float`] precision.
 
 use super::Transformer;
+use crate::config::ModelConfig;
 use crate::error::{Error, Result};
 use crate::kernels::cpu::embedding::Rows;
 use crate::kernels::cpu::int8::QuantizedLinear;
@@ -16,7 +17,6 @@ use crate::kernels::cpu::linear::linear_forward;
 use crate::kernels::cpu::packed::PackedLinear;
 use crate::params::{AttnParams, FfnParams, ParamLayout};
 use crate::precision::{Float, Precision};
-use crate::ModelConfig;
 
 /// Which kernels a prepared model's products run on.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -21,6 +21,15 @@ pub struct ModelSection {
     pub overrides: toml::Table,
 }
 
+impl ModelSection {
+    /// Sets the columns `change` gives, as the file's own fields would (a change to a field the
+    /// section already sets replaces it).
+    pub fn change(&mut self, change: &crate::config::ModelChange) {
+        let fields = toml::Table::try_from(change).expect("a model change serialises to TOML");
+        self.overrides.extend(fields);
+    }
+}
+
 /// [`ModelConfig`] fields the model section cannot set: the vocabulary size is the BPE model's,
 /// LayerNorm's ε is fixed (a choice where the paper is silent, see docs/deviations.md).
 const FIXED_MODEL_FIELDS: [&str; 2] = ["vocab_size", "layer_norm_eps"];
@@ -395,11 +404,11 @@ impl RunConfig {
                 return bad(format!("{name} = {v} exceeds the supported maximum of {max}"));
             }
         }
-        if d.vocab_size <= crate::SPECIAL_TOKENS {
+        if d.vocab_size <= crate::vocab::SPECIAL_TOKENS {
             return bad(format!(
                 "data.vocab_size = {} must exceed the {} special tokens",
                 d.vocab_size,
-                crate::SPECIAL_TOKENS
+                crate::vocab::SPECIAL_TOKENS
             ));
         }
         if t.valid_f1_beam == 0 || t.valid_f1_beam > crate::decode::beam::MAX_BEAM {

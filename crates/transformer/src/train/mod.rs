@@ -8,6 +8,7 @@ mod prepare;
 pub mod run;
 pub mod run_dir;
 pub mod schedule;
+mod state;
 pub mod trainer;
 mod validation;
 

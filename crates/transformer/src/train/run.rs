@@ -11,6 +11,8 @@ use super::prepare::{batch_of, prepare, Data};
 pub use super::run_dir::list_checkpoints;
 use super::run_dir::RunDir;
 use super::schedule::Schedule;
+use super::state::checkpoint_extra;
+pub use super::state::RunState;
 use super::trainer::Trainer;
 use super::validation::{self, Validated, F1};
 pub use super::validation::{ValidLoss, BEST};
@@ -19,43 +21,11 @@ use crate::config::ModelConfig;
 use crate::data::batching::epoch_order;
 use crate::error::{Error, Result};
 use crate::eval::perplexity::SourceReading;
+use crate::events::{Events, Update};
 use crate::model::Batch;
 use crate::task::{Task, Validation};
-use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
-
-/// Where a run is: saved in every checkpoint so a restart continues exactly.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct RunState {
-    /// Updates done.
-    pub step: u64,
-    /// Forward/backward passes done, by every worker of the run (a batch's position keys its
-    /// dropout masks).
-    pub passes: u64,
-    /// Current epoch (0-based).
-    pub epoch: u64,
-    /// Batches of the current epoch's order already consumed.
-    pub cursor: usize,
-    /// Seconds of training over all processes.
-    pub elapsed_s: f64,
-    /// Parsing: the best validation F1 so far (its checkpoint is `best.safetensors`).
-    #[serde(default)]
-    pub best_f1: Option<f64>,
-    /// How many records `metrics.jsonl` held when this state was saved: a run resumed from it
-    /// keeps those and drops the ones written after, which it writes again (none twice). `None`
-    /// in a live state and in checkpoints of older runs (those drop the records after `step`).
-    #[serde(default)]
-    pub metrics_records: Option<u64>,
-    /// The step at which the run scored its final model's F1 at the end: a run resumed there
-    /// with nothing left to train does not score it again.
-    #[serde(default)]
-    pub f1_scored_at: Option<u64>,
-    /// The step at which the run did all its end-of-run work (final F1, the average's F1): a run
-    /// resumed there with nothing left to train does not do it again.
-    #[serde(default)]
-    pub ended_at: Option<u64>,
-}
 
 /// What a run did.
 #[derive(Clone, Debug, PartialEq)]
@@ -91,69 +61,6 @@ impl std::fmt::Display for StopReason {
             StopReason::TimeLimit(m) => write!(f, "time limit of {m} minutes"),
         }
     }
-}
-
-/// Where training is, after every update: what a progress bar shows.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Progress {
-    /// Updates done.
-    pub step: u64,
-    /// Current epoch (1-based).
-    pub epoch: u64,
-    /// Batches of this epoch consumed, of `epoch_batches`.
-    pub cursor: usize,
-    /// Batches in an epoch.
-    pub epoch_batches: usize,
-    /// Label-smoothed training loss per target token of this update.
-    pub loss: f64,
-    /// Learning rate of this update.
-    pub lr: f64,
-    /// Target tokens per second since the previous [`Progress`] of this process.
-    pub tokens_per_s: f64,
-    /// Seconds of training over every process of the run.
-    pub elapsed_s: f64,
-    /// Seconds left by the time or step limit (the nearer), when there is one.
-    pub eta_s: Option<f64>,
-    /// The run's whole budget in seconds, when it has a time limit.
-    pub limit_s: Option<f64>,
-    /// Validation perplexity at the last validation of this process, if any.
-    pub valid_perplexity: Option<f64>,
-}
-
-impl Progress {
-    /// The one-line form written to logs: epoch, step, loss, speed, learning rate, ETA.
-    pub fn line(&self) -> String {
-        let eta = self.eta_s.map(|s| format!("  ETA {:.0} min {:02.0} s", (s / 60.0).floor(), s % 60.0));
-        let ppl = self.valid_perplexity.map(|p| format!("  valid ppl {p:.2}"));
-        format!(
-            "epoch {} step {} ({}/{} batches)  loss {:.4}  {:.0} tgt tok/s  lr {:.2e}{}{}",
-            self.epoch,
-            self.step,
-            self.cursor,
-            self.epoch_batches,
-            self.loss,
-            self.tokens_per_s,
-            self.lr,
-            ppl.unwrap_or_default(),
-            eta.unwrap_or_default()
-        )
-    }
-}
-
-/// The metadata a run's checkpoints carry: its position, its task and (parsing) its tree format.
-pub(super) fn checkpoint_extra(
-    state: &RunState,
-    data: &super::config::DataSection,
-) -> std::collections::BTreeMap<String, String> {
-    let mut extra: std::collections::BTreeMap<String, String> = [
-        ("run_state".to_string(), serde_json::to_string(state).expect("state serialises")),
-        (checkpoint::TASK_KEY.to_string(), data.task.name().to_string()),
-    ]
-    .into();
-    if data.task == Task::Parsing {
-        extra.insert(checkpoint::TREE_FORMAT_KEY.to_string(), data.tree_format.name().to_string());
-    }
-    extra
 }
 
 /// What a run's checkpoints must have been written for to resume from: the model, the vocabulary
@@ -230,41 +137,18 @@ fn resume_newest_good(
     )))
 }
 
-/// Runs (or resumes) training in one process. `log` receives one-line messages, among them a
-/// progress line every 2 s.
-pub fn run(cfg: &RunConfig, log: &mut dyn FnMut(&str)) -> Result<RunSummary> {
-    let log = std::cell::RefCell::new(log);
-    let mut last = Instant::now();
-    run_with_progress(cfg, &mut |m| (*log.borrow_mut())(m), &mut |p| {
-        if last.elapsed().as_secs_f64() >= 2.0 {
-            (*log.borrow_mut())(&p.line());
-            last = Instant::now();
-        }
-    })
+/// Runs (or resumes) training in one process, telling `events` every message and an [`Update`]
+/// after every update ([`crate::events::Lines`] writes one as a line every 2 s).
+pub fn run(cfg: &RunConfig, events: &mut dyn Events) -> Result<RunSummary> {
+    run_distributed(cfg, &SingleProcess, events)
 }
 
-/// Runs (or resumes) training in one process like [`run`], giving `progress` a [`Progress`] after
-/// every update (for a progress bar) and `log` every other message.
-pub fn run_with_progress(
-    cfg: &RunConfig,
-    log: &mut dyn FnMut(&str),
-    progress: &mut dyn FnMut(&Progress),
-) -> Result<RunSummary> {
-    run_distributed(cfg, &SingleProcess, log, progress)
-}
-
-/// Runs (or resumes) training like [`run_with_progress`] as one of the workers of `comm` (data
-/// parallelism, see [`super::distributed`]): every worker calls this with the same configuration
-/// and data (checked at the start) and the same run directory; rank 0 writes it, logs, reports
-/// progress and validates, and the others only compute their share of each update. With
-/// [`SingleProcess`] this is [`run_with_progress`].
-pub fn run_distributed(
-    cfg: &RunConfig,
-    comm: &dyn Collective,
-    log: &mut dyn FnMut(&str),
-    progress: &mut dyn FnMut(&Progress),
-) -> Result<RunSummary> {
-    let mut run = Run::start(cfg, comm, Rank0::new(comm.is_root(), log, progress))?;
+/// Runs (or resumes) training like [`run`] as one of the workers of `comm` (data parallelism, see
+/// [`super::distributed`]): every worker calls this with the same configuration and data (checked
+/// at the start) and the same run directory; rank 0 writes it, tells `events`, and validates, and
+/// the others only compute their share of each update. With [`SingleProcess`] this is [`run`].
+pub fn run_distributed(cfg: &RunConfig, comm: &dyn Collective, events: &mut dyn Events) -> Result<RunSummary> {
+    let mut run = Run::start(cfg, comm, Rank0::new(comm.is_root(), events))?;
     let stopped = 'run: loop {
         if cfg.train.max_epochs.is_some_and(|e| run.state.epoch >= e) {
             break StopReason::Epochs(run.state.epoch);
@@ -281,22 +165,17 @@ pub fn run_distributed(
     run.finish(stopped)
 }
 
-/// Where a run's messages go.
-type Log<'a> = &'a mut dyn FnMut(&str);
-/// Where a run's progress reports go.
-type Report<'a> = &'a mut dyn FnMut(&Progress);
-
-/// What rank 0 does and the other workers of a data-parallel run do not: it logs, reports
-/// progress, writes the run directory, and runs the F1 validations that keep the best checkpoint.
+/// What rank 0 does and the other workers of a data-parallel run do not: it tells the events,
+/// writes the run directory, and runs the F1 validations that keep the best checkpoint.
 /// (The others skip the loss validations too: theirs give NaN, and they record nothing.)
 struct Rank0<'a> {
     /// `None` on the other workers.
-    voice: Option<(Log<'a>, Report<'a>)>,
+    voice: Option<&'a mut dyn Events>,
 }
 
 impl<'a> Rank0<'a> {
-    fn new(root: bool, log: &'a mut dyn FnMut(&str), progress: &'a mut dyn FnMut(&Progress)) -> Self {
-        Rank0 { voice: root.then_some((log, progress)) }
+    fn new(root: bool, events: &'a mut dyn Events) -> Self {
+        Rank0 { voice: root.then_some(events) }
     }
 
     fn is_root(&self) -> bool {
@@ -304,21 +183,21 @@ impl<'a> Rank0<'a> {
     }
 
     fn log(&mut self, m: &str) {
-        if let Some((log, _)) = &mut self.voice {
-            log(m);
+        if let Some(events) = &mut self.voice {
+            events.log(m);
         }
     }
 
-    fn progress(&mut self, p: &Progress) {
-        if let Some((_, progress)) = &mut self.voice {
-            progress(p);
+    fn update(&mut self, u: &Update) {
+        if let Some(events) = &mut self.voice {
+            events.update(u);
         }
     }
 
     /// The run directory: rank 0 opens (and locks) it, the others follow what rank 0 writes.
     fn run_dir(&mut self, t: &TrainSection) -> Result<RunDir> {
         match &mut self.voice {
-            Some((log, _)) => RunDir::open(&t.output_dir, t.keep_last, *log),
+            Some(events) => RunDir::open(&t.output_dir, t.keep_last, &mut |m| events.log(m)),
             None => Ok(RunDir::follow(&t.output_dir, t.keep_last)),
         }
     }
@@ -498,7 +377,7 @@ impl<'a> Run<'a> {
         )?;
         let by_steps = t.max_steps.map(|m| self.clock.per_step(state.step) * m.saturating_sub(state.step) as f64);
         let by_time = t.time_limit_minutes.map(|m| (m * 60.0 - self.clock.elapsed()).max(0.0));
-        let report = Progress {
+        let report = Update {
             step: state.step,
             epoch: state.epoch + 1,
             cursor: state.cursor,
@@ -514,7 +393,7 @@ impl<'a> Run<'a> {
             limit_s: t.time_limit_minutes.map(|m| m * 60.0),
             valid_perplexity: self.valid_perplexity,
         };
-        self.rank0.progress(&report);
+        self.rank0.update(&report);
         // A validation due at the epoch's last update is the epoch's own ([`Run::end_epoch`] runs
         // next, at the same step): validating here too would record the step twice.
         let epoch_ends = self.state.cursor == n_batches;

@@ -291,6 +291,12 @@ pub fn list_checkpoints(dir: &Path) -> Result<Vec<(u64, PathBuf)>> {
     Ok(out)
 }
 
+/// The newest `k` checkpoints in `dir` as (step, path), oldest first: what §6.1 averages.
+pub fn last_checkpoints(dir: &Path, k: usize) -> Result<Vec<(u64, PathBuf)>> {
+    let all = list_checkpoints(dir)?;
+    Ok(all[all.len().saturating_sub(k)..].to_vec())
+}
+
 /// One line of `metrics.jsonl` as a record: UTF-8 holding a JSON object, else `None`.
 fn metrics_record(line: &[u8]) -> Option<serde_json::Value> {
     std::str::from_utf8(line)

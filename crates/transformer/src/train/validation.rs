@@ -6,8 +6,8 @@
 use super::config::RunConfig;
 use super::distributed::Collective;
 use super::prepare::Data;
-use super::run::{checkpoint_extra, RunState};
-use super::run_dir::{list_checkpoints, RunDir};
+use super::run_dir::{last_checkpoints, RunDir};
+use super::state::{checkpoint_extra, RunState};
 use super::trainer::Trainer;
 use crate::checkpoint;
 use crate::data::batching::BatchConfig;
@@ -134,7 +134,7 @@ fn validate_f1(model: Transformer, data: &Data, cfg: &RunConfig) -> Result<(f64,
         })
         .collect();
     let popts = cfg.train.valid_f1_parse_options();
-    let scored = translator.parse_and_score(&sentences, &gold, &popts, &mut |_| {}, &mut |_, _| {})?;
+    let scored = translator.parse_and_score(&sentences, &gold, &popts, &mut ())?;
     let f1 = scored.report.all.fmeasure;
     Ok((if f1.is_finite() { f1 } else { 0.0 }, scored.malformed()))
 }
@@ -175,8 +175,8 @@ impl F1<'_> {
     /// keeps it as `best.safetensors` when it beats the best so far.
     pub fn average(&self, trainer: &Trainer, state: &mut RunState, log: &mut dyn FnMut(&str)) -> Result<()> {
         let n = self.cfg.train.valid_f1_average;
-        let all = list_checkpoints(&self.cfg.train.output_dir)?;
-        let newest: Vec<PathBuf> = all.iter().skip(all.len().saturating_sub(n)).map(|(_, p)| p.clone()).collect();
+        let last = last_checkpoints(&self.cfg.train.output_dir, n)?;
+        let newest: Vec<PathBuf> = last.iter().map(|(_, p)| p.clone()).collect();
         if n < 2 || newest.len() < 2 {
             if n >= 2 {
                 log(&format!("validation F1 of an average: skipped, the run has {} checkpoint(s)", newest.len()));
@@ -185,7 +185,7 @@ impl F1<'_> {
         }
         let start = Instant::now();
         let averaged = checkpoint::average(&newest)?;
-        let first_step = all[all.len() - newest.len()].0;
+        let first_step = last.first().map_or(0, |l| l.0);
         let model = Transformer::from_params(averaged.config.clone(), averaged.params.clone())?
             .with_precision(trainer.model().precision())?;
         let (f1, malformed) = validate_f1(model, self.data, self.cfg)?;

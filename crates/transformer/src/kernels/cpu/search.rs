@@ -3,7 +3,7 @@
 //! writes a normalised copy of the (rows × V) scores.
 
 use super::elementwise::{exp_sum, max, row_is_finite};
-use crate::{BOS, EOS, PAD};
+use crate::vocab::{BOS, EOS, PAD};
 use multiversion::multiversion;
 
 /// The `k` best next tokens of one row (never PAD or BOS; only EOS when `eos_only`), as

@@ -2,28 +2,27 @@
 //! language pair) to a trained, averaged, evaluated model with a report. Every step is one of the
 //! library's own objects: [`fetch_verified`] for the data, a [`RunConfig`] (the shipped
 //! `configs/multi30k-en-de.toml`, with paths, budget and checkpoint interval set here) trained by
-//! [`run_with_progress`], [`checkpoint::average`], a [`Translator`] for the test set, the examples
+//! [`crate::train::run::run`], [`super::average_last`], a [`Translator`] for the test set, the examples
 //! and the attention map. Running it again in the same output directory resumes: verified data and
 //! the learned BPE are reused, training continues from its last checkpoint (and stops at once when
-//! its budget is spent), and the later steps are redone from the files. [`parsing`] is the same
+//! its budget is spent), and the later steps are redone from the files. [`super::parsing`] is the same
 //! job for constituency parsing (§6.3) on the Penn Treebank sample.
 
-pub mod parsing;
-
-use crate::checkpoint;
-use crate::data::download::{fetch_verified, multi30k_pair, Source};
+use super::{
+    average_last, lock_output, short_number, translate_and_score, Multi30kFiles, Scored, MAX_MINUTES, MULTI30K_CONFIG,
+    MULTI30K_ORIGIN,
+};
+use crate::data::download::{multi30k_pair, Source};
+use crate::data::ptb_sample::SAMPLE_SPLIT;
 use crate::decode::translator::{DecodeOptions, SessionOptions, Translator};
 use crate::error::{Error, Result};
-use crate::eval::bleu::{corpus_bleu, BleuConfig, BleuScore};
-use crate::eval::chrf::{corpus_chrf, ChrfConfig, ChrfScore};
+use crate::eval::bleu::BleuScore;
+use crate::eval::chrf::ChrfScore;
+use crate::events::Events;
 use crate::io::{io_err, write_atomically};
 use crate::task::Task;
-use crate::train::run::{list_checkpoints, run_with_progress, Progress, RunConfig};
+use crate::train::run::{run as train_run, RunConfig};
 use std::path::{Path, PathBuf};
-
-/// The shipped Multi30k configuration: the quick start trains exactly this recipe, on a shorter
-/// budget.
-pub const MULTI30K_CONFIG: &str = include_str!("../../../configs/multi30k-en-de.toml");
 
 /// English sentences in the style of Multi30k's image captions, translated at the end.
 pub const EXAMPLES: [&str; 5] = [
@@ -60,7 +59,7 @@ pub struct QuickstartOptions {
     /// Validate (perplexity on val) every this many updates, besides at every epoch's end.
     pub valid_steps: u64,
     /// What to train: translation on Multi30k ([`run`]) or parsing on a treebank
-    /// ([`parsing::run`]).
+    /// ([`super::parsing::run`]).
     pub task: Task,
     /// Parsing: the treebank, a directory searched for `.mrg` files (where `transformer data
     /// ptb-sample` puts the sample, or a full WSJ copy).
@@ -85,23 +84,11 @@ impl Default for QuickstartOptions {
             valid_steps: 200,
             task: Task::Translation,
             treebank: PathBuf::from(crate::data::ptb_sample::PTB_SAMPLE_DIR),
-            train_files: parsing::SAMPLE_SPLIT[0].into(),
-            valid_files: parsing::SAMPLE_SPLIT[1].into(),
-            test_files: parsing::SAMPLE_SPLIT[2].into(),
+            train_files: SAMPLE_SPLIT[0].into(),
+            valid_files: SAMPLE_SPLIT[1].into(),
+            test_files: SAMPLE_SPLIT[2].into(),
         }
     }
-}
-
-/// What the quick start tells its front end as it goes.
-pub trait Observer {
-    /// A step begins (a short title, e.g. "training").
-    fn stage(&mut self, name: &str);
-    /// A message.
-    fn log(&mut self, message: &str);
-    /// After every training update.
-    fn train(&mut self, _progress: &Progress) {}
-    /// After every decoded batch of the test set (translated, or parsed): sentences done of total.
-    fn translate(&mut self, _done: usize, _total: usize) {}
 }
 
 /// One translated example.
@@ -195,7 +182,7 @@ impl QuickstartReport {
 /// What an output directory was made for, in `quickstart.json`: the task, and the language pair
 /// or the treebank's split. A directory made for one is never resumed with another (the run would
 /// go on training the first model, with its vocabulary, on other data).
-fn check_marker(out: &Path, want: &serde_json::Value) -> Result<()> {
+pub(super) fn check_marker(out: &Path, want: &serde_json::Value) -> Result<()> {
     let marker = out.join("quickstart.json");
     match std::fs::read_to_string(&marker) {
         Ok(text) => {
@@ -231,64 +218,29 @@ fn marker_name(v: &serde_json::Value) -> String {
     }
 }
 
-/// The longest training budget a quick start takes: a week (`--minutes` above it is refused before
-/// anything is written, and no report suggests more).
-pub const MAX_MINUTES: f64 = 7.0 * 24.0 * 60.0;
-
 /// The budget a report suggests for training longer: three times this one, within
 /// [`MAX_MINUTES`]; `None` when this one is already the longest.
-fn longer_minutes(minutes: f64) -> Option<f64> {
+pub(super) fn longer_minutes(minutes: f64) -> Option<f64> {
     (minutes < MAX_MINUTES).then(|| (minutes * 3.0).min(MAX_MINUTES))
 }
 
-/// `x` with at most two decimals and no trailing zeros: 30, 0.75, 1.33. Numbers that two decimals
-/// would show as 0, and very large ones, are written with an exponent (`3e-7`, `1e308`), so that
-/// no message advises `--minutes 0` or prints 309 digits.
-pub fn short_number(x: f64) -> String {
-    if x != 0.0 && x.is_finite() && !(0.005..1e6).contains(&x.abs()) {
-        return format!("{x:e}");
-    }
-    let s = format!("{x:.2}");
-    s.trim_end_matches('0').trim_end_matches('.').to_string()
-}
-
 /// The run configuration the quick start trains: the shipped Multi30k recipe, reading the copied
-/// data in `data`, writing to `run`, with the budget and checkpoint interval of `opts`.
-pub fn run_config(opts: &QuickstartOptions, data: &[PathBuf], run: &Path) -> Result<RunConfig> {
-    let quote = |p: &Path| format!("{:?}", p.display().to_string());
-    let overrides = vec![
-        format!("data.train_src={}", quote(&data[0])),
-        format!("data.train_tgt={}", quote(&data[1])),
-        format!("data.valid_src={}", quote(&data[2])),
-        format!("data.valid_tgt={}", quote(&data[3])),
-        format!("data.bpe={}", quote(&run.join("bpe.json"))),
-        format!("train.output_dir={}", quote(run)),
-        format!("train.time_limit_minutes={}", opts.minutes),
-        format!("train.checkpoint_minutes={}", opts.minutes / CHECKPOINTS_PER_RUN),
-        format!("train.keep_last={AVERAGE_LAST}"),
-        format!("train.valid_steps={}", opts.valid_steps),
-    ];
-    RunConfig::from_toml(MULTI30K_CONFIG, "configs/multi30k-en-de.toml (built in)", &overrides)
-}
-
-/// Locks a quick start's output directory for all of its work, so that a second quick start on the
-/// same `--output` stops at once with a message naming the flag; then removes the temporary files
-/// a quick start killed while writing its report or model left there.
-fn lock_output(out: &Path, obs: &mut dyn Observer) -> Result<crate::train::run_dir::DirLock> {
-    let lock = crate::train::run_dir::DirLock::acquire(out, &mut |m| obs.log(m)).map_err(|e| match e {
-        Error::RunDirLocked { dir, pid, host } => Error::Config(format!(
-            "{}: another quick start (pid {pid} on {host}) is using this directory; wait for it to end, \
-             stop it, or give another --output",
-            dir.display()
-        )),
-        e => e,
-    })?;
-    crate::train::run_dir::remove_dead_temp_files(out)?;
-    Ok(lock)
+/// `files`, writing to `run`, with the budget and checkpoint interval of `opts`.
+pub fn run_config(opts: &QuickstartOptions, files: &Multi30kFiles, run: &Path) -> Result<RunConfig> {
+    let mut cfg = RunConfig::from_toml(MULTI30K_CONFIG, MULTI30K_ORIGIN, &[])?;
+    files.train_on(&mut cfg.data);
+    cfg.data.bpe = run.join("bpe.json");
+    let t = &mut cfg.train;
+    t.output_dir = run.to_path_buf();
+    t.time_limit_minutes = Some(opts.minutes);
+    t.checkpoint_minutes = opts.minutes / CHECKPOINTS_PER_RUN;
+    t.keep_last = AVERAGE_LAST;
+    t.valid_steps = Some(opts.valid_steps);
+    Ok(cfg)
 }
 
 /// Checks the options every quick start shares.
-fn check_common(opts: &QuickstartOptions) -> Result<()> {
+pub(super) fn check_common(opts: &QuickstartOptions) -> Result<()> {
     if !(opts.minutes.is_finite() && opts.minutes > 0.0) {
         return Err(Error::Config(format!("--minutes {} must be a positive number", short_number(opts.minutes))));
     }
@@ -305,16 +257,10 @@ fn check_common(opts: &QuickstartOptions) -> Result<()> {
     Ok(())
 }
 
-/// Runs the translation quick start (or resumes it): see the module's documentation.
-pub fn run(opts: &QuickstartOptions, obs: &mut dyn Observer) -> Result<QuickstartReport> {
-    if opts.task != Task::Translation {
-        return Err(Error::Config(format!(
-            "quickstart::run trains translation, not {}: see parsing::run",
-            opts.task.name()
-        )));
-    }
-    check_common(opts)?;
-    let wanted = multi30k_pair(&opts.src, &opts.tgt)?;
+/// Where the language pair of `opts` comes from: built in (English and German), or the directory
+/// of downloaded files, which must exist.
+fn data_source(opts: &QuickstartOptions) -> Result<Source> {
+    multi30k_pair(&opts.src, &opts.tgt)?; // languages checked before anything is written
     let builtin = ["en", "de"].contains(&opts.src.as_str()) && ["en", "de"].contains(&opts.tgt.as_str());
     let source = if builtin { Source::Embedded } else { Source::Dir(opts.data_dir.clone()) };
     if !builtin && !opts.data_dir.is_dir() {
@@ -326,73 +272,67 @@ pub fn run(opts: &QuickstartOptions, obs: &mut dyn Observer) -> Result<Quickstar
             opts.data_dir.display()
         )));
     }
+    Ok(source)
+}
+
+/// Runs the translation quick start (or resumes it): see the module's documentation.
+pub fn run(opts: &QuickstartOptions, events: &mut dyn Events) -> Result<QuickstartReport> {
+    if opts.task != Task::Translation {
+        return Err(Error::Config(format!(
+            "quickstart::run trains translation, not {}: see parsing::run",
+            opts.task.name()
+        )));
+    }
+    check_common(opts)?;
+    let source = data_source(opts)?;
     let out = &opts.output;
     std::fs::create_dir_all(out).map_err(io_err(out))?;
-    let _lock = lock_output(out, obs)?;
+    let _lock = lock_output(out, "quick start", events)?;
     let task = Task::Translation.name();
     check_marker(out, &serde_json::json!({ "task": task, "src": opts.src, "tgt": opts.tgt }))?;
     let mut files: Vec<(String, PathBuf)> = Vec::new();
 
-    obs.stage("data");
-    let data = fetch_verified(&source, &wanted, &out.join("data"), &mut |m| obs.log(m))?;
+    events.stage("data");
+    let data = Multi30kFiles::fetch(&source, &opts.src, &opts.tgt, &out.join("data"), events)?;
     files.push(("data (verified copy)".into(), out.join("data")));
 
-    obs.stage("training");
+    events.stage("training");
     let run_dir = out.join("run");
     let cfg = run_config(opts, &data, &run_dir)?;
-    let summary = {
-        let obs = std::cell::RefCell::new(&mut *obs);
-        run_with_progress(&cfg, &mut |m| obs.borrow_mut().log(m), &mut |p| obs.borrow_mut().train(p))?
-    };
+    let summary = train_run(&cfg, events)?;
     files.push(("run directory".into(), run_dir.clone()));
     files.push(("vocabulary".into(), run_dir.join("bpe.json")));
     files.push(("learning curve".into(), run_dir.join("learning_curve.svg")));
     files.push(("metrics".into(), run_dir.join("metrics.jsonl")));
 
-    obs.stage("averaging");
-    let all = list_checkpoints(&run_dir)?;
-    let last: Vec<PathBuf> = all.iter().rev().take(AVERAGE_LAST).rev().map(|(_, p)| p.clone()).collect();
-    let avg = checkpoint::average(&last)?;
+    events.stage("averaging");
     let model_path = out.join("model.safetensors");
-    checkpoint::save(&model_path, &avg)?;
-    obs.log(&format!("averaged {} checkpoints -> {}", last.len(), model_path.display()));
+    let (_, averaged) = average_last(&run_dir, AVERAGE_LAST, &model_path)?;
+    events.log(&format!("averaged {averaged} checkpoints -> {}", model_path.display()));
     files.push(("model".into(), model_path.clone()));
 
-    obs.stage("evaluating");
+    events.stage("evaluating");
     let translator = Translator::load(&model_path, &run_dir.join("bpe.json"), SessionOptions::default())?;
     let read = |p: &Path| crate::data::corpus::read_lines(p);
-    let (mut test_src, mut test_ref) = (read(&data[4])?, read(&data[5])?);
+    let (mut test_src, mut test_ref) = (read(&data.test.src)?, read(&data.test.tgt)?);
     if let Some(n) = opts.test_sentences {
         test_src.truncate(n);
         test_ref.truncate(n);
     }
-    let topts = DecodeOptions::default();
-    let (hyps, _) = {
-        let obs = std::cell::RefCell::new(&mut *obs);
-        translator.translate_with_progress(
-            &test_src,
-            &topts,
-            &mut |w| obs.borrow_mut().log(&format!("warning: {w}")),
-            &mut |d, t| obs.borrow_mut().translate(d, t),
-        )?
-    };
-    let hyps: Vec<String> = hyps.into_iter().map(|mut n| std::mem::take(&mut n[0].text)).collect();
+    let Scored { hyps, bleu, chrf } = translate_and_score(&translator, &test_src, test_ref, events)?;
     let hyp_path = out.join(format!("test_2016_flickr.hyp.{}", opts.tgt));
     let mut text = hyps.join("\n");
     text.push('\n');
     write_atomically(&hyp_path, text.as_bytes())?;
     files.push(("test translations".into(), hyp_path));
-    let refs = vec![test_ref];
-    let bleu = corpus_bleu(&hyps, &refs, &BleuConfig::default());
-    let chrf = corpus_chrf(&hyps, &refs, &ChrfConfig::default());
 
-    obs.stage("examples");
+    events.stage("examples");
     let sources: Vec<String> = if opts.src == "en" {
         EXAMPLES.iter().map(|s| s.to_string()).collect()
     } else {
-        read(&data[2])?.into_iter().take(EXAMPLES.len()).collect()
+        read(&data.valid.src)?.into_iter().take(EXAMPLES.len()).collect()
     };
-    let (outs, _) = translator.translate(&sources, &topts, &mut |w| obs.log(&format!("warning: {w}")))?;
+    let (outs, _) = translator.translate(&sources, &DecodeOptions::default(), events)?;
     // The first example's output tokens, for its attention map.
     #[cfg(feature = "heatmap")]
     let first_tokens = outs[0][0].hypothesis.tokens.clone();
@@ -415,7 +355,7 @@ pub fn run(opts: &QuickstartOptions, obs: &mut dyn Observer) -> Result<Quickstar
         train_seconds: summary.state.elapsed_s,
         stopped: summary.stopped.to_string(),
         valid_perplexity: summary.valid.perplexity(),
-        averaged: last.len(),
+        averaged,
         test_sentences: hyps.len(),
         bleu,
         chrf,

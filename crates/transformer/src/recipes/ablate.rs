@@ -11,15 +11,17 @@
 //! `transformer train` run) and its `result.json` once it is scored; `table.md`, `table.csv` and
 //! `bleu.svg` are written at the end from the results.
 
-use crate::checkpoint;
-use crate::config::{ModelConfig, Positions, Preset};
-use crate::data::download::{fetch_verified, multi30k_pair, Source};
-use crate::decode::translator::{DecodeOptions, SessionOptions, Translator};
+use super::{
+    average_last, lock_output, short_number, translate_and_score, Multi30kFiles, MAX_MINUTES, MULTI30K_CONFIG,
+    MULTI30K_ORIGIN,
+};
+use crate::config::{ModelChange, ModelConfig, Preset};
+use crate::data::download::Source;
+use crate::decode::translator::{SessionOptions, Translator};
 use crate::error::{Error, Result};
-use crate::eval::bleu::{corpus_bleu, BleuConfig};
+use crate::events::Events;
 use crate::io::{io_err, write_atomically};
-use crate::quickstart::{short_number, Observer, MAX_MINUTES, MULTI30K_CONFIG};
-use crate::train::run::{list_checkpoints, run_with_progress, RunConfig};
+use crate::train::run::{run as train_run, RunConfig};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -62,7 +64,7 @@ impl Default for AblateOptions {
             budget: Budget::Minutes(5.0),
             seeds: 1,
             dev_sentences: None,
-            average: crate::quickstart::AVERAGE_LAST,
+            average: super::quickstart::AVERAGE_LAST,
             base_overrides: Vec::new(),
         }
     }
@@ -112,128 +114,77 @@ fn group(p: Preset) -> Option<char> {
     }
 }
 
-/// One row as trained here: its name, the paper's row, and the model fields it sets on top of our
-/// base (TOML values, in the order of [`FIELDS`]).
+/// One row as trained here: its name, the paper's change, and the change it makes to our base.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Row {
     /// `base`, `a1`, …
     pub name: String,
-    /// Field = TOML value, for `model.<field>=<value>` overrides; empty for base.
-    pub settings: Vec<(String, String)>,
-    /// The paper's change, in the same words ("h=1, d_k=512, d_v=512").
+    /// The columns this row sets on our base; none for base.
+    pub change: ModelChange,
+    /// The paper's change, in the same words ("n_heads=1, d_k=512, d_v=512").
     pub paper_change: String,
 }
 
-/// The model fields a Table 3 row may change.
-pub const FIELDS: [&str; 9] =
-    ["n_layers", "d_model", "d_ff", "n_heads", "d_k", "d_v", "dropout", "label_smoothing", "positions"];
-
-fn field_value(c: &ModelConfig, field: &str) -> f64 {
-    match field {
-        "n_layers" => c.n_layers as f64,
-        "d_model" => c.d_model as f64,
-        "d_ff" => c.d_ff as f64,
-        "n_heads" => c.n_heads as f64,
-        "d_k" => c.d_k as f64,
-        "d_v" => c.d_v as f64,
-        "dropout" => c.dropout as f64,
-        "label_smoothing" => c.label_smoothing as f64,
-        "positions" => (c.positions == Positions::Learned) as u8 as f64,
-        _ => unreachable!("not a Table 3 field: {field}"),
+impl Row {
+    /// The paper's Table 3 dev perplexity and BLEU of this row.
+    fn paper_scores(&self) -> Option<(f64, f64)> {
+        Preset::from_name(&self.name).ok()?.paper_dev_scores()
     }
 }
 
-fn show(field: &str, v: f64) -> String {
-    match field {
-        "positions" => if v > 0.0 { "\"learned\"" } else { "\"sinusoidal\"" }.into(),
-        "dropout" | "label_smoothing" => {
-            let s = format!("{v:.4}");
-            s.trim_end_matches('0').trim_end_matches('.').to_string()
-        }
-        _ => format!("{}", v as u64),
-    }
-}
-
-/// A row of Table 3 applied to `base` in proportion: each field the paper's row changes is our
-/// base's value times the paper's ratio (row ÷ paper base), rounded for sizes (at least 1); a
-/// changed position encoding is copied. One exception keeps the paper's meaning: row A varies the
-/// number of heads "keeping the amount of computation constant", so there d_k = d_v = (our base's
-/// h · d_k) ÷ h. At the quick start's size (N 3, d_model 256, d_ff 1024, h 4, d_k = d_v 64, P_drop
-/// 0.2, ε_ls 0.1): A → h 1/2/8/16 with d_k = d_v 256/128/32/16; B → d_k 16/32; C → N 1/2/4,
-/// d_model 128 (d_k 32) / 512 (d_k 128), d_ff 512/2048; D → P_drop 0/0.4, ε_ls 0/0.2; E →
-/// learned positions.
+/// A row of Table 3 applied to `base` in proportion: each column the paper's row changes is our
+/// base's value times the paper's ratio (row ÷ paper base), rounded for sizes (at least 1) and to
+/// 4 decimals for rates; a changed position encoding is copied. One exception keeps the paper's
+/// meaning: row A varies the number of heads "keeping the amount of computation constant", so
+/// there d_k = d_v = (our base's h · d_k) ÷ h. At the quick start's size (N 3, d_model 256, d_ff
+/// 1024, h 4, d_k = d_v 64, P_drop 0.2, ε_ls 0.1): A → h 1/2/8/16 with d_k = d_v 256/128/32/16;
+/// B → d_k 16/32; C → N 1/2/4, d_model 128 (d_k 32) / 512 (d_k 128), d_ff 512/2048; D → P_drop
+/// 0/0.4, ε_ls 0/0.2; E → learned positions.
 pub fn scale_row(row: Preset, base: &ModelConfig) -> Result<Row> {
-    let paper = row.config();
-    let paper_base = ModelConfig::base();
-    let mut settings = Vec::new();
-    let mut paper_change = Vec::new();
-    let heads_only = paper.n_heads != paper_base.n_heads && paper.d_model == paper_base.d_model;
-    for field in FIELDS {
-        let (p, pb, b) = (field_value(&paper, field), field_value(&paper_base, field), field_value(base, field));
-        if p == pb {
-            continue;
+    let pb = ModelConfig::base();
+    let paper = ModelChange::between(&pb, &row.config());
+    let size = |ours: usize, p: usize, pb: usize| (ours as f64 * p as f64 / pb as f64).round().max(1.0) as usize;
+    let rate = |ours: f32, p: f32, pb: f32| ((ours as f64 * p as f64 / pb as f64 * 1e4).round() / 1e4) as f32;
+    let heads_only = paper.n_heads.is_some() && paper.d_model.is_none();
+    let h = paper.n_heads.map_or(base.n_heads, |p| size(base.n_heads, p, pb.n_heads));
+    // A key or value width: at constant computation when only the heads change.
+    let width = |which: &str, ours: usize, p: usize, pb: usize| -> Result<usize> {
+        if !heads_only {
+            return Ok(size(ours, p, pb));
         }
-        paper_change.push(format!("{field}={}", show(field, p)).replace('"', ""));
-        let ours = match field {
-            "positions" => p,
-            "dropout" | "label_smoothing" => b * p / pb,
-            "d_k" | "d_v" if heads_only => {
-                let h = (base.n_heads as f64 * paper.n_heads as f64 / paper_base.n_heads as f64).round().max(1.0);
-                let width = (base.n_heads * if field == "d_k" { base.d_k } else { base.d_v }) as f64;
-                if width % h != 0.0 {
-                    return Err(Error::Config(format!(
-                        "row {}: h·{field} = {width} of the base does not divide into {h} heads",
-                        row.name()
-                    )));
-                }
-                width / h
-            }
-            _ => (b * p / pb).round().max(1.0),
-        };
-        settings.push((field.to_string(), show(field, ours)));
-    }
-    let changes_something = settings.iter().any(|(f, v)| show(f, field_value(base, f)) != *v);
-    if !changes_something {
+        let total = base.n_heads * ours;
+        if !total.is_multiple_of(h) {
+            return Err(Error::Config(format!(
+                "row {}: h·{which} = {total} of the base does not divide into {h} heads",
+                row.name()
+            )));
+        }
+        Ok(total / h)
+    };
+    let change = ModelChange {
+        n_layers: paper.n_layers.map(|p| size(base.n_layers, p, pb.n_layers)),
+        d_model: paper.d_model.map(|p| size(base.d_model, p, pb.d_model)),
+        d_ff: paper.d_ff.map(|p| size(base.d_ff, p, pb.d_ff)),
+        n_heads: paper.n_heads.map(|_| h),
+        d_k: paper.d_k.map(|p| width("d_k", base.d_k, p, pb.d_k)).transpose()?,
+        d_v: paper.d_v.map(|p| width("d_v", base.d_v, p, pb.d_v)).transpose()?,
+        dropout: paper.dropout.map(|p| rate(base.dropout, p, pb.dropout)),
+        label_smoothing: paper.label_smoothing.map(|p| rate(base.label_smoothing, p, pb.label_smoothing)),
+        positions: paper.positions,
+    };
+    if change.apply(base) == *base {
         return Err(Error::Config(format!(
-            "row {} ({}) changes nothing at this base (every scaled value equals base's, after rounding): \
+            "row {} ({paper}) changes nothing at this base (every scaled value equals base's, after rounding): \
              leave it out of --rows, or give the base more room with --set",
             row.name(),
-            paper_change.join(", ")
         )));
     }
-    Ok(Row { name: row.name().into(), settings, paper_change: paper_change.join(", ") })
+    Ok(Row { name: row.name().into(), change, paper_change: paper.to_string() })
 }
 
-/// The base row (no settings).
+/// The base row (no change).
 fn base_row() -> Row {
-    Row { name: "base".into(), settings: Vec::new(), paper_change: String::new() }
-}
-
-/// The paper's Table 3 dev (newstest2013) perplexity and BLEU of a row, from the paper (no
-/// checkpoint averaging there).
-pub fn paper_scores(name: &str) -> Option<(f64, f64)> {
-    Some(match name {
-        "base" => (4.92, 25.8),
-        "a1" => (5.29, 24.9),
-        "a2" => (5.00, 25.5),
-        "a3" => (4.91, 25.8),
-        "a4" => (5.01, 25.4),
-        "b1" => (5.16, 25.1),
-        "b2" => (5.01, 25.4),
-        "c1" => (6.11, 23.7),
-        "c2" => (5.19, 25.3),
-        "c3" => (4.88, 25.5),
-        "c4" => (5.75, 24.5),
-        "c5" => (4.66, 26.0),
-        "c6" => (5.12, 25.4),
-        "c7" => (4.75, 26.2),
-        "d1" => (5.77, 24.6),
-        "d2" => (4.95, 25.5),
-        "d3" => (4.67, 25.3),
-        "d4" => (5.47, 25.7),
-        "e" => (4.92, 25.7),
-        _ => return None,
-    })
+    Row { name: "base".into(), change: ModelChange::default(), paper_change: String::new() }
 }
 
 /// Everything an ablation directory is made for; a resumed run must ask for the same.
@@ -275,37 +226,37 @@ pub struct RowResult {
 }
 
 /// The run configuration of one row and seed: the quick start's recipe with `opts`' overrides,
-/// the row's settings, the budget, and checkpoints every budget/20.
-pub fn row_config(plan: &Plan, data: &[PathBuf], bpe: &Path, row: &Row, seed: u64, dir: &Path) -> Result<RunConfig> {
-    let quote = |p: &Path| format!("{:?}", p.display().to_string());
-    let mut overrides = vec![
-        format!("data.train_src={}", quote(&data[0])),
-        format!("data.train_tgt={}", quote(&data[1])),
-        format!("data.valid_src={}", quote(&data[2])),
-        format!("data.valid_tgt={}", quote(&data[3])),
-        format!("data.bpe={}", quote(bpe)),
-        format!("train.output_dir={}", quote(dir)),
-        format!("train.seed={seed}"),
-        format!("train.keep_last={}", plan.average.max(1)),
-    ];
+/// training on `files` with the vocabulary `bpe` into `dir`, the budget, checkpoints every
+/// budget/20, and the row's change.
+pub fn row_config(
+    plan: &Plan,
+    files: &Multi30kFiles,
+    bpe: &Path,
+    row: &Row,
+    seed: u64,
+    dir: &Path,
+) -> Result<RunConfig> {
+    let mut cfg = RunConfig::from_toml(MULTI30K_CONFIG, MULTI30K_ORIGIN, &plan.base_overrides)?;
+    files.train_on(&mut cfg.data);
+    cfg.data.bpe = bpe.to_path_buf();
+    let t = &mut cfg.train;
+    (t.output_dir, t.seed, t.keep_last) = (dir.to_path_buf(), seed, plan.average.max(1));
     match plan.budget {
         Budget::Minutes(m) => {
-            overrides.push(format!("train.time_limit_minutes={m}"));
-            overrides.push(format!("train.checkpoint_minutes={}", m / CHECKPOINTS_PER_ROW));
+            t.time_limit_minutes = Some(m);
+            t.checkpoint_minutes = m / CHECKPOINTS_PER_ROW;
         }
         Budget::Updates(n) => {
-            overrides.push(format!("train.max_steps={n}"));
+            t.max_steps = Some(n);
             // The recipe's own time limit would cut slow rows short of n.
-            overrides.push("train.time_limit_minutes=1e9".into());
-            overrides
-                .push(format!("train.checkpoint_steps={}", ((n as f64 / CHECKPOINTS_PER_ROW).round() as u64).max(1)));
+            t.time_limit_minutes = Some(1e9);
+            t.checkpoint_steps = Some(((n as f64 / CHECKPOINTS_PER_ROW).round() as u64).max(1));
             // Only the step checkpoints count: the time interval is pushed past any run.
-            overrides.push("train.checkpoint_minutes=1e9".into());
+            t.checkpoint_minutes = 1e9;
         }
     }
-    overrides.extend(plan.base_overrides.iter().cloned());
-    overrides.extend(row.settings.iter().map(|(f, v)| format!("model.{f}={v}")));
-    RunConfig::from_toml(MULTI30K_CONFIG, "configs/multi30k-en-de.toml (built in)", &overrides)
+    cfg.model.change(&row.change);
+    Ok(cfg)
 }
 
 /// Settings the ablation owns (the same budget, data, seed and averaging for every row), which
@@ -357,8 +308,7 @@ pub fn plan(opts: &AblateOptions) -> Result<Plan> {
             )));
         }
     }
-    let base_cfg =
-        RunConfig::from_toml(MULTI30K_CONFIG, "configs/multi30k-en-de.toml (built in)", &opts.base_overrides)?;
+    let base_cfg = RunConfig::from_toml(MULTI30K_CONFIG, MULTI30K_ORIGIN, &opts.base_overrides)?;
     let base = base_cfg.model_config(base_cfg.data.vocab_size)?;
     let mut rows = vec![base_row()];
     for &p in &opts.rows {
@@ -482,7 +432,7 @@ fn render(plan: &Plan, rows: &[RowSummary]) -> (String, String) {
     let base = &rows[0];
     let (bp, bps) = base.ppl();
     let (bb, bbs) = base.bleu();
-    let (pbp, pbb) = paper_scores("base").expect("base is in the paper");
+    let (pbp, pbb) = Preset::Base.paper_dev_scores().expect("base is in the paper");
     let budget = match plan.budget {
         Budget::Minutes(m) => format!("{} minutes of training per row", short_number(m)),
         Budget::Updates(n) => format!("{n} updates per row"),
@@ -517,9 +467,8 @@ fn render(plan: &Plan, rows: &[RowSummary]) -> (String, String) {
         let params = r.results[0].params;
         let updates = mean_spread(&r.results.iter().map(|x| x.updates as f64).collect::<Vec<_>>()).0;
         let minutes = mean_spread(&r.results.iter().map(|x| x.train_seconds / 60.0).collect::<Vec<_>>()).0;
-        let ours =
-            r.row.settings.iter().map(|(f, v)| format!("{f}={}", v.replace('"', ""))).collect::<Vec<_>>().join(", ");
-        let (pp, pb) = paper_scores(&r.row.name).unwrap_or((f64::NAN, f64::NAN));
+        let ours = r.row.change.to_string();
+        let (pp, pb) = r.row.paper_scores().unwrap_or((f64::NAN, f64::NAN));
         let is_base = r.row.name == "base";
         let with_spread = |x: f64, s: f64, d: usize| {
             if plan.seeds > 1 {
@@ -643,72 +592,49 @@ fn bleu_svg(rows: &[RowSummary]) -> String {
 #[allow(clippy::too_many_arguments)]
 fn score_row(
     plan: &Plan,
-    data: &[PathBuf],
+    files: &Multi30kFiles,
     bpe: &Path,
     row: &Row,
     seed: u64,
     dir: &Path,
     state: crate::train::run::RunState,
-    obs: &mut dyn Observer,
+    events: &mut dyn Events,
 ) -> Result<RowResult> {
-    let all = list_checkpoints(dir)?;
-    let last: Vec<PathBuf> = all.iter().rev().take(plan.average).rev().map(|(_, p)| p.clone()).collect();
-    if last.is_empty() {
-        return Err(Error::Config(format!("{}: no checkpoint to score", dir.display())));
-    }
-    let avg = checkpoint::average(&last)?;
     let model_path = dir.join("average.safetensors");
-    checkpoint::save(&model_path, &avg)?;
+    let (avg, averaged) = average_last(dir, plan.average, &model_path)?;
     let translator = Translator::load(&model_path, bpe, SessionOptions::default())?;
     let read = |p: &Path| crate::data::corpus::read_lines(p);
-    let (mut src, mut refs) = (read(&data[2])?, read(&data[3])?);
+    let (mut src, mut refs) = (read(&files.valid.src)?, read(&files.valid.tgt)?);
     if let Some(n) = plan.dev_sentences {
         src.truncate(n);
         refs.truncate(n);
     }
-    let totals = translator.perplexity(&src, &refs, &mut |w| obs.log(&format!("warning: {w}")))?;
+    let totals = translator.perplexity(&src, &refs, events)?;
     let ppl =
         totals.perplexity().ok_or_else(|| Error::Config(format!("{}: no dev token could be scored", row.name)))?;
-    let (hyps, _) = {
-        let obs = std::cell::RefCell::new(&mut *obs);
-        translator.translate_with_progress(
-            &src,
-            &DecodeOptions::default(),
-            &mut |w| obs.borrow_mut().log(&format!("warning: {w}")),
-            &mut |d, t| obs.borrow_mut().translate(d, t),
-        )?
-    };
-    let hyps: Vec<String> = hyps.into_iter().map(|mut n| std::mem::take(&mut n[0].text)).collect();
-    let bleu = corpus_bleu(&hyps, &[refs], &BleuConfig::default());
+    let scored = translate_and_score(&translator, &src, refs, events)?;
     Ok(RowResult {
         row: row.name.clone(),
         seed,
         params: avg.params.len(),
         updates: state.step,
         train_seconds: state.elapsed_s,
-        averaged: last.len(),
+        averaged,
         dev_perplexity: ppl,
-        dev_bleu: bleu.score,
+        dev_bleu: scored.bleu.score,
     })
 }
 
 /// Runs the ablation (or resumes it): see the module's documentation.
-pub fn run(opts: &AblateOptions, obs: &mut dyn Observer) -> Result<AblateReport> {
+pub fn run(opts: &AblateOptions, events: &mut dyn Events) -> Result<AblateReport> {
     let plan = plan(opts)?;
     let out = &opts.output;
     std::fs::create_dir_all(out).map_err(io_err(out))?;
-    let _lock = crate::train::run_dir::DirLock::acquire(out, &mut |m| obs.log(m)).map_err(|e| match e {
-        Error::RunDirLocked { dir, pid, host } => Error::Config(format!(
-            "{}: another ablation (pid {pid} on {host}) is using this directory; wait for it to end, stop it, or give another --output",
-            dir.display()
-        )),
-        e => e,
-    })?;
-    crate::train::run_dir::remove_dead_temp_files(out)?;
+    let _lock = lock_output(out, "ablation", events)?;
     check_plan(out, &plan)?;
 
-    obs.stage("data");
-    let data = fetch_verified(&Source::Embedded, &multi30k_pair("en", "de")?, &out.join("data"), &mut |m| obs.log(m))?;
+    events.stage("data");
+    let data = Multi30kFiles::fetch(&Source::Embedded, "en", "de", &out.join("data"), events)?;
     let bpe = out.join("bpe.json");
 
     let mut summaries = Vec::new();
@@ -720,11 +646,11 @@ pub fn run(opts: &AblateOptions, obs: &mut dyn Observer) -> Result<AblateReport>
             match std::fs::read_to_string(&result_path) {
                 Ok(text) => match serde_json::from_str::<RowResult>(&text) {
                     Ok(r) if r.row == row.name && r.seed == seed && r.dev_bleu.is_finite() => {
-                        obs.log(&format!("{} seed {seed}: done before (dev BLEU {:.2})", row.name, r.dev_bleu));
+                        events.log(&format!("{} seed {seed}: done before (dev BLEU {:.2})", row.name, r.dev_bleu));
                         results.push(r);
                         continue;
                     }
-                    Ok(r) => obs.log(&format!(
+                    Ok(r) => events.log(&format!(
                         "{}: holds row {} seed {} (dev BLEU {}), not {} seed {seed}; scoring this one again",
                         result_path.display(),
                         r.row,
@@ -732,17 +658,16 @@ pub fn run(opts: &AblateOptions, obs: &mut dyn Observer) -> Result<AblateReport>
                         r.dev_bleu,
                         row.name
                     )),
-                    Err(e) => obs.log(&format!("{}: unreadable ({e}); scoring the row again", result_path.display())),
+                    Err(e) => {
+                        events.log(&format!("{}: unreadable ({e}); scoring the row again", result_path.display()))
+                    }
                 },
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                 Err(e) => return Err(Error::Io { path: result_path, source: e }),
             }
-            obs.stage(&format!("training {} (seed {seed}){}", row.name, describe(row)));
+            events.stage(&format!("training {} (seed {seed}){}", row.name, describe(row)));
             let cfg = row_config(&plan, &data, &bpe, row, seed, &dir)?;
-            let summary = {
-                let obs = std::cell::RefCell::new(&mut *obs);
-                run_with_progress(&cfg, &mut |m| obs.borrow_mut().log(m), &mut |p| obs.borrow_mut().train(p))?
-            };
+            let summary = train_run(&cfg, events)?;
             let budget_spent = match (plan.budget, summary.stopped) {
                 (Budget::Updates(n), crate::train::run::StopReason::Steps(s)) => s == n,
                 (Budget::Minutes(_), crate::train::run::StopReason::TimeLimit(_)) => true,
@@ -754,9 +679,9 @@ pub fn run(opts: &AblateOptions, obs: &mut dyn Observer) -> Result<AblateReport>
                     row.name, summary.stopped, plan.budget
                 )));
             }
-            obs.stage(&format!("scoring {} (seed {seed})", row.name));
-            let r = score_row(&plan, &data, &bpe, row, seed, &dir, summary.state, obs)?;
-            obs.log(&format!(
+            events.stage(&format!("scoring {} (seed {seed})", row.name));
+            let r = score_row(&plan, &data, &bpe, row, seed, &dir, summary.state, events)?;
+            events.log(&format!(
                 "{} seed {seed}: {} updates, dev perplexity {:.2}, dev BLEU {:.2}",
                 row.name, r.updates, r.dev_perplexity, r.dev_bleu
             ));
@@ -773,13 +698,12 @@ pub fn run(opts: &AblateOptions, obs: &mut dyn Observer) -> Result<AblateReport>
     Ok(AblateReport { plan, rows: summaries, markdown, csv })
 }
 
-/// ": h=1, d_k=256" for a row with settings, "" for base.
+/// ": n_heads=1, d_k=256" for a row with a change, "" for base.
 fn describe(row: &Row) -> String {
-    if row.settings.is_empty() {
-        return String::new();
+    match row.change.is_empty() {
+        true => String::new(),
+        false => format!(": {}", row.change),
     }
-    let s: Vec<String> = row.settings.iter().map(|(f, v)| format!("{f}={}", v.replace('"', ""))).collect();
-    format!(": {}", s.join(", "))
 }
 
 #[cfg(test)]
@@ -791,8 +715,8 @@ mod tests {
         cfg.model_config(cfg.data.vocab_size).unwrap()
     }
 
-    fn settings(row: &Row) -> Vec<(&str, &str)> {
-        row.settings.iter().map(|(f, v)| (f.as_str(), v.as_str())).collect()
+    fn settings(row: &Row) -> String {
+        row.change.to_string()
     }
 
     #[test]
@@ -800,33 +724,30 @@ mod tests {
         let base = quick_start_base();
         assert_eq!((base.n_layers, base.d_model, base.d_ff, base.n_heads, base.d_k), (3, 256, 1024, 4, 64));
         let row = |p| scale_row(p, &base).unwrap();
-        assert_eq!(settings(&row(Preset::A1)), [("n_heads", "1"), ("d_k", "256"), ("d_v", "256")]);
+        assert_eq!(settings(&row(Preset::A1)), "n_heads=1, d_k=256, d_v=256");
         assert_eq!(row(Preset::A1).paper_change, "n_heads=1, d_k=512, d_v=512");
-        assert_eq!(settings(&row(Preset::A2)), [("n_heads", "2"), ("d_k", "128"), ("d_v", "128")]);
-        assert_eq!(settings(&row(Preset::A3)), [("n_heads", "8"), ("d_k", "32"), ("d_v", "32")]);
-        assert_eq!(settings(&row(Preset::A4)), [("n_heads", "16"), ("d_k", "16"), ("d_v", "16")]);
-        assert_eq!(settings(&row(Preset::B1)), [("d_k", "16")]);
-        assert_eq!(settings(&row(Preset::B2)), [("d_k", "32")]);
-        assert_eq!(settings(&row(Preset::C1)), [("n_layers", "1")]);
-        assert_eq!(settings(&row(Preset::C3)), [("n_layers", "4")]);
-        assert_eq!(settings(&row(Preset::C4)), [("d_model", "128"), ("d_k", "32"), ("d_v", "32")]);
-        assert_eq!(settings(&row(Preset::C5)), [("d_model", "512"), ("d_k", "128"), ("d_v", "128")]);
-        assert_eq!(settings(&row(Preset::C7)), [("d_ff", "2048")]);
-        assert_eq!(settings(&row(Preset::D1)), [("dropout", "0")]);
-        assert_eq!(settings(&row(Preset::D2)), [("dropout", "0.4")]);
-        assert_eq!(settings(&row(Preset::D3)), [("label_smoothing", "0")]);
-        assert_eq!(settings(&row(Preset::D4)), [("label_smoothing", "0.2")]);
-        assert_eq!(settings(&row(Preset::E)), [("positions", "\"learned\"")]);
+        assert_eq!(settings(&row(Preset::A2)), "n_heads=2, d_k=128, d_v=128");
+        assert_eq!(settings(&row(Preset::A3)), "n_heads=8, d_k=32, d_v=32");
+        assert_eq!(settings(&row(Preset::A4)), "n_heads=16, d_k=16, d_v=16");
+        assert_eq!(settings(&row(Preset::B1)), "d_k=16");
+        assert_eq!(settings(&row(Preset::B2)), "d_k=32");
+        assert_eq!(settings(&row(Preset::C1)), "n_layers=1");
+        assert_eq!(settings(&row(Preset::C3)), "n_layers=4");
+        assert_eq!(settings(&row(Preset::C4)), "d_model=128, d_k=32, d_v=32");
+        assert_eq!(settings(&row(Preset::C5)), "d_model=512, d_k=128, d_v=128");
+        assert_eq!(settings(&row(Preset::C7)), "d_ff=2048");
+        assert_eq!(settings(&row(Preset::D1)), "dropout=0");
+        assert_eq!(settings(&row(Preset::D2)), "dropout=0.4");
+        assert_eq!(settings(&row(Preset::D3)), "label_smoothing=0");
+        assert_eq!(settings(&row(Preset::D4)), "label_smoothing=0.2");
+        assert_eq!(settings(&row(Preset::E)), "positions=learned");
         // Every scaled row builds a model.
         for p in parse_rows("A,B,C,D,E").unwrap() {
-            let cfg = RunConfig::from_toml(
-                MULTI30K_CONFIG,
-                "built in",
-                &row(p).settings.iter().map(|(f, v)| format!("model.{f}={v}")).collect::<Vec<_>>(),
-            )
-            .unwrap();
+            let mut cfg = RunConfig::from_toml(MULTI30K_CONFIG, "built in", &[]).unwrap();
+            cfg.model.change(&row(p).change);
             let m = cfg.model_config(500).unwrap();
-            crate::Transformer::new(m, 1).unwrap_or_else(|e| panic!("{}: {e}", p.name()));
+            assert_eq!(m, row(p).change.apply(&cfg.model_config(500).unwrap()), "{}", p.name());
+            crate::model::Transformer::new(m, 1).unwrap_or_else(|e| panic!("{}: {e}", p.name()));
         }
     }
 
@@ -846,7 +767,7 @@ mod tests {
 
     #[test]
     fn the_table_says_how_many_checkpoints_were_really_averaged() {
-        let base = Row { name: "base".into(), settings: Vec::new(), paper_change: String::new() };
+        let base = base_row();
         let result = |averaged| RowResult {
             row: "base".into(),
             seed: 1,

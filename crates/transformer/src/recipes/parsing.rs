@@ -3,32 +3,27 @@
 //! best checkpoint by validation F1, the test files parsed and scored as EVALB, and a report. The
 //! steps are the library's own, as in the translation quick start: a [`RunConfig`] (the shipped
 //! `configs/ptb-parse.toml`, with paths, budget and checkpoint interval set here) trained by
-//! [`run_with_progress`], which keeps `best.safetensors` by validation F1; a [`Translator`] that
+//! [`run`], which keeps `best.safetensors` by validation F1; a [`Translator`] that
 //! parses the test sentences with the decoding the validation used; [`Translator::parse_and_score`] scores them with EVALB. Running it
 //! again in the same output directory resumes.
 
-use super::{
-    check_common, check_marker, lock_output, longer_minutes, short_number, Observer, QuickstartOptions,
-    CHECKPOINTS_PER_RUN,
-};
+use super::quickstart::{check_common, check_marker, longer_minutes, QuickstartOptions, CHECKPOINTS_PER_RUN};
+use super::{lock_output, short_number};
 use crate::checkpoint;
-use crate::data::ptb_sample::PTB_SAMPLE_DIR;
+use crate::data::ptb_sample::{PTB_SAMPLE_DIR, SAMPLE_SPLIT};
 use crate::data::trees::{read_treebank, treebank_files, FileRange};
 use crate::decode::translator::{SessionOptions, Translator};
 use crate::error::{Error, Result};
 use crate::eval::evalb;
+use crate::events::Events;
 use crate::io::{io_err, write_atomically};
 use crate::task::Task;
-use crate::train::run::{run_with_progress, RunConfig, BEST};
+use crate::train::run::{run as train_run, RunConfig, RunSummary, BEST};
 use std::path::{Path, PathBuf};
 
 /// The shipped parsing configuration: the quick start trains exactly this recipe, on a shorter
 /// budget.
 pub const PTB_PARSE_CONFIG: &str = include_str!("../../../../configs/ptb-parse.toml");
-
-/// The sample's split by file (training, validation, test): the first two are those of
-/// `configs/ptb-parse.toml`.
-pub const SAMPLE_SPLIT: [&str; 3] = ["wsj_0001..wsj_0159", "wsj_0160..wsj_0174", "wsj_0175..wsj_0189"];
 
 /// Where the parsing quick start writes by default (the translation one writes to `quickstart`).
 pub const DEFAULT_OUTPUT: &str = "quickstart-parsing";
@@ -173,23 +168,21 @@ fn same_data_args(o: &QuickstartOptions) -> String {
 /// The run configuration the quick start trains: the shipped parsing recipe on `opts.treebank`
 /// and its files, writing to `run`, with the budget and checkpoint interval of `opts`.
 pub fn run_config(opts: &QuickstartOptions, run: &Path) -> Result<RunConfig> {
-    let quote = |p: &Path| format!("{:?}", p.display().to_string());
-    let overrides = vec![
-        format!("data.train_src={}", quote(&opts.treebank)),
-        format!("data.train_files={:?}", opts.train_files),
-        format!("data.valid_src={}", quote(&opts.treebank)),
-        format!("data.valid_files={:?}", opts.valid_files),
-        format!("data.bpe={}", quote(&run.join("vocab.json"))),
-        format!("train.output_dir={}", quote(run)),
-        format!("train.time_limit_minutes={}", opts.minutes),
-        format!("train.checkpoint_minutes={}", opts.minutes / CHECKPOINTS_PER_RUN),
-        format!("train.valid_steps={}", opts.valid_steps),
-    ];
-    RunConfig::from_toml(PTB_PARSE_CONFIG, "configs/ptb-parse.toml (built in)", &overrides)
+    let mut cfg = RunConfig::from_toml(PTB_PARSE_CONFIG, "configs/ptb-parse.toml (built in)", &[])?;
+    let d = &mut cfg.data;
+    (d.train_src, d.train_files) = (opts.treebank.clone(), Some(opts.train_files.clone()));
+    (d.valid_src, d.valid_files) = (opts.treebank.clone(), Some(opts.valid_files.clone()));
+    d.bpe = run.join("vocab.json");
+    let t = &mut cfg.train;
+    t.output_dir = run.to_path_buf();
+    t.time_limit_minutes = Some(opts.minutes);
+    t.checkpoint_minutes = opts.minutes / CHECKPOINTS_PER_RUN;
+    t.valid_steps = Some(opts.valid_steps);
+    Ok(cfg)
 }
 
 /// The treebank is there and holds files in every range, or an error that says how to get it.
-fn check_treebank(opts: &QuickstartOptions, ranges: &[(&str, FileRange)], obs: &mut dyn Observer) -> Result<()> {
+fn check_treebank(opts: &QuickstartOptions, ranges: &[(&str, FileRange)], events: &mut dyn Events) -> Result<()> {
     let tb = &opts.treebank;
     if !tb.is_dir() {
         let fetch = if tb == Path::new(PTB_SAMPLE_DIR) {
@@ -205,24 +198,50 @@ fn check_treebank(opts: &QuickstartOptions, ranges: &[(&str, FileRange)], obs: &
     }
     for (what, range) in ranges {
         let n = treebank_files(tb, Some(range))?.len();
-        obs.log(&format!("{what}: {n} files {}..{} of {}", range.first, range.last, tb.display()));
+        events.log(&format!("{what}: {n} files {}..{} of {}", range.first, range.last, tb.display()));
     }
     Ok(())
 }
 
+/// Saves the model the run picked as `model_path`: its best checkpoint by validation F1 when it
+/// kept one, else its last. Returns the picked step and F1.
+fn pick(
+    run_dir: &Path,
+    summary: &RunSummary,
+    model_path: &Path,
+    events: &mut dyn Events,
+) -> Result<(u64, Option<f64>)> {
+    let best = run_dir.join(BEST);
+    let (picked, picked_f1) = match (best.is_file(), summary.state.best_f1) {
+        (true, Some(f1)) => (best, Some(f1)),
+        _ => (summary.checkpoint.clone(), None),
+    };
+    let mut ckpt = checkpoint::load(&picked)?;
+    ckpt.adam = None; // the model alone: the run directory keeps what resuming needs
+    checkpoint::save(model_path, &ckpt)?;
+    events.log(&format!(
+        "{} (step {}{}) -> {}",
+        picked.display(),
+        ckpt.step,
+        picked_f1.map(|f| format!(", validation F1 {f:.2}")).unwrap_or_default(),
+        model_path.display()
+    ));
+    Ok((ckpt.step, picked_f1))
+}
+
 /// Runs the parsing quick start (or resumes it): see the module's documentation.
-pub fn run(opts: &QuickstartOptions, obs: &mut dyn Observer) -> Result<ParsingReport> {
+pub fn run(opts: &QuickstartOptions, events: &mut dyn Events) -> Result<ParsingReport> {
     check_common(opts)?;
     let ranges = [
         ("train", FileRange::parse(&opts.train_files)?),
         ("valid", FileRange::parse(&opts.valid_files)?),
         ("test", FileRange::parse(&opts.test_files)?),
     ];
-    obs.stage("data");
-    check_treebank(opts, &ranges, obs)?;
+    events.stage("data");
+    check_treebank(opts, &ranges, events)?;
     let out = &opts.output;
     std::fs::create_dir_all(out).map_err(io_err(out))?;
-    let _lock = lock_output(out, obs)?;
+    let _lock = lock_output(out, "quick start", events)?;
     check_marker(
         out,
         &serde_json::json!({
@@ -233,39 +252,22 @@ pub fn run(opts: &QuickstartOptions, obs: &mut dyn Observer) -> Result<ParsingRe
     )?;
     let mut files: Vec<(String, PathBuf)> = vec![("treebank".into(), opts.treebank.clone())];
 
-    obs.stage("training");
+    events.stage("training");
     let run_dir = out.join("run");
     let cfg = run_config(opts, &run_dir)?;
-    let summary = {
-        let obs = std::cell::RefCell::new(&mut *obs);
-        run_with_progress(&cfg, &mut |m| obs.borrow_mut().log(m), &mut |p| obs.borrow_mut().train(p))?
-    };
+    let summary = train_run(&cfg, events)?;
     let vocab = run_dir.join("vocab.json");
     files.push(("run directory".into(), run_dir.clone()));
     files.push(("vocabulary".into(), vocab.clone()));
     files.push(("learning curve".into(), run_dir.join("learning_curve.svg")));
     files.push(("metrics".into(), run_dir.join("metrics.jsonl")));
 
-    obs.stage("picking");
-    let best = run_dir.join(BEST);
-    let (picked, picked_f1) = match (best.is_file(), summary.state.best_f1) {
-        (true, Some(f1)) => (best, Some(f1)),
-        _ => (summary.checkpoint.clone(), None),
-    };
-    let mut ckpt = checkpoint::load(&picked)?;
-    ckpt.adam = None; // the model alone: the run directory keeps what resuming needs
+    events.stage("picking");
     let model_path = out.join("model.safetensors");
-    checkpoint::save(&model_path, &ckpt)?;
-    obs.log(&format!(
-        "{} (step {}{}) -> {}",
-        picked.display(),
-        ckpt.step,
-        picked_f1.map(|f| format!(", validation F1 {f:.2}")).unwrap_or_default(),
-        model_path.display()
-    ));
+    let (picked_step, picked_f1) = pick(&run_dir, &summary, &model_path, events)?;
     files.push(("model".into(), model_path.clone()));
 
-    obs.stage("parsing");
+    events.stage("parsing");
     let translator =
         Translator::load(&model_path, &vocab, SessionOptions { task: Task::Parsing, ..Default::default() })?;
     let mut gold = read_treebank(&opts.treebank, Some(&ranges[2].1))?;
@@ -275,16 +277,7 @@ pub fn run(opts: &QuickstartOptions, obs: &mut dyn Observer) -> Result<ParsingRe
     let sentences: Vec<String> = gold.iter().map(|t| t.words().join(" ")).collect();
     // The decoding the run's validation picked the checkpoint with.
     let popts = cfg.train.valid_f1_parse_options();
-    let scored = {
-        let obs = std::cell::RefCell::new(&mut *obs);
-        translator.parse_and_score(
-            &sentences,
-            &gold,
-            &popts,
-            &mut |w| obs.borrow_mut().log(&format!("warning: {w}")),
-            &mut |d, t| obs.borrow_mut().translate(d, t),
-        )?
-    };
+    let scored = translator.parse_and_score(&sentences, &gold, &popts, events)?;
     let parses = &scored.parses;
     let gold_lines: Vec<String> = gold.iter().map(|t| t.to_bracketed()).collect();
     let test_lines: Vec<String> = parses.iter().map(|p| p.tree.to_bracketed()).collect();
@@ -318,7 +311,7 @@ pub fn run(opts: &QuickstartOptions, obs: &mut dyn Observer) -> Result<ParsingRe
         train_seconds: summary.state.elapsed_s,
         stopped: summary.stopped.to_string(),
         valid_perplexity: summary.valid.perplexity(),
-        picked_step: ckpt.step,
+        picked_step,
         picked_f1,
         search: (search.beam, search.alpha, popts.constrained),
         repaired: scored.malformed(),

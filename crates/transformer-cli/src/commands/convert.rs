@@ -1,0 +1,41 @@
+//! Model files made from others: `quantize` (an f32 checkpoint to int8 codes) and `import marian`
+//! (a Marian / OPUS-MT model to a checkpoint and tokenizer of ours).
+
+use anyhow::Result;
+use std::path::Path;
+
+/// `transformer quantize`: writes the int8 checkpoint and says how much smaller it is.
+pub fn quantize(checkpoint: &Path, output: &Path) -> Result<()> {
+    let (before, after) = transformer::checkpoint::quantize(checkpoint, output)?;
+    let mb = |b: u64| b as f64 / (1 << 20) as f64;
+    eprintln!(
+        "wrote {} ({:.1} MB; the f32 checkpoint is {:.1} MB): decode it with --precision int8",
+        output.display(),
+        mb(after),
+        mb(before)
+    );
+    Ok(())
+}
+
+/// `transformer import marian`: imports, writes, and says what it read and how to translate with it.
+pub fn import_marian(dir: &Path, output: &Path) -> Result<()> {
+    let imported = transformer::import::marian::import(dir)?;
+    let (ckpt, tok) = transformer::import::marian::write(&imported, output)?;
+    let c = &imported.checkpoint.config;
+    eprintln!(
+        "imported {} ({}): {} layers, d_model {}, {} heads, FFN {} ({}), vocabulary {}{}, {:.1}M parameters",
+        dir.display(),
+        imported.source,
+        c.n_layers,
+        c.d_model,
+        c.n_heads,
+        c.d_ff,
+        c.activation.name(),
+        c.vocab_size,
+        c.source_vocab_size.map_or(String::new(), |v| format!(" (source {v})")),
+        transformer::params::param_count(c) as f64 / 1e6
+    );
+    eprintln!("wrote {} and {}", ckpt.display(), tok.display());
+    eprintln!("translate with: transformer translate --checkpoint {} --tokenizer {}", ckpt.display(), tok.display());
+    Ok(())
+}
