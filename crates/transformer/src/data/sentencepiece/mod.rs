@@ -1,6 +1,6 @@
 //! SentencePiece models read from `.spm` / `.model` files, giving the same pieces and ids as
 //! Python's `sentencepiece` (0.2.x). The Marian tokenizer built on two of them is
-//! [`super::marian_tokenizer`].
+//! `MarianTokenizer` (`data/marian_tokenizer.rs`).
 //!
 //! The rules follow sentencepiece's C++ sources (`normalizer.cc`, `unigram_model.cc`
 //! `EncodeOptimized`, `bpe_model.cc`, `sentencepiece_processor.cc`): the normaliser's longest-match
