@@ -7,6 +7,7 @@
 use crate::error::{Error, Result};
 use crate::io::{io_err, write_atomically};
 pub use crate::vocab::SPECIALS;
+use crate::vocab::SPECIAL_TOKENS;
 use sha2::{Digest, Sha256};
 use std::path::Path;
 use tokenizers::models::bpe::{BpeTrainerBuilder, BPE};
@@ -178,7 +179,7 @@ impl Bpe {
             .tokenizer
             .get_added_tokens_decoder()
             .into_iter()
-            .filter(|(id, _)| *id as usize >= crate::SPECIAL_TOKENS)
+            .filter(|(id, _)| *id as usize >= SPECIAL_TOKENS)
             .map(|(id, t)| (id, t.content))
             .collect();
         v.sort();
@@ -198,7 +199,7 @@ impl Bpe {
     /// The text of token ids (PAD, BOS, EOS and UNK are dropped; whole tokens a parsing
     /// vocabulary added are kept, since some of them, such as `.`, are also ordinary pieces).
     pub fn decode(&self, ids: &[u32]) -> Result<String> {
-        let kept: Vec<u32> = ids.iter().copied().filter(|&id| id as usize >= crate::SPECIAL_TOKENS).collect();
+        let kept: Vec<u32> = ids.iter().copied().filter(|&id| id as usize >= SPECIAL_TOKENS).collect();
         self.tokenizer.decode(&kept, false).map_err(bpe_err)
     }
 

@@ -1,6 +1,10 @@
 //! `transformers.MarianTokenizer` in Rust: two SentencePiece models ([`SentencePiece`]) and the
 //! vocabulary files of a Marian / OPUS-MT model, giving the same ids as the Python tokenizer; and
 //! the one-file format ([`MARIAN_FORMAT`]) the import writes them into.
+//!
+//! A Hugging Face tokenizer directory is read by the importer's reader
+//! (`import/marian/hf_tokenizer.rs`), which defines [`MarianTokenizer::from_hf_dir`] beside the
+//! importer's own use of it, so that both read the same files the same way.
 
 use super::sentencepiece::{SentencePiece, SPACE_SYMBOL};
 use crate::error::{Error, Result};
@@ -32,12 +36,6 @@ pub struct MarianTokenizer {
     /// `clean_up_tokenization_spaces` of `tokenizer_config.json`: decoding removes spaces before
     /// punctuation.
     clean_up_tokenization_spaces: bool,
-}
-
-fn read_vocab(path: &Path) -> Result<HashMap<String, u32>> {
-    let text = std::fs::read_to_string(path).map_err(io_err(path))?;
-    serde_json::from_str(&text)
-        .map_err(|e| Error::Input(format!("{}: not a vocabulary (a JSON object of piece → id): {e}", path.display())))
 }
 
 impl MarianTokenizer {
@@ -72,44 +70,6 @@ impl MarianTokenizer {
             pad_id,
             clean_up_tokenization_spaces,
         })
-    }
-
-    /// Reads a Hugging Face Marian tokenizer directory: `source.spm`, `target.spm`, `vocab.json`,
-    /// `target_vocab.json` (when `tokenizer_config.json` says `separate_vocabs`) and
-    /// `tokenizer_config.json` (optional: eos/unk/pad tokens default to `</s>`, `<unk>`, `<pad>`).
-    pub fn from_hf_dir(dir: &Path) -> Result<Self> {
-        let config_path = dir.join("tokenizer_config.json");
-        let config: serde_json::Value = if config_path.exists() {
-            let text = std::fs::read_to_string(&config_path).map_err(io_err(&config_path))?;
-            serde_json::from_str(&text)
-                .map_err(|e| Error::Input(format!("{}: not valid JSON: {e}", config_path.display())))?
-        } else {
-            serde_json::Value::Null
-        };
-        // A special token is a string, or an AddedToken object with its text under "content".
-        let token = |key: &str, default: &str| -> String {
-            match config.get(key) {
-                Some(serde_json::Value::String(s)) => s.clone(),
-                Some(v) => v.get("content").and_then(|c| c.as_str()).unwrap_or(default).to_string(),
-                None => default.to_string(),
-            }
-        };
-        let specials = MarianSpecials {
-            eos_token: token("eos_token", "</s>"),
-            unk_token: token("unk_token", "<unk>"),
-            pad_token: token("pad_token", "<pad>"),
-            clean_up_tokenization_spaces: config
-                .get("clean_up_tokenization_spaces")
-                .and_then(|v| v.as_bool())
-                .unwrap_or(false),
-        };
-        let separate = config.get("separate_vocabs").and_then(|v| v.as_bool()).unwrap_or(false);
-        let source = SentencePiece::load(&dir.join("source.spm"))?;
-        let target = SentencePiece::load(&dir.join("target.spm"))?;
-        let vocab = read_vocab(&dir.join("vocab.json"))?;
-        let target_vocab = if separate { Some(read_vocab(&dir.join("target_vocab.json"))?) } else { None };
-        Self::new(source, target, vocab, target_vocab, specials)
-            .map_err(|e| Error::Input(format!("{}: {e}", dir.display())))
     }
 
     /// The source-side SentencePiece model.

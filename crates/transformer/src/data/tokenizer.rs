@@ -5,7 +5,8 @@
 
 use crate::data::bpe::Bpe;
 use crate::data::marian_tokenizer::{MarianTokenizer, MARIAN_FORMAT};
-use crate::error::Result;
+use crate::error::{Error, Result};
+use crate::vocab::{EOS, SPECIALS, UNK};
 use sha2::{Digest, Sha256};
 use std::path::Path;
 
@@ -130,7 +131,7 @@ impl ImportedTokenizer {
                     inner.target_token_to_id(pad),
                 ),
             };
-            let missing = |t: &str| crate::Error::Import(format!("the Marian vocabulary has no {t:?}"));
+            let missing = |t: &str| Error::Import(format!("the Marian vocabulary has no {t:?}"));
             IdMap::new(size, p, e.ok_or_else(|| missing(eos))?, u.ok_or_else(|| missing(unk))?)
         };
         let (source, target) = (map(false)?, map(true)?);
@@ -150,7 +151,7 @@ impl ImportedTokenizer {
     /// Our ids of a target sentence, without the final `</s>` (our batches add EOS themselves).
     pub fn encode_target(&self, text: &str) -> Vec<u32> {
         let mut ids: Vec<u32> = self.inner.encode_target(text).into_iter().map(|id| self.target.ours(id)).collect();
-        if ids.last() == Some(&crate::EOS) {
+        if ids.last() == Some(&EOS) {
             ids.pop();
         }
         ids
@@ -172,7 +173,7 @@ impl ImportedTokenizer {
             }
             .unwrap_or_default()
             .to_string(),
-            None => crate::vocab::SPECIALS.get(id as usize).map_or(String::new(), |s| s.to_string()),
+            None => SPECIALS.get(id as usize).map_or(String::new(), |s| s.to_string()),
         }
     }
 
@@ -200,9 +201,9 @@ pub struct IdMap {
 
 impl IdMap {
     /// The map for a foreign vocabulary of `size` ids with the given special ids.
-    pub fn new(size: usize, start: Option<u32>, eos: u32, unk: u32) -> crate::Result<Self> {
+    pub fn new(size: usize, start: Option<u32>, eos: u32, unk: u32) -> Result<Self> {
         let specials = [start, Some(eos), Some(unk)];
-        let bad = |m: String| Err(crate::Error::Import(m));
+        let bad = |m: String| Err(Error::Import(m));
         for s in specials.iter().flatten() {
             if *s as usize >= size {
                 return bad(format!("special id {s} outside the vocabulary of {size}"));
@@ -235,7 +236,7 @@ impl IdMap {
     /// Our id of a foreign id.
     pub fn ours(&self, foreign: u32) -> u32 {
         // An id outside the foreign vocabulary cannot come from it: unknown.
-        self.to_ours.get(foreign as usize).copied().unwrap_or(crate::UNK)
+        self.to_ours.get(foreign as usize).copied().unwrap_or(UNK)
     }
 
     /// The foreign id of ours, `None` for a row the import added.

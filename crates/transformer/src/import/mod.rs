@@ -11,6 +11,7 @@ mod files;
 pub mod marian;
 pub mod npz;
 pub mod pickle;
+mod yaml;
 
 pub use crate::data::tokenizer::IdMap;
 

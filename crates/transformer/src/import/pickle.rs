@@ -171,11 +171,45 @@ pub fn read_state_dict(path: &Path) -> Result<BTreeMap<String, Tensor>> {
             ),
         )
     })?;
+    let (pkl_name, pkl) = read_pickle(&mut zip, path)?;
+    let prefix = pkl_name.trim_end_matches("data.pkl").to_string();
+    let views = tensor_views(&pkl).map_err(|m| bad(path, format!("{pkl_name}: {m}")))?;
+    let Geometry { extents, need } = geometry(&views, path, &pkl_name)?;
+    let mut storages: BTreeMap<String, Vec<u8>> = BTreeMap::new();
+    let mut out = BTreeMap::new();
+    for ((name, view), (n, end)) in views.into_iter().zip(extents) {
+        if !storages.contains_key(&view.key) {
+            let entry = format!("{prefix}data/{}", view.key);
+            let mut bytes = Vec::new();
+            zip.by_name(&entry)
+                .and_then(|f| f.take((need[&view.key] as u64).min(bound)).read_to_end(&mut bytes).map_err(Into::into))
+                .map_err(|e| bad(path, format!("{}: storage {}: {e}", cut(&name), cut(&entry))))?;
+            storages.insert(view.key.clone(), bytes);
+        }
+        let bytes = &storages[&view.key];
+        // The view must lie inside the storage, and every element must have bytes of its own (a
+        // zero stride could repeat one element without bound).
+        if n > 0 && (end > bytes.len() || n.saturating_mul(view.dtype.size()) > bytes.len()) {
+            return Err(bad(
+                path,
+                format!("{}: its view reaches past its storage ({} bytes)", cut(&name), bytes.len()),
+            ));
+        }
+        let data = gather(bytes, &view, n);
+        out.insert(name, Tensor { shape: view.shape, data });
+    }
+    Ok(out)
+}
+
+/// The archive's `data.pkl` (at any prefix), by its entry name, read up to [`MAX_PICKLE_BYTES`].
+fn read_pickle<R: std::io::Read + std::io::Seek>(
+    zip: &mut zip::ZipArchive<R>,
+    path: &Path,
+) -> Result<(String, Vec<u8>)> {
     let pkl_name = (0..zip.len())
         .filter_map(|i| zip.name_for_index(i).and_then(|n| n.ok()).map(|n| n.to_string()))
         .find(|n| n.ends_with("/data.pkl") || n == "data.pkl")
         .ok_or_else(|| bad(path, "no data.pkl in the archive: not a torch.save file"))?;
-    let prefix = pkl_name.trim_end_matches("data.pkl").to_string();
     let mut pkl = Vec::new();
     zip.by_name(&pkl_name)
         .and_then(|f| f.take(MAX_PICKLE_BYTES + 1).read_to_end(&mut pkl).map_err(Into::into))
@@ -186,14 +220,25 @@ pub fn read_state_dict(path: &Path) -> Result<BTreeMap<String, Tensor>> {
             format!("{pkl_name} is larger than {MAX_PICKLE_BYTES} bytes: not the pickle of a state dict"),
         ));
     }
-    let views = tensor_views(&pkl).map_err(|m| bad(path, format!("{pkl_name}: {m}")))?;
-    // The geometry of every view first: its element count and the bytes of its storage it reaches
-    // (without overflow), so that each storage is read only as far as its views need, and a state
-    // dict cannot name its storages over and over to multiply what is built from them.
-    let mut geometry = Vec::with_capacity(views.len());
+    Ok((pkl_name, pkl))
+}
+
+/// Where a state dict's views lie in their storages.
+struct Geometry {
+    /// Per view: its element count, and the end of the bytes of its storage it reaches.
+    extents: Vec<(usize, usize)>,
+    /// Per storage key: the bytes its views reach.
+    need: BTreeMap<String, usize>,
+}
+
+/// The geometry of every view first: its element count and the bytes of its storage it reaches
+/// (without overflow), so that each storage is read only as far as its views need, and a state
+/// dict cannot name its storages over and over to multiply what is built from them.
+fn geometry(views: &[(String, TensorView)], path: &Path, pkl_name: &str) -> Result<Geometry> {
+    let mut extents = Vec::with_capacity(views.len());
     let mut need: BTreeMap<String, usize> = BTreeMap::new();
     let mut elements = 0usize;
-    for (name, v) in &views {
+    for (name, v) in views {
         let n = v.shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
         let last = v
             .shape
@@ -208,7 +253,7 @@ pub fn read_state_dict(path: &Path) -> Result<BTreeMap<String, Tensor>> {
         let e = need.entry(v.key.clone()).or_insert(0);
         *e = (*e).max(end);
         elements = elements.saturating_add(n);
-        geometry.push((n, end));
+        extents.push((n, end));
     }
     let stored: usize = need.values().fold(0usize, |a, &b| a.saturating_add(b));
     // Tied weights name one storage a few times (an embedding three or four); sixteen f32 names
@@ -223,48 +268,32 @@ pub fn read_state_dict(path: &Path) -> Result<BTreeMap<String, Tensor>> {
             ),
         ));
     }
-    let mut storages: BTreeMap<String, Vec<u8>> = BTreeMap::new();
-    let mut out = BTreeMap::new();
-    for ((name, view), (n, end)) in views.into_iter().zip(geometry) {
-        let TensorView { key, dtype, offset, shape, strides } = view;
-        if !storages.contains_key(&key) {
-            let entry = format!("{prefix}data/{key}");
-            let mut bytes = Vec::new();
-            zip.by_name(&entry)
-                .and_then(|f| f.take((need[&key] as u64).min(bound)).read_to_end(&mut bytes).map_err(Into::into))
-                .map_err(|e| bad(path, format!("{}: storage {}: {e}", cut(&name), cut(&entry))))?;
-            storages.insert(key.clone(), bytes);
-        }
-        let bytes = &storages[&key];
-        // The view must lie inside the storage, and every element must have bytes of its own (a
-        // zero stride could repeat one element without bound).
-        if n > 0 && (end > bytes.len() || n.saturating_mul(dtype.size()) > bytes.len()) {
-            return Err(bad(
-                path,
-                format!("{}: its view reaches past its storage ({} bytes)", cut(&name), bytes.len()),
-            ));
-        }
-        let mut data = Vec::with_capacity(n);
-        let mut index = vec![0usize; shape.len()];
-        for _ in 0..n {
-            let at = offset + index.iter().zip(&strides).map(|(&i, &s)| i * s).sum::<usize>();
-            let b = &bytes[at * dtype.size()..][..dtype.size()];
-            data.push(match dtype {
-                DType::F32 => f32::from_le_bytes([b[0], b[1], b[2], b[3]]),
-                DType::F16 => half::f16::from_le_bytes([b[0], b[1]]).to_f32(),
-                DType::Bf16 => half::bf16::from_le_bytes([b[0], b[1]]).to_f32(),
-            });
-            for d in (0..shape.len()).rev() {
-                index[d] += 1;
-                if index[d] < shape[d] {
-                    break;
-                }
-                index[d] = 0;
+    Ok(Geometry { extents, need })
+}
+
+/// The `n` elements of `view` from its storage's `bytes` (checked to hold them), in row-major
+/// order, as f32.
+fn gather(bytes: &[u8], view: &TensorView, n: usize) -> Vec<f32> {
+    let TensorView { dtype, offset, shape, strides, .. } = view;
+    let mut data = Vec::with_capacity(n);
+    let mut index = vec![0usize; shape.len()];
+    for _ in 0..n {
+        let at = offset + index.iter().zip(strides).map(|(&i, &s)| i * s).sum::<usize>();
+        let b = &bytes[at * dtype.size()..][..dtype.size()];
+        data.push(match dtype {
+            DType::F32 => f32::from_le_bytes([b[0], b[1], b[2], b[3]]),
+            DType::F16 => half::f16::from_le_bytes([b[0], b[1]]).to_f32(),
+            DType::Bf16 => half::bf16::from_le_bytes([b[0], b[1]]).to_f32(),
+        });
+        for d in (0..shape.len()).rev() {
+            index[d] += 1;
+            if index[d] < shape[d] {
+                break;
             }
+            index[d] = 0;
         }
-        out.insert(name, Tensor { shape, data });
     }
-    Ok(out)
+    data
 }
 
 /// The tensors a state dict's pickle (`data.pkl`) describes, by name, in the pickle's order,
