@@ -168,7 +168,8 @@ pub fn load_prepared(
     drop(buf);
     read_adam(path, &mut src, layout.total(), &mut crc, false)?;
     check_crc(path, &meta, crc)?;
-    let model = loader.finish()?;
+    let (model_config, kept, prepared) = loader.finish()?;
+    let model = crate::model::Transformer::from_prepared(model_config, kept, prepared)?;
     let ckpt = Checkpoint { config, step, vocab_hash, params: Vec::new(), adam: None, extra: extra_metadata(meta) };
     Ok((ckpt, model))
 }

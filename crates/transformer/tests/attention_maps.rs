@@ -84,9 +84,8 @@ fn heatmap_cells_show_the_weights_and_the_png_decodes() {
     let (gx, gy) = cell_centre(&rows, &cols, 0, 0);
     let near_black = |p: [u8; 3]| p.iter().all(|&c| c < 64);
     assert!(!near_black(weight_colour(1.0)));
-    let dark = |x0: usize, x1: usize, y0: usize, y1: usize| {
-        (y0..y1).any(|y| (x0..x1).any(|x| near_black(img.pixel(x, y))))
-    };
+    let dark =
+        |x0: usize, x1: usize, y0: usize, y1: usize| (y0..y1).any(|y| (x0..x1).any(|x| near_black(img.pixel(x, y))));
     assert!(dark(0, gx - 12, gy - 12, gy + 12), "no row label");
     assert!(dark(gx - 12, gx + 12, 30, gy - 12), "no column label");
 

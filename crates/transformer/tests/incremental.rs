@@ -5,7 +5,7 @@
 mod common;
 
 use common::assert_close;
-use transformer::model::DecoderState;
+use transformer::model::incremental::DecoderState;
 use transformer::rng::Rng;
 use transformer::{Batch, DropoutCtx, ModelConfig, Positions, Transformer, Workspace, BOS};
 
@@ -324,7 +324,7 @@ fn empty_source_attends_to_nothing() {
 /// step's logits.
 fn drive(
     m: &Transformer,
-    enc: &transformer::model::Encoded,
+    enc: &transformer::model::incremental::Encoded,
     st: &mut DecoderState,
     steps: usize,
     max_rows: u64,
@@ -355,7 +355,7 @@ fn a_reused_state_decodes_exactly_like_a_fresh_one() {
     let a: Vec<Vec<u32>> = [6, 3, 9].iter().map(|&n| random_ids(&mut rng, n, v)).collect();
     let a_refs: Vec<&[u32]> = a.iter().map(|s| s.as_slice()).collect();
     let enc_a = m.encode(&a_refs, &mut ws).unwrap();
-    let mut st = transformer::model::DecoderState::default();
+    let mut st = transformer::model::incremental::DecoderState::default();
     m.restart_decoding(&enc_a, 40, &mut st).unwrap();
     drive(&m, &enc_a, &mut st, 30, 6, 1);
     // Then a smaller batch in the same state, against a fresh state: bit for bit the same.
@@ -484,7 +484,7 @@ fn a_batch_encoded_in_groups_decodes_like_each_sentence_alone() {
     let mut rng = Rng::new(5);
     let srcs: Vec<Vec<u32>> = (0..60).map(|i| random_ids(&mut rng, 1 + (i * 7) % 20, v)).collect();
     let total: usize = 60 * srcs.iter().map(|s| s.len()).max().unwrap();
-    assert!(total > transformer::model::ENCODE_TOKENS);
+    assert!(total > transformer::model::incremental::ENCODE_TOKENS);
     let refs: Vec<&[u32]> = srcs.iter().map(|s| s.as_slice()).collect();
     let mut ws = Workspace::new();
     let enc = m.encode(&refs, &mut ws).unwrap();

@@ -47,7 +47,7 @@ pub fn run(which: BenchCommand) -> Result<()> {
                 corpus.len(),
                 batches.len(),
                 start.elapsed().as_secs_f64(),
-                super::peak_rss_bytes().unwrap_or(0) as f64 / 1e6,
+                super::rss::peak_rss_bytes().unwrap_or(0) as f64 / 1e6,
                 kb("RssAnon:") / 1e3,
                 kb("RssFile:") / 1e3
             );
@@ -109,7 +109,7 @@ fn train_step(steps: usize, warmup: usize, bf16: bool, dropout: f32, per_shape: 
     let other = median_of(m.times.iter().zip(&m.slots).map(|(t, s)| t - s.iter().map(|x| x.1).sum::<f64>()).collect());
     breakdown.push(("other (wiring, rayon waits)".into(), other));
     let threads = rayon::current_num_threads();
-    let rss = super::peak_rss_bytes();
+    let rss = super::rss::peak_rss_bytes();
     let per_step = steps as f64;
     if json {
         let mut v = serde_json::json!({ "impl": "transformer", "bf16": bf16, "threads": threads, "step_times_s": m.times, "median_s": median, "peak_rss_bytes": rss,

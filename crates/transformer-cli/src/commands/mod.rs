@@ -8,6 +8,7 @@ mod evalb;
 mod input;
 mod parse;
 mod quickstart;
+mod rss;
 mod text;
 mod train;
 
@@ -57,14 +58,6 @@ pub fn run(cmd: Command) -> Result<()> {
         Command::Bench(BenchArgs { which }) => bench::run(which),
         Command::Serve(args) => crate::serve::run(args),
     }
-}
-
-/// Peak resident set size of this process, from /proc (Linux), in bytes.
-pub(crate) fn peak_rss_bytes() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kb * 1024)
 }
 
 /// `transformer evaluate`: EVALB for a parsing model, BLEU, chrF and perplexity for a translation

@@ -192,7 +192,7 @@ pub fn prepare(args: &PrepareArgs) -> Result<()> {
         "{report} -> {} in {:.1} s, peak RSS {:.0} MB",
         out.display(),
         start.elapsed().as_secs_f64(),
-        super::peak_rss_bytes().unwrap_or(0) as f64 / 1e6
+        super::rss::peak_rss_bytes().unwrap_or(0) as f64 / 1e6
     );
     Ok(())
 }

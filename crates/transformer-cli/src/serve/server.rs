@@ -4,11 +4,11 @@
 //! batcher, which runs on the thread that called [`run`] (a worker of the rayon pool, where the
 //! model's parallel kernels fork cheaply).
 
+use super::args::ServeArgs;
 use super::batcher::{self, Budget, Job, Output, Queue, Refused};
 use super::conn::{self, Connections};
 use super::metrics::{Gauges, Metrics};
 use super::request::{self, Limits};
-use super::ServeArgs;
 use anyhow::{Context, Result};
 use axum::body::{Body, HttpBody};
 use axum::extract::{Request, State};

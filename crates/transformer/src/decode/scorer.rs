@@ -7,7 +7,8 @@ use super::beam::{beam_search_constrained, BeamConfig, Constraint, Hypothesis, S
 use crate::error::{Error, Result};
 use crate::kernels::cpu::profile::{self, Slot};
 use crate::kernels::cpu::search::log_sum_exp;
-use crate::model::{DecoderState, Encoded, Transformer, Workspace};
+use crate::model::incremental::{DecoderState, Encoded};
+use crate::model::{Transformer, Workspace};
 use rayon::prelude::*;
 
 /// The model as a [`Scorer`]: incremental decoding over an encoded batch.

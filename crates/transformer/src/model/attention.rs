@@ -1,8 +1,8 @@
 //! §3.2.2 Multi-head attention sub-layers with their residual + LayerNorm (§3.1): self-attention
 //! (encoder; causal in the decoder) and encoder–decoder attention.
 
+use super::lins::{AttnLins, Lin};
 use super::masks::SubLayerMasks;
-use super::prepared::{AttnLins, Lin};
 use super::workspace::{AttnActs, Backward, Dims, Flow, GradScratch};
 use super::Transformer;
 use crate::kernels::cpu::attention::{attention_backward, attention_forward, AttnGrads, Heads};

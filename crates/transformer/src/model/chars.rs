@@ -11,29 +11,11 @@
 //! looks like in context, and the rest of the model (the character encoder first) learns to do
 //! without the word's own rows.
 
+use super::batch::{Batch, DropoutCtx};
 use super::masks::EmbeddingMasks;
-use super::{Batch, DropoutCtx, Transformer, Workspace};
+use super::workspace::{CharActs, Workspace, NO_WORD};
+use super::Transformer;
 use crate::kernels::cpu::char_cnn;
-
-/// `CharActs::word` of a position in no word.
-const NO_WORD: u32 = u32::MAX;
-
-/// The character encoder's saved values for one batch.
-#[derive(Default, Debug)]
-pub struct CharActs {
-    /// (B·S) the word of each source position ([`NO_WORD`] for none).
-    word: Vec<u32>,
-    /// Every word's character ids, one word after another.
-    chars: Vec<u32>,
-    /// Where each word's characters start, and the end (words + 1).
-    offsets: Vec<usize>,
-    /// (words, D) the words' vectors.
-    out: Vec<f32>,
-    /// (words, D) the window that gave each maximum.
-    arg: Vec<u32>,
-    /// (words, D) the vectors' gradient.
-    dout: Vec<f32>,
-}
 
 impl Transformer {
     /// Word dropout: with a dropout context and `batch.src_drop`, `ids` becomes the source with

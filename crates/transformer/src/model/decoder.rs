@@ -4,10 +4,11 @@
 //! LayerNorm.
 
 use super::attention::AttnShape;
+use super::batch::{Batch, DropoutCtx};
 use super::masks::{DecoderLayerMasks, EmbeddingMasks};
 use super::pointer::{NO_CLOSER, PAST_END};
 use super::workspace::{Backward, Flow, Workspace};
-use super::{attention, feed_forward, Batch, DropoutCtx, Transformer};
+use super::{attention, feed_forward, Transformer};
 use crate::kernels::cpu::embedding::{embedding_backward, embedding_forward};
 use crate::kernels::cpu::linear::product;
 use crate::kernels::cpu::matmul::Op;

@@ -3,9 +3,10 @@
 //! connection and LayerNorm, LayerNorm(x + Sublayer(x)).
 
 use super::attention::AttnShape;
+use super::batch::{Batch, DropoutCtx};
 use super::masks::{EmbeddingMasks, EncoderLayerMasks};
 use super::workspace::{Backward, Flow, Workspace};
-use super::{attention, feed_forward, Batch, DropoutCtx, Transformer};
+use super::{attention, feed_forward, Transformer};
 use crate::kernels::cpu::embedding::{embedding_backward, embedding_forward};
 use crate::kernels::Mask;
 

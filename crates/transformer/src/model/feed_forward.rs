@@ -1,7 +1,7 @@
 //! §3.3 Position-wise feed-forward network, Eq. 2: FFN(x) = max(0, x W_1 + b_1) W_2 + b_2, with its
 //! residual + LayerNorm. b_1 is fused with the ReLU, b_2 with the residual LayerNorm.
 
-use super::prepared::FfnLins;
+use super::lins::FfnLins;
 use super::workspace::{Backward, FfnActs, Flow, GradScratch};
 use super::Transformer;
 use crate::config::Activation;

@@ -16,9 +16,11 @@
 //! equal those of the teacher-forced [`Transformer::forward`] to float rounding
 //! (tests/incremental.rs).
 
+use super::batch::Batch;
+use super::lins::Lin;
 use super::pointer::{CloserStacks, PointerState, NO_OPEN};
-use super::prepared::Lin;
-use super::{Batch, Transformer, Workspace};
+use super::workspace::Workspace;
+use super::Transformer;
 use crate::error::{Error, Result};
 use crate::kernels::cpu::cached_attention::{attend, KeyValues};
 use crate::kernels::cpu::elementwise::bias_activation_forward;

@@ -2,7 +2,7 @@
 //! built by one function that the forward and the backward pass both call, so the two passes
 //! cannot drift apart.
 
-use super::DropoutCtx;
+use super::batch::DropoutCtx;
 use crate::config::ModelConfig;
 use crate::rng::DropoutMask;
 

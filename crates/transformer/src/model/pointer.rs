@@ -234,7 +234,7 @@ pub const PAST_END: u32 = u32::MAX;
 /// The pointer positions of a padded batch: (B, T), position t of row b reading the source
 /// position for `tgt_in[b, ..=t]`; [`PAST_END`] past the last word, on padding and for empty
 /// sources.
-pub fn batch_positions(table: &PointerTable, batch: &super::Batch) -> Vec<u32> {
+pub fn batch_positions(table: &PointerTable, batch: &super::batch::Batch) -> Vec<u32> {
     let mut out = vec![PAST_END; batch.b * batch.t];
     for b in 0..batch.b {
         let src_len = batch.src_lens[b];
@@ -314,7 +314,7 @@ impl CloserStacks {
 
 /// The next-closer ids and depth rows of a padded batch: (B, T) each, position t of row b after
 /// `tgt_in[b, ..=t]`; (EOS, 0) on padding.
-pub fn batch_closers(table: &PointerTable, batch: &super::Batch) -> (Vec<u32>, Vec<u32>) {
+pub fn batch_closers(table: &PointerTable, batch: &super::batch::Batch) -> (Vec<u32>, Vec<u32>) {
     let mut ids = vec![crate::vocab::EOS; batch.b * batch.t];
     let mut depths = vec![0; batch.b * batch.t];
     let mut stacks = CloserStacks::default();

@@ -1,22 +1,20 @@
 //! A model's linear maps prepared for inference ([`Prepared`]): every W of the encoder, the
 //! decoder, the encoder–decoder attention, the pointer and the output projection, built once in
 //! the layout its products read (f32 panels, bf16 tiles, int8 codes with scales), in the style of
-//! CTranslate2's `Dense` layers. A [`Transformer`] prepared for inference
-//! ([`Transformer::prepare`]) owns it and no longer holds those weights in its parameters, so the
+//! CTranslate2's `Dense` layers. A [`super::Transformer`] prepared for inference
+//! ([`super::Transformer::prepare`]) owns it and no longer holds those weights in its parameters, so the
 //! two cannot disagree and no weight is kept twice.
 //!
-//! The forward pass reads a linear map through [`Lin`]: on the prepared copy, or, in a model that
-//! is not prepared (training), on W in the parameters at the model's [`Float`] precision.
+//! The forward pass reads a linear map through [`super::lins::Lin`]: on the prepared copy, or, in a
+//! model that is not prepared (training), on W in the parameters at the model's precision.
 
-use super::Transformer;
 use crate::config::ModelConfig;
 use crate::error::{Error, Result};
 use crate::kernels::cpu::embedding::Rows;
 use crate::kernels::cpu::int8::QuantizedLinear;
-use crate::kernels::cpu::linear::linear_forward;
 use crate::kernels::cpu::packed::PackedLinear;
-use crate::params::{AttnParams, FfnParams, ParamLayout};
-use crate::precision::{Float, Precision};
+use crate::params::ParamLayout;
+use crate::precision::Precision;
 
 /// Which kernels a prepared model's products run on.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -331,161 +329,13 @@ impl PreparedLoader {
         self.maps[i] = Some(lin);
     }
 
-    /// The prepared model, once every tensor has been given.
-    pub(crate) fn finish(self) -> Result<Transformer> {
+    /// Once every tensor has been given: the configuration, the parameters kept (those the
+    /// prepared maps do not hold) and the prepared maps, for [`Transformer::from_prepared`].
+    pub(crate) fn finish(self) -> Result<(ModelConfig, Vec<f32>, Prepared)> {
         let mut maps = self.maps.into_iter();
         let prepared = Prepared::assemble(&self.config, self.precision, |spec| {
             maps.next().flatten().ok_or_else(|| Error::Mismatch(format!("no tensor '{}' was read", spec.tensors[0])))
         })?;
-        Transformer::from_prepared(self.config, self.kept, prepared)
-    }
-}
-
-/// One linear map as the forward pass reads it: Y = X · Wᵀ [+ bias].
-#[derive(Clone, Copy, Debug)]
-pub(crate) enum Lin<'a> {
-    /// W (n, k) row-major in the parameters, computed at a training precision.
-    Params { w: &'a [f32], n: usize, k: usize, precision: Float },
-    /// The prepared copy.
-    Prepared(&'a PackedLinear),
-}
-
-impl Lin<'_> {
-    /// Y (m, n) = X (m, k) · Wᵀ [+ bias].
-    pub fn forward(self, y: &mut [f32], x: &[f32], bias: Option<&[f32]>, m: usize) {
-        match self {
-            Lin::Params { w, n, k, precision } => linear_forward(precision, y, x, w, bias, m, n, k),
-            Lin::Prepared(p) => p.forward(y, x, bias, m),
-        }
-    }
-
-    /// Y (m, n) += X (m, k) · Wᵀ.
-    pub fn forward_accumulate(self, y: &mut [f32], x: &[f32], m: usize) {
-        match self {
-            Lin::Params { w, n, k, precision } => {
-                use crate::kernels::cpu::matmul::Op;
-                crate::kernels::cpu::linear::product(precision, y, x, Op::N, w, Op::T, m, n, k, true)
-            }
-            Lin::Prepared(p) => p.forward_accumulate(y, x, m),
-        }
-    }
-}
-
-/// One attention block's maps: Q (self-attention: Q|K|V fused), K|V (encoder–decoder attention)
-/// and W^O.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct AttnLins<'a> {
-    pub q: Lin<'a>,
-    pub kv: Option<Lin<'a>>,
-    pub o: Lin<'a>,
-}
-
-/// One FFN's maps.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct FfnLins<'a> {
-    pub w_1: Lin<'a>,
-    pub w_2: Lin<'a>,
-}
-
-/// One encoder layer's maps.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct EncoderLayerLins<'a> {
-    pub self_attn: AttnLins<'a>,
-    pub ffn: FfnLins<'a>,
-}
-
-/// One decoder layer's maps.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct DecoderLayerLins<'a> {
-    pub self_attn: AttnLins<'a>,
-    pub cross_attn: AttnLins<'a>,
-    pub ffn: FfnLins<'a>,
-}
-
-impl Transformer {
-    /// Encoder layer `l`'s linear maps.
-    pub(crate) fn encoder_lins(&self, l: usize) -> EncoderLayerLins<'_> {
-        match self.prepared() {
-            Some(p) => {
-                let e = &p.encoder[l];
-                EncoderLayerLins {
-                    self_attn: AttnLins { q: Lin::Prepared(&e.qkv), kv: None, o: Lin::Prepared(&e.o) },
-                    ffn: FfnLins { w_1: Lin::Prepared(&e.w_1), w_2: Lin::Prepared(&e.w_2) },
-                }
-            }
-            None => {
-                let lp = self.layout.offsets.encoder[l].params(&self.params);
-                EncoderLayerLins {
-                    self_attn: self.attn_lins(&lp.self_attn.attn, false),
-                    ffn: self.ffn_lins(&lp.ffn.ffn),
-                }
-            }
-        }
-    }
-
-    /// Decoder layer `l`'s linear maps.
-    pub(crate) fn decoder_lins(&self, l: usize) -> DecoderLayerLins<'_> {
-        match self.prepared() {
-            Some(p) => {
-                let e = &p.decoder[l];
-                DecoderLayerLins {
-                    self_attn: AttnLins { q: Lin::Prepared(&e.self_qkv), kv: None, o: Lin::Prepared(&e.self_o) },
-                    cross_attn: AttnLins {
-                        q: Lin::Prepared(&e.cross_q),
-                        kv: Some(Lin::Prepared(&e.cross_kv)),
-                        o: Lin::Prepared(&e.cross_o),
-                    },
-                    ffn: FfnLins { w_1: Lin::Prepared(&e.w_1), w_2: Lin::Prepared(&e.w_2) },
-                }
-            }
-            None => {
-                let lp = self.layout.offsets.decoder[l].params(&self.params);
-                DecoderLayerLins {
-                    self_attn: self.attn_lins(&lp.self_attn.attn, false),
-                    cross_attn: self.attn_lins(&lp.cross_attn.attn, true),
-                    ffn: self.ffn_lins(&lp.ffn.ffn),
-                }
-            }
-        }
-    }
-
-    /// An attention block's maps on the parameters: Q|K|V fused, or for encoder–decoder attention
-    /// (`cross`) Q and K|V apart.
-    fn attn_lins<'a>(&self, a: &AttnParams<'a>, cross: bool) -> AttnLins<'a> {
-        let (d, hv) = (self.config.d_model, self.config.n_heads * self.config.d_v);
-        let o = self.params_lin(a.w_o, hv);
-        match cross {
-            false => AttnLins { q: self.params_lin(a.w_qkv, d), kv: None, o },
-            true => AttnLins { q: self.params_lin(a.w_q, d), kv: Some(self.params_lin(a.w_kv, d)), o },
-        }
-    }
-
-    /// An FFN's maps on the parameters.
-    fn ffn_lins<'a>(&self, f: &FfnParams<'a>) -> FfnLins<'a> {
-        FfnLins { w_1: self.params_lin(f.w_1, self.config.d_model), w_2: self.params_lin(f.w_2, self.config.d_ff) }
-    }
-
-    /// The output projection (the tied embedding, V × D).
-    pub(crate) fn output_lin(&self) -> Lin<'_> {
-        match self.prepared() {
-            Some(p) => Lin::Prepared(&p.output),
-            None => self.params_lin(self.layout.offsets.embedding(&self.params), self.config.d_model),
-        }
-    }
-
-    /// The next-word pointer's W_p, with `source_pointer`.
-    pub(crate) fn pointer_lin(&self) -> Option<Lin<'_>> {
-        if !self.config.source_pointer {
-            return None;
-        }
-        Some(match self.prepared() {
-            Some(p) => Lin::Prepared(p.pointer.as_ref().expect("a pointer model prepares W_p")),
-            None => self.params_lin(self.layout.offsets.pointer(&self.params)?, self.config.d_model),
-        })
-    }
-
-    /// W (n, k) in the parameters at this model's training precision.
-    fn params_lin<'a>(&self, w: &'a [f32], k: usize) -> Lin<'a> {
-        Lin::Params { w, n: w.len() / k, k, precision: self.float() }
+        Ok((self.config, self.kept, prepared))
     }
 }

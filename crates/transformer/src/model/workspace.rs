@@ -148,7 +148,7 @@ pub struct Workspace {
     /// by word dropout set to UNK; empty when it read the source as it is.
     pub embed_ids: Vec<u32>,
     /// The character encoder's saved values (with `char_dim`).
-    pub(crate) chars: super::chars::CharActs,
+    pub(crate) chars: CharActs,
 }
 
 fn fit(v: &mut Vec<f32>, n: usize) {
@@ -267,4 +267,24 @@ impl Workspace {
         let blocks = mx.div_ceil(crate::kernels::cpu::ROW_BLOCK);
         fit(&mut self.grad.partials, blocks * crate::kernels::cpu::layer_norm::PARTIAL_ROWS * d.max(f));
     }
+}
+
+/// `CharActs::word` of a position in no word.
+pub(super) const NO_WORD: u32 = u32::MAX;
+
+/// The character encoder's saved values for one batch.
+#[derive(Default, Debug)]
+pub struct CharActs {
+    /// (B·S) the word of each source position ([`NO_WORD`] for none).
+    pub(super) word: Vec<u32>,
+    /// Every word's character ids, one word after another.
+    pub(super) chars: Vec<u32>,
+    /// Where each word's characters start, and the end (words + 1).
+    pub(super) offsets: Vec<usize>,
+    /// (words, D) the words' vectors.
+    pub(super) out: Vec<f32>,
+    /// (words, D) the window that gave each maximum.
+    pub(super) arg: Vec<u32>,
+    /// (words, D) the vectors' gradient.
+    pub(super) dout: Vec<f32>,
 }

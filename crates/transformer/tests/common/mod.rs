@@ -66,6 +66,6 @@ pub fn translate_batch(
     cfg: &transformer::decode::BeamConfig,
     ws: &mut transformer::Workspace,
 ) -> transformer::Result<Vec<Vec<transformer::decode::Hypothesis>>> {
-    let mut state = transformer::model::DecoderState::default();
+    let mut state = transformer::model::incremental::DecoderState::default();
     Ok(transformer::decode::search_batch(model, srcs, cfg, ws, &mut state, None)?.0)
 }
