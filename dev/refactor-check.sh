@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Same numbers before and after a refactor: runs two release binaries of `transformer` on the same
 # work and compares what they write, byte for byte.
-#   dev/refactor-check.sh BEFORE AFTER OUT [tiny|parse|multi30k|translate|speed]...
+#   dev/refactor-check.sh BEFORE AFTER OUT [tiny|parse|multi30k|translate|marian|speed]...
 # From the repository root, with data/multi30k (`transformer data multi30k`) and the Penn Treebank
 # sample (data/ptb-sample or ../shared/data/ptb-sample). Without a stage name it runs them all:
 #   tiny       configs/tiny-test.toml, 200 updates: every record of metrics.jsonl
@@ -10,14 +10,24 @@
 #   multi30k   configs/multi30k-en-de.toml, 6 epochs, both binaries at once on one thread each:
 #              every record of metrics.jsonl
 #   translate  test_2016_flickr.en with the multi30k run's last checkpoint (else the tiny run's;
-#              beam 4, α 0.6)
+#              beam 4, α 0.6) at f32, bf16 and int8
+#   marian     the tests' imported OPUS-MT fixtures: the written checkpoint and tokenizer, and
+#              their translations of 50 sentences
 #   speed      bench train-step (f32, bf16) and translate --speed (and with PARSER=DIR, parse --speed
 #              of a bench/ptb-parse/run.sh run's test words), interleaved, 3 rounds
 set -euo pipefail
 before=$(realpath "$1"); after=$(realpath "$2"); out=$3; shift 3
-stages=${*:-tiny parse multi30k translate speed}
+stages=${*:-tiny parse multi30k translate marian speed}
 mkdir -p "$out"
 tb=data/ptb-sample; [ -d "$tb" ] || tb=../shared/data/ptb-sample
+# A safetensors file as text that does not depend on the order of its header's keys (the
+# metadata is a hash map, written in a different order by every process): the header sorted,
+# then the tensor bytes' SHA-256.
+canonical() {
+  python3 -c 'import hashlib, json, struct, sys
+b = open(sys.argv[1], "rb").read(); n = struct.unpack("<Q", b[:8])[0]
+print(json.dumps(json.loads(b[8:8 + n]), sort_keys=True)); print(hashlib.sha256(b[8 + n:]).hexdigest())' "$1" > "$1.txt"
+}
 same() { # what, file a, file b
   if cmp -s "$2" "$3"; then echo "$1: identical ($(wc -l < "$2") lines)"; else echo "$1: DIFFERENT ($2 vs $3)"; return 1; fi
 }
@@ -68,11 +78,33 @@ for stage in $stages; do
     grep '"kind":"valid"' "$out/m30k-after/metrics.jsonl" | sed 's/.*"ppl":\([0-9.]*\).*/\1/' | tr '\n' ' '; echo "(validation perplexity per epoch)" ;;
   translate)
     pick_model
-    for who in before after; do
-      ${!who} translate --checkpoint "$ckpt" --bpe "$bpe" --input data/multi30k/test_2016_flickr.en.gz \
-        > "$out/translate-$who.txt" 2>/dev/null
-    done
-    same "translations of test_2016_flickr ($(basename "$ckpt"))" "$out/translate-before.txt" "$out/translate-after.txt" ;;
+    for precision in f32 bf16 int8; do
+      for who in before after; do
+        ${!who} translate --checkpoint "$ckpt" --bpe "$bpe" --input data/multi30k/test_2016_flickr.en.gz \
+          --precision $precision > "$out/translate-$precision-$who.txt" 2>/dev/null
+      done
+      same "translations of test_2016_flickr at $precision ($(basename "$ckpt"))" \
+        "$out/translate-$precision-before.txt" "$out/translate-$precision-after.txt"
+    done ;;
+  marian)
+    # The imported OPUS-MT fixtures (HF and native) of the tests, imported by each binary: the
+    # written checkpoint and tokenizer, and translations of Multi30k's first 50 English sentences.
+    { gzip -dc data/multi30k/test_2016_flickr.en.gz || true; } | head -50 > "$out/marian-in.txt"
+    for fixture in opus/hf opus/native gelu_separate/hf; do
+      name=${fixture//\//-}
+      for who in before after; do
+        rm -rf "$out/marian-$name-$who"
+        ${!who} import marian "crates/transformer/tests/fixtures/marian/$fixture" --output "$out/marian-$name-$who" >/dev/null 2>&1
+        ${!who} translate --checkpoint "$out/marian-$name-$who/model.safetensors" \
+          --tokenizer "$out/marian-$name-$who/tokenizer.json" --input "$out/marian-in.txt" \
+          > "$out/marian-$name-$who.txt" 2>/dev/null
+      done
+      canonical "$out/marian-$name-before/model.safetensors"; canonical "$out/marian-$name-after/model.safetensors"
+      same "imported $fixture: checkpoint (header sorted, tensor bytes)" "$out/marian-$name-before/model.safetensors.txt" \
+        "$out/marian-$name-after/model.safetensors.txt"
+      same "imported $fixture: tokenizer" "$out/marian-$name-before/tokenizer.json" "$out/marian-$name-after/tokenizer.json"
+      same "imported $fixture: translations" "$out/marian-$name-before.txt" "$out/marian-$name-after.txt"
+    done ;;
   speed)
     pick_model
     for round in 1 2 3; do

@@ -40,6 +40,28 @@ impl Events for Vec<String> {
     }
 }
 
+/// Another sink's messages, warnings, stages and updates, without its progress: for work too
+/// short to show as a count of its own (the quick start's five examples).
+pub struct WithoutProgress<'a>(pub &'a mut dyn Events);
+
+impl Events for WithoutProgress<'_> {
+    fn log(&mut self, message: &str) {
+        self.0.log(message);
+    }
+
+    fn warn(&mut self, message: &str) {
+        self.0.warn(message);
+    }
+
+    fn stage(&mut self, name: &str) {
+        self.0.stage(name);
+    }
+
+    fn update(&mut self, update: &Update) {
+        self.0.update(update);
+    }
+}
+
 /// Events as lines given to a function: every message and warning, and a training update's
 /// [`Update::line`] at most every 2 seconds (what a plain log of a run shows).
 pub struct Lines<F: FnMut(&str)> {
@@ -150,5 +172,23 @@ mod tests {
             sink.update(&update);
         }
         assert_eq!(written, ["warning: w".to_string(), update.line()]);
+
+        // WithoutProgress passes on all but the progress.
+        #[derive(Default)]
+        struct Count(Vec<String>, usize);
+        impl Events for Count {
+            fn log(&mut self, m: &str) {
+                self.0.push(m.to_string());
+            }
+            fn progress(&mut self, _: usize, _: usize) {
+                self.1 += 1;
+            }
+        }
+        let mut inner = Count::default();
+        let mut outer = WithoutProgress(&mut inner);
+        outer.progress(1, 5);
+        outer.warn("x");
+        inner.progress(1, 5);
+        assert_eq!((inner.0, inner.1), (vec!["warning: x".to_string()], 1));
     }
 }

@@ -274,7 +274,7 @@ pub struct CloserStacks {
 /// An empty stack in [`CloserStacks`].
 pub const NO_OPEN: u32 = u32::MAX;
 
-pub use crate::params::MAX_OPEN_DEPTH;
+use crate::params::MAX_OPEN_DEPTH;
 
 /// A next-closer id meaning "no next-closer input at this position" (training with
 /// `next_closer_dropout`).

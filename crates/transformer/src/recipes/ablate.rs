@@ -22,6 +22,7 @@ use crate::error::{Error, Result};
 use crate::events::Events;
 use crate::io::{io_err, write_atomically};
 use crate::train::run::{run as train_run, RunConfig};
+use crate::train::run_dir::last_checkpoints;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -116,6 +117,7 @@ fn group(p: Preset) -> Option<char> {
 
 /// One row as trained here: its name, the paper's change, and the change it makes to our base.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "RowFile")]
 pub struct Row {
     /// `base`, `a1`, …
     pub name: String,
@@ -123,6 +125,32 @@ pub struct Row {
     pub change: ModelChange,
     /// The paper's change, in the same words ("n_heads=1, d_k=512, d_v=512").
     pub paper_change: String,
+}
+
+/// A row as `ablate.json` holds it: with its `change`, or, written before rows were typed, with
+/// `settings` as (field, TOML value) pairs, read into the same change.
+#[derive(Deserialize)]
+struct RowFile {
+    name: String,
+    change: Option<ModelChange>,
+    settings: Option<Vec<(String, String)>>,
+    paper_change: String,
+}
+
+impl TryFrom<RowFile> for Row {
+    type Error = String;
+
+    fn try_from(f: RowFile) -> std::result::Result<Row, String> {
+        let change = match (f.change, f.settings) {
+            (Some(change), _) => change,
+            (None, Some(settings)) => {
+                let text: String = settings.iter().map(|(k, v)| format!("{k} = {v}\n")).collect();
+                toml::from_str(&text).map_err(|e| format!("row {}: settings {settings:?}: {e}", f.name))?
+            }
+            (None, None) => return Err(format!("row {}: no `change`", f.name)),
+        };
+        Ok(Row { name: f.name, change, paper_change: f.paper_change })
+    }
 }
 
 impl Row {
@@ -600,6 +628,9 @@ fn score_row(
     state: crate::train::run::RunState,
     events: &mut dyn Events,
 ) -> Result<RowResult> {
+    if last_checkpoints(dir, plan.average)?.is_empty() {
+        return Err(Error::Config(format!("{}: no checkpoint to score", dir.display())));
+    }
     let model_path = dir.join("average.safetensors");
     let (avg, averaged) = average_last(dir, plan.average, &model_path)?;
     let translator = Translator::load(&model_path, bpe, SessionOptions::default())?;
@@ -749,6 +780,26 @@ mod tests {
             assert_eq!(m, row(p).change.apply(&cfg.model_config(500).unwrap()), "{}", p.name());
             crate::model::Transformer::new(m, 1).unwrap_or_else(|e| panic!("{}: {e}", p.name()));
         }
+    }
+
+    #[test]
+    fn a_plan_written_before_rows_were_typed_reads_into_the_same_rows() {
+        let base = quick_start_base();
+        for p in parse_rows("A,B,C,D,E").unwrap() {
+            let row = scale_row(p, &base).unwrap();
+            // The old form: each set column as a TOML value ("\"learned\"" for positions).
+            let settings: Vec<(String, String)> =
+                toml::Table::try_from(row.change).unwrap().iter().map(|(k, v)| (k.clone(), v.to_string())).collect();
+            let old = serde_json::json!({ "name": row.name, "settings": settings, "paper_change": row.paper_change });
+            assert_eq!(serde_json::from_value::<Row>(old).unwrap(), row, "{}", p.name());
+            let new = serde_json::to_value(&row).unwrap();
+            assert_eq!(serde_json::from_value::<Row>(new).unwrap(), row);
+        }
+        let d2 = serde_json::json!({ "name": "d2", "settings": [["dropout", "0.4"]], "paper_change": "dropout=0.2" });
+        let d2: Row = serde_json::from_value(d2).unwrap();
+        assert_eq!(d2.change, ModelChange { dropout: Some(0.4), ..Default::default() });
+        let bad = serde_json::json!({ "name": "x", "settings": [["heads", "2"]], "paper_change": "" });
+        assert!(serde_json::from_value::<Row>(bad).unwrap_err().to_string().contains("row x"));
     }
 
     #[test]

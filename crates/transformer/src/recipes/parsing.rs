@@ -3,7 +3,7 @@
 //! best checkpoint by validation F1, the test files parsed and scored as EVALB, and a report. The
 //! steps are the library's own, as in the translation quick start: a [`RunConfig`] (the shipped
 //! `configs/ptb-parse.toml`, with paths, budget and checkpoint interval set here) trained by
-//! [`run`], which keeps `best.safetensors` by validation F1; a [`Translator`] that
+//! [`crate::train::run::run`], which keeps `best.safetensors` by validation F1; a [`Translator`] that
 //! parses the test sentences with the decoding the validation used; [`Translator::parse_and_score`] scores them with EVALB. Running it
 //! again in the same output directory resumes.
 

@@ -1,6 +1,6 @@
 //! The main job in one call: from the built-in Multi30k English–German data (or a downloaded
 //! language pair) to a trained, averaged, evaluated model with a report. Every step is one of the
-//! library's own objects: [`fetch_verified`] for the data, a [`RunConfig`] (the shipped
+//! library's own objects: [`super::Multi30kFiles::fetch`] for the data, a [`RunConfig`] (the shipped
 //! `configs/multi30k-en-de.toml`, with paths, budget and checkpoint interval set here) trained by
 //! [`crate::train::run::run`], [`super::average_last`], a [`Translator`] for the test set, the examples
 //! and the attention map. Running it again in the same output directory resumes: verified data and
@@ -18,7 +18,7 @@ use crate::decode::translator::{DecodeOptions, SessionOptions, Translator};
 use crate::error::{Error, Result};
 use crate::eval::bleu::BleuScore;
 use crate::eval::chrf::ChrfScore;
-use crate::events::Events;
+use crate::events::{Events, WithoutProgress};
 use crate::io::{io_err, write_atomically};
 use crate::task::Task;
 use crate::train::run::{run as train_run, RunConfig};
@@ -332,7 +332,7 @@ pub fn run(opts: &QuickstartOptions, events: &mut dyn Events) -> Result<Quicksta
     } else {
         read(&data.valid.src)?.into_iter().take(EXAMPLES.len()).collect()
     };
-    let (outs, _) = translator.translate(&sources, &DecodeOptions::default(), events)?;
+    let (outs, _) = translator.translate(&sources, &DecodeOptions::default(), &mut WithoutProgress(events))?;
     // The first example's output tokens, for its attention map.
     #[cfg(feature = "heatmap")]
     let first_tokens = outs[0][0].hypothesis.tokens.clone();
