@@ -300,3 +300,73 @@ fn beam_output_follows_the_documented_rule() {
         assert!((out[i][0].hypothesis.score - finished[0].1).abs() < 1e-4);
     }
 }
+
+/// A copy of the native fixture's files into a fresh directory, `decoder.yml` left out.
+fn native_copy(name: &str) -> PathBuf {
+    let (from, to) = (fixture("opus").join("native"), tempdir(name));
+    for f in ["model.npz", "source.spm", "target.spm", "vocab.yml"] {
+        std::fs::copy(from.join(f), to.join(f)).unwrap();
+    }
+    to
+}
+
+/// Marian writes `decoder.yml`'s `models:` and `vocabs:` as they were where it was run; the import
+/// finds them as Marian's decoder does: relative to the directory, else by file name in it.
+#[test]
+fn native_models_and_vocabularies_are_found_as_marians_decoder_finds_them() {
+    let want = import(&fixture("opus").join("native")).unwrap().checkpoint.params;
+    let dir = native_copy("paths");
+    // Paths of the machine that trained it.
+    std::fs::write(
+        dir.join("decoder.yml"),
+        "models:\n  - /home/someone/run/model.npz\nvocabs:\n  - /home/someone/run/vocab.yml\n  - /home/someone/run/vocab.yml\n",
+    )
+    .unwrap();
+    assert_eq!(import(&dir).unwrap().checkpoint.params, want);
+    // Relative paths, into a subdirectory.
+    std::fs::create_dir_all(dir.join("sub")).unwrap();
+    std::fs::rename(dir.join("model.npz"), dir.join("sub/model.npz")).unwrap();
+    std::fs::write(dir.join("decoder.yml"), "models:\n  - sub/model.npz\nvocabs:\n  - vocab.yml\n  - vocab.yml\n").unwrap();
+    assert_eq!(import(&dir).unwrap().checkpoint.params, want);
+    // A name that is nowhere: the error names what was looked for.
+    std::fs::write(dir.join("decoder.yml"), "models:\n  - /tmp/elsewhere/other.npz\n").unwrap();
+    let e = import(&dir).unwrap_err().to_string();
+    assert!(e.contains("decoder.yml") && e.contains("other.npz") && e.contains("neither"), "{e}");
+    // No decoder.yml: one `*.vocab.yml` (the OPUS-MT release name) is the shared vocabulary.
+    let dir = native_copy("release-names");
+    std::fs::rename(dir.join("vocab.yml"), dir.join("opus.spm32k-spm32k.vocab.yml")).unwrap();
+    assert_eq!(import(&dir).unwrap().checkpoint.params, want);
+    // None at all: the error lists what was looked for.
+    std::fs::remove_file(dir.join("opus.spm32k-spm32k.vocab.yml")).unwrap();
+    std::fs::remove_file(dir.join("target.spm")).unwrap();
+    let e = import(&dir).unwrap_err().to_string();
+    assert!(e.contains("no vocabularies") && e.contains("*.vocab.yml") && e.contains("vocab.src.yml"), "{e}");
+}
+
+/// Marian writes its `special:model.yml` as element type '<i1' (numpy writes '|i1'): both read.
+#[test]
+fn a_model_yml_written_by_marian_as_little_endian_int8_reads() {
+    use std::io::{Read, Write};
+    let dir = native_copy("i1");
+    let original = std::fs::read(dir.join("model.npz")).unwrap();
+    let mut zin = zip::ZipArchive::new(std::io::Cursor::new(original)).unwrap();
+    let mut out = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+    let mut rewritten = 0;
+    for i in 0..zin.len() {
+        let mut f = zin.by_index(i).unwrap();
+        let mut bytes = Vec::new();
+        f.read_to_end(&mut bytes).unwrap();
+        if f.name().starts_with("special:model.yml") {
+            let at = bytes.windows(3).position(|w| w == b"|i1").expect("numpy's int8 descr");
+            bytes[at] = b'<';
+            rewritten += 1;
+        }
+        let opts = zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored);
+        out.start_file(f.name().to_string(), opts).unwrap();
+        out.write_all(&bytes).unwrap();
+    }
+    assert_eq!(rewritten, 1);
+    std::fs::write(dir.join("model.npz"), out.finish().unwrap().into_inner()).unwrap();
+    let want = import(&fixture("opus").join("native")).unwrap().checkpoint.params;
+    assert_eq!(import(&dir).unwrap().checkpoint.params, want);
+}

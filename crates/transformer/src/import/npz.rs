@@ -84,24 +84,62 @@ pub fn parse_npy(b: &[u8]) -> std::result::Result<Array, String> {
             .map(|m| &data[..m])
             .ok_or_else(|| format!("{} bytes of data for {n} elements of {descr}", data.len()))
     };
-    match descr {
-        "<f4" => {
-            let d = need(4)?;
-            let v = d.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
-            Ok(Array::Float(Tensor { shape, data: v }))
+    let (order, kind, size) = dtype(descr)?;
+    let d = need(size)?;
+    // A number's bytes in little-endian order ('<', and '=' and '|' on this little-endian CPU).
+    let le = |c: &[u8]| -> Vec<u8> {
+        let mut v = c.to_vec();
+        if order == '>' {
+            v.reverse();
         }
-        "<f2" => {
-            let d = need(2)?;
-            let v = d.chunks_exact(2).map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32()).collect();
-            Ok(Array::Float(Tensor { shape, data: v }))
-        }
-        "|i1" | "|u1" | "|b1" => Ok(Array::Bytes(need(1)?.to_vec())),
-        d if d.starts_with("|S") => {
-            let w: usize = d[2..].parse().map_err(|_| format!("a bad descr {d}"))?;
-            Ok(Array::Bytes(need(w)?.to_vec()))
-        }
-        other => Err(format!("element type {other} is not read (float32, float16 and bytes are)")),
+        v
+    };
+    let float = |v: Vec<f32>| Ok(Array::Float(Tensor { shape: shape.clone(), data: v }));
+    match (kind, size) {
+        ('f', 4) => float(d.chunks_exact(4).map(|c| f32::from_le_bytes(le(c).try_into().expect("4 bytes"))).collect()),
+        ('f', 2) => float(d.chunks_exact(2).map(|c| half::f16::from_le_bytes([le(c)[0], le(c)[1]]).to_f32()).collect()),
+        // Rounded to f32, the engine's type.
+        ('f', 8) => float(
+            d.chunks_exact(8).map(|c| f64::from_le_bytes(le(c).try_into().expect("8 bytes")) as f32).collect(),
+        ),
+        // Bytes: Marian's `special:model.yml` (int8, written '<i1' or '|i1'), booleans, strings.
+        ('i' | 'u' | 'b', 1) | ('S', _) => Ok(Array::Bytes(d.to_vec())),
+        // Wider integers as numbers (exact up to 2²⁴).
+        ('i', 2 | 4 | 8) => float(d.chunks_exact(size).map(|c| signed(&le(c)) as f32).collect()),
+        ('u', 2 | 4 | 8) => float(d.chunks_exact(size).map(|c| unsigned(&le(c)) as f32).collect()),
+        _ => Err(format!(
+            "element type {descr} is not read (floats of 2, 4 and 8 bytes, integers, booleans and byte strings are)"
+        )),
     }
+}
+
+/// A numpy `descr` as (byte order, kind, item size): `<f4` → ('<', 'f', 4), `|S12` → ('|', 'S', 12).
+/// '=' (native) is read as '<', this machine's order.
+fn dtype(descr: &str) -> std::result::Result<(char, char, usize), String> {
+    let bad = || format!("element type {descr:?} is not a numpy type");
+    let mut chars = descr.chars();
+    let order = match chars.next().ok_or_else(bad)? {
+        '=' => '<',
+        o @ ('<' | '>' | '|') => o,
+        _ => return Err(bad()),
+    };
+    let kind = chars.next().ok_or_else(bad)?;
+    let size: usize = chars.as_str().parse().map_err(|_| bad())?;
+    if size == 0 || size > 1 << 20 {
+        return Err(bad());
+    }
+    Ok((order, kind, size))
+}
+
+/// A little-endian two's-complement integer of 2, 4 or 8 bytes.
+fn signed(b: &[u8]) -> i64 {
+    let shift = 64 - 8 * b.len() as u32;
+    ((unsigned(b) << shift) as i64) >> shift
+}
+
+/// A little-endian unsigned integer of up to 8 bytes.
+fn unsigned(b: &[u8]) -> u64 {
+    b.iter().rev().fold(0u64, |a, &x| (a << 8) | x as u64)
 }
 
 #[cfg(test)]
@@ -129,6 +167,26 @@ mod tests {
             Array::Float(Tensor { shape: vec![2, 3], data: vec![1.5, -2.0, 0.25, 8.0, 0.0, 3.0] })
         );
         assert_eq!(parse_npy(&npy("|i1", "(3,)", b"ab\0")).unwrap(), Array::Bytes(b"ab\0".to_vec()));
+        // Marian writes its `special:model.yml` as '<i1'; numpy writes '|i1'.
+        assert_eq!(parse_npy(&npy("<i1", "(3,)", b"ab\0")).unwrap(), Array::Bytes(b"ab\0".to_vec()));
+        // Big-endian and double floats, and integers, are numbers.
+        let be: Vec<u8> = [1.5f32, -2.0].iter().flat_map(|x| x.to_be_bytes()).collect();
+        let floats = |a: Array| match a {
+            Array::Float(t) => t.data,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(floats(parse_npy(&npy(">f4", "(2,)", &be)).unwrap()), [1.5, -2.0]);
+        let f8: Vec<u8> = [0.25f64, 3.0].iter().flat_map(|x| x.to_le_bytes()).collect();
+        assert_eq!(floats(parse_npy(&npy("<f8", "(2,)", &f8)).unwrap()), [0.25, 3.0]);
+        let i4: Vec<u8> = [-7i32, 9].iter().flat_map(|x| x.to_le_bytes()).collect();
+        assert_eq!(floats(parse_npy(&npy("<i4", "(2,)", &i4)).unwrap()), [-7.0, 9.0]);
+        let i2: Vec<u8> = [-3i16, 4].iter().flat_map(|x| x.to_be_bytes()).collect();
+        assert_eq!(floats(parse_npy(&npy(">i2", "(2,)", &i2)).unwrap()), [-3.0, 4.0]);
+        let u8s: Vec<u8> = [5u64, 1 << 20].iter().flat_map(|x| x.to_le_bytes()).collect();
+        assert_eq!(floats(parse_npy(&npy("<u8", "(2,)", &u8s)).unwrap()), [5.0, 1048576.0]);
+        for bad in ["<c8", "<f3", "f4", "<f", "<fx", "<O8"] {
+            assert!(parse_npy(&npy(bad, "(1,)", &[0; 8])).is_err(), "{bad}");
+        }
         assert!(parse_npy(&npy("<f4", "(2, 3)", &data[..20])).unwrap_err().contains("bytes of data"));
         assert!(parse_npy(&npy("<i8", "(1,)", &[0; 8])).unwrap_err().contains("not read"));
         assert!(parse_npy(b"garbage").is_err());

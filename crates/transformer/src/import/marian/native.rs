@@ -31,14 +31,18 @@ pub(super) fn read(dir: &Path) -> Result<ForeignModel> {
             Array::Bytes(_) => None,
         })
         .collect();
-    let spm = |names: &[&str]| -> Result<Vec<u8>> {
-        let p = names.iter().map(|n| dir.join(n)).find(|p| p.is_file());
+    // The SentencePiece models: the vocabularies themselves where they are ones (Marian's own
+    // training output), else the release names beside the model.
+    let spm = |vocab: &Path, names: &[&str]| -> Result<Vec<u8>> {
+        let p = Some(vocab.to_path_buf())
+            .filter(|v| is_spm(v))
+            .or_else(|| names.iter().map(|n| dir.join(n)).find(|p| p.is_file()));
         let p = p.ok_or_else(|| err(dir, format!("no SentencePiece model ({})", names.join(" or "))))?;
         read_spm(&p)
     };
     let tokenizer = TokenizerParts {
-        source_spm: spm(&["source.spm", "source.model"])?,
-        target_spm: spm(&["target.spm", "target.model"])?,
+        source_spm: spm(&v.paths[0], &["source.spm", "source.model"])?,
+        target_spm: spm(&v.paths[1], &["target.spm", "target.model"])?,
         source_vocab: v.source,
         target_vocab: v.target,
         eos: "</s>".into(),
@@ -186,14 +190,15 @@ fn shape(y: &ModelYml) -> Result<Shape> {
 
 /// The vocabularies (`<pad>` appended) and the sides they make.
 struct Vocabularies {
+    /// Where they were read (source, target).
+    paths: [PathBuf; 2],
     source: Vocab,
     target: Option<Vocab>,
     target_side: Side,
     source_side: Option<Side>,
 }
 
-/// Reads the source and target vocabularies: `decoder.yml`'s `vocabs`, else `vocab.yml` (shared)
-/// or `vocab.src.yml` and `vocab.trg.yml` beside the model.
+/// Reads the source and target vocabularies where [`vocab_paths`] finds them.
 fn vocabularies(dir: &Path, npz_path: &Path, tied_all: bool) -> Result<Vocabularies> {
     let paths = vocab_paths(dir)?;
     // Marian's decoder starts from a zero vector; the import gives it an id of its own, `<pad>`
@@ -238,27 +243,73 @@ fn vocabularies(dir: &Path, npz_path: &Path, tied_all: bool) -> Result<Vocabular
     } else {
         None
     };
-    Ok(Vocabularies { source, target, target_side, source_side })
+    Ok(Vocabularies { paths, source, target, target_side, source_side })
 }
 
-/// The vocabularies' paths (source, target): `decoder.yml`'s two `vocabs`, else `vocab.yml` for
-/// both, else `vocab.src.yml` and `vocab.trg.yml`.
+/// The vocabularies' paths (source, target), found as Marian's decoder finds them: `decoder.yml`'s
+/// two `vocabs` ([`resolve`]); else by the names releases use: `vocab.yml` for both, one
+/// `*.vocab.yml` (OPUS-MT), `vocab.src.yml` and `vocab.trg.yml`, or `source.spm` and `target.spm`.
 fn vocab_paths(dir: &Path) -> Result<[PathBuf; 2]> {
     let dec = dir.join("decoder.yml");
-    Ok(match dec.is_file().then(|| read_yaml(&dec)).transpose()? {
-        Some(y) if y.get("vocabs").is_some_and(|v| v.len() == 2) => {
-            let v = &y["vocabs"];
-            [dir.join(&v[0]), dir.join(&v[1])]
+    if let Some(y) = dec.is_file().then(|| read_yaml(&dec)).transpose()? {
+        if let Some(v) = y.get("vocabs").filter(|v| v.len() == 2) {
+            return Ok([resolve(dir, &dec, &v[0])?, resolve(dir, &dec, &v[1])?]);
         }
-        _ => {
-            let shared = dir.join("vocab.yml");
-            if shared.is_file() {
-                [shared.clone(), shared]
-            } else {
-                [dir.join("vocab.src.yml"), dir.join("vocab.trg.yml")]
-            }
-        }
-    })
+    }
+    let named: Vec<PathBuf> = files_ending(dir, ".vocab.yml")?;
+    let candidates: [(PathBuf, PathBuf); 3] = [
+        (dir.join("vocab.yml"), dir.join("vocab.yml")),
+        (dir.join("vocab.src.yml"), dir.join("vocab.trg.yml")),
+        (dir.join("source.spm"), dir.join("target.spm")),
+    ];
+    if let [one] = named.as_slice() {
+        return Ok([one.clone(), one.clone()]);
+    }
+    match candidates.into_iter().find(|(s, t)| s.is_file() && t.is_file()) {
+        Some((s, t)) => Ok([s, t]),
+        None => Err(err(
+            dir,
+            format!(
+                "no vocabularies: looked for decoder.yml's `vocabs`, vocab.yml, one *.vocab.yml ({} found), \
+                 vocab.src.yml and vocab.trg.yml, source.spm and target.spm",
+                named.len()
+            ),
+        )),
+    }
+}
+
+/// A file `decoder.yml` (at `dec`, in `dir`) names, as Marian's decoder finds it: the path relative
+/// to the directory (absolute paths as they are), else a file of that name in the directory
+/// (Marian writes the paths as they were where it was run, which need not be here), else an error
+/// naming both.
+fn resolve(dir: &Path, dec: &Path, entry: &str) -> Result<PathBuf> {
+    let as_given = dir.join(entry);
+    if as_given.is_file() {
+        return Ok(as_given);
+    }
+    let by_name = Path::new(entry).file_name().map(|n| dir.join(n));
+    match by_name {
+        Some(p) if p.is_file() => Ok(p),
+        _ => Err(err(
+            dec,
+            format!(
+                "names {entry:?}, which is neither {} nor a file of that name in {}",
+                as_given.display(),
+                dir.display()
+            ),
+        )),
+    }
+}
+
+/// The files in `dir` whose names end with `suffix`, sorted.
+fn files_ending(dir: &Path, suffix: &str) -> Result<Vec<PathBuf>> {
+    let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(crate::io::io_err(dir))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.is_file() && p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.ends_with(suffix)))
+        .collect();
+    found.sort();
+    Ok(found)
 }
 
 /// (`</s>`, `<unk>`, `<pad>`) ids of a vocabulary with `<pad>` appended; errors name its `path`.
@@ -319,7 +370,7 @@ pub(super) fn find_npz(dir: &Path) -> Result<Option<PathBuf>> {
     if dec.is_file() {
         let y = read_yaml(&dec)?;
         if let Some(m) = y.get("models").and_then(|m| m.first()) {
-            return Ok(Some(dir.join(m)));
+            return resolve(dir, &dec, m).map(Some);
         }
     }
     let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
@@ -342,9 +393,13 @@ fn read_yaml(path: &Path) -> Result<BTreeMap<String, Vec<String>>> {
 
 /// A Marian vocabulary: `.yml` (`piece: id` per line) or `.spm` (the SentencePiece model's own
 /// pieces and ids).
+/// Whether a vocabulary file is a SentencePiece model (`.spm`, `.model`), not a `.yml` list.
+fn is_spm(path: &Path) -> bool {
+    path.extension().is_some_and(|e| e == "spm" || e == "model")
+}
+
 fn marian_vocab(path: &Path) -> Result<Vocab> {
-    let is_spm = path.extension().is_some_and(|e| e == "spm" || e == "model");
-    if is_spm {
+    if is_spm(path) {
         let sp = SentencePiece::from_bytes(&read_spm(path)?)?;
         let pieces = (0..sp.len() as u32).map(|i| sp.id_to_piece(i).unwrap_or_default().to_string()).collect();
         return Ok(Vocab { pieces });
