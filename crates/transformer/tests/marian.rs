@@ -167,7 +167,10 @@ fn tempdir(name: &str) -> PathBuf {
 /// The fixture imported (`import marian` + `write`) into a temporary directory and loaded as a
 /// translator session.
 fn session(variant: &str, dir: &str) -> (transformer::Translator, PathBuf) {
-    let out = tempdir(&format!("{variant}-{dir}-session"));
+    // A directory of its own for each call: tests that run at once must not remove each other's.
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let out = tempdir(&format!("{variant}-{dir}-session-{n}"));
     let imp = import(&fixture(variant).join(dir)).unwrap();
     let (ckpt, tok) = transformer::import::marian::write(&imp, &out).unwrap();
     let t = transformer::Translator::load(&ckpt, &tok, Default::default()).unwrap();
@@ -326,7 +329,8 @@ fn native_models_and_vocabularies_are_found_as_marians_decoder_finds_them() {
     // Relative paths, into a subdirectory.
     std::fs::create_dir_all(dir.join("sub")).unwrap();
     std::fs::rename(dir.join("model.npz"), dir.join("sub/model.npz")).unwrap();
-    std::fs::write(dir.join("decoder.yml"), "models:\n  - sub/model.npz\nvocabs:\n  - vocab.yml\n  - vocab.yml\n").unwrap();
+    std::fs::write(dir.join("decoder.yml"), "models:\n  - sub/model.npz\nvocabs:\n  - vocab.yml\n  - vocab.yml\n")
+        .unwrap();
     assert_eq!(import(&dir).unwrap().checkpoint.params, want);
     // A name that is nowhere: the error names what was looked for.
     std::fs::write(dir.join("decoder.yml"), "models:\n  - /tmp/elsewhere/other.npz\n").unwrap();
@@ -356,13 +360,14 @@ fn a_model_yml_written_by_marian_as_little_endian_int8_reads() {
         let mut f = zin.by_index(i).unwrap();
         let mut bytes = Vec::new();
         f.read_to_end(&mut bytes).unwrap();
-        if f.name().starts_with("special:model.yml") {
+        let name = f.name().unwrap().to_string();
+        if name.starts_with("special:model.yml") {
             let at = bytes.windows(3).position(|w| w == b"|i1").expect("numpy's int8 descr");
             bytes[at] = b'<';
             rewritten += 1;
         }
         let opts = zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored);
-        out.start_file(f.name().to_string(), opts).unwrap();
+        out.start_file(name, opts).unwrap();
         out.write_all(&bytes).unwrap();
     }
     assert_eq!(rewritten, 1);

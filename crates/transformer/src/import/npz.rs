@@ -99,9 +99,9 @@ pub fn parse_npy(b: &[u8]) -> std::result::Result<Array, String> {
         ('f', 4) => float(d.chunks_exact(4).map(|c| f32::from_le_bytes(le(c).try_into().expect("4 bytes"))).collect()),
         ('f', 2) => float(d.chunks_exact(2).map(|c| half::f16::from_le_bytes([le(c)[0], le(c)[1]]).to_f32()).collect()),
         // Rounded to f32, the engine's type.
-        ('f', 8) => float(
-            d.chunks_exact(8).map(|c| f64::from_le_bytes(le(c).try_into().expect("8 bytes")) as f32).collect(),
-        ),
+        ('f', 8) => {
+            float(d.chunks_exact(8).map(|c| f64::from_le_bytes(le(c).try_into().expect("8 bytes")) as f32).collect())
+        }
         // Bytes: Marian's `special:model.yml` (int8, written '<i1' or '|i1'), booleans, strings.
         ('i' | 'u' | 'b', 1) | ('S', _) => Ok(Array::Bytes(d.to_vec())),
         // Wider integers as numbers (exact up to 2²⁴).
@@ -188,7 +188,7 @@ mod tests {
             assert!(parse_npy(&npy(bad, "(1,)", &[0; 8])).is_err(), "{bad}");
         }
         assert!(parse_npy(&npy("<f4", "(2, 3)", &data[..20])).unwrap_err().contains("bytes of data"));
-        assert!(parse_npy(&npy("<i8", "(1,)", &[0; 8])).unwrap_err().contains("not read"));
+        assert!(parse_npy(&npy("<c16", "(1,)", &[0; 16])).unwrap_err().contains("not read"));
         assert!(parse_npy(b"garbage").is_err());
     }
 }
