@@ -258,6 +258,11 @@ pub struct TrainArgs {
     /// config's train.time_limit_minutes; no limit if it has none).
     #[arg(long)]
     pub time_limit: Option<f64>,
+    /// Fine-tune: start from this checkpoint's weights when the run has no checkpoint of its own
+    /// (train.init; the same model and vocabulary; a fresh schedule and Adam moments unless
+    /// train.init_optimizer=true).
+    #[arg(long)]
+    pub init: Option<PathBuf>,
 }
 
 // The arguments of `transformer translate`.

@@ -444,8 +444,15 @@ fn extra_metadata(meta: HashMap<String, String>) -> BTreeMap<String, String> {
 /// the first differing field with both values.
 pub fn load_for(path: &Path, expected: &ModelConfig) -> Result<Checkpoint> {
     let ckpt = load(path)?;
+    check_config(path, expected, &ckpt.config)?;
+    Ok(ckpt)
+}
+
+/// The checkpoint at `path`, whose configuration is `found`, is of the model `expected`, or an
+/// error naming the first field that differs with both values.
+pub fn check_config(path: &Path, expected: &ModelConfig, found: &ModelConfig) -> Result<()> {
     let a = serde_json::to_value(expected).expect("config serialises");
-    let b = serde_json::to_value(&ckpt.config).expect("config serialises");
+    let b = serde_json::to_value(found).expect("config serialises");
     if let (Some(a), Some(b)) = (a.as_object(), b.as_object()) {
         for (k, va) in a {
             let vb = b.get(k).cloned().unwrap_or(serde_json::Value::Null);
@@ -459,7 +466,7 @@ pub fn load_for(path: &Path, expected: &ModelConfig) -> Result<Checkpoint> {
             }
         }
     }
-    Ok(ckpt)
+    Ok(())
 }
 
 fn read_f32(bytes: &[u8], dst: &mut [f32]) {

@@ -240,3 +240,61 @@ fn a_batch_budget_no_pair_fits_is_refused() {
         assert!(err.contains(&format!("{field} = 1")) && err.contains("fit none of the"), "{field}: {err}");
     }
 }
+
+/// Fine-tuning (`train.init`): a run with no checkpoint of its own starts from another run's
+/// weights, at step 0; its dropout may differ, its model and vocabulary may not (an error naming
+/// the field and both values); `train.init_optimizer` needs Adam moments in the checkpoint.
+#[test]
+fn a_run_starts_from_another_runs_weights_and_refuses_another_model() {
+    use transformer::checkpoint;
+    let a = dir("init-from");
+    run_quiet(&config(&a, &["train.max_steps=10"]).unwrap()).0.unwrap();
+    let from = list_checkpoints(&a).unwrap().last().unwrap().1.clone();
+    let trained = checkpoint::load(&from).unwrap();
+    assert_eq!(trained.step, 10);
+    let init = format!("train.init={:?}", from.display().to_string());
+    // One update at a learning rate of almost nothing: the weights stay the checkpoint's.
+    let b = dir("init-to");
+    std::fs::copy(a.join("bpe.json"), b.join("bpe.json")).unwrap();
+    let tiny_lr = ["train.max_steps=1", "train.lr_scale=1e-12", "train.checkpoint_steps=1", "model.dropout=0.3"];
+    let mut extra = tiny_lr.to_vec();
+    extra.push(&init);
+    let (r, log) = run_quiet(&config(&b, &extra).unwrap());
+    r.unwrap();
+    assert!(log.iter().any(|l| l.contains("starting from the weights of") && l.contains("its step 10")), "{log:?}");
+    let tuned = checkpoint::load(&list_checkpoints(&b).unwrap().last().unwrap().1).unwrap();
+    assert_eq!(tuned.step, 1, "a fresh schedule");
+    let far = tuned.params.iter().zip(&trained.params).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
+    assert!(far < 1e-6, "moved {far} from the checkpoint's weights");
+    // Without init, the same run starts from its own initialisation, far from them.
+    let c = dir("init-none");
+    std::fs::copy(a.join("bpe.json"), c.join("bpe.json")).unwrap();
+    run_quiet(&config(&c, &tiny_lr).unwrap()).0.unwrap();
+    let fresh = checkpoint::load(&list_checkpoints(&c).unwrap().last().unwrap().1).unwrap();
+    assert!(fresh.params.iter().zip(&trained.params).any(|(x, y)| (x - y).abs() > 1e-3));
+    // Another model: refused, naming the field and both values.
+    let d = dir("init-other-model");
+    std::fs::copy(a.join("bpe.json"), d.join("bpe.json")).unwrap();
+    let (r, _) = run_quiet(&config(&d, &["model.d_ff=48", &init]).unwrap());
+    let e = r.unwrap_err().to_string();
+    assert!(e.contains("d_ff") && e.contains("48") && e.contains(&from.display().to_string()), "{e}");
+    // Another vocabulary: refused.
+    let e2 = dir("init-other-vocab");
+    let (r, _) = run_quiet(&config(&e2, &["data.vocab_size=900", &init]).unwrap());
+    let e = r.unwrap_err().to_string();
+    assert!(e.contains("vocab") && e.contains(&from.display().to_string()), "{e}");
+    // Keeping Adam moments from an averaged checkpoint (which has none): refused, saying why.
+    let avg = a.join("average.safetensors");
+    let mut averaged = checkpoint::average(&[from.clone()]).unwrap();
+    averaged.adam = None;
+    checkpoint::save(&avg, &averaged).unwrap();
+    let f = dir("init-optimizer");
+    std::fs::copy(a.join("bpe.json"), f.join("bpe.json")).unwrap();
+    let avg_init = format!("train.init={:?}", avg.display().to_string());
+    let (r, _) = run_quiet(&config(&f, &[&avg_init, "train.init_optimizer=true"]).unwrap());
+    let e = r.unwrap_err().to_string();
+    assert!(e.contains("init_optimizer") && e.contains("no Adam moments"), "{e}");
+    // init_optimizer without init is a configuration error.
+    let err = config_error(&f, &["train.init_optimizer=true"]);
+    assert!(err.contains("train.init_optimizer"), "{err}");
+}

@@ -31,7 +31,9 @@ pub fn run(cmd: Command) -> Result<()> {
         Command::Synthetic(SyntheticArgs { task, steps, seed, save }) => {
             train::synthetic(task, steps, seed, save.as_deref())
         }
-        Command::Train(TrainArgs { config, overrides, time_limit }) => train::train(&config, overrides, time_limit),
+        Command::Train(TrainArgs { config, overrides, time_limit, init }) => {
+            train::train(&config, overrides, time_limit, init.as_deref())
+        }
         Command::Quantize(QuantizeArgs { checkpoint, output }) => convert::quantize(&checkpoint, &output),
         Command::Import(ImportArgs { which: ImportCommand::Marian { dir, output } }) => {
             convert::import_marian(&dir, &output)

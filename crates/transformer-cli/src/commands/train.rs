@@ -110,12 +110,15 @@ pub fn synthetic(task: SyntheticTask, steps: u64, seed: u64, save: Option<&Path>
     Ok(())
 }
 
-pub fn train(config: &Path, mut overrides: Vec<String>, time_limit: Option<f64>) -> Result<()> {
+pub fn train(config: &Path, mut overrides: Vec<String>, time_limit: Option<f64>, init: Option<&Path>) -> Result<()> {
     let text = std::fs::read_to_string(config).map_err(transformer::io::io_err(config))?;
     if let Some(m) = time_limit {
         overrides.push(format!("train.time_limit_minutes={m}"));
     }
-    let cfg = transformer::train::run::RunConfig::from_toml(&text, &config.display().to_string(), &overrides)?;
+    let mut cfg = transformer::train::run::RunConfig::from_toml(&text, &config.display().to_string(), &overrides)?;
+    if let Some(p) = init {
+        cfg.train.init = Some(p.to_path_buf());
+    }
     let mut bar = crate::progress::TrainBar::new();
     let summary = super::distributed::train(&cfg, &mut bar);
     bar.finish();

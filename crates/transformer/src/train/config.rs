@@ -181,6 +181,12 @@ pub struct TrainSection {
     pub keep_last: usize,
     /// Validate every this many updates (and at every epoch's end).
     pub valid_steps: Option<u64>,
+    /// Fine-tuning: a run that has no checkpoint of its own starts from this checkpoint's weights
+    /// (its model and vocabulary must be the run's; dropout and label smoothing may differ), with
+    /// a fresh schedule and, unless `init_optimizer`, fresh Adam moments.
+    pub init: Option<PathBuf>,
+    /// With `init`: keep the checkpoint's Adam moments (it must have them).
+    pub init_optimizer: bool,
     /// Parsing: decode the validation sentences and score them with EVALB every this many epochs
     /// (and at the end of the run); the best checkpoint by F1 is kept as `best.safetensors`. 0: never.
     pub valid_f1_epochs: u64,
@@ -235,6 +241,8 @@ impl Default for TrainSection {
             checkpoint_steps: None,
             keep_last: 5,
             valid_steps: None,
+            init: None,
+            init_optimizer: false,
             valid_f1_epochs: 2,
             valid_f1_beam: 4,
             valid_f1_constrained: false,
@@ -379,6 +387,9 @@ impl RunConfig {
     pub fn validate(&self) -> Result<()> {
         let bad = |m: String| Err(Error::Config(m));
         let (d, t) = (&self.data, &self.train);
+        if t.init_optimizer && t.init.is_none() {
+            return bad("train.init_optimizer keeps the Adam moments of train.init, which is not set".into());
+        }
         let at_least_one = [
             ("train.accumulate", t.accumulate as u64),
             ("train.keep_last", t.keep_last as u64),

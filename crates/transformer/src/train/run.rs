@@ -75,16 +75,45 @@ struct ResumeFor<'a> {
 /// finite values) and returns the run's position saved with it.
 fn resume(trainer: &mut Trainer, path: &Path, want: &ResumeFor<'_>) -> Result<RunState> {
     let ck = checkpoint::load_for(path, want.model)?;
+    check_written_for(path, &ck, want)?;
+    let s = ck.extra.get("run_state").ok_or_else(|| Error::CorruptCheckpoint {
+        path: path.to_path_buf(),
+        reason: "no run_state to resume from".into(),
+    })?;
+    let state: RunState = serde_json::from_str(s)
+        .map_err(|e| Error::CorruptCheckpoint { path: path.to_path_buf(), reason: format!("bad run_state ({e})") })?;
+    trainer.resume(ck, state.passes, path)?;
+    Ok(state)
+}
+
+/// Fine-tuning (`train.init`): `trainer` starts from the weights of the checkpoint at `path`,
+/// which must be of the run's model (dropout and label smoothing aside: those are the run's to
+/// choose) and vocabulary, with finite values.
+fn init(trainer: &mut Trainer, path: &Path, want: &ResumeFor<'_>, keep_optimizer: bool) -> Result<u64> {
+    let ck = checkpoint::load(path)?;
+    let mut expected = want.model.clone();
+    (expected.dropout, expected.attention_dropout, expected.label_smoothing) =
+        (ck.config.dropout, ck.config.attention_dropout, ck.config.label_smoothing);
+    checkpoint::check_config(path, &expected, &ck.config)?;
+    check_written_for(path, &ck, want)?;
+    let step = ck.step;
+    trainer.init_from(ck, keep_optimizer, path)?;
+    Ok(step)
+}
+
+/// The checkpoint `ck` (at `path`) was written for `want`'s vocabulary and tree format, and holds
+/// finite values.
+fn check_written_for(path: &Path, ck: &checkpoint::Checkpoint, want: &ResumeFor<'_>) -> Result<()> {
     if ck.vocab_hash != want.vocab_hash {
         return Err(Error::CheckpointMismatch {
             path: path.to_path_buf(),
             what: "vocabulary".into(),
             expected: want.vocab_hash.into(),
-            found: ck.vocab_hash,
+            found: ck.vocab_hash.clone(),
         });
     }
     if let Some(format) = want.tree_format {
-        let found = checkpoint::tree_format_of(path, &ck)?;
+        let found = checkpoint::tree_format_of(path, ck)?;
         if found != format {
             return Err(Error::CheckpointMismatch {
                 path: path.to_path_buf(),
@@ -94,15 +123,7 @@ fn resume(trainer: &mut Trainer, path: &Path, want: &ResumeFor<'_>) -> Result<Ru
             });
         }
     }
-    checkpoint::check_finite(path, &ck)?;
-    let s = ck.extra.get("run_state").ok_or_else(|| Error::CorruptCheckpoint {
-        path: path.to_path_buf(),
-        reason: "no run_state to resume from".into(),
-    })?;
-    let state: RunState = serde_json::from_str(s)
-        .map_err(|e| Error::CorruptCheckpoint { path: path.to_path_buf(), reason: format!("bad run_state ({e})") })?;
-    trainer.resume(ck, state.passes, path)?;
-    Ok(state)
+    checkpoint::check_finite(path, ck)
 }
 
 /// Resumes from the newest good checkpoint of the run: one that is damaged on disk (truncated,
@@ -542,6 +563,14 @@ fn resume_run(
         tree_format: (cfg.data.task == Task::Parsing).then_some(cfg.data.tree_format),
     };
     let resumed = resume_newest_good(trainer, dir, &want, &mut |m| rank0.log(m))?;
+    if let (None, Some(from)) = (&resumed, &cfg.train.init) {
+        let step = init(trainer, from, &want, cfg.train.init_optimizer)?;
+        let optimiser = if cfg.train.init_optimizer { "its Adam moments" } else { "fresh Adam moments" };
+        rank0.log(&format!(
+            "starting from the weights of {} (its step {step}): a fresh schedule, {optimiser}",
+            from.display()
+        ));
+    }
     let position = resumed.as_ref().map(|(_, s)| serde_json::to_string(s).expect("state serialises"));
     agree(
         comm,

@@ -133,6 +133,31 @@ impl Trainer {
         Ok(())
     }
 
+    /// Starts from another run's weights (`ckpt`, read from `path`): step 0 (a fresh schedule), and
+    /// fresh Adam moments unless `keep_optimizer`, which takes the checkpoint's.
+    pub fn init_from(&mut self, ckpt: Checkpoint, keep_optimizer: bool, path: &Path) -> Result<()> {
+        if ckpt.params.len() != self.model.params.len() {
+            return Err(Error::CheckpointMismatch {
+                path: path.to_path_buf(),
+                what: "parameter count".into(),
+                expected: self.model.params.len().to_string(),
+                found: ckpt.params.len().to_string(),
+            });
+        }
+        if keep_optimizer {
+            let (m, v) = ckpt.adam.ok_or_else(|| {
+                Error::Config(format!(
+                    "train.init_optimizer: {} has no Adam moments (an averaged or imported model); leave it false",
+                    path.display()
+                ))
+            })?;
+            (self.adam_m, self.adam_v) = (m, v);
+        }
+        self.model.params = ckpt.params;
+        (self.step, self.passes) = (0, 0);
+        Ok(())
+    }
+
     /// Forward + backward of one (micro-)batch with dropout, accumulating gradients scaled by
     /// `grad_scale` (1 / target tokens of the whole update). Returns the loss sums.
     pub fn accumulate(&mut self, batch: &Batch, grad_scale: f32) -> Result<crate::model::LossSums> {
