@@ -285,7 +285,7 @@ fn a_run_starts_from_another_runs_weights_and_refuses_another_model() {
     assert!(e.contains("vocab") && e.contains(&from.display().to_string()), "{e}");
     // Keeping Adam moments from an averaged checkpoint (which has none): refused, saying why.
     let avg = a.join("average.safetensors");
-    let mut averaged = checkpoint::average(&[from.clone()]).unwrap();
+    let mut averaged = checkpoint::average(std::slice::from_ref(&from)).unwrap();
     averaged.adam = None;
     checkpoint::save(&avg, &averaged).unwrap();
     let f = dir("init-optimizer");
