@@ -113,14 +113,7 @@ impl Trainer {
     /// step, and `passes` forward/backward passes done (the dropout counter, kept by the caller in
     /// the checkpoint's metadata). The checkpoint must fit the model and hold Adam moments.
     pub fn resume(&mut self, ckpt: Checkpoint, passes: u64, path: &Path) -> Result<()> {
-        if ckpt.params.len() != self.model.params.len() {
-            return Err(Error::CheckpointMismatch {
-                path: path.to_path_buf(),
-                what: "parameter count".into(),
-                expected: self.model.params.len().to_string(),
-                found: ckpt.params.len().to_string(),
-            });
-        }
+        self.check_fits(&ckpt, path)?;
         let (m, v) = ckpt.adam.ok_or_else(|| Error::CorruptCheckpoint {
             path: path.to_path_buf(),
             reason: "no Adam moments to resume from".into(),
@@ -133,9 +126,8 @@ impl Trainer {
         Ok(())
     }
 
-    /// Starts from another run's weights (`ckpt`, read from `path`): step 0 (a fresh schedule), and
-    /// fresh Adam moments unless `keep_optimizer`, which takes the checkpoint's.
-    pub fn init_from(&mut self, ckpt: Checkpoint, keep_optimizer: bool, path: &Path) -> Result<()> {
+    /// `ckpt` (read from `path`) has as many parameters as this model.
+    fn check_fits(&self, ckpt: &Checkpoint, path: &Path) -> Result<()> {
         if ckpt.params.len() != self.model.params.len() {
             return Err(Error::CheckpointMismatch {
                 path: path.to_path_buf(),
@@ -144,6 +136,13 @@ impl Trainer {
                 found: ckpt.params.len().to_string(),
             });
         }
+        Ok(())
+    }
+
+    /// Starts from another run's weights (`ckpt`, read from `path`): step 0 (a fresh schedule), and
+    /// fresh Adam moments unless `keep_optimizer`, which takes the checkpoint's.
+    pub fn init_from(&mut self, ckpt: Checkpoint, keep_optimizer: bool, path: &Path) -> Result<()> {
+        self.check_fits(&ckpt, path)?;
         if keep_optimizer {
             let (m, v) = ckpt.adam.ok_or_else(|| {
                 Error::Config(format!(
