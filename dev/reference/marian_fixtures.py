@@ -170,6 +170,9 @@ def marian_model_yml(cfg, separate, v_src, v_tgt):
         "layer-normalization": False,
         "right-left": False,
         "max-length": cfg.max_position_embeddings,
+        # What Marian writes; the version says which `gelu` it computes (the exact x·Φ(x) from
+        # v1.12.3, as the `transformers` port does; x·σ(1.702x) before).
+        "version": "v1.12.42",
     }
     lines_ = []
     for k, v in d.items():

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use transformer::config::{Preset, PAPER_VOCAB};
 use transformer::data::trees::TreeFormat;
 use transformer::decode::translator::{DecodeOptions, SessionOptions, Translator};
-use transformer::decode::{BeamConfig, SearchOverrides, SearchPreset};
+use transformer::decode::{BeamConfig, LengthNorm, SearchOverrides, SearchPreset};
 use transformer::eval::bleu::Smooth;
 use transformer::eval::tokenize::Tokenizer;
 use transformer::eval::Metric;
@@ -597,6 +597,14 @@ pub struct SearchArgs {
     /// instead of when no live hypothesis can still win; faster, and may change the output.
     #[arg(long)]
     pub early_exit: bool,
+    /// The length penalty's form: gnmt, ((5 + |Y|) / 6)^α (the paper's), or marian, |Y|^α
+    /// (Marian's `--normalize α`; with --suppress-unk --beam 4 --nbest 4 --max-len-a 3
+    /// --max-len-b 0, Marian's own n-best lists).
+    #[arg(long, value_parser = library_enum(&[LengthNorm::Gnmt, LengthNorm::Marian], LengthNorm::name))]
+    pub length_norm: Option<LengthNorm>,
+    /// Never write UNK (Marian's decoder does this unless given --allow-unk).
+    #[arg(long)]
+    pub suppress_unk: bool,
 }
 
 #[derive(Subcommand)]
@@ -759,6 +767,8 @@ impl SearchArgs {
             max_len_b: self.max_len_b,
             nbest: Some(nbest),
             early_exit: Some(self.early_exit),
+            length_norm: self.length_norm,
+            suppress_unk: Some(self.suppress_unk),
         };
         let search = match preset.with(&overrides) {
             Ok(s) => s,

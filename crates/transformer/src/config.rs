@@ -28,6 +28,10 @@ pub enum Activation {
     /// The tanh approximation of GELU, 0.5·x·(1 + tanh(√(2/π)(x + 0.044715x³))) (`gelu_new`).
     #[serde(rename = "gelu_tanh")]
     GeluTanh,
+    /// The sigmoid approximation of GELU, x · σ(1.702x): Marian's `gelu` (what its
+    /// `transformer-ffn-activation: gelu` computes; Hugging Face's port reads it as the exact form).
+    #[serde(rename = "gelu_sigmoid")]
+    GeluSigmoid,
 }
 
 impl Activation {
@@ -38,6 +42,7 @@ impl Activation {
             Activation::Swish => "swish",
             Activation::Gelu => "gelu",
             Activation::GeluTanh => "gelu_tanh",
+            Activation::GeluSigmoid => "gelu_sigmoid",
         }
     }
 }

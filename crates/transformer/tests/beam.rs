@@ -9,7 +9,7 @@ mod common;
 
 use common::translate_batch;
 use transformer::decode::{
-    beam_search, BeamConfig, EnsembleScorer, Hypothesis, Scorer, SearchOverrides, SearchPreset, StepScores,
+    beam_search, BeamConfig, EnsembleScorer, Hypothesis, LengthNorm, Scorer, SearchOverrides, SearchPreset, StepScores,
 };
 use transformer::rng::Rng;
 use transformer::{Batch, ModelConfig, Positions, Transformer, Workspace, BOS, EOS};
@@ -99,7 +99,16 @@ fn probs(entries: &[(u32, f64)]) -> [f64; V] {
 }
 
 fn cfg(beam: usize, alpha: f64, nbest: usize) -> BeamConfig {
-    BeamConfig { beam, alpha, max_len_a: 1.0, max_len_b: 50, nbest, early_exit: false }
+    BeamConfig {
+        beam,
+        alpha,
+        max_len_a: 1.0,
+        max_len_b: 50,
+        nbest,
+        early_exit: false,
+        length_norm: LengthNorm::Gnmt,
+        suppress_unk: false,
+    }
 }
 
 fn lp(len: usize, alpha: f64) -> f64 {
@@ -199,7 +208,16 @@ fn chatty(_: usize, _: &[u32]) -> [f64; V] {
 #[test]
 fn the_length_limit_forces_eos() {
     // max_len = 1.0 · 2 + 3 = 5 output tokens, then EOS is forced.
-    let c = BeamConfig { beam: 2, alpha: 0.6, max_len_a: 1.0, max_len_b: 3, nbest: 2, early_exit: false };
+    let c = BeamConfig {
+        beam: 2,
+        alpha: 0.6,
+        max_len_a: 1.0,
+        max_len_b: 3,
+        nbest: 2,
+        early_exit: false,
+        length_norm: LengthNorm::Gnmt,
+        suppress_unk: false,
+    };
     let h = search(&chatty, &[0], &[2], c);
     let lpa = 5.0 * 0.9f64.ln() + 0.0001f64.ln();
     assert_hyp(&h[0][0], &[A; 5], lpa, lpa / lp(6, 0.6));
@@ -207,12 +225,30 @@ fn the_length_limit_forces_eos() {
     assert_eq!(h[0][1].tokens.len(), 5);
     assert!((h[0][1].log_prob - lpb).abs() < 1e-6);
     // max_len_a scales the source length; the caller's cap wins over the config.
-    let c = BeamConfig { beam: 1, alpha: 0.6, max_len_a: 0.5, max_len_b: 1, nbest: 1, early_exit: false };
+    let c = BeamConfig {
+        beam: 1,
+        alpha: 0.6,
+        max_len_a: 0.5,
+        max_len_b: 1,
+        nbest: 1,
+        early_exit: false,
+        length_norm: LengthNorm::Gnmt,
+        suppress_unk: false,
+    };
     assert_eq!(search(&chatty, &[0], &[5], c)[0][0].tokens, vec![A; 3]);
     let mut s = Scripted::new(&chatty, &[0]);
     assert_eq!(beam_search(&mut s, &[5], &BeamConfig::translation(), 2).unwrap()[0][0].tokens, vec![A; 2]);
     // A limit of zero: only EOS.
-    let c = BeamConfig { beam: 3, alpha: 0.6, max_len_a: 0.0, max_len_b: 0, nbest: 1, early_exit: false };
+    let c = BeamConfig {
+        beam: 3,
+        alpha: 0.6,
+        max_len_a: 0.0,
+        max_len_b: 0,
+        nbest: 1,
+        early_exit: false,
+        length_norm: LengthNorm::Gnmt,
+        suppress_unk: false,
+    };
     assert_hyp(&search(&chatty, &[0], &[5], c)[0][0], &[], 0.0001f64.ln(), 0.0001f64.ln());
 }
 
@@ -261,7 +297,16 @@ fn a_beam_holding_everything_finds_the_exhaustive_best() {
         for sent in 0..4 {
             let want = exhaustive(sent, 3, alpha);
             assert_eq!(want.len(), 85);
-            let c = BeamConfig { beam: 85, alpha, max_len_a: 0.0, max_len_b: 3, nbest: 5, early_exit: false };
+            let c = BeamConfig {
+                beam: 85,
+                alpha,
+                max_len_a: 0.0,
+                max_len_b: 3,
+                nbest: 5,
+                early_exit: false,
+                length_norm: LengthNorm::Gnmt,
+                suppress_unk: false,
+            };
             let got = search(&random_table, &[sent], &[7], c);
             for (k, (h, (tokens, score))) in got[0].iter().zip(&want).enumerate() {
                 assert_eq!(&h.tokens, tokens, "α {alpha} sentence {sent} rank {k}");
@@ -270,7 +315,16 @@ fn a_beam_holding_everything_finds_the_exhaustive_best() {
             assert_eq!(got[0].len(), 5);
             // Smaller beams never score above the exhaustive best.
             for beam in [1, 2, 4] {
-                let c = BeamConfig { beam, alpha, max_len_a: 0.0, max_len_b: 3, nbest: 1, early_exit: false };
+                let c = BeamConfig {
+                    beam,
+                    alpha,
+                    max_len_a: 0.0,
+                    max_len_b: 3,
+                    nbest: 1,
+                    early_exit: false,
+                    length_norm: LengthNorm::Gnmt,
+                    suppress_unk: false,
+                };
                 let h = &search(&random_table, &[sent], &[7], c)[0][0];
                 assert!(h.score <= want[0].1 + 1e-12);
                 assert!(!h.tokens.iter().any(|&t| t < 3 || t == EOS));
@@ -284,7 +338,16 @@ fn batched_sentences_decode_as_they_would_alone() {
     let sents = [0, 1, 2, 3, 4];
     let lens = [3, 0, 1, 6, 2];
     for (beam, alpha) in [(1, 0.6), (3, 0.6), (5, 1.0)] {
-        let c = BeamConfig { beam, alpha, max_len_a: 1.0, max_len_b: 2, nbest: beam.min(2), early_exit: false };
+        let c = BeamConfig {
+            beam,
+            alpha,
+            max_len_a: 1.0,
+            max_len_b: 2,
+            nbest: beam.min(2),
+            early_exit: false,
+            length_norm: LengthNorm::Gnmt,
+            suppress_unk: false,
+        };
         let together = search(&random_table, &sents, &lens, c);
         for (i, (&s, &l)) in sents.iter().zip(&lens).enumerate() {
             let alone = search(&random_table, &[s], &[l], c);
@@ -300,7 +363,16 @@ fn per_row_normalisers_are_subtracted() {
     let sents = [0, 1, 2, 3, 4];
     let lens = [3, 5, 2, 4, 6];
     for beam in [1, 3, 4] {
-        let c = BeamConfig { beam, alpha: 0.6, max_len_a: 1.0, max_len_b: 2, nbest: beam.min(2), early_exit: false };
+        let c = BeamConfig {
+            beam,
+            alpha: 0.6,
+            max_len_a: 1.0,
+            max_len_b: 2,
+            nbest: beam.min(2),
+            early_exit: false,
+            length_norm: LengthNorm::Gnmt,
+            suppress_unk: false,
+        };
         let plain = search(&random_table, &sents, &lens, c);
         let mut s = Scripted::new(&random_table, &sents);
         s.shift = 3.0;
@@ -391,7 +463,16 @@ fn model_beam_search_agrees_with_full_forward_search() {
             })
             .clone()
     };
-    let c = BeamConfig { beam: 1, alpha: 0.6, max_len_a: 0.0, max_len_b: 4, nbest: 1, early_exit: false };
+    let c = BeamConfig {
+        beam: 1,
+        alpha: 0.6,
+        max_len_a: 0.0,
+        max_len_b: 4,
+        nbest: 1,
+        early_exit: false,
+        length_norm: LengthNorm::Gnmt,
+        suppress_unk: false,
+    };
     let got = translate_batch(&m, &refs, &c, &mut ws).unwrap();
     for i in 0..srcs.len() {
         let mut prefix = Vec::new();
@@ -414,7 +495,16 @@ fn model_beam_search_agrees_with_full_forward_search() {
     }
     // Exhaustive over 4 continuing tokens (UNK, 4, 5, 6) and up to 3 of them.
     let alpha = 0.6;
-    let c = BeamConfig { beam: 85, alpha, max_len_a: 0.0, max_len_b: 3, nbest: 3, early_exit: false };
+    let c = BeamConfig {
+        beam: 85,
+        alpha,
+        max_len_a: 0.0,
+        max_len_b: 3,
+        nbest: 3,
+        early_exit: false,
+        length_norm: LengthNorm::Gnmt,
+        suppress_unk: false,
+    };
     let got = translate_batch(&m, &refs, &c, &mut ws).unwrap();
     for i in 0..srcs.len() {
         let mut all = Vec::new();

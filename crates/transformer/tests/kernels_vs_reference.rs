@@ -640,19 +640,27 @@ fn top_k_with_block_skip_equals_a_full_sort() {
             .collect();
         let norm = if trial % 2 == 0 { 0.0 } else { 7.5 };
         let k = 1 + rng.below(8) as usize;
-        assert_eq!(
-            search::top_k(&row, norm, k, false),
-            r::top_k(&row, norm, k, false),
-            "trial {trial}: len {len}, k {k}"
-        );
-        assert_eq!(search::top_k(&row, norm, k, true), r::top_k(&row, norm, k, true), "trial {trial}: EOS only");
+        for no_unk in [false, true] {
+            assert_eq!(
+                search::top_k(&row, norm, k, false, no_unk),
+                r::top_k(&row, norm, k, false, no_unk),
+                "trial {trial}: len {len}, k {k}, no_unk {no_unk}"
+            );
+            assert_eq!(
+                search::top_k(&row, norm, k, true, no_unk),
+                r::top_k(&row, norm, k, true, no_unk),
+                "trial {trial}: EOS only"
+            );
+        }
+        // UNK never among the ones kept when suppressed.
+        assert!(search::top_k(&row, norm, k, false, true).iter().all(|&(_, t)| t != transformer::UNK));
         // Restricted to every id but PAD and BOS (listed backwards, one twice), the constrained
         // variant ranks as the full sort does.
         let mut allowed: Vec<u32> = (2..len as u32).rev().collect();
         allowed.push(2);
         assert_eq!(
             search::top_k_among(&row, norm, k, &allowed),
-            r::top_k(&row, norm, k, false),
+            r::top_k(&row, norm, k, false, false),
             "trial {trial}: among"
         );
     }

@@ -12,7 +12,8 @@ use transformer::kernels::reference;
 use transformer::rng::Rng;
 use transformer::{Activation, Batch, ModelConfig, SinusoidLayout, Transformer, Workspace};
 
-const ACTIVATIONS: [Activation; 4] = [Activation::Relu, Activation::Swish, Activation::Gelu, Activation::GeluTanh];
+const ACTIVATIONS: [Activation; 5] =
+    [Activation::Relu, Activation::Swish, Activation::Gelu, Activation::GeluTanh, Activation::GeluSigmoid];
 
 #[test]
 fn the_papers_defaults_stay_the_defaults() {
@@ -54,6 +55,7 @@ fn activations_match_their_definitions() {
     }
     // GELU is not its tanh approximation, and swish is not ReLU: the options differ.
     assert!((activation(-1.0, Activation::Gelu) - activation(-1.0, Activation::GeluTanh)).abs() > 1e-5);
+    assert!((activation(-1.0, Activation::Gelu) - activation(-1.0, Activation::GeluSigmoid)).abs() > 1e-2);
     assert!(activation(-1.0, Activation::Swish) < -0.26);
 }
 

@@ -18,6 +18,10 @@
 //!   and may return a different (lower-scoring) hypothesis than the exact search.
 //! - The result is the `nbest` best finished hypotheses by score.
 //!
+//! - `length_norm = marian` scores finished hypotheses log P / |Y|^α instead (Marian's
+//!   `--normalize α`); at α 0 both are the plain log-probability, and the search itself ranks by
+//!   log-probability either way, so it returns Marian's n-best lists (tests/marian_real.rs).
+//!
 //! Ties are broken deterministically: by lower row, then lower token id.
 
 use crate::error::{Error, Result};
@@ -38,7 +42,46 @@ impl std::fmt::Display for BeamConfig {
     /// "beam 4, α 0.6, max length 1·src + 50" (and ", early exit" when it stops early).
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let stop = if self.early_exit { ", early exit" } else { "" };
-        write!(f, "beam {}, α {}, max length {}·src + {}{stop}", self.beam, self.alpha, self.max_len_a, self.max_len_b)
+        let norm = match self.length_norm {
+            LengthNorm::Gnmt => "",
+            LengthNorm::Marian => " (Marian's length normalisation)",
+        };
+        let unk = if self.suppress_unk { ", no UNK" } else { "" };
+        write!(
+            f,
+            "beam {}, α {}{norm}, max length {}·src + {}{stop}{unk}",
+            self.beam, self.alpha, self.max_len_a, self.max_len_b
+        )
+    }
+}
+
+/// How a finished hypothesis' log-probability is normalised for its length: score = log P / lp(|Y|),
+/// |Y| its output tokens and the EOS.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum LengthNorm {
+    /// lp(Y) = ((5 + |Y|) / 6)^α, the GNMT penalty the paper uses (Wu et al. 2016).
+    #[default]
+    Gnmt,
+    /// lp(Y) = |Y|^α: Marian's `--normalize α` (and fairseq's `--lenpen`).
+    Marian,
+}
+
+impl LengthNorm {
+    /// The name used on command lines (`gnmt`, `marian`).
+    pub fn name(self) -> &'static str {
+        match self {
+            LengthNorm::Gnmt => "gnmt",
+            LengthNorm::Marian => "marian",
+        }
+    }
+
+    /// The norm of a name ([`LengthNorm::name`]).
+    pub fn parse(name: &str) -> Result<Self> {
+        match name {
+            "gnmt" => Ok(LengthNorm::Gnmt),
+            "marian" => Ok(LengthNorm::Marian),
+            other => Err(Error::Config(format!("unknown length normalisation {other:?} (gnmt or marian)"))),
+        }
     }
 }
 
@@ -92,6 +135,10 @@ pub struct SearchOverrides {
     pub nbest: Option<usize>,
     /// [`BeamConfig::early_exit`].
     pub early_exit: Option<bool>,
+    /// [`BeamConfig::length_norm`].
+    pub length_norm: Option<LengthNorm>,
+    /// [`BeamConfig::suppress_unk`].
+    pub suppress_unk: Option<bool>,
 }
 
 /// Search settings.
@@ -110,17 +157,39 @@ pub struct BeamConfig {
     /// Stop a sentence as soon as the best candidate of a step ends in EOS (and `nbest` have
     /// finished), instead of when no live hypothesis can still win (docs/deviations.md).
     pub early_exit: bool,
+    /// The length penalty's form ([`LengthNorm`]; the paper's GNMT form by default).
+    pub length_norm: LengthNorm,
+    /// Never extend a hypothesis by UNK (Marian's default, unless `--allow-unk`); off by default.
+    pub suppress_unk: bool,
 }
 
 impl BeamConfig {
     /// §6.1 translation: beam 4, α 0.6, maximum length input + 50.
     pub const fn translation() -> Self {
-        BeamConfig { beam: 4, alpha: 0.6, max_len_a: 1.0, max_len_b: 50, nbest: 1, early_exit: false }
+        BeamConfig {
+            beam: 4,
+            alpha: 0.6,
+            max_len_a: 1.0,
+            max_len_b: 50,
+            nbest: 1,
+            early_exit: false,
+            length_norm: LengthNorm::Gnmt,
+            suppress_unk: false,
+        }
     }
 
     /// §6.3 constituency parsing: beam 21, α 0.3, maximum length input + 300.
     pub const fn parsing() -> Self {
-        BeamConfig { beam: 21, alpha: 0.3, max_len_a: 1.0, max_len_b: 300, nbest: 1, early_exit: false }
+        BeamConfig {
+            beam: 21,
+            alpha: 0.3,
+            max_len_a: 1.0,
+            max_len_b: 300,
+            nbest: 1,
+            early_exit: false,
+            length_norm: LengthNorm::Gnmt,
+            suppress_unk: false,
+        }
     }
 
     /// The paper's search settings for `task` (§6.1 translation: beam 4, α 0.6, +50; §6.3
@@ -140,13 +209,24 @@ impl BeamConfig {
         self.max_len_b = o.max_len_b.unwrap_or(self.max_len_b);
         self.nbest = o.nbest.unwrap_or(self.nbest);
         self.early_exit = o.early_exit.unwrap_or(self.early_exit);
+        self.length_norm = o.length_norm.unwrap_or(self.length_norm);
+        self.suppress_unk = o.suppress_unk.unwrap_or(self.suppress_unk);
         self.validate()?;
         Ok(self)
     }
 
     /// Greedy search: beam 1.
     pub const fn greedy() -> Self {
-        BeamConfig { beam: 1, alpha: 0.6, max_len_a: 1.0, max_len_b: 50, nbest: 1, early_exit: false }
+        BeamConfig {
+            beam: 1,
+            alpha: 0.6,
+            max_len_a: 1.0,
+            max_len_b: 50,
+            nbest: 1,
+            early_exit: false,
+            length_norm: LengthNorm::Gnmt,
+            suppress_unk: false,
+        }
     }
 
     /// Checks the settings.
@@ -186,9 +266,12 @@ impl BeamConfig {
         out_len >= cap && self.max_len(src_len) > cap
     }
 
-    /// lp(Y) = ((5 + |Y|) / 6)^α.
+    /// lp(Y) = ((5 + |Y|) / 6)^α, or |Y|^α with [`LengthNorm::Marian`].
     pub fn length_penalty(&self, len: usize) -> f64 {
-        ((5.0 + len as f64) / 6.0).powf(self.alpha)
+        match self.length_norm {
+            LengthNorm::Gnmt => ((5.0 + len as f64) / 6.0).powf(self.alpha),
+            LengthNorm::Marian => (len as f64).powf(self.alpha),
+        }
     }
 }
 
@@ -321,7 +404,7 @@ pub fn beam_search_constrained(
                         c.allowed(h.sent, &h.tokens, limit[h.sent] - h.tokens.len(), &mut allowed);
                         top_k_among(row, norm, k, &allowed)
                     }
-                    _ => top_k(row, norm, k, at_limit),
+                    _ => top_k(row, norm, k, at_limit, cfg.suppress_unk),
                 }
             })
             .collect();

@@ -6,6 +6,6 @@ mod scorer;
 
 pub use scorer::{search_batch, search_batch_ensemble, EnsembleScorer};
 
-pub use beam::{beam_search, BeamConfig, Hypothesis, Scorer, SearchOverrides, SearchPreset, StepScores};
+pub use beam::{beam_search, BeamConfig, Hypothesis, LengthNorm, Scorer, SearchOverrides, SearchPreset, StepScores};
 pub mod translator;
 pub mod tree_constraint;

@@ -384,7 +384,7 @@ pub fn relu_backward(dh: &[f64], h: &[f64]) -> Vec<f64> {
 
 /// act(x) in f64, each from its definition: ReLU max(x, 0); swish x·σ(x); GELU x·Φ(x) =
 /// ½·x·erfc(−x/√2) with [`erfc_reference`];
-/// GELU's tanh form as written.
+/// GELU's tanh form as written; Marian's GELU x·σ(1.702x).
 pub fn activation_forward(x: &[f64], act: crate::config::Activation) -> Vec<f64> {
     use crate::config::Activation::*;
     x.iter()
@@ -393,6 +393,7 @@ pub fn activation_forward(x: &[f64], act: crate::config::Activation) -> Vec<f64>
             Swish => x / (1.0 + (-x).exp()),
             Gelu => 0.5 * x * erfc_reference(-x / std::f64::consts::SQRT_2),
             GeluTanh => 0.5 * x * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x.powi(3))).tanh()),
+            GeluSigmoid => x / (1.0 + (-1.702 * x).exp()),
         })
         .collect()
 }
@@ -519,15 +520,15 @@ pub fn log_sum_exp(row: &[f64]) -> f64 {
 }
 
 /// The `k` best next tokens of a row by a full sort: (score − norm, token), best first, ties by
-/// lower id, NaN as −∞, never PAD or BOS; only EOS when `eos_only`. The scores are f32 and the
+/// lower id, NaN as −∞, never PAD or BOS (nor UNK when `no_unk`); only EOS when `eos_only`. The scores are f32 and the
 /// subtraction is done in f32, as the search does.
-pub fn top_k(row: &[f32], norm: f32, k: usize, eos_only: bool) -> Vec<(f64, u32)> {
+pub fn top_k(row: &[f32], norm: f32, k: usize, eos_only: bool, no_unk: bool) -> Vec<(f64, u32)> {
     let key = |x: f32| if (x - norm).is_nan() { f64::NEG_INFINITY } else { (x - norm) as f64 };
     if eos_only {
         return vec![(key(row[crate::vocab::EOS as usize]), crate::vocab::EOS)];
     }
     let mut all: Vec<(f64, u32)> = (0..row.len() as u32)
-        .filter(|&j| j != crate::vocab::PAD && j != crate::vocab::BOS)
+        .filter(|&j| j != crate::vocab::PAD && j != crate::vocab::BOS && !(no_unk && j == crate::vocab::UNK))
         .map(|j| (key(row[j as usize]), j))
         .collect();
     all.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));

@@ -5,7 +5,7 @@
 //! tensors under Marian's names.
 
 use super::foreign::{activation, err, Architecture, ForeignModel, Names, Side, Tensors, TokenizerParts, Vocab};
-use crate::config::SinusoidLayout;
+use crate::config::{Activation, SinusoidLayout};
 use crate::data::sentencepiece::SentencePiece;
 use crate::error::Result;
 use crate::import::files::{read_spm, read_text};
@@ -94,6 +94,20 @@ impl ModelYml<'_> {
     }
     fn yes(&self, k: &str) -> bool {
         self.get(k) == Some("true")
+    }
+}
+
+/// What Marian's `gelu` computed in the version that wrote a model (model.yml's `version`, e.g.
+/// "v1.12.42 b7be0e964 2025-05-24"): x·σ(1.702x) up to v1.12.2, the exact x·Φ(x) from v1.12.3
+/// (marian-dev d225c24d, "Implemented fully correct version of GELU"). A model without a readable
+/// version predates the field, so it has the old form.
+fn marian_gelu(version: Option<&str>) -> Activation {
+    let number = version.and_then(|v| v.split_whitespace().next()).map(|v| v.trim_start_matches('v'));
+    let parts: Option<Vec<u32>> = number.and_then(|n| n.split('.').map(|p| p.parse().ok()).collect());
+    match parts.as_deref() {
+        Some([major, minor, patch, ..]) if (*major, *minor, *patch) >= (1, 12, 3) => Activation::Gelu,
+        Some([major, minor]) if (*major, *minor) > (1, 12) => Activation::Gelu,
+        _ => Activation::GeluSigmoid,
     }
 }
 
@@ -250,8 +264,8 @@ fn vocabularies(dir: &Path, npz_path: &Path, tied_all: bool) -> Result<Vocabular
 /// two `vocabs` ([`resolve`]); else by the names releases use: `vocab.yml` for both, one
 /// `*.vocab.yml` (OPUS-MT), `vocab.src.yml` and `vocab.trg.yml`, or `source.spm` and `target.spm`.
 fn vocab_paths(dir: &Path) -> Result<[PathBuf; 2]> {
-    let dec = dir.join("decoder.yml");
-    if let Some(y) = dec.is_file().then(|| read_yaml(&dec)).transpose()? {
+    if let Some(dec) = decoder_yml(dir)? {
+        let y = read_yaml(&dec)?;
         if let Some(v) = y.get("vocabs").filter(|v| v.len() == 2) {
             return Ok([resolve(dir, &dec, &v[0])?, resolve(dir, &dec, &v[1])?]);
         }
@@ -301,6 +315,27 @@ fn resolve(dir: &Path, dec: &Path, entry: &str) -> Result<PathBuf> {
     }
 }
 
+/// The decoder configuration of a directory: `decoder.yml` (the release name), else the one
+/// `*.decoder.yml` there (Marian's trainer writes `MODEL.npz.decoder.yml` beside the model); an
+/// error when there are several and no `decoder.yml` to choose.
+fn decoder_yml(dir: &Path) -> Result<Option<PathBuf>> {
+    let plain = dir.join("decoder.yml");
+    if plain.is_file() {
+        return Ok(Some(plain));
+    }
+    let mut found = files_ending(dir, ".decoder.yml")?;
+    match found.len() {
+        0 | 1 => Ok(found.pop()),
+        n => Err(err(
+            dir,
+            format!(
+                "{n} *.decoder.yml files ({}): copy the one to use to decoder.yml",
+                found.iter().filter_map(|p| p.file_name()).map(|n| n.to_string_lossy()).collect::<Vec<_>>().join(", ")
+            ),
+        )),
+    }
+}
+
 /// The files in `dir` whose names end with `suffix`, sorted.
 fn files_ending(dir: &Path, suffix: &str) -> Result<Vec<PathBuf>> {
     let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
@@ -329,7 +364,10 @@ fn architecture(y: &ModelYml, a: &Shape) -> Result<Architecture> {
         d_ff: a.ffn,
         max_positions: y.num("max-length", 0)?.max(1024),
         layer_norm_eps: 1e-6,
-        activation: activation(y.get("transformer-ffn-activation").unwrap_or("swish"), y.path)?,
+        activation: match y.get("transformer-ffn-activation").unwrap_or("swish") {
+            "gelu" => marian_gelu(y.get("version")),
+            other => activation(other, y.path)?,
+        },
         sinusoid_layout: SinusoidLayout::Marian,
         scale_embedding: true,
     })
@@ -366,8 +404,7 @@ fn names(n_layers: usize) -> Names {
 /// The model of a native Marian directory: the one `decoder.yml` names, otherwise the one `.npz`
 /// there (`None` when there is none).
 pub(super) fn find_npz(dir: &Path) -> Result<Option<PathBuf>> {
-    let dec = dir.join("decoder.yml");
-    if dec.is_file() {
+    if let Some(dec) = decoder_yml(dir)? {
         let y = read_yaml(&dec)?;
         if let Some(m) = y.get("models").and_then(|m| m.first()) {
             return resolve(dir, &dec, m).map(Some);
@@ -436,4 +473,26 @@ pub fn parse_yml_vocab(text: &str, path: &Path) -> Result<Vocab> {
     }
     let pieces: Option<Vec<String>> = pieces.into_iter().collect();
     pieces.map(|pieces| Vocab { pieces }).ok_or_else(|| err(path, "its ids are not 0..n without gaps"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn marians_gelu_is_the_sigmoid_form_up_to_1_12_2_and_exact_after() {
+        for (version, want) in [
+            (Some("v1.12.42 b7be0e964 2025-05-24 22:34:42 -0700"), Activation::Gelu),
+            (Some("v1.12.3 d225c24d 2023-03-01"), Activation::Gelu),
+            (Some("v1.13.0"), Activation::Gelu),
+            (Some("v2.0"), Activation::Gelu),
+            (Some("v1.12.2 a23cc77e 2023-02-27"), Activation::GeluSigmoid),
+            (Some("v1.12.0 65bf82ff 2023-02-21"), Activation::GeluSigmoid),
+            (Some("v1.9.56 b0ed3bcb 2020-08-19"), Activation::GeluSigmoid),
+            (Some("not a version"), Activation::GeluSigmoid),
+            (None, Activation::GeluSigmoid),
+        ] {
+            assert_eq!(marian_gelu(version), want, "{version:?}");
+        }
+    }
 }

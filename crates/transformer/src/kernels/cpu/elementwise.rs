@@ -214,6 +214,7 @@ pub fn activation(x: f32, act: Activation) -> f32 {
             let inner = (2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x * x * x);
             (0.5 * x * (1.0 + inner.tanh())) as f32
         }
+        Activation::GeluSigmoid => x / (1.0 + (-1.702 * x).exp()),
     }
 }
 

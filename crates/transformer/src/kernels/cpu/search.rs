@@ -3,10 +3,11 @@
 //! writes a normalised copy of the (rows × V) scores.
 
 use super::elementwise::{exp_sum, max, row_is_finite};
-use crate::vocab::{BOS, EOS, PAD};
+use crate::vocab::{BOS, EOS, PAD, UNK};
 use multiversion::multiversion;
 
-/// The `k` best next tokens of one row (never PAD or BOS; only EOS when `eos_only`), as
+/// The `k` best next tokens of one row (never PAD or BOS, nor UNK when `no_unk`; only EOS when
+/// `eos_only`), as
 /// (log p, token), best first, where log p = score − `norm` in f32. NaN counts as −∞. Blocks of 64
 /// scores whose maximum cannot beat the k-th best so far are skipped whole: f32 subtraction is
 /// monotone, so max(score) − norm bounds every log p of the block.
@@ -14,7 +15,7 @@ use multiversion::multiversion;
     "x86_64+avx512f+avx512bw+avx512dq+avx512vl+avx2+fma+bmi1+bmi2+lzcnt+popcnt",
     "x86_64+avx2+fma"
 ))]
-pub fn top_k(row: &[f32], norm: f32, k: usize, eos_only: bool) -> Vec<(f64, u32)> {
+pub fn top_k(row: &[f32], norm: f32, k: usize, eos_only: bool, no_unk: bool) -> Vec<(f64, u32)> {
     let key = |x: f32| log_prob(x, norm);
     if eos_only {
         return vec![(key(row[EOS as usize]), EOS)];
@@ -26,7 +27,7 @@ pub fn top_k(row: &[f32], norm: f32, k: usize, eos_only: bool) -> Vec<(f64, u32)
         }
         for (i, &x) in block.iter().enumerate() {
             let j = (b * 64 + i) as u32;
-            if j == PAD || j == BOS {
+            if j == PAD || j == BOS || (no_unk && j == UNK) {
                 continue;
             }
             let x = key(x);
