@@ -149,6 +149,25 @@ fn relu() {
     );
 }
 
+/// Each smooth activation's derivative (the naive twin's closed forms) against f64 central
+/// differences of its definition, over both tails and the bend near zero.
+#[test]
+fn smooth_activations() {
+    use transformer::Activation::*;
+    let mut rng = Rng::new(81);
+    let x: Vec<f64> = rand_vec(&mut rng, 40, 3.0).into_iter().chain([-8.0, -2.5, -0.3, 0.0, 0.3, 2.5, 8.0]).collect();
+    let g = rand_vec(&mut rng, x.len(), 1.0);
+    for act in [Swish, Gelu, GeluTanh, GeluSigmoid] {
+        assert_close(
+            &format!("d{act:?}"),
+            &r::activation_backward(&g, &x, act),
+            &numeric_grad(&x, H, |x| weighted_sum(&r::activation_forward(x, act), &g)),
+            ATOL,
+            RTOL,
+        );
+    }
+}
+
 /// The reference Adam equals the closed form after one step: p − lr·g/(|g| + ε) (m̂ = g, v̂ = g²).
 #[test]
 fn adam_first_step_closed_form() {

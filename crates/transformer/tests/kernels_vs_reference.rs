@@ -308,6 +308,32 @@ fn bias_relu_matches_reference() {
     assert_close("bias relu db", &to_f64(&db), &db_want, 1e-5, 1e-5);
 }
 
+/// The smooth activations' fused bias + activation and its backward (from the kept
+/// pre-activations) against the naive twins, dh and the bias gradient.
+#[test]
+fn bias_smooth_activations_match_reference() {
+    use transformer::Activation::*;
+    let mut rng = Rng::new(14);
+    let (m, f) = (77, 45);
+    for act in [Swish, Gelu, GeluTanh, GeluSigmoid] {
+        let x = rand_vec(&mut rng, m * f, 2.5);
+        let bias = rand_vec(&mut rng, f, 0.5);
+        let z: Vec<f64> = (0..m * f).map(|i| (x[i] as f32 + bias[i % f] as f32) as f64).collect();
+        let mut h = to_f32(&x);
+        elementwise::bias_activation_forward(&mut h, &to_f32(&bias), act);
+        assert_close(&format!("{act:?}"), &to_f64(&h), &r::activation_forward(&z, act), 1e-6, 1e-5);
+        let g = rand_vec(&mut rng, m * f, 1.0);
+        let dh_want = r::activation_backward(&g, &z, act);
+        let mut dh = to_f32(&g);
+        let mut db = vec![1f32; f];
+        let mut partials = vec![f32::NAN; m.div_ceil(transformer::kernels::cpu::ROW_BLOCK) * f];
+        elementwise::bias_activation_backward(&mut dh, &to_f32(&z), act, &mut db, &mut partials);
+        assert_close(&format!("{act:?} dh"), &to_f64(&dh), &dh_want, 1e-6, 1e-5);
+        let db_want: Vec<f64> = (0..f).map(|j| 1.0 + (0..m).map(|i| dh_want[i * f + j]).sum::<f64>()).collect();
+        assert_close(&format!("{act:?} db"), &to_f64(&db), &db_want, 1e-5, 1e-5);
+    }
+}
+
 /// Runs the fused attention with Q|K|V packed in one buffer (self) or Q apart from K|V (cross).
 fn check_attention(d: AttnDims, key_lens: &[usize], attn_mask: Mask, p: f32, fused: bool, seed: u64) {
     let mut rng = Rng::new(seed);

@@ -398,6 +398,38 @@ pub fn activation_forward(x: &[f64], act: crate::config::Activation) -> Vec<f64>
         .collect()
 }
 
+/// dL/dz = dL/dact · act'(z) for pre-activations `z`, in f64, each derivative from its closed
+/// form: ReLU [z > 0]; swish σ(z)·(1 + z·(1 − σ(z))); GELU Φ(z) + z·φ(z) with Φ from
+/// [`erfc_reference`]; the tanh form ½(1 + tanh u) + ½·z·(1 − tanh² u)·u′, u = √(2/π)(z +
+/// 0.044715z³); x·σ(1.702x) as swish at 1.702x.
+pub fn activation_backward(dy: &[f64], z: &[f64], act: crate::config::Activation) -> Vec<f64> {
+    use crate::config::Activation::*;
+    let sigmoid = |x: f64| 1.0 / (1.0 + (-x).exp());
+    let c = (2.0 / std::f64::consts::PI).sqrt();
+    dy.iter()
+        .zip(z)
+        .map(|(&d, &z)| {
+            let slope = match act {
+                Relu => (z > 0.0) as u8 as f64,
+                Swish => sigmoid(z) * (1.0 + z * (1.0 - sigmoid(z))),
+                Gelu => {
+                    let pdf = (-0.5 * z * z).exp() / (2.0 * std::f64::consts::PI).sqrt();
+                    0.5 * erfc_reference(-z / std::f64::consts::SQRT_2) + z * pdf
+                }
+                GeluTanh => {
+                    let t = (c * (z + 0.044715 * z.powi(3))).tanh();
+                    0.5 * (1.0 + t) + 0.5 * z * (1.0 - t * t) * c * (1.0 + 3.0 * 0.044715 * z * z)
+                }
+                GeluSigmoid => {
+                    let s = sigmoid(1.702 * z);
+                    s * (1.0 + 1.702 * z * (1.0 - s))
+                }
+            };
+            d * slope
+        })
+        .collect()
+}
+
 /// erfc(z) = 1 − erf(z), by an independent route from the kernel's Chebyshev fit: for |z| ≤ 3,
 /// 1 − the Taylor series 2/√π · Σ (−1)ⁿ z^(2n+1) / (n! (2n+1)); beyond, the continued fraction
 /// erfc(z) = e^(−z²)/√π · 1/(z + ½/(z + 1/(z + 3⁄2/(z + …)))) (relative accuracy in the tail), and

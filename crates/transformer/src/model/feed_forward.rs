@@ -1,11 +1,13 @@
 //! §3.3 Position-wise feed-forward network, Eq. 2: FFN(x) = max(0, x W_1 + b_1) W_2 + b_2, with its
-//! residual + LayerNorm. b_1 is fused with the ReLU, b_2 with the residual LayerNorm.
+//! residual + LayerNorm. b_1 is fused with the ReLU, b_2 with the residual LayerNorm. An imported
+//! model's smooth activation (swish, the GELUs) replaces the ReLU; its backward reads the
+//! pre-activations the forward keeps.
 
 use super::lins::FfnLins;
 use super::workspace::{Backward, FfnActs, Flow, GradScratch};
 use super::Transformer;
 use crate::config::Activation;
-use crate::kernels::cpu::elementwise::{bias_activation_forward, bias_relu_backward};
+use crate::kernels::cpu::elementwise::{bias_activation_backward, bias_activation_forward, bias_relu_backward};
 use crate::kernels::cpu::layer_norm::{residual_layer_norm_backward, residual_layer_norm_forward};
 use crate::kernels::cpu::linear::linear_backward;
 use crate::params::{FfnBlock, FfnBlockMut};
@@ -25,6 +27,17 @@ pub(super) fn forward(
     let (fp, np) = (&p.ffn, &p.norm);
     let rows = x.len() / d;
     lins.w_1.forward(&mut acts.h, x, None, rows);
+    if !acts.pre.is_empty() {
+        // A smooth activation's backward reads its pre-activation z = x·W_1 + b_1.
+        let f = fp.b_1.len();
+        let pre = &mut acts.pre[..rows * f];
+        pre.copy_from_slice(&acts.h[..rows * f]);
+        for row in pre.chunks_exact_mut(f) {
+            for (z, b) in row.iter_mut().zip(fp.b_1) {
+                *z += b;
+            }
+        }
+    }
     bias_activation_forward(&mut acts.h, fp.b_1, m.config.activation);
     let y = &mut y[..rows * d];
     lins.w_2.forward(y, &acts.h, None, rows);
@@ -73,10 +86,14 @@ pub(super) fn backward(
         np.gamma,
         drop,
     );
-    // Training runs refuse other activations (`Trainer::new`): only ReLU's backward is here.
-    assert_eq!(m.config.activation, Activation::Relu, "the FFN backward is ReLU's");
     let dh = &mut gs.d_h[..rows * f];
     linear_backward(m.float(), Some(&mut *dh), false, fg.w_2, None, dy, &acts.h, fp.w_2, rows, d, f);
-    bias_relu_backward(dh, &acts.h, fg.b_1, &mut gs.partials);
+    match m.config.activation {
+        Activation::Relu => bias_relu_backward(dh, &acts.h, fg.b_1, &mut gs.partials),
+        act => {
+            assert_eq!(acts.pre.len(), rows * f, "the forward kept no pre-activations for {}'s backward", act.name());
+            bias_activation_backward(dh, &acts.pre, act, fg.b_1, &mut gs.partials)
+        }
+    }
     linear_backward(m.float(), Some(flow.dx), true, fg.w_1, None, dh, flow.x, fp.w_1, rows, f, d);
 }

@@ -61,8 +61,11 @@ pub struct AttnActs {
 /// Saved values of one FFN sub-layer.
 #[derive(Default, Debug)]
 pub struct FfnActs {
-    /// (M, F) ReLU output.
+    /// (M, F) activation output.
     pub h: Vec<f32>,
+    /// (M, F) pre-activations x·W_1 + b_1, kept for the backward of a smooth activation (empty
+    /// for ReLU, whose backward reads its output, and when nothing is kept for a backward).
+    pub pre: Vec<f32>,
     /// Residual + LayerNorm.
     pub norm: NormActs,
 }
@@ -194,6 +197,7 @@ impl Workspace {
         for e in &mut self.enc {
             fit_attn(&mut e.self_attn, ms * (2 * hk + hv), 0, b * h * s * s, ms * hv, ms, d);
             fit(&mut e.ffn.h, ms * f);
+            e.ffn.pre.clear();
             fit_norm(&mut e.ffn.norm, ms, d);
         }
         fit(&mut self.y, ms * d);
@@ -210,9 +214,9 @@ impl Workspace {
         fn norm(n: &NormActs) -> usize {
             v(&n.s) + v(&n.out) + v(&n.mean) + v(&n.rstd)
         }
-        let enc: usize = self.enc.iter().map(|e| attn(&e.self_attn) + v(&e.ffn.h) + norm(&e.ffn.norm)).sum();
-        let dec: usize =
-            self.dec.iter().map(|e| attn(&e.self_attn) + attn(&e.cross_attn) + v(&e.ffn.h) + norm(&e.ffn.norm)).sum();
+        let ffn = |f: &FfnActs| v(&f.h) + v(&f.pre) + norm(&f.norm);
+        let enc: usize = self.enc.iter().map(|e| attn(&e.self_attn) + ffn(&e.ffn)).sum();
+        let dec: usize = self.dec.iter().map(|e| attn(&e.self_attn) + attn(&e.cross_attn) + ffn(&e.ffn)).sum();
         let g = &self.grad;
         enc + dec
             + [&self.enc_in, &self.dec_in, &self.ptr_in, &self.logits, &self.row_loss, &self.row_nll, &self.y]
@@ -242,15 +246,18 @@ impl Workspace {
         }
         self.enc.resize_with(c.n_layers, Default::default);
         self.dec.resize_with(c.n_layers, Default::default);
+        let smooth = c.activation != crate::config::Activation::Relu;
         for e in &mut self.enc {
             fit_attn(&mut e.self_attn, ms * (2 * hk + hv), 0, b * h * s * s, ms * hv, ms, d);
             fit(&mut e.ffn.h, ms * f);
+            fit(&mut e.ffn.pre, if smooth { ms * f } else { 0 });
             fit_norm(&mut e.ffn.norm, ms, d);
         }
         for e in &mut self.dec {
             fit_attn(&mut e.self_attn, mt * (2 * hk + hv), 0, b * h * t * t, mt * hv, mt, d);
             fit_attn(&mut e.cross_attn, mt * hk, ms * (hk + hv), b * h * t * s, mt * hv, mt, d);
             fit(&mut e.ffn.h, mt * f);
+            fit(&mut e.ffn.pre, if smooth { mt * f } else { 0 });
             fit_norm(&mut e.ffn.norm, mt, d);
         }
         fit(&mut self.logits, mt * c.vocab_size);

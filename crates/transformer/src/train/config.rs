@@ -541,17 +541,10 @@ impl RunConfig {
     }
 }
 
-/// Refuses, by name, model options that training does not support: the FFN backward is ReLU's,
-/// and a separate source vocabulary needs a source tokenizer that `train` does not learn (both
-/// are for models imported from other toolkits, which are decoded, not trained).
+/// Refuses, by name, model options that training does not support: a separate source vocabulary
+/// needs a source tokenizer that `train` does not learn (it is for models imported from other
+/// toolkits, which are decoded, not trained). Every FFN activation trains.
 pub fn check_trainable(c: &ModelConfig) -> Result<()> {
-    if c.activation != crate::config::Activation::Relu {
-        return Err(Error::Config(format!(
-            "model.activation = {}: training supports the paper's ReLU FFN only (other activations are for \
-             decoding imported models)",
-            c.activation.name()
-        )));
-    }
     if c.source_vocab_size.is_some() {
         return Err(Error::Config(
             "model.source_vocab_size: training learns one shared vocabulary (§3.4); separate vocabularies are for \
@@ -574,7 +567,9 @@ pub fn estimate_training_bytes(c: &ModelConfig, batch_tokens: usize) -> u64 {
     let params = 16u64.saturating_mul(crate::params::param_count(c) as u64);
     // Per layer and position: Q|K|V, context, norms and FFN hidden, twice for the decoder's two
     // attentions, plus attention weights over `seq` keys per head.
-    let per_position = (4 * (2 * hk + hv) + 12 * d + 2 * f).saturating_add(3u64.saturating_mul(h).saturating_mul(seq));
+    // A smooth activation keeps its pre-activations as well (F more).
+    let ffn = if c.activation == crate::config::Activation::Relu { 2 * f } else { 3 * f };
+    let per_position = (4 * (2 * hk + hv) + 12 * d + ffn).saturating_add(3u64.saturating_mul(h).saturating_mul(seq));
     let layers = 2 * c.n_layers as u64;
     let acts = tokens.saturating_mul(layers).saturating_mul(per_position).saturating_mul(4);
     let logits = tokens.saturating_mul(c.vocab_size as u64).saturating_mul(8);

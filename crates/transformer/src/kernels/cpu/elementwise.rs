@@ -202,6 +202,59 @@ fn bias_swish_rows(rows: &mut [f32], bias: &[f32]) {
     }
 }
 
+/// Backward of [`bias_activation_forward`] for a smooth activation: dh = dh · act′(z) in place,
+/// z the pre-activations h + bias the forward kept (rows of width F = dbias.len()), and
+/// dbias += Σ_rows dh. `partials` is workspace of at least ⌈M / ROW_BLOCK⌉ · F. (ReLU's backward,
+/// which needs only the output, is [`bias_relu_backward`].)
+pub fn bias_activation_backward(dh: &mut [f32], z: &[f32], act: Activation, dbias: &mut [f32], partials: &mut [f32]) {
+    let _t = super::profile::scope(super::profile::Slot::Relu);
+    let f = dbias.len();
+    assert_eq!(dh.len(), z.len());
+    let blocks = (dh.len() / f).div_ceil(ROW_BLOCK);
+    let partials = &mut partials[..blocks * f];
+    dh.par_chunks_mut(ROW_BLOCK * f).zip(z.par_chunks(ROW_BLOCK * f)).zip(partials.par_chunks_mut(f)).for_each(
+        |((d, z), p)| {
+            p.fill(0.0);
+            for (dr, zr) in d.chunks_exact_mut(f).zip(z.chunks_exact(f)) {
+                for j in 0..f {
+                    let g = dr[j] * activation_slope(zr[j], act);
+                    dr[j] = g;
+                    p[j] += g;
+                }
+            }
+        },
+    );
+    reduce_partials(dbias, partials, 1, 0);
+}
+
+/// act′(z), in f32 out (f64 inside for GELU's Φ and φ).
+#[inline]
+pub fn activation_slope(z: f32, act: Activation) -> f32 {
+    let sigmoid = |x: f32| 1.0 / (1.0 + (-x).exp());
+    match act {
+        Activation::Relu => (z > 0.0) as u8 as f32,
+        Activation::Swish => {
+            let s = sigmoid(z);
+            s * (1.0 + z * (1.0 - s))
+        }
+        Activation::Gelu => {
+            let z = z as f64;
+            let pdf = (-0.5 * z * z).exp() * (0.5 * std::f64::consts::FRAC_2_SQRT_PI * std::f64::consts::FRAC_1_SQRT_2);
+            (0.5 * erfc(-z * std::f64::consts::FRAC_1_SQRT_2) + z * pdf) as f32
+        }
+        Activation::GeluTanh => {
+            let z = z as f64;
+            let c = (2.0 / std::f64::consts::PI).sqrt();
+            let t = (c * (z + 0.044715 * z * z * z)).tanh();
+            (0.5 * (1.0 + t) + 0.5 * z * (1.0 - t * t) * c * (1.0 + 3.0 * 0.044715 * z * z)) as f32
+        }
+        Activation::GeluSigmoid => {
+            let s = sigmoid(1.702 * z);
+            s * (1.0 + 1.702 * z * (1.0 - s))
+        }
+    }
+}
+
 /// One value through `act` (f32 in and out; GELU's normal CDF is evaluated in f64).
 #[inline]
 pub fn activation(x: f32, act: Activation) -> f32 {
