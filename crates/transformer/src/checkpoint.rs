@@ -309,6 +309,12 @@ impl FileTensors {
     }
 }
 
+/// A checkpoint's model configuration, from its header alone (the tensors are not read).
+pub fn read_config(path: &Path) -> Result<ModelConfig> {
+    let (meta, _, _) = open(path)?;
+    Ok(header_fields(path, &meta)?.0)
+}
+
 /// The metadata every checkpoint has, checked: (config, step, vocabulary hash).
 fn header_fields(path: &Path, meta: &HashMap<String, String>) -> Result<(ModelConfig, u64, String)> {
     let corrupt = |reason: String| Error::CorruptCheckpoint { path: path.to_path_buf(), reason };

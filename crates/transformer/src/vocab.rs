@@ -15,3 +15,8 @@ pub const SPECIAL_TOKENS: usize = 4;
 
 /// The special tokens' strings, in id order: `SPECIALS[PAD as usize]` is `"<pad>"`.
 pub const SPECIALS: [&str; SPECIAL_TOKENS] = ["<pad>", "<s>", "</s>", "<unk>"];
+
+/// The logit bias of output rows that do not exist in an imported model (its ids that our
+/// special ids add): their probability is exactly zero (exp(−10⁹) underflows), no search picks
+/// them, and label smoothing leaves them out of its support.
+pub const MASKED_LOGIT: f32 = -1e9;

@@ -106,10 +106,14 @@ fn softmax_cross_entropy_label_smoothed() {
     let (m, v) = (5, 11);
     let z = rand_vec(&mut rng, m * v, 3.0);
     let targets = [3u32, 0, 10, 1, 7]; // row 1 is padding
-    let (_, _, grad) = r::softmax_xent(&z, &targets, 0, 0.1, v);
-    let num = numeric_grad(&z, H, |z| r::softmax_xent(z, &targets, 0, 0.1, v).0);
+    let (_, _, grad) = r::softmax_xent(&z, &targets, 0, 0.1, v, &[]);
+    let num = numeric_grad(&z, H, |z| r::softmax_xent(z, &targets, 0, 0.1, v, &[]).0);
     assert_close("dlogits", &grad, &num, ATOL, RTOL);
     assert!(grad[v..2 * v].iter().all(|&g| g == 0.0), "padding row must have zero gradient");
+    // With entries 2 and 5 outside the smoothing's support.
+    let (_, _, grad) = r::softmax_xent(&z, &targets, 0, 0.1, v, &[2, 5]);
+    let num = numeric_grad(&z, H, |z| r::softmax_xent(z, &targets, 0, 0.1, v, &[2, 5]).0);
+    assert_close("dlogits, two entries excluded", &grad, &num, ATOL, RTOL);
 }
 
 #[test]

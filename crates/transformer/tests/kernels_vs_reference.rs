@@ -487,13 +487,24 @@ fn attention_single_query_and_wide_heads() {
 #[test]
 fn softmax_xent_matches_reference() {
     let mut rng = Rng::new(30);
-    for &(m, v, eps) in &[(6, 37, 0.1f32), (4, 1000, 0.0), (3, 5, 0.2)] {
-        let z = rand_vec(&mut rng, m * v, 4.0);
-        let targets: Vec<u32> = (0..m).map(|i| if i == 1 { 0 } else { 1 + rng.below(v as u64 - 1) as u32 }).collect();
-        let (loss, nll, grad) = r::softmax_xent(&z, &targets, 0, eps as f64, v);
+    // The last case leaves entries 0, 1 and 36 out of the smoothing (an imported model's masked
+    // rows, at their logit of -1e9).
+    for &(m, v, eps, excluded) in
+        &[(6, 37, 0.1f32, &[][..]), (4, 1000, 0.0, &[]), (3, 5, 0.2, &[]), (6, 37, 0.1, &[0u32, 1, 36][..])]
+    {
+        let mut z = rand_vec(&mut rng, m * v, 4.0);
+        for r in 0..m {
+            for &e in excluded {
+                z[r * v + e as usize] = transformer::vocab::MASKED_LOGIT as f64;
+            }
+        }
+        let targets: Vec<u32> = (0..m).map(|i| if i == 1 { 0 } else { 2 + rng.below(v as u64 - 3) as u32 }).collect();
+        let (loss, nll, grad) = r::softmax_xent(&z, &targets, 0, eps as f64, v, excluded);
         let mut z32 = to_f32(&z);
         let (mut rl, mut rn) = (vec![0f32; m], vec![0f32; m]);
-        let sums = softmax_xent::softmax_xent_forward_backward(&mut z32, &mut rl, &mut rn, &targets, 0, eps, 0.5, v);
+        let sums =
+            softmax_xent::softmax_xent_forward_backward(&mut z32, &mut rl, &mut rn, &targets, 0, eps, 0.5, v, excluded);
+        assert!(sums.loss < 100.0 * m as f64, "the masked entries stay out of the loss: {}", sums.loss);
         assert_eq!(sums.tokens, m - 1);
         assert_close("loss", &[sums.loss], &[loss], 1e-5, 1e-6);
         assert_close("nll", &[sums.nll], &[nll], 1e-5, 1e-6);
@@ -509,7 +520,8 @@ fn label_smoothing_zero_is_nll() {
     let z = to_f32(&rand_vec(&mut rng, m * v, 3.0));
     let targets = [5u32, 9, 0, 49, 4];
     let (mut rl, mut rn) = (vec![0f32; m], vec![0f32; m]);
-    let sums = softmax_xent::softmax_xent_forward_backward(&mut z.clone(), &mut rl, &mut rn, &targets, 0, 0.0, 1.0, v);
+    let sums =
+        softmax_xent::softmax_xent_forward_backward(&mut z.clone(), &mut rl, &mut rn, &targets, 0, 0.0, 1.0, v, &[]);
     assert_eq!(sums.loss, sums.nll);
     let direct: f64 = targets
         .iter()

@@ -182,3 +182,74 @@ fn output_pieces_equal_marian_no_spm_decode() {
         }
     }
 }
+
+/// Fine-tuning (`train.init` with `data.bpe` naming the imported tokenizer): the Marian-trained
+/// model with separate vocabularies and swish trains 100 more updates here on Multi30k's training
+/// split (Marian gave it 1,200), its architecture taken from the checkpoint, and its loss on
+/// held-out pairs (test_2016_flickr) falls; the fine-tuned checkpoint then translates, scores and
+/// draws attention at every precision this CPU has.
+#[test]
+fn a_model_marian_trained_fine_tunes_here_and_decodes_at_every_precision() {
+    use transformer::precision::Precision;
+    use transformer::train::run::{run, RunConfig};
+    let dir = std::env::temp_dir().join(format!("marian-real-finetune-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let imp = import(&fixture("tied_target_swish")).unwrap();
+    let (ckpt, tok) = transformer::import::marian::write(&imp, &dir.join("imported")).unwrap();
+    let data = |n: &str| transformer::test_support::multi30k(n).display().to_string();
+    let text = format!(
+        "[model]\ndropout = 0.1\n[data]\ntrain_src = {:?}\ntrain_tgt = {:?}\nvalid_src = {:?}\nvalid_tgt = {:?}\nbpe = {:?}\n\
+         [train]\noutput_dir = {:?}\ninit = {:?}\nseed = 3\nmax_src_tokens = 1024\nmax_tgt_tokens = 1024\nwarmup = 20\n\
+         lr_scale = 0.1\nmax_steps = 100\ncheckpoint_steps = 100\n",
+        data("train.en.gz"),
+        data("train.de.gz"),
+        data("test_2016_flickr.en.gz"),
+        data("test_2016_flickr.de.gz"),
+        tok.display().to_string(),
+        dir.join("run").display().to_string(),
+        ckpt.display().to_string(),
+    );
+    let cfg = RunConfig::from_toml(&text, "finetune.toml", &[]).unwrap();
+    // The held-out loss before: the imported model on the run's validation pairs.
+    let before = {
+        let t = Translator::load(&ckpt, &tok, Default::default()).unwrap();
+        let read = |n: &str| {
+            let text = std::io::read_to_string(flate2::read::GzDecoder::new(std::fs::File::open(data(n)).unwrap()));
+            text.unwrap().lines().map(String::from).collect::<Vec<_>>()
+        };
+        let totals =
+            t.perplexity(&read("test_2016_flickr.en.gz"), &read("test_2016_flickr.de.gz"), &mut NoWarnings).unwrap();
+        totals.nll / totals.tokens as f64
+    };
+    let mut log = Vec::new();
+    let summary = run(&cfg, &mut log).unwrap_or_else(|e| panic!("{e}\n{}", log.join("\n")));
+    assert!(log.iter().any(|l| l.contains("starting from the weights of")), "{}", log.join("\n"));
+    let after = summary.valid.nll;
+    assert!(after < before - 0.05, "held-out NLL {before:.4} before fine-tuning, {after:.4} after");
+    // The fine-tuned model keeps the imported architecture.
+    let tuned = transformer::checkpoint::read_config(&summary.checkpoint).unwrap();
+    assert_eq!(tuned.activation, transformer::Activation::Swish);
+    assert!(tuned.source_vocab_size.is_some() && tuned.output_bias);
+    let srcs = vec!["A man is riding a bicycle.".to_string(), "Two dogs play in the snow.".to_string()];
+    let refs = vec!["Ein Mann fährt Fahrrad.".to_string(), "Zwei Hunde spielen im Schnee.".to_string()];
+    for precision in [Precision::F32, Precision::Bf16, Precision::Int8] {
+        if precision.available().is_err() {
+            eprintln!("{precision}: not available on this CPU, skipped");
+            continue;
+        }
+        let options = transformer::decode::translator::SessionOptions { precision, ..Default::default() };
+        let t = Translator::load(&summary.checkpoint, &tok, options).unwrap();
+        let (out, _) = t.translate(&srcs, &DecodeOptions::default(), &mut NoWarnings).unwrap();
+        assert!(out.iter().all(|n| !n[0].text.trim().is_empty()), "{precision}: {:?}", out[0][0].text);
+        let totals = t.perplexity(&srcs, &refs, &mut NoWarnings).unwrap();
+        assert!(totals.nll.is_finite() && totals.tokens > 0, "{precision}");
+        let src = t.encode_source(&srcs[0]).unwrap();
+        let tgt = t.encode_target(&refs[0]).unwrap();
+        let maps = t.attention(&src, &tgt).unwrap();
+        assert!(
+            maps.encoder_decoder.len() == 2 && maps.encoder_decoder[0].iter().all(|w| w.is_finite()),
+            "{precision}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -113,6 +113,17 @@ pub fn encode_and_filter_with(
     bpe: &Bpe,
     filter: &FilterConfig,
 ) -> Result<(TokenPairs, FilterReport)> {
+    encode_and_filter_by(pairs, filter, |s| target.encode_source(bpe, s), |t| target.encode(bpe, t))
+}
+
+/// Encodes pairs with the given source and target encoders and keeps those that pass `filter`
+/// (both sides non-empty, neither over `max_tokens`, their length ratio within `max_ratio`).
+pub fn encode_and_filter_by(
+    pairs: &[(String, String)],
+    filter: &FilterConfig,
+    source: impl Fn(&str) -> Result<Vec<u32>>,
+    target: impl Fn(&str) -> Result<Vec<u32>>,
+) -> Result<(TokenPairs, FilterReport)> {
     let mut report = FilterReport { read: pairs.len(), ..Default::default() };
     let mut kept = Vec::with_capacity(pairs.len());
     for (s, t) in pairs {
@@ -120,7 +131,7 @@ pub fn encode_and_filter_with(
             report.empty += 1;
             continue;
         }
-        let (se, te) = (target.encode_source(bpe, s)?, target.encode(bpe, t)?);
+        let (se, te) = (source(s)?, target(t)?);
         if se.len() > filter.max_tokens || te.len() > filter.max_tokens {
             report.too_long += 1;
             continue;

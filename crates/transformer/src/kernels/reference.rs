@@ -219,8 +219,17 @@ pub fn attention_backward(
 }
 
 /// Label-smoothed cross-entropy summed over non-padding rows, and ∂/∂logits of that sum:
-/// (loss, nll, grad (M, V)). See the fast kernel for the definition.
-pub fn softmax_xent(logits: &[f64], targets: &[u32], pad: u32, epsilon: f64, vocab: usize) -> (f64, f64, Vec<f64>) {
+/// (loss, nll, grad (M, V)); the smoothing spreads over every entry but `excluded`. See the fast
+/// kernel for the definition.
+pub fn softmax_xent(
+    logits: &[f64],
+    targets: &[u32],
+    pad: u32,
+    epsilon: f64,
+    vocab: usize,
+    excluded: &[u32],
+) -> (f64, f64, Vec<f64>) {
+    let support = (vocab - excluded.len()) as f64;
     let mut grad = vec![0.0; logits.len()];
     let (mut loss, mut nll) = (0.0, 0.0);
     for (r, &y) in targets.iter().enumerate() {
@@ -232,8 +241,11 @@ pub fn softmax_xent(logits: &[f64], targets: &[u32], pad: u32, epsilon: f64, voc
         let lse = max + z.iter().map(|v| (v - max).exp()).sum::<f64>().ln();
         for vv in 0..vocab {
             let lp = z[vv] - lse;
-            let q = epsilon / vocab as f64 + if vv == y as usize { 1.0 - epsilon } else { 0.0 };
-            loss -= q * lp;
+            let smooth = if excluded.contains(&(vv as u32)) { 0.0 } else { epsilon / support };
+            let q = smooth + if vv == y as usize { 1.0 - epsilon } else { 0.0 };
+            if q > 0.0 {
+                loss -= q * lp;
+            }
             grad[r * vocab + vv] = lp.exp() - q;
         }
         nll -= z[y as usize] - lse;

@@ -349,7 +349,16 @@ impl Transformer {
             label_smoothing,
             grad_scale,
             self.config.vocab_size,
+            &self.masked_outputs(),
         )
+    }
+
+    /// The output ids an imported model does not have (their logit bias is
+    /// [`MASKED_LOGIT`](crate::vocab::MASKED_LOGIT)): outside label smoothing's support. None
+    /// for a model of ours, which has no output bias, or a bias training keeps finite.
+    pub fn masked_outputs(&self) -> Vec<u32> {
+        let Some(bias) = self.output_bias() else { return Vec::new() };
+        bias.iter().enumerate().filter(|(_, &b)| b <= crate::vocab::MASKED_LOGIT / 2.0).map(|(i, _)| i as u32).collect()
     }
 
     /// Backward pass after [`Transformer::forward`] and [`Transformer::loss`] on the same batch,

@@ -30,9 +30,10 @@ impl ModelSection {
     }
 }
 
-/// [`ModelConfig`] fields the model section cannot set: the vocabulary size is the BPE model's,
-/// LayerNorm's ε is fixed (a choice where the paper is silent, see docs/deviations.md).
-const FIXED_MODEL_FIELDS: [&str; 2] = ["vocab_size", "layer_norm_eps"];
+/// [`ModelConfig`] fields the model section cannot set: the vocabulary sizes are the tokenizer's,
+/// LayerNorm's ε is fixed (a choice where the paper is silent, see docs/deviations.md; a model
+/// fine-tuned from an imported one keeps the checkpoint's).
+const FIXED_MODEL_FIELDS: [&str; 3] = ["vocab_size", "source_vocab_size", "layer_norm_eps"];
 
 impl ModelSection {
     /// `preset` with this section's overrides. An unknown (or fixed) field, or a value of the wrong
@@ -533,26 +534,24 @@ impl RunConfig {
     /// The model configuration: the preset with the section's overrides, at `vocab_size`.
     pub fn model_config(&self, vocab_size: usize) -> Result<ModelConfig> {
         let preset = ModelConfig::preset(self.model.preset.as_deref().unwrap_or("base"))?;
-        let mut c = self.model.apply(&preset).map_err(Error::Config)?;
-        c.vocab_size = vocab_size;
+        self.model_config_on(&preset, vocab_size, None)
+    }
+
+    /// The model configuration on `base` (a preset, or with `train.init` the initial checkpoint's
+    /// own configuration: its architecture, an imported model's options included) with the
+    /// section's overrides, at the tokenizer's vocabulary sizes (`source_vocab` for separate
+    /// vocabularies).
+    pub fn model_config_on(
+        &self,
+        base: &ModelConfig,
+        vocab_size: usize,
+        source_vocab: Option<usize>,
+    ) -> Result<ModelConfig> {
+        let mut c = self.model.apply(base).map_err(Error::Config)?;
+        (c.vocab_size, c.source_vocab_size) = (vocab_size, source_vocab);
         c.validate()?;
-        check_trainable(&c)?;
         Ok(c)
     }
-}
-
-/// Refuses, by name, model options that training does not support: a separate source vocabulary
-/// needs a source tokenizer that `train` does not learn (it is for models imported from other
-/// toolkits, which are decoded, not trained). Every FFN activation trains.
-pub fn check_trainable(c: &ModelConfig) -> Result<()> {
-    if c.source_vocab_size.is_some() {
-        return Err(Error::Config(
-            "model.source_vocab_size: training learns one shared vocabulary (§3.4); separate vocabularies are for \
-             decoding imported models"
-                .into(),
-        ));
-    }
-    Ok(())
 }
 
 /// A rough upper estimate of a training run's memory in bytes: parameters, gradients and both
@@ -729,16 +728,21 @@ mod tests {
 
     #[test]
     fn unknown_fixed_and_mistyped_model_fields_are_errors() {
-        for key in ["foo", "vocab_size", "layer_norm_eps"] {
+        for key in ["foo", "vocab_size", "layer_norm_eps", "source_vocab_size"] {
             let err = parse("", &[&format!("model.{key}=1")]).unwrap_err().to_string();
             assert!(err.contains(&format!("test.toml: unknown field `{key}`, expected one of `preset`")), "{err}");
             let list = "`preset`, `n_layers`, `d_model`, `d_ff`, `n_heads`, `d_k`, `d_v`, `dropout`, \
                         `attention_dropout`, `label_smoothing`, `positions`, `max_positions`, `source_pointer`, `next_closer`, \
-                        `next_closer_depth`, `next_closer_dropout`, `char_dim`, `activation`, `output_bias`, `source_vocab_size`, \
+                        `next_closer_depth`, `next_closer_dropout`, `char_dim`, `activation`, `output_bias`, \
                         `sinusoid_layout`, `scale_embedding`\nin `model`";
             assert!(err.contains(list), "{err}");
             let expected = err.split("expected one of").nth(1).unwrap();
-            assert!(!expected.contains("`vocab_size`") && !expected.contains("layer_norm_eps"), "{err}");
+            assert!(
+                !expected.contains("`vocab_size`")
+                    && !expected.contains("layer_norm_eps")
+                    && !expected.contains("source_vocab_size"),
+                "{err}"
+            );
         }
         let err = parse("[model]\nd_model = \"wide\"\n", &[]).unwrap_err().to_string();
         assert!(err.contains("test.toml: invalid type: string \"wide\", expected usize\nin `model.d_model`"), "{err}");

@@ -1,4 +1,5 @@
-//! §5.1 A run's data: the BPE vocabulary (learned from the training text when missing), the
+//! §5.1 A run's data: the vocabulary (our BPE, learned from the training text when missing, or an
+//! imported model's tokenizer for fine-tuning it), the
 //! training pairs (encoded and filtered, or memory-mapped from `transformer prepare`'s output),
 //! their token-bucketed batches, and the validation pairs, all checked against the model's
 //! positions before the first update.
@@ -8,15 +9,15 @@ use super::distributed::digest;
 use crate::config::ModelConfig;
 use crate::data::batching::{make_batches, BatchConfig};
 use crate::data::binarized::{Binarized, Pairs};
-use crate::data::bpe::Bpe;
-use crate::data::parallel::{encode_and_filter_with, FilterConfig, TokenPairs};
+use crate::data::parallel::{encode_and_filter_by, encode_and_filter_with, FilterConfig, FilterReport, TokenPairs};
+use crate::data::tokenizer::Tokenizer;
 use crate::error::{Error, Result};
 use crate::model::Batch;
 
-/// Prepared data: the BPE model, the model configuration it implies, filtered training pairs,
+/// Prepared data: the tokenizer, the model configuration it implies, filtered training pairs,
 /// their batches, validation pairs.
 pub(super) struct Data {
-    pub bpe: Bpe,
+    pub tokenizer: Tokenizer,
     pub model: ModelConfig,
     pub train: Box<dyn Pairs>,
     pub batches: Vec<Vec<usize>>,
@@ -70,7 +71,7 @@ impl Data {
     /// A digest of what the workers of a data-parallel run must share: the vocabulary, the
     /// training pairs' lengths (hence the batches and their order) and the validation pairs.
     pub fn fingerprint(&self) -> [u64; 4] {
-        let mut bytes = self.bpe.hash().as_bytes().to_vec();
+        let mut bytes = self.tokenizer.hash().as_bytes().to_vec();
         for i in 0..self.train.count() {
             let (s, t) = self.train.lengths_of(i);
             bytes.extend_from_slice(&(s as u32).to_le_bytes());
@@ -84,11 +85,12 @@ impl Data {
     }
 }
 
-pub(super) fn prepare(cfg: &RunConfig, log: &mut dyn FnMut(&str)) -> Result<Data> {
+/// The run's tokenizer: the file `data.bpe` names (our BPE, or the `tokenizer.json` of an
+/// imported model, told apart by content), or a BPE vocabulary learned from the training text
+/// and written there when it is missing.
+fn tokenizer(cfg: &RunConfig, log: &mut dyn FnMut(&str)) -> Result<Tokenizer> {
     let d = &cfg.data;
-    let bpe = if d.bpe.exists() {
-        Bpe::load(&d.bpe)?
-    } else {
+    if !d.bpe.exists() {
         log(&format!("learning a {}-entry BPE vocabulary from the training text", d.vocab_size));
         let text = d.task.read_pairs(&d.train_src, &d.train_tgt, d.train_files.as_deref())?;
         let bpe = d.task.learn_vocabulary(&text, d.vocab_size)?;
@@ -96,18 +98,64 @@ pub(super) fn prepare(cfg: &RunConfig, log: &mut dyn FnMut(&str)) -> Result<Data
             log(&format!("warning: {w}"));
         }
         bpe.save(&d.bpe)?;
-        bpe
+        return Ok(Tokenizer::Bpe(bpe));
+    }
+    let tokenizer = Tokenizer::load(&d.bpe)?;
+    if tokenizer.bpe().is_none() {
+        if d.task != crate::task::Task::Translation {
+            return Err(Error::Config(format!(
+                "data.bpe: {} is an imported model's tokenizer, which serves translation only (data.task = \"{}\" needs \
+                 a BPE vocabulary of ours)",
+                d.bpe.display(),
+                d.task.name()
+            )));
+        }
+        log(&format!("tokenizer: {} (an imported model's SentencePiece vocabularies)", d.bpe.display()));
+    }
+    Ok(tokenizer)
+}
+
+/// Encodes text pairs with the run's tokenizer (`d.task`'s target encoding for our BPE; an
+/// imported tokenizer's own source and target encodings, the source's `</s>` included, as its
+/// model reads it) and keeps those that pass `filter`.
+fn encode(
+    d: &DataSection,
+    tokenizer: &Tokenizer,
+    text: &[(String, String)],
+    filter: &FilterConfig,
+) -> Result<(TokenPairs, FilterReport)> {
+    match tokenizer {
+        Tokenizer::Bpe(bpe) => encode_and_filter_with(d.task.target_encoding(d.tree_format), text, bpe, filter),
+        Tokenizer::Marian(m) => {
+            encode_and_filter_by(text, filter, |s| Ok(m.encode_source(s)), |t| Ok(m.encode_target(t)))
+        }
+    }
+}
+
+/// The model configuration of a run: the preset with the `[model]` overrides, or with
+/// `train.init` the initial checkpoint's configuration with them (fine-tuning keeps the
+/// checkpoint's architecture, an imported model's options included), at the tokenizer's sizes.
+fn model_config(cfg: &RunConfig, tokenizer: &Tokenizer) -> Result<ModelConfig> {
+    let base = match &cfg.train.init {
+        Some(path) => crate::checkpoint::read_config(path)?,
+        None => ModelConfig::preset(cfg.model.preset.as_deref().unwrap_or("base"))?,
     };
+    cfg.model_config_on(&base, tokenizer.vocab_size(), tokenizer.source_vocab_size())
+}
+
+pub(super) fn prepare(cfg: &RunConfig, log: &mut dyn FnMut(&str)) -> Result<Data> {
+    let d = &cfg.data;
+    let tokenizer = tokenizer(cfg, log)?;
     let train: Box<dyn Pairs> = match &d.train_bin {
         Some(dir) => {
             let b = Binarized::open(dir)?;
-            if b.vocab_hash != bpe.hash() {
+            if b.vocab_hash != tokenizer.hash() {
                 return Err(Error::Mismatch(format!(
                     "{} was prepared with vocabulary {} but {} is {}; run `transformer prepare` again",
                     dir.display(),
                     b.vocab_hash,
                     d.bpe.display(),
-                    bpe.hash()
+                    tokenizer.hash()
                 )));
             }
             let prepared = b.tree_format.unwrap_or_default();
@@ -126,15 +174,15 @@ pub(super) fn prepare(cfg: &RunConfig, log: &mut dyn FnMut(&str)) -> Result<Data
         None => {
             let filter = FilterConfig { max_tokens: d.max_tokens, max_ratio: d.max_ratio };
             let text = d.task.read_pairs(&d.train_src, &d.train_tgt, d.train_files.as_deref())?;
-            let (pairs, report) = encode_and_filter_with(d.task.target_encoding(d.tree_format), &text, &bpe, &filter)?;
+            let (pairs, report) = encode(d, &tokenizer, &text, &filter)?;
             log(&format!("train: {report}"));
             Box::new(pairs)
         }
     };
-    let model = cfg.model_config(bpe.vocab_size())?;
+    let model = model_config(cfg, &tokenizer)?;
     cfg.validate_for(&model, super::config::machine_memory_bytes())?;
     let valid_text = d.task.read_pairs(&d.valid_src, &d.valid_tgt, d.valid_files.as_deref())?;
-    let valid = validation_pairs(&valid_text, &bpe, &model, d, log)?;
+    let valid = validation_pairs(&valid_text, &tokenizer, &model, d, log)?;
     if train.count() == 0 {
         return Err(Error::Input(
             "no training pairs left after filtering; check data.max_tokens and data.max_ratio".into(),
@@ -160,8 +208,13 @@ pub(super) fn prepare(cfg: &RunConfig, log: &mut dyn FnMut(&str)) -> Result<Data
     let bc = BatchConfig { max_src_tokens: cfg.train.max_src_tokens, max_tgt_tokens: cfg.train.max_tgt_tokens };
     check_budget(&lengths, &bc, log)?;
     let batches = make_batches(&lengths, &bc);
-    let word_counts = cfg.train.word_dropout.then(|| {
-        let table = crate::model::pointer::PointerTable::from_bpe(&bpe, d.tree_format);
+    let word_counts = match (cfg.train.word_dropout, tokenizer.bpe()) {
+        (false, _) => None,
+        (true, None) => return Err(Error::Config("train.word_dropout needs a BPE vocabulary of ours".into())),
+        (true, Some(bpe)) => Some(bpe),
+    }
+    .map(|bpe| {
+        let table = crate::model::pointer::PointerTable::from_bpe(bpe, d.tree_format);
         let counts = WordCounts::new(table, train.as_ref());
         log(&format!(
             "word dropout: {} distinct training words, each read as UNK with probability 1/(1 + count)",
@@ -169,7 +222,7 @@ pub(super) fn prepare(cfg: &RunConfig, log: &mut dyn FnMut(&str)) -> Result<Data
         ));
         counts
     });
-    Ok(Data { bpe, model, train, batches, valid, valid_text, word_counts })
+    Ok(Data { tokenizer, model, train, batches, valid, valid_text, word_counts })
 }
 
 /// A batch budget no training pair fits is refused (every batch would be one pair over it); pairs
@@ -207,13 +260,13 @@ fn check_budget(lengths: &[(usize, usize)], bc: &BatchConfig, log: &mut dyn FnMu
 /// No pair at all is an error: a run must have something to validate on.
 fn validation_pairs(
     text: &[(String, String)],
-    bpe: &Bpe,
+    tokenizer: &Tokenizer,
     model: &ModelConfig,
     d: &DataSection,
     log: &mut dyn FnMut(&str),
 ) -> Result<TokenPairs> {
     let keep_all = FilterConfig { max_tokens: usize::MAX, max_ratio: f64::INFINITY };
-    let (encoded, mut report) = encode_and_filter_with(d.task.target_encoding(d.tree_format), text, bpe, &keep_all)?;
+    let (encoded, mut report) = encode(d, tokenizer, text, &keep_all)?;
     let max = model.max_positions;
     let mut valid = Vec::with_capacity(encoded.len());
     let non_empty = text.iter().enumerate().filter(|(_, (s, t))| !s.trim().is_empty() && !t.trim().is_empty());

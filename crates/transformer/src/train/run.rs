@@ -326,9 +326,11 @@ impl<'a> Run<'a> {
                 cfg.data.bpe.display()
             ),
         )?;
-        let model = crate::model::Transformer::new(data.model.clone(), t.seed)?
-            .with_precision(precision)?
-            .with_pointer_table(crate::model::pointer::PointerTable::from_bpe(&data.bpe, cfg.data.tree_format))?;
+        let mut model = crate::model::Transformer::new(data.model.clone(), t.seed)?.with_precision(precision)?;
+        if let Some(bpe) = data.tokenizer.bpe() {
+            model =
+                model.with_pointer_table(crate::model::pointer::PointerTable::from_bpe(bpe, cfg.data.tree_format))?;
+        }
         let schedule = Schedule { d_model: data.model.d_model, warmup: t.warmup, lr_scale: t.lr_scale };
         let mut trainer = Trainer::new(model, schedule, t.seed);
         let state = resume_run(&mut trainer, cfg, comm, &run_dir, &data, &mut rank0)?;
@@ -540,7 +542,7 @@ impl<'a> Run<'a> {
         // The records written so far precede this state: a run resumed from it keeps them.
         let saved = RunState { metrics_records: Some(self.run_dir.metrics_records()?), ..self.state };
         let extra = checkpoint_extra(&saved, &self.cfg.data);
-        self.run_dir.save(&self.trainer.to_checkpoint(self.data.bpe.hash(), extra))
+        self.run_dir.save(&self.trainer.to_checkpoint(self.data.tokenizer.hash(), extra))
     }
 }
 
@@ -559,7 +561,7 @@ fn resume_run(
     let dir = &cfg.train.output_dir;
     let want = ResumeFor {
         model: &data.model,
-        vocab_hash: data.bpe.hash(),
+        vocab_hash: data.tokenizer.hash(),
         tree_format: (cfg.data.task == Task::Parsing).then_some(cfg.data.tree_format),
     };
     let resumed = resume_newest_good(trainer, dir, &want, &mut |m| rank0.log(m))?;

@@ -63,9 +63,6 @@ impl Trainer {
             "a model prepared for inference (at {}) cannot train: train the model as loaded, at f32 or bf16",
             model.precision()
         );
-        if let Err(e) = crate::train::config::check_trainable(&model.config) {
-            panic!("{e}");
-        }
         let n = model.params.len();
         Trainer {
             model,

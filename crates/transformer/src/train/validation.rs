@@ -122,7 +122,7 @@ fn validate_f1(model: Transformer, data: &Data, cfg: &RunConfig) -> Result<(f64,
         tree_format: cfg.data.tree_format,
         ..Default::default()
     };
-    let translator = Translator::new(model, data.bpe.clone(), options)?;
+    let translator = Translator::new(model, data.tokenizer.clone(), options)?;
     let sentences: Vec<String> = data.valid_text.iter().map(|(s, _)| s.clone()).collect();
     let gold: Vec<Tree> = data
         .valid_text
@@ -156,7 +156,7 @@ impl F1<'_> {
         if best {
             state.best_f1 = Some(f1);
             let extra = checkpoint_extra(state, &self.cfg.data);
-            let ckpt = trainer.to_checkpoint(self.data.bpe.hash(), extra);
+            let ckpt = trainer.to_checkpoint(self.data.tokenizer.hash(), extra);
             checkpoint::save(&self.cfg.train.output_dir.join(BEST), &ckpt)?;
         }
         log(&format!(

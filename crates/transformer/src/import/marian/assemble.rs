@@ -12,9 +12,7 @@ use crate::params::ParamLayout;
 use std::collections::BTreeMap;
 use std::path::Path;
 
-/// The logit bias of rows that do not exist in the imported model: their probability is exactly
-/// zero (exp(−10⁹) underflows) and no search ever picks them.
-pub const MASKED_LOGIT: f32 = -1e9;
+pub use crate::vocab::MASKED_LOGIT;
 
 /// Our model and tokenizer parts from `model`.
 pub(super) fn assemble(model: ForeignModel) -> Result<Imported> {

@@ -2,7 +2,9 @@
 //!
 //! Smoothed target distribution (as PyTorch's `cross_entropy(label_smoothing=ε)`):
 //! q = (1 − ε)·onehot(y) + ε/V on every entry. Per token: loss = −Σ_v q_v log p_v; nll = −log p_y. Rows whose target is the
-//! padding id contribute nothing and get zero gradient.
+//! padding id contribute nothing and get zero gradient. Entries listed as `excluded` (an imported
+//! model's masked output rows, whose probability is zero) are outside the smoothing's support:
+//! q = ε/(V − |excluded|) on the others and 0 on them.
 
 use super::elementwise::{exp_shift_sum, max, sum};
 use super::ROW_BLOCK;
@@ -22,6 +24,7 @@ pub struct XentSums {
 
 /// Computes the loss and, in place, replaces `logits` (M, V) by `grad_scale · ∂loss/∂logits`.
 /// `row_loss` and `row_nll` (M) are scratch that receive each row's values (0 for padding).
+/// `excluded` (sorted, distinct) lists the entries outside label smoothing's support.
 #[allow(clippy::too_many_arguments)]
 pub fn softmax_xent_forward_backward(
     logits: &mut [f32],
@@ -32,6 +35,7 @@ pub fn softmax_xent_forward_backward(
     epsilon: f32,
     grad_scale: f32,
     vocab: usize,
+    excluded: &[u32],
 ) -> XentSums {
     let _t = super::profile::scope(super::profile::Slot::Loss);
     let m = targets.len();
@@ -41,7 +45,7 @@ pub fn softmax_xent_forward_backward(
         .par_chunks_mut(vocab * ROW_BLOCK / 4)
         .zip(row_loss.par_chunks_mut(ROW_BLOCK / 4).zip(row_nll.par_chunks_mut(ROW_BLOCK / 4)))
         .zip(targets.par_chunks(ROW_BLOCK / 4))
-        .for_each(|((z, (rl, rn)), t)| xent_rows(z, rl, rn, t, pad, epsilon, grad_scale, vocab));
+        .for_each(|((z, (rl, rn)), t)| xent_rows(z, rl, rn, t, pad, epsilon, grad_scale, vocab, excluded));
     let mut sums = XentSums::default();
     for ((l, n), t) in row_loss.iter().zip(row_nll.iter()).zip(targets) {
         if *t != pad {
@@ -67,8 +71,11 @@ fn xent_rows(
     epsilon: f32,
     grad_scale: f32,
     vocab: usize,
+    excluded: &[u32],
 ) {
-    let uniform = epsilon / vocab as f32;
+    debug_assert!(excluded.windows(2).all(|w| w[0] < w[1]), "excluded ids must be sorted and distinct");
+    let support = vocab - excluded.len();
+    let uniform = epsilon / support as f32;
     for (r, row) in z.chunks_exact_mut(vocab).enumerate() {
         let y = targets[r];
         if y == pad {
@@ -80,12 +87,20 @@ fn xent_rows(
         let y = y as usize;
         assert!(y < vocab, "target id {y} outside the vocabulary of {vocab}");
         let mx = max(row);
-        let sum_z = sum(row);
+        // Σ z over the support, segment by segment between the excluded ids (never a sum of the
+        // −10⁹ entries taken back out: that would cancel away the f32 sum's precision).
+        let mut sum_z = 0.0;
+        let mut from = 0;
+        for &e in excluded {
+            sum_z += sum(&row[from..e as usize]);
+            from = e as usize + 1;
+        }
+        sum_z += sum(&row[from..]);
         let zy = row[y];
         let sum_e = exp_shift_sum(row, mx);
         let lse = mx + sum_e.ln();
         let lp_y = zy - lse;
-        let sum_lp = sum_z - vocab as f32 * lse;
+        let sum_lp = sum_z - support as f32 * lse;
         row_nll[r] = -lp_y;
         row_loss[r] = -(1.0 - epsilon) * lp_y - uniform * sum_lp;
         let inv = grad_scale / sum_e;
@@ -94,5 +109,8 @@ fn xent_rows(
             *v = *v * inv - sub;
         }
         row[y] -= (1.0 - epsilon) * grad_scale;
+        for &e in excluded {
+            row[e as usize] += sub; // q = 0 there
+        }
     }
 }
