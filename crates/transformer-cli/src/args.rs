@@ -405,8 +405,8 @@ pub struct PrepareArgs {
     /// Parsing: how the trees are written, `tags+words` or `tags` (as the run's data.tree_format).
     #[arg(long, default_value = "tags+words", value_parser = library_enum(&TreeFormat::ALL, TreeFormat::name))]
     pub tree_format: TreeFormat,
-    /// The shared BPE model (alias --tokenizer, as for the other verbs; prepared data needs a BPE
-    /// vocabulary, so an imported model's tokenizer is refused with a reason).
+    /// The shared BPE model, or an imported model's tokenizer.json (`transformer import marian`;
+    /// translation only) to fine-tune it on the prepared data (alias --tokenizer).
     #[arg(long, visible_alias = "tokenizer")]
     pub bpe: PathBuf,
     /// Output directory.

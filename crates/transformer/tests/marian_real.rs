@@ -253,3 +253,31 @@ fn a_model_marian_trained_fine_tunes_here_and_decodes_at_every_precision() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `prepare` with an imported model's tokenizer: the binarised pairs are the ones the run encodes
+/// in memory (source `</s>` included, target without it), tied to the tokenizer's hash.
+#[test]
+fn prepared_data_takes_an_imported_tokenizer() {
+    use transformer::data::binarized::{prepare, Binarized};
+    use transformer::data::encoding::TargetEncoding;
+    use transformer::data::parallel::{encode_and_filter_for, read_parallel, FilterConfig};
+    let dir = std::env::temp_dir().join(format!("marian-real-prepare-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let imp = import(&fixture("tied_target_swish")).unwrap();
+    let (_, tok) = transformer::import::marian::write(&imp, &dir.join("imported")).unwrap();
+    let tokenizer = Tokenizer::load(&tok).unwrap();
+    let (src, tgt) =
+        (transformer::test_support::multi30k("val.en.gz"), transformer::test_support::multi30k("val.de.gz"));
+    let filter = FilterConfig { max_tokens: 60, max_ratio: 3.0 };
+    let report = prepare(&src, &tgt, &tokenizer, &filter, &dir.join("bin"), &mut |_| {}).unwrap();
+    let pairs = read_parallel(&src, &tgt).unwrap();
+    let (want, want_report) = encode_and_filter_for(TargetEncoding::Bpe, &pairs, &tokenizer, &filter).unwrap();
+    assert_eq!(report, want_report);
+    let b = Binarized::open(&dir.join("bin")).unwrap();
+    assert_eq!((b.len(), b.vocab_hash.as_str()), (want.len(), tokenizer.hash()));
+    for (i, (s, t)) in want.iter().enumerate() {
+        assert_eq!(b.pair(i), (s.clone(), t.clone()), "pair {i}");
+    }
+    assert_eq!(want[0].0.last(), Some(&transformer::EOS), "the source keeps Marian's </s>");
+    let _ = std::fs::remove_dir_all(&dir);
+}

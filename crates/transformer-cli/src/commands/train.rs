@@ -165,7 +165,7 @@ pub fn prepare(args: &PrepareArgs) -> Result<()> {
     if task == transformer::Task::Translation && *tree_format != transformer::data::trees::TreeFormat::default() {
         usage!("--tree-format says how trees are written: give --task parsing");
     }
-    let model = transformer::data::bpe::Bpe::load(bpe)?;
+    let model = transformer::data::tokenizer::Tokenizer::load(bpe)?;
     let start = Instant::now();
     let spinner = crate::progress::Spinner::new(&format!("binarising {}", src.display()));
     let log = &mut |m: &str| spinner.println(m);

@@ -8,10 +8,10 @@
 //! - `meta.json`: format version, vocabulary hash, pair count, filter report, and the SHA-256 of
 //!   each of the four files, checked (with the offsets) by [`Binarized::open`].
 
-use super::bpe::Bpe;
 use super::corpus;
 use super::encoding::TargetEncoding;
 use super::parallel::{FilterConfig, FilterReport};
+use super::tokenizer::Tokenizer;
 use crate::error::{Error, Result};
 use crate::io::{io_err, write_atomically};
 use sha2::{Digest, Sha256};
@@ -65,12 +65,12 @@ fn hex(digest: impl AsRef<[u8]>) -> String {
     digest.as_ref().iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// Streams `src`/`tgt` (line-aligned, plain or .gz) through BPE and `filter` into `out`, a few
+/// Streams `src`/`tgt` (line-aligned, plain or .gz) through the tokenizer and `filter` into `out`, a few
 /// thousand lines at a time. Misalignment is an error naming both files.
 pub fn prepare(
     src: &Path,
     tgt: &Path,
-    bpe: &Bpe,
+    tokenizer: &Tokenizer,
     filter: &FilterConfig,
     out: &Path,
     log: &mut dyn FnMut(&str),
@@ -99,7 +99,7 @@ pub fn prepare(
         }
         Ok(())
     };
-    write_prepared(TargetEncoding::Bpe, &mut next_chunk, bpe, filter, out, log)
+    write_prepared(TargetEncoding::Bpe, &mut next_chunk, tokenizer, filter, out, log)
 }
 
 /// [`prepare`] for pairs already read (for parsing, from a treebank), their targets encoded as
@@ -107,7 +107,7 @@ pub fn prepare(
 pub fn prepare_pairs(
     pairs: Vec<(String, String)>,
     target: TargetEncoding,
-    bpe: &Bpe,
+    tokenizer: &Tokenizer,
     filter: &FilterConfig,
     out: &Path,
     log: &mut dyn FnMut(&str),
@@ -117,7 +117,7 @@ pub fn prepare_pairs(
         chunk.extend(pairs.by_ref().take(CHUNK));
         Ok(())
     };
-    write_prepared(target, &mut next_chunk, bpe, filter, out, log)
+    write_prepared(target, &mut next_chunk, tokenizer, filter, out, log)
 }
 
 /// Fills a chunk with the next pairs (fewer than [`CHUNK`] at the end).
@@ -131,7 +131,7 @@ const CHUNK: usize = 10_000;
 fn write_prepared(
     target: TargetEncoding,
     next_chunk: NextChunk<'_>,
-    bpe: &Bpe,
+    tokenizer: &Tokenizer,
     filter: &FilterConfig,
     out: &Path,
     log: &mut dyn FnMut(&str),
@@ -147,7 +147,7 @@ fn write_prepared(
         if chunk.is_empty() {
             break;
         }
-        let (pairs, r) = super::parallel::encode_and_filter_with(target, &chunk, bpe, filter)?;
+        let (pairs, r) = super::parallel::encode_and_filter_for(target, &chunk, tokenizer, filter)?;
         report.read += r.read;
         report.kept += r.kept;
         report.empty += r.empty;
@@ -167,7 +167,7 @@ fn write_prepared(
     let (src_bin, src_idx) = ws.finish()?;
     let (tgt_bin, tgt_idx) = wt.finish()?;
     let mut meta = serde_json::json!({
-        "format": "transformer-binarized", "format_version": FORMAT_VERSION, "vocab_hash": bpe.hash(),
+        "format": "transformer-binarized", "format_version": FORMAT_VERSION, "vocab_hash": tokenizer.hash(),
         "pairs": report.kept, "read": report.read, "empty": report.empty, "too_long": report.too_long, "bad_ratio": report.bad_ratio,
         "sha256": {"src.bin": src_bin, "src.idx": src_idx, "tgt.bin": tgt_bin, "tgt.idx": tgt_idx},
     });

@@ -122,7 +122,8 @@ impl Bpe {
         {
             return Err(Error::Bpe(format!(
                 "{}: an imported model's tokenizer (`transformer import marian`), not a BPE model: translating, \
-                 evaluating and serving take it; parsing and `prepare` need the BPE vocabulary of a run of ours",
+                 evaluating, serving, `prepare` and fine-tuning take it; parsing and `bpe` need the BPE vocabulary of \
+                 a run of ours",
                 path.display()
             )));
         }

@@ -116,6 +116,27 @@ pub fn encode_and_filter_with(
     encode_and_filter_by(pairs, filter, |s| target.encode_source(bpe, s), |t| target.encode(bpe, t))
 }
 
+/// Encodes pairs with a model's tokenizer and keeps those that pass `filter`: our BPE with
+/// `target`'s encoding of the targets, or an imported model's SentencePiece vocabularies
+/// (translation only; the source's `</s>` included, as its model reads it).
+pub fn encode_and_filter_for(
+    target: TargetEncoding,
+    pairs: &[(String, String)],
+    tokenizer: &crate::data::tokenizer::Tokenizer,
+    filter: &FilterConfig,
+) -> Result<(TokenPairs, FilterReport)> {
+    use crate::data::tokenizer::Tokenizer;
+    match tokenizer {
+        Tokenizer::Bpe(bpe) => encode_and_filter_with(target, pairs, bpe, filter),
+        Tokenizer::Marian(_) if target != TargetEncoding::Bpe => Err(crate::error::Error::Config(
+            "an imported model's tokenizer encodes translation pairs only (trees need a BPE vocabulary of ours)".into(),
+        )),
+        Tokenizer::Marian(m) => {
+            encode_and_filter_by(pairs, filter, |s| Ok(m.encode_source(s)), |t| Ok(m.encode_target(t)))
+        }
+    }
+}
+
 /// Encodes pairs with the given source and target encoders and keeps those that pass `filter`
 /// (both sides non-empty, neither over `max_tokens`, their length ratio within `max_ratio`).
 pub fn encode_and_filter_by(

@@ -9,7 +9,7 @@ use super::distributed::digest;
 use crate::config::ModelConfig;
 use crate::data::batching::{make_batches, BatchConfig};
 use crate::data::binarized::{Binarized, Pairs};
-use crate::data::parallel::{encode_and_filter_by, encode_and_filter_with, FilterConfig, FilterReport, TokenPairs};
+use crate::data::parallel::{encode_and_filter_for, FilterConfig, FilterReport, TokenPairs};
 use crate::data::tokenizer::Tokenizer;
 use crate::error::{Error, Result};
 use crate::model::Batch;
@@ -115,21 +115,14 @@ fn tokenizer(cfg: &RunConfig, log: &mut dyn FnMut(&str)) -> Result<Tokenizer> {
     Ok(tokenizer)
 }
 
-/// Encodes text pairs with the run's tokenizer (`d.task`'s target encoding for our BPE; an
-/// imported tokenizer's own source and target encodings, the source's `</s>` included, as its
-/// model reads it) and keeps those that pass `filter`.
+/// Encodes text pairs with the run's tokenizer ([`encode_and_filter_for`]).
 fn encode(
     d: &DataSection,
     tokenizer: &Tokenizer,
     text: &[(String, String)],
     filter: &FilterConfig,
 ) -> Result<(TokenPairs, FilterReport)> {
-    match tokenizer {
-        Tokenizer::Bpe(bpe) => encode_and_filter_with(d.task.target_encoding(d.tree_format), text, bpe, filter),
-        Tokenizer::Marian(m) => {
-            encode_and_filter_by(text, filter, |s| Ok(m.encode_source(s)), |t| Ok(m.encode_target(t)))
-        }
-    }
+    encode_and_filter_for(d.task.target_encoding(d.tree_format), text, tokenizer, filter)
 }
 
 /// The model configuration of a run: the preset with the `[model]` overrides, or with
