@@ -190,11 +190,22 @@ fn output_pieces_equal_marian_no_spm_decode() {
 /// draws attention at every precision this CPU has.
 #[test]
 fn a_model_marian_trained_fine_tunes_here_and_decodes_at_every_precision() {
+    fine_tune(&fixture("tied_target_swish"), "marian");
+}
+
+/// The same for a model in the Hugging Face port's format (tests/fixtures/marian/opus/hf: the
+/// OPUS-MT shape, one shared vocabulary, swish, a logits bias).
+#[test]
+fn a_hugging_face_port_fine_tunes_here_and_decodes_at_every_precision() {
+    fine_tune(&Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/marian/opus/hf"), "hf");
+}
+
+fn fine_tune(model_dir: &Path, name: &str) {
     use transformer::precision::Precision;
     use transformer::train::run::{run, RunConfig};
-    let dir = std::env::temp_dir().join(format!("marian-real-finetune-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("marian-real-finetune-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let imp = import(&fixture("tied_target_swish")).unwrap();
+    let imp = import(model_dir).unwrap();
     let (ckpt, tok) = transformer::import::marian::write(&imp, &dir.join("imported")).unwrap();
     let data = |n: &str| transformer::test_support::multi30k(n).display().to_string();
     let text = format!(
@@ -228,8 +239,7 @@ fn a_model_marian_trained_fine_tunes_here_and_decodes_at_every_precision() {
     assert!(after < before - 0.05, "held-out NLL {before:.4} before fine-tuning, {after:.4} after");
     // The fine-tuned model keeps the imported architecture.
     let tuned = transformer::checkpoint::read_config(&summary.checkpoint).unwrap();
-    assert_eq!(tuned.activation, transformer::Activation::Swish);
-    assert!(tuned.source_vocab_size.is_some() && tuned.output_bias);
+    assert_eq!(tuned, transformer::ModelConfig { dropout: 0.1, ..imp.checkpoint.config.clone() });
     let srcs = vec!["A man is riding a bicycle.".to_string(), "Two dogs play in the snow.".to_string()];
     let refs = vec!["Ein Mann fährt Fahrrad.".to_string(), "Zwei Hunde spielen im Schnee.".to_string()];
     for precision in [Precision::F32, Precision::Bf16, Precision::Int8] {
