@@ -96,6 +96,10 @@ pub enum Command {
     /// vocabularies) and writes OUT/model.safetensors and OUT/tokenizer.json, which every verb
     /// takes as --checkpoint and --bpe (or --tokenizer).
     Import(ImportArgs),
+    /// Write a model out in another toolkit's format: `export marian --checkpoint C --tokenizer T
+    /// --output DIR` writes a native Marian model (model.npz, decoder.yml, the .spm vocabularies)
+    /// of an imported model, fine-tuned here or not.
+    Export(ExportArgs),
     /// Byte-pair encoding: learn one shared vocabulary, apply it, restore text.
     Bpe(BpeArgs),
     /// Score translations: corpus BLEU and/or chrF exactly as sacreBLEU 2.x computes them.
@@ -463,6 +467,31 @@ pub enum ImportCommand {
         /// The model's directory.
         dir: PathBuf,
         /// Where to write model.safetensors and tokenizer.json (created if needed).
+        #[arg(long)]
+        output: PathBuf,
+    },
+}
+
+// The arguments of `transformer export`.
+#[derive(Args)]
+pub struct ExportArgs {
+    #[command(subcommand)]
+    pub which: ExportCommand,
+}
+
+#[derive(Subcommand)]
+pub enum ExportCommand {
+    /// A native Marian model, for `marian-decoder -c DIR/decoder.yml`: the model must have
+    /// Marian's options and an imported tokenizer whose ids are its .spm models' (anything else is
+    /// refused by name).
+    Marian {
+        /// The checkpoint (imported, or fine-tuned from an imported one).
+        #[arg(long)]
+        checkpoint: PathBuf,
+        /// Its tokenizer.json (`transformer import marian`; alias --bpe).
+        #[arg(long, visible_alias = "bpe")]
+        tokenizer: PathBuf,
+        /// The directory to write (created; it must not hold a model already).
         #[arg(long)]
         output: PathBuf,
     },

@@ -728,3 +728,35 @@ fn quickstart_bounds_and_lock_messages() {
     assert!(!ok && err.contains("another quick start") && err.contains("--output"), "{err}");
     assert!(!locked.join("quickstart.json").exists() && !locked.join("data").exists());
 }
+
+/// `import marian` then `export marian` of a model Marian trained: the native model is written,
+/// importing it again works, and a checkpoint given with another model's tokenizer is refused.
+#[test]
+fn export_marian_writes_a_native_model_and_refuses_a_mismatched_tokenizer() {
+    let dir = std::env::temp_dir().join(format!("cli-export-marian-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let fixture = |v: &str| {
+        let p =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../transformer/tests/fixtures/marian-real").join(v);
+        p.display().to_string()
+    };
+    let out = |s: &str| dir.join(s).display().to_string();
+    let (ok, _, err) = transformer(&["import", "marian", &fixture("tied_all_relu"), "--output", &out("ours")]);
+    assert!(ok, "{err}");
+    let (ckpt, tok) = (out("ours/model.safetensors"), out("ours/tokenizer.json"));
+    let (ok, _, err) =
+        transformer(&["export", "marian", "--checkpoint", &ckpt, "--tokenizer", &tok, "--output", &out("native")]);
+    assert!(ok, "{err}");
+    assert!(
+        err.contains("decoder.yml") && dir.join("native/model.npz").is_file() && dir.join("native/vocab.spm").is_file()
+    );
+    let (ok, _, err) = transformer(&["import", "marian", &out("native"), "--output", &out("again")]);
+    assert!(ok, "{err}");
+    let (ok, _, err) = transformer(&["import", "marian", &fixture("tied_target_swish"), "--output", &out("other")]);
+    assert!(ok, "{err}");
+    let other = out("other/tokenizer.json");
+    let (ok, _, err) =
+        transformer(&["export", "marian", "--checkpoint", &ckpt, "--tokenizer", &other, "--output", &out("mismatch")]);
+    assert!(!ok && err.contains("was written for vocabulary"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

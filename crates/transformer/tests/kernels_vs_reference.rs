@@ -498,7 +498,14 @@ fn softmax_xent_matches_reference() {
                 z[r * v + e as usize] = transformer::vocab::MASKED_LOGIT as f64;
             }
         }
-        let targets: Vec<u32> = (0..m).map(|i| if i == 1 { 0 } else { 2 + rng.below(v as u64 - 3) as u32 }).collect();
+        // Targets anywhere but PAD (and, with exclusions, off the excluded ids).
+        let targets: Vec<u32> = (0..m)
+            .map(|i| match i {
+                1 => 0,
+                _ if excluded.is_empty() => 1 + rng.below(v as u64 - 1) as u32,
+                _ => 2 + rng.below(v as u64 - 3) as u32,
+            })
+            .collect();
         let (loss, nll, grad) = r::softmax_xent(&z, &targets, 0, eps as f64, v, excluded);
         let mut z32 = to_f32(&z);
         let (mut rl, mut rn) = (vec![0f32; m], vec![0f32; m]);

@@ -105,7 +105,23 @@ fn sentence_log_probs_equal_marian_score() {
             let ours = -totals.nll;
             assert!((ours - want[i]).abs() < 1e-3, "{variant} pair {i}: log P {ours} vs Marian {}", want[i]);
         }
-    }
+    } // The check tells the GELUs apart: the same model read with Marian's pre-1.12.3 form
+      // (x·σ(1.702x)) is off Marian's scores by far more than the tolerance.
+    let mut imp = import(&fixture("tied_all_gelu")).unwrap();
+    imp.checkpoint.config.activation = transformer::Activation::GeluSigmoid;
+    let out = std::env::temp_dir().join(format!("marian-real-{}-gelu-sigmoid", std::process::id()));
+    let (ckpt, tok) = transformer::import::marian::write(&imp, &out).unwrap();
+    let t = Translator::load(&ckpt, &tok, Default::default()).unwrap();
+    let r = reference("tied_all_gelu");
+    let (srcs, refs) = (strings(&r, "sources"), strings(&r, "targets"));
+    let worst = (0..srcs.len())
+        .map(|i| {
+            let ours = -t.perplexity(&srcs[i..=i], &refs[i..=i], &mut NoWarnings).unwrap().nll;
+            (ours - r["scores"][i].as_f64().unwrap()).abs()
+        })
+        .fold(0.0, f64::max);
+    assert!(worst > 1e-2, "the sigmoid form should miss Marian's scores, but is within {worst}");
+    let _ = std::fs::remove_dir_all(&out);
 }
 
 /// Marian's beam search, as our options: beam 4, all four finished hypotheses returned, no
@@ -240,6 +256,19 @@ fn fine_tune(model_dir: &Path, name: &str) {
     // The fine-tuned model keeps the imported architecture.
     let tuned = transformer::checkpoint::read_config(&summary.checkpoint).unwrap();
     assert_eq!(tuned, transformer::ModelConfig { dropout: 0.1, ..imp.checkpoint.config.clone() });
+    // The rows the import added and BOS (Marian's zero start vector) stay as imported
+    // while the rest moves: the model is still one Marian computes the same way.
+    let ck = transformer::checkpoint::load(&summary.checkpoint).unwrap();
+    let model = transformer::Transformer::from_params(ck.config.clone(), ck.params.clone()).unwrap();
+    let masked = model.frozen_rows();
+    assert!(masked.contains(&transformer::BOS) && masked.contains(&transformer::PAD), "{masked:?}");
+    let (d, emb) = (ck.config.d_model, model.layout.get("embed.weight").unwrap().range());
+    let (before, after) = (&imp.checkpoint.params[emb.clone()], &ck.params[emb]);
+    for id in masked {
+        let row = id as usize * d..(id as usize + 1) * d;
+        assert_eq!(after[row.clone()], before[row], "row {id} moved");
+    }
+    assert!(before.iter().zip(after).any(|(a, b)| a != b), "the other rows should move");
     let srcs = vec!["A man is riding a bicycle.".to_string(), "Two dogs play in the snow.".to_string()];
     let refs = vec!["Ein Mann fährt Fahrrad.".to_string(), "Zwei Hunde spielen im Schnee.".to_string()];
     for precision in [Precision::F32, Precision::Bf16, Precision::Int8] {

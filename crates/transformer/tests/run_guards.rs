@@ -266,6 +266,20 @@ fn a_run_starts_from_another_runs_weights_and_refuses_another_model() {
     assert_eq!(tuned.step, 1, "a fresh schedule");
     let far = tuned.params.iter().zip(&trained.params).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
     assert!(far < 1e-6, "moved {far} from the checkpoint's weights");
+    // Resumed, the run reads its model from its own checkpoints: the initial file may be gone.
+    let b2 = dir("init-resume");
+    std::fs::copy(a.join("bpe.json"), b2.join("bpe.json")).unwrap();
+    let copy = b2.join("init-copy.safetensors");
+    std::fs::copy(&from, &copy).unwrap();
+    let init_copy = format!("train.init={:?}", copy.display().to_string());
+    let mut extra = tiny_lr.to_vec();
+    extra.push(&init_copy);
+    run_quiet(&config(&b2, &extra).unwrap()).0.unwrap();
+    std::fs::remove_file(&copy).unwrap();
+    extra[0] = "train.max_steps=2";
+    let (r, log) = run_quiet(&config(&b2, &extra).unwrap());
+    assert_eq!(r.unwrap().state.step, 2, "{log:?}");
+    assert!(log.iter().any(|l| l.contains("resuming from")), "{log:?}");
     // Without init, the same run starts from its own initialisation, far from them.
     let c = dir("init-none");
     std::fs::copy(a.join("bpe.json"), c.join("bpe.json")).unwrap();

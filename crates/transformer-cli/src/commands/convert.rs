@@ -1,5 +1,5 @@
-//! Model files made from others: `quantize` (an f32 checkpoint to int8 codes) and `import marian`
-//! (a Marian / OPUS-MT model to a checkpoint and tokenizer of ours).
+//! Model files made from others: `quantize` (an f32 checkpoint to int8 codes), `import marian`
+//! (a Marian / OPUS-MT model to a checkpoint and tokenizer of ours) and `export marian` (back).
 
 use anyhow::Result;
 use std::path::Path;
@@ -37,5 +37,26 @@ pub fn import_marian(dir: &Path, output: &Path) -> Result<()> {
     );
     eprintln!("wrote {} and {}", ckpt.display(), tok.display());
     eprintln!("translate with: transformer translate --checkpoint {} --tokenizer {}", ckpt.display(), tok.display());
+    Ok(())
+}
+
+/// `transformer export marian`: writes the native Marian model and says how Marian decodes it.
+pub fn export_marian(checkpoint: &Path, tokenizer: &Path, output: &Path) -> Result<()> {
+    let ckpt = transformer::checkpoint::load(checkpoint)?;
+    let tok = transformer::data::tokenizer::Tokenizer::load(tokenizer)?;
+    if ckpt.vocab_hash != tok.hash() {
+        anyhow::bail!(
+            "{} was written for vocabulary {}, but {} is {}: give the tokenizer the model was imported or trained with",
+            checkpoint.display(),
+            ckpt.vocab_hash,
+            tokenizer.display(),
+            tok.hash()
+        );
+    }
+    let written = transformer::import::marian::export(&ckpt, &tok, output)?;
+    for p in &written {
+        eprintln!("wrote {}", p.display());
+    }
+    eprintln!("decode with: marian-decoder -c {}", output.join("decoder.yml").display());
     Ok(())
 }

@@ -13,8 +13,9 @@ mod text;
 mod train;
 
 use crate::args::{
-    AttentionArgs, AverageArgs, BenchArgs, BpeArgs, Command, DataArgs, EvaluateArgs, ImportArgs, ImportCommand,
-    ParamsArgs, ParseEvalArgs, QuantizeArgs, SyntheticArgs, TrainArgs, TranslateArgs, TreebankArgs,
+    AttentionArgs, AverageArgs, BenchArgs, BpeArgs, Command, DataArgs, EvaluateArgs, ExportArgs, ExportCommand,
+    ImportArgs, ImportCommand, ParamsArgs, ParseEvalArgs, QuantizeArgs, SyntheticArgs, TrainArgs, TranslateArgs,
+    TreebankArgs,
 };
 use anyhow::Result;
 use transformer::task::Evaluation;
@@ -37,6 +38,9 @@ pub fn run(cmd: Command) -> Result<()> {
         Command::Quantize(QuantizeArgs { checkpoint, output }) => convert::quantize(&checkpoint, &output),
         Command::Import(ImportArgs { which: ImportCommand::Marian { dir, output } }) => {
             convert::import_marian(&dir, &output)
+        }
+        Command::Export(ExportArgs { which: ExportCommand::Marian { checkpoint, tokenizer, output } }) => {
+            convert::export_marian(&checkpoint, &tokenizer, &output)
         }
         Command::Average(AverageArgs { last, dir, inputs, output }) => {
             train::average(last.map(|k| k as usize), dir.as_deref(), inputs, &output)

@@ -160,6 +160,7 @@ pub struct BeamConfig {
     /// The length penalty's form ([`LengthNorm`]; the paper's GNMT form by default).
     pub length_norm: LengthNorm,
     /// Never extend a hypothesis by UNK (Marian's default, unless `--allow-unk`); off by default.
+    /// A constrained search (parsing) takes the tokens its constraint allows instead.
     pub suppress_unk: bool,
 }
 

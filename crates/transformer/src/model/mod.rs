@@ -29,7 +29,7 @@ use crate::kernels::cpu::matmul::Op;
 use crate::kernels::cpu::softmax_xent::{softmax_xent_forward_backward, XentSums};
 use crate::params::{LeaveOut, ParamLayout};
 use crate::precision::{Float, Precision};
-use crate::vocab::PAD;
+use crate::vocab::{BOS, PAD};
 use std::sync::Arc;
 
 /// The model: configuration, layout and the flat parameter buffer; prepared for inference
@@ -353,6 +353,19 @@ impl Transformer {
         )
     }
 
+    /// The embedding rows training leaves as they are, for an imported model (one with masked
+    /// outputs): the rows the import added, and BOS, which stands for Marian's zero start vector
+    /// (the Hugging Face port's padding row, which it never trains either). So a model fine-tuned
+    /// here is still one Marian computes the same way. Empty for a model of ours.
+    pub fn frozen_rows(&self) -> Vec<u32> {
+        let mut rows = self.masked_outputs();
+        if !rows.is_empty() && !rows.contains(&BOS) {
+            rows.push(BOS);
+            rows.sort_unstable();
+        }
+        rows
+    }
+
     /// The output ids an imported model does not have (their logit bias is
     /// [`MASKED_LOGIT`](crate::vocab::MASKED_LOGIT)): outside label smoothing's support. None
     /// for a model of ours, which has no output bias, or a bias training keeps finite.
@@ -383,5 +396,12 @@ impl Transformer {
         }
         self.decoder_backward(batch, ws, dropout, grads);
         self.encoder_backward(batch, ws, dropout, grads);
+        let frozen = self.frozen_rows();
+        if !frozen.is_empty() {
+            let (emb_g, _) = self.layout.offsets.embedding_mut(grads);
+            for id in frozen {
+                emb_g[id as usize * d..][..d].fill(0.0);
+            }
+        }
     }
 }

@@ -127,13 +127,27 @@ fn encode(
 
 /// The model configuration of a run: the preset with the `[model]` overrides, or with
 /// `train.init` the initial checkpoint's configuration with them (fine-tuning keeps the
-/// checkpoint's architecture, an imported model's options included), at the tokenizer's sizes.
+/// checkpoint's architecture, an imported model's options included; fields `[model]` leaves out,
+/// dropout and label smoothing among them, are the checkpoint's, 0 for an import), at the
+/// tokenizer's sizes.
 fn model_config(cfg: &RunConfig, tokenizer: &Tokenizer) -> Result<ModelConfig> {
     let base = match &cfg.train.init {
-        Some(path) => crate::checkpoint::read_config(path)?,
+        // A run that has begun resumes with its own checkpoints' configuration (readable ones,
+        // newest first), so the initial file need not be there any more.
+        Some(path) => match own_config(&cfg.train.output_dir) {
+            Some(own) => own,
+            None => crate::checkpoint::read_config(path)?,
+        },
         None => ModelConfig::preset(cfg.model.preset.as_deref().unwrap_or("base"))?,
     };
     cfg.model_config_on(&base, tokenizer.vocab_size(), tokenizer.source_vocab_size())
+}
+
+/// The configuration stored in the newest readable checkpoint of a run directory, if any.
+fn own_config(dir: &std::path::Path) -> Option<ModelConfig> {
+    let mut found = super::run_dir::list_checkpoints(dir).ok()?;
+    found.sort_by_key(|(step, _)| std::cmp::Reverse(*step));
+    found.iter().find_map(|(_, p)| crate::checkpoint::read_config(p).ok())
 }
 
 pub(super) fn prepare(cfg: &RunConfig, log: &mut dyn FnMut(&str)) -> Result<Data> {

@@ -26,6 +26,7 @@
 //! [`MarianTokenizer::from_hf_dir`]: crate::data::marian_tokenizer::MarianTokenizer::from_hf_dir
 
 mod assemble;
+mod export;
 mod foreign;
 mod hf;
 mod hf_tokenizer;
@@ -33,6 +34,7 @@ mod native;
 mod output;
 
 pub use assemble::MASKED_LOGIT;
+pub use export::export;
 pub use foreign::{Imported, TokenizerParts, Vocab};
 pub use hf_tokenizer::parse_hf_vocab;
 pub use native::parse_yml_vocab;

@@ -374,7 +374,7 @@ fn architecture(y: &ModelYml, a: &Shape) -> Result<Architecture> {
 }
 
 /// Marian's names of our layers' tensors (`encoder_l1_self_Wq` …).
-fn names(n_layers: usize) -> Names {
+pub(super) fn names(n_layers: usize) -> Names {
     let mut map = HashMap::new();
     for side in ["encoder", "decoder"] {
         for i in 0..n_layers {

@@ -1,0 +1,239 @@
+//! A model with an imported tokenizer written back out as a native Marian model: `model.npz`
+//! (its tensors under Marian's names and in Marian's orientation, `special:model.yml` inside),
+//! `decoder.yml`, and the SentencePiece models as its vocabularies. The inverse of the native
+//! import ([`super::native`]): importing what this writes gives the same tensors back.
+//!
+//! Only what Marian has is written; anything else is refused by name: learned positions, the
+//! paper's or the port's sinusoid layouts, an unscaled embedding, GELU's tanh form (and the
+//! sigmoid form, which only Marian before v1.12.3 computes), a LayerNorm ε other than Marian's,
+//! heads whose width is not d_model / heads, this project's parsing inputs, a BPE vocabulary, and
+//! vocabularies whose ids are not their SentencePiece models' (a release's `vocab.yml`).
+
+use super::native::names;
+use crate::checkpoint::Checkpoint;
+use crate::config::{Activation, ModelConfig, Positions, SinusoidLayout};
+use crate::data::sentencepiece::SentencePiece;
+use crate::data::tokenizer::{IdMap, ImportedTokenizer, Tokenizer};
+use crate::error::{Error, Result};
+use crate::io::io_err;
+use crate::params::ParamLayout;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// Marian's LayerNorm ε (the native import reads every Marian model with it).
+const MARIAN_LAYER_NORM_EPS: f32 = 1e-6;
+
+/// The Marian version whose arithmetic the written model has (exact GELU: v1.12.3 and later).
+const WRITTEN_AS: &str = "v1.12.42";
+
+/// Writes `ckpt` with `tokenizer` into the directory `out` (created; it must not hold a Marian
+/// model already) and returns the files written.
+pub fn export(ckpt: &Checkpoint, tokenizer: &Tokenizer, out: &Path) -> Result<Vec<PathBuf>> {
+    let c = &ckpt.config;
+    check_options(c)?;
+    let Tokenizer::Marian(tok) = tokenizer else {
+        return Err(Error::Unsupported(
+            "export marian: the model's vocabulary is a BPE model of ours, which Marian cannot read (export models \
+             imported from Marian / OPUS-MT, fine-tuned or not)"
+                .into(),
+        ));
+    };
+    let (src_map, tgt_map) = tok.maps();
+    let m = tok.inner();
+    let shared = !m.separate_vocabs();
+    let (src_rows, tgt_rows) = (spm_rows(tok, true)?, spm_rows(tok, false)?);
+    let files = ["model.npz", "decoder.yml", "vocab.spm", "source.spm", "target.spm"];
+    std::fs::create_dir_all(out).map_err(io_err(out))?;
+    if let Some(f) = files.iter().map(|f| out.join(f)).find(|p| p.exists()) {
+        return Err(Error::Input(format!(
+            "export marian: {} exists; write into another directory (an export never replaces files)",
+            f.display()
+        )));
+    }
+    let layout = ParamLayout::new(c);
+    let names = names(c.n_layers);
+    let d = c.d_model;
+    let mut arrays: Vec<(String, Vec<usize>, Vec<f32>)> = Vec::new();
+    for e in layout.entries() {
+        let v = &ckpt.params[e.range()];
+        match e.name.as_str() {
+            "embed.weight" => {
+                let name = if shared { "Wemb" } else { "decoder_Wemb" };
+                arrays.push((name.into(), vec![tgt_rows, d], marian_rows(v, d, tgt_map, tgt_rows)));
+            }
+            "encoder.embed.weight" => {
+                arrays.push(("encoder_Wemb".into(), vec![src_rows, d], marian_rows(v, d, src_map, src_rows)));
+            }
+            "output.bias" => {
+                let bias = (0..tgt_rows as u32).map(|f| v[tgt_map.ours(f) as usize]).collect();
+                arrays.push(("decoder_ff_logit_out_b".into(), vec![1, tgt_rows], bias));
+            }
+            n => {
+                let foreign = names.map.get(n).ok_or_else(|| {
+                    Error::Unsupported(format!("export marian: our tensor {n} has no Marian counterpart"))
+                })?;
+                match e.shape.as_slice() {
+                    // Ours (out, in): y = W·x; Marian's (in, out): y = x·W.
+                    [rows, cols] => arrays.push((foreign.clone(), vec![*cols, *rows], transpose(v, *rows, *cols))),
+                    [n] => arrays.push((foreign.clone(), vec![1, *n], v.to_vec())),
+                    s => return Err(Error::Unsupported(format!("export marian: {n} has shape {s:?}"))),
+                }
+            }
+        }
+    }
+    if !c.output_bias {
+        arrays.push(("decoder_ff_logit_out_b".into(), vec![1, tgt_rows], vec![0.0; tgt_rows]));
+    }
+    let yml = model_yml(c, shared, src_rows, tgt_rows);
+    let npz = out.join("model.npz");
+    write_npz(&npz, &arrays, &yml)?;
+    let mut written = vec![npz];
+    let vocabs: Vec<(&str, &SentencePiece)> = if shared {
+        vec![("vocab.spm", m.source_model())]
+    } else {
+        vec![("source.spm", m.source_model()), ("target.spm", m.target_model())]
+    };
+    for (name, spm) in &vocabs {
+        let p = out.join(name);
+        std::fs::write(&p, spm.to_bytes()).map_err(io_err(&p))?;
+        written.push(p);
+    }
+    let (sv, tv) = (vocabs[0].0, vocabs[vocabs.len() - 1].0);
+    let decoder = format!(
+        "models:\n  - model.npz\nvocabs:\n  - {sv}\n  - {tv}\nrelative-paths: true\nbeam-size: 4\nnormalize: 0\n\
+         word-penalty: 0\nmini-batch: 16\nmaxi-batch: 100\nmaxi-batch-sort: src\n"
+    );
+    let p = out.join("decoder.yml");
+    std::fs::write(&p, decoder).map_err(io_err(&p))?;
+    written.push(p);
+    Ok(written)
+}
+
+/// Refuses, by name, each option of `c` that Marian's Transformer does not have.
+fn check_options(c: &ModelConfig) -> Result<()> {
+    let refuse = |what: String| Err(Error::Unsupported(format!("export marian: Marian has no {what}")));
+    if c.positions != Positions::Sinusoidal {
+        return refuse("learned positions (model.positions = learned)".into());
+    }
+    if c.sinusoid_layout != SinusoidLayout::Marian {
+        return refuse(format!("sinusoid layout {:?} (only its own, `marian`)", c.sinusoid_layout));
+    }
+    if !c.scale_embedding {
+        return refuse("unscaled embedding (scale_embedding = false)".into());
+    }
+    if matches!(c.activation, Activation::GeluTanh | Activation::GeluSigmoid) {
+        return refuse(format!("activation {} (relu, swish and the exact gelu are its)", c.activation.name()));
+    }
+    if c.layer_norm_eps != MARIAN_LAYER_NORM_EPS {
+        return refuse(format!("LayerNorm ε {} (its is {MARIAN_LAYER_NORM_EPS})", c.layer_norm_eps));
+    }
+    if c.d_k * c.n_heads != c.d_model || c.d_v != c.d_k {
+        return refuse(format!(
+            "heads of d_k {} and d_v {} with d_model {} and {} heads",
+            c.d_k, c.d_v, c.d_model, c.n_heads
+        ));
+    }
+    if c.source_pointer || c.next_closer || c.char_dim > 0 {
+        return refuse("parsing inputs (source_pointer, next_closer, char_dim)".into());
+    }
+    Ok(())
+}
+
+/// The rows Marian has on one side: its SentencePiece model's ids, which must be the
+/// vocabulary's (as in a model Marian trained with `.spm` vocabularies).
+fn spm_rows(tok: &ImportedTokenizer, source: bool) -> Result<usize> {
+    let m = tok.inner();
+    let (spm, side) = if source { (m.source_model(), "source") } else { (m.target_model(), "target") };
+    for id in 0..spm.len() as u32 {
+        let piece = spm.id_to_piece(id).unwrap_or_default();
+        let ours = if source { m.source_token_to_id(piece) } else { m.target_token_to_id(piece) };
+        if ours != Some(id) {
+            return Err(Error::Unsupported(format!(
+                "export marian: the {side} vocabulary's ids are not its SentencePiece model's (piece {piece:?} is id \
+                 {id} there and {ours:?} in the vocabulary, as in a release with vocab.yml); only models whose \
+                 vocabularies are their .spm files are written"
+            )));
+        }
+    }
+    Ok(spm.len())
+}
+
+/// Embedding rows (ours, D) in Marian's id order, `rows` of them.
+fn marian_rows(v: &[f32], d: usize, map: &IdMap, rows: usize) -> Vec<f32> {
+    (0..rows as u32).flat_map(|f| v[map.ours(f) as usize * d..][..d].iter().copied()).collect()
+}
+
+/// A (rows, cols) matrix as (cols, rows).
+fn transpose(v: &[f32], rows: usize, cols: usize) -> Vec<f32> {
+    let mut out = vec![0f32; v.len()];
+    for r in 0..rows {
+        for c in 0..cols {
+            out[c * rows + r] = v[r * cols + c];
+        }
+    }
+    out
+}
+
+/// Marian's `special:model.yml` for `c`: every option its Transformer reads, with its values.
+fn model_yml(c: &ModelConfig, shared: bool, src_rows: usize, tgt_rows: usize) -> String {
+    let activation = match c.activation {
+        Activation::Relu => "relu",
+        Activation::Swish => "swish",
+        _ => "gelu",
+    };
+    format!(
+        "type: transformer\ndim-emb: {}\ndim-vocabs:\n  - {src_rows}\n  - {tgt_rows}\nenc-depth: {n}\ndec-depth: {n}\n\
+         transformer-heads: {}\ntransformer-dim-ffn: {}\ntransformer-decoder-dim-ffn: 0\ntransformer-ffn-depth: 2\n\
+         transformer-decoder-ffn-depth: 0\ntransformer-ffn-activation: {activation}\ntransformer-postprocess: dan\n\
+         transformer-postprocess-emb: d\ntransformer-postprocess-top: \"\"\ntransformer-preprocess: \"\"\n\
+         transformer-decoder-autoreg: self-attention\ntransformer-tied-layers:\n  []\n\
+         transformer-train-position-embeddings: false\ntransformer-disable-position-embeddings: false\n\
+         transformer-no-bias: false\ntransformer-no-affine: false\ntied-embeddings: true\ntied-embeddings-all: {shared}\n\
+         tied-embeddings-src: false\nlayer-normalization: false\nright-left: false\noutput-omit-bias: false\n\
+         version: {WRITTEN_AS} (written by transformer export marian)\n",
+        c.d_model,
+        c.n_heads,
+        c.d_ff,
+        n = c.n_layers,
+    )
+}
+
+/// Writes a NumPy `.npz` (a zip of `.npy` files, stored): f32 arrays, then `special:model.yml`
+/// as int8 bytes ending in a NUL, as Marian writes it.
+fn write_npz(path: &Path, arrays: &[(String, Vec<usize>, Vec<f32>)], yml: &str) -> Result<()> {
+    let fail = |e: &dyn std::fmt::Display| Error::Input(format!("{}: {e}", path.display()));
+    let mut buf = std::io::Cursor::new(Vec::new());
+    {
+        let mut zip = zip::ZipWriter::new(&mut buf);
+        let opts = zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored);
+        let mut entry = |name: &str, descr: &str, shape: &[usize], data: &[u8]| -> Result<()> {
+            zip.start_file(format!("{name}.npy"), opts).map_err(|e| fail(&e))?;
+            zip.write_all(&npy_header(descr, shape)).map_err(|e| fail(&e))?;
+            zip.write_all(data).map_err(|e| fail(&e))
+        };
+        for (name, shape, v) in arrays {
+            let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+            entry(name, "<f4", shape, &bytes)?;
+        }
+        let mut yml = yml.as_bytes().to_vec();
+        yml.push(0);
+        entry("special:model.yml", "|i1", &[yml.len()], &yml)?;
+        zip.finish().map_err(|e| fail(&e))?;
+    }
+    crate::io::write_atomically(path, &buf.into_inner())
+}
+
+/// A `.npy` version 1.0 header: magic, length, the dictionary padded with spaces to a multiple of
+/// 64 bytes (as numpy pads it), ending in a newline.
+fn npy_header(descr: &str, shape: &[usize]) -> Vec<u8> {
+    let dims: Vec<String> = shape.iter().map(usize::to_string).collect();
+    let shape = if dims.len() == 1 { format!("({},)", dims[0]) } else { format!("({})", dims.join(", ")) };
+    let mut dict = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape}, }}");
+    let unpadded = 10 + dict.len() + 1;
+    dict.push_str(&" ".repeat(unpadded.next_multiple_of(64) - unpadded));
+    dict.push('\n');
+    let mut out = b"\x93NUMPY\x01\x00".to_vec();
+    out.extend_from_slice(&(dict.len() as u16).to_le_bytes());
+    out.extend_from_slice(dict.as_bytes());
+    out
+}
