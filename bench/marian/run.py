@@ -1,0 +1,191 @@
+#!/usr/bin/env python3
+"""This project against the real Marian, side by side on one machine, in one command: training
+throughput and BLEU at equal time, then decoding speed and memory on the model Marian trained.
+
+    /work/venv/bin/pip install pymarian        # Marian 1.12.42, CPU
+    cargo build --release
+    python bench/marian/run.py [--minutes 10] [--threads 2] [--runs 2]
+
+Training: both engines get the quick start's recipe (configs/multi30k-en-de.toml: Multi30k
+en→de, 3+3 layers, d_model 256, FFN 1024, 4 heads, tied embeddings, ReLU, post-norm, dropout
+0.2, label smoothing 0.1, ~4,096 target tokens an update, warmup 500, Eq. 3 at half scale) for
+`--minutes` of wall time each on `--threads` threads, one after the other. Marian learns its own
+8,000-piece SentencePiece vocabulary and stops on SIGTERM (saving); ours learns its 8,000-entry
+BPE and stops at `train.time_limit_minutes`. Throughput is target tokens per second of training
+(Marian: the labels of its log over the summed interval times; ours: the metrics' tokens over the
+training seconds it reports); each budget starts after its vocabulary is learned. BLEU: each engine's last model, beam 4, on test_2016_flickr (cased
+sacreBLEU).
+
+Decoding: the model Marian trained, beam 4, Marian's search on both sides (`--normalize 0.6`; ours
+`--length-norm marian --alpha 0.6 --max-len-a 3 --max-len-b 0 --suppress-unk`), test_2016_flickr
+(1,000 sentences), wall time of
+the whole process (load included) and its peak RSS (`/usr/bin/time`): Marian f32 and Marian
+intgemm8 (`convert -g intgemm8`), each at 1 thread and at `--threads` (the faster kept, and
+named), against ours at f32, bf16 (where the CPU has it) and int8 on the imported model.
+Medians of `--runs` interleaved runs. Prints one summary block for BENCHMARKS.md.
+"""
+
+import argparse
+import gzip
+import json
+import os
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = ROOT / "target" / "release" / "transformer"
+MARIAN = [sys.executable, "-m", "pymarian"]
+DATA = ROOT / "data" / "multi30k"
+
+
+def unzip(name, dest):
+    with gzip.open(DATA / name, "rt", encoding="utf-8") as f, open(dest, "w", encoding="utf-8") as o:
+        o.write(f.read())
+
+
+def run(cmd, **kw):
+    r = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, **kw)
+    if r.returncode != 0:
+        sys.stderr.write(r.stdout[-2000:] + r.stderr[-4000:])
+        raise SystemExit(f"failed: {' '.join(map(str, cmd))}")
+    return r
+
+
+def timed(cmd, env=None):
+    """(wall seconds, peak RSS MB, stdout) of one process."""
+    t0 = time.perf_counter()
+    r = run(["/usr/bin/time", "-f", "%M", *cmd], env=env)
+    wall = time.perf_counter() - t0
+    rss = int(r.stderr.strip().splitlines()[-1]) / 1024
+    return wall, rss, r.stdout
+
+
+def bleu(hyp_text, ref):
+    import sacrebleu
+
+    refs = ref.read_text(encoding="utf-8").split("\n")[:-1]
+    return sacrebleu.corpus_bleu(hyp_text.split("\n")[: len(refs)], [refs]).score
+
+
+def train_marian(work, minutes, threads):
+    model, vocab = work / "marian" / "model.npz", work / "marian" / "vocab.spm"
+    model.parent.mkdir()
+    cmd = MARIAN + [
+        "train", "--type", "transformer", "--model", model, "--train-sets", work / "train.en", work / "train.de",
+        "--vocabs", vocab, vocab, "--dim-vocabs", "8000", "8000", "--dim-emb", "256", "--transformer-dim-ffn", "1024",
+        "--transformer-heads", "4", "--enc-depth", "3", "--dec-depth", "3", "--tied-embeddings-all",
+        "--transformer-ffn-activation", "relu", "--transformer-dropout", "0.2", "--label-smoothing", "0.1",
+        "--mini-batch-words", "4096", "--max-length", "100", "--learn-rate", "0.0014", "--lr-warmup", "500",
+        "--lr-decay-inv-sqrt", "500", "--optimizer-params", "0.9", "0.98", "1e-09", "--cpu-threads", threads,
+        "--sync-sgd", "--shuffle-in-ram", "--disp-freq", "50u", "--save-freq", "100000u", "--valid-freq", "100000u",
+        "--overwrite", "--seed", "1",
+    ]
+    log_path = work / "marian-train.log"
+    log = open(log_path, "w")
+    p = subprocess.Popen([str(c) for c in cmd], stdout=log, stderr=subprocess.STDOUT)
+    # Marian has no time limit: SIGTERM once the budget has passed from "Training started" (its
+    # vocabulary learned before, as ours is before our time limit counts), which it answers by
+    # saving and exiting.
+    while "Training started" not in log_path.read_text() and p.poll() is None:
+        time.sleep(0.5)
+    try:
+        p.wait(timeout=minutes * 60)
+    except subprocess.TimeoutExpired:
+        p.send_signal(signal.SIGTERM)
+        p.wait()
+    text = (work / "marian-train.log").read_text()
+    rows = re.findall(r"Up\. (\d+) .* after ([\d,]+) : Time ([\d.]+)s", text)
+    updates = int(rows[-1][0])
+    labels = int(rows[-1][1].replace(",", ""))
+    seconds = sum(float(r[2]) for r in rows)
+    return model, vocab, updates, labels / seconds
+
+
+def train_ours(work, minutes, threads):
+    out = work / "ours"
+    cfg = [
+        "train", "--config", ROOT / "configs" / "multi30k-en-de.toml", "--threads", threads,
+        "--set", f"train.output_dir=\"{out}\"", "--set", f"data.bpe=\"{work / 'bpe.json'}\"",
+        "--set", f"train.time_limit_minutes={minutes}", "--set", "train.checkpoint_minutes=1000",
+    ]
+    r = run([BIN, *cfg], cwd=ROOT)
+    seconds = float(re.findall(r"\(([\d.]+) s of training\)", r.stdout + r.stderr)[-1])
+    recs = [json.loads(l) for l in (out / "metrics.jsonl").read_text().splitlines()]
+    train = [r for r in recs if r["kind"] == "train"]
+    ckpt = sorted(out.glob("ckpt-*.safetensors"))[-1]
+    return ckpt, work / "bpe.json", train[-1]["step"], sum(r["tokens"] for r in train) / seconds
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--minutes", type=float, default=10.0)
+    ap.add_argument("--threads", default="2")
+    ap.add_argument("--runs", type=int, default=2)
+    a = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="bench-marian-"))
+    for n, dest in (("train.en.gz", "train.en"), ("train.de.gz", "train.de"),
+                    ("test_2016_flickr.en.gz", "test.en"), ("test_2016_flickr.de.gz", "test.de")):
+        unzip(n, work / dest)
+    src, ref = work / "test.en", work / "test.de"
+    cpu = next(l.split(":", 1)[1].strip() for l in run(["lscpu"]).stdout.splitlines() if l.startswith("Model name"))
+    version = run(MARIAN + ["--version"]).stderr.strip().splitlines()[-1]
+    print(f"# {time.strftime('%Y-%m-%d')}, `lscpu` \"{cpu}\", {os.cpu_count()} cores, Marian {version}", flush=True)
+
+    m_model, m_vocab, m_updates, m_tps = train_marian(work, a.minutes, a.threads)
+    o_ckpt, o_bpe, o_updates, o_tps = train_ours(work, a.minutes, a.threads)
+    m_out = run(MARIAN + ["decode", "-m", m_model, "-v", m_vocab, m_vocab, "-i", src, "--beam-size", "4",
+                          "--normalize", "0.6", "--cpu-threads", a.threads, "--quiet"]).stdout
+    o_out = run([BIN, "translate", "--checkpoint", o_ckpt, "--bpe", o_bpe, "--input", src]).stdout
+    m_bleu, o_bleu = bleu(m_out, ref), bleu(o_out, ref)
+    print(f"training, {a.minutes:g} min each, {a.threads} threads:")
+    print(f"  Marian {m_tps:,.0f} target tokens/s, {m_updates} updates, BLEU {m_bleu:.2f} (last model)")
+    print(f"  ours   {o_tps:,.0f} target tokens/s, {o_updates} updates, BLEU {o_bleu:.2f} (last checkpoint)")
+    print(f"  ratio  {o_tps / m_tps:.2f}x the throughput, {o_bleu - m_bleu:+.2f} BLEU", flush=True)
+
+    # Decoding the model Marian trained.
+    imported = work / "imported"
+    run([BIN, "import", "marian", m_model.parent, "--output", imported])
+    m_int8 = work / "marian" / "model.intgemm8.bin"
+    run(MARIAN + ["convert", "-f", m_model, "-t", m_int8, "-g", "intgemm8"])
+    marian_decode = lambda model, t: MARIAN + ["decode", "-m", model, "-v", m_vocab, m_vocab, "-i", src,
+                                               "--beam-size", "4", "--normalize", "0.6", "--cpu-threads", t,
+                                               "--mini-batch", "32", "--maxi-batch", "100", "--quiet"]
+    # Ours with Marian's search (its length normalisation, its length limit 3·source, no UNK), so
+    # both engines do the same work even where an undertrained model runs to the limit.
+    ours_decode = lambda p: [BIN, "translate", "--checkpoint", imported / "model.safetensors", "--tokenizer",
+                             imported / "tokenizer.json", "--input", src, "--precision", p, "--threads", a.threads,
+                             "--alpha", "0.6", "--length-norm", "marian", "--max-len-a", "3", "--max-len-b", "0",
+                             "--suppress-unk"]
+    setups = {f"marian f32 {t}t": marian_decode(m_model, t) for t in sorted({"1", a.threads})}
+    setups.update({f"marian intgemm8 {t}t": marian_decode(m_int8, t) for t in sorted({"1", a.threads})})
+    precisions = ["f32", "int8"]
+    if os.system("grep -q -E 'amx_bf16|avx512_bf16' /proc/cpuinfo") == 0:
+        precisions.insert(1, "bf16")
+    setups.update({f"ours {p}": ours_decode(p) for p in precisions})
+    times = {k: [] for k in setups}
+    rss = {}
+    for _ in range(a.runs):
+        for k, cmd in setups.items():
+            wall, peak, _ = timed(cmd)
+            times[k].append(wall)
+            rss[k] = max(rss.get(k, 0), peak)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    best = lambda prefix: min((k for k in med if k.startswith(prefix)), key=med.get)
+    mf, mi = best("marian f32"), best("marian intgemm8")
+    print(f"decoding test_2016_flickr (1,000 sentences, beam 4, load included), medians of {a.runs}:")
+    for k in med:
+        print(f"  {k:22s} {med[k]:6.2f} s  peak RSS {rss[k]:5.0f} MB")
+    for p in precisions:
+        k = f"ours {p}"
+        print(f"  ours {p}: {med[mf] / med[k]:.2f}x Marian f32 ({mf}), {med[mi] / med[k]:.2f}x Marian intgemm8 ({mi}); "
+              f"{rss[k]:.0f} MB vs {rss[mf]:.0f} / {rss[mi]:.0f} MB")
+
+
+if __name__ == "__main__":
+    main()
