@@ -338,16 +338,7 @@ fn batched_sentences_decode_as_they_would_alone() {
     let sents = [0, 1, 2, 3, 4];
     let lens = [3, 0, 1, 6, 2];
     for (beam, alpha) in [(1, 0.6), (3, 0.6), (5, 1.0)] {
-        let c = BeamConfig {
-            beam,
-            alpha,
-            max_len_a: 1.0,
-            max_len_b: 2,
-            nbest: beam.min(2),
-            early_exit: false,
-            length_norm: LengthNorm::Gnmt,
-            suppress_unk: false,
-        };
+        let c = BeamConfig { max_len_b: 2, ..cfg(beam, alpha, beam.min(2)) };
         let together = search(&random_table, &sents, &lens, c);
         for (i, (&s, &l)) in sents.iter().zip(&lens).enumerate() {
             let alone = search(&random_table, &[s], &[l], c);
@@ -363,16 +354,7 @@ fn per_row_normalisers_are_subtracted() {
     let sents = [0, 1, 2, 3, 4];
     let lens = [3, 5, 2, 4, 6];
     for beam in [1, 3, 4] {
-        let c = BeamConfig {
-            beam,
-            alpha: 0.6,
-            max_len_a: 1.0,
-            max_len_b: 2,
-            nbest: beam.min(2),
-            early_exit: false,
-            length_norm: LengthNorm::Gnmt,
-            suppress_unk: false,
-        };
+        let c = BeamConfig { max_len_b: 2, ..cfg(beam, 0.6, beam.min(2)) };
         let plain = search(&random_table, &sents, &lens, c);
         let mut s = Scripted::new(&random_table, &sents);
         s.shift = 3.0;

@@ -181,16 +181,7 @@ impl BeamConfig {
 
     /// §6.3 constituency parsing: beam 21, α 0.3, maximum length input + 300.
     pub const fn parsing() -> Self {
-        BeamConfig {
-            beam: 21,
-            alpha: 0.3,
-            max_len_a: 1.0,
-            max_len_b: 300,
-            nbest: 1,
-            early_exit: false,
-            length_norm: LengthNorm::Gnmt,
-            suppress_unk: false,
-        }
+        BeamConfig { beam: 21, alpha: 0.3, max_len_b: 300, ..Self::translation() }
     }
 
     /// The paper's search settings for `task` (§6.1 translation: beam 4, α 0.6, +50; §6.3
@@ -218,16 +209,7 @@ impl BeamConfig {
 
     /// Greedy search: beam 1.
     pub const fn greedy() -> Self {
-        BeamConfig {
-            beam: 1,
-            alpha: 0.6,
-            max_len_a: 1.0,
-            max_len_b: 50,
-            nbest: 1,
-            early_exit: false,
-            length_norm: LengthNorm::Gnmt,
-            suppress_unk: false,
-        }
+        BeamConfig { beam: 1, ..Self::translation() }
     }
 
     /// Checks the settings.

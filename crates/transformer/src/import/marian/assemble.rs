@@ -145,7 +145,7 @@ fn reorder_bias(bias: &[f32], map: &IdMap) -> Vec<f32> {
 }
 
 /// A (rows, cols) matrix as (cols, rows).
-fn transpose(v: &[f32], rows: usize, cols: usize) -> Vec<f32> {
+pub(super) fn transpose(v: &[f32], rows: usize, cols: usize) -> Vec<f32> {
     let mut out = vec![0f32; v.len()];
     for r in 0..rows {
         for c in 0..cols {

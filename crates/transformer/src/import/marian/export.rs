@@ -9,6 +9,7 @@
 //! heads whose width is not d_model / heads, this project's parsing inputs, a BPE vocabulary, and
 //! vocabularies whose ids are not their SentencePiece models' (a release's `vocab.yml`).
 
+use super::assemble::transpose;
 use super::native::names;
 use crate::checkpoint::Checkpoint;
 use crate::config::{Activation, ModelConfig, Positions, SinusoidLayout};
@@ -161,17 +162,6 @@ fn spm_rows(tok: &ImportedTokenizer, source: bool) -> Result<usize> {
 /// Embedding rows (ours, D) in Marian's id order, `rows` of them.
 fn marian_rows(v: &[f32], d: usize, map: &IdMap, rows: usize) -> Vec<f32> {
     (0..rows as u32).flat_map(|f| v[map.ours(f) as usize * d..][..d].iter().copied()).collect()
-}
-
-/// A (rows, cols) matrix as (cols, rows).
-fn transpose(v: &[f32], rows: usize, cols: usize) -> Vec<f32> {
-    let mut out = vec![0f32; v.len()];
-    for r in 0..rows {
-        for c in 0..cols {
-            out[c * rows + r] = v[r * cols + c];
-        }
-    }
-    out
 }
 
 /// Marian's `special:model.yml` for `c`: every option its Transformer reads, with its values.

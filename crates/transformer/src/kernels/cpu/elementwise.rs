@@ -230,13 +230,14 @@ pub fn bias_activation_backward(dh: &mut [f32], z: &[f32], act: Activation, dbia
 /// act′(z), in f32 out (f64 inside for GELU's Φ and φ).
 #[inline]
 pub fn activation_slope(z: f32, act: Activation) -> f32 {
-    let sigmoid = |x: f32| 1.0 / (1.0 + (-x).exp());
+    // d/dz z·σ(βz) = σ(βz)·(1 + βz·(1 − σ(βz))): swish at β = 1, Marian's old GELU at 1.702.
+    let swish_slope = |beta: f32| {
+        let s = 1.0 / (1.0 + (-beta * z).exp());
+        s * (1.0 + beta * z * (1.0 - s))
+    };
     match act {
         Activation::Relu => (z > 0.0) as u8 as f32,
-        Activation::Swish => {
-            let s = sigmoid(z);
-            s * (1.0 + z * (1.0 - s))
-        }
+        Activation::Swish => swish_slope(1.0),
         Activation::Gelu => {
             let z = z as f64;
             let pdf = (-0.5 * z * z).exp() * (0.5 * std::f64::consts::FRAC_2_SQRT_PI * std::f64::consts::FRAC_1_SQRT_2);
@@ -248,10 +249,7 @@ pub fn activation_slope(z: f32, act: Activation) -> f32 {
             let t = (c * (z + 0.044715 * z * z * z)).tanh();
             (0.5 * (1.0 + t) + 0.5 * z * (1.0 - t * t) * c * (1.0 + 3.0 * 0.044715 * z * z)) as f32
         }
-        Activation::GeluSigmoid => {
-            let s = sigmoid(1.702 * z);
-            s * (1.0 + 1.702 * z * (1.0 - s))
-        }
+        Activation::GeluSigmoid => swish_slope(1.702),
     }
 }
 
