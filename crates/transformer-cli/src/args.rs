@@ -97,8 +97,8 @@ pub enum Command {
     /// takes as --checkpoint and --bpe (or --tokenizer).
     Import(ImportArgs),
     /// Write a model out in another toolkit's format: `export marian --checkpoint C --tokenizer T
-    /// --output DIR` writes a native Marian model (model.npz, decoder.yml, the .spm vocabularies)
-    /// of an imported model, fine-tuned here or not.
+    /// --output DIR` writes a native Marian model (model.npz, decoder.yml, the .spm or .yml
+    /// vocabularies) of an imported model, fine-tuned here or not.
     Export(ExportArgs),
     /// Byte-pair encoding: learn one shared vocabulary, apply it, restore text.
     Bpe(BpeArgs),
@@ -482,8 +482,9 @@ pub struct ExportArgs {
 #[derive(Subcommand)]
 pub enum ExportCommand {
     /// A native Marian model, for `marian-decoder -c DIR/decoder.yml`: the model must have
-    /// Marian's options and an imported tokenizer whose ids are its .spm models' (anything else is
-    /// refused by name).
+    /// Marian's options and an imported tokenizer (anything else is refused by name). Its
+    /// vocabularies are the .spm files where the ids are theirs, else .yml lists beside source.spm
+    /// and target.spm (an OPUS-MT release's layout: Marian then reads text cut into pieces).
     Marian {
         /// The checkpoint (imported, or fine-tuned from an imported one).
         #[arg(long)]

@@ -11,8 +11,14 @@ fn fixture(path: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(path)
 }
 
+/// This test process's directory `name` under the temporary directory.
+fn temp_path(name: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("marian-export-{}-{name}", std::process::id()))
+}
+
+/// [`temp_path`], emptied.
 fn tempdir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("marian-export-{}-{name}", std::process::id()));
+    let d = temp_path(name);
     let _ = std::fs::remove_dir_all(&d);
     d
 }
@@ -50,6 +56,44 @@ fn import_after_export_is_the_identity() {
 }
 
 #[test]
+fn release_vocabularies_go_out_as_yml_lists_and_come_back() {
+    // Native models with `.yml` vocabularies (an OPUS-MT release's layout). Where a list's ids are
+    // not its SentencePiece model's (one vocabulary over two .spm models), the export writes `.yml`
+    // lists beside the SentencePiece models, without the `<pad>` the import adds; where they are
+    // (gelu_separate: a list a side, each its .spm's pieces in order), the .spm files themselves.
+    // Either way, importing the export gives every tensor and id back.
+    for (variant, vocabs) in [
+        ("opus", ["vocab.yml", "vocab.yml"]),
+        ("relu_nobias", ["vocab.yml", "vocab.yml"]),
+        ("gelu_separate", ["source.spm", "target.spm"]),
+    ] {
+        let dir = fixture("marian").join(variant).join("native");
+        let (first, again) = round_trip(&dir, &format!("yml-{variant}"));
+        assert_eq!(again.checkpoint.config, first.checkpoint.config, "{variant}");
+        let same = again.checkpoint.params.len() == first.checkpoint.params.len()
+            && again.checkpoint.params.iter().zip(&first.checkpoint.params).all(|(a, b)| a.to_bits() == b.to_bits());
+        assert!(same, "{variant}: the tensors changed on the way through Marian's format");
+        assert_eq!(again.tokenizer.source_vocab, first.tokenizer.source_vocab, "{variant}");
+        assert_eq!(again.tokenizer.target_vocab, first.tokenizer.target_vocab, "{variant}");
+        assert_eq!(again.tokenizer.source_spm, first.tokenizer.source_spm, "{variant}");
+        assert_eq!(again.tokenizer.target_spm, first.tokenizer.target_spm, "{variant}");
+        let out = temp_path(&format!("yml-{variant}")).join("marian");
+        let decoder = std::fs::read_to_string(out.join("decoder.yml")).unwrap();
+        assert!(decoder.contains(&format!("vocabs:\n  - {}\n  - {}\n", vocabs[0], vocabs[1])), "{decoder}");
+        assert!(out.join("source.spm").is_file() && out.join("target.spm").is_file(), "{variant}");
+        if vocabs[0].ends_with(".yml") {
+            // The list written is the release's own, entry for entry.
+            let original = std::fs::read_to_string(dir.join(vocabs[0])).unwrap();
+            let written = std::fs::read_to_string(out.join(vocabs[0])).unwrap();
+            let entries = |t: &str| t.lines().filter(|l| !l.trim().is_empty()).map(str::to_string).collect::<Vec<_>>();
+            assert_eq!(entries(&written), entries(&original), "{variant}");
+            assert!(!written.contains("<pad>"), "{variant}: the import's start token is not Marian's");
+        }
+        let _ = std::fs::remove_dir_all(out.parent().unwrap());
+    }
+}
+
+#[test]
 fn what_marian_does_not_have_is_refused_by_name() {
     let tmp = tempdir("refused");
     let first = import(&fixture("marian-real/tied_all_relu")).unwrap();
@@ -77,15 +121,38 @@ fn what_marian_does_not_have_is_refused_by_name() {
     let hck = transformer::checkpoint::load(&hck).unwrap();
     let err = export(&hck, &Tokenizer::load(&htok).unwrap(), &tmp.join("hf-out")).unwrap_err().to_string();
     assert!(err.contains("sinusoid layout Halves"), "the port's layout comes first: {err}");
-    // With Marian's options, its vocabulary is still the port's vocab.json, not its .spm ids.
+    // With Marian's options, the port's vocab.json ids go out as a `.yml` list (the pad row the
+    // converter appends left out) and come back the same.
     let config = transformer::ModelConfig {
         sinusoid_layout: SinusoidLayout::Marian,
         layer_norm_eps: 1e-6,
         ..hck.config.clone()
     };
     let hck = transformer::checkpoint::Checkpoint { config, ..hck };
-    let err = export(&hck, &Tokenizer::load(&htok).unwrap(), &tmp.join("hf-out")).unwrap_err().to_string();
-    assert!(err.contains("not its SentencePiece model's"), "{err}");
+    let htok = Tokenizer::load(&htok).unwrap();
+    export(&hck, &htok, &tmp.join("hf-out")).unwrap();
+    let again = import(&tmp.join("hf-out")).unwrap();
+    // One value differs: the port's logit bias for its `<pad>` (our start token, which search
+    // never predicts), a row Marian does not have, comes back masked.
+    assert_eq!(again.checkpoint.params.len(), hck.params.len());
+    let bias = transformer::params::ParamLayout::new(&hck.config)
+        .entries()
+        .iter()
+        .find(|e| e.name == "output.bias")
+        .map(|e| e.range().start)
+        .unwrap();
+    assert_eq!(again.checkpoint.params[bias + 1], transformer::import::marian::MASKED_LOGIT);
+    let mut hck = hck;
+    hck.params[bias + 1] = transformer::import::marian::MASKED_LOGIT;
+    let same = again.checkpoint.params.iter().zip(&hck.params).all(|(a, b)| a.to_bits() == b.to_bits());
+    assert!(same, "the port's tensors changed on the way through Marian's format");
+    assert_eq!(again.tokenizer.source_vocab, hf.tokenizer.source_vocab);
+    // A start row that is not zero has no place in Marian (its decoder starts from zeros).
+    let mut moved = ck.clone();
+    moved.params[ck.config.d_model] = 0.5; // embed.weight comes first; its row 1 is the start
+
+    let err = export(&moved, &tok, &tmp.join("start")).unwrap_err().to_string();
+    assert!(err.contains("start row is not zero"), "{err}");
     // Never over an existing model.
     export(&ck, &tok, &tmp.join("twice")).unwrap();
     let err = export(&ck, &tok, &tmp.join("twice")).unwrap_err().to_string();

@@ -57,6 +57,16 @@ pub fn export_marian(checkpoint: &Path, tokenizer: &Path, output: &Path) -> Resu
     for p in &written {
         eprintln!("wrote {}", p.display());
     }
-    eprintln!("decode with: marian-decoder -c {}", output.join("decoder.yml").display());
+    let decoder = output.join("decoder.yml");
+    if written.iter().any(|p| p.extension().is_some_and(|e| e == "yml") && p != &decoder) {
+        eprintln!(
+            "decode with: spm_encode --model {} < text | marian-decoder -c {} | spm_decode --model {}",
+            output.join("source.spm").display(),
+            decoder.display(),
+            output.join("target.spm").display()
+        );
+    } else {
+        eprintln!("decode with: marian-decoder -c {}", decoder.display());
+    }
     Ok(())
 }

@@ -137,6 +137,17 @@ impl MarianTokenizer {
         self.decoder.get(&id).map(String::as_str)
     }
 
+    /// The pieces of the source (`target = false`) or target vocabulary in id order; `None` when
+    /// its ids are not 0..n without gaps.
+    pub fn pieces_by_id(&self, target: bool) -> Option<Vec<&str>> {
+        let vocab = if target { self.target_vocab.as_ref().unwrap_or(&self.vocab) } else { &self.vocab };
+        let mut pieces: Vec<Option<&str>> = vec![None; vocab.len()];
+        for (piece, &id) in vocab {
+            *pieces.get_mut(id as usize)? = Some(piece.as_str());
+        }
+        pieces.into_iter().collect()
+    }
+
     fn specials(&self) -> [&str; 3] {
         [&self.eos_token, &self.unk_token, &self.pad_token]
     }

@@ -48,6 +48,24 @@ pub(super) fn unquote(s: &str) -> String {
     }
 }
 
+/// `s` as a YAML double-quoted scalar that [`unquote`] (and yaml-cpp, Marian's reader) reads back
+/// as `s`: `\\` and `\"` escaped, control characters and YAML's line breaks as `\xXX` / `\uXXXX`.
+pub(crate) fn quote(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            c if (c as u32) < 0x20 || c == '\x7f' => out.push_str(&format!("\\x{:02X}", c as u32)),
+            '\u{85}' | '\u{2028}' | '\u{2029}' | '\u{feff}' => out.push_str(&format!("\\u{:04X}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
 /// YAML double-quoted escapes (a superset of JSON's): \\ \" \/ \0 \a \b \t \n \v \f \r \e \  \N
 /// \_ \L \P \xXX \uXXXX \UXXXXXXXX.
 fn unescape_double(s: &str) -> String {
@@ -129,6 +147,30 @@ mod tests {
         let y = parse("outer:\n  inner: 1\n");
         assert_eq!(y["outer"], Vec::<String>::new());
         assert_eq!(y["inner"], vec!["1"]);
+    }
+
+    #[test]
+    fn quoting_reads_back_as_written() {
+        for s in [
+            "▁a",
+            "\"",
+            "\\",
+            "it's",
+            "a: b",
+            "#x",
+            "- y",
+            "\t\n\r\0\x7f",
+            "\u{85}\u{2028}\u{2029}\u{feff}",
+            "😀",
+            " ",
+            "",
+        ] {
+            let q = quote(s);
+            assert_eq!(unquote(&q), s, "{q}");
+            // One line, so that a `piece: id` list stays one entry a line.
+            assert!(!q.contains(['\n', '\r', '\u{85}', '\u{2028}', '\u{2029}']), "{q}");
+        }
+        assert_eq!(quote("▁a\"b"), "\"▁a\\\"b\"");
     }
 
     #[test]

@@ -1,23 +1,26 @@
 //! A model with an imported tokenizer written back out as a native Marian model: `model.npz`
 //! (its tensors under Marian's names and in Marian's orientation, `special:model.yml` inside),
-//! `decoder.yml`, and the SentencePiece models as its vocabularies. The inverse of the native
-//! import ([`super::native`]): importing what this writes gives the same tensors back.
+//! `decoder.yml`, and its vocabularies: the SentencePiece models themselves where the ids are
+//! theirs (what Marian's trainer writes), else `.yml` piece lists beside `source.spm` and
+//! `target.spm` (what an OPUS-MT release holds). The inverse of the native import
+//! ([`super::native`]): importing what this writes gives the same tensors back.
 //!
 //! Only what Marian has is written; anything else is refused by name: learned positions, the
 //! paper's or the port's sinusoid layouts, an unscaled embedding, GELU's tanh form (and the
 //! sigmoid form, which only Marian before v1.12.3 computes), a LayerNorm ε other than Marian's,
 //! heads whose width is not d_model / heads, this project's parsing inputs, a BPE vocabulary, and
-//! vocabularies whose ids are not their SentencePiece models' (a release's `vocab.yml`).
+//! a start token whose row is not zero (Marian's decoder starts from a zero vector).
 
 use super::assemble::transpose;
 use super::native::names;
 use crate::checkpoint::Checkpoint;
 use crate::config::{Activation, ModelConfig, Positions, SinusoidLayout};
-use crate::data::sentencepiece::SentencePiece;
 use crate::data::tokenizer::{IdMap, ImportedTokenizer, Tokenizer};
 use crate::error::{Error, Result};
+use crate::import::yaml;
 use crate::io::io_err;
 use crate::params::ParamLayout;
+use crate::vocab::BOS;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -42,16 +45,20 @@ pub fn export(ckpt: &Checkpoint, tokenizer: &Tokenizer, out: &Path) -> Result<Ve
     let (src_map, tgt_map) = tok.maps();
     let m = tok.inner();
     let shared = !m.separate_vocabs();
-    let (src_rows, tgt_rows) = (spm_rows(tok, true)?, spm_rows(tok, false)?);
-    let files = ["model.npz", "decoder.yml", "vocab.spm", "source.spm", "target.spm"];
+    let layout = ParamLayout::new(c);
+    let param = |name: &str| layout.entries().iter().find(|e| e.name == name).map(|e| &ckpt.params[e.range()]);
+    let target_embedding = param("embed.weight").expect("every model has its target embedding");
+    check_start(target_embedding, c.d_model)?;
+    let source_embedding = param("encoder.embed.weight").unwrap_or(target_embedding);
+    let vocabs = vocab_files(tok, [source_embedding, target_embedding], c.d_model)?;
+    let [src_rows, tgt_rows] = vocabs.rows;
     std::fs::create_dir_all(out).map_err(io_err(out))?;
-    if let Some(f) = files.iter().map(|f| out.join(f)).find(|p| p.exists()) {
+    if let Some(f) = WRITTEN.iter().map(|f| out.join(f)).find(|p| p.exists()) {
         return Err(Error::Input(format!(
             "export marian: {} exists; write into another directory (an export never replaces files)",
             f.display()
         )));
     }
-    let layout = ParamLayout::new(c);
     let names = names(c.n_layers);
     let d = c.d_model;
     let mut arrays: Vec<(String, Vec<usize>, Vec<f32>)> = Vec::new();
@@ -89,17 +96,12 @@ pub fn export(ckpt: &Checkpoint, tokenizer: &Tokenizer, out: &Path) -> Result<Ve
     let npz = out.join("model.npz");
     write_npz(&npz, &arrays, &yml)?;
     let mut written = vec![npz];
-    let vocabs: Vec<(&str, &SentencePiece)> = if shared {
-        vec![("vocab.spm", m.source_model())]
-    } else {
-        vec![("source.spm", m.source_model()), ("target.spm", m.target_model())]
-    };
-    for (name, spm) in &vocabs {
+    for (name, bytes) in &vocabs.files {
         let p = out.join(name);
-        std::fs::write(&p, spm.to_bytes()).map_err(io_err(&p))?;
+        std::fs::write(&p, bytes).map_err(io_err(&p))?;
         written.push(p);
     }
-    let (sv, tv) = (vocabs[0].0, vocabs[vocabs.len() - 1].0);
+    let [sv, tv] = vocabs.names;
     let decoder = format!(
         "models:\n  - model.npz\nvocabs:\n  - {sv}\n  - {tv}\nrelative-paths: true\nbeam-size: 4\nnormalize: 0\n\
          word-penalty: 0\nmini-batch: 16\nmaxi-batch: 100\nmaxi-batch-sort: src\n"
@@ -140,23 +142,123 @@ fn check_options(c: &ModelConfig) -> Result<()> {
     Ok(())
 }
 
-/// The rows Marian has on one side: its SentencePiece model's ids, which must be the
-/// vocabulary's (as in a model Marian trained with `.spm` vocabularies).
-fn spm_rows(tok: &ImportedTokenizer, source: bool) -> Result<usize> {
+/// Every file an export may write (none may exist before it).
+const WRITTEN: [&str; 8] = [
+    "model.npz",
+    "decoder.yml",
+    "vocab.spm",
+    "source.spm",
+    "target.spm",
+    "vocab.yml",
+    "vocab.src.yml",
+    "vocab.trg.yml",
+];
+
+/// The vocabulary files of an export and the rows each side has in Marian's model.
+struct VocabFiles {
+    /// (file name, contents), written beside the model.
+    files: Vec<(&'static str, Vec<u8>)>,
+    /// The source and target vocabularies `decoder.yml` names.
+    names: [&'static str; 2],
+    /// Marian's embedding rows on the source and target sides.
+    rows: [usize; 2],
+}
+
+/// The vocabularies as Marian reads them. Where a side's ids are its SentencePiece model's (a
+/// model Marian trained with `.spm` vocabularies), the `.spm` files themselves; otherwise (an
+/// OPUS-MT release's `vocab.yml`, a Hugging Face port's `vocab.json`) `.yml` lists of `piece: id`,
+/// with the SentencePiece models beside them under the release names (`source.spm`, `target.spm`):
+/// Marian then reads text already cut into pieces, as OPUS-MT releases do. A vocabulary's last
+/// entry `<pad>` with a zero row (the start token the import adds; Marian starts from a zero
+/// vector instead) is not written. `embeddings` are the (source, target) embeddings, D wide.
+fn vocab_files(tok: &ImportedTokenizer, embeddings: [&[f32]; 2], d: usize) -> Result<VocabFiles> {
     let m = tok.inner();
-    let (spm, side) = if source { (m.source_model(), "source") } else { (m.target_model(), "target") };
-    for id in 0..spm.len() as u32 {
-        let piece = spm.id_to_piece(id).unwrap_or_default();
-        let ours = if source { m.source_token_to_id(piece) } else { m.target_token_to_id(piece) };
-        if ours != Some(id) {
-            return Err(Error::Unsupported(format!(
-                "export marian: the {side} vocabulary's ids are not its SentencePiece model's (piece {piece:?} is id \
-                 {id} there and {ours:?} in the vocabulary, as in a release with vocab.yml); only models whose \
-                 vocabularies are their .spm files are written"
-            )));
-        }
+    let shared = !m.separate_vocabs();
+    let (src, tgt) = (m.source_model(), m.target_model());
+    if ids_are_spm(tok, false) && ids_are_spm(tok, true) {
+        return Ok(if shared {
+            VocabFiles {
+                files: vec![("vocab.spm", src.to_bytes().to_vec())],
+                names: ["vocab.spm"; 2],
+                rows: [src.len(); 2],
+            }
+        } else {
+            VocabFiles {
+                files: vec![("source.spm", src.to_bytes().to_vec()), ("target.spm", tgt.to_bytes().to_vec())],
+                names: ["source.spm", "target.spm"],
+                rows: [src.len(), tgt.len()],
+            }
+        });
     }
-    Ok(spm.len())
+    let (src_map, tgt_map) = tok.maps();
+    let (_, _, pad) = m.special_tokens();
+    let side = |target: bool| -> Result<(Vec<&str>, usize)> {
+        let pieces = m.pieces_by_id(target).ok_or_else(|| {
+            Error::Unsupported(format!(
+                "export marian: the {} vocabulary's ids are not 0..n without gaps",
+                if target { "target" } else { "source" }
+            ))
+        })?;
+        let (map, embedding) = if target { (tgt_map, embeddings[1]) } else { (src_map, embeddings[0]) };
+        let n = pieces.len();
+        let added_pad =
+            n > 0 && pieces[n - 1] == pad && row(embedding, d, map.ours(n as u32 - 1)).iter().all(|&x| x == 0.0);
+        Ok((pieces, if added_pad { n - 1 } else { n }))
+    };
+    let yml = |pieces: &[&str]| -> Vec<u8> {
+        pieces.iter().enumerate().map(|(id, p)| format!("{}: {id}\n", yaml::quote(p))).collect::<String>().into_bytes()
+    };
+    let spms = [("source.spm", src.to_bytes().to_vec()), ("target.spm", tgt.to_bytes().to_vec())];
+    let (sp, sn) = side(false)?;
+    Ok(if shared {
+        VocabFiles {
+            files: [("vocab.yml", yml(&sp[..sn]))].into_iter().chain(spms).collect(),
+            names: ["vocab.yml"; 2],
+            rows: [sn; 2],
+        }
+    } else {
+        let (tp, tn) = side(true)?;
+        VocabFiles {
+            files: [("vocab.src.yml", yml(&sp[..sn])), ("vocab.trg.yml", yml(&tp[..tn]))]
+                .into_iter()
+                .chain(spms)
+                .collect(),
+            names: ["vocab.src.yml", "vocab.trg.yml"],
+            rows: [sn, tn],
+        }
+    })
+}
+
+/// Whether one side's vocabulary is its SentencePiece model's: the same pieces under the same ids,
+/// and no others but a last `<pad>` (the start token the import adds).
+fn ids_are_spm(tok: &ImportedTokenizer, target: bool) -> bool {
+    let m = tok.inner();
+    let spm = if target { m.target_model() } else { m.source_model() };
+    let Some(pieces) = m.pieces_by_id(target) else { return false };
+    let (_, _, pad) = m.special_tokens();
+    let own = match pieces.last() {
+        Some(&last) if last == pad && pieces.len() == spm.len() + 1 => &pieces[..spm.len()],
+        _ => &pieces[..],
+    };
+    own.len() == spm.len() && own.iter().enumerate().all(|(id, &p)| spm.id_to_piece(id as u32) == Some(p))
+}
+
+/// Marian's decoder starts from a zero vector, so the row of our start token must be zero (the
+/// import adds it so, and fine-tuning keeps it).
+fn check_start(target_embedding: &[f32], d: usize) -> Result<()> {
+    if row(target_embedding, d, BOS).iter().any(|&x| x != 0.0) {
+        return Err(Error::Unsupported(
+            "export marian: Marian has no start token (its decoder starts from a zero vector), and this model's start \
+             row is not zero"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
+/// Row `id` of a D-wide embedding.
+fn row(embedding: &[f32], d: usize, id: u32) -> &[f32] {
+    &embedding[id as usize * d..][..d]
 }
 
 /// Embedding rows (ours, D) in Marian's id order, `rows` of them.
