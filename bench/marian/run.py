@@ -4,7 +4,7 @@ throughput and BLEU at equal time, then decoding speed and memory on the model M
 
     /work/venv/bin/pip install pymarian        # Marian 1.12.42, CPU
     cargo build --release
-    python bench/marian/run.py [--minutes 10] [--threads 2] [--runs 2]
+    python bench/marian/run.py [--minutes 10] [--threads 2] [--runs 2] [--decode-model DIR]
 
 Training: both engines get the quick start's recipe (configs/multi30k-en-de.toml: Multi30k
 en→de, 3+3 layers, d_model 256, FFN 1024, 4 heads, tied embeddings, ReLU, post-norm, dropout
@@ -22,7 +22,9 @@ Decoding: the model Marian trained, beam 4, Marian's search on both sides (`--no
 the whole process (load included) and its peak RSS (`/usr/bin/time`): Marian f32 and Marian
 intgemm8 (`convert -g intgemm8`), each at 1 thread and at `--threads` (the faster kept, and
 named), against ours at f32, bf16 (where the CPU has it) and int8 on the imported model.
-Medians of `--runs` interleaved runs. Prints one summary block for BENCHMARKS.md.
+Medians of `--runs` interleaved runs, with each setup's BLEU. `--decode-model DIR` skips training
+and decodes a Marian model already trained (DIR/model.npz, DIR/vocab.spm). Prints one summary
+block for BENCHMARKS.md.
 """
 
 import argparse
@@ -127,6 +129,8 @@ def main():
     ap.add_argument("--minutes", type=float, default=10.0)
     ap.add_argument("--threads", default="2")
     ap.add_argument("--runs", type=int, default=2)
+    ap.add_argument("--decode-model", help="a Marian model directory with model.npz and one shared vocab.spm "
+                    "(what this bench's Marian training writes) to decode; no training")
     a = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-marian-"))
     for n, dest in (("train.en.gz", "train.en"), ("train.de.gz", "train.de"),
@@ -137,21 +141,25 @@ def main():
     version = run(MARIAN + ["--version"]).stderr.strip().splitlines()[-1]
     print(f"# {time.strftime('%Y-%m-%d')}, `lscpu` \"{cpu}\", {os.cpu_count()} cores, Marian {version}", flush=True)
 
-    m_model, m_vocab, m_updates, m_tps = train_marian(work, a.minutes, a.threads)
-    o_ckpt, o_bpe, o_updates, o_tps = train_ours(work, a.minutes, a.threads)
-    m_out = run(MARIAN + ["decode", "-m", m_model, "-v", m_vocab, m_vocab, "-i", src, "--beam-size", "4",
-                          "--normalize", "0.6", "--cpu-threads", a.threads, "--quiet"]).stdout
-    o_out = run([BIN, "translate", "--checkpoint", o_ckpt, "--bpe", o_bpe, "--input", src]).stdout
-    m_bleu, o_bleu = bleu(m_out, ref), bleu(o_out, ref)
-    print(f"training, {a.minutes:g} min each, {a.threads} threads:")
-    print(f"  Marian {m_tps:,.0f} target tokens/s, {m_updates} updates, BLEU {m_bleu:.2f} (last model)")
-    print(f"  ours   {o_tps:,.0f} target tokens/s, {o_updates} updates, BLEU {o_bleu:.2f} (last checkpoint)")
-    print(f"  ratio  {o_tps / m_tps:.2f}x the throughput, {o_bleu - m_bleu:+.2f} BLEU", flush=True)
+    if a.decode_model:
+        m_model, m_vocab = Path(a.decode_model) / "model.npz", Path(a.decode_model) / "vocab.spm"
+        print(f"decoding only: the Marian model {m_model}")
+    else:
+        m_model, m_vocab, m_updates, m_tps = train_marian(work, a.minutes, a.threads)
+        o_ckpt, o_bpe, o_updates, o_tps = train_ours(work, a.minutes, a.threads)
+        m_out = run(MARIAN + ["decode", "-m", m_model, "-v", m_vocab, m_vocab, "-i", src, "--beam-size", "4",
+                              "--normalize", "0.6", "--cpu-threads", a.threads, "--quiet"]).stdout
+        o_out = run([BIN, "translate", "--checkpoint", o_ckpt, "--bpe", o_bpe, "--input", src]).stdout
+        m_bleu, o_bleu = bleu(m_out, ref), bleu(o_out, ref)
+        print(f"training, {a.minutes:g} min each, {a.threads} threads:")
+        print(f"  Marian {m_tps:,.0f} target tokens/s, {m_updates} updates, BLEU {m_bleu:.2f} (last model)")
+        print(f"  ours   {o_tps:,.0f} target tokens/s, {o_updates} updates, BLEU {o_bleu:.2f} (last checkpoint)")
+        print(f"  ratio  {o_tps / m_tps:.2f}x the throughput, {o_bleu - m_bleu:+.2f} BLEU", flush=True)
 
-    # Decoding the model Marian trained.
+    # Decoding the model Marian trained (or the one given).
     imported = work / "imported"
     run([BIN, "import", "marian", m_model.parent, "--output", imported])
-    m_int8 = work / "marian" / "model.intgemm8.bin"
+    m_int8 = work / "model.intgemm8.bin"
     run(MARIAN + ["convert", "-f", m_model, "-t", m_int8, "-g", "intgemm8"])
     marian_decode = lambda model, t: MARIAN + ["decode", "-m", model, "-v", m_vocab, m_vocab, "-i", src,
                                                "--beam-size", "4", "--normalize", "0.6", "--cpu-threads", t,
@@ -169,18 +177,20 @@ def main():
         precisions.insert(1, "bf16")
     setups.update({f"ours {p}": ours_decode(p) for p in precisions})
     times = {k: [] for k in setups}
-    rss = {}
+    rss, scores = {}, {}
     for _ in range(a.runs):
         for k, cmd in setups.items():
-            wall, peak, _ = timed(cmd)
+            wall, peak, out = timed(cmd)
             times[k].append(wall)
             rss[k] = max(rss.get(k, 0), peak)
+            if k not in scores:
+                scores[k] = bleu(out, ref)
     med = {k: statistics.median(v) for k, v in times.items()}
     best = lambda prefix: min((k for k in med if k.startswith(prefix)), key=med.get)
     mf, mi = best("marian f32"), best("marian intgemm8")
     print(f"decoding test_2016_flickr (1,000 sentences, beam 4, load included), medians of {a.runs}:")
     for k in med:
-        print(f"  {k:22s} {med[k]:6.2f} s  peak RSS {rss[k]:5.0f} MB")
+        print(f"  {k:22s} {med[k]:6.2f} s  peak RSS {rss[k]:5.0f} MB  BLEU {scores[k]:5.2f}")
     for p in precisions:
         k = f"ours {p}"
         print(f"  ours {p}: {med[mf] / med[k]:.2f}x Marian f32 ({mf}), {med[mi] / med[k]:.2f}x Marian intgemm8 ({mi}); "

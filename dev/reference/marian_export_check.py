@@ -122,9 +122,11 @@ checkpoint_steps = {a.steps}
         mb, ob = marian_nb.get(i, []), our_nb.get(i, [])
         if mb and ob and mb[0][0] == ob[0][0]:
             best_same += 1
-        elif any(len(p.split()) >= limits[i] for p, _ in marian_pieces.get(i, [])):
-            # A hypothesis at the length limit scores without EOS in Marian, with it here, and
-            # can rank differently: named, not counted against.
+        elif (marian_pieces.get(i) and len(marian_pieces[i][0][0].split()) >= limits[i]) or (
+            ob and len(sp_tgt.encode(ob[0][0])) >= limits[i]
+        ):
+            # A 1-best at the length limit scores without EOS in Marian, with it here, and ranks
+            # differently: named, not counted against.
             best_limit += 1
         else:
             print(f"sentence {i}: 1-best {ob[:1]} vs Marian {mb[:1]}")
@@ -137,7 +139,7 @@ checkpoint_steps = {a.steps}
                     bad += 1
                     print(f"sentence {i}: score {os_} vs Marian {ms}: {ot}")
     print(
-        f"1-best equal on {best_same}/{a.pairs} sentences ({best_limit} others with a hypothesis at the length limit); {compared} equal hypotheses, {bad} with scores apart "
+        f"1-best equal on {best_same}/{a.pairs} sentences ({best_limit} others whose 1-best, Marian's or ours, is at the length limit); {compared} equal hypotheses, {bad} with scores apart "
         f"(and {at_limit} at the length limit, set aside)"
     )
     # The references' log-probability: evaluate prints the mean NLL per token, so the totals are

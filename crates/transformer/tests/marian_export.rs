@@ -93,6 +93,63 @@ fn release_vocabularies_go_out_as_yml_lists_and_come_back() {
     }
 }
 
+/// Rewrites the `.yml` list at `path` with the pieces of ids `a` and `b` swapped.
+fn swap_ids(path: &Path, a: usize, b: usize) {
+    let mut lines: Vec<String> = std::fs::read_to_string(path).unwrap().lines().map(str::to_string).collect();
+    let piece = |l: &str| l.rsplit_once(':').unwrap().0.to_string();
+    let (pa, pb) = (piece(&lines[a]), piece(&lines[b]));
+    lines[a] = format!("{pb}: {a}");
+    lines[b] = format!("{pa}: {b}");
+    std::fs::write(path, lines.join("\n") + "\n").unwrap();
+}
+
+#[test]
+fn separate_yml_vocabularies_go_out_as_two_lists() {
+    // gelu_separate with each list's ids 2 and 3 swapped: no longer its .spm's ids on either side,
+    // so the export writes vocab.src.yml and vocab.trg.yml.
+    let tmp = tempdir("separate-yml");
+    let dir = tmp.join("release");
+    std::fs::create_dir_all(&dir).unwrap();
+    for f in std::fs::read_dir(fixture("marian/gelu_separate/native")).unwrap() {
+        let f = f.unwrap().path();
+        std::fs::copy(&f, dir.join(f.file_name().unwrap())).unwrap();
+    }
+    swap_ids(&dir.join("vocab.src.yml"), 2, 3);
+    swap_ids(&dir.join("vocab.trg.yml"), 2, 3);
+    let first = import(&dir).unwrap();
+    let (ckpt, tok) = write(&first, &tmp.join("ours")).unwrap();
+    let mut ck = transformer::checkpoint::load(&ckpt).unwrap();
+    // The source side's `<pad>` (its start id, never read by Marian's encoder) with a row that is
+    // not zero is Marian's own entry: written, not left out.
+    let layout = transformer::params::ParamLayout::new(&ck.config);
+    let src = layout.get("encoder.embed.weight").expect("separate vocabularies: a source embedding").range().start;
+    ck.params[src + transformer::BOS as usize * ck.config.d_model] = 0.25;
+    let out = tmp.join("marian");
+    export(&ck, &Tokenizer::load(&tok).unwrap(), &out).unwrap();
+    let decoder = std::fs::read_to_string(out.join("decoder.yml")).unwrap();
+    assert!(decoder.contains("vocabs:\n  - vocab.src.yml\n  - vocab.trg.yml\n"), "{decoder}");
+    let entries = |p: &Path| -> Vec<String> {
+        std::fs::read_to_string(p).unwrap().lines().filter(|l| !l.trim().is_empty()).map(str::to_string).collect()
+    };
+    let (src_written, src_release) = (entries(&out.join("vocab.src.yml")), entries(&dir.join("vocab.src.yml")));
+    assert_eq!(src_written[..src_release.len()], src_release[..]);
+    assert_eq!(src_written[src_release.len()..], ["\"<pad>\": 600".to_string()], "the source start row is kept");
+    assert_eq!(entries(&out.join("vocab.trg.yml")), entries(&dir.join("vocab.trg.yml")), "the target's as released");
+    let model_yml = {
+        let npz = std::fs::read(out.join("model.npz")).unwrap();
+        let text = String::from_utf8_lossy(&npz).to_string();
+        text[text.find("dim-vocabs:").unwrap()..].lines().take(3).collect::<Vec<_>>().join("\n")
+    };
+    assert_eq!(model_yml, "dim-vocabs:\n  - 601\n  - 600");
+    let again = import(&out).unwrap();
+    assert_eq!(again.checkpoint.config, ck.config);
+    let same = again.checkpoint.params.len() == ck.params.len()
+        && again.checkpoint.params.iter().zip(&ck.params).all(|(a, b)| a.to_bits() == b.to_bits());
+    assert!(same, "the tensors changed on the way through Marian's format");
+    assert_eq!(again.tokenizer.target_vocab, first.tokenizer.target_vocab);
+    let _ = std::fs::remove_dir_all(&tmp);
+}
+
 #[test]
 fn what_marian_does_not_have_is_refused_by_name() {
     let tmp = tempdir("refused");
@@ -135,12 +192,7 @@ fn what_marian_does_not_have_is_refused_by_name() {
     // One value differs: the port's logit bias for its `<pad>` (our start token, which search
     // never predicts), a row Marian does not have, comes back masked.
     assert_eq!(again.checkpoint.params.len(), hck.params.len());
-    let bias = transformer::params::ParamLayout::new(&hck.config)
-        .entries()
-        .iter()
-        .find(|e| e.name == "output.bias")
-        .map(|e| e.range().start)
-        .unwrap();
+    let bias = transformer::params::ParamLayout::new(&hck.config).get("output.bias").unwrap().range().start;
     assert_eq!(again.checkpoint.params[bias + 1], transformer::import::marian::MASKED_LOGIT);
     let mut hck = hck;
     hck.params[bias + 1] = transformer::import::marian::MASKED_LOGIT;
@@ -149,8 +201,8 @@ fn what_marian_does_not_have_is_refused_by_name() {
     assert_eq!(again.tokenizer.source_vocab, hf.tokenizer.source_vocab);
     // A start row that is not zero has no place in Marian (its decoder starts from zeros).
     let mut moved = ck.clone();
-    moved.params[ck.config.d_model] = 0.5; // embed.weight comes first; its row 1 is the start
-
+    let start = transformer::params::ParamLayout::new(&ck.config).get("embed.weight").unwrap().range().start;
+    moved.params[start + transformer::BOS as usize * ck.config.d_model] = 0.5;
     let err = export(&moved, &tok, &tmp.join("start")).unwrap_err().to_string();
     assert!(err.contains("start row is not zero"), "{err}");
     // Never over an existing model.

@@ -57,8 +57,12 @@ pub(crate) fn quote(s: &str) -> String {
         match c {
             '\\' => out.push_str("\\\\"),
             '"' => out.push_str("\\\""),
-            c if (c as u32) < 0x20 || c == '\x7f' => out.push_str(&format!("\\x{:02X}", c as u32)),
-            '\u{85}' | '\u{2028}' | '\u{2029}' | '\u{feff}' => out.push_str(&format!("\\u{:04X}", c as u32)),
+            // Outside YAML's printable set (C0, DEL, C1, the non-characters U+FFFE and U+FFFF),
+            // its line breaks, and the byte-order mark: escaped, for strict readers (PyYAML) too.
+            c if (c as u32) < 0x20 || ('\x7f'..='\u{9f}').contains(&c) => out.push_str(&format!("\\x{:02X}", c as u32)),
+            '\u{2028}' | '\u{2029}' | '\u{feff}' | '\u{fffe}' | '\u{ffff}' => {
+                out.push_str(&format!("\\u{:04X}", c as u32))
+            }
             c => out.push(c),
         }
     }
@@ -161,6 +165,7 @@ mod tests {
             "- y",
             "\t\n\r\0\x7f",
             "\u{85}\u{2028}\u{2029}\u{feff}",
+            "\u{80}\u{9f}\u{fffe}\u{ffff}",
             "😀",
             " ",
             "",
@@ -168,7 +173,7 @@ mod tests {
             let q = quote(s);
             assert_eq!(unquote(&q), s, "{q}");
             // One line, so that a `piece: id` list stays one entry a line.
-            assert!(!q.contains(['\n', '\r', '\u{85}', '\u{2028}', '\u{2029}']), "{q}");
+            assert!(!q.contains(['\n', '\r', '\u{85}', '\u{2028}', '\u{2029}', '\u{9f}', '\u{ffff}']), "{q}");
         }
         assert_eq!(quote("▁a\"b"), "\"▁a\\\"b\"");
     }

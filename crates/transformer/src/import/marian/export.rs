@@ -46,7 +46,7 @@ pub fn export(ckpt: &Checkpoint, tokenizer: &Tokenizer, out: &Path) -> Result<Ve
     let m = tok.inner();
     let shared = !m.separate_vocabs();
     let layout = ParamLayout::new(c);
-    let param = |name: &str| layout.entries().iter().find(|e| e.name == name).map(|e| &ckpt.params[e.range()]);
+    let param = |name: &str| layout.get(name).map(|e| &ckpt.params[e.range()]);
     let target_embedding = param("embed.weight").expect("every model has its target embedding");
     check_start(target_embedding, c.d_model)?;
     let source_embedding = param("encoder.embed.weight").unwrap_or(target_embedding);
@@ -201,6 +201,8 @@ fn vocab_files(tok: &ImportedTokenizer, embeddings: [&[f32]; 2], d: usize) -> Re
         })?;
         let (map, embedding) = if target { (tgt_map, embeddings[1]) } else { (src_map, embeddings[0]) };
         let n = pieces.len();
+        // `<pad>` is the start token on each side (IdMap), so on the target side its row is our
+        // BOS row, which check_start has found zero; the test decides on a separate source side.
         let added_pad =
             n > 0 && pieces[n - 1] == pad && row(embedding, d, map.ours(n as u32 - 1)).iter().all(|&x| x == 0.0);
         Ok((pieces, if added_pad { n - 1 } else { n }))
