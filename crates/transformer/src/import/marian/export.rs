@@ -15,6 +15,7 @@ use super::assemble::transpose;
 use super::native::names;
 use crate::checkpoint::Checkpoint;
 use crate::config::{Activation, ModelConfig, Positions, SinusoidLayout};
+use crate::data::sentencepiece::SentencePiece;
 use crate::data::tokenizer::{IdMap, ImportedTokenizer, Tokenizer};
 use crate::error::{Error, Result};
 use crate::import::yaml;
@@ -175,7 +176,17 @@ fn vocab_files(tok: &ImportedTokenizer, embeddings: [&[f32]; 2], d: usize) -> Re
     let m = tok.inner();
     let shared = !m.separate_vocabs();
     let (src, tgt) = (m.source_model(), m.target_model());
-    if ids_are_spm(tok, false) && ids_are_spm(tok, true) {
+    let (_, _, pad) = m.special_tokens();
+    let pieces = |target: bool| {
+        m.pieces_by_id(target).ok_or_else(|| {
+            Error::Unsupported(format!(
+                "export marian: the {} vocabulary's ids are not 0..n without gaps",
+                if target { "target" } else { "source" }
+            ))
+        })
+    };
+    let (sp, tp) = (pieces(false)?, pieces(true)?);
+    if is_spm_list(&sp, src, pad) && is_spm_list(&tp, tgt, pad) {
         return Ok(if shared {
             VocabFiles {
                 files: vec![("vocab.spm", src.to_bytes().to_vec())],
@@ -191,27 +202,24 @@ fn vocab_files(tok: &ImportedTokenizer, embeddings: [&[f32]; 2], d: usize) -> Re
         });
     }
     let (src_map, tgt_map) = tok.maps();
-    let (_, _, pad) = m.special_tokens();
-    let side = |target: bool| -> Result<(Vec<&str>, usize)> {
-        let pieces = m.pieces_by_id(target).ok_or_else(|| {
-            Error::Unsupported(format!(
-                "export marian: the {} vocabulary's ids are not 0..n without gaps",
-                if target { "target" } else { "source" }
-            ))
-        })?;
-        let (map, embedding) = if target { (tgt_map, embeddings[1]) } else { (src_map, embeddings[0]) };
+    // The rows a side has in Marian: its pieces, but for a last `<pad>` with a zero row. `<pad>` is
+    // the start token on each side (IdMap), so on the target side its row is our BOS row, which
+    // check_start has found zero; the test decides on a separate source side.
+    let rows = |pieces: &[&str], map: &IdMap, embedding: &[f32]| {
         let n = pieces.len();
-        // `<pad>` is the start token on each side (IdMap), so on the target side its row is our
-        // BOS row, which check_start has found zero; the test decides on a separate source side.
         let added_pad =
             n > 0 && pieces[n - 1] == pad && row(embedding, d, map.ours(n as u32 - 1)).iter().all(|&x| x == 0.0);
-        Ok((pieces, if added_pad { n - 1 } else { n }))
+        if added_pad {
+            n - 1
+        } else {
+            n
+        }
     };
     let yml = |pieces: &[&str]| -> Vec<u8> {
         pieces.iter().enumerate().map(|(id, p)| format!("{}: {id}\n", yaml::quote(p))).collect::<String>().into_bytes()
     };
     let spms = [("source.spm", src.to_bytes().to_vec()), ("target.spm", tgt.to_bytes().to_vec())];
-    let (sp, sn) = side(false)?;
+    let sn = rows(&sp, src_map, embeddings[0]);
     Ok(if shared {
         VocabFiles {
             files: [("vocab.yml", yml(&sp[..sn]))].into_iter().chain(spms).collect(),
@@ -219,7 +227,7 @@ fn vocab_files(tok: &ImportedTokenizer, embeddings: [&[f32]; 2], d: usize) -> Re
             rows: [sn; 2],
         }
     } else {
-        let (tp, tn) = side(true)?;
+        let tn = rows(&tp, tgt_map, embeddings[1]);
         VocabFiles {
             files: [("vocab.src.yml", yml(&sp[..sn])), ("vocab.trg.yml", yml(&tp[..tn]))]
                 .into_iter()
@@ -231,16 +239,12 @@ fn vocab_files(tok: &ImportedTokenizer, embeddings: [&[f32]; 2], d: usize) -> Re
     })
 }
 
-/// Whether one side's vocabulary is its SentencePiece model's: the same pieces under the same ids,
-/// and no others but a last `<pad>` (the start token the import adds).
-fn ids_are_spm(tok: &ImportedTokenizer, target: bool) -> bool {
-    let m = tok.inner();
-    let spm = if target { m.target_model() } else { m.source_model() };
-    let Some(pieces) = m.pieces_by_id(target) else { return false };
-    let (_, _, pad) = m.special_tokens();
+/// Whether a side's vocabulary (its pieces in id order) is its SentencePiece model's: the same
+/// pieces under the same ids, and no others but a last `pad` (the start token the import adds).
+fn is_spm_list(pieces: &[&str], spm: &SentencePiece, pad: &str) -> bool {
     let own = match pieces.last() {
         Some(&last) if last == pad && pieces.len() == spm.len() + 1 => &pieces[..spm.len()],
-        _ => &pieces[..],
+        _ => pieces,
     };
     own.len() == spm.len() && own.iter().enumerate().all(|(id, &p)| spm.id_to_piece(id as u32) == Some(p))
 }
