@@ -4,7 +4,7 @@ throughput and BLEU at equal time, then decoding speed and memory on the model M
 
     /work/venv/bin/pip install pymarian        # Marian 1.12.42, CPU
     cargo build --release
-    python bench/marian/run.py [--minutes 10] [--threads 2] [--runs 2] [--decode-model DIR]
+    python bench/marian/run.py [--minutes 10] [--threads 2] [--runs 2] [--finetune-minutes M] [--decode-model DIR]
 
 Training: both engines get the quick start's recipe (configs/multi30k-en-de.toml: Multi30k
 en→de, 3+3 layers, d_model 256, FFN 1024, 4 heads, tied embeddings, ReLU, post-norm, dropout
@@ -23,8 +23,12 @@ the whole process (load included) and its peak RSS (`/usr/bin/time`): Marian f32
 intgemm8 (`convert -g intgemm8`), each at 1 thread and at `--threads` (the faster kept, and
 named), against ours at f32, bf16 (where the CPU has it) and int8 on the imported model.
 Medians of `--runs` interleaved runs, with each setup's BLEU. `--decode-model DIR` skips training
-and decodes a Marian model already trained (DIR/model.npz, DIR/vocab.spm). Prints one summary
-block for BENCHMARKS.md.
+and decodes a Marian model already trained (DIR/model.npz, DIR/vocab.spm). Ten minutes leave
+Marian with a model that does not translate yet (its outputs run to twice the references' length),
+which is no test of decoding: `--finetune-minutes M` first trains that model further here for M
+minutes (`train --init`, the quick start's batch and bf16 setting) and exports it back to Marian
+(`export marian`), and both engines decode that. Ours decodes with its defaults, one batch per
+thread at once (`--workers`). Prints one summary block for BENCHMARKS.md.
 """
 
 import argparse
@@ -124,11 +128,33 @@ def train_ours(work, minutes, threads):
     return ckpt, work / "bpe.json", train[-1]["step"], sum(r["tokens"] for r in train) / seconds
 
 
+def finetune_ours(work, m_model, minutes, threads):
+    """Marian's model trained further here (`train --init`, the quick start's batch, schedule and
+    bf16 setting, its own SentencePiece vocabulary) and written back as a Marian model: what the
+    decoding compares when Marian's own budget leaves a model that does not translate yet."""
+    imported, out, back = work / "ft-imported", work / "ft", work / "ft-marian"
+    run([BIN, "import", "marian", m_model.parent, "--output", imported])
+    run([BIN, "train", "--config", ROOT / "configs" / "finetune-opus-mt.toml", "--threads", threads,
+         "--set", f"data.bpe=\"{imported / 'tokenizer.json'}\"", "--set", f"train.init=\"{imported / 'model.safetensors'}\"",
+         "--set", f"train.output_dir=\"{out}\"", "--set", f"train.time_limit_minutes={minutes}",
+         "--set", "train.checkpoint_minutes=1000", "--set", "model.dropout=0.2", "--set", "train.max_src_tokens=4096",
+         "--set", "train.max_tgt_tokens=4096", "--set", "train.lr_scale=0.5", "--set", "train.warmup=100",
+         "--set", "train.bf16_matmul=\"auto\""], cwd=ROOT)
+    ckpt = sorted(out.glob("ckpt-*.safetensors"))[-1]
+    run([BIN, "export", "marian", "--checkpoint", ckpt, "--tokenizer", imported / "tokenizer.json", "--output", back])
+    recs = [json.loads(l) for l in (out / "metrics.jsonl").read_text().splitlines()]
+    updates = max(r["step"] for r in recs if r["kind"] == "train")
+    return back / "model.npz", back / "vocab.spm", updates
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--minutes", type=float, default=10.0)
     ap.add_argument("--threads", default="2")
     ap.add_argument("--runs", type=int, default=2)
+    ap.add_argument("--finetune-minutes", type=float, default=0.0,
+                    help="before decoding, train Marian's model further here for this long and export it back "
+                    "to Marian, so that both engines decode a model that translates (0: decode Marian's own)")
     ap.add_argument("--decode-model", help="a Marian model directory with model.npz and one shared vocab.spm "
                     "(what this bench's Marian training writes) to decode; no training")
     a = ap.parse_args()
@@ -156,7 +182,12 @@ def main():
         print(f"  ours   {o_tps:,.0f} target tokens/s, {o_updates} updates, BLEU {o_bleu:.2f} (last checkpoint)")
         print(f"  ratio  {o_tps / m_tps:.2f}x the throughput, {o_bleu - m_bleu:+.2f} BLEU", flush=True)
 
-    # Decoding the model Marian trained (or the one given).
+    if a.finetune_minutes > 0:
+        m_model, m_vocab, ft_updates = finetune_ours(work, m_model, a.finetune_minutes, a.threads)
+        print(f"decoding Marian's model after {a.finetune_minutes:g} min of training here ({ft_updates} updates), "
+              f"exported back to Marian", flush=True)
+
+    # Decoding the model Marian trained (or the one given, or the one fine-tuned here).
     imported = work / "imported"
     run([BIN, "import", "marian", m_model.parent, "--output", imported])
     m_int8 = work / "model.intgemm8.bin"

@@ -623,6 +623,10 @@ pub struct SearchArgs {
     /// Sentences per batch.
     #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_sentences: u32,
+    /// Batches decoded at once, each on one thread (0: one per thread of `--threads`; 1: one
+    /// batch at a time, its products split over the threads). The output does not depend on it.
+    #[arg(long, default_value_t = 0)]
+    pub workers: u32,
     /// Stop a sentence as soon as the best candidate of a step ends in EOS (CTranslate2's default),
     /// instead of when no live hypothesis can still win; faster, and may change the output.
     #[arg(long)]
@@ -808,6 +812,11 @@ impl SearchArgs {
                 e.to_string().replace("the beam size must", "--beam must").replace("max_len_", "--max-len-")
             ),
         };
-        Ok(DecodeOptions { search, max_tokens: self.max_tokens as usize, max_sentences: self.max_sentences as usize })
+        Ok(DecodeOptions {
+            search,
+            max_tokens: self.max_tokens as usize,
+            max_sentences: self.max_sentences as usize,
+            workers: self.workers as usize,
+        })
     }
 }

@@ -43,7 +43,7 @@ fn options() -> DecodeOptions {
     let mut search = BeamConfig::translation();
     search.max_len_b = 12;
     search.nbest = 2;
-    DecodeOptions { search, max_tokens: 256, max_sentences: 16 }
+    DecodeOptions { search, max_tokens: 256, max_sentences: 16, workers: 1 }
 }
 
 /// (text, log P, score) of every hypothesis.
@@ -77,6 +77,43 @@ fn two_threads_at_once_get_what_one_after_the_other_gets() {
     }
     // The pool's reused buffers change nothing either.
     assert!(run(&t, a) == alone.0);
+}
+
+/// Progress as a test sees it: every (done, total) reported.
+#[derive(Default)]
+struct Progress(Vec<(usize, usize)>);
+
+impl transformer::events::Events for Progress {
+    fn progress(&mut self, done: usize, total: usize) {
+        self.0.push((done, total));
+    }
+}
+
+#[test]
+fn batches_on_worker_threads_give_what_one_batch_at_a_time_gives() {
+    let t = translator(Precision::F32);
+    let input: Vec<String> = lines().into_iter().take(120).collect();
+    let alone = run(&t, &input);
+    assert!(alone.iter().any(|l| !l[0].0.is_empty()), "the model translated nothing");
+    for workers in [2, 3, 0] {
+        let opts = DecodeOptions { workers, ..options() };
+        let mut progress = Progress::default();
+        let (out, stats) = t.translate(&input, &opts, &mut progress).unwrap();
+        let out: Vec<Vec<(String, f32, f32)>> = out
+            .into_iter()
+            .map(|l| l.into_iter().map(|x| (x.text, x.hypothesis.log_prob as f32, x.hypothesis.score as f32)).collect())
+            .collect();
+        assert!(out == alone, "{workers} workers gave other translations than one batch at a time");
+        assert!(stats.batches >= 8, "{workers} workers: only {} batches", stats.batches);
+        // Progress rises to every piece (a sentence, or a chunk of one too long for the model's
+        // positions), one report per batch, whatever order the batches end in.
+        assert_eq!(progress.0.len(), stats.batches);
+        assert!(progress.0.windows(2).all(|w| w[0].0 < w[1].0 && w[0].1 == w[1].1));
+        let pieces = input.len() + stats.chunked;
+        assert!(stats.chunked == 0 || progress.0[0].1 > input.len());
+        let &(done, total) = progress.0.last().unwrap();
+        assert!(done == total && total >= pieces, "progress ended at {done}/{total} for {pieces} pieces");
+    }
 }
 
 #[test]

@@ -50,12 +50,22 @@ pub fn translate(
     if profile {
         let (slots, flops) = prof.take();
         let accounted: f64 = slots.iter().map(|s| s.1).sum();
-        for (name, t) in slots.iter().filter(|s| s.1 > 0.0) {
-            let rate =
-                if *name == "matmul" { format!(", {:.0} GFLOP/s", flops as f64 / 1e9 / t) } else { String::new() };
-            eprintln!("{name:>32}: {t:7.3} s ({:4.1}%{rate})", 100.0 * t / secs);
+        // With batches on several threads at once, each thread's kernels count: the times are
+        // thread-seconds, out of the wall time times the threads.
+        let budget = secs * stats.workers as f64;
+        if stats.workers > 1 {
+            eprintln!("{} batches at once, one per thread: thread-seconds, of {budget:.3}", stats.workers);
         }
-        eprintln!("{:>32}: {:7.3} s ({:4.1}%)", "other", secs - accounted, 100.0 * (secs - accounted) / secs);
+        for (name, t) in slots.iter().filter(|s| s.1 > 0.0) {
+            let rate = if *name == "matmul" {
+                let each = if stats.workers > 1 { " per thread" } else { "" };
+                format!(", {:.0} GFLOP/s{each}", flops as f64 / 1e9 / t)
+            } else {
+                String::new()
+            };
+            eprintln!("{name:>32}: {t:7.3} s ({:4.1}%{rate})", 100.0 * t / budget);
+        }
+        eprintln!("{:>32}: {:7.3} s ({:4.1}%)", "other", budget - accounted, 100.0 * (budget - accounted) / budget);
         memory_profile(&translator);
     }
     let stdout = std::io::stdout();

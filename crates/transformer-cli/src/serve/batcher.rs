@@ -206,8 +206,12 @@ fn attention_json(t: &Translator, src: &[u32], tgt: &[u32]) -> Result<serde_json
 /// Decodes one batch and answers its jobs.
 fn decode(t: &Translator, jobs: Vec<Job>, budget: Budget, metrics: &Metrics) {
     let srcs: Vec<Vec<u32>> = jobs.iter().flat_map(|j| j.srcs.iter().cloned()).collect();
-    let opts =
-        DecodeOptions { search: jobs[0].search, max_tokens: budget.max_tokens, max_sentences: budget.max_sentences };
+    let opts = DecodeOptions {
+        search: jobs[0].search,
+        max_tokens: budget.max_tokens,
+        max_sentences: budget.max_sentences,
+        workers: 0,
+    };
     let start = Instant::now();
     metrics.decoding.store(srcs.len() as u64, Ordering::Relaxed);
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| t.translate_ids(&srcs, &opts, &mut ())));

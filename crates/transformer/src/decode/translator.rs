@@ -35,11 +35,15 @@ pub struct DecodeOptions {
     pub max_tokens: usize,
     /// Sentences per batch.
     pub max_sentences: usize,
+    /// Batches decoded at once, each on a thread of its own (0: as many as rayon's pool has
+    /// threads; 1: one batch at a time, its products split over the pool). Results do not depend
+    /// on it.
+    pub workers: usize,
 }
 
 impl Default for DecodeOptions {
     fn default() -> Self {
-        DecodeOptions { search: BeamConfig::translation(), max_tokens: 2048, max_sentences: 128 }
+        DecodeOptions { search: BeamConfig::translation(), max_tokens: 2048, max_sentences: 128, workers: 0 }
     }
 }
 
@@ -61,6 +65,9 @@ pub struct TranslateStats {
     pub batches: usize,
     /// Decoder rows (hypotheses) summed over steps: the search's work.
     pub rows_decoded: usize,
+    /// Batches decoded at once, each on its own thread ([`DecodeOptions::workers`]); 1 when the
+    /// batches ran one after the other.
+    pub workers: usize,
 }
 
 /// How a [`Translator`] is built.
@@ -496,31 +503,99 @@ impl Translator {
         // Longest first, so the first batch shows the peak memory; stable for equal lengths.
         let mut order: Vec<usize> = (0..pieces.len()).collect();
         order.sort_by_key(|&p| std::cmp::Reverse(pieces[p].1.len()));
-        let piece_hyps = self.with_buffers(|buffers| -> Result<Vec<Vec<Hypothesis>>> {
-            let mut piece_hyps: Vec<Vec<Hypothesis>> = vec![Vec::new(); pieces.len()];
-            let mut start = 0;
-            while start < order.len() {
-                let longest = pieces[order[start]].1.len();
-                let fit = (opts.max_tokens / longest.max(1)).clamp(1, opts.max_sentences.max(1));
-                let end = (start + fit).min(order.len());
-                let batch: Vec<&[u32]> = order[start..end].iter().map(|&p| pieces[p].1).collect();
-                let remapped = constraint
-                    .map(|inner| Remapped { inner, map: order[start..end].iter().map(|&p| pieces[p].0).collect() });
-                let c = remapped.as_ref().map(|r| r as &dyn Constraint);
-                let others: Vec<&Transformer> = self.others.iter().collect();
-                let mine = (&mut buffers.mine.0, &mut buffers.mine.1);
-                let (hyps, rows) =
-                    search_batch_ensemble(model, &others, &batch, &opts.search, mine, &mut buffers.theirs, c)?;
-                stats.rows_decoded += rows;
-                for (&p, h) in order[start..end].iter().zip(hyps) {
-                    piece_hyps[p] = h;
-                }
-                stats.batches += 1;
-                start = end;
-                events.progress(end, order.len());
+        let workers = match opts.workers {
+            0 => rayon::current_num_threads(),
+            w => w,
+        };
+        let batches = plan_batches(&order, |p| pieces[p].1.len(), opts, workers);
+        let workers = workers.min(batches.len()).max(1);
+        stats.workers = workers;
+        // One batch: its search, with the products split over the threads.
+        let run = |range: &std::ops::Range<usize>, buffers: &mut Buffers| {
+            let batch: Vec<&[u32]> = order[range.clone()].iter().map(|&p| pieces[p].1).collect();
+            let remapped = constraint
+                .map(|inner| Remapped { inner, map: order[range.clone()].iter().map(|&p| pieces[p].0).collect() });
+            let c = remapped.as_ref().map(|r| r as &dyn Constraint);
+            let others: Vec<&Transformer> = self.others.iter().collect();
+            let mine = (&mut buffers.mine.0, &mut buffers.mine.1);
+            search_batch_ensemble(model, &others, &batch, &opts.search, mine, &mut buffers.theirs, c)
+        };
+        let mut piece_hyps: Vec<Vec<Hypothesis>> = vec![Vec::new(); pieces.len()];
+        let mut done = 0;
+        let mut finish = |range: &std::ops::Range<usize>, hyps: Vec<Vec<Hypothesis>>, rows: usize| {
+            stats.rows_decoded += rows;
+            for (&p, h) in order[range.clone()].iter().zip(hyps) {
+                piece_hyps[p] = h;
             }
-            Ok(piece_hyps)
-        })?;
+            stats.batches += 1;
+            done += range.len();
+            events.progress(done, order.len());
+        };
+        if workers <= 1 {
+            self.with_buffers(|buffers| -> Result<()> {
+                for range in &batches {
+                    let (hyps, rows) = run(range, buffers)?;
+                    finish(range, hyps, rows);
+                }
+                Ok(())
+            })?;
+        } else {
+            // Batches at once, one per worker thread, each decoded on that thread alone: a step's
+            // products are too small to split well over threads (every one would wait for the
+            // slowest), while whole batches need no synchronisation at all. Each worker takes the
+            // next batch when it is done (longest first), in buffers of its own from the pool.
+            let next = std::sync::atomic::AtomicUsize::new(0);
+            let stop = std::sync::atomic::AtomicBool::new(false);
+            let profile = crate::kernels::cpu::profile::Profile::current();
+            std::thread::scope(|s| -> Result<()> {
+                let (tx, rx) = std::sync::mpsc::channel();
+                for _ in 0..workers {
+                    let (tx, next, stop, batches, run, profile) = (tx.clone(), &next, &stop, &batches, &run, &profile);
+                    s.spawn(move || {
+                        let work = || {
+                            self.with_buffers(|buffers| {
+                                use std::sync::atomic::Ordering::Relaxed;
+                                while !stop.load(Relaxed) {
+                                    let i = next.fetch_add(1, Relaxed);
+                                    let Some(range) = batches.get(i) else { break };
+                                    let r = run(range, buffers);
+                                    if r.is_err() {
+                                        stop.store(true, Relaxed);
+                                    }
+                                    if tx.send((i, r)).is_err() {
+                                        break;
+                                    }
+                                }
+                            })
+                        };
+                        let one = match rayon::ThreadPoolBuilder::new().num_threads(1).build() {
+                            Ok(pool) => pool,
+                            Err(e) => {
+                                stop.store(true, std::sync::atomic::Ordering::Relaxed);
+                                let _ = tx
+                                    .send((usize::MAX, Err(Error::Decode(format!("starting a decoding thread: {e}")))));
+                                return;
+                            }
+                        };
+                        one.install(|| match profile {
+                            Some(p) => p.install(work),
+                            None => work(),
+                        })
+                    });
+                }
+                drop(tx);
+                let mut first_error = None;
+                for (i, r) in rx {
+                    match r {
+                        Ok((hyps, rows)) => finish(&batches[i], hyps, rows),
+                        Err(e) => {
+                            first_error.get_or_insert(e);
+                        }
+                    }
+                }
+                first_error.map_or(Ok(()), Err)
+            })?;
+        }
         let out = join_chunks(srcs.len(), &pieces, piece_hyps, opts, max_src, &mut stats, events);
         Ok((out, stats))
     }
@@ -773,6 +848,31 @@ impl Translator {
 /// Each sentence's n-best list from its pieces' (`pieces` in sentence order): chunks joined rank by
 /// rank, an empty source as `nbest` empty outputs; a warning for each output the model's positions
 /// cut short.
+/// The batches of `order` (pieces, longest first), as ranges of it: each as many pieces as fit in
+/// `max_tokens` padded source tokens, at most `max_sentences`. With several `workers`, at most a
+/// quarter of a worker's share, so that the workers end close together.
+fn plan_batches(
+    order: &[usize],
+    len: impl Fn(usize) -> usize,
+    opts: &DecodeOptions,
+    workers: usize,
+) -> Vec<std::ops::Range<usize>> {
+    let mut max_sentences = opts.max_sentences.max(1);
+    if workers > 1 {
+        max_sentences = max_sentences.min(order.len().div_ceil(4 * workers).max(1));
+    }
+    let mut batches = Vec::new();
+    let mut start = 0;
+    while start < order.len() {
+        let longest = len(order[start]);
+        let fit = (opts.max_tokens / longest.max(1)).clamp(1, max_sentences);
+        let end = (start + fit).min(order.len());
+        batches.push(start..end);
+        start = end;
+    }
+    batches
+}
+
 fn join_chunks(
     sentences: usize,
     pieces: &[(usize, &[u32])],

@@ -136,6 +136,12 @@ impl Profile {
         f()
     }
 
+    /// The profile installed on this thread, if any: what a thread started for the same work
+    /// installs in turn.
+    pub fn current() -> Option<Profile> {
+        current()
+    }
+
     /// Time per product shape since the last call (resetting it), largest first.
     pub fn take_products(&self) -> Vec<(Shape, ShapeTimes)> {
         let mut v: Vec<_> = std::mem::take(&mut *self.0.products.lock().unwrap()).into_iter().collect();
