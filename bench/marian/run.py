@@ -27,8 +27,8 @@ and decodes a Marian model already trained (DIR/model.npz, DIR/vocab.spm). Ten m
 Marian with a model that does not translate yet (its outputs run to twice the references' length),
 which is no test of decoding: `--finetune-minutes M` first trains that model further here for M
 minutes (`train --init`, the quick start's batch and bf16 setting) and exports it back to Marian
-(`export marian`), and both engines decode that. Ours decodes with its defaults, one batch per
-thread at once (`--workers`). Prints one summary block for BENCHMARKS.md.
+(`export marian`), and both engines decode that. Ours decodes with its defaults: one batch per
+thread at once (`--workers`), sharing the batch budget. Prints one summary block for BENCHMARKS.md.
 """
 
 import argparse

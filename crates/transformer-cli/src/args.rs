@@ -624,7 +624,8 @@ pub struct SearchArgs {
     #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_sentences: u32,
     /// Batches decoded at once, each on one thread (0: one per thread of `--threads`; 1: one
-    /// batch at a time, its products split over the threads). The output does not depend on it.
+    /// batch at a time, its products split over the threads). They share `--max-tokens` and
+    /// `--max-sentences` (smaller batches change scores only by float rounding).
     #[arg(long, default_value_t = 0)]
     pub workers: u32,
     /// Stop a sentence as soon as the best candidate of a step ends in EOS (CTranslate2's default),

@@ -210,7 +210,9 @@ fn decode(t: &Translator, jobs: Vec<Job>, budget: Budget, metrics: &Metrics) {
         search: jobs[0].search,
         max_tokens: budget.max_tokens,
         max_sentences: budget.max_sentences,
-        workers: 0,
+        // The batcher's batch is decoded as one, its products split over the threads: what
+        // bench/serve measured (the CLI's worker threads, one batch each, were measured on files).
+        workers: 1,
     };
     let start = Instant::now();
     metrics.decoding.store(srcs.len() as u64, Ordering::Relaxed);

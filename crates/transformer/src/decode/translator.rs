@@ -36,8 +36,10 @@ pub struct DecodeOptions {
     /// Sentences per batch.
     pub max_sentences: usize,
     /// Batches decoded at once, each on a thread of its own (0: as many as rayon's pool has
-    /// threads; 1: one batch at a time, its products split over the pool). Results do not depend
-    /// on it.
+    /// threads; 1: one batch at a time, its products split over the pool). The workers share
+    /// `max_tokens` and `max_sentences`: each batch gets a `workers`-th of them. The results are
+    /// those of the same batches one at a time (smaller batches change scores only by float
+    /// rounding).
     pub workers: usize,
 }
 
@@ -849,23 +851,27 @@ impl Translator {
 /// rank, an empty source as `nbest` empty outputs; a warning for each output the model's positions
 /// cut short.
 /// The batches of `order` (pieces, longest first), as ranges of it: each as many pieces as fit in
-/// `max_tokens` padded source tokens, at most `max_sentences`. With several `workers`, at most a
-/// quarter of a worker's share, so that the workers end close together.
+/// `max_tokens` padded source tokens, at most `max_sentences`. Several `workers` share that
+/// budget (each batch gets a `workers`-th of it, so the rows decoded at once, and the memory they
+/// hold, stay about those of one batch; the smaller batches were also the faster, 2 workers on 2
+/// cores), and a batch holds at most a quarter of a worker's share of the pieces, so that the
+/// workers end close together.
 fn plan_batches(
     order: &[usize],
     len: impl Fn(usize) -> usize,
     opts: &DecodeOptions,
     workers: usize,
 ) -> Vec<std::ops::Range<usize>> {
-    let mut max_sentences = opts.max_sentences.max(1);
+    let (mut max_tokens, mut max_sentences) = (opts.max_tokens, opts.max_sentences.max(1));
     if workers > 1 {
-        max_sentences = max_sentences.min(order.len().div_ceil(4 * workers).max(1));
+        max_tokens /= workers;
+        max_sentences = (max_sentences / workers).min(order.len().div_ceil(4 * workers)).max(1);
     }
     let mut batches = Vec::new();
     let mut start = 0;
     while start < order.len() {
         let longest = len(order[start]);
-        let fit = (opts.max_tokens / longest.max(1)).clamp(1, max_sentences);
+        let fit = (max_tokens / longest.max(1)).clamp(1, max_sentences);
         let end = (start + fit).min(order.len());
         batches.push(start..end);
         start = end;
