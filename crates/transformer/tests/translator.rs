@@ -144,6 +144,25 @@ fn batches_on_worker_threads_give_what_one_batch_at_a_time_gives() {
     }
 }
 
+/// A batch that fails on a worker thread fails the call with its error, as one batch at a time
+/// does (the other workers stop); nothing hangs.
+#[test]
+fn an_error_on_a_worker_thread_is_returned() {
+    let text = lines();
+    let bpe = Bpe::learn(text.iter(), 400, 2).unwrap();
+    let mut config = translator(Precision::F32).model().config.clone();
+    config.vocab_size = bpe.vocab_size();
+    let mut model = Transformer::new(config, 7).unwrap();
+    model.params.iter_mut().for_each(|x| *x = f32::NAN);
+    let t = Translator::new(model, bpe, SessionOptions::default()).unwrap();
+    let input: Vec<String> = text.into_iter().take(40).collect();
+    for workers in [1, 2] {
+        let opts = DecodeOptions { workers, ..options() };
+        let err = t.translate(&input, &opts, &mut ()).unwrap_err().to_string();
+        assert!(err.contains("non-finite logits"), "{workers} workers: {err}");
+    }
+}
+
 #[test]
 fn f32_and_bf16_translators_side_by_side_give_what_each_gives_alone() {
     if let Err(why) = Precision::Bf16.available() {

@@ -38,8 +38,9 @@ pub struct DecodeOptions {
     /// Batches decoded at once, each on a thread of its own (0: as many as rayon's pool has
     /// threads; 1: one batch at a time, its products split over the pool). The workers share
     /// `max_tokens` and `max_sentences`: each batch gets a `workers`-th of them. The results are
-    /// those of the same batches one at a time (smaller batches change scores only by float
-    /// rounding).
+    /// those of the same batches one at a time; other batches change scores by float rounding, so
+    /// with the default the last digits can differ between machines with other thread counts
+    /// (give a fixed number for outputs that must match to the bit).
     pub workers: usize,
 }
 
@@ -505,10 +506,12 @@ impl Translator {
         // Longest first, so the first batch shows the peak memory; stable for equal lengths.
         let mut order: Vec<usize> = (0..pieces.len()).collect();
         order.sort_by_key(|&p| std::cmp::Reverse(pieces[p].1.len()));
+        // Never more workers than pieces: each would start a thread and take buffers for nothing.
         let workers = match opts.workers {
             0 => rayon::current_num_threads(),
             w => w,
-        };
+        }
+        .min(order.len().max(1));
         let batches = plan_batches(&order, |p| pieces[p].1.len(), opts, workers);
         let workers = workers.min(batches.len()).max(1);
         stats.workers = workers;
@@ -560,8 +563,11 @@ impl Translator {
                                 while !stop.load(Relaxed) {
                                     let i = next.fetch_add(1, Relaxed);
                                     let Some(range) = batches.get(i) else { break };
-                                    let r = run(range, buffers);
-                                    if r.is_err() {
+                                    // A panic is caught here and carried to the calling thread
+                                    // (which raises it again), stopping the other workers.
+                                    let r =
+                                        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(range, buffers)));
+                                    if !matches!(r, Ok(Ok(_))) {
                                         stop.store(true, Relaxed);
                                     }
                                     if tx.send((i, r)).is_err() {
@@ -574,8 +580,8 @@ impl Translator {
                             Ok(pool) => pool,
                             Err(e) => {
                                 stop.store(true, std::sync::atomic::Ordering::Relaxed);
-                                let _ = tx
-                                    .send((usize::MAX, Err(Error::Decode(format!("starting a decoding thread: {e}")))));
+                                let e = Error::Decode(format!("starting a decoding thread: {e}"));
+                                let _ = tx.send((usize::MAX, Ok(Err(e))));
                                 return;
                             }
                         };
@@ -586,16 +592,26 @@ impl Translator {
                     });
                 }
                 drop(tx);
-                let mut first_error = None;
+                // The error of the earliest batch that failed, as one batch at a time would give.
+                let mut first_error: Option<(usize, Error)> = None;
+                let mut panic = None;
                 for (i, r) in rx {
                     match r {
-                        Ok((hyps, rows)) => finish(&batches[i], hyps, rows),
-                        Err(e) => {
-                            first_error.get_or_insert(e);
+                        Ok(Ok((hyps, rows))) => finish(&batches[i], hyps, rows),
+                        Ok(Err(e)) => {
+                            if first_error.as_ref().is_none_or(|(j, _)| i < *j) {
+                                first_error = Some((i, e));
+                            }
+                        }
+                        Err(payload) => {
+                            panic.get_or_insert(payload);
                         }
                     }
                 }
-                first_error.map_or(Ok(()), Err)
+                if let Some(payload) = panic {
+                    std::panic::resume_unwind(payload);
+                }
+                first_error.map_or(Ok(()), |(_, e)| Err(e))
             })?;
         }
         let out = join_chunks(srcs.len(), &pieces, piece_hyps, opts, max_src, &mut stats, events);
@@ -847,9 +863,6 @@ impl Translator {
     }
 }
 
-/// Each sentence's n-best list from its pieces' (`pieces` in sentence order): chunks joined rank by
-/// rank, an empty source as `nbest` empty outputs; a warning for each output the model's positions
-/// cut short.
 /// The batches of `order` (pieces, longest first), as ranges of it: each as many pieces as fit in
 /// `max_tokens` padded source tokens, at most `max_sentences`. Several `workers` share that
 /// budget (each batch gets a `workers`-th of it, so the rows decoded at once, and the memory they
@@ -879,6 +892,9 @@ fn plan_batches(
     batches
 }
 
+/// Each sentence's n-best list from its pieces' (`pieces` in sentence order): chunks joined rank by
+/// rank, an empty source as `nbest` empty outputs; a warning for each output the model's positions
+/// cut short.
 fn join_chunks(
     sentences: usize,
     pieces: &[(usize, &[u32])],
