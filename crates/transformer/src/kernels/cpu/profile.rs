@@ -139,7 +139,7 @@ impl Profile {
     /// The profile installed on this thread, if any: what a thread started for the same work
     /// installs in turn.
     pub fn current() -> Option<Profile> {
-        current()
+        CURRENT.with(|c| c.borrow().clone())
     }
 
     /// Time per product shape since the last call (resetting it), largest first.
@@ -160,17 +160,13 @@ impl Profile {
     }
 }
 
-fn current() -> Option<Profile> {
-    CURRENT.with(|c| c.borrow().clone())
-}
-
 /// A running measurement; adds its time to the slot when dropped.
 pub struct Scope(Option<(Profile, usize, Instant)>);
 
 /// Starts timing `slot` (a no-op unless a profile is installed on this thread).
 #[inline]
 pub fn scope(slot: Slot) -> Scope {
-    Scope(current().map(|p| (p, SLOTS.iter().position(|s| s.0 == slot).unwrap(), Instant::now())))
+    Scope(Profile::current().map(|p| (p, SLOTS.iter().position(|s| s.0 == slot).unwrap(), Instant::now())))
 }
 
 impl Drop for Scope {
@@ -184,7 +180,7 @@ impl Drop for Scope {
 /// Counts the FLOPs of one matrix product (when a profile is installed on this thread).
 #[inline]
 pub fn add_matmul_flops(flops: u64) {
-    if let Some(p) = current() {
+    if let Some(p) = Profile::current() {
         p.0.matmul_flops.fetch_add(flops, Ordering::Relaxed);
     }
 }
@@ -197,7 +193,7 @@ pub struct ProductScope(Option<(Profile, Shape, Instant)>);
 /// Starts timing one product of C (m, n) = op(A) · op(B) with inner dimension k.
 #[inline]
 pub fn product_scope(m: usize, n: usize, k: usize, t_a: bool, t_b: bool) -> ProductScope {
-    ProductScope(current().map(|p| {
+    ProductScope(Profile::current().map(|p| {
         let shape = Shape { m, n, k, t_a, t_b };
         p.0.matmul_flops.fetch_add(shape.flops() as u64, Ordering::Relaxed);
         PACK_NANOS.with(|c| c.set([0; 2]));
@@ -230,7 +226,7 @@ pub struct PackScope(Option<(usize, Instant)>);
 /// installed).
 #[inline]
 pub fn pack_scope(b: bool) -> PackScope {
-    PackScope(current().map(|_| (b as usize, Instant::now())))
+    PackScope(Profile::current().map(|_| (b as usize, Instant::now())))
 }
 
 impl Drop for PackScope {
