@@ -742,6 +742,10 @@ pub enum BenchCommand {
         /// Residual and embedding dropout of the benchmark model.
         #[arg(long, default_value_t = 0.1)]
         dropout: f32,
+        /// Time the quick start's model instead (configs/multi30k-en-de.toml: 3+3 layers, d_model
+        /// 256, FFN 1024, 4 heads) on 256 sentences of 16 + 16 positions (its 4,096-token batch).
+        #[arg(long)]
+        quickstart: bool,
         /// Also break the matrix products down by shape: calls, time, packing time and GFLOP/s.
         #[arg(long)]
         profile: bool,

@@ -1,6 +1,6 @@
-//! The bf16 products of the `bench train-step` model on one thread, timed in the thread's own CPU
+//! The bf16 products of the `bench train-step` models on one thread, timed in the thread's own CPU
 //! time (so a busy neighbour on a shared 2-core machine costs little accuracy), against the tile
-//! unit's one-thread peak measured the same way. For developing the AMX kernels; the step's
+//! unit's one-thread peak (AMX tiles, or `vdpbf16ps` where the CPU has no AMX). For developing the AMX kernels; the step's
 //! numbers come from `bench train-step --bf16 --profile`.
 //!
 //!     cargo run --release -p transformer --example amx_rate
@@ -22,22 +22,32 @@ fn thread_seconds() -> f64 {
 }
 
 fn main() {
-    if let Err(e) = bf16::amx_available() {
-        println!("no AMX: {e}");
+    if let Err(e) = bf16::available() {
+        println!("no bf16 unit: {e}");
         return;
     }
+    let amx = bf16::amx_available().is_ok();
     let pool = rayon::ThreadPoolBuilder::new().num_threads(1).build().unwrap();
     pool.install(|| {
-        let t = thread_seconds();
-        let wall_rate = peak_gflops(PeakOf::AmxBf16, 6_000_000).unwrap();
-        let cpu = thread_seconds() - t;
-        // peak_gflops runs a tenth of the rounds to warm up, then three timings of a third each.
-        let instr = 6.0 * ((600_000 / 64) + 3 * (2_000_000 / 64)) as f64;
-        let peak = instr * 16384.0 / cpu / 1e9;
-        println!("AMX bf16 peak, 1 thread: {peak:.0} GFLOP/s in CPU time ({wall_rate:.0} by the wall clock)");
-        if let Some(int8) = peak_gflops(PeakOf::AmxInt8, 6_000_000) {
-            println!("AMX int8 peak, 1 thread: {int8:.0} GOP/s by the wall clock");
-        }
+        let peak = if amx {
+            let t = thread_seconds();
+            let wall_rate = peak_gflops(PeakOf::AmxBf16, 6_000_000).unwrap();
+            let cpu = thread_seconds() - t;
+            // peak_gflops runs a tenth of the rounds to warm up, then three timings of a third each.
+            let instr = 6.0 * ((600_000 / 64) + 3 * (2_000_000 / 64)) as f64;
+            let peak = instr * 16384.0 / cpu / 1e9;
+            println!("AMX bf16 peak, 1 thread: {peak:.0} GFLOP/s in CPU time ({wall_rate:.0} by the wall clock)");
+            if let Some(int8) = peak_gflops(PeakOf::AmxInt8, 6_000_000) {
+                println!("AMX int8 peak, 1 thread: {int8:.0} GOP/s by the wall clock");
+            }
+            peak
+        } else {
+            let peak = peak_gflops(PeakOf::Bf16Dot, 20_000_000).unwrap();
+            println!("vdpbf16ps peak, 1 thread: {peak:.0} GFLOP/s by the wall clock (no AMX)");
+            peak
+        };
+        // The bench model's products (d 512, 2,048 tokens), then the quick start's (d 256, d_ff
+        // 1024, 4,096 tokens; `bench train-step --quickstart`).
         let shapes = [
             (2048, 512, 8000, Op::N, Op::N),
             (2048, 512, 2048, Op::T, Op::N),
@@ -49,6 +59,14 @@ fn main() {
             (2048, 2048, 512, Op::N, Op::N),
             (512, 512, 2048, Op::T, Op::N),
             (2048, 512, 512, Op::N, Op::T),
+            (8000, 256, 4096, Op::T, Op::N),
+            (4096, 256, 8000, Op::N, Op::N),
+            (4096, 8000, 256, Op::N, Op::T),
+            (1024, 256, 4096, Op::T, Op::N),
+            (256, 1024, 4096, Op::T, Op::N),
+            (4096, 256, 1024, Op::N, Op::N),
+            (4096, 1024, 256, Op::N, Op::T),
+            (4096, 256, 256, Op::N, Op::T),
         ];
         let (mut all_flops, mut all_secs, mut mul_secs) = (0.0, 0.0, 0.0);
         for (m, n, k, oa, ob) in shapes {

@@ -12,8 +12,9 @@ use transformer::{Batch, Precision, Transformer};
 
 pub fn run(which: BenchCommand) -> Result<()> {
     match which {
-        BenchCommand::TrainStep { steps, warmup, bf16, dropout, profile, json } => {
-            train_step(steps as usize, warmup, bf16, dropout, profile, json)
+        BenchCommand::TrainStep { steps, warmup, bf16, dropout, quickstart, profile, json } => {
+            let model = if quickstart { BenchModel::Quickstart } else { BenchModel::Engine };
+            train_step(model, steps as usize, warmup, bf16, dropout, profile, json)
         }
         BenchCommand::Matmul { reps } => matmul_rates(reps as usize),
         #[cfg(feature = "mpi")]
@@ -52,6 +53,37 @@ pub fn run(which: BenchCommand) -> Result<()> {
                 kb("RssFile:") / 1e3
             );
             Ok(())
+        }
+    }
+}
+
+/// Which model `bench train-step` times.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum BenchModel {
+    /// The benchmark model of issue "engine" ([`bench_config`]), on 64 sentences of 32 + 32
+    /// positions.
+    Engine,
+    /// The quick start's model (configs/multi30k-en-de.toml: 3+3 layers, d 256, h 4, d_ff 1024,
+    /// vocabulary 8000), on 256 sentences of 16 + 16 positions: 4,096 target positions, the
+    /// recipe's batch, at Multi30k's typical sentence length.
+    Quickstart,
+}
+
+impl BenchModel {
+    fn config(self, dropout: f32) -> ModelConfig {
+        match self {
+            BenchModel::Engine => bench_config(dropout),
+            BenchModel::Quickstart => {
+                ModelConfig { n_layers: 3, d_model: 256, d_ff: 1024, n_heads: 4, ..bench_config(dropout) }
+            }
+        }
+    }
+
+    /// Sentences, source positions and target positions of the timed batch.
+    fn batch(self) -> (usize, usize, usize) {
+        match self {
+            BenchModel::Engine => (64, 32, 32),
+            BenchModel::Quickstart => (256, 16, 16),
         }
     }
 }
@@ -95,10 +127,18 @@ struct StepTimes {
     params: usize,
 }
 
-fn train_step(steps: usize, warmup: usize, bf16: bool, dropout: f32, per_shape: bool, json: bool) -> Result<()> {
+fn train_step(
+    model: BenchModel,
+    steps: usize,
+    warmup: usize,
+    bf16: bool,
+    dropout: f32,
+    per_shape: bool,
+    json: bool,
+) -> Result<()> {
     let precision = if bf16 { Precision::Bf16 } else { Precision::F32 };
     precision.available().map_err(|why| anyhow::anyhow!("--bf16: {why}"))?;
-    let m = time_train_steps(precision, dropout, steps, warmup, json)?;
+    let m = time_train_steps(model, precision, dropout, steps, warmup, json)?;
     // The unit's arithmetic ceiling on all worker threads: FMA, `vdpbf16ps` or AMX tiles.
     let peak = if per_shape { unit_peak(bf16) } else { None };
     let median = median_of(m.times.clone());
@@ -153,17 +193,24 @@ fn median_of(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-/// Trains the bench model on one fixed batch of 64 sentences of 32 source and 32 target
-/// positions: `warmup` steps, then `steps` timed ones (each printed unless `quiet`).
-fn time_train_steps(precision: Precision, dropout: f32, steps: usize, warmup: usize, quiet: bool) -> Result<StepTimes> {
-    let cfg = bench_config(dropout);
-    let (b, s, t) = (64, 32, 32);
+/// Trains `model` on one fixed batch ([`BenchModel::batch`]): `warmup` steps, then `steps` timed
+/// ones (each printed unless `quiet`).
+fn time_train_steps(
+    model: BenchModel,
+    precision: Precision,
+    dropout: f32,
+    steps: usize,
+    warmup: usize,
+    quiet: bool,
+) -> Result<StepTimes> {
+    let cfg = model.config(dropout);
+    let (b, s, t) = model.batch();
     let model = Transformer::new(cfg.clone(), 1)?.with_precision(precision)?;
     let mut trainer = Trainer::new(model, Schedule::paper(cfg.d_model), 1);
     let mut rng = Rng::new(7);
     let special = transformer::vocab::SPECIAL_TOKENS as u64;
     let mut tok = || (special + rng.below(cfg.vocab_size as u64 - special)) as u32;
-    // Every sentence is exactly 32 source and 32 target positions (decoder input BOS + 31 tokens).
+    // Every sentence is exactly s source and t target positions (decoder input BOS + t - 1 tokens).
     let pairs: Vec<(Vec<u32>, Vec<u32>)> =
         (0..b).map(|_| ((0..s).map(|_| tok()).collect(), (0..t - 1).map(|_| tok()).collect())).collect();
     let batch = Batch::from_pairs(&pairs);
