@@ -4,7 +4,8 @@ throughput and BLEU at equal time, then decoding speed and memory on the model M
 
     /work/venv/bin/pip install pymarian        # Marian 1.12.42, CPU
     cargo build --release
-    python bench/marian/run.py [--minutes 10] [--threads 2] [--runs 2] [--finetune-minutes M] [--decode-model DIR]
+    python bench/marian/run.py [--minutes 10] [--threads 2] [--runs 2] [--train-runs N] [--no-decode]
+                               [--finetune-minutes M] [--decode-model DIR]
 
 Training: both engines get the quick start's recipe (configs/multi30k-en-de.toml: Multi30k
 en→de, 3+3 layers, d_model 256, FFN 1024, 4 heads, tied embeddings, ReLU, post-norm, dropout
@@ -13,7 +14,9 @@ en→de, 3+3 layers, d_model 256, FFN 1024, 4 heads, tied embeddings, ReLU, post
 8,000-piece SentencePiece vocabulary and stops on SIGTERM (saving); ours learns its 8,000-entry
 BPE and stops at `train.time_limit_minutes`. Throughput is target tokens per second of training
 (Marian: the labels of its log over the summed interval times; ours: the metrics' tokens over the
-training seconds it reports); each budget starts after its vocabulary is learned. BLEU: each engine's last model, beam 4, on test_2016_flickr (cased
+training seconds it reports); each budget starts after its vocabulary is learned. `--train-runs N`
+repeats the pair N times, alternating which engine goes first, and prints the medians and every
+run's ratio (these VMs vary 10-20% from run to run). BLEU: each engine's last model, beam 4, on test_2016_flickr (cased
 sacreBLEU).
 
 Decoding: the model Marian trained, beam 4, Marian's search on both sides (`--normalize 0.6`; ours
@@ -79,8 +82,8 @@ def bleu(hyp_text, ref):
     return sacrebleu.corpus_bleu(hyp_text.split("\n")[: len(refs)], [refs]).score
 
 
-def train_marian(work, minutes, threads):
-    model, vocab = work / "marian" / "model.npz", work / "marian" / "vocab.spm"
+def train_marian(work, minutes, threads, name="marian"):
+    model, vocab = work / name / "model.npz", work / name / "vocab.spm"
     model.parent.mkdir()
     cmd = MARIAN + [
         "train", "--type", "transformer", "--model", model, "--train-sets", work / "train.en", work / "train.de",
@@ -92,7 +95,7 @@ def train_marian(work, minutes, threads):
         "--sync-sgd", "--shuffle-in-ram", "--disp-freq", "50u", "--save-freq", "100000u", "--valid-freq", "100000u",
         "--overwrite", "--seed", "1",
     ]
-    log_path = work / "marian-train.log"
+    log_path = work / f"{name}-train.log"
     log = open(log_path, "w")
     p = subprocess.Popen([str(c) for c in cmd], stdout=log, stderr=subprocess.STDOUT)
     # Marian has no time limit: SIGTERM once the budget has passed from "Training started" (its
@@ -105,7 +108,7 @@ def train_marian(work, minutes, threads):
     except subprocess.TimeoutExpired:
         p.send_signal(signal.SIGTERM)
         p.wait()
-    text = (work / "marian-train.log").read_text()
+    text = log_path.read_text()
     rows = re.findall(r"Up\. (\d+) .* after ([\d,]+) : Time ([\d.]+)s", text)
     updates = int(rows[-1][0])
     labels = int(rows[-1][1].replace(",", ""))
@@ -113,8 +116,8 @@ def train_marian(work, minutes, threads):
     return model, vocab, updates, labels / seconds
 
 
-def train_ours(work, minutes, threads):
-    out = work / "ours"
+def train_ours(work, minutes, threads, name="ours"):
+    out = work / name
     cfg = [
         "train", "--config", ROOT / "configs" / "multi30k-en-de.toml", "--threads", threads,
         "--set", f"train.output_dir=\"{out}\"", "--set", f"data.bpe=\"{work / 'bpe.json'}\"",
@@ -155,6 +158,10 @@ def main():
     ap.add_argument("--finetune-minutes", type=float, default=0.0,
                     help="before decoding, train Marian's model further here for this long and export it back "
                     "to Marian, so that both engines decode a model that translates (0: decode Marian's own)")
+    ap.add_argument("--train-runs", type=int, default=1,
+                    help="training runs of each engine, interleaved (Marian first in odd runs, ours first in even "
+                    "ones); prints each run and the medians")
+    ap.add_argument("--no-decode", action="store_true", help="training only")
     ap.add_argument("--decode-model", help="a Marian model directory with model.npz and one shared vocab.spm "
                     "(what this bench's Marian training writes) to decode; no training")
     a = ap.parse_args()
@@ -171,16 +178,35 @@ def main():
         m_model, m_vocab = Path(a.decode_model) / "model.npz", Path(a.decode_model) / "vocab.spm"
         print(f"decoding only: the Marian model {m_model}")
     else:
-        m_model, m_vocab, m_updates, m_tps = train_marian(work, a.minutes, a.threads)
-        o_ckpt, o_bpe, o_updates, o_tps = train_ours(work, a.minutes, a.threads)
-        m_out = run(MARIAN + ["decode", "-m", m_model, "-v", m_vocab, m_vocab, "-i", src, "--beam-size", "4",
-                              "--normalize", "0.6", "--cpu-threads", a.threads, "--quiet"]).stdout
-        o_out = run([BIN, "translate", "--checkpoint", o_ckpt, "--bpe", o_bpe, "--input", src]).stdout
-        m_bleu, o_bleu = bleu(m_out, ref), bleu(o_out, ref)
         print(f"training, {a.minutes:g} min each, {a.threads} threads:")
-        print(f"  Marian {m_tps:,.0f} target tokens/s, {m_updates} updates, BLEU {m_bleu:.2f} (last model)")
-        print(f"  ours   {o_tps:,.0f} target tokens/s, {o_updates} updates, BLEU {o_bleu:.2f} (last checkpoint)")
-        print(f"  ratio  {o_tps / m_tps:.2f}x the throughput, {o_bleu - m_bleu:+.2f} BLEU", flush=True)
+        rows = []
+        for i in range(a.train_runs):
+            suffix = "" if i == 0 else f"-{i + 1}"
+            order = ["marian", "ours"] if i % 2 == 0 else ["ours", "marian"]
+            for who in order:
+                if who == "marian":
+                    m_model, m_vocab, m_updates, m_tps = train_marian(work, a.minutes, a.threads, "marian" + suffix)
+                else:
+                    o_ckpt, o_bpe, o_updates, o_tps = train_ours(work, a.minutes, a.threads, "ours" + suffix)
+            m_out = run(MARIAN + ["decode", "-m", m_model, "-v", m_vocab, m_vocab, "-i", src, "--beam-size", "4",
+                                  "--normalize", "0.6", "--cpu-threads", a.threads, "--quiet"]).stdout
+            o_out = run([BIN, "translate", "--checkpoint", o_ckpt, "--bpe", o_bpe, "--input", src]).stdout
+            m_bleu, o_bleu = bleu(m_out, ref), bleu(o_out, ref)
+            rows.append((m_tps, o_tps, m_bleu, o_bleu))
+            run_name = f"run {i + 1} ({' then '.join(order)})" if a.train_runs > 1 else ""
+            if run_name:
+                print(f"  {run_name}:")
+            print(f"  Marian {m_tps:,.0f} target tokens/s, {m_updates} updates, BLEU {m_bleu:.2f} (last model)")
+            print(f"  ours   {o_tps:,.0f} target tokens/s, {o_updates} updates, BLEU {o_bleu:.2f} (last checkpoint)")
+            print(f"  ratio  {o_tps / m_tps:.2f}x the throughput, {o_bleu - m_bleu:+.2f} BLEU", flush=True)
+        if a.train_runs > 1:
+            med = [statistics.median(r[j] for r in rows) for j in range(4)]
+            ratios = sorted(r[1] / r[0] for r in rows)
+            print(f"  medians of {a.train_runs} runs: Marian {med[0]:,.0f} and ours {med[1]:,.0f} target tokens/s, "
+                  f"{med[1] / med[0]:.2f}x (runs {', '.join(f'{x:.2f}' for x in ratios)}); "
+                  f"BLEU {med[2]:.2f} and {med[3]:.2f}", flush=True)
+        if a.no_decode:
+            return
 
     if a.finetune_minutes > 0:
         m_model, m_vocab, ft_updates = finetune_ours(work, m_model, a.finetune_minutes, a.threads)

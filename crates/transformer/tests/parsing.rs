@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use transformer::data::trees::{self, delinearise, is_well_formed, ptb_tokenize, FileRange, TreeFormat};
 use transformer::decode::beam::{beam_search_constrained, BeamConfig, Constraint, Scorer, StepScores};
-use transformer::decode::translator::{ParseOptions, SessionOptions, Translator};
+use transformer::decode::translator::{DecodeOptions, ParseOptions, SessionOptions, Translator};
 use transformer::decode::tree_constraint::TreeConstraint;
 use transformer::rng::Rng;
 use transformer::train::run::{run, RunConfig};
@@ -380,6 +380,18 @@ fn a_parsing_run_validates_f1_keeps_its_best_checkpoint_and_parses() {
         let tokens = p.tree.linearise();
         assert!(is_well_formed(&tokens, &words));
         assert_eq!(delinearise(&tokens, &words), p.tree);
+    }
+    // On worker threads, the constraint follows each sentence into its worker's batch: the same
+    // trees and scores as those batches (a sentence each here) one at a time.
+    let at_once = ParseOptions { decode: DecodeOptions { workers: 2, ..opts.decode }, ..opts };
+    let one_by_one = ParseOptions { decode: DecodeOptions { workers: 1, max_sentences: 1, ..opts.decode }, ..opts };
+    let (a, a_stats) = parser.parse(&sentences, &at_once, &mut ()).unwrap();
+    let (b, _) = parser.parse(&sentences, &one_by_one, &mut ()).unwrap();
+    assert_eq!(a_stats.workers, 2);
+    for (x, y) in a.iter().zip(&b) {
+        assert_eq!(x.tree, y.tree);
+        assert!(!x.malformed);
+        assert_eq!(x.hypothesis.score.to_bits(), y.hypothesis.score.to_bits());
     }
     // Unconstrained: trees over exactly the words too (repaired where needed).
     opts.constrained = false;

@@ -145,6 +145,53 @@ fn batches_on_worker_threads_give_what_one_batch_at_a_time_gives() {
     }
 }
 
+/// Sentences too long for the model's positions are cut into chunks, and the chunks are what the
+/// workers share: the joined outputs equal those of the same batches one at a time, and progress
+/// counts every chunk, ending at exactly their number.
+#[test]
+fn chunks_of_long_sentences_on_worker_threads_give_what_one_batch_at_a_time_gives() {
+    let text = lines();
+    let bpe = Bpe::learn(text.iter(), 400, 2).unwrap();
+    let model = Transformer::new(ModelConfig { max_positions: 12, ..config(bpe.vocab_size()) }, 7).unwrap();
+    let t = Translator::new(model, bpe, SessionOptions::default()).unwrap();
+    let input: Vec<String> = text.into_iter().take(60).collect();
+    let base = DecodeOptions { max_tokens: 96, ..options() };
+    let (one, one_stats) = t
+        .translate(
+            &input,
+            &DecodeOptions { max_tokens: base.max_tokens / 2, max_sentences: base.max_sentences / 2, ..base },
+            &mut (),
+        )
+        .unwrap();
+    assert!(one_stats.chunked >= 20, "only {} of 60 sentences were chunked", one_stats.chunked);
+    let mut progress = Progress::default();
+    let (two, stats) = t.translate(&input, &DecodeOptions { workers: 2, ..base }, &mut progress).unwrap();
+    assert_eq!(stats.workers, 2);
+    assert_eq!((stats.chunked, stats.batches), (one_stats.chunked, one_stats.batches));
+    assert!(
+        triples(two.clone()) == triples(one.clone()),
+        "2 workers gave other outputs than their batches one at a time"
+    );
+    // Every chunk after the first of a sentence starts a new span of the joined output.
+    let starts = |o: &Vec<Vec<transformer::decode::translator::Translation>>| {
+        o.iter().map(|l| l[0].hypothesis.chunk_starts.clone()).collect::<Vec<_>>()
+    };
+    assert_eq!(starts(&two), starts(&one));
+    // The pieces: one per short sentence, one per chunk of a long one.
+    let pieces: usize = input
+        .iter()
+        .map(|l| {
+            // As the translator cuts: n chunks of ⌈len / n⌉ tokens.
+            let len = t.encode_source(l).unwrap().len();
+            len.div_ceil(len.div_ceil(len.div_ceil(12)))
+        })
+        .sum();
+    assert!(pieces > input.len() + stats.chunked, "{pieces} pieces for {} chunked sentences", stats.chunked);
+    assert_eq!(progress.0.len(), stats.batches);
+    assert!(progress.0.windows(2).all(|w| w[0].0 < w[1].0 && w[0].1 == pieces));
+    assert_eq!(progress.0.last(), Some(&(pieces, pieces)));
+}
+
 /// A batch that fails on a worker thread fails the call with its error, as one batch at a time
 /// does (the other workers stop); nothing hangs.
 #[test]
