@@ -110,6 +110,8 @@ def train_marian(work, minutes, threads, name="marian"):
         p.wait()
     text = log_path.read_text()
     rows = re.findall(r"Up\. (\d+) .* after ([\d,]+) : Time ([\d.]+)s", text)
+    if not rows:
+        raise SystemExit(f"Marian logged no 50-update interval in {minutes:g} minutes ({log_path}): train longer")
     updates = int(rows[-1][0])
     labels = int(rows[-1][1].replace(",", ""))
     seconds = sum(float(r[2]) for r in rows)

@@ -157,6 +157,12 @@ pub fn gemm_small(c: &mut [f32], c_off: usize, ldc: usize, a: MatRef, b: MatRef,
     }
     a.check("gemm_small A");
     b.check("gemm_small B");
+    if small::available() && (b.cs == 1 || b.rs == 1) && k <= small::MAX_K && n <= small::MAX_N {
+        // SAFETY: avx512f is present (`available`); the views were bounds-checked above and C is
+        // borrowed mutably.
+        unsafe { small::product(c, c_off, ldc, a, b, alpha, accumulate) };
+        return;
+    }
     // SAFETY: every element of the three views was bounds-checked above (the last index of each view
     // is inside its slice and strides are non-negative); C is borrowed mutably, A and B shared.
     unsafe {
@@ -181,5 +187,276 @@ pub fn gemm_small(c: &mut [f32], c_off: usize, ldc: usize, a: MatRef, b: MatRef,
             false,
             gemm::Parallelism::None,
         );
+    }
+}
+
+/// The attention's per-head products on AVX-512 (sequence by head width, or sequence by
+/// sequence): C = alpha · A · B [+ C] as outer products, four rows of C by up to 64 columns in
+/// registers, summed over k with A broadcast and B loaded along its rows. A B stored transposed
+/// (Kᵀ, Vᵀ) is first transposed into a thread-local scratch, 16 × 16 at a time. The `gemm` crate,
+/// built for large products, spends most of such a product's time dispatching and packing; this
+/// sums each element of C in order of k, one FMA at a time (its naive twin: `gemm_small_naive` in
+/// the tests).
+mod small {
+    use super::MatRef;
+    use std::arch::x86_64::*;
+    use std::cell::RefCell;
+
+    /// Largest k and n this path takes: the scratch holds k × n of a transposed B.
+    pub const MAX_K: usize = 4096;
+    pub const MAX_N: usize = 4096;
+
+    pub fn available() -> bool {
+        static OK: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        *OK.get_or_init(|| is_x86_feature_detected!("avx512f"))
+    }
+
+    thread_local! {
+        /// B transposed into rows (k, round_up(n, 16)); grows once.
+        static SCRATCH: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    }
+
+    /// # Safety
+    /// avx512f is present; every element of the views and of C's (a.rows, b.cols) block at `c_off`
+    /// with row stride `ldc` lies inside its slice; a.rows, b.cols, a.cols ≥ 1; b.cs == 1 or b.rs == 1.
+    #[target_feature(enable = "avx512f")]
+    pub unsafe fn product(c: &mut [f32], c_off: usize, ldc: usize, a: MatRef, b: MatRef, alpha: f32, accumulate: bool) {
+        let (m, n, k) = (a.rows, b.cols, a.cols);
+        let cp = c.as_mut_ptr().wrapping_add(c_off);
+        let ap = a.data.as_ptr().wrapping_add(a.off);
+        if b.cs == 1 {
+            // SAFETY: the caller's contract.
+            unsafe { outer(cp, ldc, ap, a.rs, a.cs, b.data.as_ptr().add(b.off), b.rs, m, n, k, alpha, accumulate) };
+            return;
+        }
+        SCRATCH.with(|s| {
+            let mut s = s.borrow_mut();
+            let ld = n.next_multiple_of(16);
+            if s.len() < k * ld {
+                s.resize(k * ld, 0.0);
+            }
+            // SAFETY: B (k, n) is stored with b.rs == 1: column j is the contiguous run of k floats
+            // at b.off + j·b.cs, inside b.data (checked by the caller); the scratch holds k × ld.
+            unsafe {
+                transpose(s.as_mut_ptr(), ld, b.data.as_ptr().add(b.off), b.cs, n, k);
+                outer(cp, ldc, ap, a.rs, a.cs, s.as_ptr(), ld, m, n, k, alpha, accumulate);
+            }
+        });
+    }
+
+    /// out (k, ld) ← the transpose of the n rows of k floats at `src` (row stride `lds`), 16 × 16
+    /// at a time; columns n..ld of `out` are zero.
+    #[target_feature(enable = "avx512f")]
+    unsafe fn transpose(out: *mut f32, ld: usize, src: *const f32, lds: usize, n: usize, k: usize) {
+        for j0 in (0..n).step_by(16) {
+            let rows = (n - j0).min(16);
+            for p0 in (0..k).step_by(16) {
+                let len = (k - p0).min(16);
+                let mask: __mmask16 = if len == 16 { 0xffff } else { (1u16 << len) - 1 };
+                let mut r = [_mm512_setzero_si512(); 16];
+                for (j, v) in r.iter_mut().enumerate().take(rows) {
+                    // SAFETY: row j0 + j < n, floats p0..p0 + len < k of it (masked).
+                    *v = unsafe { _mm512_castps_si512(_mm512_maskz_loadu_ps(mask, src.add((j0 + j) * lds + p0))) };
+                }
+                // SAFETY: rows p0.. p0 + len of out, columns j0..j0 + 16 ≤ ld.
+                unsafe { transpose16(out.add(p0 * ld + j0), ld, &r, len) };
+            }
+        }
+    }
+
+    /// Stores the transpose of 16 rows of 16 u32 (`rows[c]` lane r → out row r, column c), the
+    /// first `len` rows of it, rows `ld` floats apart: 32- and 64-bit interleaves within 128-bit
+    /// lanes, then two rounds of 128-bit lane shuffles.
+    #[target_feature(enable = "avx512f")]
+    unsafe fn transpose16(out: *mut f32, ld: usize, rows: &[__m512i; 16], len: usize) {
+        let mut t = [_mm512_setzero_si512(); 16];
+        for i in 0..8 {
+            t[2 * i] = _mm512_unpacklo_epi32(rows[2 * i], rows[2 * i + 1]);
+            t[2 * i + 1] = _mm512_unpackhi_epi32(rows[2 * i], rows[2 * i + 1]);
+        }
+        let mut u = [_mm512_setzero_si512(); 16];
+        for g in 0..4 {
+            let (a, b, c, d) = (t[4 * g], t[4 * g + 1], t[4 * g + 2], t[4 * g + 3]);
+            u[4 * g] = _mm512_unpacklo_epi64(a, c);
+            u[4 * g + 1] = _mm512_unpackhi_epi64(a, c);
+            u[4 * g + 2] = _mm512_unpacklo_epi64(b, d);
+            u[4 * g + 3] = _mm512_unpackhi_epi64(b, d);
+        }
+        let mut o = [_mm512_setzero_si512(); 16];
+        for e in 0..4 {
+            let v = _mm512_shuffle_i32x4::<0x44>(u[e], u[4 + e]);
+            let w = _mm512_shuffle_i32x4::<0xEE>(u[e], u[4 + e]);
+            let v2 = _mm512_shuffle_i32x4::<0x44>(u[8 + e], u[12 + e]);
+            let w2 = _mm512_shuffle_i32x4::<0xEE>(u[8 + e], u[12 + e]);
+            o[e] = _mm512_shuffle_i32x4::<0x88>(v, v2);
+            o[4 + e] = _mm512_shuffle_i32x4::<0xDD>(v, v2);
+            o[8 + e] = _mm512_shuffle_i32x4::<0x88>(w, w2);
+            o[12 + e] = _mm512_shuffle_i32x4::<0xDD>(w, w2);
+        }
+        for (r, v) in o.iter().enumerate().take(len) {
+            // SAFETY: the caller's contract: row r < len of out, 16 floats.
+            unsafe { _mm512_storeu_si512(out.add(r * ld).cast(), *v) };
+        }
+    }
+
+    /// C (m, n) = alpha · A · B [+ C]: A(i, p) at `a + i·ars + p·acs`, B(p, j) at `b + p·ldb + j`.
+    #[allow(clippy::too_many_arguments)]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn outer(
+        c: *mut f32,
+        ldc: usize,
+        a: *const f32,
+        ars: usize,
+        acs: usize,
+        b: *const f32,
+        ldb: usize,
+        m: usize,
+        n: usize,
+        k: usize,
+        alpha: f32,
+        accumulate: bool,
+    ) {
+        for j0 in (0..n).step_by(64) {
+            let cols = (n - j0).min(64);
+            for i0 in (0..m).step_by(4) {
+                let rows = (m - i0).min(4);
+                // SAFETY: the caller's contract; `block` touches rows i0..i0 + rows of A and C and
+                // columns j0..j0 + cols of B and C.
+                unsafe {
+                    let (c, a, b) = (c.add(i0 * ldc + j0), a.add(i0 * ars), b.add(j0));
+                    match cols.div_ceil(16) {
+                        1 => block::<1>(c, ldc, a, ars, acs, b, ldb, rows, cols, k, alpha, accumulate),
+                        2 => block::<2>(c, ldc, a, ars, acs, b, ldb, rows, cols, k, alpha, accumulate),
+                        3 => block::<3>(c, ldc, a, ars, acs, b, ldb, rows, cols, k, alpha, accumulate),
+                        _ => block::<4>(c, ldc, a, ars, acs, b, ldb, rows, cols, k, alpha, accumulate),
+                    }
+                }
+            }
+        }
+    }
+
+    /// `rows` ≤ 4 rows by `cols` ≤ 16·NV columns of C; a missing row repeats the last (its sums
+    /// are not stored).
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn block<const NV: usize>(
+        c: *mut f32,
+        ldc: usize,
+        a: *const f32,
+        ars: usize,
+        acs: usize,
+        b: *const f32,
+        ldb: usize,
+        rows: usize,
+        cols: usize,
+        k: usize,
+        alpha: f32,
+        accumulate: bool,
+    ) {
+        let masks: [__mmask16; NV] = std::array::from_fn(|v| {
+            let left = cols.saturating_sub(16 * v).min(16);
+            if left == 16 {
+                0xffff
+            } else {
+                (1u16 << left) - 1
+            }
+        });
+        let row = [0, 1.min(rows - 1), 2.min(rows - 1), 3.min(rows - 1)].map(|r| r * ars);
+        let mut acc = [[_mm512_setzero_ps(); NV]; 4];
+        // SAFETY: the caller's contract: A rows < rows, p < k; B row p, masked columns < cols.
+        unsafe {
+            for p in 0..k {
+                let bp = b.add(p * ldb);
+                let bv: [__m512; NV] = std::array::from_fn(|v| _mm512_maskz_loadu_ps(masks[v], bp.add(16 * v)));
+                for (r, acc) in acc.iter_mut().enumerate() {
+                    let av = _mm512_set1_ps(*a.add(row[r] + p * acs));
+                    for v in 0..NV {
+                        acc[v] = _mm512_fmadd_ps(av, bv[v], acc[v]);
+                    }
+                }
+            }
+            let al = _mm512_set1_ps(alpha);
+            for (r, acc) in acc.iter().enumerate().take(rows) {
+                for v in 0..NV {
+                    let out = c.add(r * ldc + 16 * v);
+                    let mut x = _mm512_mul_ps(al, acc[v]);
+                    if accumulate {
+                        x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(masks[v], out));
+                    }
+                    _mm512_mask_storeu_ps(out, masks[v], x);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The naive twin of [`gemm_small`], summing in f64.
+    fn gemm_small_naive(c: &mut [f32], c_off: usize, ldc: usize, a: MatRef, b: MatRef, alpha: f32, accumulate: bool) {
+        for i in 0..a.rows {
+            for j in 0..b.cols {
+                let s: f64 = (0..a.cols)
+                    .map(|p| a.data[a.off + i * a.rs + p * a.cs] as f64 * b.data[b.off + p * b.rs + j * b.cs] as f64)
+                    .sum();
+                let x = &mut c[c_off + i * ldc + j];
+                *x = (alpha as f64 * s + if accumulate { *x as f64 } else { 0.0 }) as f32;
+            }
+        }
+    }
+
+    /// Every view the attention uses (rows of a wider buffer, their transposes), at sizes around
+    /// the register blocks (4 rows, 16 and 64 columns) and the transposes (16 × 16), against the
+    /// naive twin; elements of C outside the product are left alone.
+    #[test]
+    fn small_products_match_their_naive_twin() {
+        let mut rng = crate::rng::Rng::new(3);
+        let mut rand = |len: usize| (0..len).map(|_| rng.uniform() as f32 * 2.0 - 1.0).collect::<Vec<f32>>();
+        let mut checked = 0;
+        for &(m, n, k) in &[
+            (1, 1, 1),
+            (3, 5, 7),
+            (4, 16, 64),
+            (5, 17, 64),
+            (16, 16, 64),
+            (17, 33, 65),
+            (31, 64, 16),
+            (9, 100, 3),
+            (64, 65, 64),
+            (2, 130, 40),
+        ] {
+            // A and B as rows of buffers 3 columns wider than they need, at an offset.
+            for (a_t, b_t) in [(false, false), (false, true), (true, false), (true, true)] {
+                let (ar, ac) = if a_t { (k, m) } else { (m, k) };
+                let (br, bc) = if b_t { (n, k) } else { (k, n) };
+                let (lda, ldb) = (ac + 3, bc + 3);
+                let (abuf, bbuf) = (rand(2 + ar * lda), rand(1 + br * ldb));
+                let a = MatRef::rows(&abuf, 2, ar, ac, lda);
+                let b = MatRef::rows(&bbuf, 1, br, bc, ldb);
+                let (a, b) = (if a_t { a.t() } else { a }, if b_t { b.t() } else { b });
+                for (alpha, accumulate) in [(1.0, false), (0.125, true)] {
+                    let ldc = n + 5;
+                    let init = rand(3 + m * ldc);
+                    let (mut got, mut want) = (init.clone(), init.clone());
+                    gemm_small(&mut got, 3, ldc, a, b, alpha, accumulate);
+                    gemm_small_naive(&mut want, 3, ldc, a, b, alpha, accumulate);
+                    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                        let inside = i >= 3 && (i - 3) % ldc < n;
+                        if !inside {
+                            assert_eq!(g.to_bits(), w.to_bits(), "({m}, {n}, {k}) wrote outside C at {i}");
+                        }
+                        assert!(
+                            (g - w).abs() <= 1e-5 * (k as f32).sqrt().max(1.0) * 4.0,
+                            "({m}, {n}, {k}) a_t {a_t} b_t {b_t}: {g} against {w}"
+                        );
+                    }
+                    checked += 1;
+                }
+            }
+        }
+        assert_eq!(checked, 80);
     }
 }
