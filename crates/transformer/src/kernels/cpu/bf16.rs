@@ -28,7 +28,7 @@ use rayon::prelude::*;
 use std::arch::x86_64::*;
 
 use super::matmul::Op;
-use super::SendPtr;
+use super::{transpose16, SendPtr};
 
 /// Tile geometry: 16 rows of 64 bytes (32 bf16 or 16 f32).
 const TILE_ROWS: usize = 16;
@@ -214,7 +214,7 @@ unsafe fn bf16_pairs(x0: __m512, x1: __m512) -> __m512i {
 }
 
 /// Writes the transpose of a 16 × 16 block of u32 (`rows[c][r]` → tile row r, u32 column c): the
-/// naive twin of [`transpose16`].
+/// naive twin of [`transpose16`] (the tile's rows 16 u32 apart).
 #[cfg(test)]
 fn transpose_into(tile: &mut [u16], rows: &[[u32; 16]; 16]) {
     for r in 0..16 {
@@ -222,44 +222,6 @@ fn transpose_into(tile: &mut [u16], rows: &[[u32; 16]; 16]) {
             let v = rows[c][r];
             tile[r * 32 + 2 * c] = v as u16;
             tile[r * 32 + 2 * c + 1] = (v >> 16) as u16;
-        }
-    }
-}
-
-/// Stores the transpose of 16 rows of 16 u32 (`rows[c]` lane r → tile row r, u32 column c) at
-/// `tile` (16 rows of 64 bytes): 32-bit and 64-bit interleaves within 128-bit lanes, then two
-/// rounds of 128-bit lane shuffles.
-///
-/// # Safety
-/// avx512f is present and `tile` has 512 writable u16.
-#[inline(always)]
-unsafe fn transpose16(tile: *mut u16, rows: &[__m512i; 16]) {
-    // SAFETY: the caller's contract.
-    unsafe {
-        let mut t = [_mm512_setzero_si512(); 16];
-        for i in 0..8 {
-            t[2 * i] = _mm512_unpacklo_epi32(rows[2 * i], rows[2 * i + 1]);
-            t[2 * i + 1] = _mm512_unpackhi_epi32(rows[2 * i], rows[2 * i + 1]);
-        }
-        // u[4g + e]: in 128-bit lane L, element 4L + e of rows 4g..4g + 4.
-        let mut u = [_mm512_setzero_si512(); 16];
-        for g in 0..4 {
-            let (a, b, c, d) = (t[4 * g], t[4 * g + 1], t[4 * g + 2], t[4 * g + 3]);
-            u[4 * g] = _mm512_unpacklo_epi64(a, c);
-            u[4 * g + 1] = _mm512_unpackhi_epi64(a, c);
-            u[4 * g + 2] = _mm512_unpacklo_epi64(b, d);
-            u[4 * g + 3] = _mm512_unpackhi_epi64(b, d);
-        }
-        for e in 0..4 {
-            let v = _mm512_shuffle_i32x4::<0x44>(u[e], u[4 + e]);
-            let w = _mm512_shuffle_i32x4::<0xEE>(u[e], u[4 + e]);
-            let v2 = _mm512_shuffle_i32x4::<0x44>(u[8 + e], u[12 + e]);
-            let w2 = _mm512_shuffle_i32x4::<0xEE>(u[8 + e], u[12 + e]);
-            // Output row 4L + e holds lane L of u[e], u[4 + e], u[8 + e], u[12 + e].
-            _mm512_storeu_si512(tile.add(e * 32).cast(), _mm512_shuffle_i32x4::<0x88>(v, v2));
-            _mm512_storeu_si512(tile.add((4 + e) * 32).cast(), _mm512_shuffle_i32x4::<0xDD>(v, v2));
-            _mm512_storeu_si512(tile.add((8 + e) * 32).cast(), _mm512_shuffle_i32x4::<0x88>(w, w2));
-            _mm512_storeu_si512(tile.add((12 + e) * 32).cast(), _mm512_shuffle_i32x4::<0xDD>(w, w2));
         }
     }
 }
@@ -345,7 +307,7 @@ fn pack_a(out: &mut [u16], a: &[f32], op_a: Op, m: usize, k: usize, mt: usize, k
                             };
                             *row = bf16_pairs(x0, x1);
                         }
-                        transpose16(tile, &rows);
+                        transpose16(tile.cast(), 16, &rows, 16);
                     }
                 }
             });
@@ -414,7 +376,7 @@ fn pack_b(out: &mut [u16], b: &[f32], op_b: Op, k: usize, n: usize, nt: usize, k
                                 *row = to_bf16_x32(lo, hi);
                             }
                         }
-                        transpose16(tile, &rows);
+                        transpose16(tile.cast(), 16, &rows, 16);
                     }
                 }
             }
@@ -989,7 +951,7 @@ mod tests {
         // SAFETY: avx512f checked above; `fast` holds a tile; `rows` is 16 × 64 bytes.
         unsafe {
             let v: [__m512i; 16] = std::array::from_fn(|c| _mm512_loadu_si512(rows[c].as_ptr().cast()));
-            transpose16(fast.as_mut_ptr(), &v);
+            transpose16(fast.as_mut_ptr().cast(), 16, &v, 16);
         }
         assert_eq!(fast, naive);
     }

@@ -38,3 +38,47 @@ impl SendPtr {
         self.0
     }
 }
+
+/// Stores the transpose of 16 rows of 16 u32 (`rows[c]` lane r → out row r, column c), its first
+/// `len` rows, `ld` u32 apart: 32- and 64-bit interleaves within 128-bit lanes, then two rounds of
+/// 128-bit lane shuffles. For the bf16 packers (pairs of bf16 as u32, tile rows 16 apart) and the
+/// small f32 products (rows of a scratch). Its naive twin is in the bf16 tests.
+///
+/// # Safety
+/// avx512f is present; rows r < `len` ≤ 16 of 16 u32 each, `ld` apart from `out`, are writable.
+#[inline(always)]
+pub(crate) unsafe fn transpose16(out: *mut u32, ld: usize, rows: &[std::arch::x86_64::__m512i; 16], len: usize) {
+    use std::arch::x86_64::*;
+    // SAFETY: the caller's contract.
+    unsafe {
+        let mut t = [_mm512_setzero_si512(); 16];
+        for i in 0..8 {
+            t[2 * i] = _mm512_unpacklo_epi32(rows[2 * i], rows[2 * i + 1]);
+            t[2 * i + 1] = _mm512_unpackhi_epi32(rows[2 * i], rows[2 * i + 1]);
+        }
+        // u[4g + e]: in 128-bit lane L, element 4L + e of rows 4g..4g + 4.
+        let mut u = [_mm512_setzero_si512(); 16];
+        for g in 0..4 {
+            let (a, b, c, d) = (t[4 * g], t[4 * g + 1], t[4 * g + 2], t[4 * g + 3]);
+            u[4 * g] = _mm512_unpacklo_epi64(a, c);
+            u[4 * g + 1] = _mm512_unpackhi_epi64(a, c);
+            u[4 * g + 2] = _mm512_unpacklo_epi64(b, d);
+            u[4 * g + 3] = _mm512_unpackhi_epi64(b, d);
+        }
+        // Output row 4L + e holds lane L of u[e], u[4 + e], u[8 + e], u[12 + e].
+        let mut o = [_mm512_setzero_si512(); 16];
+        for e in 0..4 {
+            let v = _mm512_shuffle_i32x4::<0x44>(u[e], u[4 + e]);
+            let w = _mm512_shuffle_i32x4::<0xEE>(u[e], u[4 + e]);
+            let v2 = _mm512_shuffle_i32x4::<0x44>(u[8 + e], u[12 + e]);
+            let w2 = _mm512_shuffle_i32x4::<0xEE>(u[8 + e], u[12 + e]);
+            o[e] = _mm512_shuffle_i32x4::<0x88>(v, v2);
+            o[4 + e] = _mm512_shuffle_i32x4::<0xDD>(v, v2);
+            o[8 + e] = _mm512_shuffle_i32x4::<0x88>(w, w2);
+            o[12 + e] = _mm512_shuffle_i32x4::<0xDD>(w, w2);
+        }
+        for (r, v) in o.iter().enumerate().take(len) {
+            _mm512_storeu_si512(out.add(r * ld).cast(), *v);
+        }
+    }
+}
