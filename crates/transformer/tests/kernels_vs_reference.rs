@@ -336,6 +336,22 @@ fn bias_smooth_activations_match_reference() {
 
 /// Runs the fused attention with Q|K|V packed in one buffer (self) or Q apart from K|V (cross).
 fn check_attention(d: AttnDims, key_lens: &[usize], attn_mask: Mask, p: f32, fused: bool, seed: u64) {
+    check_attention_rows(d, key_lens, attn_mask, p, fused, false, seed)
+}
+
+/// As [`check_attention`]; with `packed` (self-attention), the Q|K|V buffer holds only each
+/// sentence's valid rows, one sentence after another, and only those rows are compared (a packed
+/// buffer has no padding queries; its padding queries' weights must be zero).
+fn check_attention_rows(
+    d: AttnDims,
+    key_lens: &[usize],
+    attn_mask: Mask,
+    p: f32,
+    fused: bool,
+    packed: bool,
+    seed: u64,
+) {
+    assert!(!packed || fused, "packed rows are for self-attention");
     let mut rng = Rng::new(seed);
     let (hk, hv) = (d.h * d.k, d.h * d.v);
     let q = rand_vec(&mut rng, d.b * d.t * hk, 1.5);
@@ -344,7 +360,15 @@ fn check_attention(d: AttnDims, key_lens: &[usize], attn_mask: Mask, p: f32, fus
     let dm = (p > 0.0).then(|| DropoutMask::new(p, 4, 5, 6));
     let mask = mask_array(dm, d.b * d.h * d.t * d.s);
     let (want, probs) = r::attention_forward(&q, &k, &v, key_lens, attn_mask, mask.as_deref(), d);
-    let g = rand_vec(&mut rng, d.b * d.t * hv, 1.0);
+    let mut g = rand_vec(&mut rng, d.b * d.t * hv, 1.0);
+    if packed {
+        // A packed buffer has no padding queries, so nothing flows from them into dK and dV.
+        for (r_, row) in g.chunks_exact_mut(hv).enumerate() {
+            if r_ % d.t >= key_lens[r_ / d.t] {
+                row.fill(0.0);
+            }
+        }
+    }
     let (dq, dk, dv) = r::attention_backward(&g, &probs, &q, &k, &v, key_lens, attn_mask, mask.as_deref(), d);
 
     let mut out = vec![0f32; d.b * d.t * hv];
@@ -355,19 +379,30 @@ fn check_attention(d: AttnDims, key_lens: &[usize], attn_mask: Mask, p: f32, fus
     if fused {
         assert_eq!(d.t, d.s);
         let ld = 2 * hk + hv + 3; // padding columns exercise the stride
-        let mut qkv = vec![0f32; d.b * d.t * ld];
-        for r_ in 0..d.b * d.t {
+                                  // The padded rows each buffer row holds: all of them, or (packed) each sentence's valid ones.
+        let rows: Vec<usize> = (0..d.b * d.t).filter(|&r_| !packed || r_ % d.t < key_lens[r_ / d.t]).collect();
+        let offsets: Vec<usize> = std::iter::once(0)
+            .chain(key_lens.iter().scan(0, |at, &n| {
+                *at += n;
+                Some(*at)
+            }))
+            .collect();
+        let mut qkv = vec![0f32; rows.len() * ld];
+        for (i, &r_) in rows.iter().enumerate() {
             for c in 0..hk {
-                qkv[r_ * ld + c] = q[r_ * hk + c] as f32;
-                qkv[r_ * ld + hk + c] = k[r_ * hk + c] as f32;
+                qkv[i * ld + c] = q[r_ * hk + c] as f32;
+                qkv[i * ld + hk + c] = k[r_ * hk + c] as f32;
             }
             for c in 0..hv {
-                qkv[r_ * ld + 2 * hk + c] = v[r_ * hv + c] as f32;
+                qkv[i * ld + 2 * hk + c] = v[r_ * hv + c] as f32;
             }
         }
-        let heads = |off| attention::Heads { data: &qkv, ld, off };
+        let layout = packed.then_some(offsets.as_slice());
+        let heads = |off| attention::Heads { data: &qkv, ld, off, packed: layout };
+        let g_rows: Vec<f32> = rows.iter().flat_map(|&r_| g32[r_ * hv..(r_ + 1) * hv].to_vec()).collect();
+        let mut packed_out = vec![f32::NAN; rows.len() * hv];
         attention::attention_forward(
-            &mut out,
+            &mut packed_out,
             &mut fprobs,
             heads(0),
             heads(hk),
@@ -377,11 +412,14 @@ fn check_attention(d: AttnDims, key_lens: &[usize], attn_mask: Mask, p: f32, fus
             dm,
             d,
         );
-        let mut dqkv = vec![f32::NAN; d.b * d.t * ld];
+        for (i, &r_) in rows.iter().enumerate() {
+            out[r_ * hv..(r_ + 1) * hv].copy_from_slice(&packed_out[i * hv..(i + 1) * hv]);
+        }
+        let mut dqkv = vec![f32::NAN; rows.len() * ld];
         attention::attention_backward(
             attention::AttnGrads::Fused { dqkv: &mut dqkv, ld, offs: [0, hk, 2 * hk] },
             &mut ds,
-            &g32,
+            &g_rows,
             &fprobs,
             heads(0),
             heads(hk),
@@ -391,15 +429,34 @@ fn check_attention(d: AttnDims, key_lens: &[usize], attn_mask: Mask, p: f32, fus
             dm,
             d,
         );
-        let col = |off: usize, w: usize| -> Vec<f64> {
-            (0..d.b * d.t)
-                .flat_map(|r_| (0..w).map(move |c| (r_, c)))
-                .map(|(r_, c)| dqkv[r_ * ld + off + c] as f64)
-                .collect()
+        // Back in padded places; the rows a packed buffer lacks compare as the reference's.
+        let col = |off: usize, w: usize, want: &[f64]| -> Vec<f64> {
+            let mut got = want.to_vec();
+            for (i, &r_) in rows.iter().enumerate() {
+                for c in 0..w {
+                    got[r_ * w + c] = dqkv[i * ld + off + c] as f64;
+                }
+            }
+            got
         };
-        got_dq = col(0, hk);
-        got_dk = col(hk, hk);
-        got_dv = col(2 * hk, hv);
+        if packed {
+            // Padding queries: nothing in the output, zero weights.
+            for r_ in (0..d.b * d.t).filter(|r_| !rows.contains(r_)) {
+                out[r_ * hv..(r_ + 1) * hv].iter_mut().zip(&want[r_ * hv..]).for_each(|(o, &w)| *o = w as f32);
+                let (b, i) = (r_ / d.t, r_ % d.t);
+                for h in 0..d.h {
+                    let at = ((b * d.h + h) * d.t + i) * d.s;
+                    assert!(
+                        fprobs[at..at + d.s].iter().all(|&x| x == 0.0),
+                        "padding query {i} of sentence {b} has weights"
+                    );
+                    fprobs[at..at + d.s].iter_mut().zip(&probs[at..]).for_each(|(o, &w)| *o = w as f32);
+                }
+            }
+        }
+        got_dq = col(0, hk, &dq);
+        got_dk = col(hk, hk, &dk);
+        got_dv = col(2 * hk, hv, &dv);
     } else {
         let (q32, kv32): (Vec<f32>, Vec<f32>) = (
             to_f32(&q),
@@ -413,8 +470,8 @@ fn check_attention(d: AttnDims, key_lens: &[usize], attn_mask: Mask, p: f32, fus
                 })
                 .collect(),
         );
-        let qh = attention::Heads { data: &q32, ld: hk, off: 0 };
-        let kvh = |off| attention::Heads { data: &kv32, ld: hk + hv, off };
+        let qh = attention::Heads::padded(&q32, hk, 0);
+        let kvh = |off| attention::Heads::padded(&kv32, hk + hv, off);
         attention::attention_forward(&mut out, &mut fprobs, qh, kvh(0), kvh(hk), key_lens, attn_mask, dm, d);
         let mut fdq = vec![f32::NAN; d.b * d.t * hk];
         let mut fdkv = vec![f32::NAN; d.b * d.s * (hk + hv)];
@@ -468,6 +525,39 @@ fn attention_self_fused_dropout() {
 #[test]
 fn attention_self_fused_causal_dropout() {
     check_attention(AttnDims { b: 3, h: 2, t: 6, s: 6, k: 7, v: 5 }, &[6, 4, 1], Mask::Causal, 0.3, true, 25);
+}
+
+#[test]
+fn attention_self_on_packed_rows() {
+    // The encoder's layout: only each sentence's valid rows, with dropout, an empty sentence, a
+    // full one, and the causal mask as well.
+    check_attention_rows(
+        AttnDims { b: 4, h: 3, t: 7, s: 7, k: 9, v: 5 },
+        &[3, 7, 0, 5],
+        Mask::Padding,
+        0.2,
+        true,
+        true,
+        28,
+    );
+    check_attention_rows(
+        AttnDims { b: 3, h: 2, t: 6, s: 6, k: 7, v: 5 },
+        &[6, 4, 1],
+        Mask::Causal,
+        0.0,
+        true,
+        true,
+        29,
+    );
+    check_attention_rows(
+        AttnDims { b: 2, h: 2, t: 70, s: 70, k: 16, v: 16 },
+        &[70, 33],
+        Mask::Padding,
+        0.1,
+        true,
+        true,
+        30,
+    );
 }
 
 #[test]

@@ -19,25 +19,33 @@ pub(super) struct AttnShape<'a> {
     /// Keys per sentence (source or target lengths).
     pub key_lens: &'a [usize],
     pub mask: Mask,
+    /// Self-attention over packed rows (the encoder's): where each sentence's rows start, and
+    /// the end (see [`Heads::packed`]); `None` for padded rows.
+    pub packed: Option<&'a [usize]>,
 }
 
 impl<'a> AttnShape<'a> {
     /// Self-attention over `t` positions of `b` sentences.
     pub fn self_attn(m: &Transformer, b: usize, t: usize, key_lens: &'a [usize], mask: Mask) -> Self {
         let c = &m.config;
-        AttnShape { dims: AttnDims { b, h: c.n_heads, t, s: t, k: c.d_k, v: c.d_v }, key_lens, mask }
+        AttnShape { dims: AttnDims { b, h: c.n_heads, t, s: t, k: c.d_k, v: c.d_v }, key_lens, mask, packed: None }
+    }
+
+    /// The same shape over packed rows, sentence b at rows [offsets[b], offsets[b+1]).
+    pub fn packed(self, offsets: &'a [usize]) -> Self {
+        AttnShape { packed: Some(offsets), ..self }
     }
 
     /// Encoder–decoder attention: the decoder's T queries over the encoder's S positions.
     pub fn cross(m: &Transformer, dims: Dims, src_lens: &'a [usize]) -> Self {
         let c = &m.config;
         let d = AttnDims { b: dims.b, h: c.n_heads, t: dims.t, s: dims.s, k: c.d_k, v: c.d_v };
-        AttnShape { dims: d, key_lens: src_lens, mask: Mask::Padding }
+        AttnShape { dims: d, key_lens: src_lens, mask: Mask::Padding, packed: None }
     }
 
-    /// Query rows, B·T.
+    /// Query rows: B·T, or the packed rows.
     fn q_rows(&self) -> usize {
-        self.dims.b * self.dims.t
+        self.packed.map_or(self.dims.b * self.dims.t, |o| o[self.dims.b])
     }
 
     /// Key/value rows, B·S.
@@ -140,7 +148,7 @@ pub(super) fn self_forward(
     let nq = 2 * hk + hv;
     let rows = shape.q_rows();
     lins.q.forward(&mut acts.q, x, Some(p.attn.b_qkv), rows);
-    let head = |off| Heads { data: &acts.q, ld: nq, off };
+    let head = |off| Heads { data: &acts.q, ld: nq, off, packed: shape.packed };
     let (dims, key_lens, mask) = (shape.dims, shape.key_lens, shape.mask);
     attention_forward(
         &mut acts.ctx,
@@ -170,7 +178,7 @@ pub(super) fn self_backward(
     let nq = 2 * hk + hv;
     let (dims, rows) = (shape.dims, shape.q_rows());
     project_and_norm_backward(m, &mut pg, acts, &mut flow, gs, rows, masks.out);
-    let head = |off| Heads { data: &acts.q, ld: nq, off };
+    let head = |off| Heads { data: &acts.q, ld: nq, off, packed: shape.packed };
     attention_backward(
         AttnGrads::Fused { dqkv: &mut gs.d_qkv[..rows * nq], ld: nq, offs: [0, hk, 2 * hk] },
         &mut gs.dscores[..dims.b * dims.h * dims.t * dims.t],
@@ -220,8 +228,8 @@ pub(super) fn cross_forward(
     let (_, hk, hv) = widths(m);
     let mt = shape.q_rows();
     lins.q.forward(&mut acts.q, x, Some(p.attn.b_q), mt);
-    let q = Heads { data: &acts.q, ld: hk, off: 0 };
-    let kv = |off| Heads { data: &acts.kv, ld: hk + hv, off };
+    let q = Heads::padded(&acts.q, hk, 0);
+    let kv = |off| Heads::padded(&acts.kv, hk + hv, off);
     let (dims, key_lens, mask) = (shape.dims, shape.key_lens, shape.mask);
     attention_forward(&mut acts.ctx, &mut acts.probs, q, kv(0), kv(hk), key_lens, mask, masks.weights, dims);
     project_and_norm(m, (p, lins.o), x, acts, y, mt, masks.out);
@@ -241,8 +249,8 @@ pub(super) fn cross_backward(
     let (d, hk, hv) = widths(m);
     let (dims, mt, ms) = (shape.dims, shape.q_rows(), shape.kv_rows());
     project_and_norm_backward(m, pg, acts, &mut flow, gs, mt, masks.out);
-    let q = Heads { data: &acts.q, ld: hk, off: 0 };
-    let kv = |off| Heads { data: &acts.kv, ld: hk + hv, off };
+    let q = Heads::padded(&acts.q, hk, 0);
+    let kv = |off| Heads::padded(&acts.kv, hk + hv, off);
     attention_backward(
         AttnGrads::Split {
             dq: &mut gs.d_qkv[..mt * hk],

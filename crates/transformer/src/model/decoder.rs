@@ -32,7 +32,7 @@ impl Transformer {
             self.embedding_scale(),
             EmbeddingMasks::new(c, dropout).target,
         );
-        let enc_out: &[f32] = if c.n_layers == 0 { &ws.enc_in } else { &ws.enc[c.n_layers - 1].ffn.norm.out };
+        let enc_out: &[f32] = if c.n_layers == 0 { &ws.enc_in } else { &ws.enc_out };
         if let Some(w_p) = self.pointer_lin() {
             // The next-word pointer: dec_in += enc_out[ptr] W_pᵀ (after the embedding's dropout).
             let (b, s, t) = (ws.dims.b, ws.dims.s, ws.dims.t);
@@ -106,7 +106,7 @@ impl Transformer {
             let (prev, rest) = ws.dec.split_at(l);
             let x: &[f32] = if l == 0 { &ws.dec_in } else { &prev[l - 1].ffn.norm.out };
             let acts = &rest[0];
-            let enc_out: &[f32] = if n == 0 { &ws.enc_in } else { &ws.enc[n - 1].ffn.norm.out };
+            let enc_out: &[f32] = if n == 0 { &ws.enc_in } else { &ws.enc_out };
             let g = &mut ws.grad;
             let lg = o.decoder[l].params_mut(grads);
             let (ga, gb) = (&mut ws.g_a[..mt * d], &mut ws.g_b[..mt * d]);

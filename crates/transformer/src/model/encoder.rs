@@ -1,10 +1,15 @@
 //! §3.1 The encoder stack: N identical layers over the embedded source, each a multi-head
 //! self-attention sub-layer and a position-wise feed-forward sub-layer, each with its residual
 //! connection and LayerNorm, LayerNorm(x + Sublayer(x)).
+//!
+//! The layers run on packed rows, each sentence's valid positions only (`super::packing`): the
+//! embedding is packed in place before the first layer, the output unpacked for the decoder, and
+//! the backward packs the output's gradient and unpacks the input's.
 
 use super::attention::AttnShape;
 use super::batch::{Batch, DropoutCtx};
 use super::masks::{EmbeddingMasks, EncoderLayerMasks};
+use super::packing;
 use super::workspace::{Backward, Flow, Workspace};
 use super::{attention, feed_forward, Transformer};
 use crate::kernels::cpu::embedding::{embedding_backward, embedding_forward};
@@ -31,6 +36,11 @@ impl Transformer {
             EmbeddingMasks::new(c, dropout).source,
         );
         self.char_forward(batch, ws, dropout);
+        if c.n_layers == 0 {
+            return;
+        }
+        let (ms, ns) = (batch.b * batch.s, ws.src_rows[batch.b]);
+        packing::pack(&mut ws.enc_in[..ms * d], d, batch.s, &batch.src_lens);
 
         let slots = ws.enc.len();
         assert!(slots >= c.n_layers.min(2), "the workspace is not prepared for this encoder");
@@ -39,7 +49,7 @@ impl Transformer {
             let masks = EncoderLayerMasks::new(c, dropout, l);
             let (cur, prev) = (l % slots, (l + slots - 1) % slots);
             let (x, acts): (&[f32], _) = if l == 0 {
-                (&ws.enc_in, &mut ws.enc[cur])
+                (&ws.enc_in[..ns * d], &mut ws.enc[cur])
             } else if prev < cur {
                 let (a, b) = ws.enc.split_at_mut(cur);
                 (&a[prev].ffn.norm.out, &mut b[0])
@@ -48,22 +58,24 @@ impl Transformer {
                 (&b[0].ffn.norm.out, &mut a[cur])
             };
             let dims = ws.dims;
-            let shape = AttnShape::self_attn(self, dims.b, dims.s, &batch.src_lens, Mask::Padding);
+            let shape = AttnShape::self_attn(self, dims.b, dims.s, &batch.src_lens, Mask::Padding).packed(&ws.src_rows);
             let lins = self.encoder_lins(l);
             let attn = (&lp.self_attn, lins.self_attn);
             attention::self_forward(self, attn, x, &mut acts.self_attn, &mut ws.y, &shape, masks.self_attn);
             let ffn = (&lp.ffn, lins.ffn);
             feed_forward::forward(self, ffn, &mut acts.ffn, &acts.self_attn.norm.out, &mut ws.y, masks.ffn);
         }
+        let last = &ws.enc[(c.n_layers - 1) % slots].ffn.norm.out;
+        packing::unpack_into(&mut ws.enc_out, last, d, batch.s, &batch.src_lens);
     }
 
-    /// The encoder output (B·S, D) after [`Transformer::encoder_forward`].
+    /// The encoder output (B·S, D) after [`Transformer::encoder_forward`], padded (zero at padding
+    /// positions).
     pub fn encoder_output<'w>(&self, ws: &'w Workspace) -> &'w [f32] {
-        let n = self.config.n_layers;
-        if n == 0 {
+        if self.config.n_layers == 0 {
             &ws.enc_in
         } else {
-            &ws.enc[(n - 1) % ws.enc.len()].ffn.norm.out
+            &ws.enc_out
         }
     }
 
@@ -81,22 +93,25 @@ impl Transformer {
         let p = &self.params;
         let o = &self.layout.offsets;
         let dims = ws.dims;
-        let ms = dims.b * dims.s;
+        let (ms, ns) = (dims.b * dims.s, ws.src_rows[dims.b]);
 
         std::mem::swap(&mut ws.g_a, &mut ws.d_enc);
+        if n > 0 {
+            packing::pack(&mut ws.g_a[..ms * d], d, dims.s, &batch.src_lens);
+        }
         for l in (0..n).rev() {
             let lp = o.encoder[l].params(p);
             let masks = EncoderLayerMasks::new(c, dropout, l);
             let (prev, rest) = ws.enc.split_at(l);
-            let x: &[f32] = if l == 0 { &ws.enc_in } else { &prev[l - 1].ffn.norm.out };
+            let x: &[f32] = if l == 0 { &ws.enc_in[..ns * d] } else { &prev[l - 1].ffn.norm.out };
             let acts = &rest[0];
             let g = &mut ws.grad;
             let lg = o.encoder[l].params_mut(grads);
-            let (ga, gb) = (&mut ws.g_a[..ms * d], &mut ws.g_b[..ms * d]);
+            let (ga, gb) = (&mut ws.g_a[..ns * d], &mut ws.g_b[..ns * d]);
             let attn_out = &acts.self_attn.norm.out;
             let ffn = Backward { p: &lp.ffn, g: lg.ffn };
             feed_forward::backward(self, ffn, &acts.ffn, Flow { x: attn_out, dout: ga, dx: gb }, g, masks.ffn);
-            let shape = AttnShape::self_attn(self, dims.b, dims.s, &batch.src_lens, Mask::Padding);
+            let shape = AttnShape::self_attn(self, dims.b, dims.s, &batch.src_lens, Mask::Padding).packed(&ws.src_rows);
             let attn = Backward { p: &lp.self_attn, g: lg.self_attn };
             attention::self_backward(
                 self,
@@ -107,6 +122,9 @@ impl Transformer {
                 &shape,
                 masks.self_attn,
             );
+        }
+        if n > 0 {
+            packing::unpack(&mut ws.g_a[..ms * d], d, dims.s, &batch.src_lens);
         }
         self.char_backward(&ws.g_a[..ms * d], &mut ws.chars, dropout, grads);
         let (emb_g, pos_g) = o.source_embedding_mut(grads);

@@ -153,7 +153,7 @@ impl Transformer {
                 batch.src[i * gs..i * gs + x.len()].copy_from_slice(x);
             }
             batch.validate(c)?;
-            ws.prepare_encoder(c, gb, gs);
+            ws.prepare_encoder(c, &batch.src_lens, gs);
             self.encoder_forward(&batch, ws, None);
             let enc = self.encoder_output(ws);
             // Group row (i, t) goes to batch row (start + i, t): the same t, a wider stride.

@@ -12,6 +12,7 @@ mod feed_forward;
 pub mod incremental;
 mod lins;
 mod masks;
+mod packing;
 pub mod pointer;
 mod prepared;
 mod workspace;
@@ -307,7 +308,7 @@ impl Transformer {
     pub fn forward(&self, batch: &Batch, ws: &mut Workspace, dropout: Option<DropoutCtx>) -> Result<()> {
         batch.validate(&self.config)?;
         self.tree_table()?;
-        ws.prepare(&self.config, batch.b, batch.s, batch.t);
+        ws.prepare(&self.config, &batch.src_lens, batch.s, batch.t);
         if let Some(table) = self.pointer_table()? {
             ws.ptr = pointer::batch_positions(table, batch);
         }

@@ -114,8 +114,14 @@ pub struct GradScratch {
 pub struct Workspace {
     /// The shape prepared for.
     pub dims: Dims,
-    /// (B·S, D) encoder input: dropout(embedding·√D + positions).
+    /// (B·S, D) encoder input: dropout(embedding·√D + positions). Packed in place before the
+    /// first encoder layer (its first `src_rows[B]` rows then hold the valid positions).
     pub enc_in: Vec<f32>,
+    /// (B + 1) where each sentence's rows start in the encoder layers' packed activations, which
+    /// hold only valid source positions (`model::packing`), and their total.
+    pub src_rows: Vec<usize>,
+    /// (B·S, D) the encoder output, padded again for the decoder (zero at padding positions).
+    pub enc_out: Vec<f32>,
     /// (B·T, D) decoder input.
     pub dec_in: Vec<f32>,
     /// (B·T) next-word pointer positions and (B·T, D) the encoder rows they gather (with
@@ -186,21 +192,31 @@ impl Workspace {
     /// Sizes the buffers [`Transformer::encode`](super::Transformer::encode) needs and no more:
     /// the encoder input, two layers' activations (layers alternate between them, since nothing
     /// is kept for a backward pass) and the sub-layer scratch.
-    pub fn prepare_encoder(&mut self, c: &ModelConfig, b: usize, s: usize) {
+    pub fn prepare_encoder(&mut self, c: &ModelConfig, src_lens: &[usize], s: usize) {
+        let b = src_lens.len();
         self.dims = Dims { b, s, t: 1 };
         let (d, h, f) = (c.d_model, c.n_heads, c.d_ff);
         let (hk, hv) = (h * c.d_k, h * c.d_v);
         let ms = b * s;
+        let ns = self.pack_source(c, src_lens, s);
         fit(&mut self.enc_in, ms * d);
         self.enc.truncate(c.n_layers.min(2));
         self.enc.resize_with(c.n_layers.min(2), Default::default);
         for e in &mut self.enc {
-            fit_attn(&mut e.self_attn, ms * (2 * hk + hv), 0, b * h * s * s, ms * hv, ms, d);
-            fit(&mut e.ffn.h, ms * f);
+            fit_attn(&mut e.self_attn, ns * (2 * hk + hv), 0, b * h * s * s, ns * hv, ns, d);
+            fit(&mut e.ffn.h, ns * f);
             e.ffn.pre.clear();
-            fit_norm(&mut e.ffn.norm, ms, d);
+            fit_norm(&mut e.ffn.norm, ns, d);
         }
-        fit(&mut self.y, ms * d);
+        fit(&mut self.y, ns * d);
+    }
+
+    /// The packed source rows' offsets and the padded encoder output's buffer; returns the rows
+    /// the encoder layers' activations need.
+    fn pack_source(&mut self, c: &ModelConfig, src_lens: &[usize], s: usize) -> usize {
+        super::packing::offsets(src_lens, &mut self.src_rows);
+        fit(&mut self.enc_out, if c.n_layers == 0 { 0 } else { src_lens.len() * s * c.d_model });
+        self.src_rows[src_lens.len()]
     }
 
     /// Bytes held by the buffers (their capacity).
@@ -219,26 +235,39 @@ impl Workspace {
         let dec: usize = self.dec.iter().map(|e| attn(&e.self_attn) + attn(&e.cross_attn) + ffn(&e.ffn)).sum();
         let g = &self.grad;
         enc + dec
-            + [&self.enc_in, &self.dec_in, &self.ptr_in, &self.logits, &self.row_loss, &self.row_nll, &self.y]
-                .iter()
-                .map(|x| v(x))
-                .sum::<usize>()
+            + [
+                &self.enc_in,
+                &self.enc_out,
+                &self.dec_in,
+                &self.ptr_in,
+                &self.logits,
+                &self.row_loss,
+                &self.row_nll,
+                &self.y,
+            ]
+            .iter()
+            .map(|x| v(x))
+            .sum::<usize>()
             + [&self.g_a, &self.g_b, &self.d_enc, &g.dy, &g.d_ctx, &g.d_qkv, &g.d_kv, &g.d_h, &g.dscores, &g.partials]
                 .iter()
                 .map(|x| v(x))
                 .sum::<usize>()
             + v(&self.ptr)
+            + v(&self.src_rows)
             + v(&self.closer)
             + v(&self.depth)
     }
 
-    /// Sizes every buffer for a batch of shape (b, s, t).
-    pub fn prepare(&mut self, c: &ModelConfig, b: usize, s: usize, t: usize) {
+    /// Sizes every buffer for a batch of `src_lens.len()` sentences of S source and T target
+    /// positions, with those source lengths.
+    pub fn prepare(&mut self, c: &ModelConfig, src_lens: &[usize], s: usize, t: usize) {
+        let b = src_lens.len();
         self.dims = Dims { b, s, t };
         let (d, h, f) = (c.d_model, c.n_heads, c.d_ff);
         let (hk, hv) = (h * c.d_k, h * c.d_v);
         let (ms, mt) = (b * s, b * t);
         let mx = ms.max(mt);
+        let ns = self.pack_source(c, src_lens, s);
         fit(&mut self.enc_in, ms * d);
         fit(&mut self.dec_in, mt * d);
         if c.source_pointer {
@@ -248,10 +277,10 @@ impl Workspace {
         self.dec.resize_with(c.n_layers, Default::default);
         let smooth = c.activation != crate::config::Activation::Relu;
         for e in &mut self.enc {
-            fit_attn(&mut e.self_attn, ms * (2 * hk + hv), 0, b * h * s * s, ms * hv, ms, d);
-            fit(&mut e.ffn.h, ms * f);
-            fit(&mut e.ffn.pre, if smooth { ms * f } else { 0 });
-            fit_norm(&mut e.ffn.norm, ms, d);
+            fit_attn(&mut e.self_attn, ns * (2 * hk + hv), 0, b * h * s * s, ns * hv, ns, d);
+            fit(&mut e.ffn.h, ns * f);
+            fit(&mut e.ffn.pre, if smooth { ns * f } else { 0 });
+            fit_norm(&mut e.ffn.norm, ns, d);
         }
         for e in &mut self.dec {
             fit_attn(&mut e.self_attn, mt * (2 * hk + hv), 0, b * h * t * t, mt * hv, mt, d);

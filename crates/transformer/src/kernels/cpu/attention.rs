@@ -6,6 +6,10 @@
 //! projection feeds this kernel without copies. Padding is given as the number of valid keys of
 //! each sentence (batches are right-padded). A query with no valid key gets zero weights and output.
 //!
+//! Rows are either padded (sentence b at rows [b·T, (b+1)·T) of the queries, [b·S, (b+1)·S) of the
+//! keys) or packed ([`Heads::packed`]): only each sentence's valid positions, one sentence after
+//! another, so that the position-wise layers around the encoder's self-attention skip the padding.
+//!
 //! Work is parallel over sentences. Per sentence and head, the four products (QKᵀ, PV and, backward,
 //! dO·Vᵀ, dS·K, dSᵀ·Q, Pᵀ·dO) are small single-threaded GEMMs on strided views; masking, softmax and
 //! dropout are row loops in between.
@@ -27,14 +31,83 @@ pub struct Heads<'a> {
     pub ld: usize,
     /// Column of head 0.
     pub off: usize,
+    /// `None`: padded rows, sentence b at rows [b·n, (b+1)·n) (n = T for queries, S for keys).
+    /// `Some(offsets)` (B + 1 of them): packed rows, sentence b at rows [offsets[b], offsets[b+1]),
+    /// exactly its valid positions (its key length). The queries' layout is also that of the
+    /// output and of dQ; the keys' that of dK and dV.
+    pub packed: Option<&'a [usize]>,
 }
 
 impl<'a> Heads<'a> {
+    /// Padded heads (see [`Heads::packed`]).
+    pub fn padded(data: &'a [f32], ld: usize, off: usize) -> Self {
+        Heads { data, ld, off, packed: None }
+    }
+
     /// Rows [r0, r0 + rows) of head h, `width` columns wide, as a matrix view.
     #[inline(always)]
     fn head(&self, r0: usize, rows: usize, h: usize, width: usize) -> MatRef<'a> {
         MatRef::rows(self.data, r0 * self.ld + self.off + h * width, rows, width, self.ld)
     }
+
+    /// (first row, rows) of sentence b, `per` rows a sentence when padded.
+    #[inline(always)]
+    fn span(&self, b: usize, per: usize) -> (usize, usize) {
+        match self.packed {
+            Some(o) => (o[b], o[b + 1] - o[b]),
+            None => (b * per, per),
+        }
+    }
+
+    /// Rows over all B sentences.
+    fn total_rows(&self, b: usize, per: usize) -> usize {
+        self.packed.map_or(b * per, |o| o[b])
+    }
+
+    /// Checks packed offsets against the key lengths: B + 1 of them from 0, sentence b holding
+    /// exactly key_lens[b] rows.
+    fn check(&self, key_lens: &[usize], what: &str) {
+        if let Some(o) = self.packed {
+            assert_eq!(o.len(), key_lens.len() + 1, "{what}: one packed offset per sentence and the end");
+            assert_eq!(o[0], 0, "{what}: packed rows start at 0");
+            for (b, (w, &n)) in o.windows(2).zip(key_lens).enumerate() {
+                assert!(
+                    w[0] <= w[1] && w[1] - w[0] == n,
+                    "{what}: sentence {b} packs {} rows for {n} keys",
+                    w[1] - w[0]
+                );
+            }
+        }
+    }
+}
+
+/// One sentence's place in the buffers: its index, its queries' first row and count, its keys'
+/// first row.
+#[derive(Clone, Copy)]
+struct Sent {
+    b: usize,
+    q0: usize,
+    nq: usize,
+    k0: usize,
+}
+
+impl Sent {
+    fn new(b: usize, q: &Heads, k: &Heads, d: AttnDims) -> Self {
+        let (q0, nq) = q.span(b, d.t);
+        Sent { b, q0, nq, k0: k.span(b, d.s).0 }
+    }
+}
+
+/// `buf` (rows, ld) cut into each sentence's rows, in the layout of `heads`.
+fn split_sentences<'x>(mut buf: &'x mut [f32], ld: usize, heads: &Heads, b: usize, per: usize) -> Vec<&'x mut [f32]> {
+    let mut parts = Vec::with_capacity(b);
+    for i in 0..b {
+        let (_, n) = heads.span(i, per);
+        let (part, rest) = std::mem::take(&mut buf).split_at_mut(n * ld);
+        parts.push(part);
+        buf = rest;
+    }
+    parts
 }
 
 thread_local! {
@@ -71,17 +144,31 @@ pub fn attention_forward(
     d: AttnDims,
 ) {
     let _t = super::profile::scope(super::profile::Slot::Attention);
-    assert_eq!(out.len(), d.b * d.t * d.h * d.v);
-    assert_eq!(probs.len(), d.b * d.h * d.t * d.s);
     assert_eq!(key_lens.len(), d.b);
     assert!(key_lens.iter().all(|&l| l <= d.s), "a key length exceeds S = {}", d.s);
+    check_layouts(&q, &k, &v, key_lens);
+    assert_eq!(out.len(), q.total_rows(d.b, d.t) * d.h * d.v);
+    assert_eq!(probs.len(), d.b * d.h * d.t * d.s);
     if d.b == 0 || d.t == 0 {
         return;
     }
-    out.par_chunks_mut(d.t * d.h * d.v)
+    split_sentences(out, d.h * d.v, &q, d.b, d.t)
+        .into_par_iter()
         .zip(probs.par_chunks_mut(d.h * d.t * d.s))
         .enumerate()
-        .for_each(|(b, (out, probs))| attend_sentence(out, probs, q, k, v, key_lens[b], attn_mask, dropout, d, b));
+        .for_each(|(b, (out, probs))| {
+            attend_sentence(out, probs, q, k, v, key_lens[b], attn_mask, dropout, d, Sent::new(b, &q, &k, d))
+        });
+}
+
+/// Packed queries need packed keys and values of the same sentences (self-attention, T = S).
+fn check_layouts(q: &Heads, k: &Heads, v: &Heads, key_lens: &[usize]) {
+    assert!(
+        k.packed == v.packed && q.packed.is_some() == k.packed.is_some(),
+        "queries, keys and values must be all packed or all padded"
+    );
+    q.check(key_lens, "queries");
+    k.check(key_lens, "keys");
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -95,26 +182,28 @@ fn attend_sentence(
     attn_mask: Mask,
     dropout: Option<DropoutMask>,
     d: AttnDims,
-    b: usize,
+    at: Sent,
 ) {
     let scale = 1.0 / (d.k as f32).sqrt();
-    let (hv, n) = (d.h * d.v, key_len);
+    let (hv, n, nq) = (d.h * d.v, key_len, at.nq);
     for h in 0..d.h {
         let ph = &mut probs[h * d.t * d.s..(h + 1) * d.t * d.s];
+        // Packed rows hold no padding queries: their weights stay zero.
+        ph[nq * d.s..].fill(0.0);
         if n == 0 {
             ph.fill(0.0);
-            for i in 0..d.t {
+            for i in 0..nq {
                 out[i * hv + h * d.v..i * hv + (h + 1) * d.v].fill(0.0);
             }
             continue;
         }
-        // Scores of the valid keys: (T, n) = scale · Q_h K_hᵀ, into the first n columns of probs.
-        gemm_small(ph, 0, d.s, q.head(b * d.t, d.t, h, d.k), k.head(b * d.s, n, h, d.k).t(), scale, false);
-        softmax_rows(ph, key_len, attn_mask, d);
-        let base = (b * d.h + h) * d.t * d.s;
+        // Scores of the valid keys: (nq, n) = scale · Q_h K_hᵀ, into the first n columns of probs.
+        gemm_small(ph, 0, d.s, q.head(at.q0, nq, h, d.k), k.head(at.k0, n, h, d.k).t(), scale, false);
+        softmax_rows(&mut ph[..nq * d.s], key_len, attn_mask, d);
+        let base = (at.b * d.h + h) * d.t * d.s;
         with_dropped(ph, dropout, base, |p| {
-            // (T, V) = P (T, n) · V_h (n, V), into head h's columns of the output.
-            gemm_small(out, h * d.v, hv, MatRef::rows(p, 0, d.t, n, d.s), v.head(b * d.s, n, h, d.v), 1.0, false);
+            // (nq, V) = P (nq, n) · V_h (n, V), into head h's columns of the output.
+            gemm_small(out, h * d.v, hv, MatRef::rows(p, 0, nq, n, d.s), v.head(at.k0, n, h, d.v), 1.0, false);
         });
     }
 }
@@ -184,48 +273,55 @@ pub fn attention_backward(
     d: AttnDims,
 ) {
     let _t = super::profile::scope(super::profile::Slot::AttentionBackward);
-    assert_eq!(dout.len(), d.b * d.t * d.h * d.v);
-    assert_eq!(probs.len(), d.b * d.h * d.t * d.s);
-    assert_eq!(dscores.len(), probs.len());
     assert_eq!(key_lens.len(), d.b);
     assert!(key_lens.iter().all(|&l| l <= d.s), "a key length exceeds S = {}", d.s);
+    check_layouts(&q, &k, &v, key_lens);
+    let q_rows = q.total_rows(d.b, d.t);
+    assert_eq!(dout.len(), q_rows * d.h * d.v);
+    assert_eq!(probs.len(), d.b * d.h * d.t * d.s);
+    assert_eq!(dscores.len(), probs.len());
     if d.b == 0 || d.t == 0 {
         return;
     }
     let per = d.h * d.t * d.s;
-    let dout_heads = Heads { data: dout, ld: d.h * d.v, off: 0 };
+    let dout_heads = Heads { data: dout, ld: d.h * d.v, off: 0, packed: q.packed };
     match grads {
         AttnGrads::Fused { dqkv, ld, offs } => {
             assert_eq!(d.t, d.s, "fused attention gradients need T == S");
-            assert_eq!(dqkv.len(), d.b * d.t * ld);
-            dqkv.par_chunks_mut(d.t * ld).zip(dscores.par_chunks_mut(per)).enumerate().for_each(|(b, (g, ds))| {
-                let p = &probs[b * per..(b + 1) * per];
-                let n = key_lens[b];
-                for h in 0..d.h {
-                    let (dsh, ph) =
-                        (&mut ds[h * d.t * d.s..(h + 1) * d.t * d.s], &p[h * d.t * d.s..(h + 1) * d.t * d.s]);
-                    score_grads(dsh, ph, dout_heads, v, n, attn_mask, dropout, d, b, h);
-                    query_grads(g, ld, offs[0], dsh, k, n, d, b, h);
-                    key_value_grads(g, ld, [offs[1], offs[2]], dsh, ph, dout_heads, q, n, dropout, d, b, h);
-                }
-            });
+            assert_eq!(dqkv.len(), q_rows * ld);
+            split_sentences(dqkv, ld, &q, d.b, d.t)
+                .into_par_iter()
+                .zip(dscores.par_chunks_mut(per))
+                .enumerate()
+                .for_each(|(b, (g, ds))| {
+                    let p = &probs[b * per..(b + 1) * per];
+                    let (n, at) = (key_lens[b], Sent::new(b, &q, &k, d));
+                    for h in 0..d.h {
+                        let (dsh, ph) =
+                            (&mut ds[h * d.t * d.s..(h + 1) * d.t * d.s], &p[h * d.t * d.s..(h + 1) * d.t * d.s]);
+                        score_grads(dsh, ph, dout_heads, v, n, attn_mask, dropout, d, at, h);
+                        query_grads(g, ld, offs[0], dsh, k, n, d, at, h);
+                        key_value_grads(g, ld, [offs[1], offs[2]], dsh, ph, dout_heads, q, n, dropout, d, at, h);
+                    }
+                });
         }
         AttnGrads::Split { dq, ldq, qoff, dkv, ldkv, offs } => {
-            assert_eq!(dq.len(), d.b * d.t * ldq);
-            assert_eq!(dkv.len(), d.b * d.s * ldkv);
-            dq.par_chunks_mut(d.t * ldq)
-                .zip(dkv.par_chunks_mut(d.s * ldkv))
+            assert_eq!(dq.len(), q_rows * ldq);
+            assert_eq!(dkv.len(), k.total_rows(d.b, d.s) * ldkv);
+            split_sentences(dq, ldq, &q, d.b, d.t)
+                .into_par_iter()
+                .zip(split_sentences(dkv, ldkv, &k, d.b, d.s))
                 .zip(dscores.par_chunks_mut(per))
                 .enumerate()
                 .for_each(|(b, ((gq, gkv), ds))| {
                     let p = &probs[b * per..(b + 1) * per];
-                    let n = key_lens[b];
+                    let (n, at) = (key_lens[b], Sent::new(b, &q, &k, d));
                     for h in 0..d.h {
                         let (dsh, ph) =
                             (&mut ds[h * d.t * d.s..(h + 1) * d.t * d.s], &p[h * d.t * d.s..(h + 1) * d.t * d.s]);
-                        score_grads(dsh, ph, dout_heads, v, n, attn_mask, dropout, d, b, h);
-                        query_grads(gq, ldq, qoff, dsh, k, n, d, b, h);
-                        key_value_grads(gkv, ldkv, offs, dsh, ph, dout_heads, q, n, dropout, d, b, h);
+                        score_grads(dsh, ph, dout_heads, v, n, attn_mask, dropout, d, at, h);
+                        query_grads(gq, ldq, qoff, dsh, k, n, d, at, h);
+                        key_value_grads(gkv, ldkv, offs, dsh, ph, dout_heads, q, n, dropout, d, at, h);
                     }
                 });
         }
@@ -244,17 +340,17 @@ fn score_grads(
     attn_mask: Mask,
     dropout: Option<DropoutMask>,
     d: AttnDims,
-    b: usize,
+    at: Sent,
     h: usize,
 ) {
     if key_len == 0 {
         ds.fill(0.0);
         return;
     }
-    // dP over the valid keys: (T, n) = dO_h (T, V) · V_hᵀ (V, n).
-    gemm_small(ds, 0, d.s, dout.head(b * d.t, d.t, h, d.v), v.head(b * d.s, key_len, h, d.v).t(), 1.0, false);
-    let base = (b * d.h + h) * d.t * d.s;
-    softmax_backward_rows(ds, probs, key_len, attn_mask, dropout, base, d);
+    // dP over the valid keys: (nq, n) = dO_h (nq, V) · V_hᵀ (V, n).
+    gemm_small(ds, 0, d.s, dout.head(at.q0, at.nq, h, d.v), v.head(at.k0, key_len, h, d.v).t(), 1.0, false);
+    let base = (at.b * d.h + h) * d.t * d.s;
+    softmax_backward_rows(&mut ds[..at.nq * d.s], probs, key_len, attn_mask, dropout, base, d);
 }
 
 #[multiversion(targets(
@@ -286,7 +382,8 @@ fn softmax_backward_rows(
     }
 }
 
-/// dQ_h (T, K) = dscores (T, n) · K_h (n, K), overwriting head h's columns of sentence b's rows of `g`.
+/// dQ_h (nq, K) = dscores (nq, n) · K_h (n, K), overwriting head h's columns of sentence b's rows
+/// of `g`.
 #[allow(clippy::too_many_arguments)]
 fn query_grads(
     g: &mut [f32],
@@ -296,21 +393,21 @@ fn query_grads(
     k: Heads,
     key_len: usize,
     d: AttnDims,
-    b: usize,
+    at: Sent,
     h: usize,
 ) {
     let off = qoff + h * d.k;
     if key_len == 0 {
-        for i in 0..d.t {
+        for i in 0..at.nq {
             g[i * ld + off..i * ld + off + d.k].fill(0.0);
         }
         return;
     }
-    gemm_small(g, off, ld, MatRef::rows(ds, 0, d.t, key_len, d.s), k.head(b * d.s, key_len, h, d.k), 1.0, false);
+    gemm_small(g, off, ld, MatRef::rows(ds, 0, at.nq, key_len, d.s), k.head(at.k0, key_len, h, d.k), 1.0, false);
 }
 
 /// dK_h (n, K) = dscoresᵀ · Q_h and dV_h (n, V) = (P ⊙ mask)ᵀ · dO_h, overwriting head h's columns of
-/// sentence b's key rows of `g`; padding keys get zero.
+/// sentence b's key rows of `g` (its part of the buffer); padding keys get zero.
 #[allow(clippy::too_many_arguments)]
 fn key_value_grads(
     g: &mut [f32],
@@ -323,20 +420,22 @@ fn key_value_grads(
     key_len: usize,
     dropout: Option<DropoutMask>,
     d: AttnDims,
-    b: usize,
+    at: Sent,
     h: usize,
 ) {
     let (koff, voff) = (offs[0] + h * d.k, offs[1] + h * d.v);
-    for j in key_len..d.s {
+    // The sentence's key rows: S when padded, key_len when packed.
+    for j in key_len..g.len() / ld {
         g[j * ld + koff..j * ld + koff + d.k].fill(0.0);
         g[j * ld + voff..j * ld + voff + d.v].fill(0.0);
     }
     if key_len == 0 {
         return;
     }
-    gemm_small(g, koff, ld, MatRef::rows(ds, 0, d.t, key_len, d.s).t(), q.head(b * d.t, d.t, h, d.k), 1.0, false);
-    let base = (b * d.h + h) * d.t * d.s;
+    let (q0, nq) = (at.q0, at.nq);
+    gemm_small(g, koff, ld, MatRef::rows(ds, 0, nq, key_len, d.s).t(), q.head(q0, nq, h, d.k), 1.0, false);
+    let base = (at.b * d.h + h) * d.t * d.s;
     with_dropped(probs, dropout, base, |p| {
-        gemm_small(g, voff, ld, MatRef::rows(p, 0, d.t, key_len, d.s).t(), dout.head(b * d.t, d.t, h, d.v), 1.0, false);
+        gemm_small(g, voff, ld, MatRef::rows(p, 0, nq, key_len, d.s).t(), dout.head(q0, nq, h, d.v), 1.0, false);
     });
 }
