@@ -339,9 +339,10 @@ fn check_attention(d: AttnDims, key_lens: &[usize], attn_mask: Mask, p: f32, fus
     check_attention_rows(d, key_lens, attn_mask, p, fused, false, seed)
 }
 
-/// As [`check_attention`]; with `packed` (self-attention), the Q|K|V buffer holds only each
-/// sentence's valid rows, one sentence after another, and only those rows are compared (a packed
-/// buffer has no padding queries; its padding queries' weights must be zero).
+/// As [`check_attention`]; with `packed`, the buffers hold only each sentence's valid rows, one
+/// sentence after another: Q|K|V with `fused` (self-attention: a packed buffer has no padding
+/// queries, so only valid rows are compared and padding queries' weights must be zero), K|V alone
+/// otherwise (encoder–decoder attention over the encoder's packed rows).
 fn check_attention_rows(
     d: AttnDims,
     key_lens: &[usize],
@@ -351,7 +352,6 @@ fn check_attention_rows(
     packed: bool,
     seed: u64,
 ) {
-    assert!(!packed || fused, "packed rows are for self-attention");
     let mut rng = Rng::new(seed);
     let (hk, hv) = (d.h * d.k, d.h * d.v);
     let q = rand_vec(&mut rng, d.b * d.t * hk, 1.5);
@@ -361,34 +361,44 @@ fn check_attention_rows(
     let mask = mask_array(dm, d.b * d.h * d.t * d.s);
     let (want, probs) = r::attention_forward(&q, &k, &v, key_lens, attn_mask, mask.as_deref(), d);
     let mut g = rand_vec(&mut rng, d.b * d.t * hv, 1.0);
-    if packed {
+    // The padded rows a buffer holds, in order: all of them, or (packed) each sentence's valid ones.
+    let held = |per: usize, pack: bool| -> Vec<usize> {
+        (0..d.b * per).filter(|&r_| !pack || r_ % per < key_lens[r_ / per]).collect()
+    };
+    let (qrows, krows) = (held(d.t, packed && fused), held(d.s, packed));
+    if packed && fused {
         // A packed buffer has no padding queries, so nothing flows from them into dK and dV.
         for (r_, row) in g.chunks_exact_mut(hv).enumerate() {
-            if r_ % d.t >= key_lens[r_ / d.t] {
+            if !qrows.contains(&r_) {
                 row.fill(0.0);
             }
         }
     }
     let (dq, dk, dv) = r::attention_backward(&g, &probs, &q, &k, &v, key_lens, attn_mask, mask.as_deref(), d);
-
-    let mut out = vec![0f32; d.b * d.t * hv];
+    let offsets: Vec<usize> = std::iter::once(0)
+        .chain(key_lens.iter().scan(0, |at, &n| {
+            *at += n;
+            Some(*at)
+        }))
+        .collect();
+    let layout = packed.then_some(offsets.as_slice());
+    let g32: Vec<f32> = qrows.iter().flat_map(|&r_| g[r_ * hv..(r_ + 1) * hv].iter().map(|&x| x as f32)).collect();
+    let mut out = vec![f32::NAN; qrows.len() * hv];
     let mut fprobs = vec![0f32; d.b * d.h * d.t * d.s];
     let mut ds = vec![0f32; fprobs.len()];
-    let g32 = to_f32(&g);
-    let (got_dq, got_dk, got_dv);
+    // (dQ, dK, dV) as (rows, width) buffers in the layout of `qrows` and `krows`.
+    let (mut gq, mut gk, mut gv) =
+        (vec![0f32; qrows.len() * hk], vec![0f32; krows.len() * hk], vec![0f32; krows.len() * hv]);
+    let copy_cols = |dst: &mut [f32], src: &[f32], ld: usize, off: usize, w: usize| {
+        for (i, row) in dst.chunks_exact_mut(w).enumerate() {
+            row.copy_from_slice(&src[i * ld + off..i * ld + off + w]);
+        }
+    };
     if fused {
         assert_eq!(d.t, d.s);
         let ld = 2 * hk + hv + 3; // padding columns exercise the stride
-                                  // The padded rows each buffer row holds: all of them, or (packed) each sentence's valid ones.
-        let rows: Vec<usize> = (0..d.b * d.t).filter(|&r_| !packed || r_ % d.t < key_lens[r_ / d.t]).collect();
-        let offsets: Vec<usize> = std::iter::once(0)
-            .chain(key_lens.iter().scan(0, |at, &n| {
-                *at += n;
-                Some(*at)
-            }))
-            .collect();
-        let mut qkv = vec![0f32; rows.len() * ld];
-        for (i, &r_) in rows.iter().enumerate() {
+        let mut qkv = vec![0f32; qrows.len() * ld];
+        for (i, &r_) in qrows.iter().enumerate() {
             for c in 0..hk {
                 qkv[i * ld + c] = q[r_ * hk + c] as f32;
                 qkv[i * ld + hk + c] = k[r_ * hk + c] as f32;
@@ -397,12 +407,9 @@ fn check_attention_rows(
                 qkv[i * ld + 2 * hk + c] = v[r_ * hv + c] as f32;
             }
         }
-        let layout = packed.then_some(offsets.as_slice());
         let heads = |off| attention::Heads { data: &qkv, ld, off, packed: layout };
-        let g_rows: Vec<f32> = rows.iter().flat_map(|&r_| g32[r_ * hv..(r_ + 1) * hv].to_vec()).collect();
-        let mut packed_out = vec![f32::NAN; rows.len() * hv];
         attention::attention_forward(
-            &mut packed_out,
+            &mut out,
             &mut fprobs,
             heads(0),
             heads(hk),
@@ -412,14 +419,11 @@ fn check_attention_rows(
             dm,
             d,
         );
-        for (i, &r_) in rows.iter().enumerate() {
-            out[r_ * hv..(r_ + 1) * hv].copy_from_slice(&packed_out[i * hv..(i + 1) * hv]);
-        }
-        let mut dqkv = vec![f32::NAN; rows.len() * ld];
+        let mut dqkv = vec![f32::NAN; qrows.len() * ld];
         attention::attention_backward(
             attention::AttnGrads::Fused { dqkv: &mut dqkv, ld, offs: [0, hk, 2 * hk] },
             &mut ds,
-            &g_rows,
+            &g32,
             &fprobs,
             heads(0),
             heads(hk),
@@ -429,61 +433,22 @@ fn check_attention_rows(
             dm,
             d,
         );
-        // Back in padded places; the rows a packed buffer lacks compare as the reference's.
-        let col = |off: usize, w: usize, want: &[f64]| -> Vec<f64> {
-            let mut got = want.to_vec();
-            for (i, &r_) in rows.iter().enumerate() {
-                for c in 0..w {
-                    got[r_ * w + c] = dqkv[i * ld + off + c] as f64;
-                }
-            }
-            got
-        };
-        if packed {
-            // Padding queries: nothing in the output, zero weights.
-            for r_ in (0..d.b * d.t).filter(|r_| !rows.contains(r_)) {
-                out[r_ * hv..(r_ + 1) * hv].iter_mut().zip(&want[r_ * hv..]).for_each(|(o, &w)| *o = w as f32);
-                let (b, i) = (r_ / d.t, r_ % d.t);
-                for h in 0..d.h {
-                    let at = ((b * d.h + h) * d.t + i) * d.s;
-                    assert!(
-                        fprobs[at..at + d.s].iter().all(|&x| x == 0.0),
-                        "padding query {i} of sentence {b} has weights"
-                    );
-                    fprobs[at..at + d.s].iter_mut().zip(&probs[at..]).for_each(|(o, &w)| *o = w as f32);
-                }
-            }
-        }
-        got_dq = col(0, hk, &dq);
-        got_dk = col(hk, hk, &dk);
-        got_dv = col(2 * hk, hv, &dv);
+        copy_cols(&mut gq, &dqkv, ld, 0, hk);
+        copy_cols(&mut gk, &dqkv, ld, hk, hk);
+        copy_cols(&mut gv, &dqkv, ld, 2 * hk, hv);
     } else {
-        let (q32, kv32): (Vec<f32>, Vec<f32>) = (
-            to_f32(&q),
-            (0..d.b * d.s)
-                .flat_map(|r_| {
-                    k[r_ * hk..(r_ + 1) * hk]
-                        .iter()
-                        .chain(&v[r_ * hv..(r_ + 1) * hv])
-                        .map(|&x| x as f32)
-                        .collect::<Vec<_>>()
-                })
-                .collect(),
-        );
+        let q32 = to_f32(&q);
+        let kv32: Vec<f32> = krows
+            .iter()
+            .flat_map(|&r_| k[r_ * hk..(r_ + 1) * hk].iter().chain(&v[r_ * hv..(r_ + 1) * hv]).map(|&x| x as f32))
+            .collect();
         let qh = attention::Heads::padded(&q32, hk, 0);
-        let kvh = |off| attention::Heads::padded(&kv32, hk + hv, off);
+        let kvh = |off| attention::Heads { data: &kv32, ld: hk + hv, off, packed: layout };
         attention::attention_forward(&mut out, &mut fprobs, qh, kvh(0), kvh(hk), key_lens, attn_mask, dm, d);
-        let mut fdq = vec![f32::NAN; d.b * d.t * hk];
-        let mut fdkv = vec![f32::NAN; d.b * d.s * (hk + hv)];
+        let mut fdkv = vec![f32::NAN; krows.len() * (hk + hv)];
+        gq.fill(f32::NAN);
         attention::attention_backward(
-            attention::AttnGrads::Split {
-                dq: &mut fdq,
-                ldq: hk,
-                qoff: 0,
-                dkv: &mut fdkv,
-                ldkv: hk + hv,
-                offs: [0, hk],
-            },
+            attention::AttnGrads::Split { dq: &mut gq, ldq: hk, qoff: 0, dkv: &mut fdkv, ldkv: hk + hv, offs: [0, hk] },
             &mut ds,
             &g32,
             &fprobs,
@@ -495,21 +460,36 @@ fn check_attention_rows(
             dm,
             d,
         );
-        got_dq = to_f64(&fdq);
-        got_dk = (0..d.b * d.s)
-            .flat_map(|r_| fdkv[r_ * (hk + hv)..r_ * (hk + hv) + hk].to_vec())
-            .map(|x| x as f64)
-            .collect();
-        got_dv = (0..d.b * d.s)
-            .flat_map(|r_| fdkv[r_ * (hk + hv) + hk..(r_ + 1) * (hk + hv)].to_vec())
-            .map(|x| x as f64)
-            .collect();
+        copy_cols(&mut gk, &fdkv, hk + hv, 0, hk);
+        copy_cols(&mut gv, &fdkv, hk + hv, hk, hv);
     }
-    assert_close("attn out", &to_f64(&out), &want, ATOL, RTOL);
-    assert_close("attn probs", &to_f64(&fprobs), &probs, ATOL, RTOL);
-    assert_close("attn dq", &got_dq, &dq, ATOL, RTOL);
-    assert_close("attn dk", &got_dk, &dk, ATOL, RTOL);
-    assert_close("attn dv", &got_dv, &dv, ATOL, RTOL);
+    // Back in padded places. Rows a packed buffer lacks take the reference's values, except that a
+    // padding query's weights must be zero (padding keys' dK and dV are zero in the reference).
+    let unpack = |got: &[f32], rows: &[usize], w: usize, want: &[f64]| -> Vec<f64> {
+        let mut all = want.to_vec();
+        for (i, &r_) in rows.iter().enumerate() {
+            for c in 0..w {
+                all[r_ * w + c] = got[i * w + c] as f64;
+            }
+        }
+        all
+    };
+    let mut got_probs = to_f64(&fprobs);
+    for r_ in (0..d.b * d.t).filter(|r_| !qrows.contains(r_)) {
+        let (b, i) = (r_ / d.t, r_ % d.t);
+        for h in 0..d.h {
+            let at = ((b * d.h + h) * d.t + i) * d.s;
+            assert!(fprobs[at..at + d.s].iter().all(|&x| x == 0.0), "padding query {i} of sentence {b} has weights");
+            got_probs[at..at + d.s].copy_from_slice(&probs[at..at + d.s]);
+        }
+    }
+    assert_close("attn out", &unpack(&out, &qrows, hv, &want), &want, ATOL, RTOL);
+    assert_close("attn probs", &got_probs, &probs, ATOL, RTOL);
+    assert_close("attn dq", &unpack(&gq, &qrows, hk, &dq), &dq, ATOL, RTOL);
+    let zero_dk: Vec<f64> = vec![0.0; dk.len()];
+    let zero_dv: Vec<f64> = vec![0.0; dv.len()];
+    assert_close("attn dk", &unpack(&gk, &krows, hk, &zero_dk), &dk, ATOL, RTOL);
+    assert_close("attn dv", &unpack(&gv, &krows, hv, &zero_dv), &dv, ATOL, RTOL);
 }
 
 #[test]
@@ -557,6 +537,29 @@ fn attention_self_on_packed_rows() {
         true,
         true,
         30,
+    );
+}
+
+#[test]
+fn attention_cross_over_packed_keys() {
+    // Padded queries over the encoder's packed keys and values, an empty sentence among them.
+    check_attention_rows(
+        AttnDims { b: 4, h: 2, t: 3, s: 9, k: 17, v: 6 },
+        &[9, 1, 0, 5],
+        Mask::Padding,
+        0.0,
+        false,
+        true,
+        31,
+    );
+    check_attention_rows(
+        AttnDims { b: 3, h: 3, t: 8, s: 5, k: 8, v: 7 },
+        &[2, 5, 4],
+        Mask::Padding,
+        0.2,
+        false,
+        true,
+        32,
     );
 }
 

@@ -19,38 +19,48 @@ pub(super) struct AttnShape<'a> {
     /// Keys per sentence (source or target lengths).
     pub key_lens: &'a [usize],
     pub mask: Mask,
-    /// Self-attention over packed rows (the encoder's): where each sentence's rows start, and
+    /// Packed query rows (the encoder's self-attention): where each sentence's rows start, and
     /// the end (see [`Heads::packed`]); `None` for padded rows.
-    pub packed: Option<&'a [usize]>,
+    pub q_packed: Option<&'a [usize]>,
+    /// Packed key and value rows: the encoder's, in its self-attention and in encoder–decoder
+    /// attention.
+    pub kv_packed: Option<&'a [usize]>,
 }
 
 impl<'a> AttnShape<'a> {
     /// Self-attention over `t` positions of `b` sentences.
     pub fn self_attn(m: &Transformer, b: usize, t: usize, key_lens: &'a [usize], mask: Mask) -> Self {
         let c = &m.config;
-        AttnShape { dims: AttnDims { b, h: c.n_heads, t, s: t, k: c.d_k, v: c.d_v }, key_lens, mask, packed: None }
+        let dims = AttnDims { b, h: c.n_heads, t, s: t, k: c.d_k, v: c.d_v };
+        AttnShape { dims, key_lens, mask, q_packed: None, kv_packed: None }
     }
 
-    /// The same shape over packed rows, sentence b at rows [offsets[b], offsets[b+1]).
+    /// The same self-attention over packed rows, sentence b at rows [offsets[b], offsets[b+1]).
     pub fn packed(self, offsets: &'a [usize]) -> Self {
-        AttnShape { packed: Some(offsets), ..self }
+        AttnShape { q_packed: Some(offsets), kv_packed: Some(offsets), ..self }
+    }
+
+    /// The same attention with packed keys and values, sentence b's at rows
+    /// [offsets[b], offsets[b+1]).
+    pub fn packed_keys(self, offsets: &'a [usize]) -> Self {
+        AttnShape { kv_packed: Some(offsets), ..self }
     }
 
     /// Encoder–decoder attention: the decoder's T queries over the encoder's S positions.
     pub fn cross(m: &Transformer, dims: Dims, src_lens: &'a [usize]) -> Self {
         let c = &m.config;
         let d = AttnDims { b: dims.b, h: c.n_heads, t: dims.t, s: dims.s, k: c.d_k, v: c.d_v };
-        AttnShape { dims: d, key_lens: src_lens, mask: Mask::Padding, packed: None }
+        AttnShape { dims: d, key_lens: src_lens, mask: Mask::Padding, q_packed: None, kv_packed: None }
     }
 
     /// Query rows: B·T, or the packed rows.
     fn q_rows(&self) -> usize {
-        self.packed.map_or(self.dims.b * self.dims.t, |o| o[self.dims.b])
+        self.q_packed.map_or(self.dims.b * self.dims.t, |o| o[self.dims.b])
     }
 
-    /// Key/value rows, B·S.
+    /// Key/value rows: B·S, or the packed rows.
     fn kv_rows(&self) -> usize {
-        self.dims.b * self.dims.s
+        self.kv_packed.map_or(self.dims.b * self.dims.s, |o| o[self.dims.b])
     }
 }
 
@@ -148,7 +158,7 @@ pub(super) fn self_forward(
     let nq = 2 * hk + hv;
     let rows = shape.q_rows();
     lins.q.forward(&mut acts.q, x, Some(p.attn.b_qkv), rows);
-    let head = |off| Heads { data: &acts.q, ld: nq, off, packed: shape.packed };
+    let head = |off| Heads { data: &acts.q, ld: nq, off, packed: shape.q_packed };
     let (dims, key_lens, mask) = (shape.dims, shape.key_lens, shape.mask);
     attention_forward(
         &mut acts.ctx,
@@ -178,7 +188,7 @@ pub(super) fn self_backward(
     let nq = 2 * hk + hv;
     let (dims, rows) = (shape.dims, shape.q_rows());
     project_and_norm_backward(m, &mut pg, acts, &mut flow, gs, rows, masks.out);
-    let head = |off| Heads { data: &acts.q, ld: nq, off, packed: shape.packed };
+    let head = |off| Heads { data: &acts.q, ld: nq, off, packed: shape.q_packed };
     attention_backward(
         AttnGrads::Fused { dqkv: &mut gs.d_qkv[..rows * nq], ld: nq, offs: [0, hk, 2 * hk] },
         &mut gs.dscores[..dims.b * dims.h * dims.t * dims.t],
@@ -208,7 +218,7 @@ pub(super) fn self_backward(
 }
 
 /// The keys and values of encoder–decoder attention, projected from the encoder output `enc`
-/// (B·S, D) into `acts.kv`: the first half of [`cross_forward`].
+/// (its packed rows) into `acts.kv`: the first half of [`cross_forward`].
 pub(super) fn cross_kv_forward((p, lins): (&AttnBlock, AttnLins), enc: &[f32], acts: &mut AttnActs, shape: &AttnShape) {
     let kv = lins.kv.expect("encoder–decoder attention has a K|V map");
     kv.forward(&mut acts.kv, enc, Some(p.attn.b_kv), shape.kv_rows());
@@ -229,7 +239,7 @@ pub(super) fn cross_forward(
     let mt = shape.q_rows();
     lins.q.forward(&mut acts.q, x, Some(p.attn.b_q), mt);
     let q = Heads::padded(&acts.q, hk, 0);
-    let kv = |off| Heads::padded(&acts.kv, hk + hv, off);
+    let kv = |off| Heads { data: &acts.kv, ld: hk + hv, off, packed: shape.kv_packed };
     let (dims, key_lens, mask) = (shape.dims, shape.key_lens, shape.mask);
     attention_forward(&mut acts.ctx, &mut acts.probs, q, kv(0), kv(hk), key_lens, mask, masks.weights, dims);
     project_and_norm(m, (p, lins.o), x, acts, y, mt, masks.out);
@@ -250,7 +260,7 @@ pub(super) fn cross_backward(
     let (dims, mt, ms) = (shape.dims, shape.q_rows(), shape.kv_rows());
     project_and_norm_backward(m, pg, acts, &mut flow, gs, mt, masks.out);
     let q = Heads::padded(&acts.q, hk, 0);
-    let kv = |off| Heads::padded(&acts.kv, hk + hv, off);
+    let kv = |off| Heads { data: &acts.kv, ld: hk + hv, off, packed: shape.kv_packed };
     attention_backward(
         AttnGrads::Split {
             dq: &mut gs.d_qkv[..mt * hk],
@@ -287,7 +297,7 @@ pub(super) fn cross_backward(
     );
 }
 
-/// Backward of [`cross_kv_forward`], after [`cross_backward`]: accumulates into `d_enc` (B·S, D)
+/// Backward of [`cross_kv_forward`], after [`cross_backward`]: accumulates into `d_enc` (the encoder's packed rows, D)
 /// and the key/value projections' gradients from `gs.d_kv`.
 pub(super) fn cross_kv_backward(
     m: &Transformer,

@@ -5,6 +5,7 @@
 
 use super::attention::AttnShape;
 use super::batch::{Batch, DropoutCtx};
+use super::encoder::packed_output;
 use super::masks::{DecoderLayerMasks, EmbeddingMasks};
 use super::pointer::{NO_CLOSER, PAST_END};
 use super::workspace::{Backward, Flow, Workspace};
@@ -32,16 +33,17 @@ impl Transformer {
             self.embedding_scale(),
             EmbeddingMasks::new(c, dropout).target,
         );
-        let enc_out: &[f32] = if c.n_layers == 0 { &ws.enc_in } else { &ws.enc_out };
+        // The encoder output's packed rows (sentence b's at ws.src_rows[b]..).
+        let enc_out = packed_output(c.n_layers, &ws.enc_in, &ws.enc, ws.src_rows[ws.dims.b] * d);
         if let Some(w_p) = self.pointer_lin() {
             // The next-word pointer: dec_in += enc_out[ptr] W_pᵀ (after the embedding's dropout).
-            let (b, s, t) = (ws.dims.b, ws.dims.s, ws.dims.t);
+            let (b, t) = (ws.dims.b, ws.dims.t);
             let mt = b * t;
             for (i, row) in ws.ptr_in[..mt * d].chunks_exact_mut(d).enumerate() {
                 if ws.ptr[i] == PAST_END {
                     row.fill(0.0);
                 } else {
-                    let src_row = (i / t) * s + ws.ptr[i] as usize;
+                    let src_row = ws.src_rows[i / t] + ws.ptr[i] as usize;
                     row.copy_from_slice(&enc_out[src_row * d..][..d]);
                 }
             }
@@ -73,7 +75,7 @@ impl Transformer {
             let attn = (&lp.self_attn, lins.self_attn);
             attention::self_forward(self, attn, x, &mut acts.self_attn, &mut ws.y, &shape, masks.self_attn);
             let (attn_out, cross) = (&acts.self_attn.norm.out, &mut acts.cross_attn);
-            let shape = AttnShape::cross(self, dims, &batch.src_lens);
+            let shape = AttnShape::cross(self, dims, &batch.src_lens).packed_keys(&ws.src_rows);
             let cross_attn = (&lp.cross_attn, lins.cross_attn);
             attention::cross_kv_forward(cross_attn, enc_out, cross, &shape);
             attention::cross_forward(self, cross_attn, attn_out, cross, &mut ws.y, &shape, masks.cross_attn);
@@ -84,7 +86,7 @@ impl Transformer {
 
     /// Backward through the decoder stack, top layer first, down to the target embedding, from the
     /// decoder output's gradient in `ws.g_a` (B·T, D). Leaves the encoder output's gradient in
-    /// `ws.d_enc` (B·S, D); accumulates parameter gradients.
+    /// `ws.d_enc` (its packed rows, D); accumulates parameter gradients.
     pub(super) fn decoder_backward(
         &self,
         batch: &Batch,
@@ -97,27 +99,27 @@ impl Transformer {
         let p = &self.params;
         let o = &self.layout.offsets;
         let dims = ws.dims;
-        let (ms, mt) = (dims.b * dims.s, dims.b * dims.t);
+        let (ns, mt) = (ws.src_rows[dims.b], dims.b * dims.t);
 
-        ws.d_enc[..ms * d].fill(0.0);
+        ws.d_enc[..ns * d].fill(0.0);
         for l in (0..n).rev() {
             let lp = o.decoder[l].params(p);
             let masks = DecoderLayerMasks::new(c, dropout, l);
             let (prev, rest) = ws.dec.split_at(l);
             let x: &[f32] = if l == 0 { &ws.dec_in } else { &prev[l - 1].ffn.norm.out };
             let acts = &rest[0];
-            let enc_out: &[f32] = if n == 0 { &ws.enc_in } else { &ws.enc_out };
+            let enc_out = packed_output(n, &ws.enc_in, &ws.enc, ns * d);
             let g = &mut ws.grad;
             let lg = o.decoder[l].params_mut(grads);
             let (ga, gb) = (&mut ws.g_a[..mt * d], &mut ws.g_b[..mt * d]);
             let (self_out, cross_out) = (&acts.self_attn.norm.out, &acts.cross_attn.norm.out);
             let ffn = Backward { p: &lp.ffn, g: lg.ffn };
             feed_forward::backward(self, ffn, &acts.ffn, Flow { x: cross_out, dout: ga, dx: gb }, g, masks.ffn);
-            let shape = AttnShape::cross(self, dims, &batch.src_lens);
+            let shape = AttnShape::cross(self, dims, &batch.src_lens).packed_keys(&ws.src_rows);
             let mut cross = Backward { p: &lp.cross_attn, g: lg.cross_attn };
             let flow = Flow { x: self_out, dout: gb, dx: ga };
             attention::cross_backward(self, &mut cross, &acts.cross_attn, flow, g, &shape, masks.cross_attn);
-            attention::cross_kv_backward(self, &mut cross, enc_out, &mut ws.d_enc[..ms * d], g, &shape);
+            attention::cross_kv_backward(self, &mut cross, enc_out, &mut ws.d_enc[..ns * d], g, &shape);
             let shape = AttnShape::self_attn(self, dims.b, dims.t, &batch.tgt_lens, Mask::Causal);
             let attn = Backward { p: &lp.self_attn, g: lg.self_attn };
             attention::self_backward(
@@ -142,7 +144,7 @@ impl Transformer {
                 if ws.ptr[i] == PAST_END {
                     continue;
                 }
-                let src_row = (i / dims.t) * dims.s + ws.ptr[i] as usize;
+                let src_row = ws.src_rows[i / dims.t] + ws.ptr[i] as usize;
                 for (e, &x) in ws.d_enc[src_row * d..][..d].iter_mut().zip(row) {
                     *e += x;
                 }

@@ -3,14 +3,15 @@
 //! connection and LayerNorm, LayerNorm(x + Sublayer(x)).
 //!
 //! The layers run on packed rows, each sentence's valid positions only (`super::packing`): the
-//! embedding is packed in place before the first layer, the output unpacked for the decoder, and
-//! the backward packs the output's gradient and unpacks the input's.
+//! embedding is packed in place before the first layer, and the decoder's encoder–decoder
+//! attention reads the packed output (its gradient comes back packed); the backward unpacks the
+//! input's gradient for the embedding. [`Transformer::encoder_output`] is the output padded again.
 
 use super::attention::AttnShape;
 use super::batch::{Batch, DropoutCtx};
 use super::masks::{EmbeddingMasks, EncoderLayerMasks};
 use super::packing;
-use super::workspace::{Backward, Flow, Workspace};
+use super::workspace::{Backward, EncoderActs, Flow, Workspace};
 use super::{attention, feed_forward, Transformer};
 use crate::kernels::cpu::embedding::{embedding_backward, embedding_forward};
 use crate::kernels::Mask;
@@ -36,9 +37,6 @@ impl Transformer {
             EmbeddingMasks::new(c, dropout).source,
         );
         self.char_forward(batch, ws, dropout);
-        if c.n_layers == 0 {
-            return;
-        }
         let (ms, ns) = (batch.b * batch.s, ws.src_rows[batch.b]);
         packing::pack(&mut ws.enc_in[..ms * d], d, batch.s, &batch.src_lens);
 
@@ -65,18 +63,14 @@ impl Transformer {
             let ffn = (&lp.ffn, lins.ffn);
             feed_forward::forward(self, ffn, &mut acts.ffn, &acts.self_attn.norm.out, &mut ws.y, masks.ffn);
         }
-        let last = &ws.enc[(c.n_layers - 1) % slots].ffn.norm.out;
+        let last = packed_output(c.n_layers, &ws.enc_in, &ws.enc, ns * d);
         packing::unpack_into(&mut ws.enc_out, last, d, batch.s, &batch.src_lens);
     }
 
     /// The encoder output (B·S, D) after [`Transformer::encoder_forward`], padded (zero at padding
     /// positions).
     pub fn encoder_output<'w>(&self, ws: &'w Workspace) -> &'w [f32] {
-        if self.config.n_layers == 0 {
-            &ws.enc_in
-        } else {
-            &ws.enc_out
-        }
+        &ws.enc_out
     }
 
     /// Backward through the encoder stack, top layer first, down to the source embedding, from the
@@ -95,10 +89,8 @@ impl Transformer {
         let dims = ws.dims;
         let (ms, ns) = (dims.b * dims.s, ws.src_rows[dims.b]);
 
+        // The decoder left the output's gradient in packed rows.
         std::mem::swap(&mut ws.g_a, &mut ws.d_enc);
-        if n > 0 {
-            packing::pack(&mut ws.g_a[..ms * d], d, dims.s, &batch.src_lens);
-        }
         for l in (0..n).rev() {
             let lp = o.encoder[l].params(p);
             let masks = EncoderLayerMasks::new(c, dropout, l);
@@ -123,9 +115,7 @@ impl Transformer {
                 masks.self_attn,
             );
         }
-        if n > 0 {
-            packing::unpack(&mut ws.g_a[..ms * d], d, dims.s, &batch.src_lens);
-        }
+        packing::unpack(&mut ws.g_a[..ms * d], d, dims.s, &batch.src_lens);
         self.char_backward(&ws.g_a[..ms * d], &mut ws.chars, dropout, grads);
         let (emb_g, pos_g) = o.source_embedding_mut(grads);
         embedding_backward(
@@ -139,5 +129,15 @@ impl Transformer {
             EmbeddingMasks::new(c, dropout).source,
         );
         std::mem::swap(&mut ws.g_a, &mut ws.d_enc);
+    }
+}
+
+/// The encoder output's packed rows after [`Transformer::encoder_forward`] (`rows` = packed rows ×
+/// D): the last layer's output, or with no layers the packed input.
+pub(super) fn packed_output<'w>(n_layers: usize, enc_in: &'w [f32], enc: &'w [EncoderActs], rows: usize) -> &'w [f32] {
+    if n_layers == 0 {
+        &enc_in[..rows]
+    } else {
+        &enc[(n_layers - 1) % enc.len()].ffn.norm.out
     }
 }

@@ -48,7 +48,7 @@ pub struct NormActs {
 pub struct AttnActs {
     /// Self-attention: (M, 2·H·K + H·V) fused Q|K|V. Encoder–decoder: (B·T, H·K) Q.
     pub q: Vec<f32>,
-    /// Encoder–decoder only: (B·S, H·K + H·V) K|V of the encoder output.
+    /// Encoder–decoder only: (packed source rows, H·K + H·V) K|V of the encoder output.
     pub kv: Vec<f32>,
     /// (B, H, T, S) attention weights before dropout.
     pub probs: Vec<f32>,
@@ -99,7 +99,7 @@ pub struct GradScratch {
     pub d_ctx: Vec<f32>,
     /// (M, 2·H·K + H·V) gradient of Q|K|V (or of Q alone).
     pub d_qkv: Vec<f32>,
-    /// (B·S, H·K + H·V) gradient of the encoder–decoder K|V.
+    /// (packed source rows, H·K + H·V) gradient of the encoder–decoder K|V.
     pub d_kv: Vec<f32>,
     /// (M, F) gradient of the FFN hidden layer.
     pub d_h: Vec<f32>,
@@ -149,7 +149,7 @@ pub struct Workspace {
     pub g_a: Vec<f32>,
     /// (M, D).
     pub g_b: Vec<f32>,
-    /// (M, D) gradient of the encoder output, summed over decoder layers.
+    /// (M, D) gradient of the encoder output (its packed rows), summed over decoder layers.
     pub d_enc: Vec<f32>,
     /// Intermediate gradients.
     pub grad: GradScratch,
@@ -215,7 +215,7 @@ impl Workspace {
     /// the encoder layers' activations need.
     fn pack_source(&mut self, c: &ModelConfig, src_lens: &[usize], s: usize) -> usize {
         super::packing::offsets(src_lens, &mut self.src_rows);
-        fit(&mut self.enc_out, if c.n_layers == 0 { 0 } else { src_lens.len() * s * c.d_model });
+        fit(&mut self.enc_out, src_lens.len() * s * c.d_model);
         self.src_rows[src_lens.len()]
     }
 
@@ -284,7 +284,7 @@ impl Workspace {
         }
         for e in &mut self.dec {
             fit_attn(&mut e.self_attn, mt * (2 * hk + hv), 0, b * h * t * t, mt * hv, mt, d);
-            fit_attn(&mut e.cross_attn, mt * hk, ms * (hk + hv), b * h * t * s, mt * hv, mt, d);
+            fit_attn(&mut e.cross_attn, mt * hk, ns * (hk + hv), b * h * t * s, mt * hv, mt, d);
             fit(&mut e.ffn.h, mt * f);
             fit(&mut e.ffn.pre, if smooth { mt * f } else { 0 });
             fit_norm(&mut e.ffn.norm, mt, d);
@@ -297,7 +297,7 @@ impl Workspace {
         }
         fit(&mut self.grad.d_ctx, mx * hv);
         fit(&mut self.grad.d_qkv, mx * (2 * hk + hv));
-        fit(&mut self.grad.d_kv, ms * (hk + hv));
+        fit(&mut self.grad.d_kv, ns * (hk + hv));
         fit(&mut self.grad.d_h, mx * f);
         fit(&mut self.grad.dscores, b * h * t.max(s) * t.max(s));
         let blocks = mx.div_ceil(crate::kernels::cpu::ROW_BLOCK);

@@ -161,12 +161,12 @@ pub fn attention_forward(
         });
 }
 
-/// Packed queries need packed keys and values of the same sentences (self-attention, T = S).
+/// Keys and values share a layout; packed queries need packed keys of the same sentences
+/// (self-attention, T = S); padded queries may read packed keys (encoder–decoder attention over
+/// the encoder's packed rows).
 fn check_layouts(q: &Heads, k: &Heads, v: &Heads, key_lens: &[usize]) {
-    assert!(
-        k.packed == v.packed && q.packed.is_some() == k.packed.is_some(),
-        "queries, keys and values must be all packed or all padded"
-    );
+    assert!(k.packed == v.packed, "keys and values must be both packed or both padded");
+    assert!(q.packed.is_none() || q.packed == k.packed, "packed queries need keys packed the same way");
     q.check(key_lens, "queries");
     k.check(key_lens, "keys");
 }
@@ -288,6 +288,7 @@ pub fn attention_backward(
     match grads {
         AttnGrads::Fused { dqkv, ld, offs } => {
             assert_eq!(d.t, d.s, "fused attention gradients need T == S");
+            assert_eq!(q.packed, k.packed, "fused attention gradients need one layout for queries and keys");
             assert_eq!(dqkv.len(), q_rows * ld);
             split_sentences(dqkv, ld, &q, d.b, d.t)
                 .into_par_iter()
