@@ -67,6 +67,12 @@ impl Run<'_> {
 /// The tests' 20-update translation model (d_model 32, trained on Multi30k's validation set,
 /// 600-entry BPE in `DIR/bpe.json`), trained in `dir` with `max_positions` 128: (checkpoint, bpe).
 pub fn train_tiny_translator(dir: &Path) -> (PathBuf, PathBuf) {
+    train_tiny_translator_for(dir, 20)
+}
+
+/// [`train_tiny_translator`] for `steps` steps (at most 99,999,999).
+#[allow(dead_code)]
+pub fn train_tiny_translator_for(dir: &Path, steps: usize) -> (PathBuf, PathBuf) {
     let bpe = dir.join("bpe.json");
     let cfg = Run {
         model: "",
@@ -74,11 +80,11 @@ pub fn train_tiny_translator(dir: &Path) -> (PathBuf, PathBuf) {
         bpe: &bpe,
         vocab_size: 600,
         data: "max_tokens = 120",
-        train_section: "max_steps = 20\nwarmup = 10\nmax_src_tokens = 1024\nmax_tgt_tokens = 1024\n",
+        train_section: &format!("max_steps = {steps}\nwarmup = 10\nmax_src_tokens = 1024\nmax_tgt_tokens = 1024\n"),
     }
     .write(dir);
     let (ok, out, err) = transformer(&["train", "--config", cfg.to_str().unwrap(), "--set", "model.max_positions=128"]);
     assert!(ok, "training the test model failed: {err}");
-    assert!(out.contains("reached 20 steps"), "{out}");
-    (dir.join("out/ckpt-00000020.safetensors"), bpe)
+    assert!(out.contains(&format!("reached {steps} steps")), "{out}");
+    (dir.join(format!("out/ckpt-{steps:08}.safetensors")), bpe)
 }
