@@ -25,7 +25,9 @@ quantised at run time, like ours). It has no bf16 on a CPU, so the bf16 line com
 float32 (said in the output). Its peak RSS is the Python process's peak minus the RSS right after
 `import ctranslate2` (before the model loads), so the interpreter is not counted against it.
 CTranslate2 is timed at 1 thread and at `--threads` (on some Xeon VMs its 2-thread runs were slower
-than its 1-thread ones); each comparison takes its faster figure and names the thread count.
+than its 1-thread ones), and for batched search also with `--threads` batches at once on one thread
+each (`inter_threads`, the counterpart of our `--workers`); each comparison takes its fastest figure
+and names the setting (`2 thr`: one batch over 2 threads; `2x1`: 2 batches at once, 1 thread each).
 `--early-exit` adds ours with CTranslate2's stopping rule (batched beam 4). `--torch-runs N` adds
 the PyTorch decoder without a key/value cache (float32, batched beam 4), for reference.
 """
@@ -69,7 +71,7 @@ def child_ct2(args):
         pieces = pieces[: args.batch_one]
     t0 = time.perf_counter()
     tr = ctranslate2.Translator(args.model, device="cpu", compute_type=args.compute_type, intra_threads=args.threads,
-                                inter_threads=1)
+                                inter_threads=args.inter)
     load = time.perf_counter() - t0
     opts = dict(beam_size=args.beam, length_penalty=0.6, max_decoding_length=256)
     t0 = time.perf_counter()
@@ -232,6 +234,9 @@ def main():
     ap.add_argument("--compute-type", default="float32")
     ap.add_argument("--beam", type=int, default=4)
     ap.add_argument("--batch-one", type=int, default=0)
+    ap.add_argument("--ct2-isa", help="CT2_FORCE_CPU_ISA for CTranslate2 (e.g. AVX512: on an AMD EPYC with AVX-512 "
+                    "it picks AVX2 by itself; default: its own choice)")
+    ap.add_argument("--inter", type=int, default=1, help="CTranslate2's inter_threads (batches at once)")
     args = ap.parse_args()
     if args.child == "ct2":
         return child_ct2(args)
@@ -242,6 +247,7 @@ def main():
         if p not in CT2_TYPE:
             sys.exit(f"--precisions: unknown precision {p!r} (f32, bf16, int8)")
 
+    ct2_env = dict(os.environ, **({"CT2_FORCE_CPU_ISA": args.ct2_isa} if args.ct2_isa else {}))
     work = Path(tempfile.mkdtemp(prefix="decode-bench-"))
     ct2_dir = work / "ct2"
     if args.marian:
@@ -286,15 +292,21 @@ def main():
                 add(("ours", p, mode), run_ours(args.binary, args.checkpoint, args.bpe, src_b1 if one else src_plain,
                                                 args.threads, args.max_tokens, work / f"ours-{tag}.txt", extra))
                 # CTranslate2 at 1 thread and at --threads: on some Xeon VMs its runs on 2 threads
-                # were slower than on 1, so both are timed and the faster is its figure.
-                for th in sorted({1, args.threads}):
+                # were slower than on 1, so both are timed and the faster is its figure. Batched, it
+                # also runs --threads batches at once, one thread each (as our --workers do).
+                settings = [(th, 1) for th in sorted({1, args.threads})]
+                if not one and args.threads > 1:
+                    settings.append((1, args.threads))
+                for th, inter in settings:
+                    name = f"{th}" if inter == 1 else f"{inter}x{th}"
                     c = subprocess.run([sys.executable, __file__, "--child", "ct2", "--model", str(ct2_dir), "--pieces",
-                                        str(work / "src.pieces"), "--output", str(work / f"ct2-{tag}-t{th}.pieces"),
-                                        "--threads", str(th), "--max-tokens", str(args.max_tokens),
+                                        str(work / "src.pieces"), "--output", str(work / f"ct2-{tag}-t{name}.pieces"),
+                                        "--threads", str(th), "--inter", str(inter), "--max-tokens", str(args.max_tokens),
                                         "--compute-type", CT2_TYPE[p], "--beam", str(beam),
                                         "--batch-one", str(n1 if one else 0), "--checkpoint", str(args.checkpoint),
-                                        "--bpe", str(args.bpe)], check=True, capture_output=True, text=True)
-                    add((f"ct2@{th}", p, mode), json.loads(c.stdout.strip().splitlines()[-1]))
+                                        "--bpe", str(args.bpe)], check=True, capture_output=True, text=True,
+                                       env=ct2_env)
+                    add((f"ct2@{name}", p, mode), json.loads(c.stdout.strip().splitlines()[-1]))
             if args.early_exit:
                 add(("ours_ee", p, "beam4"), run_ours(args.binary, args.checkpoint, args.bpe, src_plain, args.threads,
                                                       args.max_tokens, work / f"ours_ee-{p}-beam4.txt",
@@ -358,7 +370,7 @@ def main():
         same = f"{sum(a == c for a, c in zip(out, ref))}/{count}" if ref is not None else "-"
         name = {"ours": "ours", "ours_ee": "ours --e-exit", "torch": "PyTorch"}.get(engine)
         if engine.startswith("ct2@"):
-            name = f"CT2 {engine[4:]} thr"
+            name = f"CT2 {engine[4:]}" + ("" if "x" in engine else " thr")
         ct2_p = f"{CT2_TYPE[p]}" if engine.startswith("ct2") else p
         print(f"{name:<13}{ct2_p:>8}{mode:>11}{secs:>9.2f}{count / secs:>9.1f}{1000 * secs / count:>9.1f}"
               f"{rss:>8.0f} MB{b:>8.2f}{same:>11}")
@@ -369,20 +381,22 @@ def main():
             best = max((k for k in summary if k[0].startswith("ct2@") and k[1:] == (p, mode)),
                        key=lambda k: summary[k][0])
             summary[("ct2", p, mode)] = summary[best]
-            summary[("ct2_threads", p, mode)] = best[0][4:]
+            th = best[0][4:]
+            summary[("ct2_threads", p, mode)] = (f"{th.split('x')[0]} batches at once, 1 thread each" if "x" in th
+                                                 else f"{th} thread(s)")
     print()
     for p in precisions:
         for mode, _, _ in MODES:
             o, c = summary[("ours", p, mode)], summary[("ct2", p, mode)]
             th = summary[("ct2_threads", p, mode)]
-            print(f"{p} {mode}: ours {o[0] / c[0]:.2f}x CTranslate2's sentences/s (its best: {th} thread(s)), "
+            print(f"{p} {mode}: ours {o[0] / c[0]:.2f}x CTranslate2's sentences/s (its best: {th}), "
                   f"latency {o[3]:.1f} vs {c[3]:.1f} ms/sentence, peak RSS {o[1]:.0f} vs {c[1]:.0f} MB")
     if "bf16" in precisions:
         print("(CTranslate2 has no bf16 on a CPU: its bf16 figures are its float32)")
     for p in precisions:
         o, c = summary[("ours", p, "beam4")], summary[("ct2", p, "beam4")]
         th = summary[("ct2_threads", p, "beam4")]
-        print(f"precision {p}: ours {o[0]:.1f} sent/s, CTranslate2 {c[0]:.1f} sent/s ({th} thread(s)), {o[0] / c[0]:.2f}x, "
+        print(f"precision {p}: ours {o[0]:.1f} sent/s, CTranslate2 {c[0]:.1f} sent/s ({th}), {o[0] / c[0]:.2f}x, "
               f"peak RSS {o[1]:.0f} MB vs {c[1]:.0f} MB, BLEU {o[2]:.2f} vs {c[2]:.2f}")
     print(f"(files in {work})")
 
