@@ -91,6 +91,12 @@ fn packed_linear_matches_reference() {
         (4, 33, 17),
         (7, 70, 31),
         (26, 65, 12),
+        // A last block of 1, 2 or 3–4 rows over groups of 4, 2 and 1 panels (the last partial).
+        (1, 200, 9),
+        (2, 130, 5),
+        (3, 97, 11),
+        (13, 150, 7),
+        (16, 70, 6),
         // More rows than one pass takes (PACKED_MAX_ROWS): chunks, the last a partial one.
         (packed::PACKED_MAX_ROWS + 1, 33, 20),
         (2 * packed::PACKED_MAX_ROWS + 37, 70, 9),
@@ -105,6 +111,38 @@ fn packed_linear_matches_reference() {
         packed.forward(&mut y, &to_f32(&x), None, m);
         let zero = vec![0.0; n];
         assert_close(&format!("{m}x{n}x{k}"), &to_f64(&y), &r::linear_forward(&x, &w, &zero, m, n, k), ATOL, RTOL);
+    }
+}
+
+/// A row's product does not depend on the rows beside it: each row computed alone (the few-rows
+/// kernels over groups of panels: decoding one sentence) equals the same row in a product of 24
+/// rows (full blocks) bit for bit, so batch-1 and batched decoding add in the same order. (Only
+/// where the weights are laid in panels, i.e. on AVX-512: the `gemm` fallback promises no order.)
+#[test]
+fn packed_linear_row_alone_equals_row_in_block() {
+    if !matches!(
+        packed::PackedLinear::new(&[1.0], 1, 1, transformer::Precision::F32, true).rows(),
+        Some(embedding::Rows::Panels { .. })
+    ) {
+        eprintln!("skipped: no AVX-512 here, so no panels (the gemm fallback runs)");
+        return;
+    }
+    let mut rng = Rng::new(15);
+    for &(n, k) in &[(200, 9), (8000 / 16, 64), (97, 33), (32, 5)] {
+        let m = 24;
+        let (x, w, b) = (rand_vec(&mut rng, m * k, 1.0), rand_vec(&mut rng, n * k, 1.0), rand_vec(&mut rng, n, 1.0));
+        let (x, w, b) = (to_f32(&x), to_f32(&w), to_f32(&b));
+        let packed = packed::PackedLinear::new(&w, n, k, transformer::Precision::F32, true);
+        let mut all = vec![0.0; m * n];
+        packed.forward(&mut all, &x, Some(&b), m);
+        for rows in [1, 2, 3, 4] {
+            for start in (0..m).step_by(rows).take(5) {
+                let mut y = vec![f32::NAN; rows * n];
+                packed.forward(&mut y, &x[start * k..(start + rows) * k], Some(&b), rows);
+                let same = y.iter().zip(&all[start * n..]).all(|(a, c)| a.to_bits() == c.to_bits());
+                assert!(same, "{n}x{k}: rows {start}..{} alone differ from the 24-row product", start + rows);
+            }
+        }
     }
 }
 

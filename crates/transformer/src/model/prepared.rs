@@ -66,23 +66,22 @@ pub(super) struct DecoderLinears {
 }
 
 /// One linear map of a configuration: the parameter tensors whose rows it stacks (adjacent in the
-/// full layout), its input width, and whether its products see many rows at once (the encoder's
-/// maps, the encoder–decoder keys|values and the pointer's W_p, all applied to whole sentences)
-/// rather than a decoder step's few.
+/// full layout), its input width, and whether it keeps W as given at f32 (the pointer's W_p, whose
+/// product in the decoder accumulates into its input, which the panels' kernel does not do).
 #[derive(Clone, Debug)]
 pub(crate) struct MapSpec {
     pub tensors: Vec<String>,
     pub k: usize,
-    pub many_rows: bool,
+    pub as_given_at_f32: bool,
 }
 
 impl MapSpec {
-    /// The map prepared from W (n, k). At f32 the maps of many rows keep W as given for the
-    /// `gemm` path (which packs its own blocks, and gave the encoder its results before it read
-    /// prepared weights: they stay bit for bit the same), the decoder step's maps become the
-    /// micro-kernel's panels; bf16 and int8 lay out every map.
+    /// The map prepared from W (n, k). At f32 the maps become the micro-kernel's panels, the
+    /// encoder's included (on the `gemm` path, which packed W at every product of a few rows, a
+    /// sentence decoded alone took twice as long), except the pointer's; bf16 and int8 lay out
+    /// every map.
     fn prepare(&self, w: &[f32], precision: Precision, kernels: DecoderKernels) -> PackedLinear {
-        let pack = kernels == DecoderKernels::Packed && !(self.many_rows && precision == Precision::F32);
+        let pack = kernels == DecoderKernels::Packed && !(self.as_given_at_f32 && precision == Precision::F32);
         PackedLinear::new(w, w.len() / self.k, self.k, precision, pack)
     }
 }
@@ -92,17 +91,17 @@ impl MapSpec {
 /// pointer's W_p; the embedding as the output projection.
 pub(crate) fn map_specs(c: &ModelConfig) -> Vec<MapSpec> {
     let (d, hv, f) = (c.d_model, c.n_heads * c.d_v, c.d_ff);
-    let map = |names: &[String], k| MapSpec { tensors: names.to_vec(), k, many_rows: false };
-    let whole = |names: &[String], k| MapSpec { tensors: names.to_vec(), k, many_rows: true };
+    let map = |names: &[String], k| MapSpec { tensors: names.to_vec(), k, as_given_at_f32: false };
+    let as_given = |names: &[String], k| MapSpec { tensors: names.to_vec(), k, as_given_at_f32: true };
     let mut out = Vec::new();
     let attn = |p: &str| [format!("{p}.w_q"), format!("{p}.w_k"), format!("{p}.w_v"), format!("{p}.w_o")];
     for l in 0..c.n_layers {
         let p = format!("encoder.layers.{l}");
         let [q, k, v, o] = attn(&format!("{p}.self_attn"));
-        out.push(whole(&[q, k, v], d));
-        out.push(whole(&[o], hv));
-        out.push(whole(&[format!("{p}.ffn.w_1")], d));
-        out.push(whole(&[format!("{p}.ffn.w_2")], f));
+        out.push(map(&[q, k, v], d));
+        out.push(map(&[o], hv));
+        out.push(map(&[format!("{p}.ffn.w_1")], d));
+        out.push(map(&[format!("{p}.ffn.w_2")], f));
     }
     for l in 0..c.n_layers {
         let p = format!("decoder.layers.{l}");
@@ -111,13 +110,13 @@ pub(crate) fn map_specs(c: &ModelConfig) -> Vec<MapSpec> {
         out.push(map(&[o], hv));
         let [q, k, v, o] = attn(&format!("{p}.cross_attn"));
         out.push(map(&[q], d));
-        out.push(whole(&[k, v], d));
+        out.push(map(&[k, v], d));
         out.push(map(&[o], hv));
         out.push(map(&[format!("{p}.ffn.w_1")], d));
         out.push(map(&[format!("{p}.ffn.w_2")], f));
     }
     if c.source_pointer {
-        out.push(whole(&["decoder.source_pointer.weight".into()], d));
+        out.push(as_given(&["decoder.source_pointer.weight".into()], d));
     }
     out.push(map(&["embed.weight".into()], d));
     out

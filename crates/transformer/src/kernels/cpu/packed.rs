@@ -222,29 +222,64 @@ impl PackedLinear {
         let threads = rayon::current_num_threads().clamp(1, np);
         let per = np.div_ceil(threads);
         let out = SendPtr(y.as_mut_ptr());
+        // The last block may hold only a few rows (decoding one sentence: one to four). It runs a
+        // kernel of that many rows (the full one would multiply MR rows for every row it keeps)
+        // over several panels at once, so that enough independent sums are in flight to hide the
+        // multiply-add's latency (one row times one panel is two chains of k dependent FMAs).
+        let last = m - (blocks - 1) * MR;
+        let full = if last <= 4 { blocks - 1 } else { blocks };
         (0..threads).into_par_iter().for_each(|t| {
             let out = &out;
-            for p in t * per..((t + 1) * per).min(np) {
+            let (lo, hi) = (t * per, ((t + 1) * per).min(np));
+            for p in lo..hi {
                 let panel = &panels[p * k * NR..][..k * NR];
                 let c0 = p * NR;
                 let cols = NR.min(n - c0);
                 let bias = bias.map(|b| &b[c0..c0 + cols]);
-                for b in 0..blocks {
+                for b in 0..full {
                     let rows = MR.min(m - b * MR);
                     // SAFETY: rows b·MR..b·MR + rows ≤ m and columns c0..c0 + cols ≤ n lie inside Y
                     // (asserted in `forward`); threads write disjoint column ranges.
-                    // A block of a few rows (decoding one sentence) runs a kernel of that many
-                    // rows: the full one would multiply MR rows for every row it keeps.
                     unsafe {
                         let (xb, y) = (&xp[b * k * MR..][..k * MR], out.0.add(b * MR * n + c0));
-                        match rows {
-                            1 => few_rows::<1>(xb, panel, k, y, n, rows, cols, bias),
-                            2 => few_rows::<2>(xb, panel, k, y, n, rows, cols, bias),
-                            3 | 4 => few_rows::<4>(xb, panel, k, y, n, rows, cols, bias),
-                            _ => micro_kernel(xb, panel, k, y, n, rows, cols, bias),
-                        }
+                        micro_kernel(xb, panel, k, y, n, rows, cols, bias);
                     }
                 }
+            }
+            if full == blocks {
+                return;
+            }
+            let b = blocks - 1;
+            let xb = &xp[b * k * MR..][..k * MR];
+            let mut p = lo;
+            while p < hi {
+                // Panels p..p + g: g of them, the last possibly partial (only the matrix's last
+                // panel is).
+                let g = match last {
+                    1 | 2 => (hi - p).min(4),
+                    _ => (hi - p).min(2),
+                };
+                let g = if g == 3 { 2 } else { g };
+                let c0 = p * NR;
+                let cols = (g * NR).min(n - c0);
+                let bias = bias.map(|b| &b[c0..c0 + cols]);
+                let group = &panels[p * k * NR..][..g * k * NR];
+                // SAFETY: rows b·MR..m and columns c0..c0 + cols ≤ n lie inside Y; threads write
+                // disjoint column ranges.
+                unsafe {
+                    let y = out.0.add(b * MR * n + c0);
+                    match (last, g) {
+                        (1, 4) => few_rows::<1, 4>(xb, group, k, y, n, last, cols, bias),
+                        (1, 2) => few_rows::<1, 2>(xb, group, k, y, n, last, cols, bias),
+                        (1, _) => few_rows::<1, 1>(xb, group, k, y, n, last, cols, bias),
+                        (2, 4) => few_rows::<2, 4>(xb, group, k, y, n, last, cols, bias),
+                        (2, 2) => few_rows::<2, 2>(xb, group, k, y, n, last, cols, bias),
+                        (2, _) => few_rows::<2, 1>(xb, group, k, y, n, last, cols, bias),
+                        (_, 2) => few_rows::<4, 2>(xb, group, k, y, n, last, cols, bias),
+                        _ => few_rows::<4, 1>(xb, group, k, y, n, last, cols, bias),
+                    }
+                }
+                p += g;
             }
         });
     }
@@ -299,10 +334,12 @@ unsafe fn micro_kernel(
     }
 }
 
-/// [`micro_kernel`] for R ≤ 4 rows, on AVX-512 intrinsics (the panels exist only where
-/// [`use_packed`] found AVX-512): the same multiply-adds in the same order, so the same results.
-/// (The `multiversion` macro on a generic function, or beside several kernels in one `match`,
-/// ran 4× slower than the single kernel.)
+/// [`micro_kernel`] for R ≤ 4 rows over P consecutive panels (`panels`: P · k × NR, columns
+/// 0..cols of Y, cols > (P − 1) · NR), on AVX-512 intrinsics (the panels exist only where
+/// [`use_packed`] found AVX-512): the same multiply-adds in the same order for every element of
+/// Y, so the same results. R · P · 2 sums are in flight (at R = 1 and P = 1 only two, and each
+/// step waits for the last multiply-add's result). (The `multiversion` macro on a generic
+/// function, or beside several kernels in one `match`, ran 4× slower than the single kernel.)
 ///
 /// # Safety
 /// The CPU has AVX-512F and FMA; `y` must be valid for writes at `i·ldy + j` for every i < rows,
@@ -310,9 +347,9 @@ unsafe fn micro_kernel(
 #[allow(clippy::too_many_arguments)]
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,fma")]
-unsafe fn few_rows<const R: usize>(
+unsafe fn few_rows<const R: usize, const P: usize>(
     xp: &[f32],
-    panel: &[f32],
+    panels: &[f32],
     k: usize,
     y: *mut f32,
     ldy: usize,
@@ -321,29 +358,40 @@ unsafe fn few_rows<const R: usize>(
     bias: Option<&[f32]>,
 ) {
     use std::arch::x86_64::*;
-    assert!(R <= MR && rows <= R && cols <= NR && xp.len() >= k * MR && panel.len() >= k * NR);
-    // SAFETY: loads read inside `xp` (k groups of MR) and `panel` (k rows of NR); stores are
-    // masked to `cols` columns of rows < rows, which the caller guarantees writable.
+    assert!(R <= MR && rows <= R && xp.len() >= k * MR && panels.len() >= P * k * NR);
+    assert!(cols <= P * NR && cols > (P - 1) * NR);
+    // SAFETY: loads read inside `xp` (k groups of MR) and `panels` (P panels of k rows of NR);
+    // stores are masked to `cols` columns of rows < rows, which the caller guarantees writable.
     unsafe {
-        let mut c = [[_mm512_setzero_ps(); 2]; R];
-        let (xq, wp) = (xp.as_ptr(), panel.as_ptr());
+        let mut c = [[[_mm512_setzero_ps(); 2]; P]; R];
+        let (xq, wp) = (xp.as_ptr(), panels.as_ptr());
         for p in 0..k {
-            let b0 = _mm512_loadu_ps(wp.add(p * NR));
-            let b1 = _mm512_loadu_ps(wp.add(p * NR + 16));
+            let mut b = [[_mm512_setzero_ps(); 2]; P];
+            for (q, bq) in b.iter_mut().enumerate() {
+                bq[0] = _mm512_loadu_ps(wp.add(q * k * NR + p * NR));
+                bq[1] = _mm512_loadu_ps(wp.add(q * k * NR + p * NR + 16));
+            }
             for (i, ci) in c.iter_mut().enumerate() {
                 let a = _mm512_set1_ps(*xq.add(p * MR + i));
-                ci[0] = _mm512_fmadd_ps(a, b0, ci[0]);
-                ci[1] = _mm512_fmadd_ps(a, b1, ci[1]);
+                for (cq, bq) in ci.iter_mut().zip(&b) {
+                    cq[0] = _mm512_fmadd_ps(a, bq[0], cq[0]);
+                    cq[1] = _mm512_fmadd_ps(a, bq[1], cq[1]);
+                }
             }
         }
-        let masks = [((1u32 << cols.min(16)) - 1) as u16, ((1u32 << cols.saturating_sub(16)) - 1) as u16];
         for (i, ci) in c.iter().enumerate().take(rows) {
-            for h in (0..2).filter(|&h| masks[h] != 0) {
-                let mut v = ci[h];
-                if let Some(b) = bias {
-                    v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(masks[h], b.as_ptr().add(16 * h)));
+            for (h, v) in ci.iter().flatten().enumerate() {
+                // Columns 16h..16h + 16 of the group, masked to those < cols.
+                let left = cols.saturating_sub(16 * h).min(16);
+                if left == 0 {
+                    continue;
                 }
-                _mm512_mask_storeu_ps(y.add(i * ldy + 16 * h), masks[h], v);
+                let mask = ((1u32 << left) - 1) as u16;
+                let mut v = *v;
+                if let Some(b) = bias {
+                    v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, b.as_ptr().add(16 * h)));
+                }
+                _mm512_mask_storeu_ps(y.add(i * ldy + 16 * h), mask, v);
             }
         }
     }
