@@ -22,7 +22,6 @@ use super::int8::QuantizedLinear;
 use super::linear::linear_forward;
 use super::SendPtr;
 use crate::precision::{Float, Precision};
-use multiversion::multiversion;
 use rayon::prelude::*;
 
 /// Output columns per weight panel.
@@ -242,7 +241,7 @@ impl PackedLinear {
                     // (asserted in `forward`); threads write disjoint column ranges.
                     unsafe {
                         let (xb, y) = (&xp[b * k * MR..][..k * MR], out.0.add(b * MR * n + c0));
-                        micro_kernel(xb, panel, k, y, n, rows, cols, bias);
+                        kernel::<MR, 1>(xb, panel, k, y, n, rows, cols, bias);
                     }
                 }
             }
@@ -269,14 +268,14 @@ impl PackedLinear {
                 unsafe {
                     let y = out.0.add(b * MR * n + c0);
                     match (last, g) {
-                        (1, 4) => few_rows::<1, 4>(xb, group, k, y, n, last, cols, bias),
-                        (1, 2) => few_rows::<1, 2>(xb, group, k, y, n, last, cols, bias),
-                        (1, _) => few_rows::<1, 1>(xb, group, k, y, n, last, cols, bias),
-                        (2, 4) => few_rows::<2, 4>(xb, group, k, y, n, last, cols, bias),
-                        (2, 2) => few_rows::<2, 2>(xb, group, k, y, n, last, cols, bias),
-                        (2, _) => few_rows::<2, 1>(xb, group, k, y, n, last, cols, bias),
-                        (_, 2) => few_rows::<4, 2>(xb, group, k, y, n, last, cols, bias),
-                        _ => few_rows::<4, 1>(xb, group, k, y, n, last, cols, bias),
+                        (1, 4) => kernel::<1, 4>(xb, group, k, y, n, last, cols, bias),
+                        (1, 2) => kernel::<1, 2>(xb, group, k, y, n, last, cols, bias),
+                        (1, _) => kernel::<1, 1>(xb, group, k, y, n, last, cols, bias),
+                        (2, 4) => kernel::<2, 4>(xb, group, k, y, n, last, cols, bias),
+                        (2, 2) => kernel::<2, 2>(xb, group, k, y, n, last, cols, bias),
+                        (2, _) => kernel::<2, 1>(xb, group, k, y, n, last, cols, bias),
+                        (_, 2) => kernel::<4, 2>(xb, group, k, y, n, last, cols, bias),
+                        _ => kernel::<4, 1>(xb, group, k, y, n, last, cols, bias),
                     }
                 }
                 p += g;
@@ -289,57 +288,17 @@ thread_local! {
     static X_PACKED: std::cell::Cell<Vec<f32>> = const { std::cell::Cell::new(Vec::new()) };
 }
 
-/// Y[i][j] = Σ_p xp[p][i] · panel[p][j] (+ bias[j]) for i < rows, j < cols, accumulated in
-/// registers: a column of MR rows of X times a row of NR weights per step.
-///
-/// # Safety
-/// `y` must be valid for writes at `i·ldy + j` for every i < rows, j < cols.
-#[allow(clippy::too_many_arguments)]
-#[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl+avx2+fma+bmi1+bmi2+lzcnt+popcnt"))]
-unsafe fn micro_kernel(
-    xp: &[f32],
-    panel: &[f32],
-    k: usize,
-    y: *mut f32,
-    ldy: usize,
-    rows: usize,
-    cols: usize,
-    bias: Option<&[f32]>,
-) {
-    let (xp, panel) = (&xp[..k * MR], &panel[..k * NR]);
-    let mut c = [[0.0f32; NR]; MR];
-    for (a, b) in xp.chunks_exact(MR).zip(panel.chunks_exact(NR)) {
-        for i in 0..MR {
-            for j in 0..NR {
-                c[i][j] = a[i].mul_add(b[j], c[i][j]);
-            }
-        }
-    }
-    if let Some(bias) = bias {
-        for row in c.iter_mut() {
-            for (x, &b) in row.iter_mut().zip(bias) {
-                *x += b;
-            }
-        }
-    }
-    for (i, row) in c.iter().enumerate().take(rows) {
-        // SAFETY: the caller guarantees row i < rows, columns < cols are writable.
-        let dst = unsafe { std::slice::from_raw_parts_mut(y.add(i * ldy), cols) };
-        if cols == NR {
-            let dst: &mut [f32; NR] = dst.try_into().unwrap();
-            *dst = *row;
-        } else {
-            dst.copy_from_slice(&row[..cols]);
-        }
-    }
-}
-
-/// [`micro_kernel`] for R ≤ 4 rows over P consecutive panels (`panels`: P · k × NR, columns
-/// 0..cols of Y, cols > (P − 1) · NR), on AVX-512 intrinsics (the panels exist only where
-/// [`use_packed`] found AVX-512): the same multiply-adds in the same order for every element of
-/// Y, so the same results. R · P · 2 sums are in flight (at R = 1 and P = 1 only two, and each
-/// step waits for the last multiply-add's result). (The `multiversion` macro on a generic
-/// function, or beside several kernels in one `match`, ran 4× slower than the single kernel.)
+/// The micro-kernel: Y[i][j] = Σ_p xp[p][i] · panels[p][j] (+ bias[j]) for i < rows, j < cols, over
+/// P consecutive panels (`panels`: P · k × NR, columns 0..cols of Y, cols > (P − 1) · NR), the sums
+/// in registers: per step p a broadcast of each of R rows of X times 2P vectors of weights. On
+/// AVX-512 intrinsics (the panels exist only where [`use_packed`] found AVX-512). Every element of
+/// Y adds its k products in the order p = 0, 1, …, so a row's result does not depend on the rows
+/// beside it. R · 2P sums are in flight: a full block (R = MR, P = 1) holds 24 of the 32 vector
+/// registers; a few rows take several panels at once (at R = 1, P = 1 only two sums, and each step
+/// would wait for the last multiply-add's result). (The `multiversion` macro on a generic
+/// function, or beside several kernels in one `match`, ran 4× slower than the single kernel; a
+/// version left to the compiler's vectoriser zeroed its block on the stack with `memset` at every
+/// call, 3% of f32 decoding.)
 ///
 /// # Safety
 /// The CPU has AVX-512F and FMA; `y` must be valid for writes at `i·ldy + j` for every i < rows,
@@ -347,7 +306,7 @@ unsafe fn micro_kernel(
 #[allow(clippy::too_many_arguments)]
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,fma")]
-unsafe fn few_rows<const R: usize, const P: usize>(
+unsafe fn kernel<const R: usize, const P: usize>(
     xp: &[f32],
     panels: &[f32],
     k: usize,
