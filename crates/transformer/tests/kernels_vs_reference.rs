@@ -422,7 +422,7 @@ fn check_attention_rows(
     let layout = packed.then_some(offsets.as_slice());
     let g32: Vec<f32> = qrows.iter().flat_map(|&r_| g[r_ * hv..(r_ + 1) * hv].iter().map(|&x| x as f32)).collect();
     let mut out = vec![f32::NAN; qrows.len() * hv];
-    let mut fprobs = vec![0f32; d.b * d.h * d.t * d.s];
+    let mut fprobs = vec![f32::NAN; d.b * d.h * d.t * d.s];
     let mut ds = vec![0f32; fprobs.len()];
     // (dQ, dK, dV) as (rows, width) buffers in the layout of `qrows` and `krows`.
     let (mut gq, mut gk, mut gv) =

@@ -74,7 +74,8 @@ impl Transformer {
     }
 
     /// Backward through the encoder stack, top layer first, down to the source embedding, from the
-    /// encoder output's gradient in `ws.d_enc` (B·S, D). Accumulates parameter gradients.
+    /// encoder output's gradient in `ws.d_enc` (packed rows: `src_rows[B]` × D, the layout the
+    /// encoder's layers run on). Accumulates parameter gradients.
     pub(super) fn encoder_backward(
         &self,
         batch: &Batch,

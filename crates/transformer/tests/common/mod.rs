@@ -16,6 +16,12 @@ pub fn to_f64(v: &[f32]) -> Vec<f64> {
     v.iter().map(|&x| x as f64).collect()
 }
 
+/// The valid source positions of a padded (B·S, D) buffer, sentence after sentence: the layout
+/// of the encoder's packed rows (what `Workspace::enc_in` holds after a forward pass).
+pub fn packed_rows(padded: &[f64], src_lens: &[usize], s: usize, d: usize) -> Vec<f64> {
+    src_lens.iter().enumerate().flat_map(|(b, &n)| padded[b * s * d..][..n * d].iter().copied()).collect()
+}
+
 /// Asserts |got − want| ≤ atol + rtol·|want| elementwise; on failure names the first bad index and
 /// the max abs/rel errors.
 pub fn assert_close(what: &str, got: &[f64], want: &[f64], atol: f64, rtol: f64) {

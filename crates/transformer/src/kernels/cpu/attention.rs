@@ -146,7 +146,7 @@ pub fn attention_forward(
     let _t = super::profile::scope(super::profile::Slot::Attention);
     assert_eq!(key_lens.len(), d.b);
     assert!(key_lens.iter().all(|&l| l <= d.s), "a key length exceeds S = {}", d.s);
-    check_layouts(&q, &k, &v, key_lens);
+    check_layouts(&q, &k, &v, key_lens, d);
     assert_eq!(out.len(), q.total_rows(d.b, d.t) * d.h * d.v);
     assert_eq!(probs.len(), d.b * d.h * d.t * d.s);
     if d.b == 0 || d.t == 0 {
@@ -164,9 +164,15 @@ pub fn attention_forward(
 /// Keys and values share a layout; packed queries need packed keys of the same sentences
 /// (self-attention, T = S); padded queries may read packed keys (encoder–decoder attention over
 /// the encoder's packed rows).
-fn check_layouts(q: &Heads, k: &Heads, v: &Heads, key_lens: &[usize]) {
+fn check_layouts(q: &Heads, k: &Heads, v: &Heads, key_lens: &[usize], d: AttnDims) {
     assert!(k.packed == v.packed, "keys and values must be both packed or both padded");
     assert!(q.packed.is_none() || q.packed == k.packed, "packed queries need keys packed the same way");
+    assert!(
+        q.packed.is_none() || d.t == d.s,
+        "packed queries (self-attention) need T = S, got T {} and S {}",
+        d.t,
+        d.s
+    );
     q.check(key_lens, "queries");
     k.check(key_lens, "keys");
 }
@@ -240,7 +246,8 @@ pub enum AttnGrads<'a> {
         /// Columns of head 0 of dQ, dK, dV.
         offs: [usize; 3],
     },
-    /// dQ (B·T, ldq) at qoff; dK, dV (B·S, ldkv) at koff, voff.
+    /// dQ (B·T, ldq) at qoff; dK, dV (B·S, ldkv) at koff, voff, or in the keys' packed rows where
+    /// the keys are packed.
     Split {
         /// dQ buffer.
         dq: &'a mut [f32],
@@ -275,7 +282,7 @@ pub fn attention_backward(
     let _t = super::profile::scope(super::profile::Slot::AttentionBackward);
     assert_eq!(key_lens.len(), d.b);
     assert!(key_lens.iter().all(|&l| l <= d.s), "a key length exceeds S = {}", d.s);
-    check_layouts(&q, &k, &v, key_lens);
+    check_layouts(&q, &k, &v, key_lens, d);
     let q_rows = q.total_rows(d.b, d.t);
     assert_eq!(dout.len(), q_rows * d.h * d.v);
     assert_eq!(probs.len(), d.b * d.h * d.t * d.s);
