@@ -230,6 +230,11 @@ fn a_run_that_stops_at_an_epoch_end_records_its_validation_once() {
     let at_end: Vec<_> = records.iter().filter(|r| r["step"] == batches).collect();
     assert_eq!(at_end.len(), 1, "valid records at step {batches}: {at_end:?}");
     assert_eq!(at_end[0]["epoch"], 1);
+    // Each record says how long the validation took (it counts in the time budget).
+    for r in &records {
+        let secs = r["seconds"].as_f64().unwrap_or(-1.0);
+        assert!(secs > 0.0 && secs < 600.0, "validation seconds {secs} in {r}");
+    }
 }
 
 #[test]

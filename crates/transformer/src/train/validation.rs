@@ -46,6 +46,9 @@ pub(super) struct Validated {
     pub loss: ValidLoss,
     /// How much the model reads its sources (rank 0 only).
     pub reading: Option<SourceReading>,
+    /// Wall seconds the validation took (it counts in the run's time budget; the metrics record
+    /// says how much, so that a throughput can leave it out).
+    pub seconds: f64,
 }
 
 impl Validated {
@@ -62,12 +65,12 @@ impl Validated {
         }
     }
 
-    /// The metrics record: loss and NLL per target token, perplexity, and the source reading
-    /// (shifted-sentence gap in nats per token, encoder-output spread).
+    /// The metrics record: loss and NLL per target token, perplexity, the source reading
+    /// (shifted-sentence gap in nats per token, encoder-output spread) and the seconds it took.
     fn record(&self, step: u64, epoch: u64) -> serde_json::Value {
         let (gap, spread) = (self.reading.and_then(|r| r.gap), self.reading.map(|r| r.spread));
         let (loss, nll) = (self.loss.smoothed, self.loss.nll);
-        serde_json::json!({"kind": "valid", "step": step, "epoch": epoch, "loss": loss, "nll": nll, "ppl": nll.exp(), "gap": gap, "spread": spread})
+        serde_json::json!({"kind": "valid", "step": step, "epoch": epoch, "loss": loss, "nll": nll, "ppl": nll.exp(), "gap": gap, "spread": spread, "seconds": self.seconds})
     }
 }
 
@@ -82,15 +85,16 @@ pub(super) fn validate(
     comm: &dyn Collective,
 ) -> Result<Validated> {
     if !comm.is_root() {
-        return Ok(Validated { loss: ValidLoss { smoothed: f64::NAN, nll: f64::NAN }, reading: None });
+        return Ok(Validated { loss: ValidLoss { smoothed: f64::NAN, nll: f64::NAN }, reading: None, seconds: 0.0 });
     }
+    let start = std::time::Instant::now();
     match cfg.data.task.validation() {
         Validation::Perplexity | Validation::PerplexityAndF1 => {
             let bc = BatchConfig { max_src_tokens: cfg.train.max_src_tokens, max_tgt_tokens: cfg.train.max_tgt_tokens };
             let (totals, reading) = trainer.score_and_reading(pairs, &bc)?;
             let tokens = totals.tokens.max(1) as f64;
             let loss = ValidLoss { smoothed: totals.loss / tokens, nll: totals.nll / tokens };
-            Ok(Validated { loss, reading: Some(reading) })
+            Ok(Validated { loss, reading: Some(reading), seconds: start.elapsed().as_secs_f64() })
         }
     }
 }
