@@ -14,8 +14,8 @@ en→de, 3+3 layers, d_model 256, FFN 1024, 4 heads, tied embeddings, ReLU, post
 8,000-piece SentencePiece vocabulary and stops on SIGTERM (saving); ours learns its 8,000-entry
 BPE and stops at `train.time_limit_minutes`. Throughput is target tokens per second of training
 (Marian: the labels of its log over the summed interval times; ours: the metrics' tokens over the
-training seconds it reports less its epoch-end validations, which Marian here does not run); each budget starts after its vocabulary is learned. `--train-runs N`
-repeats the pair N times, alternating which engine goes first, and prints the medians and every
+training seconds it reports less its epoch-end validations, which Marian here does not run); each
+budget starts after its vocabulary is learned. `--train-runs N` repeats the pair N times, alternating which engine goes first, and prints the medians and every
 run's ratio (these VMs vary 10-20% from run to run). BLEU: each engine's last model, beam 4, on test_2016_flickr (cased
 sacreBLEU).
 
@@ -80,11 +80,8 @@ def timed(cmd, env=None):
     return wall, rss, r.stdout
 
 
-# Marian's CPU build links Intel MKL, whose dispatcher gives CPUs of other vendors its slow
-# generic kernels: on an AMD EPYC (Zen 4) Marian decoded 22% faster and its intgemm8 model 14%
-# faster when MKL was told the CPU is Intel's (2026-11-29). The two functions it asks are exported
-# and called through the PLT, so a preloaded library answers for them. A reference gets its best
-# settings: on a CPU that is not Intel's, the bench builds this with `cc` and preloads it.
+# What MKL asks before it picks its kernels (see the docstring; the figures are in BENCHMARKS.md).
+# Marian's wheel exports both and calls them through the PLT, so a preloaded library answers.
 MKL_SHIM = "int mkl_serv_intel_cpu_true(void) { return 1; }\nint mkl_serv_intel_cpu(void) { return 1; }\n"
 
 
