@@ -9,13 +9,16 @@ throughput and BLEU at equal time, then decoding speed and memory on the model M
 
 Training: both engines get the quick start's recipe (configs/multi30k-en-de.toml: Multi30k
 en→de, 3+3 layers, d_model 256, FFN 1024, 4 heads, tied embeddings, ReLU, post-norm, dropout
-0.2, label smoothing 0.1, ~4,096 target tokens an update, warmup 500, Eq. 3 at half scale) for
+0.2, label smoothing 0.1, a budget of 4,096 tokens an update, warmup 500, Eq. 3 at half scale) for
 `--minutes` of wall time each on `--threads` threads, one after the other. Marian learns its own
 8,000-piece SentencePiece vocabulary and stops on SIGTERM (saving); ours learns its 8,000-entry
 BPE and stops at `train.time_limit_minutes`. Throughput is target tokens per second of training
 (Marian: the labels of its log over the summed interval times; ours: the metrics' tokens over the
 training seconds it reports less its epoch-end validations, which Marian here does not run); each
-budget starts after its vocabulary is learned. `--train-runs N` repeats the pair N times, alternating which engine goes first, and prints the medians and every
+budget starts after its vocabulary is learned. Each engine counts the budget its own way (Marian's
+`--mini-batch-words` the source words, ours source and target positions with padding), so their
+updates differ in size: each run prints the mean target tokens of an update on both sides.
+`--train-runs N` repeats the pair N times, alternating which engine goes first, and prints the medians and every
 run's ratio (these VMs vary 10-20% from run to run). BLEU: each engine's last model, beam 4, on test_2016_flickr (cased
 sacreBLEU).
 
@@ -136,7 +139,7 @@ def train_marian(work, minutes, threads, name="marian", env=None):
     updates = int(rows[-1][0])
     labels = int(rows[-1][1].replace(",", ""))
     seconds = sum(float(r[2]) for r in rows)
-    return model, vocab, updates, labels / seconds
+    return model, vocab, updates, labels / seconds, labels / updates
 
 
 def train_ours(work, minutes, threads, name="ours"):
@@ -155,7 +158,8 @@ def train_ours(work, minutes, threads, name="ours"):
     # validation at the last step comes after the reported seconds.
     valid = sum(r.get("seconds", 0.0) for r in recs if r["kind"] == "valid" and r["step"] < train[-1]["step"])
     ckpt = sorted(out.glob("ckpt-*.safetensors"))[-1]
-    return ckpt, work / "bpe.json", train[-1]["step"], sum(r["tokens"] for r in train) / (seconds - valid)
+    tokens = sum(r["tokens"] for r in train)
+    return ckpt, work / "bpe.json", train[-1]["step"], tokens / (seconds - valid), tokens / len(train)
 
 
 def finetune_ours(work, m_model, minutes, threads):
@@ -222,10 +226,10 @@ def main():
             order = ["marian", "ours"] if i % 2 == 0 else ["ours", "marian"]
             for who in order:
                 if who == "marian":
-                    m_model, m_vocab, m_updates, m_tps = train_marian(work, a.minutes, a.threads, "marian" + suffix,
-                                                                      env=train_env)
+                    m_model, m_vocab, m_updates, m_tps, m_batch = train_marian(work, a.minutes, a.threads,
+                                                                               "marian" + suffix, env=train_env)
                 else:
-                    o_ckpt, o_bpe, o_updates, o_tps = train_ours(work, a.minutes, a.threads, "ours" + suffix)
+                    o_ckpt, o_bpe, o_updates, o_tps, o_batch = train_ours(work, a.minutes, a.threads, "ours" + suffix)
             m_out = run(MARIAN + ["decode", "-m", m_model, "-v", m_vocab, m_vocab, "-i", src, "--beam-size", "4",
                                   "--normalize", "0.6", "--cpu-threads", a.threads, "--quiet"], env=train_env).stdout
             o_out = run([BIN, "translate", "--checkpoint", o_ckpt, "--bpe", o_bpe, "--input", src]).stdout
@@ -234,8 +238,10 @@ def main():
             run_name = f"run {i + 1} ({' then '.join(order)})" if a.train_runs > 1 else ""
             if run_name:
                 print(f"  {run_name}:")
-            print(f"  Marian {m_tps:,.0f} target tokens/s, {m_updates} updates, BLEU {m_bleu:.2f} (last model)")
-            print(f"  ours   {o_tps:,.0f} target tokens/s, {o_updates} updates, BLEU {o_bleu:.2f} (last checkpoint)")
+            print(f"  Marian {m_tps:,.0f} target tokens/s, {m_updates} updates of {m_batch:,.0f} target tokens, "
+                  f"BLEU {m_bleu:.2f} (last model)")
+            print(f"  ours   {o_tps:,.0f} target tokens/s, {o_updates} updates of {o_batch:,.0f} target tokens, "
+                  f"BLEU {o_bleu:.2f} (last checkpoint)")
             print(f"  ratio  {o_tps / m_tps:.2f}x the throughput, {o_bleu - m_bleu:+.2f} BLEU", flush=True)
         if a.train_runs > 1:
             med = [statistics.median(r[j] for r in rows) for j in range(4)]
