@@ -29,6 +29,9 @@ use std::arch::x86_64::*;
 
 use super::matmul::Op;
 use super::{transpose16, SendPtr};
+use micro::{amx_block, dp_strip, prefetch_rows};
+
+mod micro;
 
 /// Tile geometry: 16 rows of 64 bytes (32 bf16 or 16 f32).
 const TILE_ROWS: usize = 16;
@@ -661,8 +664,8 @@ pub fn linear_bf16(c: &mut [f32], a: &[f32], w: &Bf16Weights, m: usize, accumula
 /// numbered group-major, so that each thread runs through many row strips against the same group
 /// of B (kept in L2). On AMX a task goes block by block, its strip (32 KiB a pass) read from L1 for
 /// each; with `vdpbf16ps` it goes 8 rows at a time, each across the whole group, those rows
-/// staying in L1 (block by block there ran about 6% slower in the quick start's training step on
-/// Zen 4, 2026-11-29). Blocks wholly inside C are summed in place; the others (the last row strip
+/// staying in L1 (the quick start's training step on Zen 4, 2026-11-29, k passes of 16 both ways:
+/// median 0.790 s block by block against 0.761 s, 7 interleaved runs each). Blocks wholly inside C are summed in place; the others (the last row strip
 /// or column block when m or n is not a multiple of 32) in a buffer, added to C at the end.
 #[allow(clippy::too_many_arguments)]
 fn multiply(
@@ -746,7 +749,7 @@ fn multiply(
                             for jb in blocks.clone() {
                                 let (out, ld, load, b0) = block(jb);
                                 let o = out.add(8 * s * ld);
-                                // C lives in memory, not in cache (a product's C is MBs): a strip
+                                // A training product's C (MBs) is mostly out of cache: a strip
                                 // that only stores its rows asks for their lines now, to have
                                 // them when it stores; one that loads them first asks for the next
                                 // block's.
@@ -795,182 +798,6 @@ fn multiply(
             }
         }
         pack_buffers::EDGES.set(edges);
-    }
-}
-
-/// One 32 × 32 block of C at `out` (row stride `ld` floats) on AMX: loaded (`load`) or zeroed,
-/// plus the products of `tiles` k tiles: A's two row tiles at `a0` and B's two column tiles at
-/// `b0`, the next k tile `a_step` / `b_step` elements on.
-///
-/// # Safety
-/// The tile configuration is loaded; `out` is a writable 32 × 32 block; `tiles` ≥ 1 packed k tiles exist.
-#[allow(clippy::too_many_arguments)]
-#[inline(always)]
-unsafe fn amx_block(
-    out: *mut f32,
-    ld: usize,
-    load: bool,
-    a0: *const u16,
-    a_step: usize,
-    b0: *const u16,
-    b_step: usize,
-    tiles: usize,
-) {
-    // SAFETY: the caller's contract.
-    unsafe {
-        if load {
-            load_c(out, ld * 4);
-        } else {
-            asm!("tilezero tmm0", "tilezero tmm1", "tilezero tmm2", "tilezero tmm3", options(nostack, nomem));
-        }
-        // Software-pipelined: the tile registers are not renamed, so a load into a register
-        // waits for the products still reading it. Each k tile's operands are loaded right after
-        // their last use in the previous k tile (A0 after the two products that read it, B0 after
-        // its second, A1 and B1 at the end), which lets the loads overlap the products; loading all
-        // four first and then multiplying ran at about half the rate (`examples/amx_rate.rs`).
-        asm!(
-            "tileloadd tmm4, [{a0} + {s}*1]",
-            "tileloadd tmm6, [{b0} + {s}*1]",
-            "tileloadd tmm5, [{a1} + {s}*1]",
-            "tileloadd tmm7, [{b1} + {s}*1]",
-            a0 = in(reg) a0,
-            a1 = in(reg) a0.add(TILE_ELEMS),
-            b0 = in(reg) b0,
-            b1 = in(reg) b0.add(TILE_ELEMS),
-            s = in(reg) 64usize,
-            options(nostack, readonly),
-        );
-        for p in 1..tiles {
-            let (a, b) = (a0.add(p * a_step), b0.add(p * b_step));
-            asm!(
-                "tdpbf16ps tmm0, tmm4, tmm6",
-                "tdpbf16ps tmm1, tmm4, tmm7",
-                "tileloadd tmm4, [{a0} + {s}*1]",
-                "tdpbf16ps tmm2, tmm5, tmm6",
-                "tileloadd tmm6, [{b0} + {s}*1]",
-                "tdpbf16ps tmm3, tmm5, tmm7",
-                "tileloadd tmm5, [{a1} + {s}*1]",
-                "tileloadd tmm7, [{b1} + {s}*1]",
-                a0 = in(reg) a,
-                a1 = in(reg) a.add(TILE_ELEMS),
-                b0 = in(reg) b,
-                b1 = in(reg) b.add(TILE_ELEMS),
-                s = in(reg) 64usize,
-                options(nostack, readonly),
-            );
-        }
-        asm!(
-            "tdpbf16ps tmm0, tmm4, tmm6",
-            "tdpbf16ps tmm1, tmm4, tmm7",
-            "tdpbf16ps tmm2, tmm5, tmm6",
-            "tdpbf16ps tmm3, tmm5, tmm7",
-            options(nostack, nomem),
-        );
-        store_c(out, ld * 4);
-    }
-}
-
-/// R ≤ 8 rows × 32 columns of C at `out` (row stride `ld` floats) with `vdpbf16ps`: loaded (`load`) or
-/// zeroed, plus the products of `tiles` k tiles. `a` points at the first of the 8 rows inside a
-/// packed A tile (32 bf16 per row), `b0` at the first of two packed B tiles (16 columns each); the
-/// next k tile is `a_step` / `b_step` elements on. 16 accumulators, two B rows and a broadcast
-/// pair of A per step.
-///
-/// # Safety
-/// avx512f/bw/bf16 are present; `out` is a writable 8 × 32 block; the packed tiles exist.
-#[allow(clippy::too_many_arguments)]
-#[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
-unsafe fn dp_strip<const R: usize>(
-    out: *mut f32,
-    ld: usize,
-    load: bool,
-    a: *const u16,
-    a_step: usize,
-    b0: *const u16,
-    b_step: usize,
-    tiles: usize,
-) {
-    // SAFETY: the caller's contract; every read lies inside the packed tiles named above, every
-    // load and store of C inside the 8 × 32 block.
-    unsafe {
-        let mut acc = [[_mm512_setzero_ps(); 2]; R];
-        if load {
-            for (r, row) in acc.iter_mut().enumerate() {
-                row[0] = _mm512_loadu_ps(out.add(r * ld));
-                row[1] = _mm512_loadu_ps(out.add(r * ld + 16));
-            }
-        }
-        for p in 0..tiles {
-            let (ap, bp) = (a.add(p * a_step), b0.add(p * b_step));
-            for q in 0..16 {
-                let vb0: __m512bh = std::mem::transmute(_mm512_loadu_si512(bp.add(q * 32).cast()));
-                let vb1: __m512bh = std::mem::transmute(_mm512_loadu_si512(bp.add(TILE_ELEMS + q * 32).cast()));
-                for (r, row) in acc.iter_mut().enumerate() {
-                    let pair = ap.add(r * 32 + 2 * q).cast::<i32>().read_unaligned();
-                    let va: __m512bh = std::mem::transmute(_mm512_set1_epi32(pair));
-                    row[0] = _mm512_dpbf16_ps(row[0], va, vb0);
-                    row[1] = _mm512_dpbf16_ps(row[1], va, vb1);
-                }
-            }
-        }
-        for (r, row) in acc.iter().enumerate() {
-            _mm512_storeu_ps(out.add(r * ld), row[0]);
-            _mm512_storeu_ps(out.add(r * ld + 16), row[1]);
-        }
-    }
-}
-
-/// Asks for the cache lines of `rows` rows of 32 floats at `out` (row stride `ld` floats), for
-/// writing. A hint: it reads nothing and faults on nothing.
-#[inline(always)]
-fn prefetch_rows(out: *const f32, ld: usize, rows: usize) {
-    for r in 0..rows {
-        let p = out.wrapping_add(r * ld);
-        // SAFETY: prefetching never faults, whatever the address.
-        unsafe {
-            _mm_prefetch::<_MM_HINT_ET0>(p.cast());
-            _mm_prefetch::<_MM_HINT_ET0>(p.wrapping_add(16).cast());
-        }
-    }
-}
-
-/// Loads the 32 × 32 f32 block at `out` (row stride `ld` bytes) into tmm0..tmm3.
-#[inline(always)]
-unsafe fn load_c(out: *mut f32, ld: usize) {
-    // SAFETY: the caller passes a block of 32 rows × 32 floats with row stride `ld` bytes.
-    unsafe {
-        asm!(
-            "tileloadd tmm0, [{p0} + {s}*1]",
-            "tileloadd tmm1, [{p1} + {s}*1]",
-            "tileloadd tmm2, [{p2} + {s}*1]",
-            "tileloadd tmm3, [{p3} + {s}*1]",
-            p0 = in(reg) out,
-            p1 = in(reg) out.add(16),
-            p2 = in(reg) (out as *mut u8).add(16 * ld),
-            p3 = in(reg) (out as *mut u8).add(16 * ld + 64),
-            s = in(reg) ld,
-            options(nostack, readonly),
-        );
-    }
-}
-
-/// Stores tmm0..tmm3 to the 32 × 32 f32 block at `out` (row stride `ld` bytes).
-#[inline(always)]
-unsafe fn store_c(out: *mut f32, ld: usize) {
-    // SAFETY: the caller passes a writable block of 32 rows × 32 floats with row stride `ld` bytes.
-    unsafe {
-        asm!(
-            "tilestored [{p0} + {s}*1], tmm0",
-            "tilestored [{p1} + {s}*1], tmm1",
-            "tilestored [{p2} + {s}*1], tmm2",
-            "tilestored [{p3} + {s}*1], tmm3",
-            p0 = in(reg) out,
-            p1 = in(reg) out.add(16),
-            p2 = in(reg) (out as *mut u8).add(16 * ld),
-            p3 = in(reg) (out as *mut u8).add(16 * ld + 64),
-            s = in(reg) ld,
-            options(nostack),
-        );
     }
 }
 
