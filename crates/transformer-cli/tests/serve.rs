@@ -920,3 +920,153 @@ fn malformed_framing_and_unsupported_codings_get_their_statuses() {
     assert!(a.contains("HTTP/1.1 200"), "{a}");
     assert_eq!(s.metric("transformer_abandoned_requests_total"), 0.0);
 }
+
+/// Fine-tuning through the CLI, then every verb on the result: a model Marian trained (separate
+/// vocabularies, swish) and the Hugging Face port's fixture (one vocabulary, swish, a logits bias)
+/// are imported (`import marian`), fine-tuned (`train --init`; an architecture field the
+/// checkpoint contradicts is refused naming both values), and the fine-tuned checkpoint then
+/// decodes in `translate`, `evaluate`, `attention` and `serve` at every precision this CPU has,
+/// and through `quantize`. The verbs agree with each other: `evaluate`'s translations and the
+/// server's are `translate`'s at the same precision, and the quantised checkpoint's are those
+/// of `--precision int8`. (tests/marian_real.rs of the library checks that fine-tuning raises
+/// the held-out BLEU.)
+#[test]
+fn a_fine_tuned_import_decodes_in_every_verb_and_precision() {
+    use common::transformer;
+    use transformer::precision::Precision;
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../transformer/tests/fixtures");
+    let text = |name: &str, n: usize| -> Vec<String> {
+        let out = Command::new("sh")
+            .arg("-c")
+            .arg(format!("gzip -dc '{}' | head -n {n}", data().join(name).display()))
+            .output()
+            .unwrap();
+        String::from_utf8(out.stdout).unwrap().lines().map(str::to_string).collect()
+    };
+    let (src, refs) = (text("test_2016_flickr.en.gz", 6), text("test_2016_flickr.de.gz", 6));
+    let precisions: Vec<&str> = [Precision::F32, Precision::Bf16, Precision::Int8]
+        .into_iter()
+        .filter(|p| p.available().is_ok())
+        .map(|p| p.name())
+        .collect();
+    assert!(precisions.contains(&"f32") && precisions.contains(&"int8"), "{precisions:?}");
+    for (name, model) in
+        [("marian", fixtures.join("marian-real/tied_target_swish")), ("hf", fixtures.join("marian/opus/hf"))]
+    {
+        let d = dir().join(format!("finetuned-{name}"));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        let p = |s: &str| d.join(s).display().to_string();
+        let (ok, _, err) = transformer(&["import", "marian", model.to_str().unwrap(), "--output", &p("imported")]);
+        assert!(ok, "{name}: {err}");
+        let (ckpt0, tok) = (p("imported/model.safetensors"), p("imported/tokenizer.json"));
+        std::fs::write(d.join("src.txt"), src.join("\n") + "\n").unwrap();
+        std::fs::write(d.join("ref.txt"), refs.join("\n") + "\n").unwrap();
+        let config = d.join("finetune.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "[model]\ndropout = 0.1\n[data]\ntrain_src = {:?}\ntrain_tgt = {:?}\nvalid_src = {:?}\nvalid_tgt = {:?}\n\
+                 bpe = {tok:?}\n[train]\noutput_dir = {:?}\nseed = 1\nmax_steps = 20\ncheckpoint_steps = 20\n\
+                 max_src_tokens = 1024\nmax_tgt_tokens = 1024\nwarmup = 10\n",
+                common::multi30k("val.en.gz"),
+                common::multi30k("val.de.gz"),
+                p("src.txt"),
+                p("ref.txt"),
+                p("run"),
+            ),
+        )
+        .unwrap();
+        let config = config.to_str().unwrap();
+        // The checkpoint's architecture against a config that says otherwise.
+        let elsewhere = format!("train.output_dir={:?}", p("refused"));
+        let (ok, _, err) = transformer(&[
+            "train",
+            "--config",
+            config,
+            "--init",
+            &ckpt0,
+            "--set",
+            "model.activation=relu",
+            "--set",
+            &elsewhere,
+        ]);
+        assert!(
+            !ok && err.contains("'activation'")
+                && err.contains("\"swish\"")
+                && err.contains("\"relu\"")
+                && err.contains(&ckpt0),
+            "{name}: {err}"
+        );
+        let (ok, _, err) = transformer(&["train", "--config", config, "--init", &ckpt0]);
+        assert!(ok && err.contains("starting from the weights of"), "{name}: {err}");
+        let ckpt = p("run/ckpt-00000020.safetensors");
+        assert!(Path::new(&ckpt).is_file(), "{name}: no {ckpt}: {err}");
+        let model = ["--checkpoint", ckpt.as_str(), "--tokenizer", tok.as_str()];
+        let mut translations = std::collections::BTreeMap::new();
+        for &precision in &precisions {
+            let (ok, out, err) = transformer(
+                &[&["translate"], &model[..], &["--input", &p("src.txt"), "--precision", precision]].concat(),
+            );
+            assert!(ok, "{name} {precision}: {err}");
+            let lines: Vec<String> = out.lines().map(str::to_string).collect();
+            assert!(
+                lines.len() == src.len() && lines.iter().all(|l| !l.trim().is_empty()),
+                "{name} {precision}: {out}"
+            );
+            let written = p(&format!("evaluate-{precision}.txt"));
+            let (ok, out, err) = transformer(
+                &[
+                    &["evaluate"],
+                    &model[..],
+                    &["--src", &p("src.txt"), "--ref", &p("ref.txt"), "--precision", precision, "--output", &written],
+                ]
+                .concat(),
+            );
+            assert!(
+                ok && out.contains("BLEU|nrefs:1") && out.contains("perplexity = "),
+                "{name} {precision}: {out}{err}"
+            );
+            assert_eq!(
+                std::fs::read_to_string(&written).unwrap().lines().collect::<Vec<_>>(),
+                lines,
+                "{name} {precision}"
+            );
+            let maps = d.join(format!("attention-{precision}"));
+            let (ok, _, err) = transformer(
+                &[
+                    &["attention"],
+                    &model[..],
+                    &["--src", &src[0], "--precision", precision, "--out", maps.to_str().unwrap()],
+                ]
+                .concat(),
+            );
+            let pngs = std::fs::read_dir(&maps).map_or(0, |r| {
+                r.filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "png")).count()
+            });
+            assert!(ok && pngs >= 3, "{name} {precision}: {pngs} images; {err}");
+            let s = Server::start_on(Path::new(&ckpt), Path::new(&tok), &["--precision", precision], true, None);
+            let a = post(&s, &json!({ "q": src }));
+            assert_eq!(a.status, 200, "{name} {precision}: {}", a.body);
+            assert_eq!(strings(&a.body["translations"]), lines, "{name} {precision}: the server against translate");
+            assert_eq!(s.terminate().0, Some(0));
+            translations.insert(precision, lines);
+        }
+        let (ok, _, err) = transformer(&["quantize", "--checkpoint", &ckpt, "--output", &p("int8.safetensors")]);
+        assert!(ok, "{name}: {err}");
+        let (ok, out, err) = transformer(&[
+            "translate",
+            "--checkpoint",
+            &p("int8.safetensors"),
+            "--tokenizer",
+            &tok,
+            "--input",
+            &p("src.txt"),
+            "--precision",
+            "int8",
+        ]);
+        assert!(ok, "{name}: {err}");
+        assert_eq!(out.lines().collect::<Vec<_>>(), translations["int8"], "{name}: the quantised checkpoint");
+        let _ = std::fs::remove_dir_all(&d);
+    }
+}

@@ -200,10 +200,11 @@ fn output_pieces_equal_marian_no_spm_decode() {
 }
 
 /// Fine-tuning (`train.init` with `data.bpe` naming the imported tokenizer): the Marian-trained
-/// model with separate vocabularies and swish trains 100 more updates here on Multi30k's training
-/// split (Marian gave it 1,200), its architecture taken from the checkpoint, and its loss on
-/// held-out pairs (test_2016_flickr) falls; the fine-tuned checkpoint then translates, scores and
-/// draws attention at every precision this CPU has.
+/// model with separate vocabularies and swish trains 300 more updates here on Multi30k's training
+/// split (Marian gave it 1,200), its architecture taken from the checkpoint, and on held-out pairs
+/// (test_2016_flickr, 1,000) its loss falls and its cased BLEU (beam 4) rises by more than a
+/// point; the fine-tuned checkpoint then translates, scores and draws attention at every precision
+/// this CPU has (tests/serve.rs of the CLI runs every verb on it).
 #[test]
 fn a_model_marian_trained_fine_tunes_here_and_decodes_at_every_precision() {
     fine_tune(&fixture("tied_target_swish"), "marian");
@@ -227,7 +228,7 @@ fn fine_tune(model_dir: &Path, name: &str) {
     let text = format!(
         "[model]\ndropout = 0.1\n[data]\ntrain_src = {:?}\ntrain_tgt = {:?}\nvalid_src = {:?}\nvalid_tgt = {:?}\nbpe = {:?}\n\
          [train]\noutput_dir = {:?}\ninit = {:?}\nseed = 3\nmax_src_tokens = 1024\nmax_tgt_tokens = 1024\nwarmup = 20\n\
-         lr_scale = 0.1\nmax_steps = 100\ncheckpoint_steps = 100\n",
+         lr_scale = 0.3\nmax_steps = 300\ncheckpoint_steps = 300\n",
         data("train.en.gz"),
         data("train.de.gz"),
         data("test_2016_flickr.en.gz"),
@@ -237,22 +238,36 @@ fn fine_tune(model_dir: &Path, name: &str) {
         ckpt.display().to_string(),
     );
     let cfg = RunConfig::from_toml(&text, "finetune.toml", &[]).unwrap();
-    // The held-out loss before: the imported model on the run's validation pairs.
+    let read = |n: &str| {
+        let text = std::io::read_to_string(flate2::read::GzDecoder::new(std::fs::File::open(data(n)).unwrap()));
+        text.unwrap().lines().map(String::from).collect::<Vec<_>>()
+    };
+    let (test_src, test_ref) = (read("test_2016_flickr.en.gz"), read("test_2016_flickr.de.gz"));
+    // Cased BLEU (sacreBLEU's 13a defaults) of a checkpoint's beam-4 translations of
+    // test_2016_flickr.
+    let bleu = |ckpt: &Path| {
+        let t = Translator::load(ckpt, &tok, Default::default()).unwrap();
+        let (out, _) = t.translate(&test_src, &DecodeOptions::default(), &mut NoWarnings).unwrap();
+        let hyps: Vec<String> = out.into_iter().map(|n| n[0].text.clone()).collect();
+        transformer::eval::bleu::corpus_bleu(&hyps, std::slice::from_ref(&test_ref), &Default::default()).score
+    };
+    // The held-out loss and BLEU before: the imported model on the run's validation pairs.
     let before = {
         let t = Translator::load(&ckpt, &tok, Default::default()).unwrap();
-        let read = |n: &str| {
-            let text = std::io::read_to_string(flate2::read::GzDecoder::new(std::fs::File::open(data(n)).unwrap()));
-            text.unwrap().lines().map(String::from).collect::<Vec<_>>()
-        };
-        let totals =
-            t.perplexity(&read("test_2016_flickr.en.gz"), &read("test_2016_flickr.de.gz"), &mut NoWarnings).unwrap();
+        let totals = t.perplexity(&test_src, &test_ref, &mut NoWarnings).unwrap();
         totals.nll / totals.tokens as f64
     };
+    let bleu_before = bleu(&ckpt);
     let mut log = Vec::new();
     let summary = run(&cfg, &mut log).unwrap_or_else(|e| panic!("{e}\n{}", log.join("\n")));
     assert!(log.iter().any(|l| l.contains("starting from the weights of")), "{}", log.join("\n"));
     let after = summary.valid.nll;
+    let bleu_after = bleu(&summary.checkpoint);
+    eprintln!("{name}: held-out NLL {before:.4} -> {after:.4}, BLEU {bleu_before:.2} -> {bleu_after:.2}");
     assert!(after < before - 0.05, "held-out NLL {before:.4} before fine-tuning, {after:.4} after");
+    // Measured at seeds 3 and 4 (2026-11-29): the Marian-trained model 11.52 -> 13.07 and 13.42,
+    // the port's fixture 0.29 -> 10.97 and 10.12.
+    assert!(bleu_after > bleu_before + 1.0, "test BLEU {bleu_before:.2} before fine-tuning, {bleu_after:.2} after");
     // The fine-tuned model keeps the imported architecture.
     let tuned = transformer::checkpoint::read_config(&summary.checkpoint).unwrap();
     assert_eq!(tuned, transformer::ModelConfig { dropout: 0.1, ..imp.checkpoint.config.clone() });
@@ -290,6 +305,27 @@ fn fine_tune(model_dir: &Path, name: &str) {
             "{precision}"
         );
     }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Without a decoder.yml, a model's two vocabularies are found by the names of an OPUS-MT release,
+/// `source.spm` and `target.spm`: the import is the one decoder.yml's `vocabs` led to.
+#[test]
+fn without_decoder_yml_the_release_vocabulary_names_are_found() {
+    let dir = std::env::temp_dir().join(format!("marian-real-release-names-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let from = fixture("tied_target_swish");
+    for (name, to) in [("model.npz", "model.npz"), ("vocab.en.spm", "source.spm"), ("vocab.de.spm", "target.spm")] {
+        std::fs::copy(from.join(name), dir.join(to)).unwrap();
+    }
+    let (want, got) = (import(&from).unwrap(), import(&dir).unwrap());
+    assert_eq!(got.checkpoint.params, want.checkpoint.params);
+    let hash = |imp: &transformer::import::marian::Imported, sub: &str| {
+        let (_, tok) = transformer::import::marian::write(imp, &dir.join(sub)).unwrap();
+        Tokenizer::load(&tok).unwrap().hash().to_string()
+    };
+    assert_eq!(hash(&got, "got"), hash(&want, "want"));
     let _ = std::fs::remove_dir_all(&dir);
 }
 

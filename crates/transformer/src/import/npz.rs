@@ -1,5 +1,7 @@
 //! Arrays from a NumPy `.npz` archive (a zip of `.npy` files), as Marian saves its models: float32
-//! or float16 arrays in C order, plus byte arrays such as Marian's `special:model.yml`.
+//! or float16 arrays, plus byte arrays such as Marian's `special:model.yml`; also every other
+//! numeric or text element type numpy writes (f8, integers, booleans, byte and Unicode strings),
+//! in either byte order, C- or Fortran-ordered.
 
 use super::pickle::Tensor;
 use crate::error::{Error, Result};
@@ -64,9 +66,7 @@ pub fn parse_npy(b: &[u8]) -> std::result::Result<Array, String> {
     };
     let descr = field("descr")?;
     let descr = descr.strip_prefix('\'').and_then(|d| d.split('\'').next()).ok_or("a malformed 'descr'")?;
-    if field("fortran_order")?.starts_with("True") {
-        return Err("Fortran-ordered arrays are not read".into());
-    }
+    let fortran = field("fortran_order")?.starts_with("True");
     let shape_text = field("shape")?;
     let inner = shape_text.strip_prefix('(').ok_or("a malformed 'shape'")?;
     let close = inner.find(')').ok_or("a malformed 'shape'")?;
@@ -85,7 +85,18 @@ pub fn parse_npy(b: &[u8]) -> std::result::Result<Array, String> {
             .ok_or_else(|| format!("{} bytes of data for {n} elements of {descr}", data.len()))
     };
     let (order, kind, size) = dtype(descr)?;
+    // An item's bytes: `U`'s size counts 4-byte characters.
+    let size = if kind == 'U' { size.checked_mul(4).ok_or("a malformed 'descr'")? } else { size };
     let d = need(size)?;
+    // A Fortran-ordered array (numpy saves a transposed array so) is put in C order, element by
+    // element, before its elements are read.
+    let c_order;
+    let d = if fortran && shape.len() > 1 {
+        c_order = fortran_to_c(d, &shape, size);
+        &c_order[..]
+    } else {
+        d
+    };
     // A number's bytes in little-endian order ('<', and '=' and '|' on this little-endian CPU).
     let le = |c: &[u8]| -> Vec<u8> {
         let mut v = c.to_vec();
@@ -104,13 +115,52 @@ pub fn parse_npy(b: &[u8]) -> std::result::Result<Array, String> {
         }
         // Bytes: Marian's `special:model.yml` (int8, written '<i1' or '|i1'), booleans, strings.
         ('i' | 'u' | 'b', 1) | ('S', _) => Ok(Array::Bytes(d.to_vec())),
+        // Unicode strings (numpy's `str` arrays, UTF-32 code units, NUL-padded): their text as
+        // UTF-8 bytes, as a byte string of the same text would read.
+        ('U', _) => {
+            let mut text = String::new();
+            for c in d.chunks_exact(4) {
+                let unit = u32::from_le_bytes(le(c).try_into().expect("4 bytes"));
+                match char::from_u32(unit) {
+                    Some('\0') => {}
+                    Some(ch) => text.push(ch),
+                    None => return Err(format!("{descr}: {unit:#x} is not a Unicode code point")),
+                }
+            }
+            Ok(Array::Bytes(text.into_bytes()))
+        }
         // Wider integers as numbers (exact up to 2²⁴).
         ('i', 2 | 4 | 8) => float(d.chunks_exact(size).map(|c| signed(&le(c)) as f32).collect()),
         ('u', 2 | 4 | 8) => float(d.chunks_exact(size).map(|c| unsigned(&le(c)) as f32).collect()),
         _ => Err(format!(
-            "element type {descr} is not read (floats of 2, 4 and 8 bytes, integers, booleans and byte strings are)"
+            "element type {descr} is not read (floats of 2, 4 and 8 bytes, integers, booleans, byte and \
+             Unicode strings are)"
         )),
     }
+}
+
+/// The elements of a Fortran-ordered array (`size` bytes each; the first index varies fastest)
+/// laid out in C order (the last index varies fastest).
+fn fortran_to_c(d: &[u8], shape: &[usize], size: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(d.len());
+    let mut index = vec![0usize; shape.len()];
+    for _ in 0..d.len() / size {
+        // The element at `index` (in C order, the next one out) sits at Σ i_k · Π_{j<k} d_j.
+        let (mut at, mut stride) = (0, 1);
+        for (i, dim) in index.iter().zip(shape) {
+            at += i * stride;
+            stride *= dim;
+        }
+        out.extend_from_slice(&d[at * size..][..size]);
+        for (i, dim) in index.iter_mut().zip(shape).rev() {
+            *i += 1;
+            if *i < *dim {
+                break;
+            }
+            *i = 0;
+        }
+    }
+    out
 }
 
 /// A numpy `descr` as (byte order, kind, item size): `<f4` → ('<', 'f', 4), `|S12` → ('|', 'S', 12).
@@ -190,5 +240,55 @@ mod tests {
         assert!(parse_npy(&npy("<f4", "(2, 3)", &data[..20])).unwrap_err().contains("bytes of data"));
         assert!(parse_npy(&npy("<c16", "(1,)", &[0; 16])).unwrap_err().contains("not read"));
         assert!(parse_npy(b"garbage").is_err());
+    }
+
+    /// Every other element type numpy writes for numbers and text: half floats (what Marian saves
+    /// for an fp16 model) in either byte order, booleans, unsigned bytes, byte strings, Unicode
+    /// strings; and Fortran-ordered arrays, put in C order.
+    #[test]
+    fn reads_halves_strings_and_fortran_order() {
+        let floats = |a: Array| match a {
+            Array::Float(t) => (t.shape, t.data),
+            other => panic!("{other:?}"),
+        };
+        let halves = [1.5f32, -2.0, 0.099975586, 65504.0];
+        let le: Vec<u8> = halves.iter().flat_map(|&x| half::f16::from_f32(x).to_le_bytes()).collect();
+        let be: Vec<u8> = halves.iter().flat_map(|&x| half::f16::from_f32(x).to_be_bytes()).collect();
+        assert_eq!(floats(parse_npy(&npy("<f2", "(4,)", &le)).unwrap()).1, halves);
+        assert_eq!(floats(parse_npy(&npy(">f2", "(2, 2)", &be)).unwrap()), (vec![2, 2], halves.to_vec()));
+        assert_eq!(parse_npy(&npy("|b1", "(3,)", &[1, 0, 1])).unwrap(), Array::Bytes(vec![1, 0, 1]));
+        assert_eq!(parse_npy(&npy("|u1", "(2,)", &[200, 7])).unwrap(), Array::Bytes(vec![200, 7]));
+        assert_eq!(parse_npy(&npy("|S5", "(1,)", b"dim: ")).unwrap(), Array::Bytes(b"dim: ".to_vec()));
+        // 'U3' holding "ä:" and a NUL pad, in either byte order.
+        let utf32 = |be: bool| -> Vec<u8> {
+            ['ä', ':', '\0']
+                .iter()
+                .flat_map(|&c| if be { (c as u32).to_be_bytes() } else { (c as u32).to_le_bytes() })
+                .collect()
+        };
+        assert_eq!(parse_npy(&npy("<U3", "(1,)", &utf32(false))).unwrap(), Array::Bytes("ä:".as_bytes().to_vec()));
+        assert_eq!(parse_npy(&npy(">U3", "(1,)", &utf32(true))).unwrap(), Array::Bytes("ä:".as_bytes().to_vec()));
+        let surrogate = 0xd800u32.to_le_bytes();
+        assert!(parse_npy(&npy("<U1", "(1,)", &surrogate)).unwrap_err().contains("not a Unicode code point"));
+        // np.save(a.T) of a = [[1, 2, 3], [4, 5, 6]]: shape (3, 2), stored column by column.
+        let fortran = |descr: &str, shape: &str, data: &[u8]| {
+            let mut b = npy(descr, shape, data);
+            let at = b.windows(5).position(|w| w == b"False").unwrap();
+            b.splice(at..at + 5, b"True ".iter().copied());
+            b
+        };
+        let cols: Vec<u8> = [1f32, 2., 3., 4., 5., 6.].iter().flat_map(|x| x.to_le_bytes()).collect();
+        assert_eq!(
+            floats(parse_npy(&fortran("<f4", "(3, 2)", &cols)).unwrap()),
+            (vec![3, 2], vec![1., 4., 2., 5., 3., 6.])
+        );
+        // Three dimensions, (2, 3, 2): element (i, j, k) at i + 2j + 6k.
+        let f: Vec<u8> = (0..12).map(|x| x as f32).flat_map(|x| x.to_le_bytes()).collect();
+        let (_, got) = floats(parse_npy(&fortran("<f4", "(2, 3, 2)", &f)).unwrap());
+        let want: Vec<f32> =
+            (0..2).flat_map(|i| (0..3).flat_map(move |j| (0..2).map(move |k| (i + 2 * j + 6 * k) as f32))).collect();
+        assert_eq!(got, want);
+        // One dimension: the same either way.
+        assert_eq!(floats(parse_npy(&fortran("<f4", "(6,)", &cols)).unwrap()).1, [1., 2., 3., 4., 5., 6.]);
     }
 }
