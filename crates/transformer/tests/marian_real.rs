@@ -105,14 +105,71 @@ fn sentence_log_probs_equal_marian_score() {
             let ours = -totals.nll;
             assert!((ours - want[i]).abs() < 1e-3, "{variant} pair {i}: log P {ours} vs Marian {}", want[i]);
         }
-    } // The check tells the GELUs apart: the same model read with Marian's pre-1.12.3 form
-      // (x·σ(1.702x)) is off Marian's scores by far more than the tolerance.
-    let mut imp = import(&fixture("tied_all_gelu")).unwrap();
-    imp.checkpoint.config.activation = transformer::Activation::GeluSigmoid;
-    let out = std::env::temp_dir().join(format!("marian-real-{}-gelu-sigmoid", std::process::id()));
+    }
+    // The check tells the GELUs apart: the same model read with Marian's pre-1.12.3 form
+    // (x·σ(1.702x)) is off Marian's scores by far more than the tolerance.
+    let worst = worst_miss("tied_all_gelu", |c| c.activation = transformer::Activation::GeluSigmoid);
+    assert!(worst > 1e-2, "the sigmoid form should miss Marian's scores, but is within {worst}");
+}
+
+/// LayerNorm's ε against Marian's own: on the trained fixtures ε = 1e-5 instead of Marian's 1e-6
+/// moves the scores by about 1e-4, under the tolerance, so checks.json holds Marian's `score` of
+/// tied_all_relu with its first encoder layer's attention LayerNorm and FFN biases scaled down
+/// (dev/reference/marian_checks.py): the FFN's LayerNorm then sees an input of tiny variance, where
+/// ε decides the output. Ours equals Marian's there at ε = 1e-6 and misses it at 1e-5.
+#[test]
+fn layer_norm_epsilon_is_marians() {
+    let checks: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture("checks.json")).unwrap()).unwrap();
+    let c = &checks["ln_eps"];
+    let variant = c["variant"].as_str().unwrap();
+    let factor = c["factor"].as_f64().unwrap() as f32;
+    let marian: Vec<f64> = c["scores"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+    let ours_names = |m: &str| match m {
+        "encoder_l1_self_Wo_ln_scale" => "encoder.layers.0.self_attn_norm.gamma",
+        "encoder_l1_self_Wo_ln_bias" => "encoder.layers.0.self_attn_norm.beta",
+        "encoder_l1_ffn_b1" => "encoder.layers.0.ffn.b_1",
+        "encoder_l1_ffn_b2" => "encoder.layers.0.ffn.b_2",
+        other => panic!("checks.json scales {other}, which this test does not map"),
+    };
+    let miss = |eps: f32| {
+        let mut imp = import(&fixture(variant)).unwrap();
+        assert_eq!(imp.checkpoint.config.layer_norm_eps, 1e-6, "Marian's ε as imported");
+        imp.checkpoint.config.layer_norm_eps = eps;
+        let model = transformer::Transformer::from_params(imp.checkpoint.config.clone(), imp.checkpoint.params.clone())
+            .unwrap();
+        for name in c["scaled"].as_array().unwrap() {
+            let range = model.layout.get(ours_names(name.as_str().unwrap())).unwrap().range();
+            imp.checkpoint.params[range].iter_mut().for_each(|x| *x *= factor);
+        }
+        let out = std::env::temp_dir().join(format!("marian-real-{}-eps-{eps}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&out);
+        let (ckpt, tok) = transformer::import::marian::write(&imp, &out).unwrap();
+        let t = Translator::load(&ckpt, &tok, Default::default()).unwrap();
+        let r = reference(variant);
+        let (srcs, refs) = (strings(&r, "sources"), strings(&r, "targets"));
+        assert_eq!(marian.len(), srcs.len());
+        let worst = (0..srcs.len())
+            .map(|i| (-t.perplexity(&srcs[i..=i], &refs[i..=i], &mut NoWarnings).unwrap().nll - marian[i]).abs())
+            .fold(0.0, f64::max);
+        let _ = std::fs::remove_dir_all(&out);
+        worst
+    };
+    let (at_marians, at_ports) = (miss(1e-6), miss(1e-5));
+    assert!(at_marians < 1e-3, "at ε = 1e-6 the scores miss Marian's by {at_marians}");
+    assert!(at_ports > 1e-2, "at ε = 1e-5 the scores should miss Marian's, but are within {at_ports}");
+}
+
+/// The largest difference between Marian's `score` and ours on a fixture's pairs, with the
+/// imported configuration changed by `change`.
+fn worst_miss(variant: &str, change: impl Fn(&mut transformer::ModelConfig)) -> f64 {
+    let mut imp = import(&fixture(variant)).unwrap();
+    change(&mut imp.checkpoint.config);
+    let out = std::env::temp_dir().join(format!("marian-real-{}-changed-{variant}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
     let (ckpt, tok) = transformer::import::marian::write(&imp, &out).unwrap();
     let t = Translator::load(&ckpt, &tok, Default::default()).unwrap();
-    let r = reference("tied_all_gelu");
+    let r = reference(variant);
     let (srcs, refs) = (strings(&r, "sources"), strings(&r, "targets"));
     let worst = (0..srcs.len())
         .map(|i| {
@@ -120,8 +177,8 @@ fn sentence_log_probs_equal_marian_score() {
             (ours - r["scores"][i].as_f64().unwrap()).abs()
         })
         .fold(0.0, f64::max);
-    assert!(worst > 1e-2, "the sigmoid form should miss Marian's scores, but is within {worst}");
     let _ = std::fs::remove_dir_all(&out);
+    worst
 }
 
 /// Marian's beam search, as our options: beam 4, all four finished hypotheses returned, no
