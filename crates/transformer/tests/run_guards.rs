@@ -302,6 +302,19 @@ fn a_run_starts_from_another_runs_weights_and_refuses_another_model() {
     let (r, _) = run_quiet(&config(&e2, &["data.vocab_size=900", &init]).unwrap());
     let e = r.unwrap_err().to_string();
     assert!(e.contains("vocab") && e.contains(&from.display().to_string()), "{e}");
+    // A vocabulary of the same size with other ids (two entries swapped): refused, naming the
+    // run's tokenizer file.
+    let e3 = dir("init-other-ids");
+    let mut bpe: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(a.join("bpe.json")).unwrap()).unwrap();
+    let vocab = bpe["model"]["vocab"].as_object_mut().unwrap();
+    let (x, y) = (vocab["!"].clone(), vocab["#"].clone());
+    (vocab["!"], vocab["#"]) = (y, x);
+    std::fs::write(e3.join("bpe.json"), bpe.to_string()).unwrap();
+    let (r, _) = run_quiet(&config(&e3, &[&init]).unwrap());
+    let e = r.unwrap_err().to_string();
+    let file = e3.join("bpe.json").display().to_string();
+    assert!(e.contains("vocabulary") && e.contains(&file) && e.contains(&from.display().to_string()), "{e}");
     // Keeping Adam moments from an averaged checkpoint (which has none): refused, saying why.
     let avg = a.join("average.safetensors");
     let mut averaged = checkpoint::average(std::slice::from_ref(&from)).unwrap();

@@ -68,6 +68,8 @@ impl std::fmt::Display for StopReason {
 struct ResumeFor<'a> {
     model: &'a ModelConfig,
     vocab_hash: &'a str,
+    /// The tokenizer file the hash is of (`data.bpe`), named when a checkpoint's differs.
+    vocab_file: &'a Path,
     tree_format: Option<crate::data::trees::TreeFormat>,
 }
 
@@ -107,7 +109,7 @@ fn check_written_for(path: &Path, ck: &checkpoint::Checkpoint, want: &ResumeFor<
     if ck.vocab_hash != want.vocab_hash {
         return Err(Error::CheckpointMismatch {
             path: path.to_path_buf(),
-            what: "vocabulary".into(),
+            what: format!("vocabulary (its hash; the run's is that of data.bpe = {})", want.vocab_file.display()),
             expected: want.vocab_hash.into(),
             found: ck.vocab_hash.clone(),
         });
@@ -562,6 +564,7 @@ fn resume_run(
     let want = ResumeFor {
         model: &data.model,
         vocab_hash: data.tokenizer.hash(),
+        vocab_file: &cfg.data.bpe,
         tree_format: (cfg.data.task == Task::Parsing).then_some(cfg.data.tree_format),
     };
     let resumed = resume_newest_good(trainer, dir, &want, &mut |m| rank0.log(m))?;
