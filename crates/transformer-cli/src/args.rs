@@ -96,8 +96,8 @@ pub enum Command {
     /// vocabularies) and writes OUT/model.safetensors and OUT/tokenizer.json, which every verb
     /// takes as --checkpoint and --bpe (or --tokenizer).
     Import(ImportArgs),
-    /// Write a model out in another toolkit's format: `export marian --checkpoint C --tokenizer T
-    /// --output DIR` writes a native Marian model (model.npz, decoder.yml, the .spm or .yml
+    /// Write a model out in another toolkit's format: `export marian MODEL --output DIR` (MODEL:
+    /// the directory `import` wrote, or a checkpoint with --tokenizer T) writes a native Marian model (model.npz, decoder.yml, the .spm or .yml
     /// vocabularies) of an imported model, fine-tuned here or not.
     Export(ExportArgs),
     /// Byte-pair encoding: learn one shared vocabulary, apply it, restore text.
@@ -486,12 +486,18 @@ pub enum ExportCommand {
     /// vocabularies are the .spm files where the ids are theirs, else .yml lists beside source.spm
     /// and target.spm (an OPUS-MT release's layout: Marian then reads text cut into pieces).
     Marian {
-        /// The checkpoint (imported, or fine-tuned from an imported one).
+        /// The model: a directory `transformer import marian` wrote (its model.safetensors and
+        /// tokenizer.json), or a checkpoint file (imported, or fine-tuned from an imported one)
+        /// with --tokenizer.
+        #[arg(required_unless_present = "checkpoint", conflicts_with = "checkpoint")]
+        model: Option<PathBuf>,
+        /// The checkpoint, instead of MODEL.
         #[arg(long)]
-        checkpoint: PathBuf,
-        /// Its tokenizer.json (`transformer import marian`; alias --bpe).
+        checkpoint: Option<PathBuf>,
+        /// Its tokenizer.json (`transformer import marian`; alias --bpe); for a MODEL directory,
+        /// its tokenizer.json unless given.
         #[arg(long, visible_alias = "bpe")]
-        tokenizer: PathBuf,
+        tokenizer: Option<PathBuf>,
         /// The directory to write (created; it must not hold a model already).
         #[arg(long)]
         output: PathBuf,

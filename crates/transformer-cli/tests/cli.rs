@@ -752,6 +752,21 @@ fn export_marian_writes_a_native_model_and_refuses_a_mismatched_tokenizer() {
     );
     let (ok, _, err) = transformer(&["import", "marian", &out("native"), "--output", &out("again")]);
     assert!(ok, "{err}");
+    // The model as one argument: the directory `import` wrote, or a checkpoint with its tokenizer;
+    // the same files either way.
+    let (ok, _, err) = transformer(&["export", "marian", &out("ours"), "--output", &out("from-dir")]);
+    assert!(ok, "{err}");
+    let (ok, _, err) = transformer(&["export", "marian", &ckpt, "--tokenizer", &tok, "--output", &out("from-file")]);
+    assert!(ok, "{err}");
+    for f in ["model.npz", "decoder.yml", "vocab.spm"] {
+        let read = |d: &str| std::fs::read(dir.join(d).join(f)).unwrap();
+        assert!(read("from-dir") == read("native") && read("from-file") == read("native"), "{f}");
+    }
+    let (ok, _, err) = transformer(&["export", "marian", &ckpt, "--output", &out("no-tokenizer")]);
+    assert!(!ok && err.contains("--tokenizer") && err.contains(&ckpt), "{err}");
+    let (ok, _, err) =
+        transformer(&["export", "marian", &out("ours"), "--checkpoint", &ckpt, "--output", &out("both")]);
+    assert!(!ok && err.contains("cannot be used with"), "{err}");
     let (ok, _, err) = transformer(&["import", "marian", &fixture("tied_target_swish"), "--output", &out("other")]);
     assert!(ok, "{err}");
     let other = out("other/tokenizer.json");

@@ -2,7 +2,7 @@
 //! (a Marian / OPUS-MT model to a checkpoint and tokenizer of ours) and `export marian` (back).
 
 use anyhow::Result;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// `transformer quantize`: writes the int8 checkpoint and says how much smaller it is.
 pub fn quantize(checkpoint: &Path, output: &Path) -> Result<()> {
@@ -38,6 +38,35 @@ pub fn import_marian(dir: &Path, output: &Path) -> Result<()> {
     eprintln!("wrote {} and {}", ckpt.display(), tok.display());
     eprintln!("translate with: transformer translate --checkpoint {} --tokenizer {}", ckpt.display(), tok.display());
     Ok(())
+}
+
+/// What `export marian` reads: (checkpoint, tokenizer) from a MODEL directory `import marian`
+/// wrote (the tokenizer its own unless given), a MODEL checkpoint file with `--tokenizer`, or
+/// `--checkpoint` with `--tokenizer`.
+pub fn export_inputs(
+    model: Option<PathBuf>,
+    checkpoint: Option<PathBuf>,
+    tokenizer: Option<PathBuf>,
+) -> Result<(PathBuf, PathBuf)> {
+    let (checkpoint, beside) = match (model, checkpoint) {
+        (Some(dir), _) if dir.is_dir() => (dir.join("model.safetensors"), Some(dir.join("tokenizer.json"))),
+        (Some(file), _) | (None, Some(file)) => (file, None),
+        (None, None) => anyhow::bail!("export marian: give the model (a directory or a checkpoint) or --checkpoint"),
+    };
+    let tokenizer = match (tokenizer, beside) {
+        (Some(t), _) => t,
+        (None, Some(t)) if t.is_file() => t,
+        (None, Some(t)) => anyhow::bail!(
+            "{} is not there: give the model's tokenizer with --tokenizer (the tokenizer.json `transformer import \
+             marian` wrote)",
+            t.display()
+        ),
+        (None, None) => anyhow::bail!(
+            "{}: give its tokenizer with --tokenizer (the tokenizer.json `transformer import marian` wrote)",
+            checkpoint.display()
+        ),
+    };
+    Ok((checkpoint, tokenizer))
 }
 
 /// `transformer export marian`: writes the native Marian model and says how Marian decodes it.

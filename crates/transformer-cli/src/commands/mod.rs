@@ -39,7 +39,8 @@ pub fn run(cmd: Command) -> Result<()> {
         Command::Import(ImportArgs { which: ImportCommand::Marian { dir, output } }) => {
             convert::import_marian(&dir, &output)
         }
-        Command::Export(ExportArgs { which: ExportCommand::Marian { checkpoint, tokenizer, output } }) => {
+        Command::Export(ExportArgs { which: ExportCommand::Marian { model, checkpoint, tokenizer, output } }) => {
+            let (checkpoint, tokenizer) = convert::export_inputs(model, checkpoint, tokenizer)?;
             convert::export_marian(&checkpoint, &tokenizer, &output)
         }
         Command::Average(AverageArgs { last, dir, inputs, output }) => {
