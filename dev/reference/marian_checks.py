@@ -14,6 +14,18 @@ Writes crates/transformer/tests/fixtures/marian-real/checks.json (read by tests/
 - `gelu_sigmoid` (with `--old-marian DIR`, a directory holding `marian-scorer` built from Marian
   v1.12.0, the last release before the exact GELU): that Marian's `score` of the unchanged
   tied_all_gelu fixture, which it reads with its own `gelu`, x·σ(1.702x).
+
+Building that Marian (done 2026-11-29 on Debian 12, gcc 12, about 30 minutes on 2 cores): marian-dev
+at 65bf82ff ("version 1.12.0") with its submodules sentencepiece at the pinned 8dc9172f and intgemm
+at kpu/intgemm be305351 (the pinned 0eda93a9 is in no public mirror; this is upstream's last commit
+before it); apt packages cmake, libopenblas-dev, zlib1g-dev, libsqlite3-dev; `-Werror` taken out of
+the top CMakeLists.txt and intgemm's, SQLiteCpp linked against the system libsqlite3 (the bundled
+sqlite3.c was not in the mirror), sentencepiece's normalization_rule.h taken from the PyPI
+sentencepiece 0.1.99 source (also missing); then
+    cmake .. -DCMAKE_BUILD_TYPE=Release -DCOMPILE_CUDA=off -DUSE_FBGEMM=off -DCOMPILE_SERVER=off \
+             -DUSE_NCCL=off -DUSE_DOXYGEN=off -DUSE_MKL=off -DUSE_SENTENCEPIECE=on
+    make -j2 marian_scorer
+`marian-scorer --version`: v1.12.0 65bf82ff 2023-02-21 09:56:29 -0800.
 """
 
 import argparse

@@ -165,20 +165,84 @@ fn layer_norm_epsilon_is_marians() {
 fn worst_miss(variant: &str, change: impl Fn(&mut transformer::ModelConfig)) -> f64 {
     let mut imp = import(&fixture(variant)).unwrap();
     change(&mut imp.checkpoint.config);
-    let out = std::env::temp_dir().join(format!("marian-real-{}-changed-{variant}", std::process::id()));
+    let marian: Vec<f64> =
+        reference(variant)["scores"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+    worst_miss_of(&imp, variant, &marian)
+}
+
+/// The largest difference between `marian`'s scores of a fixture's pairs and the imported model's.
+fn worst_miss_of(imp: &transformer::import::marian::Imported, variant: &str, marian: &[f64]) -> f64 {
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let out = std::env::temp_dir().join(format!("marian-real-{}-changed-{variant}-{n}", std::process::id()));
     let _ = std::fs::remove_dir_all(&out);
-    let (ckpt, tok) = transformer::import::marian::write(&imp, &out).unwrap();
+    let (ckpt, tok) = transformer::import::marian::write(imp, &out).unwrap();
     let t = Translator::load(&ckpt, &tok, Default::default()).unwrap();
     let r = reference(variant);
     let (srcs, refs) = (strings(&r, "sources"), strings(&r, "targets"));
+    assert_eq!(marian.len(), srcs.len());
     let worst = (0..srcs.len())
-        .map(|i| {
-            let ours = -t.perplexity(&srcs[i..=i], &refs[i..=i], &mut NoWarnings).unwrap().nll;
-            (ours - r["scores"][i].as_f64().unwrap()).abs()
-        })
+        .map(|i| (-t.perplexity(&srcs[i..=i], &refs[i..=i], &mut NoWarnings).unwrap().nll - marian[i]).abs())
         .fold(0.0, f64::max);
     let _ = std::fs::remove_dir_all(&out);
     worst
+}
+
+/// Marian's `gelu` before v1.12.3, x·σ(1.702x), against that Marian itself: checks.json holds the
+/// scores Marian v1.12.0 (built from its source; dev/reference/marian_checks.py) gives the
+/// tied_all_gelu fixture, which it computes with its own `gelu`. The fixture with its `model.yml`
+/// saying v1.12.0 imports with `gelu_sigmoid` and scores as that Marian does; read with the exact
+/// form (as 1.12.42 wrote it) it misses them.
+#[test]
+fn pre_2023_gelu_is_what_marian_1_12_0_computes() {
+    use std::io::{Read, Write};
+    use transformer::config::Activation;
+    let checks: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture("checks.json")).unwrap()).unwrap();
+    let c = &checks["gelu_sigmoid"];
+    let variant = c["variant"].as_str().unwrap();
+    assert!(c["marian"].as_str().unwrap().starts_with("v1.12.0 "), "{}", c["marian"]);
+    let old: Vec<f64> = c["scores"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+    // The fixture, its model.yml's version rewritten to the old Marian's (same length: NUL-padded).
+    let dir = std::env::temp_dir().join(format!("marian-real-old-gelu-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    for f in ["vocab.spm", "model.npz.decoder.yml"] {
+        std::fs::copy(fixture(variant).join(f), dir.join(f)).unwrap();
+    }
+    let original = std::fs::read(fixture(variant).join("model.npz")).unwrap();
+    let mut zin = zip::ZipArchive::new(std::io::Cursor::new(original)).unwrap();
+    let mut out = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+    let (new, old_version) =
+        (b"v1.12.0 65bf82ff 2023-02-21 09:56:29 -0800", b"v1.12.42 b7be0e964 2025-05-24 22:34:42 -0700");
+    let mut rewritten = 0;
+    for i in 0..zin.len() {
+        let mut f = zin.by_index(i).unwrap();
+        let mut bytes = Vec::new();
+        f.read_to_end(&mut bytes).unwrap();
+        let name = f.name().unwrap().to_string();
+        if name.starts_with("special:model.yml") {
+            let at = bytes.windows(old_version.len()).position(|w| w == old_version).expect("1.12.42's version");
+            let mut padded = new.to_vec();
+            padded.resize(old_version.len(), 0);
+            bytes[at..at + old_version.len()].copy_from_slice(&padded);
+            rewritten += 1;
+        }
+        let opts = zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored);
+        out.start_file(name, opts).unwrap();
+        out.write_all(&bytes).unwrap();
+    }
+    assert_eq!(rewritten, 1);
+    std::fs::write(dir.join("model.npz"), out.finish().unwrap().into_inner()).unwrap();
+    let as_old = import(&dir).unwrap();
+    assert_eq!(as_old.checkpoint.config.activation, Activation::GeluSigmoid);
+    let sigmoid = worst_miss_of(&as_old, variant, &old);
+    assert!(sigmoid < 1e-3, "x·σ(1.702x) misses Marian 1.12.0's scores by {sigmoid}");
+    let as_new = import(&fixture(variant)).unwrap();
+    assert_eq!(as_new.checkpoint.config.activation, Activation::Gelu);
+    let exact = worst_miss_of(&as_new, variant, &old);
+    assert!(exact > 1e-2, "the exact form should miss Marian 1.12.0's scores, but is within {exact}");
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Marian's beam search, as our options: beam 4, all four finished hypotheses returned, no
