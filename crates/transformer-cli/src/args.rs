@@ -97,8 +97,9 @@ pub enum Command {
     /// takes as --checkpoint and --bpe (or --tokenizer).
     Import(ImportArgs),
     /// Write a model out in another toolkit's format: `export marian MODEL --output DIR` (MODEL:
-    /// the directory `import` wrote, or a checkpoint with --tokenizer T) writes a native Marian model (model.npz, decoder.yml, the .spm or .yml
-    /// vocabularies) of an imported model, fine-tuned here or not.
+    /// the directory `import` wrote, or a checkpoint with --tokenizer T) writes a native Marian
+    /// model (model.npz, decoder.yml, the .spm or .yml vocabularies) of an imported model,
+    /// fine-tuned here or not.
     Export(ExportArgs),
     /// Byte-pair encoding: learn one shared vocabulary, apply it, restore text.
     Bpe(BpeArgs),

@@ -328,7 +328,7 @@ fn a_run_starts_from_another_runs_weights_and_refuses_another_model() {
     assert!(e.contains("init_optimizer") && e.contains("no Adam moments"), "{e}");
     // Keeping the moments of a checkpoint that has them: the first update, on the same weights,
     // batch and dropout masks as the fresh run above (b), gives m = β1·m₀ + (1 − β1)·g where the
-    // fresh run's is (1 − β1)·g, and v likewise with β2 (Adam's paper constants).
+    // fresh run's is (1 − β1)·g, and v likewise with β2 (the paper's 0.9 and 0.98, §5.3).
     let k = dir("init-optimizer-kept");
     std::fs::copy(a.join("bpe.json"), k.join("bpe.json")).unwrap();
     let mut extra = tiny_lr.to_vec();
@@ -345,11 +345,12 @@ fn a_run_starts_from_another_runs_weights_and_refuses_another_model() {
     let ((m0, v0), (mf, vf), (mk, vk)) =
         (trained.adam.as_ref().unwrap(), tuned.adam.as_ref().unwrap(), kept.adam.as_ref().unwrap());
     for (name, old, fresh, got, beta) in [("m", m0, mf, mk, 0.9f32), ("v", v0, vf, vk, 0.98)] {
-        let scale = got.iter().fold(0f32, |a, x| a.max(x.abs()));
-        assert!(scale > 0.0 && old.iter().any(|&x| x != 0.0), "{name}");
+        assert!(old.iter().any(|&x| x != 0.0) && got.iter().any(|&x| x != 0.0), "{name}");
         for (i, ((&o, &f), &g)) in old.iter().zip(fresh).zip(got).enumerate() {
+            // Each element to float rounding of its own terms.
             let want = beta * o + f;
-            assert!((g - want).abs() <= 1e-5 * scale, "{name}[{i}] = {g}, want {beta}·{o} + {f} = {want}");
+            let tol = 1e-5 * ((beta * o).abs() + f.abs()) + 1e-30;
+            assert!((g - want).abs() <= tol, "{name}[{i}] = {g}, want {beta}·{o} + {f} = {want}");
         }
     }
     // init_optimizer without init is a configuration error.

@@ -49,8 +49,23 @@ pub fn export_inputs(
     tokenizer: Option<PathBuf>,
 ) -> Result<(PathBuf, PathBuf)> {
     let (checkpoint, beside) = match (model, checkpoint) {
-        (Some(dir), _) if dir.is_dir() => (dir.join("model.safetensors"), Some(dir.join("tokenizer.json"))),
-        (Some(file), _) | (None, Some(file)) => (file, None),
+        (Some(dir), _) if dir.is_dir() => {
+            let ckpt = dir.join("model.safetensors");
+            if !ckpt.is_file() {
+                anyhow::bail!(
+                    "{} holds no model.safetensors (what `transformer import marian` writes): for a checkpoint \
+                     of a run, give its file and --tokenizer",
+                    dir.display()
+                );
+            }
+            (ckpt, Some(dir.join("tokenizer.json")))
+        }
+        (Some(file), _) | (None, Some(file)) => {
+            if !file.exists() {
+                anyhow::bail!("{}: no such file or directory", file.display());
+            }
+            (file, None)
+        }
         (None, None) => anyhow::bail!("export marian: give the model (a directory or a checkpoint) or --checkpoint"),
     };
     let tokenizer = match (tokenizer, beside) {

@@ -8,6 +8,7 @@ use anyhow::Result;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 use transformer::decode::translator::{DecodeOptions, TranslateStats, Translator};
+#[cfg(feature = "heatmap")]
 use transformer::decode::BeamConfig;
 use transformer::kernels::cpu::profile::Profile;
 

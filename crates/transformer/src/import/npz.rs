@@ -76,6 +76,10 @@ pub fn parse_npy(b: &[u8]) -> std::result::Result<Array, String> {
         .filter(|s| !s.is_empty())
         .map(|s| s.parse::<usize>().map_err(|_| format!("a bad dimension '{s}'")))
         .collect::<std::result::Result<Vec<_>, _>>()?;
+    // numpy's own limit (NPY_MAXDIMS is 32, 64 from numpy 2): a header may not list more.
+    if shape.len() > 64 {
+        return Err(format!("{} dimensions, more than numpy writes (64)", shape.len()));
+    }
     let n = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d)).ok_or("the shape overflows")?;
     let data = &b[end..];
     let need = |size: usize| -> std::result::Result<&[u8], String> {
@@ -115,16 +119,19 @@ pub fn parse_npy(b: &[u8]) -> std::result::Result<Array, String> {
         }
         // Bytes: Marian's `special:model.yml` (int8, written '<i1' or '|i1'), booleans, strings.
         ('i' | 'u' | 'b', 1) | ('S', _) => Ok(Array::Bytes(d.to_vec())),
-        // Unicode strings (numpy's `str` arrays, UTF-32 code units, NUL-padded): their text as
-        // UTF-8 bytes, as a byte string of the same text would read.
+        // Unicode strings (numpy's `str` arrays: UTF-32 code units, each element NUL-padded to
+        // the same length): the elements' text as UTF-8 bytes, one after another, each without
+        // the NULs numpy padded it with (as numpy reads it back).
         ('U', _) => {
             let mut text = String::new();
-            for c in d.chunks_exact(4) {
-                let unit = u32::from_le_bytes(le(c).try_into().expect("4 bytes"));
-                match char::from_u32(unit) {
-                    Some('\0') => {}
-                    Some(ch) => text.push(ch),
-                    None => return Err(format!("{descr}: {unit:#x} is not a Unicode code point")),
+            for element in d.chunks_exact(size) {
+                let units: Vec<u32> =
+                    element.chunks_exact(4).map(|c| u32::from_le_bytes(le(c).try_into().expect("4 bytes"))).collect();
+                let len = units.iter().rposition(|&u| u != 0).map_or(0, |p| p + 1);
+                for &unit in &units[..len] {
+                    let ch = char::from_u32(unit)
+                        .ok_or_else(|| format!("{descr}: {unit:#x} is not a Unicode code point"))?;
+                    text.push(ch);
                 }
             }
             Ok(Array::Bytes(text.into_bytes()))
@@ -140,24 +147,29 @@ pub fn parse_npy(b: &[u8]) -> std::result::Result<Array, String> {
 }
 
 /// The elements of a Fortran-ordered array (`size` bytes each; the first index varies fastest)
-/// laid out in C order (the last index varies fastest).
+/// laid out in C order (the last index varies fastest). The element at index (i_0, …, i_{r−1})
+/// sits at Σ i_k · Π_{j<k} d_j; the index runs as an odometer, last digit fastest, its offset
+/// kept up to date on every step, so the work is linear in the elements.
 fn fortran_to_c(d: &[u8], shape: &[usize], size: usize) -> Vec<u8> {
-    let mut out = Vec::with_capacity(d.len());
-    let mut index = vec![0usize; shape.len()];
-    for _ in 0..d.len() / size {
-        // The element at `index` (in C order, the next one out) sits at Σ i_k · Π_{j<k} d_j.
-        let (mut at, mut stride) = (0, 1);
-        for (i, dim) in index.iter().zip(shape) {
-            at += i * stride;
-            stride *= dim;
-        }
+    // Dimensions of one change no offset.
+    let dims: Vec<usize> = shape.iter().copied().filter(|&x| x != 1).collect();
+    let n = dims.iter().product::<usize>();
+    if n == 0 || dims.len() < 2 {
+        return d[..n * size].to_vec();
+    }
+    let strides: Vec<usize> = dims.iter().scan(1, |s, &x| Some(std::mem::replace(s, *s * x))).collect();
+    let mut out = Vec::with_capacity(n * size);
+    let (mut index, mut at) = (vec![0usize; dims.len()], 0usize);
+    for _ in 0..n {
         out.extend_from_slice(&d[at * size..][..size]);
-        for (i, dim) in index.iter_mut().zip(shape).rev() {
-            *i += 1;
-            if *i < *dim {
+        for k in (0..dims.len()).rev() {
+            index[k] += 1;
+            at += strides[k];
+            if index[k] < dims[k] {
                 break;
             }
-            *i = 0;
+            at -= dims[k] * strides[k];
+            index[k] = 0;
         }
     }
     out
@@ -288,6 +300,15 @@ mod tests {
         let want: Vec<f32> =
             (0..2).flat_map(|i| (0..3).flat_map(move |j| (0..2).map(move |k| (i + 2 * j + 6 * k) as f32))).collect();
         assert_eq!(got, want);
+        // Dimensions of one anywhere: the same elements as without them.
+        let (_, got) = floats(parse_npy(&fortran("<f4", "(1, 2, 1, 3, 2, 1)", &f)).unwrap());
+        assert_eq!(got, want);
+        // A header listing more dimensions than numpy writes is refused (not converted at length).
+        let many = format!("({}2,)", "1, ".repeat(200));
+        assert!(parse_npy(&fortran("<f4", &many, &[0; 8])).unwrap_err().contains("more than numpy writes"));
+        // Two Unicode elements, the first padded: each loses its padding, not what lies between.
+        let two: Vec<u8> = ['a', '\0', 'b', 'c'].iter().flat_map(|&c| (c as u32).to_le_bytes()).collect();
+        assert_eq!(parse_npy(&npy("<U2", "(2,)", &two)).unwrap(), Array::Bytes(b"abc".to_vec()));
         // One dimension: the same either way.
         assert_eq!(floats(parse_npy(&fortran("<f4", "(6,)", &cols)).unwrap()).1, [1., 2., 3., 4., 5., 6.]);
     }
