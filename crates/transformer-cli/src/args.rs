@@ -71,6 +71,10 @@ pub enum Command {
     /// Translate a test set and score it: BLEU and chrF (sacreBLEU), tokenized BLEU, and
     /// perplexity. For a parsing model: parse it and score the trees with EVALB (COLLINS.prm).
     Evaluate(EvaluateArgs),
+    /// Score given translations: each pair's log-probability under the model, Σ log p(token)
+    /// (natural log, EOS included, teacher-forced), one number a line, as Marian's `score` prints
+    /// them; for reranking, filtering, or checking a model against another toolkit.
+    Score(ScoreArgs),
     /// Parse sentences into constituency trees (§6.3): one sentence a line in, one bracketed tree a
     /// line out; beam 21, α 0.3, maximum length input + 300 unless overridden.
     Parse(ParseArgs),
@@ -290,6 +294,22 @@ pub struct TranslateArgs {
     /// norm, beam search, and the rest.
     #[arg(long)]
     pub profile: bool,
+}
+
+// The arguments of `transformer score`.
+#[derive(Args)]
+pub struct ScoreArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Source sentences (plain or .gz).
+    #[arg(long)]
+    pub src: PathBuf,
+    /// Their translations to score, line-aligned with the sources (plain or .gz).
+    #[arg(long = "ref")]
+    pub refs: PathBuf,
+    /// Print each score divided by its target tokens (EOS included) instead of the sum.
+    #[arg(long)]
+    pub per_token: bool,
 }
 
 // The arguments of `transformer evaluate`.

@@ -779,3 +779,56 @@ fn export_marian_writes_a_native_model_and_refuses_a_mismatched_tokenizer() {
     assert!(!ok && err.contains("was written for vocabulary"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `score` prints Marian's `score`: each pair's log-probability under a model Marian trained equals
+/// what Marian printed for it (reference.json, dev/reference/marian_real.py) within 1e-3; with
+/// `--per-token` each divided by its target tokens; a pair the model cannot hold is an error
+/// naming its line.
+#[test]
+fn score_prints_each_pairs_log_probability_as_marian_does() {
+    let dir = std::env::temp_dir().join(format!("cli-score-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../transformer/tests/fixtures/marian-real/tied_target_swish");
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture.join("reference.json")).unwrap()).unwrap();
+    let text =
+        |key: &str| r[key].as_array().unwrap().iter().map(|v| v.as_str().unwrap().to_string()).collect::<Vec<_>>();
+    let (srcs, refs) = (text("sources"), text("targets"));
+    let out = |s: &str| dir.join(s).display().to_string();
+    std::fs::write(dir.join("src.txt"), srcs.join("\n") + "\n").unwrap();
+    std::fs::write(dir.join("ref.txt"), refs.join("\n") + "\n").unwrap();
+    let (ok, _, err) = transformer(&["import", "marian", fixture.to_str().unwrap(), "--output", &out("imported")]);
+    assert!(ok, "{err}");
+    let (ckpt, tok) = (out("imported/model.safetensors"), out("imported/tokenizer.json"));
+    let model = ["--checkpoint", ckpt.as_str(), "--tokenizer", tok.as_str()];
+    let files = ["--src", &out("src.txt"), "--ref", &out("ref.txt")];
+    let (ok, stdout, err) = transformer(&[&["score"], &model[..], &files[..]].concat());
+    assert!(ok, "{err}");
+    let ours: Vec<f64> = stdout.lines().map(|l| l.parse().unwrap()).collect();
+    let marian: Vec<f64> = r["scores"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+    assert_eq!(ours.len(), marian.len());
+    for (i, (o, m)) in ours.iter().zip(&marian).enumerate() {
+        assert!((o - m).abs() < 1e-3, "pair {i}: {o} against Marian's {m}");
+    }
+    let (ok, stdout, err) = transformer(&[&["score"], &model[..], &files[..], &["--per-token"]].concat());
+    assert!(ok, "{err}");
+    let t = transformer::Translator::load(std::path::Path::new(&ckpt), std::path::Path::new(&tok), Default::default())
+        .unwrap();
+    for (i, (line, sum)) in stdout.lines().zip(&ours).enumerate() {
+        let tokens = t.encode_target(&refs[i]).unwrap().len() + 1;
+        let per: f64 = line.parse().unwrap();
+        assert!((per - sum / tokens as f64).abs() < 1e-5, "pair {i}: {per} per token, {sum} over {tokens}");
+    }
+    // A pair longer than the model's positions: an error naming its line, nothing printed.
+    let long = vec!["ein"; 3000].join(" ");
+    std::fs::write(dir.join("ref.txt"), format!("{}\n{long}\n", refs[0])).unwrap();
+    std::fs::write(dir.join("src.txt"), format!("{}\n{}\n", srcs[0], srcs[1])).unwrap();
+    let (ok, stdout, err) = transformer(&[&["score"], &model[..], &files[..]].concat());
+    assert!(
+        !ok && stdout.is_empty() && err.contains("line 2: cannot be scored") && err.contains("max_positions"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

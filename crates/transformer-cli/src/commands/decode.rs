@@ -163,6 +163,38 @@ pub fn evaluate(
     Ok(())
 }
 
+/// `transformer score`: each (source, translation) pair's log-probability under the model, one a
+/// line on stdout, in input order (or per target token with `per_token`).
+pub fn score(model: &ModelArgs, src: &Path, refs: &Path, per_token: bool) -> Result<()> {
+    if model.checkpoint.len() > 1 {
+        usage!("score takes one checkpoint (an ensemble's log-probabilities are averaged per step, not per pair)");
+    }
+    let srcs = read_input_lines(src)?;
+    let tgts = read_references(&[refs.to_path_buf()], src, srcs.len(), "sources")?.remove(0);
+    let translator = model.load()?;
+    if translator.task() != transformer::task::Task::Translation {
+        anyhow::bail!(
+            "{} is a {} model: score takes a translation model (a parser's trees are scored by `evaluate`)",
+            model.checkpoint[0].display(),
+            translator.task().name()
+        );
+    }
+    let scores = translator.log_probs(&srcs, &tgts).map_err(|e| anyhow::anyhow!("{}: {e}", refs.display()))?;
+    let mut out = String::new();
+    for (s, t) in scores.iter().zip(&tgts) {
+        let value = if per_token {
+            let tokens = translator.encode_target(t)?.len() + 1;
+            s / tokens as f64
+        } else {
+            *s
+        };
+        out.push_str(&format!("{value:.6}\n"));
+    }
+    use std::io::Write;
+    std::io::stdout().lock().write_all(out.as_bytes())?;
+    Ok(())
+}
+
 #[cfg(not(feature = "heatmap"))]
 pub fn attention(_: &ModelArgs, _: &str, _: Option<&str>, _: Option<usize>, _: Option<usize>, _: &Path) -> Result<()> {
     anyhow::bail!(

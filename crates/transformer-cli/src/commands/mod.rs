@@ -14,8 +14,8 @@ mod train;
 
 use crate::args::{
     AttentionArgs, AverageArgs, BenchArgs, BpeArgs, Command, DataArgs, EvaluateArgs, ExportArgs, ExportCommand,
-    ImportArgs, ImportCommand, ParamsArgs, ParseEvalArgs, QuantizeArgs, SyntheticArgs, TrainArgs, TranslateArgs,
-    TreebankArgs,
+    ImportArgs, ImportCommand, ParamsArgs, ParseEvalArgs, QuantizeArgs, ScoreArgs, SyntheticArgs, TrainArgs,
+    TranslateArgs, TreebankArgs,
 };
 use anyhow::Result;
 use transformer::task::Evaluation;
@@ -51,6 +51,7 @@ pub fn run(cmd: Command) -> Result<()> {
             decode::translate(&model, input.as_deref(), &search, nbest as usize, speed, profile)
         }
         Command::Evaluate(args) => evaluate(args),
+        Command::Score(ScoreArgs { model, src, refs, per_token }) => decode::score(&model, &src, &refs, per_token),
         Command::Parse(args) => parse::parse(&args),
         Command::Treebank(TreebankArgs { input, files, words, trees }) => {
             parse::treebank(&input, files.as_deref(), words.as_deref(), trees.as_deref())

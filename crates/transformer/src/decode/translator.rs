@@ -724,6 +724,39 @@ impl Translator {
         self.with_buffers(|b| perplexity::score(&self.model, &pairs, &budget, 0.0, &mut b.mine.0))
     }
 
+    /// Each pair's log-probability under the model (the first of an ensemble), Σ log p(target
+    /// token) in natural log with EOS included, teacher-forced: what Marian's `score` prints, one
+    /// number per pair in input order. A pair the model cannot score (a source longer than its
+    /// positions, a target that with EOS is, or an empty source) is an error naming its line.
+    pub fn log_probs(&self, srcs: &[String], refs: &[String]) -> Result<Vec<f64>> {
+        if srcs.len() != refs.len() {
+            return Err(Error::Input(format!("{} sources but {} references", srcs.len(), refs.len())));
+        }
+        let mut pairs = Vec::with_capacity(srcs.len());
+        for (s, r) in srcs.iter().zip(refs) {
+            pairs.push((self.encode_source_as_is(s)?, self.encode_target(r)?));
+        }
+        let (keep, _) = perplexity::scorable(&self.model, &pairs);
+        if keep.len() < pairs.len() {
+            let max = self.model.config.max_positions;
+            // `keep` is the sorted indices kept: the first one missing is where it first differs.
+            let i = (0..pairs.len()).find(|&i| keep.get(i) != Some(&i)).expect("one is left out");
+            let (s, t) = &pairs[i];
+            let why = if s.is_empty() {
+                "its source is empty (nothing to condition on)".to_string()
+            } else {
+                format!(
+                    "{} source and {} target tokens (with EOS), more than max_positions = {max} allows",
+                    s.len(),
+                    t.len() + 1
+                )
+            };
+            return Err(Error::Input(format!("line {}: cannot be scored: {why}", i + 1)));
+        }
+        let budget = BatchConfig { max_src_tokens: 4096, max_tgt_tokens: 4096 };
+        self.with_buffers(|b| perplexity::log_probs(&self.model, &pairs, &budget, &mut b.mine.0))
+    }
+
     /// Parses sentences (words separated by spaces, already tokenised as the treebank's) into trees
     /// over exactly their words, in input order, with the counts for a speed report. A sentence
     /// longer than the model's positions is an error naming its line, or with

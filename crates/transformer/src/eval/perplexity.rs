@@ -63,6 +63,36 @@ pub fn score(
     Ok(score_batches(model, pairs, budget, label_smoothing, ws, false)?.0)
 }
 
+/// Each pair's log-probability under the model, Σ log p(target token) (natural log, EOS included,
+/// teacher-forced, no label smoothing), in the order of `pairs` (token ids without BOS/EOS),
+/// scored in batches of at most `budget` tokens; what Marian's `score` prints. Every pair must fit
+/// the model (see [`scorable`]).
+pub fn log_probs(
+    model: &Transformer,
+    pairs: &[(Vec<u32>, Vec<u32>)],
+    budget: &BatchConfig,
+    ws: &mut Workspace,
+) -> Result<Vec<f64>> {
+    let lengths: Vec<(usize, usize)> = pairs.iter().map(|(s, t)| (s.len(), t.len())).collect();
+    let mut out = vec![0.0; pairs.len()];
+    for b in make_batches(&lengths, budget) {
+        let sel: Vec<(Vec<u32>, Vec<u32>)> = b.iter().map(|&i| pairs[i].clone()).collect();
+        let batch = Batch::from_pairs(&sel);
+        model.forward(&batch, ws, None)?;
+        model.loss(&batch, ws, 0.0, 0.0);
+        for (k, &i) in b.iter().enumerate() {
+            let rows = k * batch.t..(k + 1) * batch.t;
+            out[i] = -ws.row_nll[rows.clone()]
+                .iter()
+                .zip(&batch.tgt_out[rows])
+                .filter(|&(_, &t)| t != crate::vocab::PAD)
+                .map(|(&nll, _)| f64::from(nll))
+                .sum::<f64>();
+        }
+    }
+    Ok(out)
+}
+
 /// [`score`], and with `spread` the sum over pairs of [`encoder_spread`] of each source.
 fn score_batches(
     model: &Transformer,
