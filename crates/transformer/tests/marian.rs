@@ -2,6 +2,8 @@
 //! dev/reference/marian_fixtures.py: small models in the OPUS-MT shape, saved as a Hugging Face
 //! directory in both weight formats and as a native Marian .npz, with float64 reference outputs).
 
+mod common;
+
 use safetensors::SafeTensors;
 use std::path::{Path, PathBuf};
 use transformer::import::marian::{import, Imported};
@@ -350,28 +352,12 @@ fn native_models_and_vocabularies_are_found_as_marians_decoder_finds_them() {
 /// Marian writes its `special:model.yml` as element type '<i1' (numpy writes '|i1'): both read.
 #[test]
 fn a_model_yml_written_by_marian_as_little_endian_int8_reads() {
-    use std::io::{Read, Write};
     let dir = native_copy("i1");
-    let original = std::fs::read(dir.join("model.npz")).unwrap();
-    let mut zin = zip::ZipArchive::new(std::io::Cursor::new(original)).unwrap();
-    let mut out = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
-    let mut rewritten = 0;
-    for i in 0..zin.len() {
-        let mut f = zin.by_index(i).unwrap();
-        let mut bytes = Vec::new();
-        f.read_to_end(&mut bytes).unwrap();
-        let name = f.name().unwrap().to_string();
-        if name.starts_with("special:model.yml") {
-            let at = bytes.windows(3).position(|w| w == b"|i1").expect("numpy's int8 descr");
-            bytes[at] = b'<';
-            rewritten += 1;
-        }
-        let opts = zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored);
-        out.start_file(name, opts).unwrap();
-        out.write_all(&bytes).unwrap();
-    }
-    assert_eq!(rewritten, 1);
-    std::fs::write(dir.join("model.npz"), out.finish().unwrap().into_inner()).unwrap();
+    let model = dir.join("model.npz");
+    common::rewrite_model_yml(&model, &model, |bytes| {
+        let at = bytes.windows(3).position(|w| w == b"|i1").expect("numpy's int8 descr");
+        bytes[at] = b'<';
+    });
     let want = import(&fixture("opus").join("native")).unwrap().checkpoint.params;
     assert_eq!(import(&dir).unwrap().checkpoint.params, want);
 }

@@ -5,6 +5,8 @@
 //! the `.spm` files. `reference.json` holds Marian's `score` log-probabilities, its beam-4 n-best
 //! lists and its `--no-spm-decode` pieces for 40 pairs of test_2016_flickr.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use transformer::data::tokenizer::{Side, Tokenizer};
 use transformer::decode::beam::{BeamConfig, LengthNorm};
@@ -142,18 +144,7 @@ fn layer_norm_epsilon_is_marians() {
             let range = model.layout.get(ours_names(name.as_str().unwrap())).unwrap().range();
             imp.checkpoint.params[range].iter_mut().for_each(|x| *x *= factor);
         }
-        let out = std::env::temp_dir().join(format!("marian-real-{}-eps-{eps}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&out);
-        let (ckpt, tok) = transformer::import::marian::write(&imp, &out).unwrap();
-        let t = Translator::load(&ckpt, &tok, Default::default()).unwrap();
-        let r = reference(variant);
-        let (srcs, refs) = (strings(&r, "sources"), strings(&r, "targets"));
-        assert_eq!(marian.len(), srcs.len());
-        let worst = (0..srcs.len())
-            .map(|i| (-t.perplexity(&srcs[i..=i], &refs[i..=i], &mut NoWarnings).unwrap().nll - marian[i]).abs())
-            .fold(0.0, f64::max);
-        let _ = std::fs::remove_dir_all(&out);
-        worst
+        worst_miss_of(&imp, variant, &marian)
     };
     let (at_marians, at_ports) = (miss(1e-6), miss(1e-5));
     assert!(at_marians < 1e-3, "at ε = 1e-6 the scores miss Marian's by {at_marians}");
@@ -195,7 +186,6 @@ fn worst_miss_of(imp: &transformer::import::marian::Imported, variant: &str, mar
 /// form (as 1.12.42 wrote it) it misses them.
 #[test]
 fn pre_2023_gelu_is_what_marian_1_12_0_computes() {
-    use std::io::{Read, Write};
     use transformer::config::Activation;
     let checks: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(fixture("checks.json")).unwrap()).unwrap();
@@ -212,30 +202,14 @@ fn pre_2023_gelu_is_what_marian_1_12_0_computes() {
     for f in ["vocab.spm", "model.npz.decoder.yml"] {
         std::fs::copy(fixture(variant).join(f), dir.join(f)).unwrap();
     }
-    let original = std::fs::read(fixture(variant).join("model.npz")).unwrap();
-    let mut zin = zip::ZipArchive::new(std::io::Cursor::new(original)).unwrap();
-    let mut out = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
     let (new, old_version) =
         (b"v1.12.0 65bf82ff 2023-02-21 09:56:29 -0800", b"v1.12.42 b7be0e964 2025-05-24 22:34:42 -0700");
-    let mut rewritten = 0;
-    for i in 0..zin.len() {
-        let mut f = zin.by_index(i).unwrap();
-        let mut bytes = Vec::new();
-        f.read_to_end(&mut bytes).unwrap();
-        let name = f.name().unwrap().to_string();
-        if name.starts_with("special:model.yml") {
-            let at = bytes.windows(old_version.len()).position(|w| w == old_version).expect("1.12.42's version");
-            let mut padded = new.to_vec();
-            padded.resize(old_version.len(), 0);
-            bytes[at..at + old_version.len()].copy_from_slice(&padded);
-            rewritten += 1;
-        }
-        let opts = zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored);
-        out.start_file(name, opts).unwrap();
-        out.write_all(&bytes).unwrap();
-    }
-    assert_eq!(rewritten, 1);
-    std::fs::write(dir.join("model.npz"), out.finish().unwrap().into_inner()).unwrap();
+    common::rewrite_model_yml(&fixture(variant).join("model.npz"), &dir.join("model.npz"), |bytes| {
+        let at = bytes.windows(old_version.len()).position(|w| w == old_version).expect("1.12.42's version");
+        let mut padded = new.to_vec();
+        padded.resize(old_version.len(), 0);
+        bytes[at..at + old_version.len()].copy_from_slice(&padded);
+    });
     let as_old = import(&dir).unwrap();
     assert_eq!(as_old.checkpoint.config.activation, Activation::GeluSigmoid);
     let sigmoid = worst_miss_of(&as_old, variant, &old);

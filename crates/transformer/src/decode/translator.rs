@@ -704,13 +704,7 @@ impl Translator {
     /// smoothing: the perplexity of Table 3. Pairs that do not fit the model's positions are left
     /// out, and `events` hears a warning naming each (1-based line).
     pub fn perplexity(&self, srcs: &[String], refs: &[String], events: &mut dyn Events) -> Result<Totals> {
-        if srcs.len() != refs.len() {
-            return Err(Error::Input(format!("{} sources but {} references", srcs.len(), refs.len())));
-        }
-        let mut pairs = Vec::with_capacity(srcs.len());
-        for (s, r) in srcs.iter().zip(refs) {
-            pairs.push((self.encode_source_as_is(s)?, self.encode_target(r)?));
-        }
+        let mut pairs = self.encode_pairs(srcs, refs)?;
         let (keep, too_long) = perplexity::scorable(&self.model, &pairs);
         for i in too_long {
             events.warn(&format!(
@@ -724,18 +718,20 @@ impl Translator {
         self.with_buffers(|b| perplexity::score(&self.model, &pairs, &budget, 0.0, &mut b.mine.0))
     }
 
+    /// Line-aligned sources and references as token ids, for scoring (no BOS/EOS added).
+    fn encode_pairs(&self, srcs: &[String], refs: &[String]) -> Result<Vec<(Vec<u32>, Vec<u32>)>> {
+        if srcs.len() != refs.len() {
+            return Err(Error::Input(format!("{} sources but {} references", srcs.len(), refs.len())));
+        }
+        srcs.iter().zip(refs).map(|(s, r)| Ok((self.encode_source_as_is(s)?, self.encode_target(r)?))).collect()
+    }
+
     /// Each pair's log-probability under the model (the first of an ensemble), Σ log p(target
     /// token) in natural log with EOS included, teacher-forced: what Marian's `score` prints, one
     /// number per pair in input order. A pair the model cannot score (a source longer than its
     /// positions, a target that with EOS is, or an empty source) is an error naming its line.
     pub fn log_probs(&self, srcs: &[String], refs: &[String]) -> Result<Vec<f64>> {
-        if srcs.len() != refs.len() {
-            return Err(Error::Input(format!("{} sources but {} references", srcs.len(), refs.len())));
-        }
-        let mut pairs = Vec::with_capacity(srcs.len());
-        for (s, r) in srcs.iter().zip(refs) {
-            pairs.push((self.encode_source_as_is(s)?, self.encode_target(r)?));
-        }
+        let pairs = self.encode_pairs(srcs, refs)?;
         let (keep, _) = perplexity::scorable(&self.model, &pairs);
         if keep.len() < pairs.len() {
             let max = self.model.config.max_positions;

@@ -75,3 +75,31 @@ pub fn translate_batch(
     let mut state = transformer::model::incremental::DecoderState::default();
     Ok(transformer::decode::search_batch(model, srcs, cfg, ws, &mut state, None)?.0)
 }
+
+/// Copies the `.npz` archive `from` to `to` with its `special:model.yml` array's bytes changed by
+/// `edit` (which must keep their length: the array's header is kept), every entry stored
+/// uncompressed. Panics unless the archive has exactly one such entry.
+pub fn rewrite_model_yml(from: &std::path::Path, to: &std::path::Path, edit: impl Fn(&mut Vec<u8>)) {
+    use std::io::{Read, Write};
+    let original = std::fs::read(from).unwrap();
+    let mut zin = zip::ZipArchive::new(std::io::Cursor::new(original)).unwrap();
+    let mut out = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+    let mut rewritten = 0;
+    for i in 0..zin.len() {
+        let mut f = zin.by_index(i).unwrap();
+        let mut bytes = Vec::new();
+        f.read_to_end(&mut bytes).unwrap();
+        let name = f.name().unwrap().to_string();
+        if name.starts_with("special:model.yml") {
+            let len = bytes.len();
+            edit(&mut bytes);
+            assert_eq!(bytes.len(), len, "the edit must keep the array's length");
+            rewritten += 1;
+        }
+        let opts = zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored);
+        out.start_file(name, opts).unwrap();
+        out.write_all(&bytes).unwrap();
+    }
+    assert_eq!(rewritten, 1, "{}: one special:model.yml", from.display());
+    std::fs::write(to, out.finish().unwrap().into_inner()).unwrap();
+}
