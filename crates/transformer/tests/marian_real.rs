@@ -25,6 +25,18 @@ fn reference(variant: &str) -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(fixture(variant).join("reference.json")).unwrap()).unwrap()
 }
 
+/// A list of numbers in a reference file (Marian's scores).
+fn floats(v: &serde_json::Value) -> Vec<f64> {
+    v.as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect()
+}
+
+/// One entry of checks.json (dev/reference/marian_checks.py).
+fn check(key: &str) -> serde_json::Value {
+    let all: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture("checks.json")).unwrap()).unwrap();
+    all[key].clone()
+}
+
 fn strings(r: &serde_json::Value, key: &str) -> Vec<String> {
     r[key].as_array().unwrap().iter().map(|s| s.as_str().unwrap().to_string()).collect()
 }
@@ -100,13 +112,15 @@ fn sentence_log_probs_equal_marian_score() {
         let t = session(variant);
         let r = reference(variant);
         let (srcs, refs) = (strings(&r, "sources"), strings(&r, "targets"));
-        let want: Vec<f64> = r["scores"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
-        assert_eq!(want.len(), srcs.len());
-        for i in 0..srcs.len() {
-            let totals = t.perplexity(&srcs[i..=i], &refs[i..=i], &mut NoWarnings).unwrap();
-            let ours = -totals.nll;
-            assert!((ours - want[i]).abs() < 1e-3, "{variant} pair {i}: log P {ours} vs Marian {}", want[i]);
+        let want = floats(&r["scores"]);
+        let ours = t.log_probs(&srcs, &refs).unwrap();
+        assert_eq!((ours.len(), want.len()), (srcs.len(), srcs.len()));
+        for (i, (o, w)) in ours.iter().zip(&want).enumerate() {
+            assert!((o.log_prob - w).abs() < 1e-3, "{variant} pair {i}: log P {} vs Marian {w}", o.log_prob);
         }
+        // One pair at a time, the totals of `perplexity` say the same.
+        let single = -t.perplexity(&srcs[..1], &refs[..1], &mut NoWarnings).unwrap().nll;
+        assert!((single - ours[0].log_prob).abs() < 1e-4, "{variant}: {single} vs {}", ours[0].log_prob);
     }
     // The check tells the GELUs apart: the same model read with Marian's pre-1.12.3 form
     // (x·σ(1.702x)) is off Marian's scores by far more than the tolerance.
@@ -121,12 +135,10 @@ fn sentence_log_probs_equal_marian_score() {
 /// ε decides the output. Ours equals Marian's there at ε = 1e-6 and misses it at 1e-5.
 #[test]
 fn layer_norm_epsilon_is_marians() {
-    let checks: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(fixture("checks.json")).unwrap()).unwrap();
-    let c = &checks["ln_eps"];
+    let c = check("ln_eps");
     let variant = c["variant"].as_str().unwrap();
     let factor = c["factor"].as_f64().unwrap() as f32;
-    let marian: Vec<f64> = c["scores"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+    let marian = floats(&c["scores"]);
     let ours_names = |m: &str| match m {
         "encoder_l1_self_Wo_ln_scale" => "encoder.layers.0.self_attn_norm.gamma",
         "encoder_l1_self_Wo_ln_bias" => "encoder.layers.0.self_attn_norm.beta",
@@ -156,9 +168,7 @@ fn layer_norm_epsilon_is_marians() {
 fn worst_miss(variant: &str, change: impl Fn(&mut transformer::ModelConfig)) -> f64 {
     let mut imp = import(&fixture(variant)).unwrap();
     change(&mut imp.checkpoint.config);
-    let marian: Vec<f64> =
-        reference(variant)["scores"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
-    worst_miss_of(&imp, variant, &marian)
+    worst_miss_of(&imp, variant, &floats(&reference(variant)["scores"]))
 }
 
 /// The largest difference between `marian`'s scores of a fixture's pairs and the imported model's.
@@ -172,9 +182,8 @@ fn worst_miss_of(imp: &transformer::import::marian::Imported, variant: &str, mar
     let r = reference(variant);
     let (srcs, refs) = (strings(&r, "sources"), strings(&r, "targets"));
     assert_eq!(marian.len(), srcs.len());
-    let worst = (0..srcs.len())
-        .map(|i| (-t.perplexity(&srcs[i..=i], &refs[i..=i], &mut NoWarnings).unwrap().nll - marian[i]).abs())
-        .fold(0.0, f64::max);
+    let worst =
+        t.log_probs(&srcs, &refs).unwrap().iter().zip(marian).map(|(o, m)| (o.log_prob - m).abs()).fold(0.0, f64::max);
     let _ = std::fs::remove_dir_all(&out);
     worst
 }
@@ -187,12 +196,10 @@ fn worst_miss_of(imp: &transformer::import::marian::Imported, variant: &str, mar
 #[test]
 fn pre_2023_gelu_is_what_marian_1_12_0_computes() {
     use transformer::config::Activation;
-    let checks: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(fixture("checks.json")).unwrap()).unwrap();
-    let c = &checks["gelu_sigmoid"];
+    let c = check("gelu_sigmoid");
     let variant = c["variant"].as_str().unwrap();
     assert!(c["marian"].as_str().unwrap().starts_with("v1.12.0 "), "{}", c["marian"]);
-    let old: Vec<f64> = c["scores"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+    let old = floats(&c["scores"]);
     // The fixture, its model.yml's version rewritten to the old Marian's, NUL-padded to the same
     // length (the array keeps its shape). `version:` is model.yml's last key here, and the reader
     // stops at the first NUL, so the padding cuts nothing off.

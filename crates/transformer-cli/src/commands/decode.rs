@@ -181,13 +181,8 @@ pub fn score(model: &ModelArgs, src: &Path, refs: &Path, per_token: bool) -> Res
     }
     let scores = translator.log_probs(&srcs, &tgts).map_err(|e| anyhow::anyhow!("{}: {e}", refs.display()))?;
     let mut out = String::new();
-    for (s, t) in scores.iter().zip(&tgts) {
-        let value = if per_token {
-            let tokens = translator.encode_target(t)?.len() + 1;
-            s / tokens as f64
-        } else {
-            *s
-        };
+    for s in &scores {
+        let value = if per_token { s.log_prob / s.tokens as f64 } else { s.log_prob };
         out.push_str(&format!("{value:.6}\n"));
     }
     use std::io::Write;

@@ -730,7 +730,7 @@ impl Translator {
     /// token) in natural log with EOS included, teacher-forced: what Marian's `score` prints, one
     /// number per pair in input order. A pair the model cannot score (a source longer than its
     /// positions, a target that with EOS is, or an empty source) is an error naming its line.
-    pub fn log_probs(&self, srcs: &[String], refs: &[String]) -> Result<Vec<f64>> {
+    pub fn log_probs(&self, srcs: &[String], refs: &[String]) -> Result<Vec<perplexity::PairScore>> {
         let pairs = self.encode_pairs(srcs, refs)?;
         let (keep, _) = perplexity::scorable(&self.model, &pairs);
         if keep.len() < pairs.len() {

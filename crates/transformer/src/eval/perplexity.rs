@@ -63,6 +63,15 @@ pub fn score(
     Ok(score_batches(model, pairs, budget, label_smoothing, ws, false)?.0)
 }
 
+/// One pair's score: its log-probability and the target tokens it sums over.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct PairScore {
+    /// Σ log p(target token), natural log, EOS included.
+    pub log_prob: f64,
+    /// Target tokens scored (EOS included).
+    pub tokens: usize,
+}
+
 /// Each pair's log-probability under the model, Σ log p(target token) (natural log, EOS included,
 /// teacher-forced, no label smoothing), in the order of `pairs` (token ids without BOS/EOS),
 /// scored in batches of at most `budget` tokens; what Marian's `score` prints. Every pair must fit
@@ -72,9 +81,9 @@ pub fn log_probs(
     pairs: &[(Vec<u32>, Vec<u32>)],
     budget: &BatchConfig,
     ws: &mut Workspace,
-) -> Result<Vec<f64>> {
+) -> Result<Vec<PairScore>> {
     let lengths: Vec<(usize, usize)> = pairs.iter().map(|(s, t)| (s.len(), t.len())).collect();
-    let mut out = vec![0.0; pairs.len()];
+    let mut out = vec![PairScore::default(); pairs.len()];
     for b in make_batches(&lengths, budget) {
         let sel: Vec<(Vec<u32>, Vec<u32>)> = b.iter().map(|&i| pairs[i].clone()).collect();
         let batch = Batch::from_pairs(&sel);
@@ -82,12 +91,13 @@ pub fn log_probs(
         model.loss(&batch, ws, 0.0, 0.0);
         for (k, &i) in b.iter().enumerate() {
             let rows = k * batch.t..(k + 1) * batch.t;
-            out[i] = -ws.row_nll[rows.clone()]
+            let log_prob = -ws.row_nll[rows.clone()]
                 .iter()
                 .zip(&batch.tgt_out[rows])
                 .filter(|&(_, &t)| t != crate::vocab::PAD)
                 .map(|(&nll, _)| f64::from(nll))
                 .sum::<f64>();
+            out[i] = PairScore { log_prob, tokens: pairs[i].1.len() + 1 };
         }
     }
     Ok(out)
