@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::transformer;
+use common::{transformer, TestDir};
 use std::process::Command;
 
 #[test]
@@ -80,9 +80,8 @@ fn exit_codes_tell_usage_errors_from_runtime_errors() {
     assert_eq!(code, Some(1), "a missing file is a runtime error: {err}");
 }
 
-fn tmp(name: &str, bytes: &[u8]) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("transformer-cli-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+/// `bytes` written to the file `name` in `dir` (a test's [`TestDir`]).
+fn tmp(dir: &std::path::Path, name: &str, bytes: &[u8]) -> std::path::PathBuf {
     let p = dir.join(name);
     std::fs::write(&p, bytes).unwrap();
     p
@@ -90,8 +89,9 @@ fn tmp(name: &str, bytes: &[u8]) -> std::path::PathBuf {
 
 #[test]
 fn bleu_prints_sacrebleu_lines() {
-    let r = tmp("ref.txt", "The cat sat on the mat.\nA man is riding a bicycle down the street.\n".as_bytes());
-    let h = tmp("hyp.txt", "The cat sat on a mat.\nA man rides a bike down the street.\n".as_bytes());
+    let files = TestDir::new("transformer-cli");
+    let r = tmp(&files, "ref.txt", "The cat sat on the mat.\nA man is riding a bicycle down the street.\n".as_bytes());
+    let h = tmp(&files, "hyp.txt", "The cat sat on a mat.\nA man rides a bike down the street.\n".as_bytes());
     let (ok, out, err) =
         transformer(&["bleu", "--ref", r.to_str().unwrap(), "--hyp", h.to_str().unwrap(), "--metrics", "bleu,chrf"]);
     assert!(ok, "{err}");
@@ -107,12 +107,13 @@ fn bleu_prints_sacrebleu_lines() {
 
 #[test]
 fn bleu_reports_misaligned_and_non_utf8_files() {
-    let r = tmp("ref2.txt", b"one\ntwo\n");
-    let h = tmp("hyp2.txt", b"one\n");
+    let files = TestDir::new("transformer-cli");
+    let r = tmp(&files, "ref2.txt", b"one\ntwo\n");
+    let h = tmp(&files, "hyp2.txt", b"one\n");
     let (ok, _, err) = transformer(&["bleu", "--ref", r.to_str().unwrap(), "--hyp", h.to_str().unwrap()]);
     assert!(!ok);
     assert!(err.contains("ref2.txt has 2 lines but") && err.contains("hyp2.txt has 1"), "{err}");
-    let bad = tmp("bad.txt", b"fine\nbro\xffken\n");
+    let bad = tmp(&files, "bad.txt", b"fine\nbro\xffken\n");
     let (ok, _, err) = transformer(&["bleu", "--ref", bad.to_str().unwrap(), "--hyp", bad.to_str().unwrap()]);
     assert!(!ok);
     assert!(err.contains("bad.txt:2: invalid UTF-8"), "{err}");
@@ -120,8 +121,9 @@ fn bleu_reports_misaligned_and_non_utf8_files() {
 
 #[test]
 fn bpe_learn_apply_decode_round_trip() {
+    let files = TestDir::new("transformer-cli");
     let text = "Ein Mann fährt Fahrrad.\nA man rides a bicycle.\n  two  spaces \n\nÜnïcödé 日本語 😀\n";
-    let input = tmp("bpe-in.txt", text.as_bytes());
+    let input = tmp(&files, "bpe-in.txt", text.as_bytes());
     // The model goes into a directory that does not exist yet: `learn` creates it.
     let model = input.with_file_name("new-dir").join("bpe-model.json");
     let (ok, _, err) = transformer(&[
@@ -139,7 +141,7 @@ fn bpe_learn_apply_decode_round_trip() {
     assert!(ok, "{err}");
     assert!(!err.contains("warning"), "{err}");
     // A text with too few distinct pairs for the size asked: a warning, and the smaller model.
-    let tiny = tmp("bpe-tiny.txt", b"ab ab\n");
+    let tiny = tmp(&files, "bpe-tiny.txt", b"ab ab\n");
     let tiny_model = tiny.with_file_name("bpe-tiny.json");
     let (t, m) = (tiny.to_str().unwrap(), tiny_model.to_str().unwrap());
     let (ok, _, err) = transformer(&["bpe", "learn", "--input", t, "--vocab-size", "300", "--output", m]);
@@ -152,12 +154,12 @@ fn bpe_learn_apply_decode_round_trip() {
         transformer(&["bpe", "apply", "--model", model.to_str().unwrap(), "--input", input.to_str().unwrap()]);
     assert!(ok, "{err}");
     assert_eq!(pieces.lines().count(), 5);
-    let piece_file = tmp("bpe-pieces.txt", pieces.as_bytes());
+    let piece_file = tmp(&files, "bpe-pieces.txt", pieces.as_bytes());
     let (ok, restored, err) =
         transformer(&["bpe", "decode", "--model", model.to_str().unwrap(), "--input", piece_file.to_str().unwrap()]);
     assert!(ok, "{err}");
     assert_eq!(restored, text);
-    let bad = tmp("bpe-bad.txt", b"ok\nbro\xffken\n");
+    let bad = tmp(&files, "bpe-bad.txt", b"ok\nbro\xffken\n");
     let (ok, _, err) =
         transformer(&["bpe", "apply", "--model", model.to_str().unwrap(), "--input", bad.to_str().unwrap()]);
     assert!(!ok && err.contains("bpe-bad.txt:2: invalid UTF-8"), "{err}");
@@ -171,14 +173,16 @@ fn bpe_learn_apply_decode_round_trip() {
 
 #[test]
 fn train_then_translate_keeps_line_order_and_empty_lines() {
-    let dir = std::env::temp_dir().join(format!("transformer-cli-translate-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let files = TestDir::new("transformer-cli");
+    let dir = TestDir::new("transformer-cli-translate");
     let (ckpt, bpe) = common::train_tiny_translator(&dir);
     let data = transformer::test_support::repo("data/multi30k");
     let long_line = "A man is riding a bicycle. ".repeat(30);
-    let input =
-        tmp("translate-in.txt", format!("A man is riding a bicycle.\n\nTwo dogs play.\n{long_line}\n").as_bytes());
+    let input = tmp(
+        &files,
+        "translate-in.txt",
+        format!("A man is riding a bicycle.\n\nTwo dogs play.\n{long_line}\n").as_bytes(),
+    );
     let (ck, bp, inp) = (ckpt.to_str().unwrap(), bpe.to_str().unwrap(), input.to_str().unwrap());
     let (ok, out, err) = transformer(&["translate", "--checkpoint", ck, "--bpe", bp, "--input", inp, "--speed"]);
     assert!(ok, "{err}");
@@ -194,7 +198,7 @@ fn train_then_translate_keeps_line_order_and_empty_lines() {
         ("translate-cr.txt", format!("\u{feff}A man is riding a bicycle.\r   \t\rTwo dogs play.\r{long_line}\r")),
         ("translate-crlf.txt", format!("\u{feff}A man is riding a bicycle.\r\n \r\nTwo dogs play.\r\n{long_line}")),
     ] {
-        let other = tmp(name, text.as_bytes());
+        let other = tmp(&files, name, text.as_bytes());
         let (ok, same, err) =
             transformer(&["translate", "--checkpoint", ck, "--bpe", bp, "--input", other.to_str().unwrap()]);
         assert!(ok, "{err}");
@@ -257,7 +261,7 @@ fn train_then_translate_keeps_line_order_and_empty_lines() {
     assert!(!ok && err.contains("is an int8 checkpoint") && err.contains("need the f32 checkpoint"), "{err}");
 
     // evaluate on an empty test set: a clear message, no score made up from nothing.
-    let empty = tmp("empty.txt", b"");
+    let empty = tmp(&files, "empty.txt", b"");
     let e = empty.to_str().unwrap();
     let (ok, out, err) = transformer(&["evaluate", "--checkpoint", ck, "--bpe", bp, "--src", e, "--ref", e]);
     assert!(!ok && err.contains("no sentences") && !out.contains("BLEU") && !out.contains("NaN"), "{out}{err}");
@@ -353,6 +357,7 @@ fn train_then_translate_keeps_line_order_and_empty_lines() {
 /// files are errors.
 #[test]
 fn parse_eval_prints_evalbs_report() {
+    let files = TestDir::new("transformer-cli");
     let fixtures = transformer::test_support::repo("tests/evalb");
     let mut compared = 0;
     for row in std::fs::read_to_string(fixtures.join("cases.tsv")).unwrap().lines().skip(1) {
@@ -399,11 +404,11 @@ fn parse_eval_prints_evalbs_report() {
     assert!(out.contains("Number of Error sentence  =     12\n"), "{out}");
     assert!(err.contains("EVALB itself would have stopped at line 14"), "{err}");
 
-    let short = tmp("short-test.txt", b"(TOP (NN a))\n");
+    let short = tmp(&files, "short-test.txt", b"(TOP (NN a))\n");
     let (code, err) = exit_code(&["parse-eval", "--gold", gold, "--test", short.to_str().unwrap()]);
     assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("gold.txt has 30 lines but") && err.contains("short-test.txt has 1"), "{err}");
-    let bad = tmp("bad-tree.txt", b"(TOP (NN a))\n(TOP (NN \xff))\n");
+    let bad = tmp(&files, "bad-tree.txt", b"(TOP (NN a))\n(TOP (NN \xff))\n");
     let (code, err) = exit_code(&["parse-eval", "--gold", bad.to_str().unwrap(), "--test", bad.to_str().unwrap()]);
     assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("bad-tree.txt:2: invalid UTF-8"), "{err}");
@@ -414,10 +419,9 @@ fn parse_eval_prints_evalbs_report() {
 
 #[test]
 fn parsing_trains_parses_and_evaluates_from_the_command_line() {
+    let files = TestDir::new("transformer-cli");
     let treebank = transformer::test_support::treebank();
-    let dir = std::env::temp_dir().join(format!("transformer-cli-parse-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = TestDir::new("transformer-cli-parse");
     let config = dir.join("parse.toml");
     std::fs::write(
         &config,
@@ -457,7 +461,7 @@ fn parsing_trains_parses_and_evaluates_from_the_command_line() {
     assert!(out.starts_with(&format!("{n} trees")), "{out}");
 
     // parse: one tree a line, over exactly the line's words, constrained or not.
-    let input = tmp("parse-in.txt", b"The board met .\n\nShares rose 5 % , traders said .\n");
+    let input = tmp(&files, "parse-in.txt", b"The board met .\n\nShares rose 5 % , traders said .\n");
     for extra in [&[][..], &["--constrained"][..]] {
         let mut args = vec!["parse", "--checkpoint", best, "--bpe", vocab, "--input", input.to_str().unwrap()];
         args.extend_from_slice(&["--beam", "3", "--speed"]);
@@ -477,14 +481,15 @@ fn parsing_trains_parses_and_evaluates_from_the_command_line() {
     }
     // A byte-order mark, CR-only line ends and a whitespace-only line read as the plain file.
     let plain = transformer(&["parse", "--checkpoint", best, "--bpe", vocab, "--input", input.to_str().unwrap()]);
-    let odd = tmp("parse-odd.txt", "\u{feff}The board met .\r \t \rShares rose 5 % , traders said .\r".as_bytes());
+    let odd =
+        tmp(&files, "parse-odd.txt", "\u{feff}The board met .\r \t \rShares rose 5 % , traders said .\r".as_bytes());
     let (ok, out, err) =
         transformer(&["parse", "--checkpoint", best, "--bpe", vocab, "--input", odd.to_str().unwrap()]);
     assert!(ok && plain.0, "{err}");
     assert_eq!(out, plain.1);
     assert!(err.contains("line 2: empty"), "{err}");
     // --tokenize splits raw English first.
-    let raw = tmp("parse-raw.txt", b"Shares didn't rise, traders said.\n");
+    let raw = tmp(&files, "parse-raw.txt", b"Shares didn't rise, traders said.\n");
     let (ok, out, err) =
         transformer(&["parse", "--checkpoint", best, "--bpe", vocab, "--input", raw.to_str().unwrap(), "--tokenize"]);
     assert!(ok, "{err}");
@@ -492,7 +497,7 @@ fn parsing_trains_parses_and_evaluates_from_the_command_line() {
     assert_eq!(t[0].words().join(" "), "Shares did n't rise , traders said .");
 
     // A line longer than the model's positions: an error naming it, or (TOP) with --skip-long.
-    let long = tmp("parse-long.txt", format!("A b .\n{}\n", "word ".repeat(500)).as_bytes());
+    let long = tmp(&files, "parse-long.txt", format!("A b .\n{}\n", "word ".repeat(500)).as_bytes());
     let (code, err) = exit_code(&["parse", "--checkpoint", best, "--bpe", vocab, "--input", long.to_str().unwrap()]);
     assert_eq!(code, Some(1));
     assert!(err.contains("line 2") && err.contains("--skip-long"), "{err}");
@@ -541,7 +546,7 @@ fn parsing_trains_parses_and_evaluates_from_the_command_line() {
         ("gold-crlf.mrg", format!("\u{feff}{}", gold_text.replace('\n', "\r\n"))),
         ("gold-cr.mrg", format!("\u{feff}{}", gold_text.replace('\n', "\r"))),
     ] {
-        let g = tmp(name, text.as_bytes());
+        let g = tmp(&files, name, text.as_bytes());
         let (ok, same, err) = transformer(&[
             "evaluate",
             "--checkpoint",
@@ -676,8 +681,10 @@ fn train_under_mpirun_needs_the_mpi_feature() {
 /// file, never the temporary file beside it.
 #[test]
 fn deep_trees_go_through_treebank_and_parse_eval() {
+    let files = TestDir::new("transformer-cli");
     let n = 300_000;
     let mrg = tmp(
+        &files,
         "deep.mrg",
         format!("( {}(NN w){} )\n( (S (NN a) (VB b)) )\n", "(NP-SBJ (-NONE- *) ".repeat(n), ")".repeat(n)).as_bytes(),
     );
@@ -712,8 +719,7 @@ fn deep_trees_go_through_treebank_and_parse_eval() {
 /// start on a locked --output stops at once naming the flag.
 #[test]
 fn quickstart_bounds_and_lock_messages() {
-    let base = std::env::temp_dir().join(format!("transformer-cli-qs-guards-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&base);
+    let base = TestDir::new("transformer-cli-qs-guards");
     for task in ["translation", "parsing"] {
         let out = base.join(format!("too-long-{task}"));
         let (ok, _, err) =
@@ -733,8 +739,7 @@ fn quickstart_bounds_and_lock_messages() {
 /// importing it again works, and a checkpoint given with another model's tokenizer is refused.
 #[test]
 fn export_marian_writes_a_native_model_and_refuses_a_mismatched_tokenizer() {
-    let dir = std::env::temp_dir().join(format!("cli-export-marian-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let dir = TestDir::new("cli-export-marian");
     let fixture = |v: &str| {
         let p =
             std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../transformer/tests/fixtures/marian-real").join(v);
@@ -777,7 +782,6 @@ fn export_marian_writes_a_native_model_and_refuses_a_mismatched_tokenizer() {
     let (ok, _, err) =
         transformer(&["export", "marian", "--checkpoint", &ckpt, "--tokenizer", &other, "--output", &out("mismatch")]);
     assert!(!ok && err.contains("was written for vocabulary"), "{err}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// `score` prints Marian's `score`: each pair's log-probability under a model Marian trained equals
@@ -786,9 +790,7 @@ fn export_marian_writes_a_native_model_and_refuses_a_mismatched_tokenizer() {
 /// naming its line.
 #[test]
 fn score_prints_each_pairs_log_probability_as_marian_does() {
-    let dir = std::env::temp_dir().join(format!("cli-score-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = TestDir::new("cli-score");
     let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../transformer/tests/fixtures/marian-real/tied_target_swish");
     let r: serde_json::Value =
@@ -830,5 +832,4 @@ fn score_prints_each_pairs_log_probability_as_marian_does() {
         !ok && stdout.is_empty() && err.contains("line 2: cannot be scored") && err.contains("max_positions"),
         "{err}"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{bin, multi30k};
+use common::{bin, multi30k, TestDir};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
@@ -154,8 +154,7 @@ fn worker_pid(mpirun_pid: u32, rank: usize) -> Option<u32> {
 /// made once and run one after another (the machine may have 2 cores).
 #[test]
 fn two_workers_make_the_updates_of_one_process_and_survive_a_kill() {
-    let root = std::env::temp_dir().join(format!("transformer-mpi-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&root);
+    let root = TestDir::new("transformer-mpi");
     let data = small_corpus(&root.join("data"), 400);
     let data = (data.0.as_str(), data.1.as_str());
     let bpe = root.join("bpe.json");
@@ -239,15 +238,13 @@ fn two_workers_make_the_updates_of_one_process_and_survive_a_kill() {
     assert_eq!(run_state(&cs), run_state(&c1));
     let (d, _) = max_diff(&cs, &c1);
     assert!(d <= PARAM_TOLERANCE, "parameters differ by {d}");
-    let _ = std::fs::remove_dir_all(&root);
 }
 
 /// A time limit is rank 0's clock: every worker stops at the same update, and the run ends cleanly
 /// with a checkpoint.
 #[test]
 fn a_time_limit_stops_every_worker_at_the_same_update() {
-    let root = std::env::temp_dir().join(format!("transformer-mpi-time-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&root);
+    let root = TestDir::new("transformer-mpi-time");
     let data = small_corpus(&root.join("data"), 200);
     let cfg = config(&root.join("run"), &root.join("bpe.json"), (&data.0, &data.1));
     let t0 = Instant::now();
@@ -257,15 +254,13 @@ fn a_time_limit_stops_every_worker_at_the_same_update() {
     assert!(t0.elapsed() < Duration::from_secs(60), "took {:?}", t0.elapsed());
     let c = last(&root.join("run"));
     assert!(c.step > 0, "no update in 1.2 s");
-    let _ = std::fs::remove_dir_all(&root);
 }
 
 /// Workers that disagree stop at the start with an error naming what differs; an accumulation
 /// that does not split among the workers is refused naming `train.accumulate`.
 #[test]
 fn workers_that_disagree_stop_at_the_start() {
-    let root = std::env::temp_dir().join(format!("transformer-mpi-bad-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&root);
+    let root = TestDir::new("transformer-mpi-bad");
     let data = small_corpus(&root.join("data"), 200);
     let bpe = root.join("bpe.json");
     let cfg = config(&root.join("run"), &bpe, (&data.0, &data.1));
@@ -329,7 +324,6 @@ fn workers_that_disagree_stop_at_the_start() {
     assert!(err.contains("(rank 1 of 2) has a different checkpoint to resume from than rank 0"), "{err}");
     assert!(err.contains("put it on a filesystem all hosts share"), "{err}");
     assert!(t0.elapsed() < Duration::from_secs(120), "the failing runs took {:?}", t0.elapsed());
-    let _ = std::fs::remove_dir_all(&root);
 }
 
 /// Two "hosts": the workers in two network namespaces talking over TCP only
@@ -339,8 +333,7 @@ fn workers_that_disagree_stop_at_the_start() {
 #[test]
 #[ignore = "needs root to create network namespaces"]
 fn two_hosts_over_tcp_make_the_updates_of_shared_memory() {
-    let root = std::env::temp_dir().join(format!("transformer-mpi-tcp-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&root);
+    let root = TestDir::new("transformer-mpi-tcp");
     let data = small_corpus(&root.join("data"), 200);
     let bpe = root.join("bpe.json");
     let (shm, tcp) = (root.join("shm"), root.join("tcp"));
@@ -358,5 +351,4 @@ fn two_hosts_over_tcp_make_the_updates_of_shared_memory() {
     assert!(a.params == b.params && a.adam == b.adam, "TCP and shared memory runs differ");
     let bits = |c: &[(u64, f64)]| c.iter().map(|(s, l)| (*s, l.to_bits())).collect::<Vec<_>>();
     assert_eq!(bits(&curve(&shm)), bits(&curve(&tcp)));
-    let _ = std::fs::remove_dir_all(&root);
 }

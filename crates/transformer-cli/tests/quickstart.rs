@@ -8,14 +8,13 @@
 
 mod common;
 
+use common::TestDir;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-fn workdir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("transformer-qs-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+fn workdir(name: &str) -> TestDir {
+    let dir = TestDir::new(&format!("transformer-qs-{name}"));
     assert!(!dir.join("../shared/data").exists(), "the test must run away from ../shared");
     dir
 }
@@ -120,7 +119,6 @@ fn quickstart_writes_every_promised_file_and_report_line_then_resumes() {
     assert!(again.status.success(), "{stderr}");
     assert!(stderr.contains("cached, checksum ok") && stderr.contains("resuming from"), "{stderr}");
     assert!(records_once_each(&dir.join("out/run")) >= 1);
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
@@ -153,7 +151,6 @@ fn quickstart_killed_during_training_resumes_when_run_again() {
     assert!(stderr.contains("resuming from"), "{stderr}");
     assert!(stdout.contains("time limit of 0.25 minutes"), "{stdout}");
     assert!(records_once_each(&run) >= 1);
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
@@ -180,7 +177,6 @@ fn quickstart_names_what_is_missing_for_other_languages() {
     let out = quickstart(&dir, &["--minutes", "0"]).output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && stderr.contains("--minutes 0 must be a positive number"), "{stderr}");
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// A seconds-long parsing quick start on the project's treebank (tests/treebank), split as the
@@ -398,7 +394,6 @@ fn check_parsing_quickstart(dir: &Path, args: &[&str], want: &Expected) {
     assert_eq!(other.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains(want.marker), "{stderr}");
     assert!(!dir.join("out/data").exists(), "nothing of a translation run was written");
-    std::fs::remove_dir_all(dir).unwrap();
 }
 
 #[test]
@@ -432,5 +427,4 @@ fn quickstart_parsing_names_what_is_missing() {
     assert!(stderr.contains("--src is an option of --task translation, not of --task parsing"), "{stderr}");
     let out = quickstart(&dir, &["--treebank", "x"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
-    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::bin;
+use common::{bin, TestDir};
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -18,17 +18,11 @@ fn data() -> PathBuf {
     transformer::test_support::repo("data/multi30k")
 }
 
-fn dir() -> PathBuf {
-    let d = std::env::temp_dir().join(format!("transformer-serve-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
 /// A small translation model (1 layer, d_model 32, 20 steps on Multi30k val), trained once per
-/// test binary: (checkpoint, bpe).
+/// test binary into its shared directory (removed when the process exits): (checkpoint, bpe).
 fn model() -> &'static (PathBuf, PathBuf) {
     static MODEL: OnceLock<(PathBuf, PathBuf)> = OnceLock::new();
-    MODEL.get_or_init(|| common::train_tiny_translator(&dir().join("model")))
+    MODEL.get_or_init(|| common::train_tiny_translator(&common::shared_dir("transformer-serve").join("model")))
 }
 
 /// The first `n` English sentences of the Multi30k test set.
@@ -44,7 +38,8 @@ fn sentences(n: usize) -> Vec<String> {
 /// `transformer translate` on `lines` (with `extra` flags): its stdout lines.
 fn cli_translate(lines: &[String], extra: &[&str]) -> Vec<String> {
     let (ckpt, bpe) = model();
-    let input = dir().join(format!("cli-in-{}.txt", lines.len()));
+    let files = TestDir::new("transformer-serve-cli");
+    let input = files.join(format!("cli-in-{}.txt", lines.len()));
     std::fs::write(&input, lines.join("\n") + "\n").unwrap();
     let out = Command::new(bin())
         .args(["translate", "--checkpoint", ckpt.to_str().unwrap(), "--bpe", bpe.to_str().unwrap()])
@@ -401,8 +396,8 @@ fn a_full_queue_answers_503_with_retry_after_and_a_closed_client_is_still_answer
 #[test]
 fn health_is_503_until_the_model_is_loaded() {
     // The BPE model is a named pipe: loading blocks until the test writes it.
-    let fifo = dir().join("bpe.fifo");
-    let _ = std::fs::remove_file(&fifo);
+    let d = TestDir::new("transformer-serve-fifo");
+    let fifo = d.join("bpe.fifo");
     assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());
     let s = Server::start_with(&fifo, &[], false);
     let (code, body) = get(&s.addr, "/health");
@@ -625,15 +620,21 @@ fn the_web_page_shows_the_api_translation_in_chromium() {
     assert_eq!(api.status, 200);
     let want = strings(&api.body["translations"]).remove(0);
 
+    let d = TestDir::new("transformer-serve-chromium");
+    let profile = d.join("chromium");
+    // Chromium's own temporary files (its singleton socket's directory, left when it is killed)
+    // go into the test's directory too.
+    let chromium_tmp = d.join("tmp");
+    std::fs::create_dir(&chromium_tmp).unwrap();
     // Chromium runs as long as `browser`: its Drop closes it and kills the process, also when an
     // assertion below panics.
-    let profile = dir().join("chromium");
     let browser = Browser::new(LaunchOptions {
         path: Some(PathBuf::from(&chromium)),
         headless: true,
         sandbox: false,
         window_size: Some((1100, 1200)),
         user_data_dir: Some(profile),
+        process_envs: Some([("TMPDIR".to_string(), chromium_tmp.display().to_string())].into()),
         idle_browser_timeout: Duration::from_secs(180),
         args: vec![std::ffi::OsStr::new("--hide-scrollbars")],
         ..LaunchOptions::default()
@@ -675,8 +676,9 @@ fn the_web_page_shows_the_api_translation_in_chromium() {
     let cells = att["source"].as_array().unwrap().len() * att["target"].as_array().unwrap().len();
     assert_eq!(after["cells"], cells, "attention cells on the page: {after}");
 
-    // A screenshot, for a person to look at: $TRANSFORMER_SCREENSHOT or the test's directory.
-    let shot = std::env::var("TRANSFORMER_SCREENSHOT").map(PathBuf::from).unwrap_or_else(|_| dir().join("serve.png"));
+    // A screenshot, for a person to look at: $TRANSFORMER_SCREENSHOT or the test's directory (kept
+    // only when the test fails).
+    let shot = std::env::var("TRANSFORMER_SCREENSHOT").map(PathBuf::from).unwrap_or_else(|_| d.join("serve.png"));
     let png = tab
         .capture_screenshot(CaptureScreenshotFormatOption::Png, None, None, true)
         .unwrap_or_else(|e| panic!("Page.captureScreenshot: {e:#}"));
@@ -833,9 +835,10 @@ fn outputs_stopped_by_the_models_positions_are_reported_by_server_and_cli() {
     // depending on its dropout draws).
     let mut lines = sentences(3);
     lines.extend((12..=18).map(|n| vec!["A dog runs ."; n].join(" ")));
-    let (ckpt, bpe) = common::train_tiny_translator_for(&dir().join("model-3-steps"), 3);
+    let d = TestDir::new("transformer-serve-capped");
+    let (ckpt, bpe) = common::train_tiny_translator_for(&d.join("model-3-steps"), 3);
     let (ckpt, bpe) = (&ckpt, &bpe);
-    let input = dir().join("capped-in.txt");
+    let input = d.join("capped-in.txt");
     std::fs::write(&input, lines.join("\n") + "\n").unwrap();
     let out = Command::new(bin())
         .args(["translate", "--checkpoint", ckpt.to_str().unwrap(), "--bpe", bpe.to_str().unwrap()])
@@ -953,9 +956,7 @@ fn a_fine_tuned_import_decodes_in_every_verb_and_precision() {
     for (name, model) in
         [("marian", fixtures.join("marian-real/tied_target_swish")), ("hf", fixtures.join("marian/opus/hf"))]
     {
-        let d = dir().join(format!("finetuned-{name}"));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
+        let d = TestDir::new(&format!("transformer-serve-finetuned-{name}"));
         let p = |s: &str| d.join(s).display().to_string();
         let (ok, _, err) = transformer(&["import", "marian", model.to_str().unwrap(), "--output", &p("imported")]);
         assert!(ok, "{name}: {err}");
@@ -1071,6 +1072,5 @@ fn a_fine_tuned_import_decodes_in_every_verb_and_precision() {
         ]);
         assert!(ok, "{name}: {err}");
         assert_eq!(out.lines().collect::<Vec<_>>(), translations["int8"], "{name}: the quantised checkpoint");
-        let _ = std::fs::remove_dir_all(&d);
     }
 }

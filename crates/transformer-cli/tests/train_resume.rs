@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::multi30k;
+use common::{multi30k, TestDir};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -47,8 +47,7 @@ fn curve(dir: &Path) -> Vec<(u64, u64, u64)> {
 
 #[test]
 fn sigkill_and_restart_equals_uninterrupted() {
-    let root = std::env::temp_dir().join(format!("transformer-resume-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&root);
+    let root = TestDir::new("transformer-resume");
     let (a, b) = (root.join("a"), root.join("b"));
     std::fs::create_dir_all(&a).unwrap();
     std::fs::create_dir_all(&b).unwrap();
@@ -108,14 +107,11 @@ fn sigkill_and_restart_equals_uninterrupted() {
         records.filter(|v| v["kind"] == "train").map(|v| v["step"].as_u64().unwrap()).collect()
     };
     assert_eq!(train_steps(&b), (1..=240).collect::<Vec<_>>(), "duplicate or missing steps after resume");
-    let _ = std::fs::remove_dir_all(&root);
 }
 
 #[test]
 fn a_second_run_on_the_same_directory_fails_fast_naming_the_holder() {
-    let root = std::env::temp_dir().join(format!("transformer-lock-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&root);
-    std::fs::create_dir_all(&root).unwrap();
+    let root = TestDir::new("transformer-lock");
     let cfg = config(&root, &root.join("bpe.json"));
     let mut first =
         train_cmd(&cfg).stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null()).spawn().unwrap();
@@ -139,5 +135,4 @@ fn a_second_run_on_the_same_directory_fails_fast_naming_the_holder() {
     let out = train_cmd(&cfg).args(["--set", "train.max_steps=1"]).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success() && err.contains("taking over a stale lock"), "{err}");
-    let _ = std::fs::remove_dir_all(&root);
 }

@@ -3,6 +3,9 @@
 //! from base in exactly its declared settings (resolved configurations compared), and that a run
 //! killed part-way resumes at the row it was on without redoing the rows before it.
 
+mod common;
+
+use common::TestDir;
 use std::path::{Path, PathBuf};
 use transformer::config::{ModelChange, Positions};
 use transformer::events::Events;
@@ -46,16 +49,16 @@ fn tiny(out: &Path, rows: &str, seeds: u64) -> AblateOptions {
     }
 }
 
-/// A fresh directory for one test (removed at the end when the test passes).
-fn tmpdir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("transformer-ablate-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    d
+/// A fresh directory for one test (removed at the end when the test passes); the ablation's
+/// output is its `out`, which does not exist yet.
+fn tmpdir(name: &str) -> TestDir {
+    TestDir::new(&format!("transformer-ablate-{name}"))
 }
 
 #[test]
 fn settings_the_ablation_owns_and_rows_that_change_nothing_are_refused() {
-    let out = tmpdir("refused");
+    let dir = tmpdir("refused");
+    let out = dir.join("out");
     for (set, says) in [
         ("train.seed=7", "use --seeds"),
         ("train.max_steps=9", "use --updates"),
@@ -87,7 +90,8 @@ fn checkpoints(dir: &Path) -> Vec<PathBuf> {
 
 #[test]
 fn a_two_row_ablation_writes_its_table_and_resumes_at_the_row_it_was_on() {
-    let out = tmpdir("resume");
+    let dir = tmpdir("resume");
+    let out = dir.join("out");
     let opts = tiny(&out, "a1,e", 1);
 
     // Rows differ from base in exactly their declared settings: every other model field, and
@@ -214,12 +218,12 @@ fn a_two_row_ablation_writes_its_table_and_resumes_at_the_row_it_was_on() {
     other_base.base_overrides.push("model.d_ff=128".into());
     let err = ablate::run(&other_base, &mut Log::default()).unwrap_err().to_string();
     assert!(err.contains("--set") && err.contains("model.d_ff=128"), "{err}");
-    std::fs::remove_dir_all(&out).unwrap();
 }
 
 #[test]
 fn with_two_seeds_each_row_has_a_mean_and_a_spread() {
-    let out = tmpdir("seeds");
+    let dir = tmpdir("seeds");
+    let out = dir.join("out");
     let report = ablate::run(&tiny(&out, "d3", 2), &mut Log::default()).unwrap();
     assert_eq!(report.rows.len(), 2);
     for r in &report.rows {
@@ -249,5 +253,4 @@ fn with_two_seeds_each_row_has_a_mean_and_a_spread() {
     let csv = std::fs::read_to_string(out.join("table.csv")).unwrap();
     let d3_csv = csv.lines().find(|l| l.starts_with("d3,")).unwrap();
     assert!(d3_csv.contains(&format!(",{overlap},")), "{d3_csv}");
-    std::fs::remove_dir_all(&out).unwrap();
 }

@@ -1,6 +1,9 @@
 //! A writer killed in the middle of `write_atomically` (SIGKILL, a child process) leaves the old
 //! file whole: the new bytes only ever appear under the file's name complete.
 
+mod common;
+
+use common::TestDir;
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -23,9 +26,7 @@ fn atomic_write_child() {
 
 #[test]
 fn a_writer_killed_mid_write_leaves_the_old_file_intact() {
-    let dir = std::env::temp_dir().join(format!("transformer-atomic-kill-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = TestDir::new("transformer-atomic-kill");
     let target = dir.join("file.bin");
     let old = b"the old contents, complete".to_vec();
     let mut caught_mid_write = 0;
@@ -72,5 +73,4 @@ fn a_writer_killed_mid_write_leaves_the_old_file_intact() {
         let _ = std::fs::remove_file(&tmp);
     }
     assert!(caught_mid_write >= 3, "the child was never killed in the middle of a write ({caught_mid_write} times)");
-    let _ = std::fs::remove_dir_all(&dir);
 }

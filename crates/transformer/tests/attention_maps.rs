@@ -1,6 +1,8 @@
 //! Attention weights for the heatmaps (rows are distributions over the visible keys; the decoder's
 //! are causal) and the heatmap image itself (cells coloured by weight, written as a valid PNG).
 
+mod common;
+
 use transformer::eval::attention::{attention_weights, Kind};
 #[cfg(feature = "heatmap")]
 use transformer::eval::heatmap::{cell_centre, render, weight_colour};
@@ -89,7 +91,8 @@ fn heatmap_cells_show_the_weights_and_the_png_decodes() {
     assert!(dark(0, gx - 12, gy - 12, gy + 12), "no row label");
     assert!(dark(gx - 12, gx + 12, 30, gy - 12), "no column label");
 
-    let path = std::env::temp_dir().join(format!("heatmap-{}.png", std::process::id()));
+    let dir = common::TestDir::new("heatmap");
+    let path = dir.join("heatmap.png");
     img.save_png(&path).unwrap();
     let decoder = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(&path).unwrap()));
     let mut reader = decoder.read_info().unwrap();
@@ -97,7 +100,6 @@ fn heatmap_cells_show_the_weights_and_the_png_decodes() {
     let info = reader.next_frame(&mut buf).unwrap();
     assert_eq!((info.width as usize, info.height as usize), (img.width, img.height));
     assert_eq!(&buf[..info.buffer_size()], &img.rgb[..]);
-    std::fs::remove_file(&path).unwrap();
 
     // A long sentence (smaller cells) with long labels.
     let labels: Vec<String> = (0..75).map(|i| format!("token{i}-with-a-long-name")).collect();

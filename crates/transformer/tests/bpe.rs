@@ -2,6 +2,9 @@
 //! target, fixed special ids, and lossless: decode(encode(x)) == x for every line of every split of
 //! English and German, and of French and Czech where ../shared has them (an extra check).
 
+mod common;
+
+use common::TestDir;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use transformer::data::bpe::Bpe;
@@ -87,8 +90,7 @@ fn special_ids_save_load_and_errors() {
         assert!(!bpe.encode(s).unwrap().contains(&(i as u32)), "{s}");
     }
     assert_eq!((transformer::PAD, transformer::BOS, transformer::EOS, transformer::UNK), (0, 1, 2, 3));
-    let dir = std::env::temp_dir().join(format!("transformer-bpe-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = TestDir::new("transformer-bpe");
     let path = dir.join("bpe.json");
     bpe.save(&path).unwrap();
     let back = Bpe::load(&path).unwrap();
@@ -118,8 +120,7 @@ fn a_truncated_model_file_is_an_error_not_a_panic() {
 /// A checkpoint or another binary file given as the BPE model says what it is and what to pass.
 #[test]
 fn a_checkpoint_or_binary_file_is_not_a_bpe_model() {
-    let dir = std::env::temp_dir().join(format!("transformer-bpe-kind-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = TestDir::new("transformer-bpe-kind");
     let ckpt = dir.join("model.safetensors");
     let header = br#"{"__metadata__":{"format":"transformer-checkpoint"}}"#;
     let mut bytes = (header.len() as u64).to_le_bytes().to_vec();

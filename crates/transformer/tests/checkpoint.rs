@@ -1,7 +1,9 @@
 //! Checkpoints: round trip with layout names and metadata, atomic writes, clear errors on mismatched
 //! configs and on truncated or corrupt files (never a panic).
 
-use std::path::PathBuf;
+mod common;
+
+use common::TestDir;
 use transformer::checkpoint::{self, Checkpoint};
 use transformer::{Error, ModelConfig, Positions, Transformer};
 
@@ -28,11 +30,8 @@ fn cfg() -> ModelConfig {
     }
 }
 
-fn tmpdir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("transformer-ckpt-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+fn tmpdir(name: &str) -> TestDir {
+    TestDir::new(&format!("transformer-ckpt-{name}"))
 }
 
 fn sample() -> Checkpoint {

@@ -1,15 +1,16 @@
 //! Parallel corpora, filtering and token-budget batching.
 
+mod common;
+
+use common::TestDir;
 use std::path::PathBuf;
 use transformer::data::batching::{epoch_order, make_batches, BatchConfig};
 use transformer::data::bpe::Bpe;
 use transformer::data::parallel::{encode_and_filter, read_parallel, FilterConfig};
 use transformer::rng::Rng;
 
-fn tmpdir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("transformer-data-{name}-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d
+fn tmpdir(name: &str) -> TestDir {
+    TestDir::new(&format!("transformer-data-{name}"))
 }
 
 fn multi30k(name: &str) -> PathBuf {

@@ -4,6 +4,9 @@
 //! the nltk_data search; and, where ../shared has the verified copy, NLTK's treebank.zip rebuilt
 //! from it, then the same, and the treebank of nltk_data directories and local mirrors.
 
+mod common;
+
+use common::TestDir;
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -66,11 +69,8 @@ fn serve(dir: PathBuf) -> (String, Arc<AtomicUsize>) {
     (url, count)
 }
 
-fn tmpdir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("transformer-dl-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+fn tmpdir(name: &str) -> TestDir {
+    TestDir::new(&format!("transformer-dl-{name}"))
 }
 
 fn files_in(dir: &Path) -> Vec<String> {
@@ -126,7 +126,7 @@ fn corrupted_file_is_a_checksum_error_and_is_not_kept() {
     let n = bytes.len();
     bytes[n / 2] ^= 0xff;
     std::fs::write(mirror.join("val.de.gz"), bytes).unwrap();
-    let (url, _) = serve(mirror);
+    let (url, _) = serve(mirror.to_path_buf());
     let cache = tmpdir("corrupt");
     let err = fetch_verified(&Source::Url(url), &MULTI30K_FILES[4..6], &cache, &mut |_| {}).unwrap_err();
     assert!(matches!(err, Error::Checksum { .. }), "{err}");
@@ -142,7 +142,7 @@ fn corrupted_file_is_a_checksum_error_and_is_not_kept() {
 fn missing_file_is_an_error_naming_the_url() {
     let mirror = tmpdir("missing-mirror");
     std::fs::copy(built_in().join("val.en.gz"), mirror.join("val.en.gz")).unwrap();
-    let (url, _) = serve(mirror);
+    let (url, _) = serve(mirror.to_path_buf());
     let cache = tmpdir("missing");
     let err = fetch_verified(&Source::Url(url.clone()), &MULTI30K_FILES[4..6], &cache, &mut |_| {}).unwrap_err();
     let msg = err.to_string();
@@ -159,7 +159,7 @@ fn missing_file_is_an_error_naming_the_url() {
 // in ../shared, served on 127.0.0.1, taken from nltk_data directories and local mirrors.
 
 mod ptb {
-    use super::{files_in, serve, tmpdir};
+    use super::{files_in, serve, tmpdir, TestDir};
     use std::io::Write;
     use std::path::{Path, PathBuf};
     use std::sync::atomic::Ordering;
@@ -212,9 +212,10 @@ mod ptb {
         let Some(sample) = sample() else { return };
         let served = tmpdir("ptb-served");
         std::fs::write(served.join("treebank.zip"), treebank_zip(&sample, &unchanged, EXTRA)).unwrap();
-        let (url, count) = serve(served.clone());
+        let (url, count) = serve(served.to_path_buf());
         let source = TreebankSource::Url(format!("{url}treebank.zip"));
-        let dest = tmpdir("ptb-dest").join("ptb-sample");
+        let dest_dir = tmpdir("ptb-dest");
+        let dest = dest_dir.join("ptb-sample");
         let mut lines = Vec::new();
         let mut last = (0, None);
         let got =
@@ -245,7 +246,7 @@ mod ptb {
 
     /// The sample's file names holding the project's own trees (tests/treebank) instead of the
     /// sample's, and a README: an archive that looks like NLTK's and fails every checksum.
-    fn stand_in() -> PathBuf {
+    fn stand_in() -> TestDir {
         let dir = tmpdir("ptb-stand-in");
         let trees = std::fs::read(transformer::test_support::treebank().join("own_0001.mrg")).unwrap();
         for (name, _) in PTB_SAMPLE_FILES {
@@ -276,8 +277,9 @@ mod ptb {
             *b ^= 0xff;
         }
         std::fs::write(served.join("damaged.zip"), damaged).unwrap();
-        let (url, count) = serve(served.clone());
-        let dest = tmpdir("ptb-stand-in-dest").join("ptb-sample");
+        let (url, count) = serve(served.to_path_buf());
+        let dest_dir = tmpdir("ptb-stand-in-dest");
+        let dest = dest_dir.join("ptb-sample");
 
         for source in [
             TreebankSource::Url(format!("{url}treebank.zip")),
@@ -321,7 +323,6 @@ mod ptb {
         assert_eq!((found, &source), (zipped.clone(), &TreebankSource::Zip(zipped.join("corpora/treebank.zip"))));
         let err = TreebankSource::from_nltk_data(&empty).unwrap_err().to_string();
         assert!(err.contains("python -m nltk.downloader") && err.contains("empty"), "{err}");
-        std::fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]
@@ -348,8 +349,9 @@ mod ptb {
             *b ^= 0xff;
         }
         std::fs::write(served.join("damaged.zip"), damaged).unwrap();
-        let (url, _) = serve(served);
-        let dest = tmpdir("ptb-corrupt").join("ptb-sample");
+        let (url, _) = serve(served.to_path_buf());
+        let dest_dir = tmpdir("ptb-corrupt");
+        let dest = dest_dir.join("ptb-sample");
 
         let err =
             fetch_ptb_sample(&TreebankSource::Url(format!("{url}treebank.zip")), &dest, &mut |_| {}, &mut |_, _| {})
@@ -431,6 +433,5 @@ mod ptb {
             TreebankSource::local(&zipped.join("corpora/treebank.zip")),
             TreebankSource::Zip(zipped.join("corpora/treebank.zip"))
         );
-        std::fs::remove_dir_all(&root).unwrap();
     }
 }

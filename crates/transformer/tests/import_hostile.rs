@@ -3,6 +3,9 @@
 //! settings, and an output directory that is the input. Each case is refused with an error that
 //! names the file, and nothing that was read is ever written over.
 
+mod common;
+
+use common::TestDir;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use transformer::import::marian::{import, write};
@@ -12,15 +15,12 @@ fn fixture() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/marian/opus/hf")
 }
 
-fn tempdir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("import-hostile-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+fn tempdir(name: &str) -> TestDir {
+    TestDir::new(&format!("import-hostile-{name}"))
 }
 
 /// A copy of the Hugging Face fixture in a fresh directory, without the files in `leave_out`.
-fn copy_fixture(name: &str, leave_out: &[&str]) -> PathBuf {
+fn copy_fixture(name: &str, leave_out: &[&str]) -> TestDir {
     let d = tempdir(name);
     for f in std::fs::read_dir(fixture()).unwrap() {
         let f = f.unwrap().path();
@@ -181,7 +181,7 @@ fn an_import_never_writes_into_the_directory_it_reads() {
     let dir = copy_fixture("same-dir", &[]);
     let before = std::fs::read(dir.join("model.safetensors")).unwrap();
     let imported = import(&dir).unwrap();
-    for out in [dir.clone(), dir.join("../").join(dir.file_name().unwrap()), dir.join(".")] {
+    for out in [dir.to_path_buf(), dir.join("../").join(dir.file_name().unwrap()), dir.join(".")] {
         let err = write(&imported, &out).unwrap_err().to_string();
         assert!(err.contains("where the model is read from") && err.contains("--output"), "{err}");
     }
@@ -207,7 +207,8 @@ fn a_failed_write_leaves_no_partial_output() {
     // Refused before anything is written: no directory is made.
     let mut bad = import(&fixture()).unwrap();
     bad.checkpoint.params[7] = f32::NAN;
-    let out = tempdir("partial").join("new/deeper");
+    let partial = tempdir("partial");
+    let out = partial.join("new/deeper");
     assert!(write(&bad, &out).is_err());
     assert!(!out.parent().unwrap().exists(), "a refused import made its output directory");
     // A failure after both files are written (the model's name is taken by a directory): neither

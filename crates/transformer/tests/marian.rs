@@ -4,6 +4,7 @@
 
 mod common;
 
+use common::TestDir;
 use safetensors::SafeTensors;
 use std::path::{Path, PathBuf};
 use transformer::import::marian::{import, Imported};
@@ -159,16 +160,13 @@ fn native_model_settings_are_marians() {
     assert_eq!(sep.tokenizer.source_vocab.pieces.last().map(String::as_str), Some("<pad>"));
 }
 
-fn tempdir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("marian-test-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+fn tempdir(name: &str) -> TestDir {
+    TestDir::new(&format!("marian-test-{name}"))
 }
 
 /// The fixture imported (`import marian` + `write`) into a temporary directory and loaded as a
-/// translator session.
-fn session(variant: &str, dir: &str) -> (transformer::Translator, PathBuf) {
+/// translator session, and the directory (removed when dropped).
+fn session(variant: &str, dir: &str) -> (transformer::Translator, TestDir) {
     // A directory of its own for each call: tests that run at once must not remove each other's.
     static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let n = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -186,7 +184,7 @@ fn strings(r: &Reference, key: &str) -> Vec<String> {
 #[test]
 fn tokenizer_ids_equal_marian_tokenizer() {
     for (variant, dir) in [("opus", "hf"), ("gelu_separate", "hf"), ("opus", "native"), ("gelu_separate", "native")] {
-        let (t, _) = session(variant, dir);
+        let (t, _dir) = session(variant, dir);
         let r = Reference::open(variant);
         let transformer::data::tokenizer::Tokenizer::Marian(m) = t.tokenizer() else {
             panic!("not a Marian tokenizer")
@@ -209,7 +207,7 @@ fn tokenizer_ids_equal_marian_tokenizer() {
 #[test]
 fn evaluate_nll_equals_the_transformers_loss() {
     for (variant, dir) in [("opus", "hf"), ("relu_nobias", "hf"), ("gelu_separate", "hf")] {
-        let (t, _) = session(variant, dir);
+        let (t, _dir) = session(variant, dir);
         let r = Reference::open(variant);
         let totals = t.perplexity(&strings(&r, "sources"), &strings(&r, "targets"), &mut NoWarnings).unwrap();
         let ours = totals.nll / totals.tokens as f64;
@@ -223,7 +221,7 @@ fn evaluate_nll_equals_the_transformers_loss() {
 fn greedy_output_equals_generate() {
     use transformer::decode::translator::DecodeOptions;
     for variant in ["opus", "relu_nobias", "gelu_separate"] {
-        let (t, _) = session(variant, "hf");
+        let (t, _dir) = session(variant, "hf");
         let r = Reference::open(variant);
         let transformer::data::tokenizer::Tokenizer::Marian(m) = t.tokenizer() else { panic!("not Marian") };
         let tmap = m.maps().1.clone();
@@ -255,7 +253,7 @@ fn greedy_output_equals_generate() {
 fn beam_output_follows_the_documented_rule() {
     use transformer::decode::translator::DecodeOptions;
     use transformer::{BOS, EOS, PAD};
-    let (t, _) = session("opus", "hf");
+    let (t, _dir) = session("opus", "hf");
     let r = Reference::open("opus");
     let srcs = strings(&r, "sources");
     let (out, _) = t.translate(&srcs, &DecodeOptions::default(), &mut NoWarnings).unwrap();
@@ -307,7 +305,7 @@ fn beam_output_follows_the_documented_rule() {
 }
 
 /// A copy of the native fixture's files into a fresh directory, `decoder.yml` left out.
-fn native_copy(name: &str) -> PathBuf {
+fn native_copy(name: &str) -> TestDir {
     let (from, to) = (fixture("opus").join("native"), tempdir(name));
     for f in ["model.npz", "source.spm", "target.spm", "vocab.yml"] {
         std::fs::copy(from.join(f), to.join(f)).unwrap();

@@ -3,6 +3,9 @@
 //! check that real Marian decodes it as we do is dev/reference/marian_export_check.py, which
 //! needs `pymarian`); what Marian does not have is refused by name.
 
+mod common;
+
+use common::TestDir;
 use std::path::{Path, PathBuf};
 use transformer::data::tokenizer::Tokenizer;
 use transformer::import::marian::{export, import, write};
@@ -11,23 +14,17 @@ fn fixture(path: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(path)
 }
 
-/// This test process's directory `name` under the temporary directory.
-fn temp_path(name: &str) -> PathBuf {
-    std::env::temp_dir().join(format!("marian-export-{}-{name}", std::process::id()))
+/// A fresh directory `marian-export-NAME-…` under the temporary directory.
+fn tempdir(name: &str) -> TestDir {
+    TestDir::new(&format!("marian-export-{name}"))
 }
 
-/// [`temp_path`], emptied.
-fn tempdir(name: &str) -> PathBuf {
-    let d = temp_path(name);
-    let _ = std::fs::remove_dir_all(&d);
-    d
-}
-
-/// Imports `dir`, writes it as ours, exports that, imports the export: (first, round trip).
+/// Imports `dir`, writes it as ours, exports that, imports the export: (first, round trip, the
+/// directory holding both, `ours` and `marian`).
 fn round_trip(
     dir: &Path,
     name: &str,
-) -> (transformer::import::marian::Imported, transformer::import::marian::Imported) {
+) -> (transformer::import::marian::Imported, transformer::import::marian::Imported, TestDir) {
     let tmp = tempdir(name);
     let first = import(dir).unwrap();
     let (ckpt, tok) = write(&first, &tmp.join("ours")).unwrap();
@@ -35,13 +32,13 @@ fn round_trip(
     let written = export(&ck, &Tokenizer::load(&tok).unwrap(), &tmp.join("marian")).unwrap();
     assert!(written.iter().any(|p| p.ends_with("model.npz")) && written.iter().any(|p| p.ends_with("decoder.yml")));
     let again = import(&tmp.join("marian")).unwrap();
-    (first, again)
+    (first, again, tmp)
 }
 
 #[test]
 fn import_after_export_is_the_identity() {
     for variant in ["tied_all_relu", "tied_target_swish", "tied_all_gelu"] {
-        let (first, again) = round_trip(&fixture("marian-real").join(variant), variant);
+        let (first, again, _tmp) = round_trip(&fixture("marian-real").join(variant), variant);
         assert_eq!(again.checkpoint.config, first.checkpoint.config, "{variant}");
         assert_eq!(again.checkpoint.params.len(), first.checkpoint.params.len(), "{variant}");
         // Bit for bit: the export moves values, it computes none.
@@ -68,7 +65,7 @@ fn release_vocabularies_go_out_as_yml_lists_and_come_back() {
         ("gelu_separate", ["source.spm", "target.spm"]),
     ] {
         let dir = fixture("marian").join(variant).join("native");
-        let (first, again) = round_trip(&dir, &format!("yml-{variant}"));
+        let (first, again, tmp) = round_trip(&dir, &format!("yml-{variant}"));
         assert_eq!(again.checkpoint.config, first.checkpoint.config, "{variant}");
         let same = again.checkpoint.params.len() == first.checkpoint.params.len()
             && again.checkpoint.params.iter().zip(&first.checkpoint.params).all(|(a, b)| a.to_bits() == b.to_bits());
@@ -77,7 +74,7 @@ fn release_vocabularies_go_out_as_yml_lists_and_come_back() {
         assert_eq!(again.tokenizer.target_vocab, first.tokenizer.target_vocab, "{variant}");
         assert_eq!(again.tokenizer.source_spm, first.tokenizer.source_spm, "{variant}");
         assert_eq!(again.tokenizer.target_spm, first.tokenizer.target_spm, "{variant}");
-        let out = temp_path(&format!("yml-{variant}")).join("marian");
+        let out = tmp.join("marian");
         let decoder = std::fs::read_to_string(out.join("decoder.yml")).unwrap();
         assert!(decoder.contains(&format!("vocabs:\n  - {}\n  - {}\n", vocabs[0], vocabs[1])), "{decoder}");
         assert!(out.join("source.spm").is_file() && out.join("target.spm").is_file(), "{variant}");
@@ -89,7 +86,6 @@ fn release_vocabularies_go_out_as_yml_lists_and_come_back() {
             assert_eq!(entries(&written), entries(&original), "{variant}");
             assert!(!written.contains("<pad>"), "{variant}: the import's start token is not Marian's");
         }
-        let _ = std::fs::remove_dir_all(out.parent().unwrap());
     }
 }
 
@@ -147,7 +143,6 @@ fn separate_yml_vocabularies_go_out_as_two_lists() {
         && again.checkpoint.params.iter().zip(&ck.params).all(|(a, b)| a.to_bits() == b.to_bits());
     assert!(same, "the tensors changed on the way through Marian's format");
     assert_eq!(again.tokenizer.target_vocab, first.tokenizer.target_vocab);
-    let _ = std::fs::remove_dir_all(&tmp);
 }
 
 #[test]
@@ -209,5 +204,4 @@ fn what_marian_does_not_have_is_refused_by_name() {
     export(&ck, &tok, &tmp.join("twice")).unwrap();
     let err = export(&ck, &tok, &tmp.join("twice")).unwrap_err().to_string();
     assert!(err.contains("exists"), "{err}");
-    let _ = std::fs::remove_dir_all(&tmp);
 }

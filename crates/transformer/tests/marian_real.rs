@@ -7,6 +7,7 @@
 
 mod common;
 
+use common::TestDir;
 use std::path::{Path, PathBuf};
 use transformer::data::tokenizer::{Side, Tokenizer};
 use transformer::decode::beam::{BeamConfig, LengthNorm};
@@ -46,13 +47,10 @@ fn strings(r: &serde_json::Value, key: &str) -> Vec<String> {
 fn session(variant: &str) -> Translator {
     static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let n = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let out = std::env::temp_dir().join(format!("marian-real-{}-{variant}-{n}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&out);
+    let out = TestDir::new(&format!("marian-real-{variant}-{n}"));
     let imp = import(&fixture(variant)).unwrap();
     let (ckpt, tok) = transformer::import::marian::write(&imp, &out).unwrap();
-    let t = Translator::load(&ckpt, &tok, Default::default()).unwrap();
-    let _ = std::fs::remove_dir_all(&out);
-    t
+    Translator::load(&ckpt, &tok, Default::default()).unwrap()
 }
 
 struct NoWarnings;
@@ -175,8 +173,7 @@ fn worst_miss(variant: &str, change: impl Fn(&mut transformer::ModelConfig)) -> 
 fn worst_miss_of(imp: &transformer::import::marian::Imported, variant: &str, marian: &[f64]) -> f64 {
     static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let n = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let out = std::env::temp_dir().join(format!("marian-real-{}-changed-{variant}-{n}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&out);
+    let out = TestDir::new(&format!("marian-real-changed-{variant}-{n}"));
     let (ckpt, tok) = transformer::import::marian::write(imp, &out).unwrap();
     let t = Translator::load(&ckpt, &tok, Default::default()).unwrap();
     let r = reference(variant);
@@ -184,7 +181,6 @@ fn worst_miss_of(imp: &transformer::import::marian::Imported, variant: &str, mar
     assert_eq!(marian.len(), srcs.len());
     let worst =
         t.log_probs(&srcs, &refs).unwrap().iter().zip(marian).map(|(o, m)| (o.log_prob - m).abs()).fold(0.0, f64::max);
-    let _ = std::fs::remove_dir_all(&out);
     worst
 }
 
@@ -203,9 +199,7 @@ fn pre_2023_gelu_is_what_marian_1_12_0_computes() {
     // The fixture, its model.yml's version rewritten to the old Marian's, NUL-padded to the same
     // length (the array keeps its shape). `version:` is model.yml's last key here, and the reader
     // stops at the first NUL, so the padding cuts nothing off.
-    let dir = std::env::temp_dir().join(format!("marian-real-old-gelu-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = TestDir::new("marian-real-old-gelu");
     for f in ["vocab.spm", "model.npz.decoder.yml"] {
         std::fs::copy(fixture(variant).join(f), dir.join(f)).unwrap();
     }
@@ -225,7 +219,6 @@ fn pre_2023_gelu_is_what_marian_1_12_0_computes() {
     assert_eq!(as_new.checkpoint.config.activation, Activation::Gelu);
     let exact = worst_miss_of(&as_new, variant, &old);
     assert!(exact > 1e-2, "the exact form should miss Marian 1.12.0's scores, but is within {exact}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Marian's beam search, as our options: beam 4, all four finished hypotheses returned, no
@@ -325,8 +318,7 @@ fn a_hugging_face_port_fine_tunes_here_and_decodes_at_every_precision() {
 fn fine_tune(model_dir: &Path, name: &str) {
     use transformer::precision::Precision;
     use transformer::train::run::{run, RunConfig};
-    let dir = std::env::temp_dir().join(format!("marian-real-finetune-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let dir = TestDir::new(&format!("marian-real-finetune-{name}"));
     let imp = import(model_dir).unwrap();
     let (ckpt, tok) = transformer::import::marian::write(&imp, &dir.join("imported")).unwrap();
     let data = |n: &str| transformer::test_support::multi30k(n).display().to_string();
@@ -410,16 +402,13 @@ fn fine_tune(model_dir: &Path, name: &str) {
             "{precision}"
         );
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Without a decoder.yml, a model's two vocabularies are found by the names of an OPUS-MT release,
 /// `source.spm` and `target.spm`: the import is the one decoder.yml's `vocabs` led to.
 #[test]
 fn without_decoder_yml_the_release_vocabulary_names_are_found() {
-    let dir = std::env::temp_dir().join(format!("marian-real-release-names-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = TestDir::new("marian-real-release-names");
     let from = fixture("tied_target_swish");
     for (name, to) in [("model.npz", "model.npz"), ("vocab.en.spm", "source.spm"), ("vocab.de.spm", "target.spm")] {
         std::fs::copy(from.join(name), dir.join(to)).unwrap();
@@ -431,7 +420,6 @@ fn without_decoder_yml_the_release_vocabulary_names_are_found() {
         Tokenizer::load(&tok).unwrap().hash().to_string()
     };
     assert_eq!(hash(&got, "got"), hash(&want, "want"));
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// `prepare` with an imported model's tokenizer: the binarised pairs are the ones the run encodes
@@ -441,8 +429,7 @@ fn prepared_data_takes_an_imported_tokenizer() {
     use transformer::data::binarized::{prepare, Binarized};
     use transformer::data::encoding::TargetEncoding;
     use transformer::data::parallel::{encode_and_filter_for, read_parallel, FilterConfig};
-    let dir = std::env::temp_dir().join(format!("marian-real-prepare-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let dir = TestDir::new("marian-real-prepare");
     let imp = import(&fixture("tied_target_swish")).unwrap();
     let (_, tok) = transformer::import::marian::write(&imp, &dir.join("imported")).unwrap();
     let tokenizer = Tokenizer::load(&tok).unwrap();
@@ -459,5 +446,4 @@ fn prepared_data_takes_an_imported_tokenizer() {
         assert_eq!(b.pair(i), (s.clone(), t.clone()), "pair {i}");
     }
     assert_eq!(want[0].0.last(), Some(&transformer::EOS), "the source keeps Marian's </s>");
-    let _ = std::fs::remove_dir_all(&dir);
 }

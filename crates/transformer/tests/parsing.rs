@@ -3,6 +3,9 @@
 //! a short parsing run with validation F1 and its best checkpoint, and the parse session's
 //! handling of long and empty lines.
 
+mod common;
+
+use common::TestDir;
 use std::path::{Path, PathBuf};
 use transformer::data::trees::{self, delinearise, is_well_formed, ptb_tokenize, FileRange, TreeFormat};
 use transformer::decode::beam::{beam_search_constrained, BeamConfig, Constraint, Scorer, StepScores};
@@ -18,11 +21,8 @@ fn treebank() -> PathBuf {
     transformer::test_support::treebank()
 }
 
-fn dir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("transformer-parsing-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+fn dir(name: &str) -> TestDir {
+    TestDir::new(&format!("transformer-parsing-{name}"))
 }
 
 #[test]

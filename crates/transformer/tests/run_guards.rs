@@ -2,7 +2,10 @@
 //! silently: each is refused up front with an error naming the field (or file), or handled and
 //! said. A test per case; the runs are seconds long (configs/tiny-test.toml's model).
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use common::TestDir;
+use std::path::Path;
 use transformer::error::Error;
 use transformer::train::run::{list_checkpoints, run, RunConfig};
 
@@ -11,11 +14,8 @@ fn data(name: &str) -> String {
 }
 
 /// A fresh directory for one test.
-fn dir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("transformer-guards-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+fn dir(name: &str) -> TestDir {
+    TestDir::new(&format!("transformer-guards-{name}"))
 }
 
 /// The tiny test run in `out`, with `extra` overrides.

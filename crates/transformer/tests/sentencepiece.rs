@@ -4,6 +4,9 @@
 //! byte fallback, unused pieces, the normaliser's flags), a Unicode torture list, and Marian
 //! tokenizers with a shared and with separate vocabularies.
 
+mod common;
+
+use common::TestDir;
 use flate2::read::GzDecoder;
 use serde_json::Value;
 use std::io::Read;
@@ -147,9 +150,8 @@ fn sentencepiece_models_match_python_on_torture_strings() {
 }
 
 /// A Marian directory as the fixture describes it: its JSON files plus the two models.
-fn marian_dir(kind: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("spm-marian-{kind}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
+fn marian_dir(kind: &str) -> TestDir {
+    let dir = TestDir::new(&format!("spm-marian-{kind}"));
     let src = fixtures().join(format!("marian_{kind}"));
     for entry in std::fs::read_dir(&src).expect("marian fixture") {
         let path = entry.expect("entry").path();
@@ -204,7 +206,6 @@ fn marian_tokenizer_matches_transformers() {
             }
             d.assert_ok(&format!("marian {kind} ({label})"));
         }
-        let _ = std::fs::remove_dir_all(&dir);
     }
     eprintln!("{compared_lines} Marian line pairs equal");
 }
@@ -215,13 +216,11 @@ fn bad_inputs_are_reported_clearly() {
     assert!(err.contains("SentencePiece"), "{err}");
     let err = SentencePiece::load(Path::new("/nonexistent/model.spm")).expect_err("missing").to_string();
     assert!(err.contains("/nonexistent/model.spm"), "{err}");
-    let dir = std::env::temp_dir().join(format!("spm-bad-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
+    let dir = TestDir::new("spm-bad");
     let bad = dir.join("bad.json");
     std::fs::write(&bad, br#"{"format": "something-else/9"}"#).expect("write");
     let err = MarianTokenizer::load(&bad).expect_err("wrong format").to_string();
     assert!(err.contains("bad.json") && err.contains(MARIAN_FORMAT), "{err}");
     let err = MarianTokenizer::from_hf_dir(&dir).expect_err("no models").to_string();
     assert!(err.contains("source.spm"), "{err}");
-    let _ = std::fs::remove_dir_all(&dir);
 }

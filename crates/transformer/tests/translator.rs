@@ -2,6 +2,9 @@
 //! one call after the other gets, and an f32 and a bf16 session run side by side in one process,
 //! each giving exactly what it gives alone.
 
+mod common;
+
+use common::TestDir;
 use transformer::data::bpe::Bpe;
 use transformer::decode::translator::{DecodeOptions, SessionOptions, Translator};
 use transformer::decode::BeamConfig;
@@ -337,8 +340,7 @@ fn save_model(dir: &std::path::Path, name: &str, bpe: &Bpe, seed: u64) -> std::p
 
 #[test]
 fn ensembles_of_one_and_of_two_copies_decode_as_the_model() {
-    let dir = std::env::temp_dir().join(format!("transformer-ensemble-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = TestDir::new("transformer-ensemble");
     let bpe = Bpe::learn(lines().iter(), 400, 2).unwrap();
     let bpe_path = dir.join("bpe.json");
     bpe.save(&bpe_path).unwrap();
@@ -369,5 +371,4 @@ fn ensembles_of_one_and_of_two_copies_decode_as_the_model() {
     let c = save_model(&dir, "c.safetensors", &other, 9);
     let err = Translator::load_ensemble(&[a.clone(), c.clone()], &bpe_path, opts).err().unwrap().to_string();
     assert!(err.contains("a.safetensors") && err.contains("c.safetensors") && err.contains("vocabular"), "{err}");
-    std::fs::remove_dir_all(&dir).unwrap();
 }

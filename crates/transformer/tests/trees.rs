@@ -2,6 +2,9 @@
 //! ../shared has it), preprocessing, linearisation and its inverse on every tree, and repair of any
 //! token sequence into a tree over exactly the input words.
 
+mod common;
+
+use common::TestDir;
 use std::path::{Path, PathBuf};
 use transformer::data::trees::{delinearise, parse_trees, punctuation_tag, read_trees, strip_label, Tree};
 use transformer::rng::Rng;
@@ -234,8 +237,7 @@ fn trees_of_any_depth_never_overflow_the_stack() {
 /// UTF-8 is an error naming its real line (never line 0).
 #[test]
 fn tree_files_are_read_as_meant_and_bad_bytes_name_their_line() {
-    let dir = std::env::temp_dir().join(format!("transformer-trees-ends-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = TestDir::new("transformer-trees-ends");
     let plain = "% a comment\n(S (NP (NN a))\n   (VP (VBZ runs)))\n(S (NN b))\n";
     let want = parse_trees(plain, "plain.mrg").unwrap();
     assert_eq!(want.len(), 2);

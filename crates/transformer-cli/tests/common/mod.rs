@@ -88,3 +88,80 @@ pub fn train_tiny_translator_for(dir: &Path, steps: usize) -> (PathBuf, PathBuf)
     assert!(out.contains(&format!("reached {steps} steps")), "{out}");
     (dir.join(format!("out/ckpt-{steps:08}.safetensors")), bpe)
 }
+
+/// A test's working directory, `PREFIX-XXXXXX` in the system temp dir: removed when the test
+/// ends, kept (its path printed to stderr) when the test fails, so a failure can be inspected.
+/// Dereferences to its `Path`; keep it alive for as long as the path is used.
+pub struct TestDir(Option<tempfile::TempDir>);
+
+impl TestDir {
+    /// A new, empty directory whose name starts with `prefix-`.
+    pub fn new(prefix: &str) -> TestDir {
+        let dir =
+            tempfile::Builder::new().prefix(&format!("{prefix}-")).tempdir().expect("creates a temporary directory");
+        TestDir(Some(dir))
+    }
+
+    pub fn path(&self) -> &std::path::Path {
+        self.0.as_ref().expect("present until dropped").path()
+    }
+}
+
+impl std::ops::Deref for TestDir {
+    type Target = std::path::Path;
+    fn deref(&self) -> &std::path::Path {
+        self.path()
+    }
+}
+
+impl AsRef<std::path::Path> for TestDir {
+    fn as_ref(&self) -> &std::path::Path {
+        self.path()
+    }
+}
+
+impl Drop for TestDir {
+    fn drop(&mut self) {
+        if let Some(dir) = self.0.take() {
+            if std::thread::panicking() {
+                eprintln!("kept {}", dir.keep().display());
+            }
+            // Otherwise `dir` is dropped here, removing the directory and everything in it.
+        }
+    }
+}
+
+/// The directory for what every test of this binary shares (a model trained once for all of
+/// them), `PREFIX-XXXXXX` in the system temp dir, made on first use: removed when the process
+/// exits, kept (its path printed to stderr) when any test of the process failed (panicked). One
+/// per test binary: later calls return the first call's directory whatever their prefix.
+pub fn shared_dir(prefix: &str) -> &'static Path {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::OnceLock;
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    static FAILED: AtomicBool = AtomicBool::new(false);
+    extern "C" {
+        fn atexit(f: extern "C" fn()) -> std::os::raw::c_int;
+    }
+    // Statics are never dropped: the C library's exit handlers remove the directory, after every
+    // test has run (libtest ends with `exit`, or returns from `main`).
+    extern "C" fn remove_at_exit() {
+        if let Some(dir) = DIR.get() {
+            if FAILED.load(Ordering::SeqCst) {
+                eprintln!("kept {}", dir.display());
+            } else {
+                let _ = std::fs::remove_dir_all(dir);
+            }
+        }
+    }
+    DIR.get_or_init(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            FAILED.store(true, Ordering::SeqCst);
+            previous(info)
+        }));
+        // SAFETY: registers a function taking no arguments, as `atexit` expects.
+        assert_eq!(unsafe { atexit(remove_at_exit) }, 0, "atexit refused the cleanup");
+        tempfile::Builder::new().prefix(&format!("{prefix}-")).tempdir().expect("creates a temporary directory").keep()
+    })
+}

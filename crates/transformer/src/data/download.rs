@@ -206,7 +206,9 @@ mod tests {
 
     #[test]
     fn without_the_feature_urls_are_a_clear_error_and_mirrors_work() {
-        let cache = std::env::temp_dir().join(format!("transformer-dl-nofeature-{}", std::process::id()));
+        // A cache directory that does not exist yet, inside one removed when the test ends.
+        let tmp = tempfile::Builder::new().prefix("transformer-dl-nofeature-").tempdir().unwrap();
+        let cache = tmp.path().join("cache");
         let err = fetch_verified(&Source::Url("http://127.0.0.1:9/".into()), &MULTI30K_FILES[..1], &cache, &mut |_| {})
             .unwrap_err()
             .to_string();
@@ -214,6 +216,5 @@ mod tests {
         let mirror = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../data/multi30k");
         let paths = fetch_verified(&Source::Dir(mirror), &MULTI30K_FILES[4..5], &cache, &mut |_| {}).unwrap();
         assert_eq!(paths, [cache.join("val.en.gz")]);
-        std::fs::remove_dir_all(&cache).unwrap();
     }
 }

@@ -140,9 +140,8 @@ mod tests {
 
     #[test]
     fn panels_follow_the_records() {
-        let dir = std::env::temp_dir().join(format!("curve-test-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let m = dir.join("metrics.jsonl");
+        let dir = tempfile::Builder::new().prefix("curve-test-").tempdir().unwrap();
+        let m = dir.path().join("metrics.jsonl");
         let lines = [
             r#"{"kind":"train","step":1,"loss":5.0}"#,
             r#"{"kind":"train","step":2,"loss":4.0}"#,
@@ -150,7 +149,7 @@ mod tests {
             r#"{"kind":"valid_f1","step":2,"f1":40.0}"#,
         ];
         std::fs::write(&m, lines.join("\n")).unwrap();
-        let svg = dir.join("curve.svg");
+        let svg = dir.path().join("curve.svg");
         write_svg(&m, &svg).unwrap();
         let text = std::fs::read_to_string(&svg).unwrap();
         for want in
@@ -163,6 +162,5 @@ mod tests {
         write_svg(&m, &svg).unwrap();
         let text = std::fs::read_to_string(&svg).unwrap();
         assert!(text.contains("height=\"480\"") && !text.contains("spread"));
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
