@@ -200,6 +200,38 @@ fn codes_round_trip_and_bad_codes_are_refused() {
 }
 
 #[test]
+fn quantize_row_equals_the_twin_on_every_kind_of_row() {
+    // The vectorised quantiser (16 lanes and a tail) against the plain rule, value for value:
+    // lengths around the lane count, scales from subnormal to huge, exact halves (ties to even),
+    // −0, and one NaN, ±∞ or subnormal put in the lanes or in the tail.
+    let mut rng = Rng::new(85);
+    let specials = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, -0.0, 1e-39, f32::MIN_POSITIVE, f32::MAX, -f32::MAX];
+    let mut rows = 0;
+    for len in (0..=70).chain([255, 256, 1030]) {
+        for trial in 0..12 {
+            let scale = [1e-30, 1e-3, 1.0, 127.0, 1e30][trial % 5];
+            let mut x: Vec<f32> = (0..len).map(|_| (rng.normal() * scale) as f32).collect();
+            if trial == 5 && len > 0 {
+                // amax 127, so codes are the values themselves rounded: exact halves test the ties.
+                x.iter_mut().for_each(|v| *v = ((rng.below(509) as f32) - 254.0) / 2.0);
+                x[0] = 127.0;
+            }
+            if trial >= 6 && len > 0 {
+                let at = rng.below(len as u64) as usize;
+                x[at] = specials[(trial - 6 + len) % specials.len()];
+            }
+            let mut q = vec![7i8; len];
+            let s = int8::quantize_row(&x, &mut q);
+            let (want, ws) = r::quantize_row_int8(&x);
+            assert_eq!(q, want, "codes of a row of {len} (trial {trial})");
+            assert!(s == ws || (s.is_nan() && ws.is_nan()), "scale {s} against {ws} (len {len}, trial {trial})");
+            rows += 1;
+        }
+    }
+    assert_eq!(rows, 74 * 12);
+}
+
+#[test]
 fn subnormal_rows_count_as_zero_and_k_zero_gives_the_bias() {
     let mut q = [0i8; 3];
     // 127 / 1e-38 overflows f32: such a row is zero, not all ±127.

@@ -887,58 +887,64 @@ fn embedding_step_matches_reference() {
 }
 
 /// Cached attention over a slot map (each position's key in some slot) and over plain rows, with
-/// rows of no keys, against the naive twin on the gathered keys.
+/// rows of no keys, against the naive twin on the gathered keys: at odd head widths (the portable
+/// row) and at widths of whole vectors (the AVX-512 row, where the CPU has it), with key counts
+/// below, at and above a vector's 16 lanes.
 #[test]
 fn cached_attention_matches_reference() {
     let mut rng = Rng::new(24);
-    let (heads, dk, dv) = (3, 5, 7);
-    let (hk, hv) = (heads * dk, heads * dv);
-    let (slots, cap) = (4, 9);
-    let keys = rand_vec(&mut rng, slots * cap * hk, 1.0);
-    let values = rand_vec(&mut rng, slots * cap * hv, 1.0);
-    let (kf, vf) = (to_f32(&keys), to_f32(&values));
-    let rows = 5;
-    let q = rand_vec(&mut rng, rows * hk, 1.0);
-    let qf = to_f32(&q);
-    let n_of = |r: usize| [0, 1, 4, 9, 6][r];
-    let origin: Vec<u32> = (0..rows * cap).map(|_| rng.below(slots as u64) as u32).collect();
-    let mut ctx = vec![f32::NAN; rows * hv];
-    cached_attention::attend(&mut ctx, heads, dk, dv, |r| {
-        let kv = cached_attention::KeyValues {
-            k: &kf,
-            ldk: hk,
-            v: &vf,
-            ldv: hv,
-            n: n_of(r),
-            origin: Some((&origin[r * cap..][..cap], cap * hk, cap * hv)),
-        };
-        (&qf[r * hk..][..hk], kv)
-    });
-    for r in 0..rows {
-        let slot = |j: usize| origin[r * cap + j] as usize;
-        let ks: Vec<Vec<f64>> = (0..n_of(r)).map(|j| keys[(slot(j) * cap + j) * hk..][..hk].to_vec()).collect();
-        let vs: Vec<Vec<f64>> = (0..n_of(r)).map(|j| values[(slot(j) * cap + j) * hv..][..hv].to_vec()).collect();
-        let want = r::cached_attention(&q[r * hk..][..hk], &ks, &vs, heads, dk, dv);
-        assert_close(&format!("row {r} (slot map)"), &to_f64(&ctx[r * hv..][..hv]), &want, ATOL, RTOL);
-    }
-    // Plain rows (encoder–decoder attention): key j of row r at r·n·hk + j·hk.
-    let n = 6;
-    let mut ctx = vec![f32::NAN; rows * hv];
-    cached_attention::attend(&mut ctx, heads, dk, dv, |r| {
-        let kv = cached_attention::KeyValues {
-            k: &kf[r * n * hk..],
-            ldk: hk,
-            v: &vf[r * n * hv..],
-            ldv: hv,
-            n,
-            origin: None,
-        };
-        (&qf[r * hk..][..hk], kv)
-    });
-    for r in 0..rows {
-        let ks: Vec<Vec<f64>> = (0..n).map(|j| keys[(r * n + j) * hk..][..hk].to_vec()).collect();
-        let vs: Vec<Vec<f64>> = (0..n).map(|j| values[(r * n + j) * hv..][..hv].to_vec()).collect();
-        let want = r::cached_attention(&q[r * hk..][..hk], &ks, &vs, heads, dk, dv);
-        assert_close(&format!("row {r} (plain)"), &to_f64(&ctx[r * hv..][..hv]), &want, ATOL, RTOL);
+    for (heads, dk, dv) in [(3, 5, 7), (4, 64, 64), (2, 32, 48), (1, 16, 128), (3, 48, 144)] {
+        let (hk, hv) = (heads * dk, heads * dv);
+        let (slots, cap) = (4, 41);
+        let keys = rand_vec(&mut rng, slots * cap * hk, 1.0);
+        let values = rand_vec(&mut rng, slots * cap * hv, 1.0);
+        let (kf, vf) = (to_f32(&keys), to_f32(&values));
+        let rows = 7;
+        let q = rand_vec(&mut rng, rows * hk, 1.0);
+        let qf = to_f32(&q);
+        let n_of = |r: usize| [0, 1, 4, 9, 16, 17, 41][r];
+        let origin: Vec<u32> = (0..rows * cap).map(|_| rng.below(slots as u64) as u32).collect();
+        let mut ctx = vec![f32::NAN; rows * hv];
+        cached_attention::attend(&mut ctx, heads, dk, dv, |r| {
+            let kv = cached_attention::KeyValues {
+                k: &kf,
+                ldk: hk,
+                v: &vf,
+                ldv: hv,
+                n: n_of(r),
+                origin: Some((&origin[r * cap..][..cap], cap * hk, cap * hv)),
+            };
+            (&qf[r * hk..][..hk], kv)
+        });
+        let shape = format!("{heads} heads, dk {dk}, dv {dv}");
+        for r in 0..rows {
+            let slot = |j: usize| origin[r * cap + j] as usize;
+            let ks: Vec<Vec<f64>> = (0..n_of(r)).map(|j| keys[(slot(j) * cap + j) * hk..][..hk].to_vec()).collect();
+            let vs: Vec<Vec<f64>> = (0..n_of(r)).map(|j| values[(slot(j) * cap + j) * hv..][..hv].to_vec()).collect();
+            let want = r::cached_attention(&q[r * hk..][..hk], &ks, &vs, heads, dk, dv);
+            assert_close(&format!("{shape}: row {r} (slot map)"), &to_f64(&ctx[r * hv..][..hv]), &want, ATOL, RTOL);
+        }
+        // Plain rows (encoder–decoder attention): key j of row r at r·n·hk + j·hk.
+        for n in [6, 16, 23] {
+            let mut ctx = vec![f32::NAN; rows * hv];
+            cached_attention::attend(&mut ctx, heads, dk, dv, |r| {
+                let kv = cached_attention::KeyValues {
+                    k: &kf[r * n * hk..],
+                    ldk: hk,
+                    v: &vf[r * n * hv..],
+                    ldv: hv,
+                    n,
+                    origin: None,
+                };
+                (&qf[r * hk..][..hk], kv)
+            });
+            for r in 0..rows {
+                let ks: Vec<Vec<f64>> = (0..n).map(|j| keys[(r * n + j) * hk..][..hk].to_vec()).collect();
+                let vs: Vec<Vec<f64>> = (0..n).map(|j| values[(r * n + j) * hv..][..hv].to_vec()).collect();
+                let want = r::cached_attention(&q[r * hk..][..hk], &ks, &vs, heads, dk, dv);
+                let what = format!("{shape}: row {r} (plain, {n} keys)");
+                assert_close(&what, &to_f64(&ctx[r * hv..][..hv]), &want, ATOL, RTOL);
+            }
+        }
     }
 }

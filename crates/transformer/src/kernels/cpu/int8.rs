@@ -188,28 +188,51 @@ impl std::fmt::Debug for Aligned {
 /// Quantises `x` into `q` (same length) and returns the scale (see the module's rule).
 pub fn quantize_row(x: &[f32], q: &mut [i8]) -> f32 {
     assert_eq!(x.len(), q.len());
-    // A max that keeps NaN once seen.
-    let amax = x.iter().fold(0f32, |m, &v| {
-        let a = v.abs();
-        if a > m || a.is_nan() {
-            a
-        } else {
-            m
-        }
-    });
-    if amax < f32::MIN_POSITIVE || !amax.is_finite() {
+    let (amax, finite) = abs_max(x);
+    if !finite {
         q.fill(0);
-        return if amax < f32::MIN_POSITIVE { 0.0 } else { f32::NAN };
+        return f32::NAN;
     }
-    let inv = 127.0 / amax;
-    quantize_with(x, q, inv);
+    if amax < f32::MIN_POSITIVE {
+        q.fill(0);
+        return 0.0;
+    }
+    quantize_with(x, q, 127.0 / amax);
     amax / 127.0
 }
 
+/// max |x[i]| over the finite values, and whether every value is finite, in 16 lanes so that it
+/// vectorises (a fold that keeps NaN once seen compiles to a scalar loop: it was 8% of int8
+/// decoding). `v · 0` is NaN exactly when v is NaN or infinite, and a NaN in a sum stays.
+#[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl+avx2+fma", "x86_64+avx2+fma+sse4.1"))]
+fn abs_max(x: &[f32]) -> (f32, bool) {
+    let (mut m, mut z) = ([0f32; 16], [0f32; 16]);
+    let chunks = x.chunks_exact(16);
+    let tail = chunks.remainder();
+    for c in chunks {
+        for l in 0..16 {
+            let a = c[l].abs();
+            m[l] = if a > m[l] { a } else { m[l] };
+            z[l] += c[l] * 0.0;
+        }
+    }
+    for (l, &v) in tail.iter().enumerate() {
+        let a = v.abs();
+        m[l] = if a > m[l] { a } else { m[l] };
+        z[l] += v * 0.0;
+    }
+    let amax = m.iter().fold(0f32, |a, &b| if b > a { b } else { a });
+    (amax, !z.iter().sum::<f32>().is_nan())
+}
+
+/// Codes of `x` at `inv` = 127 / max|x|: x · inv clamped to ±127, rounded to the nearest integer
+/// (ties to even) by adding 1.5 · 2²³ (where a float's spacing is 1, so the sum rounds in the
+/// default mode, ties to even, and its low mantissa byte is the integer in two's complement). The
+/// same codes as `round_ties_even` then `as i8`, but the conversion vectorises.
 #[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl+avx2+fma", "x86_64+avx2+fma+sse4.1"))]
 fn quantize_with(x: &[f32], q: &mut [i8], inv: f32) {
     for (q, &v) in q.iter_mut().zip(x) {
-        *q = (v * inv).round_ties_even().clamp(-127.0, 127.0) as i8;
+        *q = ((v * inv).clamp(-127.0, 127.0) + 12_582_912.0).to_bits() as i8;
     }
 }
 
@@ -748,18 +771,27 @@ struct Out<'a> {
 /// the rounding is the scalar one).
 ///
 /// # Safety
-/// VNNI is available; `blk` and `panel` hold `groups` groups; `out` is valid for writes of
+/// VNNI is available; `blk` and `panel` hold `groups` ≥ 1 groups; `out` is valid for writes of
 /// `out.rows` rows × `out.cols` columns.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 unsafe fn vnni_block<const R: usize>(blk: &[i8], panel: &[i8], groups: usize, out: &Out) {
     use std::arch::x86_64::*;
+    assert!(groups >= 1 && blk.len() >= groups * MR * GROUP && panel.len() >= groups * GROUP_BYTES);
     // SAFETY: loads stay inside `blk`, `panel` and the column slices (masked to `cols`); stores
     // write rows < rows, columns < cols of the caller's block.
     unsafe {
-        let mut c = [[_mm512_setzero_si512(); 2]; R];
         let (xp, wp) = (blk.as_ptr(), panel.as_ptr());
-        for g in 0..groups {
+        // The sums start from group 0's products rather than from zeros: with zeros, the array
+        // was zeroed on the stack with `memset` at every call (3% of int8 decoding), for the
+        // epilogue's loop over a run-time number of rows.
+        let (w0, w1) = (_mm512_loadu_si512(wp.cast()), _mm512_loadu_si512(wp.add(64).cast()));
+        let zero = _mm512_setzero_si512();
+        let mut c: [[__m512i; 2]; R] = std::array::from_fn(|i| {
+            let a = _mm512_set1_epi32(xp.add(i * GROUP).cast::<i32>().read_unaligned());
+            [_mm512_dpbusd_epi32(zero, a, w0), _mm512_dpbusd_epi32(zero, a, w1)]
+        });
+        for g in 1..groups {
             let w0 = _mm512_loadu_si512(wp.add(g * GROUP_BYTES).cast());
             let w1 = _mm512_loadu_si512(wp.add(g * GROUP_BYTES + 64).cast());
             for (i, ci) in c.iter_mut().enumerate() {
