@@ -229,6 +229,28 @@ fn quantize_row_equals_the_twin_on_every_kind_of_row() {
         }
     }
     assert_eq!(rows, 74 * 12);
+    // Rows whose largest magnitude is so small that 127 / max|x| overflows to +∞: a zero times ∞
+    // is NaN, which must still give code 0 (as `NaN as i8` did), in a vector lane and in the tail.
+    let tiny = [
+        vec![0.0, f32::MIN_POSITIVE],
+        {
+            let mut r = vec![-0.0; 20];
+            r[3] = f32::MIN_POSITIVE;
+            r
+        },
+        {
+            let mut r = vec![0.0; 20];
+            r[18] = -f32::MIN_POSITIVE;
+            r
+        },
+        vec![2e-37, 1e-37, 0.0, -1e-39, -0.0, 3e-38, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, -2e-37, 0.0],
+    ];
+    for x in &tiny {
+        assert!((127.0 / x.iter().fold(0f32, |m, v| m.max(v.abs()))).is_infinite());
+        let mut q = vec![7i8; x.len()];
+        let s = int8::quantize_row(x, &mut q);
+        assert_eq!((q, s), r::quantize_row_int8(x), "row {x:?}");
+    }
 }
 
 #[test]

@@ -893,7 +893,28 @@ fn embedding_step_matches_reference() {
 #[test]
 fn cached_attention_matches_reference() {
     let mut rng = Rng::new(24);
-    for (heads, dk, dv) in [(3, 5, 7), (4, 64, 64), (2, 32, 48), (1, 16, 128), (3, 48, 144)] {
+    let shapes: [(usize, usize, usize); 11] = [
+        (3, 5, 7),
+        (4, 64, 64),
+        (2, 32, 48),
+        (1, 16, 128),
+        (3, 48, 144),
+        (2, 16, 16),
+        (2, 16, 32),
+        (2, 32, 80),
+        (2, 16, 96),
+        (2, 16, 112),
+        (2, 20, 64),
+    ];
+    for (heads, dk, dv) in shapes {
+        // Both rows are reached: the AVX-512 one for whole vectors up to dv 128 where the CPU
+        // has AVX-512, the portable one otherwise.
+        let whole = dk.is_multiple_of(16) && dv.is_multiple_of(16) && dv <= 128;
+        #[cfg(target_arch = "x86_64")]
+        let wide = whole && std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("fma");
+        #[cfg(not(target_arch = "x86_64"))]
+        let wide = false;
+        assert_eq!(cached_attention::avx512_fits(dk, dv), wide, "dk {dk}, dv {dv}");
         let (hk, hv) = (heads * dk, heads * dv);
         let (slots, cap) = (4, 41);
         let keys = rand_vec(&mut rng, slots * cap * hk, 1.0);
@@ -946,5 +967,35 @@ fn cached_attention_matches_reference() {
                 assert_close(&what, &to_f64(&ctx[r * hv..][..hv]), &want, ATOL, RTOL);
             }
         }
+    }
+}
+
+/// A NaN in a query or a key turns that row's output NaN in both rows of the cached attention
+/// (portable and AVX-512), and leaves the other rows as they were.
+#[test]
+fn cached_attention_propagates_nan() {
+    for (heads, dk, dv) in [(3, 5, 7), (4, 64, 64)] {
+        let (hk, hv, n, rows) = (heads * dk, heads * dv, 9, 3);
+        let mut rng = Rng::new(25);
+        let mut k = to_f32(&rand_vec(&mut rng, rows * n * hk, 1.0));
+        let v = to_f32(&rand_vec(&mut rng, rows * n * hv, 1.0));
+        let mut q = to_f32(&rand_vec(&mut rng, rows * hk, 1.0));
+        q[1] = f32::NAN; // row 0's query
+        k[2 * n * hk + 3 * hk + 1] = f32::NAN; // row 2's fourth key
+        let mut ctx = vec![0.0f32; rows * hv];
+        cached_attention::attend(&mut ctx, heads, dk, dv, |r| {
+            let kv = cached_attention::KeyValues {
+                k: &k[r * n * hk..],
+                ldk: hk,
+                v: &v[r * n * hv..],
+                ldv: hv,
+                n,
+                origin: None,
+            };
+            (&q[r * hk..][..hk], kv)
+        });
+        assert!(ctx[..dv].iter().all(|x| x.is_nan()), "dk {dk}: row 0's first head (NaN query)");
+        assert!(ctx[hv..2 * hv].iter().all(|x| x.is_finite()), "dk {dk}: row 1");
+        assert!(ctx[2 * hv..2 * hv + dv].iter().all(|x| x.is_nan()), "dk {dk}: row 2's first head (NaN key)");
     }
 }

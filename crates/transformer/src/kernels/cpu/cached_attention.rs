@@ -59,19 +59,23 @@ pub fn attend<'a>(
     let wide = avx512_fits(dk, dv);
     ctx.par_chunks_mut(heads * dv).enumerate().for_each_init(Vec::new, |scores: &mut Vec<f32>, (r, out)| {
         let (q, kv) = row(r);
-        #[cfg(target_arch = "x86_64")]
         if wide {
-            // SAFETY: `avx512_fits` checked the CPU and the widths.
-            unsafe { attend_row_avx512(out, q, &kv, heads, dk, dv, scale, scores) };
-            return;
+            #[cfg(target_arch = "x86_64")]
+            {
+                // SAFETY: `avx512_fits` checked the CPU and the widths.
+                unsafe { attend_row_avx512(out, q, &kv, heads, dk, dv, scale, scores) };
+                return;
+            }
         }
         attend_row(out, q, &kv, heads, dk, dv, scale, scores);
     });
 }
 
-/// Whether [`attend_row_avx512`] runs: AVX-512 on this CPU, and heads whose key and value widths
-/// are whole vectors of 16, a value head's sums fitting in 8 registers (dv ≤ 128).
-fn avx512_fits(dk: usize, dv: usize) -> bool {
+/// Whether [`attend`] runs its AVX-512 row: AVX-512 on this CPU, and heads whose key and value
+/// widths are whole vectors of 16, a value head's sums fitting in 8 registers (dv ≤ 128). Public
+/// for the tests, which check that both rows are reached.
+#[doc(hidden)]
+pub fn avx512_fits(dk: usize, dv: usize) -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         dk > 0
@@ -166,7 +170,7 @@ unsafe fn attend_row_avx512(
     scores: &mut Vec<f32>,
 ) {
     use std::arch::x86_64::*;
-    assert!(dk.is_multiple_of(16) && dv.is_multiple_of(16) && dv <= 128);
+    assert!(dk > 0 && dv > 0 && dk.is_multiple_of(16) && dv.is_multiple_of(16) && dv <= 128);
     assert!(q.len() >= heads * dk && out.len() >= heads * dv);
     let n = kv.n;
     if n == 0 {
@@ -200,7 +204,8 @@ unsafe fn attend_row_avx512(
                 5 => weigh_values::<5>(kv, p, h * dv, o),
                 6 => weigh_values::<6>(kv, p, h * dv, o),
                 7 => weigh_values::<7>(kv, p, h * dv, o),
-                _ => weigh_values::<8>(kv, p, h * dv, o),
+                8 => weigh_values::<8>(kv, p, h * dv, o),
+                _ => unreachable!("dv {dv} is asserted a multiple of 16 in 16..=128"),
             }
         }
     }
