@@ -302,6 +302,15 @@ def main():
         k = best(f"ours {p} ")
         print(f"  {k}: {med[mf] / med[k]:.2f}x Marian f32 ({mf}), {med[mi] / med[k]:.2f}x Marian intgemm8 ({mi}); "
               f"{rss[k]:.0f} MB vs {rss[mf]:.0f} / {rss[mi]:.0f} MB")
+    # Where our time goes at each precision (one `--profile` run at --threads, after the timings):
+    # the products' share and rate, at f32 and bf16 against the unit's peak measured then, which
+    # says how far a product-bound figure could still move on this CPU.
+    print(f"our profile at {a.threads} threads (translate --profile):")
+    for p in precisions:
+        err = run(ours_decode(p, a.threads) + ["--profile"]).stderr.splitlines()
+        for line in err:
+            if line.strip().split(":")[0] in ("matmul", "attention fwd", "beam search (normalise + top-k)", "other"):
+                print(f"  {p:5s} {line.strip()}")
 
 
 if __name__ == "__main__":

@@ -246,6 +246,14 @@ fn train_then_translate_keeps_line_order_and_empty_lines() {
         err.contains("memory at int8 (MB):") && err.contains("prepared weights:") && err.contains("process peak RSS"),
         "{err}"
     );
+    // At f32 the profile puts the products' rate against the FMA unit's peak, measured then.
+    let (ok, _, err) = transformer(&["translate", "--checkpoint", ck, "--bpe", bp, "--input", inp, "--profile"]);
+    assert!(ok, "{err}");
+    let matmul = err.lines().find(|l| l.trim_start().starts_with("matmul:")).unwrap_or_else(|| panic!("{err}"));
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("fma") {
+        assert!(matmul.contains("GFLOP/s") && matmul.contains("% of the f32 FMA peak of "), "{matmul}");
+    }
     let q = dir.join("int8.safetensors");
     let (ok, _, err) = transformer(&["quantize", "--checkpoint", ck, "--output", q.to_str().unwrap()]);
     assert!(ok && err.contains("decode it with --precision int8"), "{err}");

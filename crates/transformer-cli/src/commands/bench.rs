@@ -250,7 +250,7 @@ fn time_train_steps(
 
 /// The products' unit's arithmetic ceiling on all worker threads (FMA at f32; `vdpbf16ps` or AMX
 /// tiles at bf16), with the unit's name; `None` where it is not measured.
-fn unit_peak(bf16: bool) -> Option<(&'static str, f64)> {
+pub(crate) fn unit_peak(bf16: bool) -> Option<(&'static str, f64)> {
     use transformer::kernels::cpu::{bf16::Unit, peak};
     match (bf16, transformer::kernels::cpu::bf16::unit()) {
         (false, _) => peak::peak_gflops(peak::PeakOf::F32Fma, 20_000_000).map(|p| ("f32 FMA", p)),

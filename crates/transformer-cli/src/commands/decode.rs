@@ -11,6 +11,7 @@ use transformer::decode::translator::{DecodeOptions, TranslateStats, Translator}
 #[cfg(feature = "heatmap")]
 use transformer::decode::BeamConfig;
 use transformer::kernels::cpu::profile::Profile;
+use transformer::precision::Precision;
 
 fn speed_line(stats: &TranslateStats, secs: f64, what: &str) -> String {
     format!(
@@ -57,10 +58,22 @@ pub fn translate(
         if stats.workers > 1 {
             eprintln!("{} batches at once, one per thread: thread-seconds, of {budget:.3}", stats.workers);
         }
+        // The products' unit's ceiling, measured now with every thread busy (as they were):
+        // per thread where each thread ran its own batch, for all of them otherwise. Not measured
+        // for int8 (VNNI has no peak loop; AMX runs only some of the products).
+        let peak = match translator.model().precision() {
+            Precision::F32 => super::bench::unit_peak(false),
+            Precision::Bf16 => super::bench::unit_peak(true),
+            Precision::Int8 => None,
+        }
+        .map(|(unit, p)| (unit, if stats.workers > 1 { p / rayon::current_num_threads() as f64 } else { p }));
         for (name, t) in slots.iter().filter(|s| s.1 > 0.0) {
             let rate = if *name == "matmul" {
                 let each = if stats.workers > 1 { " per thread" } else { "" };
-                format!(", {:.0} GFLOP/s{each}", flops as f64 / 1e9 / t)
+                let g = flops as f64 / 1e9 / t;
+                let share = peak
+                    .map_or(String::new(), |(unit, p)| format!(", {:.0}% of the {unit} peak of {p:.0}", 100.0 * g / p));
+                format!(", {g:.0} GFLOP/s{each}{share}")
             } else {
                 String::new()
             };
