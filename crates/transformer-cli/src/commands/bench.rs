@@ -140,7 +140,7 @@ fn train_step(
     precision.available().map_err(|why| anyhow::anyhow!("--bf16: {why}"))?;
     let m = time_train_steps(model, precision, dropout, steps, warmup, json)?;
     // The unit's arithmetic ceiling on all worker threads: FMA, `vdpbf16ps` or AMX tiles.
-    let peak = if per_shape { unit_peak(bf16) } else { None };
+    let peak = if per_shape { transformer::kernels::cpu::peak::product_peak(bf16) } else { None };
     let median = median_of(m.times.clone());
     // Per kernel family: the median over steps; "other" is the step minus all accounted time.
     let mut breakdown: Vec<(String, f64)> = (m.slots[0].iter().enumerate())
@@ -246,18 +246,6 @@ fn time_train_steps(
     m.products.sort_by(|a, b| b.1.seconds.total_cmp(&a.1.seconds));
     m.params = trainer.model().params.len();
     Ok(m)
-}
-
-/// The products' unit's arithmetic ceiling on all worker threads (FMA at f32; `vdpbf16ps` or AMX
-/// tiles at bf16), with the unit's name; `None` where it is not measured.
-pub(crate) fn unit_peak(bf16: bool) -> Option<(&'static str, f64)> {
-    use transformer::kernels::cpu::{bf16::Unit, peak};
-    match (bf16, transformer::kernels::cpu::bf16::unit()) {
-        (false, _) => peak::peak_gflops(peak::PeakOf::F32Fma, 20_000_000).map(|p| ("f32 FMA", p)),
-        (true, Ok(Unit::Avx512Bf16)) => peak::peak_gflops(peak::PeakOf::Bf16Dot, 20_000_000).map(|p| ("vdpbf16ps", p)),
-        (true, Ok(Unit::Amx)) => peak::peak_gflops(peak::PeakOf::AmxBf16, 20_000_000).map(|p| ("AMX tdpbf16ps", p)),
-        (true, Err(_)) => None,
-    }
 }
 
 fn products_json(products: &[(Shape, ShapeTimes)], per_step: f64) -> serde_json::Value {

@@ -10,7 +10,7 @@ use std::time::Instant;
 use transformer::decode::translator::{DecodeOptions, TranslateStats, Translator};
 #[cfg(feature = "heatmap")]
 use transformer::decode::BeamConfig;
-use transformer::kernels::cpu::profile::Profile;
+use transformer::kernels::cpu::{peak, profile::Profile};
 use transformer::precision::Precision;
 
 fn speed_line(stats: &TranslateStats, secs: f64, what: &str) -> String {
@@ -62,8 +62,8 @@ pub fn translate(
         // per thread where each thread ran its own batch, for all of them otherwise. Not measured
         // for int8 (VNNI has no peak loop; AMX runs only some of the products).
         let peak = match translator.model().precision() {
-            Precision::F32 => super::bench::unit_peak(false),
-            Precision::Bf16 => super::bench::unit_peak(true),
+            Precision::F32 => peak::product_peak(false),
+            Precision::Bf16 => peak::product_peak(true),
             Precision::Int8 => None,
         }
         .map(|(unit, p)| (unit, if stats.workers > 1 { p / rayon::current_num_threads() as f64 } else { p }));

@@ -3,7 +3,6 @@
 //! wall time is the ceiling a matrix product could reach. `bench train-step --profile` reports each
 //! product shape's rate as a share of it.
 
-use rayon::prelude::*;
 use std::arch::x86_64::*;
 use std::time::Instant;
 
@@ -24,6 +23,20 @@ pub enum PeakOf {
 
 /// Independent accumulators per thread: enough to cover the instruction latency.
 const ACC: usize = 16;
+
+/// The arithmetic ceiling of the unit a matrix product runs on, over all rayon worker threads at
+/// once, with the unit's name: f32 FMA, or at bf16 `vdpbf16ps` or AMX tiles (whichever
+/// [`super::bf16::unit`] picks); `None` where it is not measured (bf16 without a bf16 unit).
+/// Takes about 0.1–0.2 s.
+pub fn product_peak(bf16: bool) -> Option<(&'static str, f64)> {
+    use super::bf16::Unit;
+    match (bf16, super::bf16::unit()) {
+        (false, _) => peak_gflops(PeakOf::F32Fma, 20_000_000).map(|p| ("f32 FMA", p)),
+        (true, Ok(Unit::Avx512Bf16)) => peak_gflops(PeakOf::Bf16Dot, 20_000_000).map(|p| ("vdpbf16ps", p)),
+        (true, Ok(Unit::Amx)) => peak_gflops(PeakOf::AmxBf16, 20_000_000).map(|p| ("AMX tdpbf16ps", p)),
+        (true, Err(_)) => None,
+    }
+}
 
 /// GFLOP/s of `which` over all rayon worker threads at once, or `None` where the CPU lacks it.
 /// Runs `iters` rounds of 16 instructions per thread, in three timings of a third each, and
@@ -79,7 +92,10 @@ fn best_of_three(flops_per_op: f64, run: fn(usize) -> f32, iters: usize) -> Opti
     let mut best = f64::INFINITY;
     for _ in 0..3 {
         let start = Instant::now();
-        let sink: f32 = (0..threads).into_par_iter().map(|_| run(iters / 3)).sum();
+        // `broadcast` runs the loop once on every thread of the pool, at once (a parallel
+        // iterator over `threads` items may run two of them on one thread, which once measured
+        // half the peak).
+        let sink: f32 = rayon::broadcast(|_| run(iters / 3)).into_iter().sum();
         best = best.min(start.elapsed().as_secs_f64());
         std::hint::black_box(sink);
     }
