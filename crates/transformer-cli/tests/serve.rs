@@ -685,6 +685,21 @@ fn the_web_page_shows_the_api_translation_in_chromium() {
     assert!(png.starts_with(b"\x89PNG") && png.len() > 10_000, "{} bytes", png.len());
     std::fs::write(&shot, &png).unwrap_or_else(|e| panic!("writing {}: {e}", shot.display()));
     eprintln!("screenshot: {}", shot.display());
+    // Chromium's helper processes outlive the browser by a moment and may still write into its
+    // profile, so a single removal can leave it behind: close the browser, then remove the test's
+    // directory until it stays gone.
+    drop(tab);
+    drop(browser);
+    for _ in 0..50 {
+        let _ = std::fs::remove_dir_all(&*d);
+        std::thread::sleep(Duration::from_millis(100));
+        if !d.exists() {
+            break;
+        }
+    }
+    if d.exists() {
+        eprintln!("left behind: {} (Chromium still writing after 5 s)", d.display());
+    }
 }
 
 /// Writes `bytes` on a new connection to `addr`, then reads everything the server answers until
