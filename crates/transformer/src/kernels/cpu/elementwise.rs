@@ -70,6 +70,31 @@ pub fn max(x: &[f32]) -> f32 {
     m
 }
 
+/// max |x[i]| over the values that are not NaN (0 for an empty slice), in 16 lanes so that it
+/// vectorises (a fold that tests for NaN at every step compiles to a scalar loop).
+#[multiversion(targets(
+    "x86_64+avx512f+avx512bw+avx512dq+avx512vl+avx2+fma+bmi1+bmi2+lzcnt+popcnt",
+    "x86_64+avx2+fma"
+))]
+pub fn max_abs(x: &[f32]) -> f32 {
+    let mut acc = [0f32; 16];
+    let chunks = x.chunks_exact(16);
+    let mut m = 0f32;
+    for v in chunks.remainder() {
+        m = if v.abs() > m { v.abs() } else { m };
+    }
+    for c in chunks {
+        for l in 0..16 {
+            let a = c[l].abs();
+            acc[l] = if a > acc[l] { a } else { acc[l] };
+        }
+    }
+    for v in acc {
+        m = if v > m { v } else { m };
+    }
+    m
+}
+
 /// In place x[i] = e^(x[i] − shift); returns Σ of the results.
 #[inline(always)]
 pub fn exp_shift_sum(x: &mut [f32], shift: f32) -> f32 {
