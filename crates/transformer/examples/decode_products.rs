@@ -27,6 +27,12 @@ fn time(mut f: impl FnMut(), flops: f64) -> f64 {
 }
 
 fn main() {
+    // From a thread of the pool, as decoding calls them (a call from outside it pays for waking
+    // the pool at every product).
+    rayon::ThreadPoolBuilder::new().build().expect("thread pool").install(run)
+}
+
+fn run() {
     let shapes = match std::env::args().nth(1).as_deref() {
         Some("base") => [(1536, 512), (512, 512), (2048, 512), (512, 2048), (11000, 512)],
         _ => [(768, 256), (256, 256), (1024, 256), (256, 1024), (8000, 256)],

@@ -97,6 +97,10 @@ fn packed_linear_matches_reference() {
         (3, 97, 11),
         (13, 150, 7),
         (16, 70, 6),
+        // More panels than one group (PANEL_GROUP_BYTES: 6 panels at k = 300, 32 at k = 64),
+        // over several blocks: every block meets each group in turn.
+        (40, 500, 300),
+        (29, 1500, 64),
         // More rows than one pass takes (PACKED_MAX_ROWS): chunks, the last a partial one.
         (packed::PACKED_MAX_ROWS + 1, 33, 20),
         (2 * packed::PACKED_MAX_ROWS + 37, 70, 9),
