@@ -1,7 +1,8 @@
 //! Linear maps with pre-packed weights, for inference: Y (m, n) = X (m, k) · Wᵀ + bias, W stored
 //! (n, k) like `nn.Linear`. The weights are re-laid once into panels of [`NR`] output columns
 //! (k × NR contiguous), so a product streams each panel from cache with no per-call packing of the
-//! large operand; X is packed per call into blocks of [`MR`] rows (k × MR contiguous). The
+//! large operand; X is read as given, [`MR`] rows at a time (an earlier version packed each block
+//! of X first: no faster in decoding, and 10% slower on the 256-column products). The
 //! micro-kernel keeps an MR × NR block of Y in registers (AVX-512: 24 of the 32 vector registers).
 //! Threads split the panels.
 //!
@@ -177,25 +178,7 @@ impl PackedLinear {
         }
         let _t = super::profile::scope(super::profile::Slot::Matmul);
         super::profile::add_matmul_flops(2 * (m * n * k) as u64);
-        // X in blocks of MR rows, k × MR each. The buffer is kept per thread; it is
-        // taken out while in use, so a product started on this thread meanwhile (rayon may run
-        // another task here while this one waits) gets a fresh one instead of a borrow conflict.
-        let blocks = m.div_ceil(MR);
-        let mut xp = X_PACKED.take();
-        // The buffer is only lengthened, never cleared: the last block's rows past m may hold stale
-        // values, but rows are independent and the micro-kernel stores only rows < m.
-        if xp.len() < blocks * k * MR {
-            xp.resize(blocks * k * MR, 0.0);
-        }
-        xp[..blocks * k * MR].par_chunks_mut(k * MR).enumerate().for_each(|(b, blk)| {
-            for i in 0..MR.min(m - b * MR) {
-                for (kk, &v) in x[(b * MR + i) * k..][..k].iter().enumerate() {
-                    blk[kk * MR + i] = v;
-                }
-            }
-        });
-        self.panels_times(panels, y, &xp[..blocks * k * MR], bias, m);
-        X_PACKED.set(xp);
+        self.panels_times(panels, y, x, bias, m);
     }
 
     /// Y (m, n) += X (m, k) · Wᵀ.
@@ -219,7 +202,7 @@ impl PackedLinear {
     }
 
     /// Y = packed X · packed W [+ bias]; threads split the panels, so each writes its own columns.
-    fn panels_times(&self, panels: &[f32], y: &mut [f32], xp: &[f32], bias: Option<&[f32]>, m: usize) {
+    fn panels_times(&self, panels: &[f32], y: &mut [f32], x: &[f32], bias: Option<&[f32]>, m: usize) {
         let (n, k) = (self.n, self.k);
         let blocks = m.div_ceil(MR);
         let np = n.div_ceil(NR);
@@ -243,7 +226,7 @@ impl PackedLinear {
                 let g1 = (g0 + group).min(hi);
                 for b in 0..full {
                     let rows = MR.min(m - b * MR);
-                    let xb = &xp[b * k * MR..][..k * MR];
+                    let xb = &x[b * k * MR..][..k * rows];
                     for p in g0..g1 {
                         let panel = &panels[p * k * NR..][..k * NR];
                         let c0 = p * NR;
@@ -263,7 +246,7 @@ impl PackedLinear {
                 return;
             }
             let b = blocks - 1;
-            let xb = &xp[b * k * MR..][..k * MR];
+            let xb = &x[b * k * MR..][..k * last];
             let mut p = lo;
             while p < hi {
                 // Panels p..p + g: g of them, the last possibly partial (only the matrix's last
@@ -298,14 +281,11 @@ impl PackedLinear {
     }
 }
 
-thread_local! {
-    static X_PACKED: std::cell::Cell<Vec<f32>> = const { std::cell::Cell::new(Vec::new()) };
-}
-
-/// The micro-kernel: Y[i][j] = Σ_p xp[p][i] · panels[p][j] (+ bias[j]) for i < rows, j < cols, over
+/// The micro-kernel: Y[i][j] = Σ_p xb[i][p] · panels[p][j] (+ bias[j]) for i < rows, j < cols, over
 /// P consecutive panels (`panels`: P · k × NR, columns 0..cols of Y, cols > (P − 1) · NR), the sums
-/// in registers: per step p a broadcast of each of R rows of X times 2P vectors of weights. On
-/// AVX-512 intrinsics (the panels exist only where [`use_packed`] found AVX-512). Every element of
+/// in registers: per step p a broadcast of each of R rows of X (`xb`: rows × k, row-major) times
+/// 2P vectors of weights. On AVX-512 intrinsics (the panels exist only where [`use_packed`] found
+/// AVX-512). Every element of
 /// Y adds its k products in the order p = 0, 1, …, so a row's result does not depend on the rows
 /// beside it. R · 2P sums are in flight: a full block (R = MR, P = 1) holds 24 of the 32 vector
 /// registers; a few rows take several panels at once (at R = 1, P = 1 only two sums, and each step
@@ -321,7 +301,7 @@ thread_local! {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,fma")]
 unsafe fn kernel<const R: usize, const P: usize>(
-    xp: &[f32],
+    xb: &[f32],
     panels: &[f32],
     k: usize,
     y: *mut f32,
@@ -332,9 +312,9 @@ unsafe fn kernel<const R: usize, const P: usize>(
 ) {
     use std::arch::x86_64::*;
     // k > 0: weights are laid in panels only then (`PackedLinear::new`).
-    assert!(k > 0 && R <= MR && rows <= R && xp.len() >= k * MR && panels.len() >= P * k * NR);
+    assert!(k > 0 && R <= MR && rows >= 1 && rows <= R && xb.len() >= k * rows && panels.len() >= P * k * NR);
     assert!(cols <= P * NR && cols > (P - 1) * NR);
-    // SAFETY: loads read inside `xp` (k groups of MR) and `panels` (P panels of k rows of NR);
+    // SAFETY: loads read inside `xb` (rows rows of k) and `panels` (P panels of k rows of NR);
     // stores are masked to `cols` columns of rows < rows, which the caller guarantees writable.
     unsafe {
         // Ask for Y's lines (for writing) now, so that the stores at the end find them in cache:
@@ -345,12 +325,14 @@ unsafe fn kernel<const R: usize, const P: usize>(
                 _mm_prefetch::<_MM_HINT_ET0>(y.add(i * ldy + 16 * h).cast_const().cast::<i8>());
             }
         }
-        let (xq, wp) = (xp.as_ptr(), panels.as_ptr());
+        // Row i of the block (rows past `rows` repeat the last; their sums are not stored).
+        let xr: [*const f32; R] = std::array::from_fn(|i| xb.as_ptr().add(i.min(rows - 1) * k));
+        let wp = panels.as_ptr();
         // The sums start from step 0's products (the value a multiply-add onto zero gives, but
         // for the sign of an exact zero) rather than from zeros, which the compiler set with
         // `memset` on the stack at every call (1% of f32 decoding).
         let mut c: [[[__m512; 2]; P]; R] = std::array::from_fn(|i| {
-            let a = _mm512_set1_ps(*xq.add(i));
+            let a = _mm512_set1_ps(*xr[i]);
             std::array::from_fn(|q| {
                 let w = wp.add(q * k * NR);
                 [_mm512_mul_ps(a, _mm512_loadu_ps(w)), _mm512_mul_ps(a, _mm512_loadu_ps(w.add(16)))]
@@ -363,7 +345,7 @@ unsafe fn kernel<const R: usize, const P: usize>(
                 bq[1] = _mm512_loadu_ps(wp.add(q * k * NR + p * NR + 16));
             }
             for (i, ci) in c.iter_mut().enumerate() {
-                let a = _mm512_set1_ps(*xq.add(p * MR + i));
+                let a = _mm512_set1_ps(*xr[i].add(p));
                 for (cq, bq) in ci.iter_mut().zip(&b) {
                     cq[0] = _mm512_fmadd_ps(a, bq[0], cq[0]);
                     cq[1] = _mm512_fmadd_ps(a, bq[1], cq[1]);
