@@ -78,7 +78,8 @@ fn linear_forward_backward() {
 #[test]
 fn packed_linear_matches_reference() {
     let mut rng = Rng::new(14);
-    // Row counts that end in a block of 1, 2, 3–4, 5–8 and 9–12 rows (each has its own kernel).
+    // Row counts that end in a block of 1, 2, 3–4 rows (each has its own kernel) and 5–12 (the
+    // full kernel, its rows past the last repeating it).
     for &(m, n, k) in &[
         (1, 1, 1),
         (13, 33, 7),
@@ -97,30 +98,43 @@ fn packed_linear_matches_reference() {
         (3, 97, 11),
         (13, 150, 7),
         (16, 70, 6),
-        // More panels than one group (PANEL_GROUP_BYTES: 6 panels at k = 300, 32 at k = 64),
-        // over several blocks: every block meets each group in turn.
-        (40, 500, 300),
-        (29, 1500, 64),
         // More rows than one pass takes (PACKED_MAX_ROWS): chunks, the last a partial one.
         (packed::PACKED_MAX_ROWS + 1, 33, 20),
         (2 * packed::PACKED_MAX_ROWS + 37, 70, 9),
     ] {
-        let (x, w, b) = (rand_vec(&mut rng, m * k, 1.0), rand_vec(&mut rng, n * k, 1.0), rand_vec(&mut rng, n, 1.0));
-        let packed = packed::PackedLinear::new(&to_f32(&w), n, k, transformer::Precision::F32, true);
-        assert_eq!((packed.n(), packed.k()), (n, k));
-        let mut y = vec![f32::NAN; m * n];
-        packed.forward(&mut y, &to_f32(&x), Some(&to_f32(&b)), m);
-        assert_close(&format!("{m}x{n}x{k} + bias"), &to_f64(&y), &r::linear_forward(&x, &w, &b, m, n, k), ATOL, RTOL);
-        let mut y = vec![f32::NAN; m * n];
-        packed.forward(&mut y, &to_f32(&x), None, m);
-        let zero = vec![0.0; n];
-        assert_close(&format!("{m}x{n}x{k}"), &to_f64(&y), &r::linear_forward(&x, &w, &zero, m, n, k), ATOL, RTOL);
+        check_packed(&mut rng, m, n, k);
+    }
+    // More panels than one thread's group (PANEL_GROUP_BYTES: 16 panels at k = 128, 32 at k = 64)
+    // over several blocks, so every block meets each group in turn: on one thread and on two (a
+    // thread's share of the panels is what it groups).
+    for threads in [1, 2] {
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+        pool.install(|| {
+            for (m, n, k) in [(40, 1100, 128), (29, 1500, 64), (61, 2200, 64)] {
+                check_packed(&mut rng, m, n, k);
+            }
+        });
     }
 }
 
-/// A row's product does not depend on the rows beside it: each row computed alone (the few-rows
-/// kernels over groups of panels: decoding one sentence) equals the same row in a product of 24
-/// rows (full blocks) bit for bit, so batch-1 and batched decoding add in the same order. (Only
+/// [`packed::PackedLinear`] (m, n, k) with and without a bias against the f64 reference.
+fn check_packed(rng: &mut Rng, m: usize, n: usize, k: usize) {
+    let (x, w, b) = (rand_vec(rng, m * k, 1.0), rand_vec(rng, n * k, 1.0), rand_vec(rng, n, 1.0));
+    let packed = packed::PackedLinear::new(&to_f32(&w), n, k, transformer::Precision::F32, true);
+    assert_eq!((packed.n(), packed.k()), (n, k));
+    let mut y = vec![f32::NAN; m * n];
+    packed.forward(&mut y, &to_f32(&x), Some(&to_f32(&b)), m);
+    assert_close(&format!("{m}x{n}x{k} + bias"), &to_f64(&y), &r::linear_forward(&x, &w, &b, m, n, k), ATOL, RTOL);
+    let mut y = vec![f32::NAN; m * n];
+    packed.forward(&mut y, &to_f32(&x), None, m);
+    let zero = vec![0.0; n];
+    assert_close(&format!("{m}x{n}x{k}"), &to_f64(&y), &r::linear_forward(&x, &w, &zero, m, n, k), ATOL, RTOL);
+}
+
+/// A row's product does not depend on the rows beside it: runs of 1–4 rows computed alone (the
+/// few-rows kernels over groups of panels: decoding one sentence) and of 5 and 9 (the full kernel,
+/// the rows it lacks repeating its last) equal the same rows in a product of 24 rows (full
+/// blocks) bit for bit, so batch-1 and batched decoding add in the same order. (Only
 /// where the weights are laid in panels, i.e. on AVX-512: the `gemm` fallback promises no order.)
 #[test]
 fn packed_linear_row_alone_equals_row_in_block() {
@@ -139,8 +153,8 @@ fn packed_linear_row_alone_equals_row_in_block() {
         let packed = packed::PackedLinear::new(&w, n, k, transformer::Precision::F32, true);
         let mut all = vec![0.0; m * n];
         packed.forward(&mut all, &x, Some(&b), m);
-        for rows in [1, 2, 3, 4] {
-            for start in (0..m).step_by(rows).take(5) {
+        for rows in [1, 2, 3, 4, 5, 9] {
+            for start in (0..=m - rows).step_by(rows).take(5) {
                 let mut y = vec![f32::NAN; rows * n];
                 packed.forward(&mut y, &x[start * k..(start + rows) * k], Some(&b), rows);
                 let same = y.iter().zip(&all[start * n..]).all(|(a, c)| a.to_bits() == c.to_bits());

@@ -757,15 +757,17 @@ struct Out<'a> {
 unsafe fn vnni_block<const R: usize>(blk: &[i8], panel: &[i8], groups: usize, out: &Out) {
     use std::arch::x86_64::*;
     assert!(groups >= 1 && blk.len() >= groups * MR * GROUP && panel.len() >= groups * GROUP_BYTES);
+    assert!((1..=NR).contains(&out.cols) && out.rows <= R);
     // SAFETY: loads stay inside `blk`, `panel` and the column slices (masked to `cols`); stores
     // write rows < rows, columns < cols of the caller's block.
     unsafe {
         let (xp, wp) = (blk.as_ptr(), panel.as_ptr());
-        // Y's lines, asked for now (for writing) so that the stores at the end find them in cache
-        // (as in packed.rs's kernel).
+        // Y's lines, asked for now so that the stores at the end find them in cache (as in
+        // packed.rs's kernel).
         for i in 0..out.rows {
-            for h in 0..out.cols.div_ceil(16) {
-                _mm_prefetch::<_MM_HINT_ET0>(out.y.add(i * out.ld + 16 * h).cast_const().cast::<i8>());
+            let row = out.y.add(i * out.ld);
+            for j in (0..out.cols).step_by(16).chain([out.cols - 1]) {
+                _mm_prefetch::<_MM_HINT_T0>(row.add(j).cast_const().cast::<i8>());
             }
         }
         // The sums start from group 0's products rather than from zeros: with zeros, the array

@@ -201,7 +201,8 @@ impl PackedLinear {
         }
     }
 
-    /// Y = packed X · packed W [+ bias]; threads split the panels, so each writes its own columns.
+    /// Y = X (as given) · packed W [+ bias]; threads split the panels, so each writes its own
+    /// columns.
     fn panels_times(&self, panels: &[f32], y: &mut [f32], x: &[f32], bias: Option<&[f32]>, m: usize) {
         let (n, k) = (self.n, self.k);
         let blocks = m.div_ceil(MR);
@@ -218,12 +219,13 @@ impl PackedLinear {
         (0..threads).into_par_iter().for_each(|t| {
             let out = &out;
             let (lo, hi) = (t * per, ((t + 1) * per).min(np));
-            // Panels in groups of about PANEL_GROUP_BYTES: every block of X (held in L1) passes
-            // over a group (held in L2) before the next group is read.
-            let group = (PANEL_GROUP_BYTES / (k * NR * 4)).max(1);
+            // Panels in groups of about PANEL_GROUP_BYTES: every block of X (12·k·4 bytes, in L1
+            // at the model widths decoding meets, k ≤ 512) passes over a group (held in L2)
+            // before the next group is read. (At k ≥ 2048 a panel alone fills the group.)
+            let per_group = (PANEL_GROUP_BYTES / (k * NR * 4)).max(1);
             let mut g0 = lo;
             while g0 < hi {
-                let g1 = (g0 + group).min(hi);
+                let g1 = (g0 + per_group).min(hi);
                 for b in 0..full {
                     let rows = MR.min(m - b * MR);
                     let xb = &x[b * k * MR..][..k * rows];
@@ -317,12 +319,14 @@ unsafe fn kernel<const R: usize, const P: usize>(
     // SAFETY: loads read inside `xb` (rows rows of k) and `panels` (P panels of k rows of NR);
     // stores are masked to `cols` columns of rows < rows, which the caller guarantees writable.
     unsafe {
-        // Ask for Y's lines (for writing) now, so that the stores at the end find them in cache:
-        // a product's Y can be larger than the core's cache (the logits of 128 rows: 4 MB), and
-        // 24 stores waiting on memory stalled the next block.
+        // Ask for Y's lines now, so that the stores at the end find them in cache: a product's Y
+        // can be larger than the core's cache (the logits of 128 rows: 4 MB), and 24 stores
+        // waiting on memory stalled the next block. Each row's first element, every 16th and its
+        // last (a row of Y need not start on a line).
         for i in 0..rows {
-            for h in 0..cols.div_ceil(16) {
-                _mm_prefetch::<_MM_HINT_ET0>(y.add(i * ldy + 16 * h).cast_const().cast::<i8>());
+            let row = y.add(i * ldy);
+            for j in (0..cols).step_by(16).chain([cols - 1]) {
+                _mm_prefetch::<_MM_HINT_T0>(row.add(j).cast_const().cast::<i8>());
             }
         }
         // Row i of the block (rows past `rows` repeat the last; their sums are not stored).
