@@ -29,7 +29,7 @@ use std::arch::x86_64::*;
 
 use super::matmul::Op;
 use super::{transpose16, SendPtr};
-use micro::{amx_block, dp_strip, prefetch_rows};
+use micro::{amx_block, dp_strip};
 
 mod micro;
 
@@ -754,10 +754,10 @@ fn multiply(
                                 // them when it stores; one that loads them first asks for the next
                                 // block's.
                                 if !load {
-                                    prefetch_rows(o, ld, r);
+                                    super::prefetch_rows(o, ld, r, BLOCK);
                                 } else if jb + 1 < blocks.end {
                                     let (next, next_ld, _, _) = block(jb + 1);
-                                    prefetch_rows(next.add(8 * s * next_ld), next_ld, r);
+                                    super::prefetch_rows(next.add(8 * s * next_ld), next_ld, r, BLOCK);
                                 }
                                 match r {
                                     1 => dp_strip::<1>(o, ld, load, a_s, a_step, b0, b_step, n_k),

@@ -762,14 +762,7 @@ unsafe fn vnni_block<const R: usize>(blk: &[i8], panel: &[i8], groups: usize, ou
     // write rows < rows, columns < cols of the caller's block.
     unsafe {
         let (xp, wp) = (blk.as_ptr(), panel.as_ptr());
-        // Y's lines, asked for now so that the stores at the end find them in cache (as in
-        // packed.rs's kernel).
-        for i in 0..out.rows {
-            let row = out.y.add(i * out.ld);
-            for j in (0..out.cols).step_by(16).chain([out.cols - 1]) {
-                _mm_prefetch::<_MM_HINT_T0>(row.add(j).cast_const().cast::<i8>());
-            }
-        }
+        super::prefetch_rows(out.y, out.ld, out.rows, out.cols);
         // The sums start from group 0's products rather than from zeros: with zeros, the array
         // was zeroed on the stack with `memset` at every call (3% of int8 decoding), for the
         // epilogue's loop over a run-time number of rows.

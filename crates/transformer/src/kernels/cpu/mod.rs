@@ -39,6 +39,28 @@ impl SendPtr {
     }
 }
 
+/// Asks for the cache lines of `rows` rows of `cols` floats at `out` (row stride `ld` floats), so
+/// that a kernel's stores at the end of its sums find them in cache: a product's output can be
+/// larger than the core's cache (the logits of 128 rows: 4 MB), and stores waiting on memory
+/// stall the next block. Each row's first element, every 16th and its last (a row need not start
+/// on a line). A plain prefetch (`prefetcht0`): the write-intent hint needs the `prfchw` feature.
+/// A hint: it reads nothing and faults on nothing.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(crate) fn prefetch_rows(out: *const f32, ld: usize, rows: usize, cols: usize) {
+    use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+    if cols == 0 {
+        return;
+    }
+    for r in 0..rows {
+        let row = out.wrapping_add(r * ld);
+        for j in (0..cols).step_by(16).chain([cols - 1]) {
+            // SAFETY: prefetching never faults, whatever the address.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(row.wrapping_add(j).cast()) };
+        }
+    }
+}
+
 /// Stores the transpose of 16 rows of 16 u32 (`rows[c]` lane r → out row r, column c), its first
 /// `len` rows, `ld` u32 apart: 32- and 64-bit interleaves within 128-bit lanes, then two rounds of
 /// 128-bit lane shuffles. For the bf16 packers (pairs of bf16 as u32, tile rows 16 apart) and the

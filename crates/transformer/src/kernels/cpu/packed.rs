@@ -287,9 +287,8 @@ impl PackedLinear {
 /// P consecutive panels (`panels`: P · k × NR, columns 0..cols of Y, cols > (P − 1) · NR), the sums
 /// in registers: per step p a broadcast of each of R rows of X (`xb`: rows × k, row-major) times
 /// 2P vectors of weights. On AVX-512 intrinsics (the panels exist only where [`use_packed`] found
-/// AVX-512). Every element of
-/// Y adds its k products in the order p = 0, 1, …, so a row's result does not depend on the rows
-/// beside it. R · 2P sums are in flight: a full block (R = MR, P = 1) holds 24 of the 32 vector
+/// AVX-512). Every element of Y adds its k products in the order p = 0, 1, …, so a row's result
+/// does not depend on the rows beside it. R · 2P sums are in flight: a full block (R = MR, P = 1) holds 24 of the 32 vector
 /// registers; a few rows take several panels at once (at R = 1, P = 1 only two sums, and each step
 /// would wait for the last multiply-add's result). (The `multiversion` macro on a generic
 /// function, or beside several kernels in one `match`, ran 4× slower than the single kernel; a
@@ -319,16 +318,7 @@ unsafe fn kernel<const R: usize, const P: usize>(
     // SAFETY: loads read inside `xb` (rows rows of k) and `panels` (P panels of k rows of NR);
     // stores are masked to `cols` columns of rows < rows, which the caller guarantees writable.
     unsafe {
-        // Ask for Y's lines now, so that the stores at the end find them in cache: a product's Y
-        // can be larger than the core's cache (the logits of 128 rows: 4 MB), and 24 stores
-        // waiting on memory stalled the next block. Each row's first element, every 16th and its
-        // last (a row of Y need not start on a line).
-        for i in 0..rows {
-            let row = y.add(i * ldy);
-            for j in (0..cols).step_by(16).chain([cols - 1]) {
-                _mm_prefetch::<_MM_HINT_T0>(row.add(j).cast_const().cast::<i8>());
-            }
-        }
+        super::prefetch_rows(y, ldy, rows, cols);
         // Row i of the block (rows past `rows` repeat the last; their sums are not stored).
         let xr: [*const f32; R] = std::array::from_fn(|i| xb.as_ptr().add(i.min(rows - 1) * k));
         let wp = panels.as_ptr();

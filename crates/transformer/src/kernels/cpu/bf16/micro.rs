@@ -128,20 +128,6 @@ pub(super) unsafe fn dp_strip<const R: usize>(
     }
 }
 
-/// Asks for the cache lines of `rows` rows of 32 floats at `out` (row stride `ld` floats), for
-/// writing. A hint: it reads nothing and faults on nothing.
-#[inline(always)]
-pub(super) fn prefetch_rows(out: *const f32, ld: usize, rows: usize) {
-    for r in 0..rows {
-        let p = out.wrapping_add(r * ld);
-        // SAFETY: prefetching never faults, whatever the address.
-        unsafe {
-            _mm_prefetch::<_MM_HINT_ET0>(p.cast());
-            _mm_prefetch::<_MM_HINT_ET0>(p.wrapping_add(16).cast());
-        }
-    }
-}
-
 /// Loads the 32 × 32 f32 block at `out` (row stride `ld` bytes) into tmm0..tmm3.
 #[inline(always)]
 unsafe fn load_c(out: *mut f32, ld: usize) {
