@@ -81,6 +81,10 @@ def version():
     return (r.stdout + r.stderr).strip().splitlines()[-1]
 
 
+# Where the fixtures' decoder.yml says the model was trained (see the end of main).
+TRAINED_AT = "/home/marian-trainer/run"
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.path.join(ROOT, "crates/transformer/tests/fixtures/marian-real"))
@@ -147,8 +151,17 @@ def main():
         keep = ["model.npz", "model.npz.decoder.yml"] + sorted({os.path.basename(p) for p in vocabs})
         for f in keep:
             shutil.copy(os.path.join(work, f), os.path.join(dest, f))
+        # Marian's paths, absolute as it writes them, but of a training machine no test machine
+        # has: under the scratch directory a shared /tmp would let anyone decide what a test reads.
+        def placed(text):
+            return text.replace(scratch, TRAINED_AT)
+        decoder = os.path.join(dest, "model.npz.decoder.yml")
+        with open(decoder, encoding="utf-8") as f:
+            text = placed(f.read())
+        with open(decoder, "w", encoding="utf-8") as f:
+            f.write(text)
         with open(os.path.join(dest, "reference.json"), "w", encoding="utf-8") as f:
-            json.dump(ref, f, ensure_ascii=False, indent=1)
+            f.write(placed(json.dumps(ref, ensure_ascii=False, indent=1)))
         print(name, "written:", ", ".join(keep), file=sys.stderr)
     shutil.rmtree(scratch)
 

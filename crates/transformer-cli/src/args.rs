@@ -73,7 +73,8 @@ pub enum Command {
     Evaluate(EvaluateArgs),
     /// Score given translations: each pair's log-probability under the model, Σ log p(token)
     /// (natural log, EOS included, teacher-forced), one number a line, as Marian's `score` prints
-    /// them; for reranking, filtering, or checking a model against another toolkit.
+    /// them; for reranking, filtering, or checking a model against another toolkit. With a parsing
+    /// model, --ref holds bracketed trees (one per sentence), scored as the model writes them.
     Score(ScoreArgs),
     /// Parse sentences into constituency trees (§6.3): one sentence a line in, one bracketed tree a
     /// line out; beam 21, α 0.3, maximum length input + 300 unless overridden.
@@ -704,6 +705,19 @@ pub enum DataCommand {
         /// https://raw.githubusercontent.com/nltk/nltk_data/gh-pages/packages/corpora/treebank.zip].
         #[arg(long)]
         url: Option<String>,
+    },
+    /// Unlabeled news-domain English for silver trees (§6.3's semi-supervised setting): NLTK's ABC
+    /// (2006 rural and science news) and Brown corpora, each archive verified by SHA-256, sentence-split
+    /// and tokenized as the Penn Treebank is, one sentence a line in DIR/abc.txt and DIR/brown.txt.
+    /// Without --from-nltk-data it looks in NLTK's data directories ($NLTK_DATA, ~/nltk_data,
+    /// /usr/share/nltk_data, ...), then downloads NLTK's abc.zip and brown.zip.
+    NewsText {
+        /// Where the sentence files go.
+        #[arg(long, default_value = transformer::data::news_text::NEWS_TEXT_DIR)]
+        cache: PathBuf,
+        /// Take the archives from this nltk_data directory (corpora/abc.zip, corpora/brown.zip).
+        #[arg(long)]
+        from_nltk_data: Option<PathBuf>,
     },
 }
 

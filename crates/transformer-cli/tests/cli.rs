@@ -840,4 +840,13 @@ fn score_prints_each_pairs_log_probability_as_marian_does() {
         !ok && stdout.is_empty() && err.contains("line 2: cannot be scored") && err.contains("max_positions"),
         "{err}"
     );
+    assert!(err.contains("ref.txt") && !err.contains("src.txt"), "the target is at fault: {err}");
+    // A source line that is empty, blank or too long: the error blames the source file, not --ref.
+    for bad in ["", "   ", &long] {
+        std::fs::write(dir.join("ref.txt"), format!("{}\n{}\n", refs[0], refs[1])).unwrap();
+        std::fs::write(dir.join("src.txt"), format!("{}\n{bad}\n", srcs[0])).unwrap();
+        let (ok, stdout, err) = transformer(&[&["score"], &model[..], &files[..]].concat());
+        assert!(!ok && stdout.is_empty() && err.contains("line 2: cannot be scored"), "{err}");
+        assert!(err.contains("src.txt") && !err.contains("ref.txt"), "{:?}: {err}", &bad[..bad.len().min(8)]);
+    }
 }

@@ -794,20 +794,30 @@ fn a_low_open_file_limit_still_serves_clients_side_by_side() {
     drop(held);
 }
 
-/// Past --max-connections a connection is served one answer and closed: /health as usual (a
-/// health check keeps answering while the bound is full), 503 to anything else, its body read
-/// first so the client gets the answer; once a connection closes, requests are served again.
+/// Past --max-connections, while every open connection is answering a request, a connection is
+/// served one answer and closed: /health and /metrics as usual (a health check keeps answering
+/// while the bound is full), 503 to anything else, its body read first so the client gets the
+/// answer; once a connection closes, requests are served again.
 #[test]
 fn connections_past_the_bound_are_refused_with_503_but_health_answers() {
     let s = Server::start(&["--max-connections", "3"]);
     // The readiness checks' connections are closed first, so the three held ones fill the bound.
     std::thread::sleep(Duration::from_millis(500));
-    let held: Vec<_> = (0..3).map(|_| std::net::TcpStream::connect(&s.addr).unwrap()).collect();
-    std::thread::sleep(Duration::from_millis(200));
+    // Each held connection is busy: its request's body is awaited (for --body-timeout-seconds).
+    let held: Vec<_> = (0..3)
+        .map(|_| {
+            let mut t = std::net::TcpStream::connect(&s.addr).unwrap();
+            t.write_all(b"POST /translate HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{").unwrap();
+            t
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
     let start = Instant::now();
     let answer = raw_exchange(&s.addr, b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n", false);
     assert!(answer.starts_with("HTTP/1.1 200") && answer.contains("ready"), "{answer}");
     assert!(start.elapsed() < Duration::from_secs(1), "/health took {:?}", start.elapsed());
+    let answer = raw_exchange(&s.addr, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n", false);
+    assert!(answer.starts_with("HTTP/1.1 200") && answer.contains("transformer_connections_open"), "{answer}");
     let body = json!({ "q": "A dog runs." }).to_string();
     let request = format!("POST /translate HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n{body}", body.len());
     let answer = raw_exchange(&s.addr, request.as_bytes(), false);
@@ -817,6 +827,64 @@ fn connections_past_the_bound_are_refused_with_503_but_health_answers() {
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(post(&s, &json!({ "q": "A dog runs." })).status, 200);
     assert_eq!(s.metric("transformer_connections_refused_total"), 1.0);
+    assert_eq!(s.metric("transformer_connections_shed_total"), 0.0, "no connection was idle");
+}
+
+/// An ensemble server asked for attention (one model's weights): a named 400 before anything is
+/// decoded, not a 500 after it (the audit found "attention failed" with 500).
+#[test]
+fn an_ensemble_server_refuses_attention_with_a_named_400() {
+    let ckpt = model().0.to_str().unwrap();
+    let s = Server::start_on(&model().0, &model().1, &["--checkpoint", ckpt], true, None);
+    let a = post(&s, &json!({ "q": "A dog runs.", "attention": true }));
+    assert_eq!(a.status, 400, "{}", a.body);
+    let text = a.body.to_string();
+    assert!(text.contains("attention") && text.contains("ensemble of 2 models"), "{text}");
+    assert_eq!(post(&s, &json!({ "q": "A dog runs." })).status, 200);
+}
+
+/// The audit's probe: at `ulimit -n 64`, 120 idle sockets and then 40 new ones a second for 8 s.
+/// Before, the next /health was reset and 6 of 32 polls were answered. A new connection now takes
+/// the place of the oldest idle one, so every poll of /health and /metrics is answered, and a real
+/// request too.
+#[test]
+fn idle_sockets_never_lock_health_out_at_a_low_open_file_limit() {
+    let s = Server::start_limited(&model().1, &[], true, Some(64));
+    let mut idle: Vec<std::net::TcpStream> = (0..120).map(|_| std::net::TcpStream::connect(&s.addr).unwrap()).collect();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flood = {
+        let (addr, stop) = (s.addr.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut more = Vec::new();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                if let Ok(t) = std::net::TcpStream::connect(&addr) {
+                    more.push(t);
+                }
+                std::thread::sleep(Duration::from_millis(25));
+            }
+            more.len()
+        })
+    };
+    let mut answered = 0;
+    let start = Instant::now();
+    for i in 0..32 {
+        let path = if i % 4 == 3 { "/metrics" } else { "/health" };
+        let answer = raw_exchange(
+            &s.addr,
+            format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
+            false,
+        );
+        answered += answer.starts_with("HTTP/1.1 200") as usize;
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let a = post(&s, &json!({ "q": "A dog runs." }));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let flooded = flood.join().unwrap();
+    assert!(flooded >= 150, "{flooded} sockets added in {:?}", start.elapsed());
+    assert_eq!(answered, 32, "polls answered of 32 (120 idle sockets, then {flooded} more)");
+    assert_eq!(a.status, 200, "{}", a.body);
+    assert!(s.metric("transformer_connections_shed_total") > 100.0);
+    idle.clear();
 }
 
 /// A client that half-closes after a complete request (`shutdown(SHUT_WR)`, `nc -N`) gets its

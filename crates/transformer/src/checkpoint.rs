@@ -174,12 +174,29 @@ pub fn load_prepared(
     Ok((ckpt, model))
 }
 
+/// Opens `path` for reading as a checkpoint: a regular file, or an error that says what it is
+/// instead (a directory, with the checkpoint inside it named when there is one; a pipe or a device,
+/// which could block or never end).
+fn open_file(path: &Path) -> Result<std::fs::File> {
+    let m = std::fs::metadata(path).map_err(io_err(path))?;
+    if !m.is_file() {
+        let (what, hint) = if m.is_dir() {
+            let inside = ["model.safetensors", "best.safetensors"].iter().map(|n| path.join(n)).find(|p| p.is_file());
+            ("a directory", inside.map_or(String::new(), |p| format!("; did you mean {}?", p.display())))
+        } else {
+            ("a pipe or a device", String::new())
+        };
+        return Err(Error::Input(format!("{}: {what}, not a checkpoint file{hint}", path.display())));
+    }
+    std::fs::File::open(path).map_err(io_err(path))
+}
+
 /// Opens a checkpoint file and checks its safetensors header: the metadata, the file's length and
 /// the file to read the tensors from.
 fn open(path: &Path) -> Result<(HashMap<String, String>, usize, FileTensors)> {
     use std::io::Read;
     let corrupt = |reason: String| Error::CorruptCheckpoint { path: path.to_path_buf(), reason };
-    let mut file = std::fs::File::open(path).map_err(io_err(path))?;
+    let mut file = open_file(path)?;
     let file_len = file.metadata().map_err(io_err(path))?.len() as usize;
     let mut len = [0u8; 8];
     file.read_exact(&mut len).map_err(|_| corrupt("unreadable safetensors header (shorter than 8 bytes)".into()))?;
@@ -595,7 +612,7 @@ pub fn read_vocab_hash(path: &Path) -> Result<String> {
 fn read_metadata(path: &Path) -> Result<serde_json::Map<String, serde_json::Value>> {
     use std::io::Read;
     let corrupt = |reason: String| Error::CorruptCheckpoint { path: path.to_path_buf(), reason };
-    let mut f = std::fs::File::open(path).map_err(io_err(path))?;
+    let mut f = open_file(path)?;
     let mut len = [0u8; 8];
     f.read_exact(&mut len).map_err(|e| corrupt(format!("no safetensors header ({e})")))?;
     let n = u64::from_le_bytes(len);
@@ -615,7 +632,7 @@ fn read_metadata(path: &Path) -> Result<serde_json::Map<String, serde_json::Valu
 /// Whether the file at `path` is an int8 checkpoint (reads the header only).
 pub fn is_int8(path: &Path) -> Result<bool> {
     use std::io::Read;
-    let mut f = std::fs::File::open(path).map_err(io_err(path))?;
+    let mut f = open_file(path)?;
     let mut len = [0u8; 8];
     if f.read_exact(&mut len).is_err() {
         return Ok(false);

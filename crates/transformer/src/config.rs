@@ -4,6 +4,13 @@
 use crate::error::{Error, Result};
 use serde::{Deserialize, Serialize};
 
+/// The largest sizes a model may have ([`ModelConfig::validate`]); importers check a foreign
+/// header's counts against them before building anything from them.
+pub const MAX_LAYERS: usize = 1 << 10;
+pub const MAX_D_MODEL: usize = 1 << 16;
+pub const MAX_D_FF: usize = 1 << 18;
+pub const MAX_POSITIONS: usize = 1 << 20;
+
 /// How positions enter the model (§3.5; Table 3 row E).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -543,13 +550,13 @@ impl ModelConfig {
         // Upper bounds keep every size computable without overflow and reject corrupt configs
         // (from a damaged checkpoint, say) before they ask for absurd allocations.
         for (name, v, max) in [
-            ("n_layers", self.n_layers, 1 << 10),
-            ("d_model", self.d_model, 1 << 16),
-            ("d_ff", self.d_ff, 1 << 18),
+            ("n_layers", self.n_layers, MAX_LAYERS),
+            ("d_model", self.d_model, MAX_D_MODEL),
+            ("d_ff", self.d_ff, MAX_D_FF),
             ("n_heads · d_k", self.n_heads.saturating_mul(self.d_k), 1 << 16),
             ("n_heads · d_v", self.n_heads.saturating_mul(self.d_v), 1 << 16),
             ("vocab_size", self.vocab_size, 1 << 24),
-            ("max_positions", self.max_positions, 1 << 20),
+            ("max_positions", self.max_positions, MAX_POSITIONS),
         ] {
             if v > max {
                 return bad(format!("{name} = {v} exceeds the supported maximum of {max}"));

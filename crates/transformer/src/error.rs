@@ -148,6 +148,15 @@ pub enum Error {
     /// Decoding cannot go on.
     #[error("decoding failed: {0}")]
     Decode(String),
+    /// One model of an ensemble failed (`index` counts from 0, in the order given); a session that
+    /// knows the models' files names the file instead.
+    #[error("model {} of the ensemble: {source}", .index + 1)]
+    EnsembleMember {
+        /// Which model.
+        index: usize,
+        /// What went wrong with it.
+        source: Box<Error>,
+    },
 }
 
 /// Shorthand for `Result<T, Error>`.

@@ -23,6 +23,63 @@ pub fn temp_writer_pid(file_name: &str) -> Option<u32> {
     pid.parse().ok()
 }
 
+/// Writes new files into `dir` together or not at all, replacing nothing: every name of `guard`
+/// (the names a writer may use, `files`' among them) must be absent from `dir`, a link counting as
+/// present even when it dangles; `dir` is created if needed; every file is written and synced
+/// under a temporary name `.NAME.new.PID.N` opened with `O_EXCL` (so never through a link), and
+/// then each is linked into place by a call that fails on an existing name and follows no link.
+/// A failure removes the temporaries, the files already placed and the directories it created,
+/// so a refused or failed write leaves `dir` as it was. Returns the paths written.
+pub fn publish_new(dir: &Path, files: &[(&str, &[u8])], guard: &[&str]) -> Result<Vec<PathBuf>> {
+    let taken = guard.iter().chain(files.iter().map(|(n, _)| n)).map(|n| dir.join(n));
+    if let Some(p) = taken.into_iter().find(|p| std::fs::symlink_metadata(p).is_ok()) {
+        let what =
+            if std::fs::symlink_metadata(&p).is_ok_and(|m| m.file_type().is_symlink()) { " (a link)" } else { "" };
+        return Err(Error::Input(format!(
+            "{} exists{what}; write into another directory (nothing is ever replaced)",
+            p.display()
+        )));
+    }
+    let created: Vec<PathBuf> = dir
+        .ancestors()
+        .take_while(|d| !d.as_os_str().is_empty() && std::fs::symlink_metadata(d).is_err())
+        .map(Path::to_path_buf)
+        .collect();
+    std::fs::create_dir_all(dir).map_err(io_err(dir))?;
+    static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let tag = format!("{}.{}", std::process::id(), SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+    let (mut temps, mut placed) = (Vec::new(), Vec::new());
+    let result = (|| {
+        for (name, bytes) in files {
+            let (tmp, path) = (dir.join(format!(".{name}.new.{tag}")), dir.join(name));
+            let mut f = std::fs::OpenOptions::new().write(true).create_new(true).open(&tmp).map_err(io_err(&path))?;
+            temps.push(tmp);
+            f.write_all(bytes).and_then(|()| f.sync_all()).map_err(io_err(&path))?;
+        }
+        for ((name, _), tmp) in files.iter().zip(&temps) {
+            let path = dir.join(name);
+            std::fs::hard_link(tmp, &path).map_err(io_err(&path))?;
+            placed.push(path);
+        }
+        if let Ok(d) = std::fs::File::open(dir) {
+            let _ = d.sync_all();
+        }
+        Ok(())
+    })();
+    for t in &temps {
+        let _ = std::fs::remove_file(t);
+    }
+    if result.is_err() {
+        for p in &placed {
+            let _ = std::fs::remove_file(p);
+        }
+        for d in &created {
+            let _ = std::fs::remove_dir(d);
+        }
+    }
+    result.map(|()| placed)
+}
+
 /// Writes `data` to `path` through a temporary file `.NAME.tmp.PID.N` in the same directory (PID is
 /// the writer's, so a crash recovery can tell a live writer's file from a dead one's), an fsync and a
 /// rename, so a crash never leaves a half-written file under `path`.

@@ -79,6 +79,21 @@ fn mismatched_config_names_both_values() {
     assert!(msg.contains("m.safetensors"), "{msg}");
 }
 
+/// A directory where a checkpoint file belongs (`--init run/`): named as a directory, with the
+/// checkpoint inside it suggested, not "shorter than 8 bytes" (the audit's probe).
+#[test]
+fn a_directory_given_as_a_checkpoint_is_named_as_such() {
+    let dir = tmpdir("a-directory");
+    let run = dir.join("run");
+    std::fs::create_dir_all(&run).unwrap();
+    let e = checkpoint::load(&run).unwrap_err().to_string();
+    assert!(e.contains("a directory, not a checkpoint file") && !e.contains("8 bytes"), "{e}");
+    checkpoint::save(&run.join("model.safetensors"), &sample()).unwrap();
+    for e in [checkpoint::load(&run).unwrap_err().to_string(), checkpoint::read_config(&run).unwrap_err().to_string()] {
+        assert!(e.contains("did you mean") && e.contains("model.safetensors"), "{e}");
+    }
+}
+
 #[test]
 fn truncated_or_corrupt_files_are_errors_not_panics() {
     let dir = tmpdir("corrupt");

@@ -205,3 +205,38 @@ fn what_marian_does_not_have_is_refused_by_name() {
     let err = export(&ck, &tok, &tmp.join("twice")).unwrap_err().to_string();
     assert!(err.contains("exists"), "{err}");
 }
+
+/// The audit's probes: a dangling `vocab.yml` link in the output directory made the export write
+/// a file outside it (exit 0), and a dangling `decoder.yml` link to a missing directory failed
+/// after `model.npz`, the vocabulary and both `.spm` files were written, so the rerun was refused.
+/// A link, dangling or not, now counts as an existing file, and an export writes all or nothing.
+#[test]
+fn an_export_never_writes_through_a_link_and_leaves_nothing_when_refused() {
+    let tmp = tempdir("links");
+    let first = import(&fixture("marian-real").join("tied_all_relu")).unwrap();
+    let (ckpt, tok) = write(&first, &tmp.join("ours")).unwrap();
+    let ck = transformer::checkpoint::load(&ckpt).unwrap();
+    let tok = Tokenizer::load(&tok).unwrap();
+    for (name, target) in [("vocab.yml", tmp.join("outside.yml")), ("decoder.yml", tmp.join("missing/dir/decoder.yml"))]
+    {
+        let out = tmp.join(format!("out-{name}"));
+        std::fs::create_dir_all(&out).unwrap();
+        std::os::unix::fs::symlink(&target, out.join(name)).unwrap();
+        let err = export(&ck, &tok, &out).unwrap_err().to_string();
+        assert!(err.contains(name) && err.contains("exists") && err.contains("link"), "{err}");
+        assert!(!target.exists(), "{name}: written through the link");
+        let left: Vec<_> = std::fs::read_dir(&out).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(left, [std::ffi::OsString::from(name)], "{name}: only the link is there");
+        // Once the link is gone, the same export is accepted.
+        std::fs::remove_file(out.join(name)).unwrap();
+        let written = export(&ck, &tok, &out).unwrap();
+        assert!(written.iter().all(|p| p.is_file()) && written.len() >= 3, "{written:?}");
+    }
+    // A refused export creates no directory.
+    let fresh = tmp.join("fresh/deeper");
+    let mut bad = ck.clone();
+    let start = transformer::params::ParamLayout::new(&ck.config).get("embed.weight").unwrap().range().start;
+    bad.params[start + transformer::BOS as usize * ck.config.d_model] = 0.5;
+    assert!(export(&bad, &tok, &fresh).is_err());
+    assert!(!tmp.join("fresh").exists());
+}

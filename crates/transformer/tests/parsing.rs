@@ -286,6 +286,9 @@ fn the_penn_treebank_tokenizer_splits_as_the_treebank_does() {
         ("It's $1,000 -- or 5%; can't we?", "It 's $ 1,000 -- or 5 % ; ca n't we ?"),
         ("the investors' shares cost 3.5 yen...", "the investors ' shares cost 3.5 yen ..."),
         ("U.S. Inc. rose.", "U.S. Inc. rose ."),
+        // Quotes already in the treebank's spelling, as Brown's text has them, stay as they are.
+        ("said `` no evidence '' of it.", "said `` no evidence '' of it ."),
+        ("''Yes,'' he said.", "'' Yes , '' he said ."),
         ("", ""),
     ];
     for (raw, want) in cases {

@@ -338,6 +338,28 @@ fn save_model(dir: &std::path::Path, name: &str, bpe: &Bpe, seed: u64) -> std::p
     path
 }
 
+/// A member whose logits are not finite (its weights overflow): the error names its checkpoint
+/// file, not only "the model" (the audit's probe).
+#[test]
+fn an_ensemble_member_with_non_finite_logits_is_named_by_its_file() {
+    let dir = TestDir::new("transformer-ensemble-nan");
+    let bpe = Bpe::learn(lines().iter(), 400, 2).unwrap();
+    let bpe_path = dir.join("bpe.json");
+    bpe.save(&bpe_path).unwrap();
+    let a = save_model(&dir, "a.safetensors", &bpe, 7);
+    let b = save_model(&dir, "b.safetensors", &bpe, 8);
+    let mut ck = transformer::checkpoint::load(&b).unwrap();
+    let embed = transformer::params::ParamLayout::new(&ck.config).get("embed.weight").unwrap().range();
+    ck.params[embed].iter_mut().for_each(|x| *x = 1e38);
+    let overflowing = dir.join("overflowing.safetensors");
+    transformer::checkpoint::save(&overflowing, &ck).unwrap();
+    let input: Vec<String> = lines().into_iter().take(2).collect();
+    let t = Translator::load_ensemble(&[a.clone(), overflowing.clone()], &bpe_path, SessionOptions::default()).unwrap();
+    let err = t.translate(&input, &options(), &mut ()).err().expect("non-finite logits").to_string();
+    assert!(err.contains("overflowing.safetensors") && err.contains("non-finite logits"), "{err}");
+    assert!(!err.contains("a.safetensors"), "{err}");
+}
+
 #[test]
 fn ensembles_of_one_and_of_two_copies_decode_as_the_model() {
     let dir = TestDir::new("transformer-ensemble");

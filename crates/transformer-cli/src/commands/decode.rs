@@ -183,16 +183,39 @@ pub fn score(model: &ModelArgs, src: &Path, refs: &Path, per_token: bool) -> Res
         usage!("score takes one checkpoint (an ensemble's log-probabilities are averaged per step, not per pair)");
     }
     let srcs = read_input_lines(src)?;
-    let tgts = read_references(&[refs.to_path_buf()], src, srcs.len(), "sources")?.remove(0);
     let translator = model.load()?;
-    if translator.task() != transformer::task::Task::Translation {
-        anyhow::bail!(
-            "{} is a {} model: score takes a translation model (a parser's trees are scored by `evaluate`)",
-            model.checkpoint[0].display(),
-            translator.task().name()
-        );
-    }
-    let scores = translator.log_probs(&srcs, &tgts).map_err(|e| anyhow::anyhow!("{}: {e}", refs.display()))?;
+    let tgts = match translator.task() {
+        transformer::task::Task::Translation => {
+            read_references(&[refs.to_path_buf()], src, srcs.len(), "sources")?.remove(0)
+        }
+        // A parser's targets are trees, one a line or several lines each, preprocessed as training
+        // reads them and linearised as the model writes them.
+        transformer::task::Task::Parsing => {
+            let trees = transformer::data::trees::read_trees(refs)?;
+            if trees.len() != srcs.len() {
+                anyhow::bail!(
+                    "{} has {} trees but {} has {} sentences",
+                    refs.display(),
+                    trees.len(),
+                    src.display(),
+                    srcs.len()
+                );
+            }
+            trees
+                .iter()
+                .enumerate()
+                .map(|(i, t)| {
+                    t.preprocess().map(|t| t.linearise().join(" ")).ok_or_else(|| {
+                        anyhow::anyhow!("{}: tree {} has no words left after preprocessing", refs.display(), i + 1)
+                    })
+                })
+                .collect::<Result<Vec<_>>>()?
+        }
+    };
+    let scores = translator.log_probs_sided(&srcs, &tgts).map_err(|(side, e)| {
+        let file = if side == Some(transformer::data::tokenizer::Side::Source) { src } else { refs };
+        anyhow::anyhow!("{}: {e}", file.display())
+    })?;
     let mut out = String::new();
     for s in &scores {
         let value = if per_token { s.log_prob / s.tokens as f64 } else { s.log_prob };

@@ -30,7 +30,38 @@ pub fn data(which: DataCommand) -> Result<()> {
             Ok(())
         }
         DataCommand::PtbSample { cache, from, from_nltk_data, url } => ptb_sample(&cache, from, from_nltk_data, url),
+        DataCommand::NewsText { cache, from_nltk_data } => news_text(&cache, from_nltk_data),
     }
+}
+
+/// `data news-text`: the ABC and Brown corpora from an nltk_data directory (given, or the first of
+/// NLTK's that holds both archives), else from NLTK's URLs.
+fn news_text(cache: &Path, nltk: Option<PathBuf>) -> Result<()> {
+    use transformer::data::news_text::*;
+    use transformer::data::ptb_sample::nltk_data_dirs;
+    let env = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
+    let source = match nltk {
+        Some(d) => NewsSource::NltkData(d),
+        None => {
+            let home = env("HOME").map(PathBuf::from);
+            let has_both =
+                |d: &PathBuf| NEWS_CORPORA.iter().all(|c| d.join("corpora").join(format!("{}.zip", c.name)).is_file());
+            match nltk_data_dirs(env("NLTK_DATA").as_deref(), home.as_deref()).into_iter().find(has_both) {
+                Some(d) => {
+                    eprintln!("found NLTK's abc.zip and brown.zip in {}", d.display());
+                    NewsSource::NltkData(d)
+                }
+                None => NewsSource::Nltk,
+            }
+        }
+    };
+    let bar = crate::progress::DownloadBar::new();
+    let got = fetch_news_text(&source, cache, &mut |m| bar.println(m), &mut |d, t| bar.update(d, t));
+    bar.finish();
+    for (path, n) in got?.files {
+        println!("{n} sentences in {}", path.display());
+    }
+    Ok(())
 }
 
 /// `data ptb-sample`: picks the source (see its `--help`), prints the terms, fetches and verifies.

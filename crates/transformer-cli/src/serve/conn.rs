@@ -3,9 +3,14 @@
 //! - a request's headers must arrive within `--header-timeout-seconds` of the connection opening
 //!   or of its last answer (hyper's header-read timer, which also closes idle keep-alive
 //!   connections);
-//! - at most `--max-connections` are open (lowered to fit the open-file limit); one past it gets
-//!   one answer from `overflow` (the server's: `/health` as usual, 503 to anything else) within
-//!   a second, and is closed, so a health check keeps answering while the bound is full;
+//! - at most `--max-connections` are open (lowered to fit the open-file limit). One past it takes
+//!   the place of the oldest idle connection (one with no request being answered: a keep-alive
+//!   connection between requests, or one whose headers have not all arrived), which is closed;
+//!   only when every open connection is answering a request does it get one answer from
+//!   `overflow` (the server's: `/health` and `/metrics` as usual, 503 to anything else) within a
+//!   second, and is closed. So idle sockets, however many, never lock a health check out;
+//! - one descriptor is held in reserve: when accepting fails for want of descriptors, it is given
+//!   up for the one accept, so even then the next connection is answered;
 //! - a client that half-closes after a complete request (`shutdown(SHUT_WR)`, `nc -N`) gets its
 //!   answer;
 //! - on shutdown no connection is accepted, idle ones close at once and the others finish their
@@ -17,21 +22,40 @@ use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::io;
 use std::pin::pin;
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use tokio::sync::{Notify, Semaphore};
 
 /// The open connections: a permit each, out of `max`; and room for `overflow` more being answered
-/// past the bound.
+/// past the bound. Each open connection has a slot, oldest first, saying whether it is answering
+/// a request and how to close it.
 pub struct Connections {
     permits: Arc<Semaphore>,
     max: usize,
     overflow: usize,
+    slots: Mutex<BTreeMap<u64, Slot>>,
+    next: AtomicU64,
+}
+
+/// An open connection: busy while a request of it is being answered; `close` ends it.
+struct Slot {
+    busy: Arc<AtomicBool>,
+    close: Arc<Notify>,
+}
+
+/// Marks a connection idle again when its request's answer is ready (or the request is dropped).
+struct Busy(Arc<AtomicBool>);
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Relaxed);
+    }
 }
 
 impl Connections {
@@ -41,7 +65,34 @@ impl Connections {
             permits: Arc::new(Semaphore::new(bound.connections)),
             max: bound.connections,
             overflow: bound.overflow,
+            slots: Mutex::new(BTreeMap::new()),
+            next: AtomicU64::new(0),
         }
+    }
+
+    /// A slot for a new connection: its id, whether it is busy, and how to close it.
+    fn register(&self) -> (u64, Arc<AtomicBool>, Arc<Notify>) {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        let (busy, close) = (Arc::new(AtomicBool::new(false)), Arc::new(Notify::new()));
+        let slot = Slot { busy: busy.clone(), close: close.clone() };
+        self.slots.lock().unwrap_or_else(|e| e.into_inner()).insert(id, slot);
+        (id, busy, close)
+    }
+
+    fn unregister(&self, id: u64) {
+        self.slots.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
+    }
+
+    /// Closes the oldest connection that is not answering a request; false when every one is.
+    fn shed_oldest_idle(&self) -> bool {
+        let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(id) = slots.iter().find(|(_, s)| !s.busy.load(Ordering::Relaxed)).map(|(&id, _)| id) else {
+            return false;
+        };
+        // Removed now, so the next accept picks another one even before this one has closed.
+        let slot = slots.remove(&id).expect("found");
+        slot.close.notify_one();
+        true
     }
 
     /// How many are open now.
@@ -119,6 +170,8 @@ pub async fn serve(
     let graceful = GracefulShutdown::new();
     let mut stop = pin!(stop);
     let mut accept_error_logged = false;
+    // The reserved descriptor, given up for one accept when there are none left.
+    let mut spare = std::fs::File::open("/dev/null").ok();
     loop {
         let stream = tokio::select! {
             r = listener.accept() => match r {
@@ -128,21 +181,39 @@ pub async fn serve(
                     io::ErrorKind::ConnectionAborted | io::ErrorKind::ConnectionReset | io::ErrorKind::ConnectionRefused
                 ) => continue,
                 Err(e) => {
-                    // Out of file descriptors (EMFILE, ENFILE) or the like: wait a little, so the
-                    // connections open now can finish and free some.
                     if !accept_error_logged {
-                        eprintln!("warning: cannot accept a connection ({e}); retrying");
+                        eprintln!("warning: cannot accept a connection ({e}); closing an idle one to make room");
                         accept_error_logged = true;
                     }
-                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    // Out of file descriptors (EMFILE, ENFILE) or the like: the reserve makes room
+                    // for the next accept at once, and an idle connection is closed to make room
+                    // for the ones after it; without a reserve, wait a little.
+                    if spare.take().is_none() {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                    if connections.shed_oldest_idle() {
+                        metrics.connections_shed.fetch_add(1, Ordering::Relaxed);
+                    }
                     continue;
                 }
             },
             _ = &mut stop => break,
         };
         accept_error_logged = false;
+        if spare.is_none() {
+            spare = std::fs::File::open("/dev/null").ok();
+        }
         let _ = stream.set_nodelay(true);
-        let Ok(permit) = connections.permits.clone().try_acquire_owned() else {
+        let mut permit = connections.permits.clone().try_acquire_owned().ok();
+        if permit.is_none() && connections.shed_oldest_idle() {
+            // The closed connection's permit comes back as soon as its task sees the notice.
+            metrics.connections_shed.fetch_add(1, Ordering::Relaxed);
+            permit = tokio::time::timeout(Duration::from_millis(500), connections.permits.clone().acquire_owned())
+                .await
+                .ok()
+                .and_then(Result::ok);
+        }
+        let Some(permit) = permit else {
             if let Ok(p) = refusals.clone().try_acquire_owned() {
                 let conn = quick.serve_connection(TokioIo::new(stream), TowerToHyperService::new(overflow.clone()));
                 tokio::spawn(async move {
@@ -155,11 +226,29 @@ pub async fn serve(
             }
             continue;
         };
-        let conn = http.serve_connection(TokioIo::new(stream), TowerToHyperService::new(router.clone()));
+        let (id, busy, close) = connections.register();
+        let inner = TowerToHyperService::new(router.clone());
+        let service = hyper::service::service_fn(move |req| {
+            busy.store(true, Ordering::Relaxed);
+            let guard = Busy(busy.clone());
+            let answer = hyper::service::Service::call(&inner, req);
+            async move {
+                let r = answer.await;
+                drop(guard);
+                r
+            }
+        });
+        let conn = http.serve_connection(TokioIo::new(stream), service);
         let watched = graceful.watch(conn);
+        let connections = connections.clone();
         tokio::spawn(async move {
-            // A header timeout or a client gone is the connection's end, not the server's.
-            let _ = watched.await;
+            // A header timeout, a client gone, or a newer connection taking this idle one's
+            // place is the connection's end, not the server's.
+            tokio::select! {
+                _ = watched => {}
+                _ = close.notified() => {}
+            }
+            connections.unregister(id);
             drop(permit);
         });
     }

@@ -55,6 +55,8 @@ pub struct Metrics {
     pub abandoned: AtomicU64,
     /// Connections answered 503 and closed because --max-connections were open.
     pub connections_refused: AtomicU64,
+    /// Idle connections closed to make room for a new one while --max-connections were open.
+    pub connections_shed: AtomicU64,
     /// Sentences in the batch being decoded now (0 when the batcher is idle).
     pub decoding: AtomicU64,
     /// Sentences per decoded batch.
@@ -81,6 +83,7 @@ impl Default for Metrics {
             rejected_full: AtomicU64::new(0),
             abandoned: AtomicU64::new(0),
             connections_refused: AtomicU64::new(0),
+            connections_shed: AtomicU64::new(0),
             decoding: AtomicU64::new(0),
             batch_sentences: Histogram::new(SIZES),
             batch_tokens: Histogram::new(TOKENS),
@@ -144,6 +147,12 @@ impl Metrics {
             "transformer_connections_refused_total",
             "Connections answered 503 and closed because --max-connections were open.",
             &self.connections_refused,
+        );
+        counter(
+            &mut out,
+            "transformer_connections_shed_total",
+            "Idle connections closed to make room for a new one while --max-connections were open.",
+            &self.connections_shed,
         );
         let gauge = |out: &mut String, name: &str, help: &str, v: usize| {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");

@@ -238,6 +238,16 @@ async fn translate(
     let body = read_body(body, app.body_limit, app.body_timeout).await?;
     let req = request::parse(&body, &app.limits).map_err(|m| ApiError::new(StatusCode::BAD_REQUEST, m))?;
     let t = app.translator.get().ok_or_else(loading)?;
+    if req.attention && t.ensemble_size() > 1 {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "field `attention`: this server decodes an ensemble of {} models, and attention weights are one \
+                 model's: leave out `attention`, or serve one --checkpoint",
+                t.ensemble_size()
+            ),
+        ));
+    }
     let max_len = app.max_sentence_tokens.unwrap_or(t.model().config.max_positions);
     let mut srcs = Vec::with_capacity(req.q.len());
     for (i, line) in req.q.iter().enumerate() {
@@ -417,7 +427,11 @@ fn router(app: Arc<App>) -> Router {
 /// What a connection past `--max-connections` is served: `/health` as usual (so a health check
 /// keeps answering while the bound is full), 503 to anything else, counted as refused.
 fn overflow_router(app: Arc<App>) -> Router {
-    Router::new().route("/health", get(health)).fallback(too_many_connections).with_state(app)
+    Router::new()
+        .route("/health", get(health))
+        .route("/metrics", get(metrics))
+        .fallback(too_many_connections)
+        .with_state(app)
 }
 
 async fn too_many_connections(State(app): State<Arc<App>>, req: Request) -> ApiError {

@@ -7,6 +7,7 @@ pub mod corpus;
 pub mod download;
 pub mod encoding;
 pub mod marian_tokenizer;
+pub mod news_text;
 pub mod parallel;
 pub mod ptb_sample;
 pub mod sentencepiece;

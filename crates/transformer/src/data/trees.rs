@@ -668,6 +668,11 @@ fn tokenize_chunk(chunk: &str, last: bool, out: &mut Vec<String>) {
         if s.starts_with("``") {
             out.push("``".into());
             s = &s[2..];
+        } else if s.starts_with("''") {
+            // A closing quote already written as the treebank writes it (Brown's text, a
+            // tokenized line), not an opening single quote and a stray one.
+            out.push("''".into());
+            s = &s[2..];
         } else if c == '"' {
             out.push("``".into());
             s = &s[1..];

@@ -110,8 +110,8 @@ impl<S: Scorer> Scorer for EnsembleScorer<S> {
         let k = self.members.len() as f32;
         self.scores.clear();
         self.scores.resize(tokens.len() * v, 0.0);
-        for m in &mut self.members {
-            let s = m.step(tokens)?;
+        for (index, m) in self.members.iter_mut().enumerate() {
+            let s = m.step(tokens).map_err(|e| Error::EnsembleMember { index, source: Box::new(e) })?;
             let _t = profile::scope(Slot::Search);
             self.scores.par_chunks_mut(v).zip(s.scores.par_chunks(v)).zip(s.log_norms.par_iter()).for_each(
                 |((acc, row), &norm)| {

@@ -13,7 +13,7 @@ use super::scorer::search_batch_ensemble;
 use super::tree_constraint::TreeConstraint;
 use crate::data::batching::BatchConfig;
 use crate::data::bpe::Bpe;
-use crate::data::tokenizer::Tokenizer;
+use crate::data::tokenizer::{Side, Tokenizer};
 use crate::data::trees::{delinearise, is_well_formed, retag_deleted_punctuation, with_words, Tree, TreeFormat};
 use crate::error::{Error, Result};
 use crate::eval::attention::{attention_weights, AttentionWeights};
@@ -242,6 +242,9 @@ pub struct Translator {
     /// The other models of an ensemble ([`Translator::load_ensemble`]), prepared too; empty for
     /// one model.
     others: Vec<Transformer>,
+    /// The checkpoint files of an ensemble's models, in order, to name the one that fails; empty
+    /// for one model.
+    member_files: Vec<std::path::PathBuf>,
     /// Buffers of finished calls, taken by the next ones (a call with none free makes its own).
     pool: Mutex<Vec<Buffers>>,
 }
@@ -280,7 +283,15 @@ impl Translator {
             None => {}
         }
         let (task, tree_format) = (options.task, options.tree_format);
-        Ok(Translator { model, vocab, task, tree_format, others: Vec::new(), pool: Mutex::new(Vec::new()) })
+        Ok(Translator {
+            model,
+            vocab,
+            task,
+            tree_format,
+            others: Vec::new(),
+            member_files: Vec::new(),
+            pool: Mutex::new(Vec::new()),
+        })
     }
 
     /// Loads a checkpoint and the tokenizer it was trained with (a BPE model of ours, or the
@@ -375,6 +386,9 @@ impl Translator {
                 )));
             }
             main.others.push(other.model);
+        }
+        if checkpoints.len() > 1 {
+            main.member_files = checkpoints.to_vec();
         }
         Ok(main)
     }
@@ -523,7 +537,14 @@ impl Translator {
             let c = remapped.as_ref().map(|r| r as &dyn Constraint);
             let others: Vec<&Transformer> = self.others.iter().collect();
             let mine = (&mut buffers.mine.0, &mut buffers.mine.1);
-            search_batch_ensemble(model, &others, &batch, &opts.search, mine, &mut buffers.theirs, c)
+            search_batch_ensemble(model, &others, &batch, &opts.search, mine, &mut buffers.theirs, c).map_err(|e| {
+                match e {
+                    Error::EnsembleMember { index, source } if index < self.member_files.len() => {
+                        Error::Decode(format!("{}: {source}", self.member_files[index].display()))
+                    }
+                    e => e,
+                }
+            })
         };
         let mut piece_hyps: Vec<Vec<Hypothesis>> = vec![Vec::new(); pieces.len()];
         let mut done = 0;
@@ -731,26 +752,46 @@ impl Translator {
     /// number per pair in input order. A pair the model cannot score (a source longer than its
     /// positions, a target that with EOS is, or an empty source) is an error naming its line.
     pub fn log_probs(&self, srcs: &[String], refs: &[String]) -> Result<Vec<perplexity::PairScore>> {
-        let pairs = self.encode_pairs(srcs, refs)?;
+        self.log_probs_sided(srcs, refs).map_err(|(_, e)| e)
+    }
+
+    /// [`log_probs`](Self::log_probs), its error paired with the side at fault (`None` when the
+    /// two do not align), so a caller names the right file.
+    pub fn log_probs_sided(
+        &self,
+        srcs: &[String],
+        refs: &[String],
+    ) -> std::result::Result<Vec<perplexity::PairScore>, (Option<Side>, Error)> {
+        if srcs.len() != refs.len() {
+            return Err((None, Error::Input(format!("{} sources but {} references", srcs.len(), refs.len()))));
+        }
+        let mut pairs = Vec::with_capacity(srcs.len());
+        for (i, (s, r)) in srcs.iter().zip(refs).enumerate() {
+            let at = |side, e: Error| (Some(side), Error::Input(format!("line {}: {e}", i + 1)));
+            let s = self.encode_source_as_is(s).map_err(|e| at(Side::Source, e))?;
+            let r = self.encode_target(r).map_err(|e| at(Side::Target, e))?;
+            pairs.push((s, r));
+        }
         let (keep, _) = perplexity::scorable(&self.model, &pairs);
         if keep.len() < pairs.len() {
             let max = self.model.config.max_positions;
             // `keep` is the sorted indices kept: the first one missing is where it first differs.
             let i = (0..pairs.len()).find(|&i| keep.get(i) != Some(&i)).expect("one is left out");
             let (s, t) = &pairs[i];
-            let why = if s.is_empty() {
-                "its source is empty (nothing to condition on)".to_string()
+            let (side, why) = if s.is_empty() {
+                (Side::Source, "its source is empty or blank (nothing to condition on)".to_string())
+            } else if s.len() > max {
+                (Side::Source, format!("its source has {} tokens, more than max_positions = {max} allows", s.len()))
             } else {
-                format!(
-                    "{} source and {} target tokens (with EOS), more than max_positions = {max} allows",
-                    s.len(),
-                    t.len() + 1
+                (
+                    Side::Target,
+                    format!("its target has {} tokens with EOS, more than max_positions = {max} allows", t.len() + 1),
                 )
             };
-            return Err(Error::Input(format!("line {}: cannot be scored: {why}", i + 1)));
+            return Err((Some(side), Error::Input(format!("line {}: cannot be scored: {why}", i + 1))));
         }
         let budget = BatchConfig { max_src_tokens: 4096, max_tgt_tokens: 4096 };
-        self.with_buffers(|b| perplexity::log_probs(&self.model, &pairs, &budget, &mut b.mine.0))
+        self.with_buffers(|b| perplexity::log_probs(&self.model, &pairs, &budget, &mut b.mine.0)).map_err(|e| (None, e))
     }
 
     /// Parses sentences (words separated by spaces, already tokenised as the treebank's) into trees

@@ -22,29 +22,168 @@ fn bad(path: &Path, msg: impl std::fmt::Display) -> Error {
     Error::Import(format!("{}: {msg}", path.display()))
 }
 
-/// Reads every array of the archive, by name (the entry name without `.npy`).
+/// Reads every array of the archive, by name (the entry name without `.npy`). What the entries
+/// inflate to is bounded in all, not only each: no more than [`super::max_entry_bytes`] of the
+/// archive's size, checked against the sizes the archive declares before anything is inflated and
+/// counted again as the entries are read.
 pub fn read_npz(path: &Path) -> Result<BTreeMap<String, Array>> {
+    // A pipe or a device named `*.npz` would block `open` or never end.
+    let meta = std::fs::metadata(path).map_err(crate::io::io_err(path))?;
+    if !meta.is_file() {
+        return Err(bad(path, "not a regular file (a directory, a device or a pipe): not an .npz archive"));
+    }
     let file = std::fs::File::open(path).map_err(crate::io::io_err(path))?;
-    let bound = super::max_entry_bytes(file.metadata().map_err(crate::io::io_err(path))?.len());
+    let archive = file.metadata().map_err(crate::io::io_err(path))?.len();
+    let bound = super::max_entry_bytes(archive);
     let mut zip = zip::ZipArchive::new(std::io::BufReader::new(file))
         .map_err(|e| bad(path, format!("not an .npz (zip) archive: {e}")))?;
+    if let Some(all) = zip.decompressed_size().filter(|&d| d > bound as u128) {
+        return Err(bad(
+            path,
+            format!("its entries expand to {all} bytes in all, more than its {archive}-byte archive could hold"),
+        ));
+    }
+    let mut left = bound;
     let mut out = BTreeMap::new();
     for i in 0..zip.len() {
         let entry = zip.by_index(i).map_err(|e| bad(path, format!("entry {i}: {e}")))?;
         let name = entry.name().map_err(|e| bad(path, format!("entry {i}: {e}")))?.to_string();
         let Some(key) = name.strip_suffix(".npy") else { continue };
-        if entry.size() > bound {
+        if entry.size() > left {
             return Err(bad(
                 path,
-                format!("{name} expands to {} bytes, more than its archive could hold", entry.size()),
+                format!(
+                    "{name} expands to {} bytes, past the {bound} bytes in all its {archive}-byte archive could hold",
+                    entry.size()
+                ),
             ));
         }
         let mut bytes = Vec::new();
-        entry.take(bound).read_to_end(&mut bytes).map_err(|e| bad(path, format!("{name}: {e}")))?;
+        entry.take(left.saturating_add(1)).read_to_end(&mut bytes).map_err(|e| bad(path, format!("{name}: {e}")))?;
+        if bytes.len() as u64 > left {
+            return Err(bad(
+                path,
+                format!("{name}: the entries expand past {bound} bytes in all, more than its {archive}-byte archive could hold"),
+            ));
+        }
+        left -= bytes.len() as u64;
         let array = parse_npy(&bytes).map_err(|m| bad(path, format!("{name}: {m}")))?;
         out.insert(key.to_string(), array);
     }
     Ok(out)
+}
+
+/// The three keys of a `.npy` header, read from the Python dict literal it is (`{'descr': '<f4',
+/// 'fortran_order': False, 'shape': (3, 2), }`): each key once, `True`/`False` exactly, a tuple
+/// of whole numbers (an old numpy's `3L` too), nothing after the closing brace but padding.
+/// Messages never quote the header.
+fn header_dict(h: &str) -> std::result::Result<(String, bool, Vec<usize>), String> {
+    struct Lit<'a> {
+        b: &'a [u8],
+        i: usize,
+    }
+    impl Lit<'_> {
+        fn ws(&mut self) {
+            while self.i < self.b.len() && matches!(self.b[self.i], b' ' | b'\t' | b'\n' | b'\r') {
+                self.i += 1;
+            }
+        }
+        fn try_eat(&mut self, c: u8) -> bool {
+            self.ws();
+            let hit = self.b.get(self.i) == Some(&c);
+            self.i += hit as usize;
+            hit
+        }
+        fn eat(&mut self, c: u8, what: &str) -> std::result::Result<(), String> {
+            if self.try_eat(c) {
+                Ok(())
+            } else {
+                Err(format!("a malformed header: {what} expected at byte {}", self.i))
+            }
+        }
+        fn string(&mut self) -> std::result::Result<String, String> {
+            self.ws();
+            let q = match self.b.get(self.i) {
+                Some(&q @ (b'\'' | b'"')) => q,
+                _ => return Err(format!("a malformed header: a quoted string expected at byte {}", self.i)),
+            };
+            let start = self.i + 1;
+            let len = self.b[start..].iter().position(|&c| c == q).ok_or("a malformed header: an unclosed string")?;
+            let s = &self.b[start..start + len];
+            if s.contains(&b'\\') {
+                return Err("a malformed header: an escape inside a string".into());
+            }
+            self.i = start + len + 1;
+            String::from_utf8(s.to_vec()).map_err(|_| "the header is not text".into())
+        }
+        fn ident(&mut self) -> &[u8] {
+            self.ws();
+            let start = self.i;
+            while self.i < self.b.len() && (self.b[self.i].is_ascii_alphanumeric() || self.b[self.i] == b'_') {
+                self.i += 1;
+            }
+            &self.b[start..self.i]
+        }
+        fn int(&mut self) -> std::result::Result<usize, String> {
+            let word = self.ident();
+            let digits = word.strip_suffix(b"L").unwrap_or(word);
+            if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
+                return Err("a malformed 'shape': a dimension is not a whole number".into());
+            }
+            std::str::from_utf8(digits)
+                .unwrap()
+                .parse()
+                .map_err(|_| "a malformed 'shape': a dimension overflows".into())
+        }
+    }
+    let mut p = Lit { b: h.as_bytes(), i: 0 };
+    p.eat(b'{', "'{'")?;
+    let (mut descr, mut fortran, mut shape) = (None, None, None);
+    while !p.try_eat(b'}') {
+        let key = p.string()?;
+        p.eat(b':', "':'")?;
+        match key.as_str() {
+            "descr" if descr.is_none() => descr = Some(p.string()?),
+            "fortran_order" if fortran.is_none() => {
+                fortran = Some(match p.ident() {
+                    b"True" => true,
+                    b"False" => false,
+                    _ => return Err("a malformed 'fortran_order': neither True nor False".into()),
+                })
+            }
+            "shape" if shape.is_none() => {
+                p.eat(b'(', "'(' of 'shape'")?;
+                let mut dims = Vec::new();
+                while !p.try_eat(b')') {
+                    // numpy's own limit (NPY_MAXDIMS is 32, 64 from numpy 2): a header may not list more.
+                    if dims.len() == 64 {
+                        return Err("more than 64 dimensions, more than numpy writes".into());
+                    }
+                    dims.push(p.int()?);
+                    if !p.try_eat(b',') {
+                        p.eat(b')', "')' of 'shape'")?;
+                        break;
+                    }
+                }
+                shape = Some(dims);
+            }
+            "descr" | "fortran_order" | "shape" => return Err("a malformed header: a key given twice".into()),
+            _ => return Err("a malformed header: a key numpy does not write (only descr, fortran_order, shape)".into()),
+        }
+        if !p.try_eat(b',') {
+            p.eat(b'}', "'}'")?;
+            break;
+        }
+    }
+    p.ws();
+    if p.i != p.b.len() {
+        return Err("a malformed header: text after its dict".into());
+    }
+    Ok((
+        descr.ok_or("the header has no 'descr'")?,
+        fortran.ok_or("the header has no 'fortran_order'")?,
+        shape.ok_or("the header has no 'shape'")?,
+    ))
 }
 
 /// Parses one `.npy` file (format versions 1–3).
@@ -59,27 +198,8 @@ pub fn parse_npy(b: &[u8]) -> std::result::Result<Array, String> {
     };
     let end = start.checked_add(header_len).filter(|&e| e <= b.len()).ok_or("the header runs past the file")?;
     let header = std::str::from_utf8(&b[start..end]).map_err(|_| "the header is not text")?;
-    let field = |key: &str| -> std::result::Result<&str, String> {
-        let at = header.find(&format!("'{key}'")).ok_or_else(|| format!("the header has no '{key}'"))?;
-        let rest = header[at + key.len() + 2..].trim_start();
-        Ok(rest.strip_prefix(':').ok_or("a malformed header")?.trim_start())
-    };
-    let descr = field("descr")?;
-    let descr = descr.strip_prefix('\'').and_then(|d| d.split('\'').next()).ok_or("a malformed 'descr'")?;
-    let fortran = field("fortran_order")?.starts_with("True");
-    let shape_text = field("shape")?;
-    let inner = shape_text.strip_prefix('(').ok_or("a malformed 'shape'")?;
-    let close = inner.find(')').ok_or("a malformed 'shape'")?;
-    let shape = inner[..close]
-        .split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(|s| s.parse::<usize>().map_err(|_| format!("a bad dimension '{s}'")))
-        .collect::<std::result::Result<Vec<_>, _>>()?;
-    // numpy's own limit (NPY_MAXDIMS is 32, 64 from numpy 2): a header may not list more.
-    if shape.len() > 64 {
-        return Err(format!("{} dimensions, more than numpy writes (64)", shape.len()));
-    }
+    let (descr, fortran, shape) = header_dict(header)?;
+    let descr = descr.as_str();
     let n = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d)).ok_or("the shape overflows")?;
     let data = &b[end..];
     let need = |size: usize| -> std::result::Result<&[u8], String> {
@@ -219,6 +339,52 @@ mod tests {
         b.extend(h.as_bytes());
         b.extend(data);
         b
+    }
+
+    fn with_header(h: &str, data: &[u8]) -> Vec<u8> {
+        let mut h = h.to_string();
+        h.push('\n');
+        let mut b = b"\x93NUMPY\x01\x00".to_vec();
+        b.extend((h.len() as u16).to_le_bytes());
+        b.extend(h.as_bytes());
+        b.extend(data);
+        b
+    }
+
+    #[test]
+    fn the_header_is_read_as_the_dict_literal_it_is() {
+        let data: Vec<u8> = [1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0].iter().flat_map(|v| v.to_le_bytes()).collect();
+        let floats = |b: Vec<u8>| match parse_npy(&b) {
+            Ok(Array::Float(t)) => Ok((t.shape, t.data)),
+            Ok(other) => panic!("{other:?}"),
+            Err(e) => Err(e),
+        };
+        // Keys in any order, either quote, old numpy's `L`, a one-element tuple, no trailing comma.
+        let (shape, d) =
+            floats(with_header("{\"shape\": (2L, 3L), 'fortran_order': True, 'descr': '<f4'}", &data)).unwrap();
+        assert_eq!((shape, d), (vec![2, 3], vec![1.0, 3.0, 5.0, 2.0, 4.0, 6.0]));
+        assert_eq!(
+            floats(with_header("{'descr': '<f4', 'fortran_order': False, 'shape': (6,)}", &data)).unwrap().0,
+            [6]
+        );
+        // A key's name inside a string value is not the key: before, this transposed the weight.
+        let inside = "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), 'x': \"'fortran_order': True\"}";
+        assert!(floats(with_header(inside, &data)).unwrap_err().contains("a key numpy does not write"));
+        let e = floats(with_header("{'descr': \"<f4', 'fortran_order': True\", 'shape': (2, 3)}", &data)).unwrap_err();
+        assert!(e.contains("no 'fortran_order'") || e.contains("dtype") || e.contains("descr"), "{e}");
+        for (h, want) in [
+            ("{'descr': '<f4', 'fortran_order': Truee, 'shape': (2, 3), }", "neither True nor False"),
+            ("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), 'shape': (6,), }", "given twice"),
+            ("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3x), }", "not a whole number"),
+            ("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), } trailing", "text after"),
+            ("{'descr': '<f4', 'fortran_order': False}", "no 'shape'"),
+            ("{'descr': '<f4\\', 'fortran_order': False, 'shape': (6,)}", "an escape"),
+            ("['descr', '<f4']", "'{' expected"),
+        ] {
+            let e = floats(with_header(h, &data)).unwrap_err();
+            assert!(e.contains(want), "{h}: {e}");
+            assert!(!e.contains("trailing") && !e.contains("Truee"), "the header is quoted: {e}");
+        }
     }
 
     #[test]

@@ -70,6 +70,48 @@ pub(crate) fn quote(s: &str) -> String {
     out
 }
 
+/// [`unquote`], refusing what it would read loosely: an escape YAML does not have, a bad or
+/// short `\x`/`\u`/`\U`, a trailing backslash, text after the closing quote (a piece spelled two
+/// ways must not become one piece by accident). The error says what, never the text.
+pub(super) fn unquote_checked(s: &str) -> std::result::Result<String, &'static str> {
+    if let Some(inner) = s.strip_prefix('"') {
+        let inner = inner.strip_suffix('"').ok_or("an unclosed double-quoted string")?;
+        let mut it = inner.chars();
+        while let Some(c) = it.next() {
+            match c {
+                '"' => return Err("a double quote inside a double-quoted string"),
+                '\\' => {
+                    let n = match it.next() {
+                        Some('x') => 2,
+                        Some('u') => 4,
+                        Some('U') => 8,
+                        Some(
+                            '0' | 'a' | 'b' | 't' | '\t' | 'n' | 'v' | 'f' | 'r' | 'e' | ' ' | 'N' | '_' | 'L' | 'P'
+                            | '"' | '/' | '\\',
+                        ) => 0,
+                        Some(_) => return Err("an escape YAML does not have"),
+                        None => return Err("a backslash at the end of the string"),
+                    };
+                    let h: String = it.by_ref().take(n).collect();
+                    if h.len() != n || (n > 0 && u32::from_str_radix(&h, 16).ok().and_then(char::from_u32).is_none()) {
+                        return Err("a bad \\x, \\u or \\U escape");
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok(unescape_double(inner))
+    } else if let Some(inner) = s.strip_prefix('\'') {
+        let inner = inner.strip_suffix('\'').ok_or("an unclosed single-quoted string")?;
+        if inner.replace("''", "").contains('\'') {
+            return Err("a lone single quote inside a single-quoted string");
+        }
+        Ok(inner.replace("''", "'"))
+    } else {
+        Ok(s.to_string())
+    }
+}
+
 /// YAML double-quoted escapes (a superset of JSON's): \\ \" \/ \0 \a \b \t \n \v \f \r \e \  \N
 /// \_ \L \P \xXX \uXXXX \UXXXXXXXX.
 fn unescape_double(s: &str) -> String {

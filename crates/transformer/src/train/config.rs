@@ -111,6 +111,13 @@ pub struct DataSection {
     pub train_files: Option<String>,
     /// Parsing: the treebank files to validate on.
     pub valid_files: Option<String>,
+    /// Parsing: a treebank of silver trees (a parser's output on unlabeled text: a bracketed file
+    /// or a directory of `.mrg` files, all of it) trained on beside the gold trees of `train_src`
+    /// (§6.3's semi-supervised setting; docs/parsing.md).
+    pub silver_src: Option<PathBuf>,
+    /// Parsing, with `silver_src`: how many times each gold tree appears in an epoch beside the
+    /// silver trees (gold oversampled).
+    pub gold_repeat: usize,
     /// Parsing: what the model writes for a tree, `"tags+words"` (each tag followed by its word's
     /// pieces) or `"tags"` (no words: the paper's target; docs/parsing.md, "The target format").
     pub tree_format: crate::data::trees::TreeFormat,
@@ -138,6 +145,8 @@ impl Default for DataSection {
             valid_tgt: PathBuf::new(),
             train_files: None,
             valid_files: None,
+            silver_src: None,
+            gold_repeat: 1,
             tree_format: crate::data::trees::TreeFormat::default(),
             bpe: PathBuf::new(),
             train_bin: None,
@@ -449,6 +458,12 @@ impl RunConfig {
                         "data.train_files/valid_files ({f}) select treebank files: they apply to task = \"parsing\" only"
                     ));
                 }
+                if let Some(p) = &d.silver_src {
+                    return bad(format!(
+                        "data.silver_src = {:?} names silver trees: it applies to task = \"parsing\" only",
+                        p.display().to_string()
+                    ));
+                }
             }
             Task::Parsing => {
                 for (name, p) in [("data.train_tgt", &d.train_tgt), ("data.valid_tgt", &d.valid_tgt)] {
@@ -461,6 +476,15 @@ impl RunConfig {
                 }
                 for r in [&d.train_files, &d.valid_files].into_iter().flatten() {
                     crate::data::trees::FileRange::parse(r)?;
+                }
+                if !(1..=1000).contains(&d.gold_repeat) {
+                    return bad(format!("data.gold_repeat = {} must be between 1 and 1000", d.gold_repeat));
+                }
+                if d.gold_repeat > 1 && d.silver_src.is_none() {
+                    return bad(format!(
+                        "data.gold_repeat = {} oversamples the gold trees beside silver ones: give data.silver_src too",
+                        d.gold_repeat
+                    ));
                 }
             }
         }
@@ -652,6 +676,24 @@ mod tests {
         assert_eq!(read("data.task=parsing").unwrap().data.task, Task::Parsing);
         let err = read("data.task=parse").unwrap_err().to_string();
         assert!(err.contains("parsing") && err.contains("translation"), "{err}");
+    }
+
+    #[test]
+    fn silver_trees_are_for_parsing_and_gold_repeat_needs_them() {
+        let read = |extra: &[&str]| {
+            let o: Vec<String> = extra.iter().map(|x| x.to_string()).collect();
+            RunConfig::from_toml(MINIMAL, "t.toml", &o).and_then(|c| c.validate().map(|()| c))
+        };
+        let err = read(&["data.silver_src=s.mrg"]).unwrap_err().to_string();
+        assert!(err.contains("data.silver_src") && err.contains("applies to task = \"parsing\" only"), "{err}");
+        let parsing = ["data.task=parsing", "data.train_tgt=", "data.valid_tgt="];
+        let err = read(&[&parsing[..], &["data.gold_repeat=3"]].concat()).unwrap_err().to_string();
+        assert!(err.contains("data.gold_repeat = 3") && err.contains("data.silver_src"), "{err}");
+        let err =
+            read(&[&parsing[..], &["data.silver_src=s.mrg", "data.gold_repeat=0"]].concat()).unwrap_err().to_string();
+        assert!(err.contains("data.gold_repeat = 0 must be between 1 and 1000"), "{err}");
+        let c = read(&[&parsing[..], &["data.silver_src=s.mrg", "data.gold_repeat=4"]].concat()).unwrap();
+        assert_eq!((c.data.silver_src.as_deref(), c.data.gold_repeat), (Some(std::path::Path::new("s.mrg")), 4));
     }
 
     #[test]

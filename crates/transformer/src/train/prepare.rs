@@ -92,7 +92,7 @@ fn tokenizer(cfg: &RunConfig, log: &mut dyn FnMut(&str)) -> Result<Tokenizer> {
     let d = &cfg.data;
     if !d.bpe.exists() {
         log(&format!("learning a {}-entry BPE vocabulary from the training text", d.vocab_size));
-        let text = d.task.read_pairs(&d.train_src, &d.train_tgt, d.train_files.as_deref())?;
+        let text = training_text(d, 1, log)?;
         let bpe = d.task.learn_vocabulary(&text, d.vocab_size)?;
         if let Some(w) = bpe.shortfall(d.vocab_size) {
             log(&format!("warning: {w}"));
@@ -113,6 +113,28 @@ fn tokenizer(cfg: &RunConfig, log: &mut dyn FnMut(&str)) -> Result<Tokenizer> {
         log(&format!("tokenizer: {} (an imported model's SentencePiece vocabularies)", d.bpe.display()));
     }
     Ok(tokenizer)
+}
+
+/// The training text: the pairs of `train_src` (for parsing, its `train_files`), and with
+/// `data.silver_src` each gold pair `gold_repeat` times followed by every silver pair.
+fn training_text(d: &DataSection, gold_repeat: usize, log: &mut dyn FnMut(&str)) -> Result<Vec<(String, String)>> {
+    let mut text = d.task.read_pairs(&d.train_src, &d.train_tgt, d.train_files.as_deref())?;
+    if let Some(silver_src) = &d.silver_src {
+        let silver = d.task.read_pairs(silver_src, std::path::Path::new(""), None)?;
+        log(&format!(
+            "silver trees: {} from {}, beside {} gold trees seen {gold_repeat} time{} an epoch",
+            silver.len(),
+            silver_src.display(),
+            text.len(),
+            if gold_repeat == 1 { "" } else { "s" }
+        ));
+        let gold = text.len();
+        for _ in 1..gold_repeat {
+            text.extend_from_within(..gold);
+        }
+        text.extend(silver);
+    }
+    Ok(text)
 }
 
 /// Encodes text pairs with the run's tokenizer ([`encode_and_filter_for`]).
@@ -180,7 +202,7 @@ pub(super) fn prepare(cfg: &RunConfig, log: &mut dyn FnMut(&str)) -> Result<Data
         }
         None => {
             let filter = FilterConfig { max_tokens: d.max_tokens, max_ratio: d.max_ratio };
-            let text = d.task.read_pairs(&d.train_src, &d.train_tgt, d.train_files.as_deref())?;
+            let text = training_text(d, d.gold_repeat, log)?;
             let (pairs, report) = encode(d, &tokenizer, &text, &filter)?;
             log(&format!("train: {report}"));
             Box::new(pairs)
@@ -320,6 +342,35 @@ pub(super) fn batch_of(pairs: &dyn Pairs, idx: &[usize], word_counts: Option<&Wo
 mod tests {
     use super::*;
     use crate::model::pointer::{PointerTable, TokenClass};
+
+    #[test]
+    fn silver_trees_follow_the_gold_ones_repeated() {
+        let tb = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/treebank");
+        let silver = tempfile::tempdir().unwrap();
+        let silver_file = silver.path().join("silver.mrg");
+        std::fs::write(&silver_file, "( (S (NP (DT The) (NN cat)) (VP (VBD sat)) (. .)) )\n(TOP (NP (NN dog)))\n")
+            .unwrap();
+        let mut d = DataSection {
+            task: crate::task::Task::Parsing,
+            train_src: tb,
+            train_files: Some("own_0001..own_0002".into()),
+            ..DataSection::default()
+        };
+        let gold = training_text(&d, 1, &mut |_| {}).unwrap();
+        assert!(gold.len() > 5, "{}", gold.len());
+        d.silver_src = Some(silver_file);
+        d.gold_repeat = 3;
+        let mut said = String::new();
+        let text = training_text(&d, 3, &mut |m| said.push_str(m)).unwrap();
+        assert_eq!(text.len(), 3 * gold.len() + 2);
+        assert_eq!(&text[..gold.len()], &gold[..]);
+        assert_eq!(&text[2 * gold.len()..3 * gold.len()], &gold[..]);
+        assert_eq!(text[3 * gold.len()].0, "The cat sat .");
+        assert_eq!(text[3 * gold.len() + 1].0, "dog");
+        assert!(said.contains("silver trees: 2 from") && said.contains("seen 3 times an epoch"), "{said}");
+        // For the vocabulary, each tree once.
+        assert_eq!(training_text(&d, 1, &mut |_| {}).unwrap().len(), gold.len() + 2);
+    }
 
     #[test]
     fn word_dropout_counts_whole_words() {

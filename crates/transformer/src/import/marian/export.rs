@@ -19,7 +19,6 @@ use crate::data::sentencepiece::SentencePiece;
 use crate::data::tokenizer::{IdMap, ImportedTokenizer, Tokenizer};
 use crate::error::{Error, Result};
 use crate::import::yaml;
-use crate::io::io_err;
 use crate::params::ParamLayout;
 use crate::vocab::BOS;
 use std::io::Write;
@@ -53,13 +52,6 @@ pub fn export(ckpt: &Checkpoint, tokenizer: &Tokenizer, out: &Path) -> Result<Ve
     let source_embedding = param("encoder.embed.weight").unwrap_or(target_embedding);
     let vocabs = vocab_files(tok, [source_embedding, target_embedding], c.d_model)?;
     let [src_rows, tgt_rows] = vocabs.rows;
-    std::fs::create_dir_all(out).map_err(io_err(out))?;
-    if let Some(f) = WRITTEN.iter().map(|f| out.join(f)).find(|p| p.exists()) {
-        return Err(Error::Input(format!(
-            "export marian: {} exists; write into another directory (an export never replaces files)",
-            f.display()
-        )));
-    }
     let names = names(c.n_layers);
     let d = c.d_model;
     let mut arrays: Vec<(String, Vec<usize>, Vec<f32>)> = Vec::new();
@@ -94,23 +86,17 @@ pub fn export(ckpt: &Checkpoint, tokenizer: &Tokenizer, out: &Path) -> Result<Ve
         arrays.push(("decoder_ff_logit_out_b".into(), vec![1, tgt_rows], vec![0.0; tgt_rows]));
     }
     let yml = model_yml(c, shared, src_rows, tgt_rows);
-    let npz = out.join("model.npz");
-    write_npz(&npz, &arrays, &yml)?;
-    let mut written = vec![npz];
-    for (name, bytes) in &vocabs.files {
-        let p = out.join(name);
-        std::fs::write(&p, bytes).map_err(io_err(&p))?;
-        written.push(p);
-    }
+    let npz = npz_bytes(&out.join("model.npz"), &arrays, &yml)?;
     let [sv, tv] = vocabs.names;
     let decoder = format!(
         "models:\n  - model.npz\nvocabs:\n  - {sv}\n  - {tv}\nrelative-paths: true\nbeam-size: 4\nnormalize: 0\n\
          word-penalty: 0\nmini-batch: 16\nmaxi-batch: 100\nmaxi-batch-sort: src\n"
     );
-    let p = out.join("decoder.yml");
-    std::fs::write(&p, decoder).map_err(io_err(&p))?;
-    written.push(p);
-    Ok(written)
+    // All or nothing, never over a file or through a link (a dangling one included).
+    let mut files: Vec<(&str, &[u8])> = vec![("model.npz", &npz)];
+    files.extend(vocabs.files.iter().map(|(n, b)| (*n, b.as_slice())));
+    files.push(("decoder.yml", decoder.as_bytes()));
+    crate::io::publish_new(out, &files, &WRITTEN).map_err(|e| Error::Input(format!("export marian: {e}")))
 }
 
 /// Refuses, by name, each option of `c` that Marian's Transformer does not have.
@@ -296,9 +282,9 @@ fn model_yml(c: &ModelConfig, shared: bool, src_rows: usize, tgt_rows: usize) ->
     )
 }
 
-/// Writes a NumPy `.npz` (a zip of `.npy` files, stored): f32 arrays, then `special:model.yml`
+/// A NumPy `.npz` (a zip of `.npy` files, stored): f32 arrays, then `special:model.yml`
 /// as int8 bytes ending in a NUL, as Marian writes it.
-fn write_npz(path: &Path, arrays: &[(String, Vec<usize>, Vec<f32>)], yml: &str) -> Result<()> {
+fn npz_bytes(path: &Path, arrays: &[(String, Vec<usize>, Vec<f32>)], yml: &str) -> Result<Vec<u8>> {
     let fail = |e: &dyn std::fmt::Display| Error::Input(format!("{}: {e}", path.display()));
     let mut buf = std::io::Cursor::new(Vec::new());
     {
@@ -318,7 +304,7 @@ fn write_npz(path: &Path, arrays: &[(String, Vec<usize>, Vec<f32>)], yml: &str) 
         entry("special:model.yml", "|i1", &[yml.len()], &yml)?;
         zip.finish().map_err(|e| fail(&e))?;
     }
-    crate::io::write_atomically(path, &buf.into_inner())
+    Ok(buf.into_inner())
 }
 
 /// A `.npy` version 1.0 header: magic, length, the dictionary padded with spaces to a multiple of

@@ -69,6 +69,16 @@ pub(super) fn read(dir: &Path) -> Result<ForeignModel> {
 fn model_yml(arrays: &mut BTreeMap<String, Array>, npz_path: &Path) -> Result<String> {
     Ok(match arrays.remove("special:model.yml") {
         Some(Array::Bytes(b)) => String::from_utf8_lossy(b.split(|&c| c == 0).next().unwrap_or(&[])).to_string(),
+        Some(Array::Float(t)) => {
+            return Err(err(
+                npz_path,
+                format!(
+                    "special:model.yml is stored as numbers (shape {:?}), not as the bytes of its YAML text \
+                     (int8, uint8 or a byte string, as Marian writes it)",
+                    t.shape
+                ),
+            ))
+        }
         _ => match npz_path.with_extension("yml") {
             p if p.is_file() => read_text(&p, "a model YAML file")?,
             _ => return Err(err(npz_path, "no special:model.yml inside it and no model .yml beside it")),
@@ -114,6 +124,7 @@ fn marian_gelu(version: Option<&str>) -> Activation {
 /// Refuses, by name, each Marian option that makes a model other than the paper's post-norm
 /// Transformer with a 2-layer FFN.
 fn check_supported(y: &ModelYml) -> Result<()> {
+    check_keys(y)?;
     let npz_path = y.path;
     let kind = y.get("type").unwrap_or("transformer");
     if kind != "transformer" {
@@ -165,6 +176,115 @@ fn check_supported(y: &ModelYml) -> Result<()> {
     Ok(())
 }
 
+/// The `model.yml` keys this import reads (`check_supported`, `shape`, `architecture`).
+const READ_KEYS: [&str; 26] = [
+    "type",
+    "transformer-postprocess",
+    "transformer-preprocess",
+    "transformer-decoder-autoreg",
+    "transformer-postprocess-emb",
+    "transformer-ffn-depth",
+    "transformer-decoder-ffn-depth",
+    "right-left",
+    "layer-normalization",
+    "transformer-no-projection",
+    "transformer-train-position-embeddings",
+    "transformer-disable-position-embeddings",
+    "transformer-postprocess-top",
+    "transformer-decoder-dim-ffn",
+    "transformer-dim-ffn",
+    "transformer-tied-layers",
+    "dim-emb",
+    "enc-depth",
+    "dec-depth",
+    "transformer-heads",
+    "tied-embeddings-all",
+    "tied-embeddings-src",
+    "tied-embeddings",
+    "max-length",
+    "transformer-ffn-activation",
+    "version",
+];
+
+/// Keys that do not change what a `type: transformer` model with self-attention decoding computes:
+/// the vocabulary sizes (the rows come from the tensors), the training-only alignment layer, and
+/// the options of other model types (RNN cells, average attention, which `check_supported`
+/// refuses when it is on, BERT's) that Marian writes into every model's YAML.
+const HARMLESS_KEYS: [&str; 19] = [
+    "dim-vocabs",
+    "transformer-guided-alignment-layer",
+    "dec-cell",
+    "dec-cell-base-depth",
+    "dec-cell-high-depth",
+    "enc-cell",
+    "enc-cell-depth",
+    "enc-type",
+    "dim-rnn",
+    "skip",
+    "transformer-rnn-projection",
+    "transformer-aan-activation",
+    "transformer-aan-depth",
+    "transformer-aan-nogate",
+    "transformer-dim-aan",
+    "bert-train-type-embeddings",
+    "bert-type-vocab-size",
+    "separator-symbol",
+    "factors-combine",
+];
+
+/// Keys that are harmless only at Marian's "off" value, which every model of the paper's kind has.
+const OFF_KEYS: [(&str, &str); 14] = [
+    ("transformer-attention-mask", "default"),
+    ("transformer-alibi-shift", "false"),
+    ("transformer-alibi-trainable", "false"),
+    ("transformer-pool", "false"),
+    ("transformer-no-bias", "false"),
+    ("transformer-no-affine", "false"),
+    ("factors-dim-emb", "0"),
+    ("lemma-dim-emb", "0"),
+    ("lemma-dependency", ""),
+    ("ulr", "false"),
+    ("ulr-dim-emb", "0"),
+    ("ulr-trainable-transformation", "false"),
+    ("input-types", ""),
+    ("output-omit-bias", "false"),
+];
+
+/// Refuses every `model.yml` key that is neither read, nor known not to change the function, nor
+/// at its off value: an option this import does not compute is an error naming it, never a
+/// different model imported in silence.
+fn check_keys(y: &ModelYml) -> Result<()> {
+    let mut unknown = Vec::new();
+    for (k, v) in y.y {
+        let k = k.as_str();
+        if READ_KEYS.contains(&k) || HARMLESS_KEYS.contains(&k) {
+            continue;
+        }
+        let val = v.first().map_or("", String::as_str);
+        match OFF_KEYS.iter().find(|(name, _)| *name == k) {
+            Some((_, off)) if val == *off => {}
+            Some((_, off)) => {
+                return Err(err(
+                    y.path,
+                    format!("model.yml: {k}: {val:?} is not supported (only {off:?}, Marian's off value)"),
+                ))
+            }
+            None => unknown.push(k),
+        }
+    }
+    if unknown.is_empty() {
+        Ok(())
+    } else {
+        Err(err(
+            y.path,
+            format!(
+                "model.yml options this import does not know, which may change what the model computes: {}",
+                unknown.join(", ")
+            ),
+        ))
+    }
+}
+
 /// The model's shape, from its YAML.
 struct Shape {
     d: usize,
@@ -181,6 +301,23 @@ fn shape(y: &ModelYml) -> Result<Shape> {
     let (el, dl) = (y.num("enc-depth", 6)?, y.num("dec-depth", 6)?);
     let heads = y.num("transformer-heads", 8)?;
     let ffn = y.num("transformer-dim-ffn", 2048)?;
+    // Every count is bounded before anything is built from it (the layers' names, the shapes):
+    // the engine's own limits (config.rs), checked here with the file named.
+    for (key, v, max) in [
+        ("enc-depth", el, crate::config::MAX_LAYERS),
+        ("dec-depth", dl, crate::config::MAX_LAYERS),
+        ("dim-emb", d, crate::config::MAX_D_MODEL),
+        ("transformer-heads", heads, crate::config::MAX_D_MODEL),
+        ("transformer-dim-ffn", ffn, crate::config::MAX_D_FF),
+        ("max-length", y.num("max-length", 0)?, crate::config::MAX_POSITIONS),
+    ] {
+        if v > max {
+            return Err(err(
+                npz_path,
+                format!("model.yml: {key} {v} is beyond what this engine builds (at most {max})"),
+            ));
+        }
+    }
     if el != dl {
         return Err(err(
             npz_path,
@@ -292,27 +429,18 @@ fn vocab_paths(dir: &Path) -> Result<[PathBuf; 2]> {
     }
 }
 
-/// A file `decoder.yml` (at `dec`, in `dir`) names, as Marian's decoder finds it: the path relative
-/// to the directory (absolute paths as they are), else a file of that name in the directory
-/// (Marian writes the paths as they were where it was run, which need not be here), else an error
-/// naming both.
+/// A file `decoder.yml` (at `dec`, in `dir`) names. Marian writes the paths as they were where it
+/// ran, which need not be here, so the file beside the model wins: the path inside the directory
+/// when it stays inside (no `..`, not absolute), else the file of that name in the directory, and
+/// only then an absolute or parent path as Marian's decoder follows it. An error names all three.
 fn resolve(dir: &Path, dec: &Path, entry: &str) -> Result<PathBuf> {
-    let as_given = dir.join(entry);
-    if as_given.is_file() {
-        return Ok(as_given);
-    }
-    let by_name = Path::new(entry).file_name().map(|n| dir.join(n));
-    match by_name {
-        Some(p) if p.is_file() => Ok(p),
-        _ => Err(err(
-            dec,
-            format!(
-                "names {entry:?}, which is neither {} nor a file of that name in {}",
-                as_given.display(),
-                dir.display()
-            ),
-        )),
-    }
+    let p = Path::new(entry);
+    let inside = p.components().all(|c| matches!(c, std::path::Component::Normal(_) | std::path::Component::CurDir));
+    let candidates =
+        [inside.then(|| dir.join(p)), p.file_name().map(|n| dir.join(n)), (!inside).then(|| p.to_path_buf())];
+    candidates.into_iter().flatten().find(|c| c.is_file()).ok_or_else(|| {
+        err(dec, format!("names {entry:?}, which is neither a file in {} nor one of that name there", dir.display()))
+    })
 }
 
 /// The decoder configuration of a directory: `decoder.yml` (the release name), else the one
@@ -413,7 +541,7 @@ pub(super) fn find_npz(dir: &Path) -> Result<Option<PathBuf>> {
     let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
         .map_err(crate::io::io_err(dir))?
         .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|e| e == "npz"))
+        .filter(|p| p.extension().is_some_and(|e| e == "npz") && p.is_file())
         .collect();
     found.sort();
     match found.len() {
@@ -448,6 +576,7 @@ fn marian_vocab(path: &Path) -> Result<Vocab> {
 /// names the file in errors.
 pub fn parse_yml_vocab(text: &str, path: &Path) -> Result<Vocab> {
     let mut pieces: Vec<Option<String>> = Vec::new();
+    let mut seen: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
     // Ids run 0..n, one a line, so none can reach the number of lines.
     let lines = text.lines().count();
     for (n, line) in text.lines().enumerate() {
@@ -456,7 +585,10 @@ pub fn parse_yml_vocab(text: &str, path: &Path) -> Result<Vocab> {
             continue;
         }
         let (k, v) = t.rsplit_once(':').ok_or_else(|| err(path, format!("line {}: not `piece: id`", n + 1)))?;
-        let id: usize = v.trim().parse().map_err(|_| err(path, format!("line {}: {v:?} is not an id", n + 1)))?;
+        // Never quote the line: this may be a file that is not a vocabulary at all.
+        let id: usize = v.trim().parse().map_err(|_| {
+            err(path, format!("line {}: not `piece: id` (what follows the last ':' is not a whole number): not a Marian vocabulary", n + 1))
+        })?;
         if id >= lines {
             return Err(err(
                 path,
@@ -469,7 +601,11 @@ pub fn parse_yml_vocab(text: &str, path: &Path) -> Result<Vocab> {
         if pieces[id].is_some() {
             return Err(err(path, format!("line {}: id {id} given twice", n + 1)));
         }
-        pieces[id] = Some(yaml::unquote(k.trim()));
+        let piece = yaml::unquote_checked(k.trim()).map_err(|m| err(path, format!("line {}: {m}", n + 1)))?;
+        if let Some(first) = seen.insert(piece.clone(), n + 1) {
+            return Err(err(path, format!("line {}: the piece of line {first} again (each piece has one id)", n + 1)));
+        }
+        pieces[id] = Some(piece);
     }
     let pieces: Option<Vec<String>> = pieces.into_iter().collect();
     pieces.map(|pieces| Vocab { pieces }).ok_or_else(|| err(path, "its ids are not 0..n without gaps"))
