@@ -44,7 +44,7 @@ mkdir -p "$out"
 cpu=$(lscpu | grep -m1 'Model name' | sed 's/.*: *//')
 echo "$(date -u +%FT%TZ) $cpu; BerkeleyParser $(basename "$jar"), seed $seed, up to $cycles cycles, train $train" | tee "$out/run.txt"
 
-for split in "train:$train" "valid:$valid" "test:$test" "${extra[@]}"; do
+for split in "train:$train" "valid:$valid" "test:$test" ${extra[@]+"${extra[@]}"}; do
   name=${split%%:*} name=${name%%=*} range=${split#*[:=]}
   $B treebank --input "$tb" --files "$range" --words "$out/$name.words" --trees "$out/$name.gold" >/dev/null
 done
@@ -53,14 +53,14 @@ done
 # cycle is picked on our validation files below.
 if [ ! -f "$out/grammar_${cycles}_smoothing.gr" ]; then
   start=$(date +%s)
-  "${pin[@]}" java -Xmx8g -cp "$jar" edu.berkeley.nlp.PCFGLA.GrammarTrainer -path "$out/train.gold" \
+  ${pin[@]+"${pin[@]}"} java -Xmx8g -cp "$jar" edu.berkeley.nlp.PCFGLA.GrammarTrainer -path "$out/train.gold" \
     -treebank SINGLEFILE -out "$out/grammar" -SMcycles "$cycles" -randSeed "$seed" > "$out/train.log" 2>&1
   echo "training: $(( $(date +%s) - start )) s" | tee -a "$out/run.txt"
 fi
 
 parse() { # grammar words trees
   local start; start=$(date +%s)
-  "${pin[@]}" java -Xmx8g -jar "$jar" -gr "$1" -accurate -nThreads "$threads" -inputFile "$2" -outputFile "$3.raw" 2>/dev/null
+  ${pin[@]+"${pin[@]}"} java -Xmx8g -jar "$jar" -gr "$1" -accurate -nThreads "$threads" -inputFile "$2" -outputFile "$3.raw" 2>/dev/null
   # BerkeleyParser roots a tree in an unlabelled bracket, `( (S …) )`, which EVALB (and parse-eval)
   # would count as one more bracket in every sentence: it is rooted at TOP, as the gold trees are.
   sed 's/^( /(TOP /' "$3.raw" > "$3"
@@ -70,6 +70,7 @@ score() { # gold trees -> "F1 R P tagging"
   $B parse-eval --gold "$1" --test "$2" > "$2.evalb" 2>&1 || true
   local all; all=$(grep -A20 -- '-- All --' "$2.evalb")
   f() { echo "$all" | grep -m1 "$1" | awk -F'= *' '{print $2}'; }
+  [ -n "$all" ] || { echo "berkeley.sh: parse-eval could not score $2 (see $2.evalb)" >&2; echo "0 0 0 0"; return; }
   echo "$(f FMeasure) $(f Recall) $(f Precision) $(f Tagging)"
 }
 
@@ -85,7 +86,7 @@ for c in $(seq 1 "$cycles"); do
 done
 [ -n "$best" ] || { echo "berkeley.sh: no grammar was written (see $out/train.log)" >&2; exit 1; }
 echo "picked on validation: $best cycles (F1 $bestf)" | tee -a "$out/run.txt"
-for split in "test:$test" "${extra[@]}"; do
+for split in "test:$test" ${extra[@]+"${extra[@]}"}; do
   name=${split%%:*} name=${name%%=*}
   s=$(parse "$out/grammar_${best}_smoothing.gr" "$out/$name.words" "$out/$name.trees")
   read -r f r p t <<< "$(score "$out/$name.gold" "$out/$name.trees")"

@@ -103,7 +103,7 @@ def main():
         assert len(test) == len(gold), f"{path}: {len(test)} trees, {len(gold)} gold trees"
         runs.append((name, analyse(gold, test, counts)))
     names = [n for n, _ in runs]
-    w = max(12, *(len(n) + 2 for n in names))
+    w = max(24, *(len(n) + 2 for n in names))
 
     def row(title, cells):
         print(f"  {title:<26}" + "".join(f"{c:>{w}}" for c in cells))
@@ -142,7 +142,7 @@ def main():
                 [f"{100 * s['tag_ok'][k] / max(s['tag_n'][k], 1):.2f}%" for _, s in runs])
     print("bracket loss by tagging (sentences; gold brackets; missing / extra):")
     for g in ("tags right", "a tag wrong"):
-        row(f"  {g}", [f"{s['group_sent'][g]}; {s['group_gold'][g]}; {s['group_miss'][g]}/{s['group_extra'][g]}"
+        row(f"  {g}", [f" {s['group_sent'][g]}; {s['group_gold'][g]}; {s['group_miss'][g]}/{s['group_extra'][g]}"
                        for _, s in runs])
 
 

@@ -9,7 +9,8 @@
 #
 # `split` keeps sentences of 5..max-words tokens from data/news-text/{abc,brown}.txt, shuffled with
 # a fixed seed, 1,000 a chunk. `parse` parses every chunk that has no trees yet (so several
-# workers, one a core, share the chunks, and an interrupted run resumes), pinned to --core.
+# workers, one a core, share the chunks, and an interrupted run resumes once its locks are
+# removed), pinned to --core.
 # `gather` writes every parsed tree, in chunk order, to OUT/silver.mrg, dropping BerkeleyParser's
 # failures `(())` and any tree whose words differ from its sentence's.
 set -euo pipefail
@@ -44,10 +45,12 @@ PY
     [ -f "$jar" ] && [ -f "$grammar" ] || { echo "silver.sh parse: --jar and --grammar name files" >&2; exit 2; }
     for w in "$out"/chunks/*.words; do
       t=${w%.words}.trees
-      [ -e "$t" ] || [ -e "$t.part" ] && continue
-      : > "$t.part"
+      [ -e "$t" ] && continue
+      # A chunk is claimed by creating its lock directory (atomic: two workers never share one);
+      # a worker killed mid-chunk leaves its lock: `rm -r OUT/chunks/*.lock` before resuming.
+      mkdir "$t.lock" 2>/dev/null || continue
       taskset -c "$core" java -Xmx4g -jar "$jar" -gr "$grammar" $accurate -inputFile "$w" -outputFile "$t.part" 2>/dev/null
-      mv "$t.part" "$t"
+      mv "$t.part" "$t" && rmdir "$t.lock"
       echo "$(date -u +%T) $t"
     done
     ;;

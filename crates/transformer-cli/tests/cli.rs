@@ -850,3 +850,24 @@ fn score_prints_each_pairs_log_probability_as_marian_does() {
         assert!(err.contains("src.txt") && !err.contains("ref.txt"), "{:?}: {err}", &bad[..bad.len().min(8)]);
     }
 }
+
+/// `data news-text` from an nltk_data directory: a missing archive names the file and the fix, a
+/// corpus that is not NLTK's (its checksum differs) is refused, and nothing is written either way.
+#[test]
+fn data_news_text_verifies_its_archives_and_writes_nothing_otherwise() {
+    let dir = TestDir::new("cli-news-text");
+    let (nltk, out) = (dir.join("nltk_data"), dir.join("news"));
+    std::fs::create_dir_all(nltk.join("corpora")).unwrap();
+    let args = ["data", "news-text", "--from-nltk-data", nltk.to_str().unwrap(), "--cache", out.to_str().unwrap()];
+    let (ok, _, err) = transformer(&args);
+    assert!(!ok && err.contains("corpora/abc.zip") && err.contains("nltk.downloader"), "{err}");
+    for name in ["abc", "brown"] {
+        let mut zip = zip::ZipWriter::new(std::fs::File::create(nltk.join(format!("corpora/{name}.zip"))).unwrap());
+        zip.start_file(format!("{name}/rural.txt"), zip::write::SimpleFileOptions::default()).unwrap();
+        std::io::Write::write_all(&mut zip, b"Not the corpus. It has two sentences.\n").unwrap();
+        zip.finish().unwrap();
+    }
+    let (ok, _, err) = transformer(&args);
+    assert!(!ok && err.contains("abc.zip") && err.contains("SHA-256"), "{err}");
+    assert!(!out.exists(), "nothing is written");
+}

@@ -845,7 +845,7 @@ fn an_ensemble_server_refuses_attention_with_a_named_400() {
 
 /// The audit's probe: at `ulimit -n 64`, 120 idle sockets and then 40 new ones a second for 8 s.
 /// Before, the next /health was reset and 6 of 32 polls were answered. A new connection now takes
-/// the place of the oldest idle one, so every poll of /health and /metrics is answered, and a real
+/// the place of the one idle the longest, so every poll of /health and /metrics is answered, and a real
 /// request too.
 #[test]
 fn idle_sockets_never_lock_health_out_at_a_low_open_file_limit() {

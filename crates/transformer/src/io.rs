@@ -31,8 +31,8 @@ pub fn temp_writer_pid(file_name: &str) -> Option<u32> {
 /// A failure removes the temporaries, the files already placed and the directories it created,
 /// so a refused or failed write leaves `dir` as it was. Returns the paths written.
 pub fn publish_new(dir: &Path, files: &[(&str, &[u8])], guard: &[&str]) -> Result<Vec<PathBuf>> {
-    let taken = guard.iter().chain(files.iter().map(|(n, _)| n)).map(|n| dir.join(n));
-    if let Some(p) = taken.into_iter().find(|p| std::fs::symlink_metadata(p).is_ok()) {
+    let mut taken = guard.iter().chain(files.iter().map(|(n, _)| n)).map(|n| dir.join(n));
+    if let Some(p) = taken.find(|p| std::fs::symlink_metadata(p).is_ok()) {
         let what =
             if std::fs::symlink_metadata(&p).is_ok_and(|m| m.file_type().is_symlink()) { " (a link)" } else { "" };
         return Err(Error::Input(format!(
@@ -104,4 +104,37 @@ pub fn write_atomically(path: &Path, data: &[u8]) -> Result<()> {
         let _ = std::fs::remove_file(&tmp);
     }
     result
+}
+
+#[cfg(test)]
+mod publish_tests {
+    use super::*;
+
+    #[test]
+    fn publish_new_writes_all_or_nothing_and_never_through_a_link() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("new/deeper");
+        let files: [(&str, &[u8]); 2] = [("a.txt", b"A"), ("b.txt", b"B")];
+        let written = publish_new(&dir, &files, &["c.txt"]).unwrap();
+        assert_eq!(written, [dir.join("a.txt"), dir.join("b.txt")]);
+        assert_eq!(std::fs::read(dir.join("b.txt")).unwrap(), b"B");
+        // Nothing is replaced: a file there, or a guarded name, or a dangling link.
+        let e = publish_new(&dir, &files, &[]).unwrap_err().to_string();
+        assert!(e.contains("a.txt exists") && !e.contains("(a link)"), "{e}");
+        let other = tmp.path().join("other");
+        std::os::unix::fs::symlink(tmp.path().join("nowhere"), other.join("c.txt")).ok();
+        std::fs::create_dir_all(&other).unwrap();
+        std::os::unix::fs::symlink(tmp.path().join("nowhere"), other.join("c.txt")).unwrap();
+        let e = publish_new(&other, &files, &["c.txt"]).unwrap_err().to_string();
+        assert!(e.contains("c.txt exists (a link)"), "{e}");
+        assert!(!tmp.path().join("nowhere").exists());
+        // A write that fails halfway (a name in a directory that is not there) leaves nothing,
+        // not even the directories it made.
+        let fresh = tmp.path().join("fresh/deeper");
+        let bad: [(&str, &[u8]); 2] = [("a.txt", b"A"), ("missing/b.txt", b"B")];
+        assert!(publish_new(&fresh, &bad, &[]).is_err());
+        assert!(!tmp.path().join("fresh").exists());
+        let left: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(left.len(), 2, "{left:?}");
+    }
 }

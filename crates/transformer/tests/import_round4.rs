@@ -76,6 +76,41 @@ fn a_zip_bomb_spread_over_many_npz_entries_is_refused_by_its_total() {
     assert!(e.contains("in all"), "{e}");
 }
 
+/// An archive whose central directory declares small sizes while its entries inflate to far more:
+/// what is read is counted against the same bound as what is declared.
+#[test]
+fn an_npz_that_understates_its_sizes_is_refused_as_it_inflates() {
+    let dir = TestDir::new("import-round4-npz-lies");
+    let zeros = vec![0u8; 1 << 20];
+    let entries: Vec<(String, Vec<u8>)> =
+        (0..64).map(|i| (format!("w{i}"), npy("<f2", &format!("({},)", zeros.len() / 2), &zeros))).collect();
+    let path = dir.join("model.npz");
+    npz(&path, &entries);
+    // Every local and central header says each entry inflates to 100 bytes.
+    let mut bytes = std::fs::read(&path).unwrap();
+    let (mut local, mut central) = (0, 0);
+    for at in 0..bytes.len().saturating_sub(30) {
+        match &bytes[at..at + 4] {
+            b"PK\x03\x04" => {
+                bytes[at + 22..at + 26].copy_from_slice(&100u32.to_le_bytes());
+                local += 1;
+            }
+            b"PK\x01\x02" => {
+                bytes[at + 24..at + 28].copy_from_slice(&100u32.to_le_bytes());
+                central += 1;
+            }
+            _ => {}
+        }
+    }
+    assert_eq!((local, central), (64, 64));
+    std::fs::write(&path, bytes).unwrap();
+    let e = transformer::import::npz::read_npz(&path).unwrap_err().to_string();
+    assert!(
+        e.contains("model.npz") && !e.contains("expand to"),
+        "refused as it inflates, not by what it declares: {e}"
+    );
+}
+
 /// A `special:model.yml` with a depth of three million: refused by its count at once, before a
 /// name is built for any layer (before, 41 s and 2.2 GB at 300,000; out of memory at 3,000,000).
 #[test]
@@ -110,8 +145,16 @@ fn a_fifo_named_model_npz_is_refused_not_waited_on() {
     let got = rx.recv_timeout(Duration::from_secs(20)).expect("import blocked on the FIFO");
     let e = got.unwrap_err();
     assert!(e.contains("nor a .npz model"), "{e}");
-    // Named as the model by decoder.yml, it is not a file either: refused, not opened.
+    // Named as the model by decoder.yml, it is not a file either: refused, not opened; and the
+    // reader itself refuses what is not a regular file.
     std::fs::write(dir.join("decoder.yml"), "models:\n  - model.npz\nvocabs:\n  - vocab.yml\n  - vocab.yml\n").unwrap();
+    let path = dir.path().to_path_buf();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(import(&path).map(|_| ()).map_err(|e| e.to_string()));
+    });
+    let e = rx.recv_timeout(Duration::from_secs(20)).expect("import blocked on the FIFO").unwrap_err();
+    assert!(e.contains("decoder.yml") && e.contains("model.npz"), "{e}");
     let e = transformer::import::npz::read_npz(&dir.join("model.npz")).unwrap_err().to_string();
     assert!(e.contains("not a regular file"), "{e}");
 }
@@ -130,15 +173,20 @@ fn decoder_yml_paths_prefer_the_files_beside_the_model_and_quote_nothing() {
     std::fs::write(dir.join("decoder.yml"), format!("models:\n  - model.npz\nvocabs:\n  - {abs}\n  - {abs}\n"))
         .unwrap();
     assert_eq!(import(dir.path()).unwrap().checkpoint.params, want, "the vocabulary beside the model wins");
-    // A parent path too.
-    std::fs::create_dir_all(dir.join("sub")).unwrap();
-    std::fs::write(dir.join("sub/vocab.yml"), "x: 0\n").unwrap();
-    std::fs::write(
-        dir.join("decoder.yml"),
-        "models:\n  - model.npz\nvocabs:\n  - sub/../../vocab.yml\n  - vocab.yml\n",
-    )
-    .unwrap();
+    // A parent path too: the namesake beside the model wins over the file it names.
+    let name = format!("{}-vocab.yml", dir.path().file_name().unwrap().to_str().unwrap());
+    let parent = dir.path().parent().unwrap().join(&name);
+    std::fs::write(&parent, "this is no vocabulary\n").unwrap();
+    std::fs::copy(dir.join("vocab.yml"), dir.join(&name)).unwrap();
+    std::fs::write(dir.join("decoder.yml"), format!("models:\n  - model.npz\nvocabs:\n  - ../{name}\n  - ../{name}\n"))
+        .unwrap();
     assert_eq!(import(dir.path()).unwrap().checkpoint.params, want);
+    // With no namesake, a parent path is followed as Marian follows it: from the model's
+    // directory, not from where the command runs (the one-line file there is no vocabulary).
+    std::fs::remove_file(dir.join(&name)).unwrap();
+    let e = import(dir.path()).unwrap_err().to_string();
+    std::fs::remove_file(&parent).unwrap();
+    assert!(e.contains(&name) && e.contains("line 1"), "read from beside the directory: {e}");
     // A secret file with no namesake beside the model: followed (as Marian does), but its content
     // is never quoted; the error names the file and line.
     std::fs::write(elsewhere.join("secret.txt"), "root:x:0:0: hunter2-SECRET-4242\n").unwrap();

@@ -223,7 +223,7 @@ fn an_export_never_writes_through_a_link_and_leaves_nothing_when_refused() {
         std::fs::create_dir_all(&out).unwrap();
         std::os::unix::fs::symlink(&target, out.join(name)).unwrap();
         let err = export(&ck, &tok, &out).unwrap_err().to_string();
-        assert!(err.contains(name) && err.contains("exists") && err.contains("link"), "{err}");
+        assert!(err.contains(&format!("/{name} exists (a link)")), "{err}");
         assert!(!target.exists(), "{name}: written through the link");
         let left: Vec<_> = std::fs::read_dir(&out).unwrap().map(|e| e.unwrap().file_name()).collect();
         assert_eq!(left, [std::ffi::OsString::from(name)], "{name}: only the link is there");
@@ -232,11 +232,4 @@ fn an_export_never_writes_through_a_link_and_leaves_nothing_when_refused() {
         let written = export(&ck, &tok, &out).unwrap();
         assert!(written.iter().all(|p| p.is_file()) && written.len() >= 3, "{written:?}");
     }
-    // A refused export creates no directory.
-    let fresh = tmp.join("fresh/deeper");
-    let mut bad = ck.clone();
-    let start = transformer::params::ParamLayout::new(&ck.config).get("embed.weight").unwrap().range().start;
-    bad.params[start + transformer::BOS as usize * ck.config.d_model] = 0.5;
-    assert!(export(&bad, &tok, &fresh).is_err());
-    assert!(!tmp.join("fresh").exists());
 }

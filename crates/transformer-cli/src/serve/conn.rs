@@ -4,8 +4,9 @@
 //!   or of its last answer (hyper's header-read timer, which also closes idle keep-alive
 //!   connections);
 //! - at most `--max-connections` are open (lowered to fit the open-file limit). One past it takes
-//!   the place of the oldest idle connection (one with no request being answered: a keep-alive
-//!   connection between requests, or one whose headers have not all arrived), which is closed;
+//!   the place of the connection idle the longest (one with no request being answered, its
+//!   answer written: a keep-alive connection between requests, or one whose headers have not all
+//!   arrived), which is closed;
 //!   only when every open connection is answering a request does it get one answer from
 //!   `overflow` (the server's: `/health` and `/metrics` as usual, 503 to anything else) within a
 //!   second, and is closed. So idle sockets, however many, never lock a health check out;
@@ -33,7 +34,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{Notify, Semaphore};
 
 /// The open connections: a permit each, out of `max`; and room for `overflow` more being answered
-/// past the bound. Each open connection has a slot, oldest first, saying whether it is answering
+/// past the bound. Each open connection has a slot saying whether it is answering
 /// a request and how to close it.
 pub struct Connections {
     permits: Arc<Semaphore>,
@@ -43,18 +44,59 @@ pub struct Connections {
     next: AtomicU64,
 }
 
-/// An open connection: busy while a request of it is being answered; `close` ends it.
+/// An open connection: busy while a request of it is being answered (its answer's body included);
+/// `close` ends it.
 struct Slot {
-    busy: Arc<AtomicBool>,
+    state: Arc<ConnState>,
     close: Arc<Notify>,
 }
 
-/// Marks a connection idle again when its request's answer is ready (or the request is dropped).
-struct Busy(Arc<AtomicBool>);
+/// Whether a connection is answering a request, and since when it has been idle (milliseconds
+/// since the server's start).
+struct ConnState {
+    busy: AtomicBool,
+    idle_since: AtomicU64,
+}
+
+fn now_ms() -> u64 {
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    START.get_or_init(std::time::Instant::now).elapsed().as_millis() as u64
+}
+
+/// Marks a connection idle again once its answer has been written (it lives in the answer's body,
+/// which the connection drops when the last byte is out, or when the request is dropped).
+struct Busy(Arc<ConnState>);
 
 impl Drop for Busy {
     fn drop(&mut self) {
-        self.0.store(false, Ordering::Relaxed);
+        self.0.idle_since.store(now_ms(), Ordering::Relaxed);
+        self.0.busy.store(false, Ordering::Relaxed);
+    }
+}
+
+/// An answer's body carrying its connection's [`Busy`] mark.
+struct Guarded<B> {
+    inner: B,
+    _busy: Busy,
+}
+
+impl<B: hyper::body::Body + Unpin> hyper::body::Body for Guarded<B> {
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        std::pin::Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.inner.size_hint()
     }
 }
 
@@ -70,34 +112,39 @@ impl Connections {
         }
     }
 
-    /// A slot for a new connection: its id, whether it is busy, and how to close it.
-    fn register(&self) -> (u64, Arc<AtomicBool>, Arc<Notify>) {
+    /// How many are open now.
+    pub fn open(&self) -> usize {
+        self.max - self.permits.available_permits()
+    }
+
+    /// A slot for a new connection: its id, its state, and how to close it.
+    fn register(&self) -> (u64, Arc<ConnState>, Arc<Notify>) {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
-        let (busy, close) = (Arc::new(AtomicBool::new(false)), Arc::new(Notify::new()));
-        let slot = Slot { busy: busy.clone(), close: close.clone() };
+        let state = Arc::new(ConnState { busy: AtomicBool::new(false), idle_since: AtomicU64::new(now_ms()) });
+        let close = Arc::new(Notify::new());
+        let slot = Slot { state: state.clone(), close: close.clone() };
         self.slots.lock().unwrap_or_else(|e| e.into_inner()).insert(id, slot);
-        (id, busy, close)
+        (id, state, close)
     }
 
     fn unregister(&self, id: u64) {
         self.slots.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
     }
 
-    /// Closes the oldest connection that is not answering a request; false when every one is.
-    fn shed_oldest_idle(&self) -> bool {
+    /// Closes the connection idle the longest (no request being answered; a keep-alive client
+    /// that was just answered is idle the shortest); false when every one is answering.
+    fn shed_longest_idle(&self) -> bool {
         let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(id) = slots.iter().find(|(_, s)| !s.busy.load(Ordering::Relaxed)).map(|(&id, _)| id) else {
-            return false;
-        };
+        let longest = slots
+            .iter()
+            .filter(|(_, s)| !s.state.busy.load(Ordering::Relaxed))
+            .min_by_key(|(&id, s)| (s.state.idle_since.load(Ordering::Relaxed), id))
+            .map(|(&id, _)| id);
+        let Some(id) = longest else { return false };
         // Removed now, so the next accept picks another one even before this one has closed.
         let slot = slots.remove(&id).expect("found");
         slot.close.notify_one();
         true
-    }
-
-    /// How many are open now.
-    pub fn open(&self) -> usize {
-        self.max - self.permits.available_permits()
     }
 }
 
@@ -180,20 +227,29 @@ pub async fn serve(
                     e.kind(),
                     io::ErrorKind::ConnectionAborted | io::ErrorKind::ConnectionReset | io::ErrorKind::ConnectionRefused
                 ) => continue,
-                Err(e) => {
+                // Out of file descriptors (EMFILE, ENFILE).
+                Err(e) if matches!(e.raw_os_error(), Some(23 | 24)) => {
                     if !accept_error_logged {
                         eprintln!("warning: cannot accept a connection ({e}); closing an idle one to make room");
                         accept_error_logged = true;
                     }
-                    // Out of file descriptors (EMFILE, ENFILE) or the like: the reserve makes room
+                    // The reserve makes room
                     // for the next accept at once, and an idle connection is closed to make room
                     // for the ones after it; without a reserve, wait a little.
                     if spare.take().is_none() {
                         tokio::time::sleep(Duration::from_millis(50)).await;
                     }
-                    if connections.shed_oldest_idle() {
+                    if connections.shed_longest_idle() {
                         metrics.connections_shed.fetch_add(1, Ordering::Relaxed);
                     }
+                    continue;
+                }
+                Err(e) => {
+                    if !accept_error_logged {
+                        eprintln!("warning: cannot accept a connection ({e}); retrying");
+                        accept_error_logged = true;
+                    }
+                    tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
                 }
             },
@@ -205,7 +261,7 @@ pub async fn serve(
         }
         let _ = stream.set_nodelay(true);
         let mut permit = connections.permits.clone().try_acquire_owned().ok();
-        if permit.is_none() && connections.shed_oldest_idle() {
+        if permit.is_none() && connections.shed_longest_idle() {
             // The closed connection's permit comes back as soon as its task sees the notice.
             metrics.connections_shed.fetch_add(1, Ordering::Relaxed);
             permit = tokio::time::timeout(Duration::from_millis(500), connections.permits.clone().acquire_owned())
@@ -226,16 +282,15 @@ pub async fn serve(
             }
             continue;
         };
-        let (id, busy, close) = connections.register();
+        let (id, state, close) = connections.register();
         let inner = TowerToHyperService::new(router.clone());
         let service = hyper::service::service_fn(move |req| {
-            busy.store(true, Ordering::Relaxed);
-            let guard = Busy(busy.clone());
+            state.busy.store(true, Ordering::Relaxed);
+            let busy = Busy(state.clone());
             let answer = hyper::service::Service::call(&inner, req);
             async move {
                 let r = answer.await;
-                drop(guard);
-                r
+                r.map(|resp| resp.map(|inner| Guarded { inner, _busy: busy }))
             }
         });
         let conn = http.serve_connection(TokioIo::new(stream), service);

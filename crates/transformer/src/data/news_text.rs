@@ -106,7 +106,11 @@ pub fn split_sentences(text: &str) -> Vec<String> {
             let next_starts = k < chars.len()
                 && (chars[k].1.is_uppercase() || chars[k].1.is_ascii_digit() || matches!(chars[k].1, '"' | '\'' | '('));
             let abbreviation = c == '.' && {
-                let word_start = text[..chars[i].0].rfind(char::is_whitespace).map_or(0, |p| p + 1);
+                let word_start = text[..chars[i].0]
+                    .char_indices()
+                    .rev()
+                    .find(|(_, c)| c.is_whitespace())
+                    .map_or(0, |(p, c)| p + c.len_utf8());
                 let word = text[word_start..chars[i].0].trim_start_matches(['"', '\'', '(']);
                 let lower = word.to_lowercase();
                 ABBREVIATIONS.contains(&lower.as_str())
@@ -199,7 +203,7 @@ fn read_corpus_zip(corpus: &NltkCorpus, bytes: &[u8], origin: &str) -> Result<Ve
         let wanted = dir == corpus.name
             && match corpus.name {
                 "abc" => name.ends_with(".txt"),
-                _ => name.len() == 4 && name.starts_with('c') && name[2..].bytes().all(|b| b.is_ascii_digit()),
+                _ => name.len() == 4 && name.starts_with('c') && name.bytes().skip(2).all(|b| b.is_ascii_digit()),
             };
         if member.is_dir() || !wanted {
             continue;
@@ -308,6 +312,8 @@ mod tests {
             ]
         );
         assert_eq!(split_sentences("  one line without an end  "), ["one line without an end"]);
+        // White space of several bytes (Latin-1's no-break space and NEL read as characters).
+        assert_eq!(split_sentences("a\u{a0}b. C d.\u{85}E\u{3000}f. G"), ["a\u{a0}b.", "C d.", "E\u{3000}f.", "G"]);
         assert!(split_sentences("   ").is_empty());
     }
 

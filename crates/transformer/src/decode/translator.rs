@@ -540,7 +540,11 @@ impl Translator {
             search_batch_ensemble(model, &others, &batch, &opts.search, mine, &mut buffers.theirs, c).map_err(|e| {
                 match e {
                     Error::EnsembleMember { index, source } if index < self.member_files.len() => {
-                        Error::Decode(format!("{}: {source}", self.member_files[index].display()))
+                        let why = match *source {
+                            Error::Decode(m) => m,
+                            other => other.to_string(),
+                        };
+                        Error::Decode(format!("{}: {why}", self.member_files[index].display()))
                     }
                     e => e,
                 }

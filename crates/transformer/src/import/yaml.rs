@@ -93,7 +93,8 @@ pub(super) fn unquote_checked(s: &str) -> std::result::Result<String, &'static s
                         None => return Err("a backslash at the end of the string"),
                     };
                     let h: String = it.by_ref().take(n).collect();
-                    if h.len() != n || (n > 0 && u32::from_str_radix(&h, 16).ok().and_then(char::from_u32).is_none()) {
+                    let hex = h.len() == n && h.bytes().all(|b| b.is_ascii_hexdigit());
+                    if !hex || (n > 0 && u32::from_str_radix(&h, 16).ok().and_then(char::from_u32).is_none()) {
                         return Err("a bad \\x, \\u or \\U escape");
                     }
                 }

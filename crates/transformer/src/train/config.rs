@@ -480,6 +480,13 @@ impl RunConfig {
                 if !(1..=1000).contains(&d.gold_repeat) {
                     return bad(format!("data.gold_repeat = {} must be between 1 and 1000", d.gold_repeat));
                 }
+                if let (Some(_), Some(bin)) = (&d.silver_src, &d.train_bin) {
+                    return bad(format!(
+                        "data.silver_src with data.train_bin = {:?}: prepared data holds the gold pairs only; leave \
+                         out train_bin to train on both",
+                        bin.display().to_string()
+                    ));
+                }
                 if d.gold_repeat > 1 && d.silver_src.is_none() {
                     return bad(format!(
                         "data.gold_repeat = {} oversamples the gold trees beside silver ones: give data.silver_src too",
@@ -692,6 +699,9 @@ mod tests {
         let err =
             read(&[&parsing[..], &["data.silver_src=s.mrg", "data.gold_repeat=0"]].concat()).unwrap_err().to_string();
         assert!(err.contains("data.gold_repeat = 0 must be between 1 and 1000"), "{err}");
+        let err =
+            read(&[&parsing[..], &["data.silver_src=s.mrg", "data.train_bin=prep"]].concat()).unwrap_err().to_string();
+        assert!(err.contains("data.silver_src with data.train_bin"), "{err}");
         let c = read(&[&parsing[..], &["data.silver_src=s.mrg", "data.gold_repeat=4"]].concat()).unwrap();
         assert_eq!((c.data.silver_src.as_deref(), c.data.gold_repeat), (Some(std::path::Path::new("s.mrg")), 4));
     }

@@ -233,7 +233,7 @@ const HARMLESS_KEYS: [&str; 19] = [
 ];
 
 /// Keys that are harmless only at Marian's "off" value, which every model of the paper's kind has.
-const OFF_KEYS: [(&str, &str); 14] = [
+const OFF_KEYS: [(&str, &str); 15] = [
     ("transformer-attention-mask", "default"),
     ("transformer-alibi-shift", "false"),
     ("transformer-alibi-trainable", "false"),
@@ -248,6 +248,7 @@ const OFF_KEYS: [(&str, &str); 14] = [
     ("ulr-trainable-transformation", "false"),
     ("input-types", ""),
     ("output-omit-bias", "false"),
+    ("special-vocab", ""),
 ];
 
 /// Refuses every `model.yml` key that is neither read, nor known not to change the function, nor
@@ -436,8 +437,8 @@ fn vocab_paths(dir: &Path) -> Result<[PathBuf; 2]> {
 fn resolve(dir: &Path, dec: &Path, entry: &str) -> Result<PathBuf> {
     let p = Path::new(entry);
     let inside = p.components().all(|c| matches!(c, std::path::Component::Normal(_) | std::path::Component::CurDir));
-    let candidates =
-        [inside.then(|| dir.join(p)), p.file_name().map(|n| dir.join(n)), (!inside).then(|| p.to_path_buf())];
+    // Last, the path as Marian follows it: relative to the model's directory (an absolute one as it is).
+    let candidates = [inside.then(|| dir.join(p)), p.file_name().map(|n| dir.join(n)), (!inside).then(|| dir.join(p))];
     candidates.into_iter().flatten().find(|c| c.is_file()).ok_or_else(|| {
         err(dec, format!("names {entry:?}, which is neither a file in {} nor one of that name there", dir.display()))
     })
