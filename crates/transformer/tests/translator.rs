@@ -355,7 +355,8 @@ fn an_ensemble_member_with_non_finite_logits_is_named_by_its_file() {
     transformer::checkpoint::save(&overflowing, &ck).unwrap();
     let input: Vec<String> = lines().into_iter().take(2).collect();
     let t = Translator::load_ensemble(&[a.clone(), overflowing.clone()], &bpe_path, SessionOptions::default()).unwrap();
-    let err = t.translate(&input, &options(), &mut ()).err().expect("non-finite logits").to_string();
+    let Err(err) = t.translate(&input, &options(), &mut ()) else { panic!("non-finite logits were decoded") };
+    let err = err.to_string();
     assert!(err.contains("overflowing.safetensors") && err.contains("non-finite logits"), "{err}");
     assert!(!err.contains("a.safetensors"), "{err}");
 }
