@@ -204,6 +204,17 @@ impl DownloadBar {
     }
 }
 
+/// A download's messages above its bar, and its bytes on the bar.
+impl Events for DownloadBar {
+    fn log(&mut self, message: &str) {
+        DownloadBar::println(self, message);
+    }
+
+    fn download(&mut self, done: u64, total: Option<u64>) {
+        DownloadBar::update(self, done, total);
+    }
+}
+
 /// A spinner for work of unknown length (learning a BPE, binarising): a spinner with the elapsed
 /// time on a terminal, nothing otherwise (the work's own lines say when it ends).
 pub struct Spinner(Option<ProgressBar>);

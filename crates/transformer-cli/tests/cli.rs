@@ -737,7 +737,7 @@ fn quickstart_bounds_and_lock_messages() {
     }
     let locked = base.join("locked");
     std::fs::create_dir_all(&locked).unwrap();
-    let _held = transformer::train::run_dir::DirLock::acquire(&locked, &mut |_| {}).unwrap();
+    let _held = transformer::train::run_dir::DirLock::acquire(&locked, &mut ()).unwrap();
     let (ok, _, err) = transformer(&["quickstart", "--minutes", "0.1", "--output", locked.to_str().unwrap()]);
     assert!(!ok && err.contains("another quick start") && err.contains("--output"), "{err}");
     assert!(!locked.join("quickstart.json").exists() && !locked.join("data").exists());

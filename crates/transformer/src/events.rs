@@ -24,6 +24,9 @@ pub trait Events {
 
     /// After every training update.
     fn update(&mut self, _update: &Update) {}
+
+    /// Bytes of a download so far (`done`, and the `total` when the server says it).
+    fn download(&mut self, _done: u64, _total: Option<u64>) {}
 }
 
 /// Nothing shown.

@@ -22,7 +22,7 @@
 //! - [`events`]: where the library tells what it is doing (messages, warnings, progress).
 //! - [`vocab`]: the special tokens' ids and strings.
 //! - [`rng`]: counter-based dropout masks and the initialisation generator.
-//! - [`precision`]: f32 or bf16 matrix products, a value each model carries.
+//! - [`precision`]: f32, bf16 or int8 matrix products, a value each model carries.
 //! - [`config`]: Table 3 columns and a preset per row.
 //! - [`params`]: the named flat layout, its typed views and initialisation.
 //! - [`kernels`]: fused CPU kernels ([`kernels::cpu`]) and their naive twins ([`kernels::reference`]).

@@ -2,8 +2,9 @@
 //! weights) is built and carried by that object, never switched for the whole process. Two models
 //! at two precisions can therefore run side by side in one process.
 //!
-//! Only the products change: weights, gradients, Adam and every other kernel stay f32 (int8 keeps
-//! quantised copies of the linear maps' weights beside the f32 ones). Whether
+//! Only the products change: gradients, Adam and every other kernel stay f32. A model prepared for
+//! inference (`model::Prepared`) holds each linear map once, in its precision's layout (f32 panels,
+//! bf16 tiles, or int8 codes with their scales), instead of in the parameter buffer. Whether
 //! this CPU can compute at a precision ([`Precision::available`]) is the kernels' to say
 //! (`kernels/cpu/linear.rs`), so this ground-floor module imports nothing above it.
 

@@ -72,7 +72,7 @@ fn heatmap_cells_show_the_weights_and_the_png_decodes() {
     let rows: Vec<String> = ["Die", "Katze", "</s>"].iter().map(|s| s.to_string()).collect();
     let cols: Vec<String> = ["The", "cat", "-s", "größer"].iter().map(|s| s.to_string()).collect();
     let weights: Vec<f32> = (0..12).map(|i| i as f32 / 11.0).collect();
-    let img = render(&weights, &rows, &cols, "encoder-decoder attention, layer 1 of 1, head 1 of 1");
+    let img = render(&weights, &rows, &cols, "encoder-decoder attention, layer 1 of 1, head 1 of 1").unwrap();
     for i in 0..3 {
         for j in 0..4 {
             let (x, y) = cell_centre(&rows, &cols, i, j);
@@ -104,7 +104,7 @@ fn heatmap_cells_show_the_weights_and_the_png_decodes() {
     // A long sentence (smaller cells) with long labels.
     let labels: Vec<String> = (0..75).map(|i| format!("token{i}-with-a-long-name")).collect();
     let weights: Vec<f32> = (0..75 * 75).map(|i| (i % 7) as f32 / 6.0).collect();
-    let img = render(&weights, &labels, &labels, "encoder self-attention");
+    let img = render(&weights, &labels, &labels, "encoder self-attention").unwrap();
     for (i, j) in [(0, 0), (74, 74), (10, 63)] {
         let (x, y) = cell_centre(&labels, &labels, i, j);
         assert_eq!(img.pixel(x, y), weight_colour(weights[i * 75 + j]), "cell ({i}, {j})");
@@ -114,6 +114,16 @@ fn heatmap_cells_show_the_weights_and_the_png_decodes() {
 /// The weights `attention` draws are the model's real attention: the first layer's encoder and
 /// decoder self-attention recomputed in f64 from the parameters (embedding · √D + sinusoids, then
 /// softmax(q kᵀ / √K) per head over the visible keys) equal what `attention_weights` returns.
+/// Weights that are not one a (row, column) label pair are the caller's error, named, not a panic.
+#[test]
+fn weights_that_do_not_match_the_labels_are_an_input_error() {
+    let labels: Vec<String> = ["a", "b"].iter().map(|s| s.to_string()).collect();
+    let e = render(&[0.5; 3], &labels, &labels, "t").err().expect("3 weights for 2 × 2 labels");
+    assert!(matches!(e, transformer::Error::Input(_)), "{e:?}");
+    assert!(e.to_string().contains("3 weights for 2 row and 2 column labels"), "{e}");
+    assert!(render(&[0.5; 4], &labels, &labels, "t").is_ok());
+}
+
 #[test]
 fn drawn_weights_are_the_models_attention_recomputed_from_its_parameters() {
     use transformer::kernels::cpu::embedding::sinusoid_table;

@@ -263,19 +263,21 @@ fn run_dir_is_locked_for_one_run_and_a_stale_lock_is_taken_over() {
     use transformer::train::run_dir::RunDir;
     let dir = tmpdir("run-lock");
     let mut lines = Vec::new();
-    let first = RunDir::open(&dir, 3, &mut |l| lines.push(l.to_string())).unwrap();
+    let first =
+        RunDir::open(&dir, 3, &mut transformer::events::Lines::new(|l: &str| lines.push(l.to_string()))).unwrap();
     assert!(lines.is_empty(), "{lines:?}");
     // A second opener (here the same process, through another file handle) is refused, naming the
     // directory and the holder.
-    let err = RunDir::open(&dir, 3, &mut |_| {}).err().expect("the directory is locked").to_string();
+    let err = RunDir::open(&dir, 3, &mut ()).err().expect("the directory is locked").to_string();
     let pid = std::process::id().to_string();
     assert!(err.contains(&*dir.to_string_lossy()) && err.contains(&format!("pid {pid}")), "{err}");
-    assert!(matches!(RunDir::open(&dir, 3, &mut |_| {}), Err(Error::RunDirLocked { .. })));
+    assert!(matches!(RunDir::open(&dir, 3, &mut ()), Err(Error::RunDirLocked { .. })));
     drop(first);
     assert!(!dir.join(".lock").exists(), "the lock is released and removed when the run ends");
     // A lock file left by a killed run (its pid gone, its flock released by the kernel) is stale.
     std::fs::write(dir.join(".lock"), "4194999 some-host\n").unwrap();
-    let _again = RunDir::open(&dir, 3, &mut |l| lines.push(l.to_string())).unwrap();
+    let _again =
+        RunDir::open(&dir, 3, &mut transformer::events::Lines::new(|l: &str| lines.push(l.to_string()))).unwrap();
     assert!(lines.iter().any(|l| l.contains("stale lock") && l.contains("4194999")), "{lines:?}");
     assert!(std::fs::read_to_string(dir.join(".lock")).unwrap().starts_with(&format!("{pid} ")));
 }
@@ -297,7 +299,7 @@ fn crash_recovery_removes_only_temp_files_of_dead_writers() {
     for name in orphans {
         std::fs::write(dir.join(name), b"partial").unwrap();
     }
-    let _run = RunDir::open(&dir, 3, &mut |_| {}).unwrap();
+    let _run = RunDir::open(&dir, 3, &mut ()).unwrap();
     assert!(temp(live).exists(), "a live process's temp file is left alone");
     assert!(!temp(dead).exists() && !temp(mine).exists(), "a dead writer's temp files are removed");
     assert!(orphans.iter().all(|n| !dir.join(n).exists()), "every orphan temp file is removed");
@@ -308,7 +310,7 @@ fn crash_recovery_removes_only_temp_files_of_dead_writers() {
 fn metrics_after_the_resumed_step_are_dropped() {
     use transformer::train::run_dir::RunDir;
     let dir = tmpdir("run-metrics");
-    let run = RunDir::open(&dir, 3, &mut |_| {}).unwrap();
+    let run = RunDir::open(&dir, 3, &mut ()).unwrap();
     for step in 1..=5u64 {
         run.append_metrics(&serde_json::json!({"kind": "train", "step": step})).unwrap();
     }
@@ -318,8 +320,11 @@ fn metrics_after_the_resumed_step_are_dropped() {
     bytes.extend_from_slice(b"{\"kind\":\"train\",\"st\xffep\":6}\ngarbage\n");
     std::fs::write(&path, &bytes).unwrap();
     let mut log = Vec::new();
-    assert_eq!(run.drop_metrics_after(3, &mut |m| log.push(m.to_string())).unwrap(), 2);
-    assert_eq!(run.drop_metrics_after(3, &mut |_| {}).unwrap(), 0);
+    assert_eq!(
+        run.drop_metrics_after(3, &mut transformer::events::Lines::new(|m: &str| log.push(m.to_string()))).unwrap(),
+        2
+    );
+    assert_eq!(run.drop_metrics_after(3, &mut ()).unwrap(), 0);
     assert!(log.len() == 2 && log[0].contains("metrics.jsonl:6:") && log[1].contains("metrics.jsonl:7:"), "{log:?}");
     let text = std::fs::read_to_string(&path).unwrap();
     let steps: Vec<u64> =

@@ -127,8 +127,7 @@ fn prepared_corpus_equals_in_memory_pairs_and_detects_truncation() {
     let (want, want_report) = encode_and_filter(&pairs, &bpe, &filter).unwrap();
     let dir = tmpdir("prepared");
     let report =
-        prepare(&multi30k("val.en.gz"), &multi30k("val.de.gz"), &bpe.clone().into(), &filter, &dir, &mut |_| {})
-            .unwrap();
+        prepare(&multi30k("val.en.gz"), &multi30k("val.de.gz"), &bpe.clone().into(), &filter, &dir, &mut ()).unwrap();
     assert_eq!(report, want_report);
     assert!(report.kept < report.read, "the filter should remove something here: {report}");
     let b = Binarized::open(&dir).unwrap();
@@ -150,7 +149,7 @@ fn prepared_corpus_equals_in_memory_pairs_and_detects_truncation() {
     let d2 = tmpdir("prepared-misaligned");
     std::fs::write(d2.join("a"), "one\ntwo\n").unwrap();
     std::fs::write(d2.join("b"), "eins\n").unwrap();
-    let err = prepare(&d2.join("a"), &d2.join("b"), &bpe.clone().into(), &filter, &d2.join("out"), &mut |_| {})
+    let err = prepare(&d2.join("a"), &d2.join("b"), &bpe.clone().into(), &filter, &d2.join("out"), &mut ())
         .unwrap_err()
         .to_string();
     assert!(err.contains("not line-aligned") && err.contains("/b ends after 1 lines"), "{err}");
@@ -163,7 +162,7 @@ fn prepared_corpus_with_a_corrupt_offset_or_flipped_bytes_is_refused_naming_the_
     let bpe = Bpe::learn(pairs.iter().take(200).flat_map(|(s, t)| [s, t]), 400, 2).unwrap();
     let filter = FilterConfig { max_tokens: 100, max_ratio: 9.0 };
     let dir = tmpdir("prepared-corrupt");
-    prepare(&multi30k("val.en.gz"), &multi30k("val.de.gz"), &bpe.clone().into(), &filter, &dir, &mut |_| {}).unwrap();
+    prepare(&multi30k("val.en.gz"), &multi30k("val.de.gz"), &bpe.clone().into(), &filter, &dir, &mut ()).unwrap();
     Binarized::open(&dir).unwrap();
     let patch = |file: &str, at: usize, bytes: &[u8]| {
         let p = dir.join(file);

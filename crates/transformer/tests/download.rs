@@ -69,6 +69,23 @@ fn serve(dir: PathBuf) -> (String, Arc<AtomicUsize>) {
     (url, count)
 }
 
+/// What a fetch told: its lines, and the last count of a download's bytes.
+#[derive(Default)]
+struct Heard {
+    lines: Vec<String>,
+    last: (u64, Option<u64>),
+}
+
+impl transformer::events::Events for Heard {
+    fn log(&mut self, message: &str) {
+        self.lines.push(message.to_string());
+    }
+
+    fn download(&mut self, done: u64, total: Option<u64>) {
+        self.last = (done, total);
+    }
+}
+
 fn tmpdir(name: &str) -> TestDir {
     TestDir::new(&format!("transformer-dl-{name}"))
 }
@@ -86,18 +103,18 @@ fn downloads_verify_and_cache() {
     assert_eq!(files.len(), 6);
     let (url, count) = serve(built_in());
     let cache = tmpdir("ok");
-    let paths = fetch_verified(&Source::Url(url.clone()), &files, &cache, &mut |_| {}).unwrap();
+    let paths = fetch_verified(&Source::Url(url.clone()), &files, &cache, &mut ()).unwrap();
     assert_eq!(paths.len(), 6);
     for (p, (_, sha)) in paths.iter().zip(&files) {
         assert_eq!(sha256_hex(&std::fs::read(p).unwrap()), *sha);
     }
     assert_eq!(count.load(Ordering::SeqCst), 6);
     // Second call: everything comes from the verified cache.
-    fetch_verified(&Source::Url(url), &files, &cache, &mut |_| {}).unwrap();
+    fetch_verified(&Source::Url(url), &files, &cache, &mut ()).unwrap();
     assert_eq!(count.load(Ordering::SeqCst), 6, "cached files must not be fetched again");
     // A local mirror works the same way.
     let cache2 = tmpdir("mirror");
-    fetch_verified(&Source::Dir(built_in()), &MULTI30K_FILES[..2], &cache2, &mut |_| {}).unwrap();
+    fetch_verified(&Source::Dir(built_in()), &MULTI30K_FILES[..2], &cache2, &mut ()).unwrap();
     assert_eq!(files_in(&cache2), ["train.de.gz", "train.en.gz"]);
 }
 
@@ -108,7 +125,7 @@ fn shared_every_language_verifies_against_the_mirror() {
     let Some(mirror) = transformer::test_support::shared("data/multi30k") else { return };
     let (url, count) = serve(mirror);
     let cache = tmpdir("all-languages");
-    let paths = fetch_verified(&Source::Url(url), &MULTI30K_FILES, &cache, &mut |_| {}).unwrap();
+    let paths = fetch_verified(&Source::Url(url), &MULTI30K_FILES, &cache, &mut ()).unwrap();
     assert_eq!(paths.len(), 12);
     for (p, (_, sha)) in paths.iter().zip(MULTI30K_FILES) {
         assert_eq!(sha256_hex(&std::fs::read(p).unwrap()), sha);
@@ -128,7 +145,7 @@ fn corrupted_file_is_a_checksum_error_and_is_not_kept() {
     std::fs::write(mirror.join("val.de.gz"), bytes).unwrap();
     let (url, _) = serve(mirror.to_path_buf());
     let cache = tmpdir("corrupt");
-    let err = fetch_verified(&Source::Url(url), &MULTI30K_FILES[4..6], &cache, &mut |_| {}).unwrap_err();
+    let err = fetch_verified(&Source::Url(url), &MULTI30K_FILES[4..6], &cache, &mut ()).unwrap_err();
     assert!(matches!(err, Error::Checksum { .. }), "{err}");
     let msg = err.to_string();
     assert!(
@@ -144,12 +161,12 @@ fn missing_file_is_an_error_naming_the_url() {
     std::fs::copy(built_in().join("val.en.gz"), mirror.join("val.en.gz")).unwrap();
     let (url, _) = serve(mirror.to_path_buf());
     let cache = tmpdir("missing");
-    let err = fetch_verified(&Source::Url(url.clone()), &MULTI30K_FILES[4..6], &cache, &mut |_| {}).unwrap_err();
+    let err = fetch_verified(&Source::Url(url.clone()), &MULTI30K_FILES[4..6], &cache, &mut ()).unwrap_err();
     let msg = err.to_string();
     assert!(matches!(err, Error::Download { .. }), "{msg}");
     assert!(msg.contains(&format!("{url}val.de.gz")) && msg.contains("404"), "{msg}");
     // A missing local mirror file names its path.
-    let err = fetch_verified(&Source::Dir(cache.join("nowhere")), &MULTI30K_FILES[..1], &cache, &mut |_| {})
+    let err = fetch_verified(&Source::Dir(cache.join("nowhere")), &MULTI30K_FILES[..1], &cache, &mut ())
         .unwrap_err()
         .to_string();
     assert!(err.contains("nowhere/train.en.gz"), "{err}");
@@ -159,7 +176,7 @@ fn missing_file_is_an_error_naming_the_url() {
 // in ../shared, served on 127.0.0.1, taken from nltk_data directories and local mirrors.
 
 mod ptb {
-    use super::{files_in, serve, tmpdir, TestDir};
+    use super::{files_in, serve, tmpdir, Heard, TestDir};
     use std::io::Write;
     use std::path::{Path, PathBuf};
     use std::sync::atomic::Ordering;
@@ -216,10 +233,9 @@ mod ptb {
         let source = TreebankSource::Url(format!("{url}treebank.zip"));
         let dest_dir = tmpdir("ptb-dest");
         let dest = dest_dir.join("ptb-sample");
-        let mut lines = Vec::new();
-        let mut last = (0, None);
-        let got =
-            fetch_ptb_sample(&source, &dest, &mut |m| lines.push(m.to_string()), &mut |d, t| last = (d, t)).unwrap();
+        let mut heard = Heard::default();
+        let got = fetch_ptb_sample(&source, &dest, &mut heard).unwrap();
+        let Heard { lines, last } = heard;
         let zip_len = std::fs::metadata(served.join("treebank.zip")).unwrap().len();
         assert_eq!(last, (zip_len, Some(zip_len)), "the progress ends at the whole archive");
         assert_eq!((got.verified, got.cached), (189, false));
@@ -233,12 +249,12 @@ mod ptb {
         assert_eq!(names.len(), 191, "189 verified, 1 unverified, the README; nothing else: {names:?}");
         assert_eq!(count.load(Ordering::SeqCst), 1);
         // Again: the verified copy is kept and nothing is fetched.
-        let again = fetch_ptb_sample(&source, &dest, &mut |_| {}, &mut |_, _| {}).unwrap();
+        let again = fetch_ptb_sample(&source, &dest, &mut ()).unwrap();
         assert_eq!((again.cached, again.unverified.as_slice()), (true, &["wsj_0199.mrg".to_string()][..]));
         assert_eq!(count.load(Ordering::SeqCst), 1, "a verified copy must not be fetched again");
         // A corrupt file in the copy: fetched again, and repaired.
         std::fs::write(dest.join("wsj_0042.mrg"), b"(damaged").unwrap();
-        let repaired = fetch_ptb_sample(&source, &dest, &mut |_| {}, &mut |_, _| {}).unwrap();
+        let repaired = fetch_ptb_sample(&source, &dest, &mut ()).unwrap();
         assert!(!repaired.cached);
         assert_eq!(count.load(Ordering::SeqCst), 2);
         assert_eq!(sha256_hex(&std::fs::read(dest.join("wsj_0042.mrg")).unwrap()), PTB_SAMPLE_FILES[41].1);
@@ -286,7 +302,7 @@ mod ptb {
             TreebankSource::local(&served.join("treebank.zip")),
             TreebankSource::local(&stand_in),
         ] {
-            let err = fetch_ptb_sample(&source, &dest, &mut |_| {}, &mut |_, _| {}).unwrap_err();
+            let err = fetch_ptb_sample(&source, &dest, &mut ()).unwrap_err();
             assert!(matches!(err, Error::Checksum { .. }), "{err}");
             let msg = err.to_string();
             assert!(msg.contains("wsj_0001.mrg") && msg.contains(PTB_SAMPLE_FILES[0].1), "{msg}");
@@ -294,19 +310,16 @@ mod ptb {
         }
         assert_eq!(count.load(Ordering::SeqCst), 1);
 
-        let err = fetch_ptb_sample(&TreebankSource::Url(format!("{url}short.zip")), &dest, &mut |_| {}, &mut |_, _| {})
+        let err =
+            fetch_ptb_sample(&TreebankSource::Url(format!("{url}short.zip")), &dest, &mut ()).unwrap_err().to_string();
+        assert!(err.contains("has no wsj_0150.mrg") && err.contains("1 of the sample's 189 files missing"), "{err}");
+        let err = fetch_ptb_sample(&TreebankSource::Url(format!("{url}damaged.zip")), &dest, &mut ())
             .unwrap_err()
             .to_string();
-        assert!(err.contains("has no wsj_0150.mrg") && err.contains("1 of the sample's 189 files missing"), "{err}");
-        let err =
-            fetch_ptb_sample(&TreebankSource::Url(format!("{url}damaged.zip")), &dest, &mut |_| {}, &mut |_, _| {})
-                .unwrap_err()
-                .to_string();
         assert!(err.contains("damaged.zip") && err.contains("fetch it again"), "{err}");
-        let err =
-            fetch_ptb_sample(&TreebankSource::Url(format!("{url}missing.zip")), &dest, &mut |_| {}, &mut |_, _| {})
-                .unwrap_err()
-                .to_string();
+        let err = fetch_ptb_sample(&TreebankSource::Url(format!("{url}missing.zip")), &dest, &mut ())
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("404") && err.contains("--from-nltk-data DIR"), "{err}");
         assert!(!dest.exists());
 
@@ -353,31 +366,26 @@ mod ptb {
         let dest_dir = tmpdir("ptb-corrupt");
         let dest = dest_dir.join("ptb-sample");
 
-        let err =
-            fetch_ptb_sample(&TreebankSource::Url(format!("{url}treebank.zip")), &dest, &mut |_| {}, &mut |_, _| {})
-                .unwrap_err();
+        let err = fetch_ptb_sample(&TreebankSource::Url(format!("{url}treebank.zip")), &dest, &mut ()).unwrap_err();
         assert!(matches!(err, Error::Checksum { .. }), "{err}");
         let msg = err.to_string();
         assert!(msg.contains("wsj_0100.mrg") && msg.contains(PTB_SAMPLE_FILES[99].1), "{msg}");
         assert!(!dest.exists(), "nothing may be written when a file is corrupt");
 
-        let err = fetch_ptb_sample(&TreebankSource::Url(format!("{url}short.zip")), &dest, &mut |_| {}, &mut |_, _| {})
-            .unwrap_err()
-            .to_string();
+        let err =
+            fetch_ptb_sample(&TreebankSource::Url(format!("{url}short.zip")), &dest, &mut ()).unwrap_err().to_string();
         assert!(err.contains("has no wsj_0150.mrg") && err.contains("1 of the sample's 189 files missing"), "{err}");
         assert!(!dest.exists());
 
-        let err =
-            fetch_ptb_sample(&TreebankSource::Url(format!("{url}damaged.zip")), &dest, &mut |_| {}, &mut |_, _| {})
-                .unwrap_err()
-                .to_string();
+        let err = fetch_ptb_sample(&TreebankSource::Url(format!("{url}damaged.zip")), &dest, &mut ())
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("damaged.zip") && err.contains("fetch it again"), "{err}");
         assert!(!dest.exists());
 
-        let err =
-            fetch_ptb_sample(&TreebankSource::Url(format!("{url}missing.zip")), &dest, &mut |_| {}, &mut |_, _| {})
-                .unwrap_err()
-                .to_string();
+        let err = fetch_ptb_sample(&TreebankSource::Url(format!("{url}missing.zip")), &dest, &mut ())
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("404") && err.contains("--from-nltk-data DIR"), "{err}");
     }
 
@@ -399,7 +407,7 @@ mod ptb {
         let (found, source) = find_nltk_treebank(&[empty.clone(), zipped.clone()]).unwrap();
         assert_eq!((found, &source), (zipped.clone(), &TreebankSource::Zip(zipped.join("corpora/treebank.zip"))));
         let dest = root.join("from-zip");
-        let got = fetch_ptb_sample(&source, &dest, &mut |_| {}, &mut |_, _| {}).unwrap();
+        let got = fetch_ptb_sample(&source, &dest, &mut ()).unwrap();
         assert_eq!((got.verified, got.unverified.len()), (189, 1));
         assert_eq!(files_in(&dest).len(), 191);
 
@@ -412,8 +420,9 @@ mod ptb {
         let source = TreebankSource::from_nltk_data(&unpacked).unwrap();
         assert_eq!(source, TreebankSource::Dir(combined));
         let dest = root.join("from-dir");
-        let mut lines = Vec::new();
-        let got = fetch_ptb_sample(&source, &dest, &mut |m| lines.push(m.to_string()), &mut |_, _| {}).unwrap();
+        let mut heard = Heard::default();
+        let got = fetch_ptb_sample(&source, &dest, &mut heard).unwrap();
+        let lines = heard.lines;
         assert!(got.unverified.is_empty());
         // That directory has no README: the terms are written in its place.
         assert!(lines.iter().any(|l| l.contains("has no README")), "{lines:?}");
@@ -425,7 +434,7 @@ mod ptb {
 
         // A local mirror: the verified copy itself (its README is README.orig).
         let dest = root.join("from-mirror");
-        let got = fetch_ptb_sample(&TreebankSource::local(&sample), &dest, &mut |_| {}, &mut |_, _| {}).unwrap();
+        let got = fetch_ptb_sample(&TreebankSource::local(&sample), &dest, &mut ()).unwrap();
         assert_eq!((got.verified, got.cached), (189, false));
         assert_eq!(std::fs::read(dest.join("README")).unwrap(), std::fs::read(sample.join("README.orig")).unwrap());
         // A mirror that is a zip file.

@@ -27,7 +27,7 @@ fn case_dirs(root: &Path) -> Vec<PathBuf> {
 fn run_case(dir: &Path) -> Report {
     let (gold, test) = (lines(&dir.join("gold.txt")), lines(&dir.join("test.txt")));
     assert_eq!(gold.len(), test.len(), "{}", dir.display());
-    score(&gold, &test, &Params::collins())
+    score(&gold, &test, &Params::collins()).unwrap()
 }
 
 /// EVALB's stdout for a case.
@@ -269,13 +269,13 @@ fn garbage_never_panics() {
     ];
     for b in bad {
         for (g, t) in [(gold.clone(), b.to_string()), (b.to_string(), gold.clone()), (b.to_string(), b.to_string())] {
-            let report = score(std::slice::from_ref(&g), std::slice::from_ref(&t), &Params::collins());
+            let report = score(std::slice::from_ref(&g), std::slice::from_ref(&t), &Params::collins()).unwrap();
             assert_eq!(report.sentences.len(), 1, "{g} | {t}");
             let mut out = Vec::new();
             report.write_evalb(&mut out, false).unwrap();
         }
         if !b.trim().is_empty() {
-            let report = score(std::slice::from_ref(&gold), &[b.to_string()], &Params::collins());
+            let report = score(std::slice::from_ref(&gold), &[b.to_string()], &Params::collins()).unwrap();
             assert_ne!(report.sentences[0].status, Status::Ok, "{b}");
         }
     }
@@ -288,7 +288,7 @@ fn score_trees_matches_score_on_bracketed_lines() {
     let dir = fixtures().join("24-model-10pct-rawgold");
     let text = std::fs::read_to_string(dir.join("gold.txt")).unwrap();
     let gold: Vec<Tree> = parse_trees(&text, "gold.txt").unwrap().iter().map(|t| t.preprocess().unwrap()).collect();
-    let report = score_trees(&gold, &gold);
+    let report = score_trees(&gold, &gold).unwrap();
     assert_eq!(report.all.fmeasure, 100.0);
     assert_eq!(report.all.sentences, gold.len());
     let flat: Vec<Tree> = gold
@@ -305,9 +305,9 @@ fn score_trees_matches_score_on_bracketed_lines() {
             Tree::node("TOP", vec![Tree::node("S", l)])
         })
         .collect();
-    let report = score_trees(&gold, &flat);
+    let report = score_trees(&gold, &flat).unwrap();
     let lines = |ts: &[Tree]| ts.iter().map(Tree::to_bracketed).collect::<Vec<_>>();
-    assert_eq!(report, score(&lines(&gold), &lines(&flat), &Params::collins()));
+    assert_eq!(report, score(&lines(&gold), &lines(&flat), &Params::collins()).unwrap());
     assert!(report.all.fmeasure < 50.0 && report.all.precision > report.all.recall, "{:?}", report.all);
     assert_eq!(report.all.error_sentences, 0);
 }
@@ -368,7 +368,7 @@ fn matching_and_crossing_equal_their_quadratic_definitions() {
             (gs < ts && ge > ts && ge < te) || (gs > ts && gs < te && ge > te)
         };
         let crossing = tb.iter().filter(|b| gb.iter().any(|a| crosses((a.0, a.1), (b.0, b.1)))).count();
-        let report = score(std::slice::from_ref(&g), std::slice::from_ref(&t), &Params::collins());
+        let report = score(std::slice::from_ref(&g), std::slice::from_ref(&t), &Params::collins()).unwrap();
         let s = &report.sentences[0];
         assert_eq!(s.status, Status::Ok, "case {case}: {g} | {t}");
         assert_eq!(
@@ -390,7 +390,7 @@ fn very_long_lines_score_in_linear_time_with_a_note() {
     let ordinary = "(TOP (S (NP (DT The) (NN cat)) (VP (VBD sat)) (. .)))".to_string();
     let lines = [ordinary.clone(), deep, wide, ordinary];
     let start = std::time::Instant::now();
-    let report = score(&lines, &lines, &Params::collins());
+    let report = score(&lines, &lines, &Params::collins()).unwrap();
     assert!(start.elapsed().as_secs_f64() < 30.0, "{:?}", start.elapsed());
     for s in &report.sentences {
         assert_eq!((s.status, s.recall, s.precision, s.crossing), (Status::Ok, 100.0, 100.0, 0), "{:?}", s.errors);
@@ -416,11 +416,25 @@ fn very_long_lines_score_in_linear_time_with_a_note() {
         (format!("(TOP (S (NN {})))", "w".repeat(99)), ""),
     ];
     for (line, reason) in cases {
-        let report = score(std::slice::from_ref(&line), std::slice::from_ref(&line), &Params::collins());
+        let report = score(std::slice::from_ref(&line), std::slice::from_ref(&line), &Params::collins()).unwrap();
         match report.evalb_limit_lines.first() {
             Some((1, r)) => assert!(!reason.is_empty() && r.contains(reason), "{r} for {reason:?}"),
             None => assert!(reason.is_empty(), "no note for {reason:?}"),
             other => panic!("{other:?}"),
         }
     }
+}
+
+/// Gold and test trees that do not pair up line for line are an input error naming both counts,
+/// for the line scorer and the tree scorer alike: nothing is scored, nothing is left out quietly.
+#[test]
+fn gold_and_test_of_different_counts_are_an_input_error() {
+    let gold = vec!["(S (NP (DT the) (NN cat)) (VP (VBD sat)))".to_string(), "(S (VP (VB go)))".to_string()];
+    let e = score(&gold, &gold[..1], &Params::collins()).unwrap_err();
+    assert!(matches!(e, transformer::Error::Input(_)), "{e:?}");
+    assert!(e.to_string().contains("2 gold trees and 1 test trees"), "{e}");
+    let trees = parse_trees(&gold.join("\n"), "gold").unwrap();
+    let e = score_trees(&trees[..1], &trees).unwrap_err();
+    assert!(e.to_string().contains("1 gold trees and 2 test trees"), "{e}");
+    assert_eq!(score(&gold, &gold, &Params::collins()).unwrap().all.fmeasure, 100.0);
 }

@@ -351,7 +351,7 @@ fn fine_tune(model_dir: &Path, name: &str) {
         let t = Translator::load(ckpt, &tok, Default::default()).unwrap();
         let (out, _) = t.translate(&test_src, &DecodeOptions::default(), &mut NoWarnings).unwrap();
         let hyps: Vec<String> = out.into_iter().map(|n| n[0].text.clone()).collect();
-        transformer::eval::bleu::corpus_bleu(&hyps, std::slice::from_ref(&test_ref), &Default::default()).score
+        transformer::eval::bleu::corpus_bleu(&hyps, std::slice::from_ref(&test_ref), &Default::default()).unwrap().score
     };
     // The held-out loss and BLEU before: the imported model on the run's validation pairs.
     let before = {
@@ -441,7 +441,7 @@ fn prepared_data_takes_an_imported_tokenizer() {
     let (src, tgt) =
         (transformer::test_support::multi30k("val.en.gz"), transformer::test_support::multi30k("val.de.gz"));
     let filter = FilterConfig { max_tokens: 60, max_ratio: 3.0 };
-    let report = prepare(&src, &tgt, &tokenizer, &filter, &dir.join("bin"), &mut |_| {}).unwrap();
+    let report = prepare(&src, &tgt, &tokenizer, &filter, &dir.join("bin"), &mut ()).unwrap();
     let pairs = read_parallel(&src, &tgt).unwrap();
     let (want, want_report) = encode_and_filter_for(TargetEncoding::Bpe, &pairs, &tokenizer, &filter).unwrap();
     assert_eq!(report, want_report);

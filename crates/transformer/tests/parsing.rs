@@ -411,7 +411,7 @@ fn a_parsing_run_validates_f1_keeps_its_best_checkpoint_and_parses() {
         |ps: &[transformer::decode::translator::Parse]| ps.iter().map(|p| p.tree.clone()).collect::<Vec<_>>();
     assert_eq!(trees_of(&scored.parses), own);
     // (Compared as text: a tree set without brackets has an F-measure of NaN, which no NaN equals.)
-    let want = transformer::eval::evalb::score_trees(&own, &own);
+    let want = transformer::eval::evalb::score_trees(&own, &own).unwrap();
     assert_eq!(format!("{:?}", scored.report), format!("{want:?}"));
     assert_eq!(scored.malformed(), parses.iter().filter(|p| p.malformed).count());
     assert!(scored.report.all.fmeasure == 100.0 || scored.report.all.fmeasure.is_nan(), "{:?}", scored.report.all);

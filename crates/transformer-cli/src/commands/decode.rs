@@ -152,12 +152,12 @@ pub fn evaluate(
         text.push('\n');
         transformer::io::write_atomically(p, text.as_bytes())?;
     }
-    println!("{}", bleu::corpus_bleu(&hyps, &refs, &bleu::BleuConfig::default()).line());
-    println!("{}", chrf::corpus_chrf(&hyps, &refs, &chrf::ChrfConfig::default()).line());
-    println!("{}", bleu::tokenized_bleu(&hyps, &refs, true).line());
+    println!("{}", bleu::corpus_bleu(&hyps, &refs, &bleu::BleuConfig::default())?.line());
+    println!("{}", chrf::corpus_chrf(&hyps, &refs, &chrf::ChrfConfig::default())?.line());
+    println!("{}", bleu::tokenized_bleu(&hyps, &refs, true)?.line());
     if by_length {
         let cfg = bleu::BleuConfig::default();
-        for b in bleu::bleu_by_source_length(&srcs, &hyps, &refs, &bleu::LENGTH_BUCKETS, &cfg) {
+        for b in bleu::bleu_by_source_length(&srcs, &hyps, &refs, &bleu::LENGTH_BUCKETS, &cfg)? {
             println!("{}", b.line());
         }
     }
@@ -281,7 +281,7 @@ pub fn attention(
             for &h in &heads {
                 let (weights, _, _) = w.get(kind, l - 1, h - 1);
                 let title = format!("{}, layer {l} of {}, head {h} of {}", kind.title(), c.n_layers, c.n_heads);
-                let img = heatmap::render(weights, rows, cols, &title);
+                let img = heatmap::render(weights, rows, cols, &title)?;
                 let path = out.join(format!("{}-layer{l}-head{h}.png", kind.slug()));
                 img.save_png(&path)?;
                 written += 1;

@@ -23,7 +23,7 @@ pub fn parse_eval(gold_path: &Path, test_path: &Path, summary_only: bool) -> Res
         );
     }
     let params = Params::collins();
-    let report = score(&gold, &test, &params);
+    let report = score(&gold, &test, &params)?;
     for line in report.error_lines() {
         eprintln!("{line}");
     }

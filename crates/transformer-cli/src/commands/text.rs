@@ -19,11 +19,16 @@ pub fn data(which: DataCommand) -> Result<()> {
             };
             let mut bar = crate::progress::CountBar::new("files", MULTI30K_FILES.len() as u64);
             let mut done = 0;
-            let paths = fetch_verified(&source, &MULTI30K_FILES, &cache, &mut |m| {
-                done += 1;
-                bar.println(m);
-                bar.update(done, MULTI30K_FILES.len());
-            });
+            let paths = fetch_verified(
+                &source,
+                &MULTI30K_FILES,
+                &cache,
+                &mut transformer::events::Lines::new(|m: &str| {
+                    done += 1;
+                    bar.println(m);
+                    bar.update(done, MULTI30K_FILES.len());
+                }),
+            );
             bar.finish();
             let paths = paths?;
             println!("{} files verified in {}", paths.len(), cache.display());
@@ -55,8 +60,8 @@ fn news_text(cache: &Path, nltk: Option<PathBuf>) -> Result<()> {
             }
         }
     };
-    let bar = crate::progress::DownloadBar::new();
-    let got = fetch_news_text(&source, cache, &mut |m| bar.println(m), &mut |d, t| bar.update(d, t));
+    let mut bar = crate::progress::DownloadBar::new();
+    let got = fetch_news_text(&source, cache, &mut bar);
     bar.finish();
     for (path, n) in got?.files {
         println!("{n} sentences in {}", path.display());
@@ -88,8 +93,8 @@ fn ptb_sample(cache: &Path, from: Option<PathBuf>, nltk: Option<PathBuf>, url: O
         }
     };
     eprintln!("{PTB_SAMPLE_TERMS}\n");
-    let bar = crate::progress::DownloadBar::new();
-    let got = fetch_ptb_sample(&source, cache, &mut |m| bar.println(m), &mut |d, t| bar.update(d, t));
+    let mut bar = crate::progress::DownloadBar::new();
+    let got = fetch_ptb_sample(&source, cache, &mut bar);
     bar.finish();
     let got = got?;
     let unverified = match got.unverified.len() {
@@ -182,16 +187,16 @@ pub fn bleu(args: &BleuArgs) -> Result<()> {
         let (line, score) = match m {
             Metric::Bleu => {
                 let cfg = bleu::BleuConfig { tokenizer, lowercase, smooth, effective_order: false };
-                let s = bleu::corpus_bleu(&hyps, &refs, &cfg);
+                let s = bleu::corpus_bleu(&hyps, &refs, &cfg)?;
                 (s.line(), s.score)
             }
             Metric::Chrf => {
                 let cfg = chrf::ChrfConfig { lowercase, ..chrf::ChrfConfig::default() };
-                let s = chrf::corpus_chrf(&hyps, &refs, &cfg);
+                let s = chrf::corpus_chrf(&hyps, &refs, &cfg)?;
                 (s.line(), s.score)
             }
             Metric::TokenizedBleu => {
-                let s = bleu::tokenized_bleu(&hyps, &refs, lowercase);
+                let s = bleu::tokenized_bleu(&hyps, &refs, lowercase)?;
                 (s.line(), s.score)
             }
         };

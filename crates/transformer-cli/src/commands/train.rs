@@ -168,7 +168,7 @@ pub fn prepare(args: &PrepareArgs) -> Result<()> {
     let model = transformer::data::tokenizer::Tokenizer::load(bpe)?;
     let start = Instant::now();
     let spinner = crate::progress::Spinner::new(&format!("binarising {}", src.display()));
-    let log = &mut |m: &str| spinner.println(m);
+    let log = &mut transformer::events::Lines::new(|m: &str| spinner.println(m));
     let report = match (task, tgt) {
         (transformer::Task::Translation, Some(tgt)) if files.is_none() => {
             transformer::data::binarized::prepare(src, tgt, &model, &filter, out, log)?

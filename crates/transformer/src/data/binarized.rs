@@ -13,6 +13,7 @@ use super::encoding::TargetEncoding;
 use super::parallel::{FilterConfig, FilterReport};
 use super::tokenizer::Tokenizer;
 use crate::error::{Error, Result};
+use crate::events::Events;
 use crate::io::{io_err, write_atomically};
 use sha2::{Digest, Sha256};
 use std::io::{BufWriter, Write};
@@ -73,7 +74,7 @@ pub fn prepare(
     tokenizer: &Tokenizer,
     filter: &FilterConfig,
     out: &Path,
-    log: &mut dyn FnMut(&str),
+    events: &mut dyn Events,
 ) -> Result<FilterReport> {
     let (mut rs, mut rt) = (corpus::Lines::open(src)?, corpus::Lines::open(tgt)?);
     let mut n = 0;
@@ -99,7 +100,7 @@ pub fn prepare(
         }
         Ok(())
     };
-    write_prepared(TargetEncoding::Bpe, &mut next_chunk, tokenizer, filter, out, log)
+    write_prepared(TargetEncoding::Bpe, &mut next_chunk, tokenizer, filter, out, events)
 }
 
 /// [`prepare`] for pairs already read (for parsing, from a treebank), their targets encoded as
@@ -110,14 +111,14 @@ pub fn prepare_pairs(
     tokenizer: &Tokenizer,
     filter: &FilterConfig,
     out: &Path,
-    log: &mut dyn FnMut(&str),
+    events: &mut dyn Events,
 ) -> Result<FilterReport> {
     let mut pairs = pairs.into_iter();
     let mut next_chunk = |chunk: &mut Vec<(String, String)>| -> Result<()> {
         chunk.extend(pairs.by_ref().take(CHUNK));
         Ok(())
     };
-    write_prepared(target, &mut next_chunk, tokenizer, filter, out, log)
+    write_prepared(target, &mut next_chunk, tokenizer, filter, out, events)
 }
 
 /// Fills a chunk with the next pairs (fewer than [`CHUNK`] at the end).
@@ -134,7 +135,7 @@ fn write_prepared(
     tokenizer: &Tokenizer,
     filter: &FilterConfig,
     out: &Path,
-    log: &mut dyn FnMut(&str),
+    events: &mut dyn Events,
 ) -> Result<FilterReport> {
     filter.validate(("max_tokens", "max_ratio"))?;
     std::fs::create_dir_all(out).map_err(io_err(out))?;
@@ -158,7 +159,7 @@ fn write_prepared(
             wt.push(t)?;
         }
         if report.read % 500_000 < CHUNK {
-            log(&format!("{} pairs read, {} kept", report.read, report.kept));
+            events.log(&format!("{} pairs read, {} kept", report.read, report.kept));
         }
         if chunk.len() < CHUNK {
             break;

@@ -3,6 +3,7 @@
 //! once its checksum matches; a cached file is checked again before it is reused.
 
 use crate::error::{Error, Result};
+use crate::events::Events;
 use crate::io::{io_err, write_atomically};
 use sha2::{Digest, Sha256};
 #[cfg(feature = "download")]
@@ -174,7 +175,7 @@ pub fn fetch_verified(
     source: &Source,
     files: &[(&str, &str)],
     cache: &Path,
-    log: &mut dyn FnMut(&str),
+    events: &mut dyn Events,
 ) -> Result<Vec<PathBuf>> {
     std::fs::create_dir_all(cache).map_err(io_err(cache))?;
     let mut out = Vec::with_capacity(files.len());
@@ -182,11 +183,11 @@ pub fn fetch_verified(
         let dest = cache.join(name);
         if let Ok(bytes) = std::fs::read(&dest) {
             if sha256_hex(&bytes) == sha {
-                log(&format!("{name}: cached, checksum ok"));
+                events.log(&format!("{name}: cached, checksum ok"));
                 out.push(dest);
                 continue;
             }
-            log(&format!("{name}: cached copy is corrupt, fetching again"));
+            events.log(&format!("{name}: cached copy is corrupt, fetching again"));
         }
         let bytes = fetch(source, name)?;
         let found = sha256_hex(&bytes);
@@ -194,7 +195,7 @@ pub fn fetch_verified(
             return Err(Error::Checksum { file: name.to_string(), expected: sha.to_string(), found });
         }
         write_atomically(&dest, &bytes)?;
-        log(&format!("{name}: {} bytes, checksum ok", bytes.len()));
+        events.log(&format!("{name}: {} bytes, checksum ok", bytes.len()));
         out.push(dest);
     }
     Ok(out)
@@ -209,12 +210,12 @@ mod tests {
         // A cache directory that does not exist yet, inside one removed when the test ends.
         let tmp = tempfile::Builder::new().prefix("transformer-dl-nofeature-").tempdir().unwrap();
         let cache = tmp.path().join("cache");
-        let err = fetch_verified(&Source::Url("http://127.0.0.1:9/".into()), &MULTI30K_FILES[..1], &cache, &mut |_| {})
+        let err = fetch_verified(&Source::Url("http://127.0.0.1:9/".into()), &MULTI30K_FILES[..1], &cache, &mut ())
             .unwrap_err()
             .to_string();
         assert!(err.contains("built without downloads") && err.contains("--from DIR"), "{err}");
         let mirror = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../data/multi30k");
-        let paths = fetch_verified(&Source::Dir(mirror), &MULTI30K_FILES[4..5], &cache, &mut |_| {}).unwrap();
+        let paths = fetch_verified(&Source::Dir(mirror), &MULTI30K_FILES[4..5], &cache, &mut ()).unwrap();
         assert_eq!(paths, [cache.join("val.en.gz")]);
     }
 }

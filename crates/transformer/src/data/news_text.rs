@@ -14,6 +14,7 @@
 use crate::data::download::{fetch_url_with, sha256_hex};
 use crate::data::trees::ptb_tokenize;
 use crate::error::{Error, Result};
+use crate::events::Events;
 use crate::io::{io_err, write_atomically};
 use std::collections::HashSet;
 use std::io::Read;
@@ -233,12 +234,7 @@ fn read_corpus_zip(corpus: &NltkCorpus, bytes: &[u8], origin: &str) -> Result<Ve
 /// Reads both corpora from `source`, verifies them, and writes `DIR/abc.txt` and `DIR/brown.txt`
 /// (one tokenized sentence a line, each sentence once across both) and `DIR/README` (their terms).
 /// Nothing is written unless both archives verify.
-pub fn fetch_news_text(
-    source: &NewsSource,
-    dir: &Path,
-    log: &mut dyn FnMut(&str),
-    progress: &mut dyn FnMut(u64, Option<u64>),
-) -> Result<NewsText> {
+pub fn fetch_news_text(source: &NewsSource, dir: &Path, events: &mut dyn Events) -> Result<NewsText> {
     let mut texts = Vec::new();
     for corpus in &NEWS_CORPORA {
         let (bytes, origin) = match source {
@@ -257,8 +253,8 @@ pub fn fetch_news_text(
             }
             NewsSource::Nltk => {
                 let url = nltk_url(corpus.name);
-                log(&format!("reading {url}"));
-                (fetch_url_with(&url, MIRROR_HINT, progress)?, url)
+                events.log(&format!("reading {url}"));
+                (fetch_url_with(&url, MIRROR_HINT, &mut |done, total| events.download(done, total))?, url)
             }
         };
         texts.push((corpus, read_corpus_zip(corpus, &bytes, &origin)?));
@@ -279,7 +275,7 @@ pub fn fetch_news_text(
                 }
             }
         }
-        log(&format!("{}: {n} sentences from {} files", corpus.name, members.len()));
+        events.log(&format!("{}: {n} sentences from {} files", corpus.name, members.len()));
         outputs.push((dir.join(format!("{}.txt", corpus.name)), lines, n));
     }
     std::fs::create_dir_all(dir).map_err(io_err(dir))?;
@@ -346,9 +342,7 @@ mod tests {
     fn a_missing_package_names_the_file_and_the_fix() {
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("out");
-        let e = fetch_news_text(&NewsSource::NltkData(dir.path().into()), &out, &mut |_| {}, &mut |_, _| {})
-            .unwrap_err()
-            .to_string();
+        let e = fetch_news_text(&NewsSource::NltkData(dir.path().into()), &out, &mut ()).unwrap_err().to_string();
         assert!(e.contains("corpora/abc.zip") && e.contains("nltk.downloader"), "{e}");
         assert!(!out.exists());
     }

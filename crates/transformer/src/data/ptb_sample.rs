@@ -7,6 +7,7 @@
 
 use crate::data::download::{fetch_url_with, sha256_hex};
 use crate::error::{Error, Result};
+use crate::events::Events;
 use crate::io::{io_err, write_atomically};
 use std::collections::BTreeMap;
 use std::ffi::OsStr;
@@ -439,22 +440,17 @@ fn verified_copy(dir: &Path) -> bool {
 /// [`PTB_SAMPLE_FILES`] checked against its SHA-256, and only then written, each file atomically,
 /// with the README (its terms) beside them. A file that is missing from the source or whose
 /// checksum differs is an error naming it, and then nothing is written. `.mrg` files the table does
-/// not list are written too and returned as unverified. `log` hears what happens; `progress` the
-/// bytes of a download (done, total if known).
-pub fn fetch_ptb_sample(
-    source: &TreebankSource,
-    dir: &Path,
-    log: &mut dyn FnMut(&str),
-    progress: &mut dyn FnMut(u64, Option<u64>),
-) -> Result<PtbSample> {
+/// not list are written too and returned as unverified. `events` hears what happens and
+/// the bytes of a download (done, total if known).
+pub fn fetch_ptb_sample(source: &TreebankSource, dir: &Path, events: &mut dyn Events) -> Result<PtbSample> {
     if dir.is_dir() && verified_copy(dir) {
         let unverified = unlisted(dir)?;
-        log(&format!("{}: {} files cached, checksums ok", dir.display(), PTB_SAMPLE_FILES.len()));
+        events.log(&format!("{}: {} files cached, checksums ok", dir.display(), PTB_SAMPLE_FILES.len()));
         return Ok(PtbSample { dir: dir.to_path_buf(), verified: PTB_SAMPLE_FILES.len(), unverified, cached: true });
     }
     let origin = source.describe();
-    log(&format!("reading {origin}"));
-    let fetched = gather(source, progress)?;
+    events.log(&format!("reading {origin}"));
+    let fetched = gather(source, &mut |done, total| events.download(done, total))?;
     let missing: Vec<String> =
         PTB_SAMPLE_FILES.iter().filter(|(n, _)| !fetched.mrg.contains_key(*n)).map(|(n, _)| n.to_string()).collect();
     if !missing.is_empty() {
@@ -475,7 +471,7 @@ pub fn fetch_ptb_sample(
             return Err(Error::Checksum { file: format!("{name} (from {origin})"), expected: sha.into(), found });
         }
     }
-    log(&format!("{} files, checksums ok", PTB_SAMPLE_FILES.len()));
+    events.log(&format!("{} files, checksums ok", PTB_SAMPLE_FILES.len()));
     std::fs::create_dir_all(dir).map_err(io_err(dir))?;
     let mut unverified = Vec::new();
     for (name, bytes) in &fetched.mrg {
@@ -485,7 +481,7 @@ pub fn fetch_ptb_sample(
         }
     }
     if !unverified.is_empty() {
-        log(&format!(
+        events.log(&format!(
             "{} kept unverified: no checksum is recorded for {} (the configs do not read them)",
             name_list(&unverified),
             if unverified.len() == 1 { "it" } else { "them" }
@@ -494,7 +490,7 @@ pub fn fetch_ptb_sample(
     let readme = match &fetched.readme {
         Some(bytes) => bytes.clone(),
         None => {
-            log(&format!("{origin} has no README: its terms are written to README instead"));
+            events.log(&format!("{origin} has no README: its terms are written to README instead"));
             format!("{PTB_SAMPLE_TERMS}\n").into_bytes()
         }
     };

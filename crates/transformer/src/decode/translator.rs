@@ -916,7 +916,7 @@ impl Translator {
         }
         let (parses, stats) = self.parse_inner(sentences, options, Some(gold), events)?;
         let test: Vec<Tree> = parses.iter().map(|p| p.tree.clone()).collect();
-        let report = crate::eval::evalb::score_trees(gold, &test);
+        let report = crate::eval::evalb::score_trees(gold, &test)?;
         Ok(ScoredParses { parses, stats, report })
     }
 

@@ -3,7 +3,8 @@
 //! brevity penalty, and the smoothing methods of Chen & Cherry (2014).
 
 use super::tokenize::Tokenizer;
-use super::{python_rstrip, python_split, SACREBLEU_VERSION};
+use super::{check_streams, python_rstrip, python_split, SACREBLEU_VERSION};
+use crate::error::{Error, Result};
 use std::collections::HashMap;
 
 /// Smoothing of zero n-gram precisions.
@@ -125,13 +126,9 @@ fn ngrams(tokens: &[&str]) -> HashMap<(usize, String), u64> {
 }
 
 /// Corpus BLEU of `hyps` against reference streams `refs` (each stream line-aligned with `hyps`).
-///
-/// Panics if a stream's length differs from the hypotheses' (callers check and report files).
-pub fn corpus_bleu(hyps: &[String], refs: &[Vec<String>], cfg: &BleuConfig) -> BleuScore {
-    assert!(!refs.is_empty(), "BLEU needs at least one reference stream");
-    for r in refs {
-        assert_eq!(r.len(), hyps.len(), "a reference stream differs in length from the hypotheses");
-    }
+/// No stream, or a stream whose length differs from the hypotheses', is an [`Error::Input`].
+pub fn corpus_bleu(hyps: &[String], refs: &[Vec<String>], cfg: &BleuConfig) -> Result<BleuScore> {
+    check_streams("BLEU", hyps.len(), refs)?;
     let (mut sys_len, mut ref_len) = (0usize, 0usize);
     let mut correct = [0u64; MAX_ORDER];
     let mut total = [0u64; MAX_ORDER];
@@ -162,7 +159,7 @@ pub fn corpus_bleu(hyps: &[String], refs: &[Vec<String>], cfg: &BleuConfig) -> B
             }
         }
     }
-    compute(correct, total, sys_len, ref_len, cfg, refs.len())
+    Ok(compute(correct, total, sys_len, ref_len, cfg, refs.len()))
 }
 
 /// BLEU from sufficient statistics, in sacreBLEU's order of operations.
@@ -239,16 +236,16 @@ fn compute(
 /// often lowercased text): text tokenized with the 13a tokenizer, no smoothing. Scores depend on
 /// the tokenization, so they are only comparable with numbers computed the same way; the report is
 /// named `tokenized-BLEU`, never `BLEU`, to keep it apart from sacreBLEU scores.
-pub fn tokenized_bleu(hyps: &[String], refs: &[Vec<String>], lowercase: bool) -> BleuScore {
+pub fn tokenized_bleu(hyps: &[String], refs: &[Vec<String>], lowercase: bool) -> Result<BleuScore> {
     let cfg = BleuConfig { tokenizer: Tokenizer::Thirteen13a, lowercase, smooth: Smooth::None, effective_order: false };
-    let mut s = corpus_bleu(hyps, refs, &cfg);
+    let mut s = corpus_bleu(hyps, refs, &cfg)?;
     s.name = "tokenized-BLEU";
     s.signature = format!(
         "nrefs:{}|case:{}|tok:13a|smooth:none|multi-bleu.perl-style",
         refs.len(),
         if lowercase { "lc" } else { "mixed" }
     );
-    s
+    Ok(s)
 }
 
 /// BLEU of one bucket of sentences by source length ([`bleu_by_source_length`]).
@@ -288,8 +285,15 @@ pub fn bleu_by_source_length(
     refs: &[Vec<String>],
     upper: &[usize],
     cfg: &BleuConfig,
-) -> Vec<BucketBleu> {
-    assert_eq!(srcs.len(), hyps.len(), "sources and hypotheses differ in length");
+) -> Result<Vec<BucketBleu>> {
+    if srcs.len() != hyps.len() {
+        return Err(Error::Input(format!(
+            "BLEU by source length: {} sources and {} hypotheses: they must be line-aligned",
+            srcs.len(),
+            hyps.len()
+        )));
+    }
+    check_streams("BLEU", hyps.len(), refs)?;
     let mut out = Vec::with_capacity(upper.len() + 1);
     let mut lo = 0;
     for hi in upper.iter().copied().chain(std::iter::once(usize::MAX)) {
@@ -299,15 +303,17 @@ pub fn bleu_by_source_length(
                 (n > lo || out.is_empty()) && n <= hi
             })
             .collect();
-        let score = (!idx.is_empty()).then(|| {
+        let score = if idx.is_empty() {
+            None
+        } else {
             let h: Vec<String> = idx.iter().map(|&i| hyps[i].clone()).collect();
             let r: Vec<Vec<String>> = refs.iter().map(|s| idx.iter().map(|&i| s[i].clone()).collect()).collect();
-            corpus_bleu(&h, &r, cfg)
-        });
+            Some(corpus_bleu(&h, &r, cfg)?)
+        };
         out.push(BucketBleu { lo: lo + 1, hi, sentences: idx.len(), score });
         lo = hi;
     }
-    out
+    Ok(out)
 }
 
 /// The buckets `evaluate --by-length` reports (Multi30k's captions are 12 words on average).

@@ -2,7 +2,8 @@
 //! n-grams, chrF++), F-beta with beta 2 over precision and recall averaged across orders, the best
 //! reference per sentence by its own chrF.
 
-use super::{python_split, SACREBLEU_VERSION};
+use super::{check_streams, python_split, SACREBLEU_VERSION};
+use crate::error::Result;
 use std::collections::HashMap;
 
 /// How chrF is computed; the defaults are sacreBLEU's chrF2.
@@ -128,12 +129,10 @@ fn f_score(stats: &[u64], cfg: &ChrfConfig) -> f64 {
     }
 }
 
-/// Corpus chrF of `hyps` against reference streams `refs`.
-pub fn corpus_chrf(hyps: &[String], refs: &[Vec<String>], cfg: &ChrfConfig) -> ChrfScore {
-    assert!(!refs.is_empty(), "chrF needs at least one reference stream");
-    for r in refs {
-        assert_eq!(r.len(), hyps.len(), "a reference stream differs in length from the hypotheses");
-    }
+/// Corpus chrF of `hyps` against reference streams `refs` (each line-aligned with `hyps`). No
+/// stream, or a stream whose length differs from the hypotheses', is an [`crate::Error::Input`].
+pub fn corpus_chrf(hyps: &[String], refs: &[Vec<String>], cfg: &ChrfConfig) -> Result<ChrfScore> {
+    check_streams("chrF", hyps.len(), refs)?;
     let prep = |s: &str| if cfg.lowercase { s.to_lowercase() } else { s.to_string() };
     let order = cfg.char_order + cfg.word_order;
     let mut totals = vec![0u64; 3 * order];
@@ -170,5 +169,5 @@ pub fn corpus_chrf(hyps: &[String], refs: &[Vec<String>], cfg: &ChrfConfig) -> C
         cfg.word_order,
         if cfg.whitespace { "yes" } else { "no" }
     );
-    ChrfScore { score: f_score(&totals, cfg), name, signature }
+    Ok(ChrfScore { score: f_score(&totals, cfg), name, signature })
 }

@@ -29,6 +29,7 @@
 //! words).
 
 use crate::data::trees::Tree;
+use crate::error::{Error, Result};
 use std::io::Write;
 
 /// The settings of an EVALB parameter file (`.prm`) that change scores.
@@ -659,9 +660,16 @@ fn score_sentence(id: usize, gold: &str, test: &str, params: &Params) -> (Senten
 
 /// Scores test trees against gold trees, one tree a line in EVALB's bracketed notation, as EVALB
 /// does with `params` (see the module docs for where we go on where EVALB stops). Line `i` of
-/// `test` is scored against line `i` of `gold`; the caller checks that the counts are equal (lines
-/// past the shorter input are not scored). Never panics, whatever the lines hold.
-pub fn score(gold: &[String], test: &[String], params: &Params) -> Report {
+/// `test` is scored against line `i` of `gold`; counts that differ are an [`Error::Input`] (nothing
+/// is scored). Never panics, whatever the lines hold.
+pub fn score(gold: &[String], test: &[String], params: &Params) -> Result<Report> {
+    if gold.len() != test.len() {
+        return Err(Error::Input(format!(
+            "{} gold trees and {} test trees: they must be line-aligned, one test tree per gold tree",
+            gold.len(),
+            test.len()
+        )));
+    }
     let mut report = Report {
         sentences: Vec::with_capacity(gold.len().min(test.len())),
         all: Summary::default(),
@@ -691,12 +699,12 @@ pub fn score(gold: &[String], test: &[String], params: &Params) -> Report {
     }
     report.all.finish();
     report.short.finish();
-    report
+    Ok(report)
 }
 
 /// Scores trees with [`Params::collins`] through their bracketed form ([`Tree::to_bracketed`]);
-/// `report.all.fmeasure` is the F1 parsers report.
-pub fn score_trees(gold: &[Tree], test: &[Tree]) -> Report {
+/// `report.all.fmeasure` is the F1 parsers report. Counts that differ are an [`Error::Input`].
+pub fn score_trees(gold: &[Tree], test: &[Tree]) -> Result<Report> {
     let lines = |trees: &[Tree]| trees.iter().map(Tree::to_bracketed).collect::<Vec<_>>();
     score(&lines(gold), &lines(test), &Params::collins())
 }

@@ -186,10 +186,17 @@ fn geometry(row_labels: &[String], col_labels: &[String]) -> Geometry {
     Geometry { cell, left, top }
 }
 
-/// Renders `weights` (rows × cols, row-major) with labels and a title.
-pub fn render(weights: &[f32], row_labels: &[String], col_labels: &[String], title: &str) -> Image {
+/// Renders `weights` (rows × cols, row-major) with labels and a title. Weights that are not one
+/// per (row, column) label pair are an [`Error::Input`].
+pub fn render(weights: &[f32], row_labels: &[String], col_labels: &[String], title: &str) -> Result<Image> {
     let (rows, cols) = (row_labels.len(), col_labels.len());
-    assert_eq!(weights.len(), rows * cols, "heatmap: weights do not match the labels");
+    if weights.len() != rows * cols {
+        return Err(Error::Input(format!(
+            "heatmap: {} weights for {rows} row and {cols} column labels: there must be one a pair ({})",
+            weights.len(),
+            rows * cols
+        )));
+    }
     let Geometry { cell, left, top } = geometry(row_labels, col_labels);
     let title_w = text_width(title);
     let width = (left + cols * cell + PAD).max(PAD + title_w + PAD);
@@ -215,7 +222,7 @@ pub fn render(weights: &[f32], row_labels: &[String], col_labels: &[String], tit
     img.fill(left - 1, top + rows * cell, cols * cell + 2, 1, grey);
     img.fill(left - 1, top - 1, 1, rows * cell + 2, grey);
     img.fill(left + cols * cell, top - 1, 1, rows * cell + 2, grey);
-    img
+    Ok(img)
 }
 
 /// The pixel at the centre of cell (i, j) of an image [`render`] made with these labels.

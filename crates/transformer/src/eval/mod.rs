@@ -12,6 +12,27 @@ pub mod heatmap;
 pub mod perplexity;
 pub mod tokenize;
 
+use crate::error::{Error, Result};
+
+/// Checks that there is a reference stream and that each is line-aligned with the `hyps`
+/// hypotheses: a corpus metric's inputs come from files, and a difference is its caller's input
+/// error, never a panic.
+pub(crate) fn check_streams(metric: &str, hyps: usize, refs: &[Vec<String>]) -> Result<()> {
+    if refs.is_empty() {
+        return Err(Error::Input(format!("{metric} needs at least one reference stream")));
+    }
+    for (k, r) in refs.iter().enumerate() {
+        if r.len() != hyps {
+            return Err(Error::Input(format!(
+                "{metric}: reference stream {} has {} lines and the hypotheses {hyps}: they must be line-aligned",
+                k + 1,
+                r.len()
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// A corpus metric the `bleu` command prints.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Metric {

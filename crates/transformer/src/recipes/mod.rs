@@ -56,7 +56,7 @@ impl Multi30kFiles {
     /// hold), telling `events` what it did.
     pub fn fetch(source: &Source, src: &str, tgt: &str, cache: &Path, events: &mut dyn Events) -> Result<Self> {
         let wanted = multi30k_pair(src, tgt)?;
-        let mut paths = fetch_verified(source, &wanted, cache, &mut |m| events.log(m))?.into_iter();
+        let mut paths = fetch_verified(source, &wanted, cache, events)?.into_iter();
         let mut pair = || Pair { src: paths.next().expect("a source file"), tgt: paths.next().expect("a target file") };
         Ok(Multi30kFiles { train: pair(), valid: pair(), test: pair() })
     }
@@ -99,8 +99,8 @@ pub fn translate_and_score(
     let (out, _) = translator.translate(src, &DecodeOptions::default(), events)?;
     let hyps: Vec<String> = out.into_iter().map(|mut n| std::mem::take(&mut n[0].text)).collect();
     let refs = [refs];
-    let bleu = corpus_bleu(&hyps, &refs, &BleuConfig::default());
-    let chrf = corpus_chrf(&hyps, &refs, &ChrfConfig::default());
+    let bleu = corpus_bleu(&hyps, &refs, &BleuConfig::default())?;
+    let chrf = corpus_chrf(&hyps, &refs, &ChrfConfig::default())?;
     Ok(Scored { hyps, bleu, chrf })
 }
 
@@ -108,7 +108,7 @@ pub fn translate_and_score(
 /// an ablation) on the same `--output` stops at once with a message naming the flag; then removes
 /// the temporary files a job killed while writing left there.
 pub fn lock_output(out: &Path, job: &str, events: &mut dyn Events) -> Result<DirLock> {
-    let lock = DirLock::acquire(out, &mut |m| events.log(m)).map_err(|e| match e {
+    let lock = DirLock::acquire(out, events).map_err(|e| match e {
         Error::RunDirLocked { dir, pid, host } => Error::Config(format!(
             "{}: another {job} (pid {pid} on {host}) is using this directory; wait for it to end, \
              stop it, or give another --output",

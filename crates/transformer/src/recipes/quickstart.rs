@@ -390,7 +390,7 @@ pub fn write_heatmap(translator: &Translator, src: &[u32], tgt: &[u32], path: &P
     let (row_labels, col_labels) = labels.of(Kind::EncoderDecoder);
     let title =
         format!("encoder-decoder attention, layer {} of {}, mean of {} heads", c.n_layers, c.n_layers, c.n_heads);
-    crate::eval::heatmap::render(&mean, row_labels, col_labels, &title).save_png(path)
+    crate::eval::heatmap::render(&mean, row_labels, col_labels, &title)?.save_png(path)
 }
 
 #[cfg(test)]

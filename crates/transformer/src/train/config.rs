@@ -5,6 +5,7 @@
 use crate::config::ModelConfig;
 use crate::data::parallel::FilterConfig;
 use crate::error::{Error, Result};
+use crate::events::Events;
 use crate::precision::Precision;
 use crate::task::Task;
 use serde::{Deserialize, Serialize};
@@ -289,19 +290,19 @@ pub enum Bf16Matmul {
 impl Bf16Matmul {
     /// The precision of the run's products, given whether this CPU has a bf16 unit (`Err` says
     /// why not); the choice is logged.
-    pub fn precision(self, unit: std::result::Result<(), String>, log: &mut dyn FnMut(&str)) -> Result<Precision> {
+    pub fn precision(self, unit: std::result::Result<(), String>, events: &mut dyn Events) -> Result<Precision> {
         let precision = match (self, unit) {
             (Bf16Matmul::Off, _) => Precision::F32,
             (Bf16Matmul::On, Err(e)) => {
                 return Err(Error::Config(format!("train.bf16_matmul = true, but {e}; set it to false or \"auto\"")))
             }
             (Bf16Matmul::Auto, Err(why)) => {
-                log(&format!("matrix products in f32: train.bf16_matmul = \"auto\" and {why}"));
+                events.log(&format!("matrix products in f32: train.bf16_matmul = \"auto\" and {why}"));
                 Precision::F32
             }
             (Bf16Matmul::On | Bf16Matmul::Auto, Ok(())) => {
                 let unit = crate::kernels::cpu::bf16::unit().map_err(Error::Config)?;
-                log(&format!("matrix products in bf16 with f32 sums ({unit:?}; the bf16-matmul departure)"));
+                events.log(&format!("matrix products in bf16 with f32 sums ({unit:?}; the bf16-matmul departure)"));
                 Precision::Bf16
             }
         };
@@ -664,14 +665,16 @@ mod tests {
     fn bf16_auto_falls_back_to_f32_when_the_unit_is_off() {
         let off: std::result::Result<(), String> = Err("the unit is forced off for this test".into());
         let mut log = Vec::new();
-        let p = Bf16Matmul::Auto.precision(off.clone(), &mut |m| log.push(m.to_string())).unwrap();
+        let p = Bf16Matmul::Auto
+            .precision(off.clone(), &mut crate::events::Lines::new(|m: &str| log.push(m.to_string())))
+            .unwrap();
         assert_eq!(p, Precision::F32);
         assert!(log.iter().any(|l| l.contains("f32") && l.contains("forced off")), "{log:?}");
-        let err = Bf16Matmul::On.precision(off.clone(), &mut |_| {}).unwrap_err().to_string();
+        let err = Bf16Matmul::On.precision(off.clone(), &mut ()).unwrap_err().to_string();
         assert!(err.contains("forced off") && err.contains("\"auto\""), "{err}");
-        assert_eq!(Bf16Matmul::Off.precision(off, &mut |_| {}).unwrap(), Precision::F32);
+        assert_eq!(Bf16Matmul::Off.precision(off, &mut ()).unwrap(), Precision::F32);
         if crate::kernels::cpu::bf16::available().is_ok() {
-            assert_eq!(Bf16Matmul::Auto.precision(Ok(()), &mut |_| {}).unwrap(), Precision::Bf16);
+            assert_eq!(Bf16Matmul::Auto.precision(Ok(()), &mut ()).unwrap(), Precision::Bf16);
         }
     }
 

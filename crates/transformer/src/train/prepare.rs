@@ -12,6 +12,7 @@ use crate::data::binarized::{Binarized, Pairs};
 use crate::data::parallel::{encode_and_filter_for, FilterConfig, FilterReport, TokenPairs};
 use crate::data::tokenizer::Tokenizer;
 use crate::error::{Error, Result};
+use crate::events::Events;
 use crate::model::Batch;
 
 /// Prepared data: the tokenizer, the model configuration it implies, filtered training pairs,
@@ -88,14 +89,14 @@ impl Data {
 /// The run's tokenizer: the file `data.bpe` names (our BPE, or the `tokenizer.json` of an
 /// imported model, told apart by content), or a BPE vocabulary learned from the training text
 /// and written there when it is missing.
-fn tokenizer(cfg: &RunConfig, log: &mut dyn FnMut(&str)) -> Result<Tokenizer> {
+fn tokenizer(cfg: &RunConfig, events: &mut dyn Events) -> Result<Tokenizer> {
     let d = &cfg.data;
     if !d.bpe.exists() {
-        log(&format!("learning a {}-entry BPE vocabulary from the training text", d.vocab_size));
-        let text = training_text(d, 1, log)?;
+        events.log(&format!("learning a {}-entry BPE vocabulary from the training text", d.vocab_size));
+        let text = training_text(d, 1, events)?;
         let bpe = d.task.learn_vocabulary(&text, d.vocab_size)?;
         if let Some(w) = bpe.shortfall(d.vocab_size) {
-            log(&format!("warning: {w}"));
+            events.warn(&w.to_string());
         }
         bpe.save(&d.bpe)?;
         return Ok(Tokenizer::Bpe(bpe));
@@ -110,18 +111,18 @@ fn tokenizer(cfg: &RunConfig, log: &mut dyn FnMut(&str)) -> Result<Tokenizer> {
                 d.task.name()
             )));
         }
-        log(&format!("tokenizer: {} (an imported model's SentencePiece vocabularies)", d.bpe.display()));
+        events.log(&format!("tokenizer: {} (an imported model's SentencePiece vocabularies)", d.bpe.display()));
     }
     Ok(tokenizer)
 }
 
 /// The training text: the pairs of `train_src` (for parsing, its `train_files`), and with
 /// `data.silver_src` each gold pair `gold_repeat` times followed by every silver pair.
-fn training_text(d: &DataSection, gold_repeat: usize, log: &mut dyn FnMut(&str)) -> Result<Vec<(String, String)>> {
+fn training_text(d: &DataSection, gold_repeat: usize, events: &mut dyn Events) -> Result<Vec<(String, String)>> {
     let mut text = d.task.read_pairs(&d.train_src, &d.train_tgt, d.train_files.as_deref())?;
     if let Some(silver_src) = &d.silver_src {
         let silver = d.task.read_pairs(silver_src, std::path::Path::new(""), None)?;
-        log(&format!(
+        events.log(&format!(
             "silver trees: {} from {}, beside {} gold trees seen {gold_repeat} time{} an epoch",
             silver.len(),
             silver_src.display(),
@@ -172,9 +173,9 @@ fn own_config(dir: &std::path::Path) -> Option<ModelConfig> {
     found.iter().find_map(|(_, p)| crate::checkpoint::read_config(p).ok())
 }
 
-pub(super) fn prepare(cfg: &RunConfig, log: &mut dyn FnMut(&str)) -> Result<Data> {
+pub(super) fn prepare(cfg: &RunConfig, events: &mut dyn Events) -> Result<Data> {
     let d = &cfg.data;
-    let tokenizer = tokenizer(cfg, log)?;
+    let tokenizer = tokenizer(cfg, events)?;
     let train: Box<dyn Pairs> = match &d.train_bin {
         Some(dir) => {
             let b = Binarized::open(dir)?;
@@ -197,21 +198,21 @@ pub(super) fn prepare(cfg: &RunConfig, log: &mut dyn FnMut(&str)) -> Result<Data
                     d.tree_format.name()
                 )));
             }
-            log(&format!("train: {} prepared pairs, memory-mapped from {}", b.len(), dir.display()));
+            events.log(&format!("train: {} prepared pairs, memory-mapped from {}", b.len(), dir.display()));
             Box::new(b)
         }
         None => {
             let filter = FilterConfig { max_tokens: d.max_tokens, max_ratio: d.max_ratio };
-            let text = training_text(d, d.gold_repeat, log)?;
+            let text = training_text(d, d.gold_repeat, events)?;
             let (pairs, report) = encode(d, &tokenizer, &text, &filter)?;
-            log(&format!("train: {report}"));
+            events.log(&format!("train: {report}"));
             Box::new(pairs)
         }
     };
     let model = model_config(cfg, &tokenizer)?;
     cfg.validate_for(&model, super::config::machine_memory_bytes())?;
     let valid_text = d.task.read_pairs(&d.valid_src, &d.valid_tgt, d.valid_files.as_deref())?;
-    let valid = validation_pairs(&valid_text, &tokenizer, &model, d, log)?;
+    let valid = validation_pairs(&valid_text, &tokenizer, &model, d, events)?;
     if train.count() == 0 {
         return Err(Error::Input(
             "no training pairs left after filtering; check data.max_tokens and data.max_ratio".into(),
@@ -235,7 +236,7 @@ pub(super) fn prepare(cfg: &RunConfig, log: &mut dyn FnMut(&str)) -> Result<Data
         )));
     }
     let bc = BatchConfig { max_src_tokens: cfg.train.max_src_tokens, max_tgt_tokens: cfg.train.max_tgt_tokens };
-    check_budget(&lengths, &bc, log)?;
+    check_budget(&lengths, &bc, events)?;
     let batches = make_batches(&lengths, &bc);
     let word_counts = match (cfg.train.word_dropout, tokenizer.bpe()) {
         (false, _) => None,
@@ -245,7 +246,7 @@ pub(super) fn prepare(cfg: &RunConfig, log: &mut dyn FnMut(&str)) -> Result<Data
     .map(|bpe| {
         let table = crate::model::pointer::PointerTable::from_bpe(bpe, d.tree_format);
         let counts = WordCounts::new(table, train.as_ref());
-        log(&format!(
+        events.log(&format!(
             "word dropout: {} distinct training words, each read as UNK with probability 1/(1 + count)",
             counts.len()
         ));
@@ -256,7 +257,7 @@ pub(super) fn prepare(cfg: &RunConfig, log: &mut dyn FnMut(&str)) -> Result<Data
 
 /// A batch budget no training pair fits is refused (every batch would be one pair over it); pairs
 /// over it while others fit get a batch of their own, and the log says how many.
-fn check_budget(lengths: &[(usize, usize)], bc: &BatchConfig, log: &mut dyn FnMut(&str)) -> Result<()> {
+fn check_budget(lengths: &[(usize, usize)], bc: &BatchConfig, events: &mut dyn Events) -> Result<()> {
     let over = |&(s, t): &(usize, usize)| s > bc.max_src_tokens || t + 1 > bc.max_tgt_tokens;
     let n_over = lengths.iter().filter(|p| over(p)).count();
     if n_over == 0 {
@@ -274,8 +275,8 @@ fn check_budget(lengths: &[(usize, usize)], bc: &BatchConfig, log: &mut dyn FnMu
             lengths.len()
         )));
     }
-    log(&format!(
-        "warning: {n_over} of {} training pairs exceed train.max_src_tokens = {} or train.max_tgt_tokens = {} alone; \
+    events.warn(&format!(
+        "{n_over} of {} training pairs exceed train.max_src_tokens = {} or train.max_tgt_tokens = {} alone; \
          each gets a batch of its own",
         lengths.len(),
         bc.max_src_tokens,
@@ -292,7 +293,7 @@ fn validation_pairs(
     tokenizer: &Tokenizer,
     model: &ModelConfig,
     d: &DataSection,
-    log: &mut dyn FnMut(&str),
+    events: &mut dyn Events,
 ) -> Result<TokenPairs> {
     let keep_all = FilterConfig { max_tokens: usize::MAX, max_ratio: f64::INFINITY };
     let (encoded, mut report) = encode(d, tokenizer, text, &keep_all)?;
@@ -301,8 +302,7 @@ fn validation_pairs(
     let non_empty = text.iter().enumerate().filter(|(_, (s, t))| !s.trim().is_empty() && !t.trim().is_empty());
     for ((line, _), (s, t)) in non_empty.zip(encoded) {
         if s.len() > max || t.len() + 1 > max {
-            log(&format!(
-                "warning: {}:{}: a validation pair of {} source and {} target tokens does not fit model.max_positions = {max}; left out of validation",
+            events.warn(&format!("{}:{}: a validation pair of {} source and {} target tokens does not fit model.max_positions = {max}; left out of validation",
                 d.valid_src.display(),
                 line + 1,
                 s.len(),
@@ -314,7 +314,7 @@ fn validation_pairs(
             valid.push((s, t));
         }
     }
-    log(&format!("valid: {report}"));
+    events.log(&format!("valid: {report}"));
     if valid.is_empty() {
         return Err(Error::Config(format!(
             "{} / {}: no validation pair to score ({} read, {} with an empty side, {} too long): give a validation set",
@@ -356,12 +356,12 @@ mod tests {
             train_files: Some("own_0001..own_0002".into()),
             ..DataSection::default()
         };
-        let gold = training_text(&d, 1, &mut |_| {}).unwrap();
+        let gold = training_text(&d, 1, &mut ()).unwrap();
         assert!(gold.len() > 5, "{}", gold.len());
         d.silver_src = Some(silver_file);
         d.gold_repeat = 3;
         let mut said = String::new();
-        let text = training_text(&d, 3, &mut |m| said.push_str(m)).unwrap();
+        let text = training_text(&d, 3, &mut crate::events::Lines::new(|m: &str| said.push_str(m))).unwrap();
         assert_eq!(text.len(), 3 * gold.len() + 2);
         assert_eq!(&text[..gold.len()], &gold[..]);
         assert_eq!(&text[2 * gold.len()..3 * gold.len()], &gold[..]);
@@ -369,7 +369,7 @@ mod tests {
         assert_eq!(text[3 * gold.len() + 1].0, "dog");
         assert!(said.contains("silver trees: 2 from") && said.contains("seen 3 times an epoch"), "{said}");
         // For the vocabulary, each tree once.
-        assert_eq!(training_text(&d, 1, &mut |_| {}).unwrap().len(), gold.len() + 2);
+        assert_eq!(training_text(&d, 1, &mut ()).unwrap().len(), gold.len() + 2);
     }
 
     #[test]

@@ -136,7 +136,7 @@ fn resume_newest_good(
     trainer: &mut Trainer,
     dir: &Path,
     want: &ResumeFor<'_>,
-    log: &mut dyn FnMut(&str),
+    events: &mut dyn Events,
 ) -> Result<Option<(PathBuf, RunState)>> {
     let mut all = list_checkpoints(dir)?;
     let mut damaged = Vec::new();
@@ -144,7 +144,7 @@ fn resume_newest_good(
         match resume(trainer, &path, want) {
             Ok(state) => return Ok(Some((path, state))),
             Err(e @ (Error::CorruptCheckpoint { .. } | Error::NonFiniteCheckpoint { .. } | Error::Io { .. })) => {
-                log(&format!("warning: not resuming from {}: {e}; trying the checkpoint before it", path.display()));
+                events.warn(&format!("not resuming from {}: {e}; trying the checkpoint before it", path.display()));
                 damaged.push(path);
             }
             Err(e) => return Err(e),
@@ -196,6 +196,27 @@ struct Rank0<'a> {
     voice: Option<&'a mut dyn Events>,
 }
 
+/// Rank 0 tells its events; the other workers tell nothing.
+impl Events for Rank0<'_> {
+    fn log(&mut self, m: &str) {
+        if let Some(events) = &mut self.voice {
+            events.log(m);
+        }
+    }
+
+    fn warn(&mut self, m: &str) {
+        if let Some(events) = &mut self.voice {
+            events.warn(m);
+        }
+    }
+
+    fn update(&mut self, u: &Update) {
+        if let Some(events) = &mut self.voice {
+            events.update(u);
+        }
+    }
+}
+
 impl<'a> Rank0<'a> {
     fn new(root: bool, events: &'a mut dyn Events) -> Self {
         Rank0 { voice: root.then_some(events) }
@@ -205,22 +226,10 @@ impl<'a> Rank0<'a> {
         self.voice.is_some()
     }
 
-    fn log(&mut self, m: &str) {
-        if let Some(events) = &mut self.voice {
-            events.log(m);
-        }
-    }
-
-    fn update(&mut self, u: &Update) {
-        if let Some(events) = &mut self.voice {
-            events.update(u);
-        }
-    }
-
     /// The run directory: rank 0 opens (and locks) it, the others follow what rank 0 writes.
     fn run_dir(&mut self, t: &TrainSection) -> Result<RunDir> {
         match &mut self.voice {
-            Some(events) => RunDir::open(&t.output_dir, t.keep_last, &mut |m| events.log(m)),
+            Some(events) => RunDir::open(&t.output_dir, t.keep_last, &mut **events),
             None => Ok(RunDir::follow(&t.output_dir, t.keep_last)),
         }
     }
@@ -230,7 +239,7 @@ impl<'a> Rank0<'a> {
     fn prepare(&mut self, cfg: &RunConfig, comm: &dyn Collective) -> Result<Data> {
         let mut root_ok = [0u64];
         if self.is_root() {
-            let prepared = prepare(cfg, &mut |m| self.log(m));
+            let prepared = prepare(cfg, self);
             root_ok[0] = prepared.is_ok() as u64;
             comm.broadcast_u64(&mut root_ok);
             return prepared;
@@ -239,7 +248,7 @@ impl<'a> Rank0<'a> {
         if root_ok[0] == 0 {
             return Err(Error::Config("rank 0 could not prepare the data (its error says why)".into()));
         }
-        prepare(cfg, &mut |_| {})
+        prepare(cfg, &mut ())
     }
 }
 
@@ -309,7 +318,7 @@ impl<'a> Run<'a> {
         let t = &cfg.train;
         cfg.validate()?;
         check_accumulate(t.accumulate, comm.size())?;
-        let precision = t.bf16_matmul.precision(crate::kernels::cpu::bf16::available(), &mut |m| rank0.log(m))?;
+        let precision = t.bf16_matmul.precision(crate::kernels::cpu::bf16::available(), &mut rank0)?;
         let fingerprint = format!("{}\n{precision:?}", serde_json::to_string(cfg).expect("a run config serialises"));
         agree(
             comm,
@@ -478,7 +487,7 @@ impl<'a> Run<'a> {
         if f1_at_end && !ended_before {
             if self.rank0.is_root() {
                 let f1 = F1 { data: &self.data, cfg: self.cfg, run_dir: &self.run_dir };
-                f1.average(&self.trainer, &mut self.state, &mut |m| self.rank0.log(m))?;
+                f1.average(&self.trainer, &mut self.state, &mut self.rank0)?;
             }
             // The last checkpoint records the best F1 (so that a resumed run keeps the average)
             // and that the end's work is done.
@@ -521,7 +530,7 @@ impl<'a> Run<'a> {
     /// Records a validation under `epoch` (and warns when the source path looks dead).
     fn record(&mut self, epoch: u64, v: &Validated) -> Result<()> {
         let warmup = self.cfg.train.warmup;
-        validation::record(&self.run_dir, &self.state, epoch, v, warmup, &mut |m| self.rank0.log(m))?;
+        validation::record(&self.run_dir, &self.state, epoch, v, warmup, &mut self.rank0)?;
         self.recorded = Some((self.state.step, *v));
         Ok(())
     }
@@ -532,7 +541,7 @@ impl<'a> Run<'a> {
             return Ok(());
         }
         let f1 = F1 { data: &self.data, cfg: self.cfg, run_dir: &self.run_dir };
-        f1.checkpoint(&self.trainer, &mut self.state, &mut |m| self.rank0.log(m))
+        f1.checkpoint(&self.trainer, &mut self.state, &mut self.rank0)
     }
 
     /// Saves the trainer with the run's position, so that a restart continues exactly.
@@ -567,7 +576,7 @@ fn resume_run(
         vocab_file: &cfg.data.bpe,
         tree_format: (cfg.data.task == Task::Parsing).then_some(cfg.data.tree_format),
     };
-    let resumed = resume_newest_good(trainer, dir, &want, &mut |m| rank0.log(m))?;
+    let resumed = resume_newest_good(trainer, dir, &want, rank0)?;
     if let (None, Some(from)) = (&resumed, &cfg.train.init) {
         let step = init(trainer, from, &want, cfg.train.init_optimizer)?;
         let optimiser = if cfg.train.init_optimizer { "its Adam moments" } else { "fresh Adam moments" };
@@ -590,13 +599,13 @@ fn resume_run(
         trainer.broadcast_params(comm);
     }
     let Some((last, mut state)) = resumed else {
-        run_dir.keep_metrics_records(0, &mut |m| rank0.log(m))?;
+        run_dir.keep_metrics_records(0, rank0)?;
         return Ok(RunState::default());
     };
     rank0.log(&format!("resuming from {} (step {}, epoch {})", last.display(), state.step, state.epoch + 1));
     match state.metrics_records.take() {
-        Some(n) => run_dir.keep_metrics_records(n, &mut |m| rank0.log(m))?,
-        None => run_dir.drop_metrics_after(state.step, &mut |m| rank0.log(m))?,
+        Some(n) => run_dir.keep_metrics_records(n, rank0)?,
+        None => run_dir.drop_metrics_after(state.step, rank0)?,
     };
     Ok(state)
 }

@@ -5,6 +5,7 @@
 
 use crate::checkpoint::{self, Checkpoint};
 use crate::error::{Error, Result};
+use crate::events::Events;
 use crate::io::{io_err, pid_alive, temp_writer_pid, write_atomically};
 use std::io::{Read, Seek, Write};
 use std::path::{Path, PathBuf};
@@ -30,7 +31,7 @@ pub struct DirLock {
 
 impl DirLock {
     /// Locks `dir` (which must exist), or fails with [`Error::RunDirLocked`] naming the live holder.
-    pub fn acquire(dir: &Path, log: &mut dyn FnMut(&str)) -> Result<DirLock> {
+    pub fn acquire(dir: &Path, events: &mut dyn Events) -> Result<DirLock> {
         let path = dir.join(".lock");
         loop {
             let mut file = std::fs::OpenOptions::new()
@@ -57,7 +58,7 @@ impl DirLock {
             }
             file.read_to_string(&mut held_by).map_err(io_err(&path))?;
             if !held_by.trim().is_empty() {
-                log(&format!(
+                events.log(&format!(
                     "{}: taking over a stale lock (pid {} is gone without releasing it)",
                     path.display(),
                     held_by.split_whitespace().next().unwrap_or("?")
@@ -109,9 +110,9 @@ impl RunDir {
     /// line to `log`), and cleans up after a crash: checkpoint temp files whose writer is gone are
     /// removed, and a metrics line that was half written is cut, so new records start on a line of
     /// their own.
-    pub fn open(dir: &Path, keep_last: usize, log: &mut dyn FnMut(&str)) -> Result<RunDir> {
+    pub fn open(dir: &Path, keep_last: usize, events: &mut dyn Events) -> Result<RunDir> {
         std::fs::create_dir_all(dir).map_err(io_err(dir))?;
-        let lock = DirLock::acquire(dir, log)?;
+        let lock = DirLock::acquire(dir, events)?;
         let run_dir = RunDir { dir: dir.to_path_buf(), keep_last, lock: Some(lock) };
         run_dir.recover_after_crash()?;
         Ok(run_dir)
@@ -186,15 +187,15 @@ impl RunDir {
     /// Removes the records of `metrics.jsonl` with a "step" after `step`: called when a run resumes
     /// from a checkpoint of an older run that did not record how many records preceded it (see
     /// [`RunDir::keep_metrics_records`]). Returns how many records were removed.
-    pub fn drop_metrics_after(&self, step: u64, log: &mut dyn FnMut(&str)) -> Result<usize> {
-        self.rewrite_metrics(&mut |_, r| r["step"].as_u64().is_none_or(|s| s <= step), log)
+    pub fn drop_metrics_after(&self, step: u64, events: &mut dyn Events) -> Result<usize> {
+        self.rewrite_metrics(&mut |_, r| r["step"].as_u64().is_none_or(|s| s <= step), events)
     }
 
     /// Keeps the first `n` records of `metrics.jsonl` and removes the rest: called when a run
     /// resumes from a checkpoint saved after `n` records, so the records the killed process wrote
     /// after it are written again by the resumed run, never twice. Returns how many were removed.
-    pub fn keep_metrics_records(&self, n: u64, log: &mut dyn FnMut(&str)) -> Result<usize> {
-        self.rewrite_metrics(&mut |i, _| (i as u64) < n, log)
+    pub fn keep_metrics_records(&self, n: u64, events: &mut dyn Events) -> Result<usize> {
+        self.rewrite_metrics(&mut |i, _| (i as u64) < n, events)
     }
 
     /// How many records `metrics.jsonl` holds (damaged lines not counted); 0 for a follower.
@@ -222,7 +223,7 @@ impl RunDir {
     fn rewrite_metrics(
         &self,
         keep: &mut dyn FnMut(usize, &serde_json::Value) -> bool,
-        log: &mut dyn FnMut(&str),
+        events: &mut dyn Events,
     ) -> Result<usize> {
         let Some(bytes) = self.read_metrics()? else { return Ok(0) };
         let path = self.metrics();
@@ -232,8 +233,8 @@ impl RunDir {
             match metrics_record(line) {
                 None if line.iter().all(u8::is_ascii_whitespace) => kept.extend_from_slice(line),
                 None => {
-                    log(&format!(
-                        "warning: {}:{}: not a metrics record (damaged); set aside in metrics.jsonl.damaged",
+                    events.warn(&format!(
+                        "{}:{}: not a metrics record (damaged); set aside in metrics.jsonl.damaged",
                         path.display(),
                         i + 1
                     ));

@@ -16,6 +16,7 @@ use crate::data::trees::{delinearise, Tree};
 use crate::decode::translator::{SessionOptions, Translator};
 use crate::error::Result;
 use crate::eval::perplexity::SourceReading;
+use crate::events::Events;
 use crate::model::Transformer;
 use crate::task::Validation;
 use std::path::PathBuf;
@@ -107,10 +108,10 @@ pub(super) fn record(
     epoch: u64,
     v: &Validated,
     warmup: u64,
-    log: &mut dyn FnMut(&str),
+    events: &mut dyn Events,
 ) -> Result<()> {
     if let Some(w) = v.reading.and_then(|r| r.warning()).filter(|_| state.step >= warmup) {
-        log(&format!("warning: step {}: {w}", state.step));
+        events.warn(&format!("step {}: {w}", state.step));
     }
     run_dir.append_metrics(&v.record(state.step, epoch))
 }
@@ -153,7 +154,7 @@ pub(super) struct F1<'a> {
 impl F1<'_> {
     /// Runs the F1 validation of the trainer's model, logs and records it, and saves the model as
     /// `best.safetensors` when it is the best so far.
-    pub fn checkpoint(&self, trainer: &Trainer, state: &mut RunState, log: &mut dyn FnMut(&str)) -> Result<()> {
+    pub fn checkpoint(&self, trainer: &Trainer, state: &mut RunState, events: &mut dyn Events) -> Result<()> {
         let start = Instant::now();
         let (f1, malformed) = validate_f1(trainer.model().clone(), self.data, self.cfg)?;
         let best = state.best_f1.is_none_or(|b| f1 > b);
@@ -163,7 +164,7 @@ impl F1<'_> {
             let ckpt = trainer.to_checkpoint(self.data.tokenizer.hash(), extra);
             checkpoint::save(&self.cfg.train.output_dir.join(BEST), &ckpt)?;
         }
-        log(&format!(
+        events.log(&format!(
             "validation F1 {f1:.2} at step {} ({malformed} of {} outputs repaired, {:.0} s){}",
             state.step,
             self.data.valid_text.len(),
@@ -177,13 +178,14 @@ impl F1<'_> {
     /// one included), scores the average's validation F1 as [`F1::checkpoint`] scores a model (same
     /// decoding, the training precision), records it (`valid_f1_average` in `metrics.jsonl`) and
     /// keeps it as `best.safetensors` when it beats the best so far.
-    pub fn average(&self, trainer: &Trainer, state: &mut RunState, log: &mut dyn FnMut(&str)) -> Result<()> {
+    pub fn average(&self, trainer: &Trainer, state: &mut RunState, events: &mut dyn Events) -> Result<()> {
         let n = self.cfg.train.valid_f1_average;
         let last = last_checkpoints(&self.cfg.train.output_dir, n)?;
         let newest: Vec<PathBuf> = last.iter().map(|(_, p)| p.clone()).collect();
         if n < 2 || newest.len() < 2 {
             if n >= 2 {
-                log(&format!("validation F1 of an average: skipped, the run has {} checkpoint(s)", newest.len()));
+                events
+                    .log(&format!("validation F1 of an average: skipped, the run has {} checkpoint(s)", newest.len()));
             }
             return Ok(());
         }
@@ -198,7 +200,7 @@ impl F1<'_> {
             state.best_f1 = Some(f1);
             checkpoint::save(&self.cfg.train.output_dir.join(BEST), &averaged)?;
         }
-        log(&format!(
+        events.log(&format!(
             "validation F1 {f1:.2} of the average of the last {} checkpoints (steps {first_step}..{}; {malformed} of {} outputs repaired, {:.0} s){}",
             newest.len(),
             state.step,
