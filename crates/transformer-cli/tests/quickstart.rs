@@ -191,7 +191,7 @@ fn small_parsing_on_the_owned_treebank() -> Vec<String> {
         "--minutes",
         "0.25",
         "--test-sentences",
-        "10",
+        "4",
         "--treebank",
         &treebank,
         "--train-files",
@@ -258,7 +258,7 @@ fn shared_quickstart_parsing_fetches_the_sample_trains_parses_reports_then_resum
         "--minutes",
         "0.25",
         "--test-sentences",
-        "10",
+        "4",
         "--valid-files",
         "wsj_0160..wsj_0160",
         "--output",
@@ -289,7 +289,7 @@ struct Expected<'a> {
     marker: &'a str,
 }
 
-/// Runs a seconds-long parsing quick start in `dir` with `args` (10 test sentences, 0.25 minutes,
+/// Runs a seconds-long parsing quick start in `dir` with `args` (4 test sentences, 0.25 minutes,
 /// output `out`) and checks every stage, report line and file it promises; then that running it
 /// again resumes, and that a translation quick start is refused there.
 fn check_parsing_quickstart(dir: &Path, args: &[&str], want: &Expected) {
@@ -321,21 +321,21 @@ fn check_parsing_quickstart(dir: &Path, args: &[&str], want: &Expected) {
     .unwrap();
     let constrained = if cfg.train.valid_f1_constrained { ", constrained" } else { "" };
     let beam = cfg.train.valid_f1_beam;
-    let test = find(&format!("{} (10 sentences; beam {beam}, alpha 0.3{constrained})", want.test));
+    let test = find(&format!("{} (4 sentences; beam {beam}, alpha 0.3{constrained})", want.test));
     assert_eq!(lines[test + 1].trim(), "=== Summary ===");
-    // EVALB's summary, both blocks, as `parse-eval --summary-only` prints it: all 10 sentences,
+    // EVALB's summary, both blocks, as `parse-eval --summary-only` prints it: all 4 sentences,
     // then those of at most 40 tokens.
     let gold = std::fs::read_to_string(dir.join("out/test.gold")).unwrap();
     let short = transformer::data::trees::parse_trees(&gold, "test.gold").unwrap();
     let short = short.iter().filter(|t| t.words().len() <= 40).count();
-    for (k, (block, n)) in [("-- All --", 10), ("-- len<=40 --", short)].iter().enumerate() {
+    for (k, (block, n)) in [("-- All --", 4), ("-- len<=40 --", short)].iter().enumerate() {
         let at = lines.iter().position(|l| l.trim() == *block);
         let at = at.unwrap_or_else(|| panic!("no {block} block:\n{stdout}"));
         assert_eq!(lines[at + 1].trim(), format!("Number of sentence        = {n:>6}"), "block {k}: {stdout}");
         assert!(lines[at + 7].trim().starts_with("Bracketing FMeasure       ="), "block {k}: {stdout}");
         assert!(lines[at + 12].trim().starts_with("Tagging accuracy"), "block {k}: {stdout}");
     }
-    assert!(lines[find("Outputs repaired")].contains("of 10"), "{stdout}");
+    assert!(lines[find("Outputs repaired")].contains("of 4"), "{stdout}");
     // Three example trees, each over exactly its sentence's words.
     let ex = find("Examples:");
     for k in 0..3 {
@@ -375,7 +375,7 @@ fn check_parsing_quickstart(dir: &Path, args: &[&str], want: &Expected) {
     assert!(lines[next + 3].contains("transformer parse-eval --gold out/test.gold --test out/test.trees"));
     assert!(lines[next + 4].contains("configs/ptb-parse.toml"));
     for name in ["test.words", "test.gold", "test.trees"] {
-        assert_eq!(std::fs::read_to_string(dir.join("out").join(name)).unwrap().lines().count(), 10, "{name}");
+        assert_eq!(std::fs::read_to_string(dir.join("out").join(name)).unwrap().lines().count(), 4, "{name}");
     }
     let evalb = std::fs::read_to_string(dir.join("out/test.evalb")).unwrap();
     assert!(evalb.contains(" ID  Len.  Stat. Recal") && evalb.contains("=== Summary ==="), "{evalb}");

@@ -118,7 +118,7 @@ fn heatmap_cells_show_the_weights_and_the_png_decodes() {
 #[test]
 fn weights_that_do_not_match_the_labels_are_an_input_error() {
     let labels: Vec<String> = ["a", "b"].iter().map(|s| s.to_string()).collect();
-    let e = render(&[0.5; 3], &labels, &labels, "t").err().expect("3 weights for 2 × 2 labels");
+    let Err(e) = render(&[0.5; 3], &labels, &labels, "t") else { panic!("3 weights for 2 × 2 labels were drawn") };
     assert!(matches!(e, transformer::Error::Input(_)), "{e:?}");
     assert!(e.to_string().contains("3 weights for 2 row and 2 column labels"), "{e}");
     assert!(render(&[0.5; 4], &labels, &labels, "t").is_ok());

@@ -117,8 +117,8 @@ fn buckets_score_their_own_sentences() {
 fn streams_that_do_not_align_are_input_errors_not_panics() {
     use transformer::eval::bleu::{bleu_by_source_length, tokenized_bleu};
     use transformer::Error;
-    let hyps = vec!["a small cat".to_string(), "sat".to_string()];
-    let short = vec![vec!["a small cat".to_string()]];
+    let hyps = vec!["a small cat sat down".to_string(), "the dog ran off home".to_string()];
+    let short = vec![vec!["a small cat sat down".to_string()]];
     let (bleu, chrf) = (BleuConfig::default(), ChrfConfig::default());
     let errors = [
         corpus_bleu(&hyps, &short, &bleu).unwrap_err(),
@@ -136,6 +136,6 @@ fn streams_that_do_not_align_are_input_errors_not_panics() {
     let two = vec![hyps.clone()];
     let e = bleu_by_source_length(&hyps[..1], &hyps, &two, &[2], &bleu).unwrap_err();
     assert!(matches!(e, Error::Input(_)) && e.to_string().contains("1 sources and 2 hypotheses"), "{e}");
-    // Aligned streams still score (the same inputs, both sides two lines).
+    // Aligned streams still score (the hypotheses as their own reference: BLEU 100).
     assert!((corpus_bleu(&hyps, &two, &bleu).unwrap().score - 100.0).abs() < 1e-9);
 }
