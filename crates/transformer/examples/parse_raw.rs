@@ -9,7 +9,8 @@
 //! at the end, whether a close came with nothing open, how many closes name another label than
 //! the innermost open one, and the leaves written against the words.
 use transformer::data::trees::{items, with_words, Item};
-use transformer::decode::translator::{ParseOptions, SessionOptions, Translator};
+use transformer::decode::translator::{SessionOptions, Translator};
+use transformer::decode::ParseOptions;
 use transformer::Task;
 
 fn main() {

@@ -11,6 +11,9 @@ use safetensors::SafeTensors;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
+mod int8;
+pub use int8::{load_int8, quantize, save_int8};
+
 /// The `format` metadata value of our checkpoints.
 pub const FORMAT: &str = "transformer-checkpoint";
 /// The current format version.
@@ -140,38 +143,142 @@ pub fn check_finite(path: &Path, ckpt: &Checkpoint) -> Result<()> {
 /// the parameters (never whole into memory beside them), so loading peaks at the parameters plus
 /// a megabyte.
 pub fn load(path: &Path) -> Result<Checkpoint> {
-    let (meta, file_len, mut file) = open(path)?;
-    parse(path, meta, file_len, &mut file)
+    let Opened { header, file_len, mut tensors } = open(path)?;
+    parse(header, file_len, &mut tensors)
 }
 
-/// A checkpoint's model prepared for inference at `precision` on `kernels`
-/// (`Transformer::prepare`), read tensor by tensor: each linear map is prepared as soon as it is
-/// read, so loading holds one map's f32 weights beside what is prepared, never all of them (the
-/// process's peak memory is the prepared model's, not twice it). The checks are [`load`]'s; the
-/// returned checkpoint has the metadata but no parameters and no Adam moments.
+/// A checkpoint's model prepared for inference at `precision` on `kernels`: [`Opened::prepared`]
+/// on the file at `path`.
 pub fn load_prepared(
     path: &Path,
     precision: crate::precision::Precision,
     kernels: crate::model::DecoderKernels,
 ) -> Result<(Checkpoint, crate::model::Transformer)> {
-    precision.available()?;
-    let (meta, file_len, mut src) = open(path)?;
-    let (config, step, vocab_hash, layout) = check_tensors(path, &meta, file_len, &mut src)?;
-    let mut loader = crate::model::PreparedLoader::new(&config, precision, kernels);
-    let mut crc = crc32fast::Hasher::new();
-    let mut buf = Vec::new();
-    for e in layout.entries() {
-        buf.resize(e.len(), 0.0);
-        src.read_f32(&e.name, &mut buf, &mut crc).map_err(read_error(path))?;
-        loader.tensor(&e.name, &buf);
+    open(path)?.prepared(precision, kernels)
+}
+
+/// What a checkpoint's header says, read and checked once by [`open`]: the metadata every
+/// checkpoint has, and what a decoder decides on before it reads a tensor (int8 or f32, the task,
+/// the tree format).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Header {
+    /// The model's resolved configuration.
+    pub config: ModelConfig,
+    /// Updates done.
+    pub step: u64,
+    /// Hash of the vocabulary the model was trained with ("" if none).
+    pub vocab_hash: String,
+    /// Whether it is an int8 checkpoint ([`save_int8`], from `transformer quantize`).
+    pub int8: bool,
+    /// The file, named in errors.
+    path: PathBuf,
+    /// All of its string metadata (the fields above, the task, the CRC, the trainer's state).
+    meta: HashMap<String, String>,
+}
+
+impl Header {
+    /// The metadata every checkpoint has, checked: format and version, config, step, vocabulary
+    /// hash (`path` names the file in errors).
+    fn new(path: &Path, meta: HashMap<String, String>) -> Result<Header> {
+        let corrupt = |reason: String| Error::CorruptCheckpoint { path: path.to_path_buf(), reason };
+        let field = |k: &str| meta.get(k).cloned().ok_or_else(|| corrupt(format!("metadata has no '{k}'")));
+        if field("format")? != FORMAT {
+            return Err(corrupt("not a transformer checkpoint (metadata 'format' differs)".into()));
+        }
+        let version: u32 = field("format_version")?.parse().map_err(|_| corrupt("bad format_version".into()))?;
+        if version != FORMAT_VERSION {
+            return Err(corrupt(format!("format version {version}, this build reads version {FORMAT_VERSION}")));
+        }
+        let config: ModelConfig =
+            serde_json::from_str(&field("config")?).map_err(|e| corrupt(format!("bad config metadata ({e})")))?;
+        config.validate().map_err(|e| corrupt(format!("stored config invalid: {e}")))?;
+        let step: u64 = field("step")?.parse().map_err(|_| corrupt("bad step".into()))?;
+        let vocab_hash = field("vocab_hash")?;
+        let int8 = meta.get(PRECISION_KEY).is_some_and(|p| p == "int8");
+        Ok(Header { config, step, vocab_hash, int8, path: path.to_path_buf(), meta })
     }
-    drop(buf);
-    read_adam(path, &mut src, layout.total(), &mut crc, false)?;
-    check_crc(path, &meta, crc)?;
-    let (model_config, kept, prepared) = loader.finish()?;
-    let model = crate::model::Transformer::from_prepared(model_config, kept, prepared)?;
-    let ckpt = Checkpoint { config, step, vocab_hash, params: Vec::new(), adam: None, extra: extra_metadata(meta) };
-    Ok((ckpt, model))
+
+    /// The file the header was read from.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The task stored in the metadata (translation when none is stored); an unknown name is an
+    /// error naming the file.
+    pub fn task(&self) -> Result<crate::task::Task> {
+        task_named(&self.path, self.meta.get(TASK_KEY).map(String::as_str))
+    }
+
+    /// The tree format stored in a parsing checkpoint's metadata (`tags+words` when none is
+    /// stored); an unknown name is an error naming the file.
+    pub fn tree_format(&self) -> Result<crate::data::trees::TreeFormat> {
+        tree_format_named(&self.path, self.meta.get(TREE_FORMAT_KEY).map(String::as_str))
+    }
+
+    /// The checkpoint of these metadata with `params` and `adam`.
+    fn into_checkpoint(self, params: Vec<f32>, adam: Option<(Vec<f32>, Vec<f32>)>) -> Checkpoint {
+        let Header { config, step, vocab_hash, meta, .. } = self;
+        Checkpoint { config, step, vocab_hash, params, adam, extra: extra_metadata(meta) }
+    }
+}
+
+/// A checkpoint file opened for reading: its [`Header`] read and checked, its tensors still in the
+/// file, for [`Opened::prepared`] or [`Opened::int8`] to read (so that a decoder reads the header
+/// once, decides, and goes on in the same file).
+pub struct Opened {
+    header: Header,
+    file_len: usize,
+    tensors: FileTensors,
+}
+
+/// Opens a checkpoint file and reads its header: the one reader of a checkpoint's header. The
+/// safetensors header is checked as the crate checks a whole buffer, then the metadata every
+/// checkpoint has ([`Header`]); the tensors are not read.
+pub fn open(path: &Path) -> Result<Opened> {
+    let (meta, file_len, tensors) = open_safetensors(path)?;
+    Ok(Opened { header: Header::new(path, meta)?, file_len, tensors })
+}
+
+/// A checkpoint's header alone ([`open`], the tensors not read).
+pub fn read_header(path: &Path) -> Result<Header> {
+    Ok(open(path)?.header)
+}
+
+impl Opened {
+    /// The header.
+    pub fn header(&self) -> &Header {
+        &self.header
+    }
+
+    /// The model prepared for inference at `precision` on `kernels` (`Transformer::prepare`), read
+    /// tensor by tensor: each linear map is prepared as soon as it is read, so loading holds one
+    /// map's f32 weights beside what is prepared, never all of them (the process's peak memory is
+    /// the prepared model's, not twice it). The checks are [`load`]'s; the returned checkpoint has
+    /// the metadata but no parameters and no Adam moments.
+    pub fn prepared(
+        self,
+        precision: crate::precision::Precision,
+        kernels: crate::model::DecoderKernels,
+    ) -> Result<(Checkpoint, crate::model::Transformer)> {
+        precision.available()?;
+        let Opened { header, file_len, tensors: mut src } = self;
+        let path = header.path.clone();
+        let layout = check_tensors(&header, file_len, &mut src)?;
+        let mut loader = crate::model::PreparedLoader::new(&header.config, precision, kernels);
+        let mut crc = crc32fast::Hasher::new();
+        let mut buf = Vec::new();
+        for e in layout.entries() {
+            buf.resize(e.len(), 0.0);
+            src.read_f32(&e.name, &mut buf, &mut crc).map_err(read_error(&path))?;
+            loader.tensor(&e.name, &buf);
+        }
+        drop(buf);
+        read_adam(&path, &mut src, layout.total(), &mut crc, false)?;
+        check_crc(&header, crc)?;
+        let (model_config, kept, prepared) = loader.finish()?;
+        let model = crate::model::Transformer::from_prepared(model_config, kept, prepared)?;
+        Ok((header.into_checkpoint(Vec::new(), None), model))
+    }
 }
 
 /// Opens `path` for reading as a checkpoint: a regular file, or an error that says what it is
@@ -193,7 +300,7 @@ fn open_file(path: &Path) -> Result<std::fs::File> {
 
 /// Opens a checkpoint file and checks its safetensors header: the metadata, the file's length and
 /// the file to read the tensors from.
-fn open(path: &Path) -> Result<(HashMap<String, String>, usize, FileTensors)> {
+fn open_safetensors(path: &Path) -> Result<(HashMap<String, String>, usize, FileTensors)> {
     use std::io::Read;
     let corrupt = |reason: String| Error::CorruptCheckpoint { path: path.to_path_buf(), reason };
     let mut file = open_file(path)?;
@@ -249,7 +356,7 @@ pub fn from_bytes(bytes: &[u8], path: &Path) -> Result<Checkpoint> {
         SafeTensors::read_metadata(bytes).map_err(|e| corrupt(format!("unreadable safetensors header ({e})")))?;
     let mut st = SafeTensors::deserialize(bytes).map_err(|e| corrupt(format!("{e}")))?;
     let meta = header.metadata().clone().unwrap_or_default();
-    parse(path, meta, bytes.len(), &mut st)
+    parse(Header::new(path, meta)?, bytes.len(), &mut st)
 }
 
 /// Where a checkpoint's tensors are read from: a whole file in memory, or the file itself.
@@ -328,57 +435,29 @@ impl FileTensors {
 
 /// A checkpoint's model configuration, from its header alone (the tensors are not read).
 pub fn read_config(path: &Path) -> Result<ModelConfig> {
-    let (meta, _, _) = open(path)?;
-    Ok(header_fields(path, &meta)?.0)
-}
-
-/// The metadata every checkpoint has, checked: (config, step, vocabulary hash).
-fn header_fields(path: &Path, meta: &HashMap<String, String>) -> Result<(ModelConfig, u64, String)> {
-    let corrupt = |reason: String| Error::CorruptCheckpoint { path: path.to_path_buf(), reason };
-    let field = |k: &str| meta.get(k).cloned().ok_or_else(|| corrupt(format!("metadata has no '{k}'")));
-    if field("format")? != FORMAT {
-        return Err(corrupt("not a transformer checkpoint (metadata 'format' differs)".into()));
-    }
-    let version: u32 = field("format_version")?.parse().map_err(|_| corrupt("bad format_version".into()))?;
-    if version != FORMAT_VERSION {
-        return Err(corrupt(format!("format version {version}, this build reads version {FORMAT_VERSION}")));
-    }
-    let config: ModelConfig =
-        serde_json::from_str(&field("config")?).map_err(|e| corrupt(format!("bad config metadata ({e})")))?;
-    config.validate().map_err(|e| corrupt(format!("stored config invalid: {e}")))?;
-    let step: u64 = field("step")?.parse().map_err(|_| corrupt("bad step".into()))?;
-    Ok((config, step, field("vocab_hash")?))
+    Ok(read_header(path)?.config)
 }
 
 /// The checks and reads common to [`load`] and [`from_bytes`], after the safetensors header.
-fn parse(
-    path: &Path,
-    meta: HashMap<String, String>,
-    file_len: usize,
-    src: &mut dyn TensorSource,
-) -> Result<Checkpoint> {
-    let (config, step, vocab_hash, layout) = check_tensors(path, &meta, file_len, src)?;
+fn parse(header: Header, file_len: usize, src: &mut dyn TensorSource) -> Result<Checkpoint> {
+    let path = header.path.clone();
+    let layout = check_tensors(&header, file_len, src)?;
     let mut params = vec![0f32; layout.total()];
     let mut crc = crc32fast::Hasher::new();
     for e in layout.entries() {
-        src.read_f32(&e.name, &mut params[e.range()], &mut crc).map_err(read_error(path))?;
+        src.read_f32(&e.name, &mut params[e.range()], &mut crc).map_err(read_error(&path))?;
     }
-    let adam = read_adam(path, src, layout.total(), &mut crc, true)?;
-    check_crc(path, &meta, crc)?;
-    Ok(Checkpoint { config, step, vocab_hash, params, adam, extra: extra_metadata(meta) })
+    let adam = read_adam(&path, src, layout.total(), &mut crc, true)?;
+    check_crc(&header, crc)?;
+    Ok(header.into_checkpoint(params, adam))
 }
 
-/// The metadata's checks, and every tensor's presence, dtype and shape against the configuration
-/// it names, before anything is read: (config, step, vocabulary hash, layout).
-fn check_tensors(
-    path: &Path,
-    meta: &HashMap<String, String>,
-    file_len: usize,
-    src: &mut dyn TensorSource,
-) -> Result<(ModelConfig, u64, String, ParamLayout)> {
+/// Every tensor's presence, dtype and shape against the configuration the header names, before
+/// anything is read (an int8 checkpoint is refused: it has no f32 weights): the layout.
+fn check_tensors(header: &Header, file_len: usize, src: &mut dyn TensorSource) -> Result<ParamLayout> {
+    let path = &header.path;
     let corrupt = |reason: String| Error::CorruptCheckpoint { path: path.to_path_buf(), reason };
-    let (config, step, vocab_hash) = header_fields(path, meta)?;
-    if meta.get(PRECISION_KEY).is_some_and(|p| p == "int8") {
+    if header.int8 {
         return Err(Error::Unsupported(format!(
             "{} is an int8 checkpoint (from `transformer quantize`): it holds no f32 weights for the linear maps, so it \
              only decodes (translate, evaluate, parse, serve with --precision int8); train, resume and average need the \
@@ -386,7 +465,7 @@ fn check_tensors(
             path.display()
         )));
     }
-    let layout = ParamLayout::new(&config);
+    let layout = ParamLayout::new(&header.config);
     // Shapes first, allocation after: a config that does not fit the file is refused without
     // asking for memory it implies.
     if layout.total().saturating_mul(4) > file_len {
@@ -406,7 +485,7 @@ fn check_tensors(
             )));
         }
     }
-    Ok((config, step, vocab_hash, layout))
+    Ok(layout)
 }
 
 /// An I/O error reading `path`'s tensors, as a corrupt-checkpoint error.
@@ -441,12 +520,12 @@ fn read_adam(
 
 /// Compares the tensors' CRC-32 with the one stored when the file was written (files without one
 /// predate it).
-fn check_crc(path: &Path, meta: &HashMap<String, String>, crc: crc32fast::Hasher) -> Result<()> {
-    if let Some(stored) = meta.get(CRC_KEY) {
+fn check_crc(header: &Header, crc: crc32fast::Hasher) -> Result<()> {
+    if let Some(stored) = header.meta.get(CRC_KEY) {
         let found = format!("{:08x}", crc.finalize());
         if *stored != found {
             return Err(Error::CorruptCheckpoint {
-                path: path.to_path_buf(),
+                path: header.path.clone(),
                 reason: format!(
                     "its tensor data have CRC-32 {found}, not the {stored} stored when it was written: the file was damaged"
                 ),
@@ -571,13 +650,7 @@ pub fn task_of(path: &Path, ckpt: &Checkpoint) -> Result<crate::task::Task> {
 /// The tree format stored in a parsing checkpoint's metadata (`tags+words` when none is stored);
 /// an unknown name is an error naming the file.
 pub fn tree_format_of(path: &Path, ckpt: &Checkpoint) -> Result<crate::data::trees::TreeFormat> {
-    match ckpt.extra.get(TREE_FORMAT_KEY) {
-        None => Ok(crate::data::trees::TreeFormat::default()),
-        Some(name) => crate::data::trees::TreeFormat::from_name(name).ok_or_else(|| Error::CorruptCheckpoint {
-            path: path.to_path_buf(),
-            reason: format!("unknown tree format {name:?} in its metadata"),
-        }),
-    }
+    tree_format_named(path, ckpt.extra.get(TREE_FORMAT_KEY).map(String::as_str))
 }
 
 fn task_named(path: &Path, name: Option<&str>) -> Result<crate::task::Task> {
@@ -592,196 +665,12 @@ fn task_named(path: &Path, name: Option<&str>) -> Result<crate::task::Task> {
     }
 }
 
-/// The task stored in the checkpoint at `path`, reading only its header (see [`task_of`]).
-pub fn read_task(path: &Path) -> Result<crate::task::Task> {
-    let meta = read_metadata(path)?;
-    task_named(path, meta.get(TASK_KEY).and_then(|t| t.as_str()))
-}
-
-/// The vocabulary hash of the checkpoint at `path`, reading only its header.
-pub fn read_vocab_hash(path: &Path) -> Result<String> {
-    let meta = read_metadata(path)?;
-    meta.get("vocab_hash").and_then(|h| h.as_str()).map(str::to_string).ok_or_else(|| Error::CorruptCheckpoint {
-        path: path.to_path_buf(),
-        reason: "no vocab_hash in its metadata".into(),
-    })
-}
-
-/// The `__metadata__` of the safetensors file at `path` (empty if it has none), reading only
-/// its header.
-fn read_metadata(path: &Path) -> Result<serde_json::Map<String, serde_json::Value>> {
-    use std::io::Read;
-    let corrupt = |reason: String| Error::CorruptCheckpoint { path: path.to_path_buf(), reason };
-    let mut f = open_file(path)?;
-    let mut len = [0u8; 8];
-    f.read_exact(&mut len).map_err(|e| corrupt(format!("no safetensors header ({e})")))?;
-    let n = u64::from_le_bytes(len);
-    if n > 100 << 20 {
-        return Err(corrupt(format!("a safetensors header of {n} bytes")));
+fn tree_format_named(path: &Path, name: Option<&str>) -> Result<crate::data::trees::TreeFormat> {
+    match name {
+        None => Ok(crate::data::trees::TreeFormat::default()),
+        Some(name) => crate::data::trees::TreeFormat::from_name(name).ok_or_else(|| Error::CorruptCheckpoint {
+            path: path.to_path_buf(),
+            reason: format!("unknown tree format {name:?} in its metadata"),
+        }),
     }
-    let mut header = vec![0u8; n as usize];
-    f.read_exact(&mut header).map_err(|e| corrupt(format!("truncated safetensors header ({e})")))?;
-    let mut json: serde_json::Value =
-        serde_json::from_slice(&header).map_err(|e| corrupt(format!("unreadable safetensors header ({e})")))?;
-    match json.get_mut("__metadata__").map(serde_json::Value::take) {
-        Some(serde_json::Value::Object(m)) => Ok(m),
-        _ => Ok(serde_json::Map::new()),
-    }
-}
-
-/// Whether the file at `path` is an int8 checkpoint (reads the header only).
-pub fn is_int8(path: &Path) -> Result<bool> {
-    use std::io::Read;
-    let mut f = open_file(path)?;
-    let mut len = [0u8; 8];
-    if f.read_exact(&mut len).is_err() {
-        return Ok(false);
-    }
-    let n = u64::from_le_bytes(len);
-    if n > 100 << 20 {
-        return Ok(false);
-    }
-    let mut header = vec![0u8; n as usize];
-    if f.read_exact(&mut header).is_err() {
-        return Ok(false);
-    }
-    let json: serde_json::Value = match serde_json::from_slice(&header) {
-        Ok(j) => j,
-        Err(_) => return Ok(false),
-    };
-    Ok(json.get("__metadata__").and_then(|m| m.get(PRECISION_KEY)).and_then(|p| p.as_str()) == Some("int8"))
-}
-
-/// Writes an int8 checkpoint: `ckpt`'s metadata and f32 tensors, except that every tensor in
-/// `codes` (the linear maps' weights) is stored as `NAME.int8` (I8, its shape) and `NAME.scale`
-/// (F32, one per row) instead; the embedding, which the encoder and decoder also look rows up in,
-/// keeps its f32 tensor too. No Adam moments. Atomic like [`save`].
-pub fn save_int8(path: &Path, ckpt: &Checkpoint, codes: &crate::model::Int8Codes, embedding: &str) -> Result<()> {
-    let layout = savable(path, ckpt)?;
-    let mut bytes: Vec<Tensor> = Vec::new();
-    for e in layout.entries() {
-        match codes.get(&e.name) {
-            Some((q, sc)) => {
-                let rows = sc.len();
-                if q.len() != e.len() || rows == 0 || e.len() % rows != 0 {
-                    return Err(Error::Mismatch(format!("the int8 codes of '{}' do not fit its shape", e.name)));
-                }
-                bytes.push((
-                    format!("{}.int8", e.name),
-                    Dtype::I8,
-                    q.iter().map(|&c| c as u8).collect(),
-                    e.shape.clone(),
-                ));
-                bytes.push((format!("{}.scale", e.name), Dtype::F32, le_bytes(sc), vec![rows]));
-                if e.name == embedding {
-                    bytes.push((e.name.clone(), Dtype::F32, le_bytes(&ckpt.params[e.range()]), e.shape.clone()));
-                }
-            }
-            None => bytes.push((e.name.clone(), Dtype::F32, le_bytes(&ckpt.params[e.range()]), e.shape.clone())),
-        }
-    }
-    write_tensors(path, ckpt, &bytes, &[(PRECISION_KEY, "int8")])
-}
-
-/// Reads an int8 checkpoint written by [`save_int8`]: the checkpoint, whose parameters are zero
-/// where only codes are stored, and the codes by tensor name. Never panics on a corrupt file.
-pub fn load_int8(path: &Path) -> Result<(Checkpoint, crate::model::Int8Codes)> {
-    let bytes = std::fs::read(path).map_err(io_err(path))?;
-    let corrupt = |reason: String| Error::CorruptCheckpoint { path: path.to_path_buf(), reason };
-    let (_, header) =
-        SafeTensors::read_metadata(&bytes).map_err(|e| corrupt(format!("unreadable safetensors header ({e})")))?;
-    let st = SafeTensors::deserialize(&bytes).map_err(|e| corrupt(format!("{e}")))?;
-    let meta = header.metadata().clone().unwrap_or_default();
-    let field = |k: &str| meta.get(k).cloned().ok_or_else(|| corrupt(format!("metadata has no '{k}'")));
-    let (config, step, vocab_hash) = header_fields(path, &meta)?;
-    if field(PRECISION_KEY)? != "int8" {
-        return Err(corrupt("metadata 'precision' is not int8".into()));
-    }
-    let layout = ParamLayout::new(&config);
-    if layout.total() > bytes.len() {
-        return Err(corrupt(format!(
-            "its config needs {} parameters but the file has {} bytes",
-            layout.total(),
-            bytes.len()
-        )));
-    }
-    // Zeroed (untouched) memory: the regions only codes are stored for are never written.
-    let mut params = vec![0f32; layout.total()];
-    let mut codes = crate::model::Int8Codes::new();
-    let mut crc = crc32fast::Hasher::new();
-    let mut found_f32 = 0;
-    for e in layout.entries() {
-        if let Ok(q) = st.tensor(&format!("{}.int8", e.name)) {
-            let s = st
-                .tensor(&format!("{}.scale", e.name))
-                .map_err(|_| corrupt(format!("'{}.scale' is missing", e.name)))?;
-            let rows = e.shape.first().copied().unwrap_or(0);
-            if q.dtype() != Dtype::I8
-                || q.shape() != e.shape.as_slice()
-                || s.dtype() != Dtype::F32
-                || s.shape() != [rows]
-            {
-                return Err(corrupt(format!("the int8 tensors of '{}' do not match its shape {:?}", e.name, e.shape)));
-            }
-            crc.update(q.data());
-            crc.update(s.data());
-            let mut sc = vec![0f32; rows];
-            read_f32(s.data(), &mut sc);
-            if let Some(r) = sc.iter().position(|v| !(v.is_finite() && *v >= 0.0)) {
-                return Err(corrupt(format!("scale {} of row {r} of '{}' is not a finite value ≥ 0", sc[r], e.name)));
-            }
-            codes.insert(e.name.clone(), (q.data().iter().map(|&b| b as i8).collect(), sc));
-        }
-        match st.tensor(&e.name) {
-            Ok(t) => {
-                if t.dtype() != Dtype::F32 || t.shape() != e.shape.as_slice() {
-                    return Err(corrupt(format!(
-                        "tensor '{}' is {:?} {:?}, expected F32 {:?}",
-                        e.name,
-                        t.dtype(),
-                        t.shape(),
-                        e.shape
-                    )));
-                }
-                crc.update(t.data());
-                read_f32(t.data(), &mut params[e.range()]);
-                found_f32 += 1;
-            }
-            // Only a linear map's weights may come as codes alone (checked again when the model
-            // takes them); the embedding's rows are looked up, so it needs its f32 values.
-            Err(_) if codes.contains_key(&e.name) && e.offset != layout.offsets.embed => {}
-            Err(_) => return Err(corrupt(format!("tensor '{}' is missing", e.name))),
-        }
-    }
-    if found_f32 == 0 {
-        return Err(corrupt("no f32 tensors".into()));
-    }
-    let stored = field(CRC_KEY)?;
-    let found = format!("{:08x}", crc.finalize());
-    if stored != found {
-        return Err(corrupt(format!(
-            "its tensor data have CRC-32 {found}, not the {stored} stored when it was written: the file was damaged"
-        )));
-    }
-    let extra = meta
-        .into_iter()
-        .filter(|(k, _)| {
-            !["format", "format_version", "config", "step", "vocab_hash", CRC_KEY, PRECISION_KEY].contains(&k.as_str())
-        })
-        .collect();
-    Ok((Checkpoint { config, step, vocab_hash, params, adam: None, extra }, codes))
-}
-
-/// `transformer quantize`: reads the f32 checkpoint `src`, quantises every linear map's weights
-/// (as `--precision int8` does at load) and writes the int8 checkpoint `dst` ([`save_int8`]),
-/// which then loads without quantising. Returns the two files' sizes in bytes.
-pub fn quantize(src: &Path, dst: &Path) -> Result<(u64, u64)> {
-    let ckpt = load(src)?;
-    let model = crate::model::Transformer::from_params(ckpt.config.clone(), ckpt.params.clone())?
-        .prepare(crate::precision::Precision::Int8)?;
-    let codes = model.prepared().and_then(|p| p.codes(&model.config)).expect("a model prepared at int8 has codes");
-    let embedding = "embed.weight";
-    save_int8(dst, &Checkpoint { adam: None, ..ckpt }, &codes, embedding)?;
-    let size = |p: &Path| std::fs::metadata(p).map(|m| m.len()).map_err(io_err(p));
-    Ok((size(src)?, size(dst)?))
 }

@@ -32,7 +32,7 @@
 //! - [`model`]: wiring of the encoder–decoder (§3), teacher-forced and incremental.
 //! - [`checkpoint`]: safetensors checkpoints, their checks, and averaging (§6.1).
 //! - [`eval`]: sacreBLEU-exact BLEU, chrF, EVALB-exact F1, perplexity, attention maps.
-//! - [`decode`]: batched beam search (§6.1) and the [`Translator`] session: model, vocabulary,
+//! - [`decode`]: batched beam search (§6.1) and the [`Translator`] session: model, tokenizer,
 //!   packed weights and state pool, for translating, parsing and scoring.
 //! - [`train`]: learning-rate schedule (Eq. 3), Adam (§5.3), the training step, whole training
 //!   runs with exact resume, and data-parallel runs over MPI (feature `mpi`).

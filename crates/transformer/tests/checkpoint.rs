@@ -371,7 +371,7 @@ fn int8_checkpoints_round_trip_decode_alike_and_are_refused_where_f32_is_needed(
     checkpoint::save(&src, &ckpt).unwrap();
     let (before, after) = checkpoint::quantize(&src, &dst).unwrap();
     assert!(after < before, "{after} bytes against {before}: no Adam moments, codes a quarter of f32");
-    assert!(checkpoint::is_int8(&dst).unwrap() && !checkpoint::is_int8(&src).unwrap());
+    assert!(checkpoint::read_header(&dst).unwrap().int8 && !checkpoint::read_header(&src).unwrap().int8);
     let (loaded, codes) = checkpoint::load_int8(&dst).unwrap();
     assert_eq!((loaded.step, &loaded.vocab_hash, &loaded.extra), (ckpt.step, &ckpt.vocab_hash, &ckpt.extra));
     assert!(loaded.adam.is_none());

@@ -9,8 +9,9 @@ use common::TestDir;
 use std::path::{Path, PathBuf};
 use transformer::data::trees::{self, delinearise, is_well_formed, ptb_tokenize, FileRange, TreeFormat};
 use transformer::decode::beam::{beam_search_constrained, BeamConfig, Constraint, Scorer, StepScores};
-use transformer::decode::translator::{DecodeOptions, ParseOptions, SessionOptions, Translator};
+use transformer::decode::translator::{DecodeOptions, SessionOptions, Translator};
 use transformer::decode::tree_constraint::TreeConstraint;
+use transformer::decode::ParseOptions;
 use transformer::rng::Rng;
 use transformer::train::run::{run, RunConfig};
 use transformer::{Task, EOS};
@@ -364,7 +365,7 @@ fn a_parsing_run_validates_f1_keeps_its_best_checkpoint_and_parses() {
     let bpe = d.join("vocab.json");
     let err = Translator::load(&best, &bpe, SessionOptions::default()).err().unwrap().to_string();
     assert!(err.contains("is a parsing model") && err.contains("transformer parse"), "{err}");
-    assert_eq!(transformer::checkpoint::read_task(&best).unwrap(), Task::Parsing);
+    assert_eq!(transformer::checkpoint::read_header(&best).unwrap().task().unwrap(), Task::Parsing);
     let parser = Translator::load(&best, &bpe, SessionOptions { task: Task::Parsing, ..Default::default() }).unwrap();
 
     // Constrained: every output is a well-formed tree over exactly the words, never repaired.
@@ -407,8 +408,7 @@ fn a_parsing_run_validates_f1_keeps_its_best_checkpoint_and_parses() {
     // themselves as gold every bracket matches; gold trees that do not align are refused.
     let own: Vec<trees::Tree> = parses.iter().map(|p| p.tree.clone()).collect();
     let scored = parser.parse_and_score(&sentences, &own, &opts, &mut ()).unwrap();
-    let trees_of =
-        |ps: &[transformer::decode::translator::Parse]| ps.iter().map(|p| p.tree.clone()).collect::<Vec<_>>();
+    let trees_of = |ps: &[transformer::decode::Parse]| ps.iter().map(|p| p.tree.clone()).collect::<Vec<_>>();
     assert_eq!(trees_of(&scored.parses), own);
     // (Compared as text: a tree set without brackets has an F-measure of NaN, which no NaN equals.)
     let want = transformer::eval::evalb::score_trees(&own, &own).unwrap();

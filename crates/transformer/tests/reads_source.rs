@@ -6,7 +6,8 @@
 
 use std::path::Path;
 use transformer::data::trees::{delinearise, TreeFormat};
-use transformer::decode::translator::{ParseOptions, SessionOptions, Translator};
+use transformer::decode::translator::{SessionOptions, Translator};
+use transformer::decode::ParseOptions;
 use transformer::eval::perplexity::score_and_reading;
 use transformer::model::pointer::PointerTable;
 use transformer::train::{Schedule, Trainer};

@@ -33,9 +33,7 @@ pub fn translate(
     profile: bool,
 ) -> Result<()> {
     use std::io::Write;
-    search.options(nbest, model.task.unwrap_or_default())?; // bad flags: a usage error before loading
-    let translator = model.load()?;
-    let opts = search.options(nbest, translator.task())?;
+    let (translator, opts) = model.load_with(search, nbest)?;
     let mut lines = Vec::new();
     for_each_input_line(input, |l| {
         lines.push(l.to_string());

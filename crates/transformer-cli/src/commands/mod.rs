@@ -72,9 +72,7 @@ pub fn run(cmd: Command) -> Result<()> {
 /// model.
 fn evaluate(args: EvaluateArgs) -> Result<()> {
     let EvaluateArgs { model, src, refs, output, by_length, search, parsing } = args;
-    search.options(1, model.task.unwrap_or_default())?; // bad flags: a usage error before loading
-    let translator = model.load()?;
-    let opts = search.options(1, translator.task())?;
+    let (translator, opts) = model.load_with(&search, 1)?;
     match translator.task().evaluation() {
         Evaluation::Evalb => {
             if refs.len() != 1 {

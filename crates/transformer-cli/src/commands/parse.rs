@@ -7,7 +7,8 @@ use anyhow::Result;
 use std::path::Path;
 use std::time::Instant;
 use transformer::data::trees::{self, Tree};
-use transformer::decode::translator::{DecodeOptions, ParseOptions, SessionOptions, Translator};
+use transformer::decode::translator::{DecodeOptions, SessionOptions, Translator};
+use transformer::decode::ParseOptions;
 use transformer::Task;
 
 fn parse_options(decode: DecodeOptions, p: ParsingArgs) -> ParseOptions {
@@ -16,12 +17,12 @@ fn parse_options(decode: DecodeOptions, p: ParsingArgs) -> ParseOptions {
 
 pub fn parse(args: &ParseArgs) -> Result<()> {
     use std::io::Write;
-    let ParseArgs { checkpoint, bpe, input, tokenize, precision, search, parsing, speed } = args;
+    let ParseArgs { checkpoint, tokenizer, input, tokenize, precision, search, parsing, speed } = args;
     let (input, tokenize, precision, parsing, speed) = (input.as_deref(), *tokenize, *precision, *parsing, *speed);
     let opts = parse_options(search.options(1, Task::Parsing)?, parsing);
     let translator = Translator::load_ensemble(
         checkpoint,
-        bpe,
+        tokenizer,
         SessionOptions { precision, task: Task::Parsing, ..Default::default() },
     )?;
     let mut lines = Vec::new();

@@ -155,7 +155,7 @@ pub fn average(last: Option<usize>, dir: Option<&Path>, inputs: Vec<PathBuf>, ou
 }
 
 pub fn prepare(args: &PrepareArgs) -> Result<()> {
-    let PrepareArgs { src, tgt, task, files, tree_format, bpe, out, max_tokens, max_ratio } = args;
+    let PrepareArgs { src, tgt, task, files, tree_format, tokenizer, out, max_tokens, max_ratio } = args;
     let (tgt, files, task, max_tokens, max_ratio) =
         (tgt.as_deref(), files.as_deref(), *task, *max_tokens as usize, *max_ratio);
     let filter = transformer::data::parallel::FilterConfig { max_tokens, max_ratio };
@@ -165,7 +165,7 @@ pub fn prepare(args: &PrepareArgs) -> Result<()> {
     if task == transformer::Task::Translation && *tree_format != transformer::data::trees::TreeFormat::default() {
         usage!("--tree-format says how trees are written: give --task parsing");
     }
-    let model = transformer::data::tokenizer::Tokenizer::load(bpe)?;
+    let model = transformer::data::tokenizer::Tokenizer::load(tokenizer)?;
     let start = Instant::now();
     let spinner = crate::progress::Spinner::new(&format!("binarising {}", src.display()));
     let log = &mut transformer::events::Lines::new(|m: &str| spinner.println(m));

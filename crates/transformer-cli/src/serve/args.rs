@@ -13,10 +13,10 @@ pub struct ServeArgs {
     /// every step.
     #[arg(long, required = true)]
     pub checkpoint: Vec<PathBuf>,
-    /// The BPE model the checkpoint was trained with, or the tokenizer file of an imported model
-    /// (`transformer import marian`; alias --tokenizer).
-    #[arg(long, visible_alias = "tokenizer")]
-    pub bpe: PathBuf,
+    /// The tokenizer the checkpoint was trained with: our BPE model, or the tokenizer file of an
+    /// imported model (`transformer import marian`; alias --bpe).
+    #[arg(long = "tokenizer", visible_alias = "bpe")]
+    pub tokenizer: PathBuf,
     /// Address to listen on (loopback by default; 0.0.0.0 listens on every interface).
     #[arg(long, default_value = "127.0.0.1")]
     pub host: String,

@@ -220,40 +220,16 @@ pub async fn serve(
     // The reserved descriptor, given up for one accept when there are none left.
     let mut spare = std::fs::File::open("/dev/null").ok();
     loop {
-        let stream = tokio::select! {
-            r = listener.accept() => match r {
-                Ok((s, _)) => s,
-                Err(e) if matches!(
-                    e.kind(),
-                    io::ErrorKind::ConnectionAborted | io::ErrorKind::ConnectionReset | io::ErrorKind::ConnectionRefused
-                ) => continue,
-                // Out of file descriptors (EMFILE, ENFILE).
-                Err(e) if matches!(e.raw_os_error(), Some(23 | 24)) => {
-                    if !accept_error_logged {
-                        eprintln!("warning: cannot accept a connection ({e}); closing an idle one to make room");
-                        accept_error_logged = true;
-                    }
-                    // The reserve makes room
-                    // for the next accept at once, and an idle connection is closed to make room
-                    // for the ones after it; without a reserve, wait a little.
-                    if spare.take().is_none() {
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                    }
-                    if connections.shed_longest_idle() {
-                        metrics.connections_shed.fetch_add(1, Ordering::Relaxed);
-                    }
-                    continue;
-                }
-                Err(e) => {
-                    if !accept_error_logged {
-                        eprintln!("warning: cannot accept a connection ({e}); retrying");
-                        accept_error_logged = true;
-                    }
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
+        let accepted = tokio::select! {
+            r = listener.accept() => r,
             _ = &mut stop => break,
+        };
+        let stream = match accepted {
+            Ok((s, _)) => s,
+            Err(e) => {
+                accept_failed(e, &mut spare, &mut accept_error_logged, &connections, &metrics).await;
+                continue;
+            }
         };
         accept_error_logged = false;
         if spare.is_none() {
@@ -310,6 +286,45 @@ pub async fn serve(
     drop(listener);
     graceful.shutdown().await;
     Ok(())
+}
+
+/// After an accept that failed with `e`: a connection its client dropped is passed over; out of
+/// file descriptors (EMFILE, ENFILE), the reserved descriptor `spare` makes room for the next
+/// accept at once and the longest idle connection is closed to make room for the ones after it
+/// (without a reserve, a short wait first); any other error waits a little. Each is logged once
+/// until an accept succeeds (`logged`).
+async fn accept_failed(
+    e: io::Error,
+    spare: &mut Option<std::fs::File>,
+    logged: &mut bool,
+    connections: &Connections,
+    metrics: &Metrics,
+) {
+    match e {
+        e if matches!(
+            e.kind(),
+            io::ErrorKind::ConnectionAborted | io::ErrorKind::ConnectionReset | io::ErrorKind::ConnectionRefused
+        ) => {}
+        e if matches!(e.raw_os_error(), Some(23 | 24)) => {
+            if !*logged {
+                eprintln!("warning: cannot accept a connection ({e}); closing an idle one to make room");
+                *logged = true;
+            }
+            if spare.take().is_none() {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            if connections.shed_longest_idle() {
+                metrics.connections_shed.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        e => {
+            if !*logged {
+                eprintln!("warning: cannot accept a connection ({e}); retrying");
+                *logged = true;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
 }
 
 #[cfg(test)]

@@ -248,9 +248,23 @@ async fn translate(
             ),
         ));
     }
+    let srcs = encode_sources(&app, t, &req.q)?;
+    let search = search_of(t, &req)?;
+    if req.attention {
+        check_attention_size(&app, t, &srcs, &search)?;
+    }
+    let outputs = match srcs.is_empty() {
+        true => Vec::new(),
+        false => decode(&app, srcs, search, req.attention).await?,
+    };
+    Ok(answer(&req, outputs))
+}
+
+/// The token ids of a request's sentences, each within the length limit.
+fn encode_sources(app: &App, t: &Translator, q: &[String]) -> Result<Vec<Vec<u32>>, ApiError> {
     let max_len = app.max_sentence_tokens.unwrap_or(t.model().config.max_positions);
-    let mut srcs = Vec::with_capacity(req.q.len());
-    for (i, line) in req.q.iter().enumerate() {
+    let mut srcs = Vec::with_capacity(q.len());
+    for (i, line) in q.iter().enumerate() {
         let ids = t.encode_source(line).map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, format!("q[{i}]: {e}")))?;
         if ids.len() > max_len {
             return Err(ApiError::new(
@@ -263,59 +277,70 @@ async fn translate(
         }
         srcs.push(ids);
     }
+    Ok(srcs)
+}
+
+/// The request's search: the model's task's settings with the request's beam, α and n-best.
+fn search_of(t: &Translator, req: &request::TranslateRequest) -> Result<BeamConfig, ApiError> {
     let defaults = BeamConfig::for_task(t.task());
     let overrides =
         SearchOverrides { beam: req.beam, alpha: req.alpha, nbest: req.nbest.or(Some(1)), ..Default::default() };
-    let search = defaults.with(&overrides).map_err(|e| {
+    defaults.with(&overrides).map_err(|e| {
         let (nbest, beam) = (overrides.nbest.unwrap_or(1), overrides.beam.unwrap_or(defaults.beam));
         let message = match nbest > beam {
             true => format!("field `nbest` ({nbest}) is larger than the beam size {beam}"),
             false => e.to_string(),
         };
         ApiError::new(StatusCode::BAD_REQUEST, message)
-    })?;
-    if req.attention {
-        // The answer holds layers × heads × output length × source length weights per sentence:
-        // bounded before decoding, with the longest output the search allows.
-        let c = &t.model().config;
-        let cells: u64 = srcs
-            .iter()
-            .map(|s| {
-                let out = (search.max_len_a * s.len() as f64) as u64 + search.max_len_b as u64 + 1;
-                (c.n_layers * c.n_heads) as u64 * out * s.len() as u64
-            })
-            .sum();
-        if cells > app.max_attention_weights {
-            return Err(ApiError::new(
-                StatusCode::BAD_REQUEST,
-                format!(
-                    "field `attention`: these sentences could return up to {cells} attention weights, more than the limit of {} (--max-attention-weights): ask for attention on fewer or shorter sentences",
-                    app.max_attention_weights
-                ),
-            ));
-        }
+    })
+}
+
+/// The answer to a request for attention holds layers × heads × output length × source length
+/// weights per sentence: bounded before decoding, with the longest output the search allows.
+fn check_attention_size(app: &App, t: &Translator, srcs: &[Vec<u32>], search: &BeamConfig) -> Result<(), ApiError> {
+    let c = &t.model().config;
+    let cells: u64 = srcs
+        .iter()
+        .map(|s| {
+            let out = (search.max_len_a * s.len() as f64) as u64 + search.max_len_b as u64 + 1;
+            (c.n_layers * c.n_heads) as u64 * out * s.len() as u64
+        })
+        .sum();
+    if cells > app.max_attention_weights {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "field `attention`: these sentences could return up to {cells} attention weights, more than the limit of {} (--max-attention-weights): ask for attention on fewer or shorter sentences",
+                app.max_attention_weights
+            ),
+        ));
     }
-    let n = srcs.len();
-    let outputs: Vec<Output> = if n == 0 {
-        Vec::new()
-    } else {
-        let (tx, rx) = oneshot::channel();
-        match app.queue.push(Job { srcs, search, attention: req.attention, reply: tx }) {
-            Ok(()) => {}
-            Err(Refused::Full { waiting, limit }) => {
-                app.metrics.rejected_full.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                return Err(ApiError::unavailable(format!(
-                    "the queue is full ({waiting} sentences waiting, the limit is {limit}, --max-queue); retry after 1 s"
-                )));
-            }
-            Err(Refused::Closed) => return Err(ApiError::unavailable("the server is shutting down")),
+    Ok(())
+}
+
+/// The sentences decoded by the batcher: queued, then awaited.
+async fn decode(app: &App, srcs: Vec<Vec<u32>>, search: BeamConfig, attention: bool) -> Result<Vec<Output>, ApiError> {
+    let (tx, rx) = oneshot::channel();
+    match app.queue.push(Job { srcs, search, attention, reply: tx }) {
+        Ok(()) => {}
+        Err(Refused::Full { waiting, limit }) => {
+            app.metrics.rejected_full.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            return Err(ApiError::unavailable(format!(
+                "the queue is full ({waiting} sentences waiting, the limit is {limit}, --max-queue); retry after 1 s"
+            )));
         }
-        match rx.await {
-            Ok(Ok(outputs)) => outputs,
-            Ok(Err(m)) => return Err(ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, m)),
-            Err(_) => return Err(ApiError::unavailable("the server stopped before decoding the request")),
-        }
-    };
+        Err(Refused::Closed) => return Err(ApiError::unavailable("the server is shutting down")),
+    }
+    match rx.await {
+        Ok(Ok(outputs)) => Ok(outputs),
+        Ok(Err(m)) => Err(ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, m)),
+        Err(_) => Err(ApiError::unavailable("the server stopped before decoding the request")),
+    }
+}
+
+/// The JSON answer: the translations; the n-best lists when asked for; the sentences the model's
+/// positions cut short, if any; the attention weights when asked for.
+fn answer(req: &request::TranslateRequest, outputs: Vec<Output>) -> Response {
     let mut answer = serde_json::Map::new();
     answer.insert("translations".into(), outputs.iter().map(|o| json!(o.nbest[0].0)).collect());
     if req.nbest.is_some() {
@@ -336,7 +361,7 @@ async fn translate(
     if req.attention {
         answer.insert("attention".into(), outputs.into_iter().map(|o| o.attention.unwrap_or_default()).collect());
     }
-    Ok(Json(serde_json::Value::Object(answer)).into_response())
+    Json(serde_json::Value::Object(answer)).into_response()
 }
 
 async fn health(State(app): State<Arc<App>>) -> Result<Response, ApiError> {
@@ -553,7 +578,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
     let server = runtime.spawn(serving);
     eprintln!("listening on http://{addr} (loading the model)");
     let options = SessionOptions { precision: args.precision, task: Task::Translation, ..Default::default() };
-    let translator = match Translator::load_ensemble(&args.checkpoint, &args.bpe, options) {
+    let translator = match Translator::load_ensemble(&args.checkpoint, &args.tokenizer, options) {
         Ok(t) => Arc::new(t),
         Err(e) => {
             stop.notify_one();

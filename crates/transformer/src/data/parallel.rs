@@ -125,16 +125,12 @@ pub fn encode_and_filter_for(
     tokenizer: &crate::data::tokenizer::Tokenizer,
     filter: &FilterConfig,
 ) -> Result<(TokenPairs, FilterReport)> {
-    use crate::data::tokenizer::Tokenizer;
-    match tokenizer {
-        Tokenizer::Bpe(bpe) => encode_and_filter_with(target, pairs, bpe, filter),
-        Tokenizer::Marian(_) if target != TargetEncoding::Bpe => Err(crate::error::Error::Config(
+    if tokenizer.bpe().is_none() && target != TargetEncoding::Bpe {
+        return Err(crate::error::Error::Config(
             "an imported model's tokenizer encodes translation pairs only (trees need a BPE vocabulary of ours)".into(),
-        )),
-        Tokenizer::Marian(m) => {
-            encode_and_filter_by(pairs, filter, |s| Ok(m.encode_source(s)), |t| Ok(m.encode_target(t)))
-        }
+        ));
     }
+    encode_and_filter_by(pairs, filter, |s| tokenizer.encode_source(target, s), |t| tokenizer.encode_target(target, t))
 }
 
 /// Encodes pairs with the given source and target encoders and keeps those that pass `filter`

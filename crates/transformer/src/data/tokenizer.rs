@@ -1,9 +1,12 @@
 //! The vocabulary of a model, whatever made it: the shared BPE model this project learns
 //! ([`Bpe`]), or the SentencePiece models and vocabularies of an imported Marian / OPUS-MT model
-//! ([`ImportedTokenizer`]). Every decoding verb takes one file, `--bpe` (alias `--tokenizer`), and
-//! [`Tokenizer::load`] tells the two apart by content.
+//! ([`ImportedTokenizer`]). Every decoding verb takes one file, `--tokenizer` (alias `--bpe`), and
+//! [`Tokenizer::load`] tells the two apart by content. The tokenizer encodes and decodes: a BPE
+//! model as the task's [`TargetEncoding`] says, an imported one as its Marian model reads and
+//! writes.
 
 use crate::data::bpe::Bpe;
+use crate::data::encoding::TargetEncoding;
 use crate::data::marian_tokenizer::{MarianTokenizer, MARIAN_FORMAT};
 use crate::error::{Error, Result};
 use crate::vocab::{EOS, SPECIALS, UNK};
@@ -82,6 +85,33 @@ impl Tokenizer {
         match self {
             Tokenizer::Bpe(b) => Some(b),
             Tokenizer::Marian(_) => None,
+        }
+    }
+
+    /// Token ids of a source line (no BOS; an imported Marian model's `</s>` included), beside
+    /// targets encoded as `encoding` ([`TargetEncoding::encode_source`]). An imported tokenizer
+    /// encodes translation only (sessions and data for other tasks refuse it first) and ignores
+    /// `encoding`; so do [`Tokenizer::encode_target`] and [`Tokenizer::decode_target`].
+    pub fn encode_source(&self, encoding: TargetEncoding, text: &str) -> Result<Vec<u32>> {
+        match self {
+            Tokenizer::Bpe(b) => encoding.encode_source(b, text),
+            Tokenizer::Marian(m) => Ok(m.encode_source(text)),
+        }
+    }
+
+    /// Token ids of a target line (no BOS/EOS), encoded as `encoding` says.
+    pub fn encode_target(&self, encoding: TargetEncoding, text: &str) -> Result<Vec<u32>> {
+        match self {
+            Tokenizer::Bpe(b) => encoding.encode(b, text),
+            Tokenizer::Marian(m) => Ok(m.encode_target(text)),
+        }
+    }
+
+    /// The text of output ids ([`TargetEncoding::decode`]).
+    pub fn decode_target(&self, encoding: TargetEncoding, ids: &[u32]) -> Result<String> {
+        match self {
+            Tokenizer::Bpe(b) => encoding.decode(b, ids),
+            Tokenizer::Marian(m) => Ok(m.decode_target(ids)),
         }
     }
 

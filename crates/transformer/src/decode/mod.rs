@@ -1,11 +1,19 @@
 //! §6.1 Decoding: batched beam search over incremental decoder states ([`beam`]); greedy search
-//! is beam size 1.
+//! is beam size 1. [`translator::Translator`] is a model, its tokenizer and this search: loaded
+//! from checkpoints in `load.rs`, its sentences batched in `batches.rs` and decoded by the pool of
+//! `workers.rs`; parsing (`parse.rs`) and teacher-forced scoring (`scoring.rs`) are its other verbs.
 
+mod batches;
 pub mod beam;
+mod load;
+mod parse;
 mod scorer;
+mod scoring;
+pub mod translator;
+pub mod tree_constraint;
+mod workers;
 
 pub use scorer::{search_batch, search_batch_ensemble, EnsembleScorer};
 
 pub use beam::{beam_search, BeamConfig, Hypothesis, LengthNorm, Scorer, SearchOverrides, SearchPreset, StepScores};
-pub mod translator;
-pub mod tree_constraint;
+pub use parse::{Parse, ParseOptions, ScoredParses};

@@ -73,69 +73,86 @@ pub fn read_npz(path: &Path) -> Result<BTreeMap<String, Array>> {
     Ok(out)
 }
 
+/// A reader of the Python literals a `.npy` header is written in: `b` from byte `i` on.
+struct Lit<'a> {
+    b: &'a [u8],
+    i: usize,
+}
+
+impl Lit<'_> {
+    fn ws(&mut self) {
+        while self.i < self.b.len() && matches!(self.b[self.i], b' ' | b'\t' | b'\n' | b'\r') {
+            self.i += 1;
+        }
+    }
+    fn try_eat(&mut self, c: u8) -> bool {
+        self.ws();
+        let hit = self.b.get(self.i) == Some(&c);
+        self.i += hit as usize;
+        hit
+    }
+    fn eat(&mut self, c: u8, what: &str) -> std::result::Result<(), String> {
+        if self.try_eat(c) {
+            Ok(())
+        } else {
+            Err(format!("a malformed header: {what} expected at byte {}", self.i))
+        }
+    }
+    fn string(&mut self) -> std::result::Result<String, String> {
+        self.ws();
+        let q = match self.b.get(self.i) {
+            Some(&q @ (b'\'' | b'"')) => q,
+            _ => return Err(format!("a malformed header: a quoted string expected at byte {}", self.i)),
+        };
+        let start = self.i + 1;
+        let len = self.b[start..].iter().position(|&c| c == q).ok_or("a malformed header: an unclosed string")?;
+        let s = &self.b[start..start + len];
+        if s.contains(&b'\\') {
+            return Err("a malformed header: an escape inside a string".into());
+        }
+        self.i = start + len + 1;
+        String::from_utf8(s.to_vec()).map_err(|_| "the header is not text".into())
+    }
+    fn ident(&mut self) -> &[u8] {
+        self.ws();
+        let start = self.i;
+        while self.i < self.b.len() && (self.b[self.i].is_ascii_alphanumeric() || self.b[self.i] == b'_') {
+            self.i += 1;
+        }
+        &self.b[start..self.i]
+    }
+    fn int(&mut self) -> std::result::Result<usize, String> {
+        let word = self.ident();
+        let digits = word.strip_suffix(b"L").unwrap_or(word);
+        if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
+            return Err("a malformed 'shape': a dimension is not a whole number".into());
+        }
+        std::str::from_utf8(digits).unwrap().parse().map_err(|_| "a malformed 'shape': a dimension overflows".into())
+    }
+    /// A `shape` tuple: whole numbers, at most 64 (numpy's own limit, NPY_MAXDIMS is 32, 64
+    /// from numpy 2: a header may not list more).
+    fn shape(&mut self) -> std::result::Result<Vec<usize>, String> {
+        self.eat(b'(', "'(' of 'shape'")?;
+        let mut dims = Vec::new();
+        while !self.try_eat(b')') {
+            if dims.len() == 64 {
+                return Err("more than 64 dimensions, more than numpy writes".into());
+            }
+            dims.push(self.int()?);
+            if !self.try_eat(b',') {
+                self.eat(b')', "')' of 'shape'")?;
+                break;
+            }
+        }
+        Ok(dims)
+    }
+}
+
 /// The three keys of a `.npy` header, read from the Python dict literal it is (`{'descr': '<f4',
 /// 'fortran_order': False, 'shape': (3, 2), }`): each key once, `True`/`False` exactly, a tuple
 /// of whole numbers (an old numpy's `3L` too), nothing after the closing brace but padding.
 /// Messages never quote the header.
 fn header_dict(h: &str) -> std::result::Result<(String, bool, Vec<usize>), String> {
-    struct Lit<'a> {
-        b: &'a [u8],
-        i: usize,
-    }
-    impl Lit<'_> {
-        fn ws(&mut self) {
-            while self.i < self.b.len() && matches!(self.b[self.i], b' ' | b'\t' | b'\n' | b'\r') {
-                self.i += 1;
-            }
-        }
-        fn try_eat(&mut self, c: u8) -> bool {
-            self.ws();
-            let hit = self.b.get(self.i) == Some(&c);
-            self.i += hit as usize;
-            hit
-        }
-        fn eat(&mut self, c: u8, what: &str) -> std::result::Result<(), String> {
-            if self.try_eat(c) {
-                Ok(())
-            } else {
-                Err(format!("a malformed header: {what} expected at byte {}", self.i))
-            }
-        }
-        fn string(&mut self) -> std::result::Result<String, String> {
-            self.ws();
-            let q = match self.b.get(self.i) {
-                Some(&q @ (b'\'' | b'"')) => q,
-                _ => return Err(format!("a malformed header: a quoted string expected at byte {}", self.i)),
-            };
-            let start = self.i + 1;
-            let len = self.b[start..].iter().position(|&c| c == q).ok_or("a malformed header: an unclosed string")?;
-            let s = &self.b[start..start + len];
-            if s.contains(&b'\\') {
-                return Err("a malformed header: an escape inside a string".into());
-            }
-            self.i = start + len + 1;
-            String::from_utf8(s.to_vec()).map_err(|_| "the header is not text".into())
-        }
-        fn ident(&mut self) -> &[u8] {
-            self.ws();
-            let start = self.i;
-            while self.i < self.b.len() && (self.b[self.i].is_ascii_alphanumeric() || self.b[self.i] == b'_') {
-                self.i += 1;
-            }
-            &self.b[start..self.i]
-        }
-        fn int(&mut self) -> std::result::Result<usize, String> {
-            let word = self.ident();
-            let digits = word.strip_suffix(b"L").unwrap_or(word);
-            if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
-                return Err("a malformed 'shape': a dimension is not a whole number".into());
-            }
-            std::str::from_utf8(digits)
-                .unwrap()
-                .parse()
-                .map_err(|_| "a malformed 'shape': a dimension overflows".into())
-        }
-    }
     let mut p = Lit { b: h.as_bytes(), i: 0 };
     p.eat(b'{', "'{'")?;
     let (mut descr, mut fortran, mut shape) = (None, None, None);
@@ -151,22 +168,7 @@ fn header_dict(h: &str) -> std::result::Result<(String, bool, Vec<usize>), Strin
                     _ => return Err("a malformed 'fortran_order': neither True nor False".into()),
                 })
             }
-            "shape" if shape.is_none() => {
-                p.eat(b'(', "'(' of 'shape'")?;
-                let mut dims = Vec::new();
-                while !p.try_eat(b')') {
-                    // numpy's own limit (NPY_MAXDIMS is 32, 64 from numpy 2): a header may not list more.
-                    if dims.len() == 64 {
-                        return Err("more than 64 dimensions, more than numpy writes".into());
-                    }
-                    dims.push(p.int()?);
-                    if !p.try_eat(b',') {
-                        p.eat(b')', "')' of 'shape'")?;
-                        break;
-                    }
-                }
-                shape = Some(dims);
-            }
+            "shape" if shape.is_none() => shape = Some(p.shape()?),
             "descr" | "fortran_order" | "shape" => return Err("a malformed header: a key given twice".into()),
             _ => return Err("a malformed header: a key numpy does not write (only descr, fortran_order, shape)".into()),
         }

@@ -1,0 +1,276 @@
+//! The arguments of the decoding verbs (`translate`, `score`, `evaluate`, `parse`, `attention`):
+//! the model a verb loads and the search it runs, and how they become a [`Translator`] and its
+//! [`DecodeOptions`].
+
+use super::library_enum;
+use crate::usage;
+use anyhow::Result;
+use clap::Args;
+use std::path::PathBuf;
+use transformer::decode::translator::{DecodeOptions, SessionOptions, Translator};
+use transformer::decode::{BeamConfig, LengthNorm, SearchOverrides, SearchPreset};
+use transformer::model::DecoderKernels;
+use transformer::{Precision, Task};
+
+// The arguments of `transformer translate`.
+#[derive(Args)]
+pub struct TranslateArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Input file (plain or .gz; default: stdin).
+    #[arg(long)]
+    pub input: Option<PathBuf>,
+    #[command(flatten)]
+    pub search: SearchArgs,
+    /// With --nbest N > 1: write N lines per sentence, `index ||| text ||| log P ||| score`.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub nbest: u32,
+    /// Print sentences/s and tokens/s on stderr.
+    #[arg(long)]
+    pub speed: bool,
+    /// Also print where the time went: matrix products (with their GFLOP/s), attention, layer
+    /// norm, beam search, and the rest.
+    #[arg(long)]
+    pub profile: bool,
+}
+
+// The arguments of `transformer score`.
+#[derive(Args)]
+pub struct ScoreArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Source sentences (plain or .gz).
+    #[arg(long)]
+    pub src: PathBuf,
+    /// Their translations to score, line-aligned with the sources (plain or .gz).
+    #[arg(long = "ref")]
+    pub refs: PathBuf,
+    /// Print each score divided by its target tokens (EOS included) instead of the sum.
+    #[arg(long)]
+    pub per_token: bool,
+}
+
+// The arguments of `transformer evaluate`.
+#[derive(Args)]
+pub struct EvaluateArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Source sentences (parsing: optional, the words of the gold trees by default).
+    #[arg(long)]
+    pub src: Option<PathBuf>,
+    /// Reference translations, line-aligned; repeat for several references. Perplexity uses the
+    /// first. Parsing: the gold trees (one file, bracketed, one tree per sentence).
+    #[arg(long = "ref", required = true, num_args = 1..)]
+    pub refs: Vec<PathBuf>,
+    /// Also write the translations (parsing: the trees) here.
+    #[arg(long)]
+    pub output: Option<PathBuf>,
+    /// Translation: also report BLEU by source length in words (1–8, 9–12, 13–16, 17–24, 25+).
+    #[arg(long)]
+    pub by_length: bool,
+    #[command(flatten)]
+    pub search: SearchArgs,
+    #[command(flatten)]
+    pub parsing: ParsingArgs,
+}
+
+// The arguments of `transformer parse`.
+#[derive(Args)]
+pub struct ParseArgs {
+    /// The checkpoint of a parsing run. Repeat it for an ensemble (the models must share the
+    /// vocabulary): their log-probabilities are averaged at every step of one beam search.
+    #[arg(long, required = true)]
+    pub checkpoint: Vec<PathBuf>,
+    /// The tokenizer the checkpoint was trained with (alias --bpe, as for the other verbs; parsing
+    /// needs a BPE vocabulary of ours, so an imported model's tokenizer is refused with a reason).
+    #[arg(long = "tokenizer", visible_alias = "bpe")]
+    pub tokenizer: PathBuf,
+    /// Input file (plain or .gz; default: stdin), words separated by spaces (PTB tokens).
+    #[arg(long)]
+    pub input: Option<PathBuf>,
+    /// The input is raw English text: split it into Penn Treebank tokens first.
+    #[arg(long)]
+    pub tokenize: bool,
+    /// Arithmetic of the matrix products: f32, bf16 (AMX or AVX512-BF16) or int8 (weights
+    /// quantised per row at load).
+    #[arg(long, default_value = "f32", value_parser = library_enum(&Precision::ALL, Precision::name))]
+    pub precision: Precision,
+    #[command(flatten)]
+    pub search: SearchArgs,
+    #[command(flatten)]
+    pub parsing: ParsingArgs,
+    /// Print sentences/s and the number of outputs that needed repair on stderr.
+    #[arg(long)]
+    pub speed: bool,
+}
+
+// The arguments of `transformer attention`.
+#[derive(Args)]
+pub struct AttentionArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// The source sentence.
+    #[arg(long)]
+    pub src: String,
+    /// The target sentence fed to the decoder (default: the model's beam-4 translation).
+    #[arg(long)]
+    pub tgt: Option<String>,
+    /// Only this layer (1-based; default: every layer).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    pub layer: Option<u32>,
+    /// Only this head (1-based; default: every head).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    pub head: Option<u32>,
+    /// Directory for the images.
+    #[arg(long, default_value = "attention")]
+    pub out: PathBuf,
+}
+
+/// The model a decoding command loads, and how.
+#[derive(Args)]
+pub struct ModelArgs {
+    /// The checkpoint (from `train` or `average`). Repeat it for an ensemble: the models, which
+    /// must share the vocabulary, decode together, their log-probabilities averaged at every step.
+    #[arg(long, required = true)]
+    pub checkpoint: Vec<PathBuf>,
+    /// The tokenizer the checkpoint was trained with: our BPE model, or the tokenizer file of an
+    /// imported model (`transformer import marian`; alias --bpe).
+    #[arg(long = "tokenizer", visible_alias = "bpe")]
+    pub tokenizer: PathBuf,
+    /// What the model does (default: the task stored in the checkpoint).
+    #[arg(long, value_parser = library_enum(&Task::ALL, Task::name))]
+    pub task: Option<Task>,
+    /// Arithmetic of the matrix products: f32; bf16 operands with f32 sums (AMX or AVX512-BF16;
+    /// the bf16-matmul departure); or int8 weights (quantised per row at load) and activations
+    /// (per row), exact integer sums (AVX-512 VNNI, AVX2 or scalar; the int8-decoding departure).
+    #[arg(long, default_value = "f32", value_parser = library_enum(&Precision::ALL, Precision::name))]
+    pub precision: Precision,
+    /// Run the products on the weights as given (the gemm path) instead of the prepared panels and
+    /// tiles (for A/B timing; int8 still reads its codes).
+    #[arg(long)]
+    pub no_pack: bool,
+}
+
+/// Parsing options of `parse` and `evaluate`.
+#[derive(Args, Clone, Copy)]
+pub struct ParsingArgs {
+    /// Restrict the beam to sequences that can still become a valid tree over exactly the input
+    /// words (a named deviation, docs/deviations.md).
+    #[arg(long)]
+    pub constrained: bool,
+    /// Output `(TOP)` with a warning for a sentence longer than the model's positions, instead of
+    /// stopping with an error (a sentence is never split).
+    #[arg(long)]
+    pub skip_long: bool,
+    /// `evaluate` only, with --constrained: force every leaf's tag to the gold tree's. Not a
+    /// parser: it measures the most better tagging could buy.
+    #[arg(long, requires = "constrained")]
+    pub oracle_tags: bool,
+}
+
+/// Search and batching options shared by `translate`, `evaluate` and `parse`.
+#[derive(Args)]
+pub struct SearchArgs {
+    /// Decoding preset: translation (beam 4, α 0.6, +50), parsing (beam 21, α 0.3, +300) or greedy
+    /// (default: the model's task's).
+    #[arg(long, value_parser = library_enum(&SearchPreset::ALL, SearchPreset::name))]
+    pub preset: Option<SearchPreset>,
+    /// Beam size (overrides the preset; §6.1: 4 for translation, §6.3: 21 for parsing; 1 = greedy).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    pub beam: Option<u32>,
+    /// Length-penalty exponent α, lp = ((5 + |Y|) / 6)^α (overrides the preset; §6.1: 0.6, §6.3: 0.3).
+    #[arg(long)]
+    pub alpha: Option<f64>,
+    /// Maximum output length = a · source length + b: a (overrides the preset).
+    #[arg(long)]
+    pub max_len_a: Option<f64>,
+    /// Maximum output length: b (overrides the preset; §6.1: 50, §6.3: 300).
+    #[arg(long)]
+    pub max_len_b: Option<usize>,
+    /// Source tokens per batch, padding included.
+    #[arg(long, default_value_t = 2048, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_tokens: u32,
+    /// Sentences per batch.
+    #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_sentences: u32,
+    /// Batches decoded at once, each on one thread (0: one per thread of `--threads`; 1: one
+    /// batch at a time, its products split over the threads). They share `--max-tokens` and
+    /// `--max-sentences` (smaller batches change scores only by float rounding).
+    #[arg(long, default_value_t = 0)]
+    pub workers: u32,
+    /// Stop a sentence as soon as the best candidate of a step ends in EOS (CTranslate2's default),
+    /// instead of when no live hypothesis can still win; faster, and may change the output.
+    #[arg(long)]
+    pub early_exit: bool,
+    /// The length penalty's form: gnmt, ((5 + |Y|) / 6)^α (the paper's), or marian, |Y|^α
+    /// (Marian's `--normalize α`; with --suppress-unk --beam 4 --nbest 4 --max-len-a 3
+    /// --max-len-b 0, Marian's own n-best lists).
+    #[arg(long, value_parser = library_enum(&[LengthNorm::Gnmt, LengthNorm::Marian], LengthNorm::name))]
+    pub length_norm: Option<LengthNorm>,
+    /// Never write UNK (Marian's decoder does this unless given --allow-unk).
+    #[arg(long)]
+    pub suppress_unk: bool,
+}
+
+impl ModelArgs {
+    /// The translator session these arguments name, for --task or else the task stored in the
+    /// (first) checkpoint's header.
+    pub(crate) fn load(&self) -> Result<Translator> {
+        let task = match self.task {
+            Some(t) => t,
+            None => transformer::checkpoint::read_header(&self.checkpoint[0])?.task()?,
+        };
+        let options = SessionOptions {
+            precision: self.precision,
+            kernels: if self.no_pack { DecoderKernels::Gemm } else { DecoderKernels::Packed },
+            task,
+            ..Default::default()
+        };
+        Ok(Translator::load_ensemble(&self.checkpoint, &self.tokenizer, options)?)
+    }
+
+    /// The session and the options of its search (`search`, `nbest`), built for the session's
+    /// task. The flags are checked first, before any file is read, so that a bad one is a usage
+    /// error (exit 2) even when a file is missing; with no --task that check takes translation's
+    /// preset, the model's task being known only from its checkpoint.
+    pub(crate) fn load_with(&self, search: &SearchArgs, nbest: usize) -> Result<(Translator, DecodeOptions)> {
+        search.options(nbest, self.task.unwrap_or_default())?;
+        let translator = self.load()?;
+        let opts = search.options(nbest, translator.task())?;
+        Ok((translator, opts))
+    }
+}
+
+impl SearchArgs {
+    /// The search and batching options, from the preset (default: `task`'s) and the overrides.
+    pub(crate) fn options(&self, nbest: usize, task: Task) -> Result<DecodeOptions> {
+        let preset = match &self.preset {
+            Some(p) => p.config(),
+            None => BeamConfig::for_task(task),
+        };
+        let overrides = SearchOverrides {
+            beam: self.beam.map(|b| b as usize),
+            alpha: self.alpha,
+            max_len_a: self.max_len_a,
+            max_len_b: self.max_len_b,
+            nbest: Some(nbest),
+            early_exit: Some(self.early_exit),
+            length_norm: self.length_norm,
+            suppress_unk: Some(self.suppress_unk),
+        };
+        let search = match preset.with(&overrides) {
+            Ok(s) => s,
+            // Out-of-range flags: a usage error (exit 2), named after the flag.
+            Err(e) => usage!(
+                "{}",
+                e.to_string().replace("the beam size must", "--beam must").replace("max_len_", "--max-len-")
+            ),
+        };
+        Ok(DecodeOptions {
+            search,
+            max_tokens: self.max_tokens as usize,
+            max_sentences: self.max_sentences as usize,
+            workers: self.workers as usize,
+        })
+    }
+}

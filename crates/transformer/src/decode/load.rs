@@ -1,0 +1,121 @@
+//! A [`Translator`] from checkpoint files: each file's header read once ([`checkpoint::open`]),
+//! what it says checked against the tokenizer and the session's options, and the model read from
+//! the same open file, prepared as it is read; an ensemble's files checked against each other.
+
+use super::translator::{SessionOptions, Translator};
+use crate::checkpoint::{self, Opened};
+use crate::data::tokenizer::Tokenizer;
+use crate::error::{Error, Result};
+use crate::model::Transformer;
+use crate::precision::Precision;
+use crate::task::Task;
+use std::path::{Path, PathBuf};
+
+impl Translator {
+    /// Loads a checkpoint and the tokenizer it was trained with (a BPE model of ours, or the
+    /// tokenizer file `transformer import` wrote), checking that they belong together (by the
+    /// vocabulary's hash).
+    pub fn load(checkpoint: &Path, tokenizer: &Path, options: SessionOptions) -> Result<Self> {
+        let vocab = Tokenizer::load(tokenizer)?;
+        Self::from_opened(checkpoint::open(checkpoint)?, vocab, tokenizer, options)
+    }
+
+    /// [`Translator::load`] of a checkpoint whose header is read (`opened`), with the tokenizer
+    /// read from the file `tokenizer`.
+    fn from_opened(opened: Opened, vocab: Tokenizer, tokenizer: &Path, mut options: SessionOptions) -> Result<Self> {
+        let checkpoint = opened.header().path().to_path_buf();
+        let int8 = opened.header().int8;
+        if int8 && options.precision != Precision::Int8 {
+            return Err(Error::Mismatch(format!(
+                "{} is an int8 checkpoint (from `transformer quantize`): decode it with --precision int8, or decode the f32 \
+                 checkpoint it was made from at {}",
+                checkpoint.display(),
+                options.precision
+            )));
+        }
+        // The model is prepared as it is read: its f32 weights are never all in memory at once.
+        let (ckpt, model) = if int8 {
+            let (mut ckpt, codes) = opened.int8()?;
+            let params = std::mem::take(&mut ckpt.params);
+            let model = Transformer::from_params(ckpt.config.clone(), params)?.with_int8_codes(&codes)?;
+            (ckpt, model)
+        } else {
+            opened.prepared(options.precision, options.kernels)?
+        };
+        if ckpt.vocab_hash != vocab.hash() {
+            return Err(Error::Mismatch(format!(
+                "{} was trained with vocabulary {} but {} is {}: pass the tokenizer the checkpoint was trained with",
+                checkpoint.display(),
+                ckpt.vocab_hash,
+                tokenizer.display(),
+                vocab.hash()
+            )));
+        }
+        let stored = checkpoint::task_of(&checkpoint, &ckpt)?;
+        if stored != options.task {
+            return Err(Error::Mismatch(format!(
+                "{} is a {} model, not a {} one{}",
+                checkpoint.display(),
+                stored.name(),
+                options.task.name(),
+                if stored == Task::Parsing { ": use `transformer parse`" } else { "" }
+            )));
+        }
+        options.tree_format = checkpoint::tree_format_of(&checkpoint, &ckpt)?;
+        Self::new(model, vocab, options)
+    }
+
+    /// An ensemble session (`--checkpoint A --checkpoint B …`): the checkpoints, all trained with the
+    /// tokenizer `tokenizer` (checked first, naming the two files that differ) and for the same task
+    /// and tree format, decoded together: at every step of one beam search the models'
+    /// log-probabilities are averaged. One checkpoint is [`Translator::load`].
+    pub fn load_ensemble(checkpoints: &[PathBuf], tokenizer: &Path, options: SessionOptions) -> Result<Self> {
+        let Some(first) = checkpoints.first() else {
+            return Err(Error::Config("no checkpoint to load".into()));
+        };
+        // Every header first (read once, the files kept open for the loads below).
+        let mut opened = vec![checkpoint::open(first)?];
+        for c in &checkpoints[1..] {
+            let o = checkpoint::open(c)?;
+            let (hash, h) = (&opened[0].header().vocab_hash, &o.header().vocab_hash);
+            if h != hash {
+                return Err(Error::Mismatch(format!(
+                    "{} and {} were trained with different vocabularies ({hash} and {h}): the models of an \
+                     ensemble must share one",
+                    first.display(),
+                    c.display()
+                )));
+            }
+            opened.push(o);
+        }
+        let vocab = Tokenizer::load(tokenizer)?;
+        let mut opened = opened.into_iter();
+        let mut main = Self::from_opened(opened.next().expect("the first"), vocab.clone(), tokenizer, options)?;
+        for (c, o) in checkpoints[1..].iter().zip(opened) {
+            let other = Self::from_opened(o, vocab.clone(), tokenizer, options)?;
+            if other.model.config.max_positions != main.model.config.max_positions {
+                return Err(Error::Mismatch(format!(
+                    "{} has max_positions = {} but {} has {}: the models of an ensemble read and write the same lengths",
+                    first.display(),
+                    main.model.config.max_positions,
+                    c.display(),
+                    other.model.config.max_positions
+                )));
+            }
+            if other.tree_format != main.tree_format {
+                return Err(Error::Mismatch(format!(
+                    "{} writes trees as {:?} but {} as {:?}: the models of an ensemble must write the same",
+                    first.display(),
+                    main.tree_format.name(),
+                    c.display(),
+                    other.tree_format.name()
+                )));
+            }
+            main.others.push(other.model);
+        }
+        if checkpoints.len() > 1 {
+            main.member_files = checkpoints.to_vec();
+        }
+        Ok(main)
+    }
+}
