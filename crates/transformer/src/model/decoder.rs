@@ -7,12 +7,9 @@ use super::attention::AttnShape;
 use super::batch::{Batch, DropoutCtx};
 use super::encoder::packed_output;
 use super::masks::{DecoderLayerMasks, EmbeddingMasks};
-use super::pointer::{NO_CLOSER, PAST_END};
 use super::workspace::{Backward, Flow, Workspace};
 use super::{attention, feed_forward, Transformer};
 use crate::kernels::cpu::embedding::{embedding_backward, embedding_forward};
-use crate::kernels::cpu::linear::product;
-use crate::kernels::cpu::matmul::Op;
 use crate::kernels::Mask;
 
 impl Transformer {
@@ -33,36 +30,10 @@ impl Transformer {
             self.embedding_scale(),
             EmbeddingMasks::new(c, dropout).target,
         );
+        // The parser's decoder inputs (next-word pointer, next-closer), where the model has them.
+        self.tree_inputs_forward(ws);
         // The encoder output's packed rows (sentence b's at ws.src_rows[b]..).
         let enc_out = packed_output(c.n_layers, &ws.enc_in, &ws.enc, ws.src_rows[ws.dims.b] * d);
-        if let Some(w_p) = self.pointer_lin() {
-            // The next-word pointer: dec_in += enc_out[ptr] W_pᵀ (after the embedding's dropout).
-            let (b, t) = (ws.dims.b, ws.dims.t);
-            let mt = b * t;
-            for (i, row) in ws.ptr_in[..mt * d].chunks_exact_mut(d).enumerate() {
-                if ws.ptr[i] == PAST_END {
-                    row.fill(0.0);
-                } else {
-                    let src_row = ws.src_rows[i / t] + ws.ptr[i] as usize;
-                    row.copy_from_slice(&enc_out[src_row * d..][..d]);
-                }
-            }
-            w_p.forward_accumulate(&mut ws.dec_in[..mt * d], &ws.ptr_in[..mt * d], mt);
-        }
-        if let Some(tables) = o.closer(p) {
-            // The next-closer input: dec_in += C[closer] + H[depth] (after the embedding's dropout).
-            let mt = ws.dims.b * ws.dims.t;
-            let (closers, depths) = tables.split_at(c.vocab_size * d);
-            for ((row, &id), &depth) in ws.dec_in[..mt * d].chunks_exact_mut(d).zip(&ws.closer).zip(&ws.depth) {
-                if id == NO_CLOSER {
-                    continue;
-                }
-                let (cr, hr) = (&closers[id as usize * d..][..d], &depths[depth as usize * d..][..d]);
-                for ((x, &a), &h) in row.iter_mut().zip(cr).zip(hr) {
-                    *x += a + h;
-                }
-            }
-        }
         for l in 0..c.n_layers {
             let lp = o.decoder[l].params(p);
             let masks = DecoderLayerMasks::new(c, dropout, l);
@@ -134,37 +105,8 @@ impl Transformer {
             std::mem::swap(&mut ws.g_a, &mut ws.g_b);
         }
         // g_a holds d(dec_in). With no decoder layers the encoder output is unused.
-        if let Some(w_p) = o.pointer(p) {
-            // Pointer: d(ptr_in) = d(dec_in) W_p, scattered into d(enc_out); dW_p += d(dec_in)ᵀ ptr_in.
-            let g = &ws.g_a[..mt * d];
-            product(self.float(), &mut ws.g_b[..mt * d], g, Op::N, w_p, Op::N, mt, d, d, false);
-            let w_g = o.pointer_mut(grads).expect("the layout has the pointer");
-            product(self.float(), w_g, g, Op::T, &ws.ptr_in[..mt * d], Op::N, d, d, mt, true);
-            for (i, row) in ws.g_b[..mt * d].chunks_exact(d).enumerate() {
-                if ws.ptr[i] == PAST_END {
-                    continue;
-                }
-                let src_row = ws.src_rows[i / dims.t] + ws.ptr[i] as usize;
-                for (e, &x) in ws.d_enc[src_row * d..][..d].iter_mut().zip(row) {
-                    *e += x;
-                }
-            }
-        }
-        if let Some(tables) = o.closer_mut(grads) {
-            // Next closer: dC[closer] += d(dec_in), dH[depth] += d(dec_in).
-            let (closers, depths) = tables.split_at_mut(c.vocab_size * d);
-            for ((row, &id), &depth) in ws.g_a[..mt * d].chunks_exact(d).zip(&ws.closer).zip(&ws.depth) {
-                if id == NO_CLOSER {
-                    continue;
-                }
-                for (e, &x) in closers[id as usize * d..][..d].iter_mut().zip(row) {
-                    *e += x;
-                }
-                for (e, &x) in depths[depth as usize * d..][..d].iter_mut().zip(row) {
-                    *e += x;
-                }
-            }
-        }
+        // The parser's decoder inputs: their parameters' gradients, and the pointer's into d(enc_out).
+        self.tree_inputs_backward(ws, grads);
         let (emb_g, pos_g) = o.embedding_mut(grads);
         embedding_backward(
             emb_g,

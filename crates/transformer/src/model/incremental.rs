@@ -18,7 +18,7 @@
 
 use super::batch::Batch;
 use super::lins::Lin;
-use super::pointer::{CloserStacks, PointerState, NO_OPEN};
+use super::pointer::{CloserStacks, PointerState};
 use super::workspace::Workspace;
 use super::Transformer;
 use crate::error::{Error, Result};
@@ -47,8 +47,8 @@ pub struct Encoded {
     cross_kv: Vec<Vec<f32>>,
     /// With the next-word pointer: (B·S, D) the encoder output times W_pᵀ, and each source's
     /// word start positions.
-    ptr_proj: Vec<f32>,
-    word_starts: Vec<Vec<u32>>,
+    pub(super) ptr_proj: Vec<f32>,
+    pub(super) word_starts: Vec<Vec<u32>>,
 }
 
 /// The decoder's cached state for a set of rows, each row a hypothesis of one sentence of an
@@ -56,9 +56,9 @@ pub struct Encoded {
 #[derive(Clone, Debug, Default)]
 pub struct DecoderState {
     /// Row → sentence of the encoded batch.
-    sent: Vec<usize>,
+    pub(super) sent: Vec<usize>,
     /// Positions decoded so far (tokens in each row's cache).
-    len: usize,
+    pub(super) len: usize,
     /// Positions a slot has room for; grows (by half) up to `max_steps`.
     cap: usize,
     /// Positions this state may decode.
@@ -77,15 +77,15 @@ pub struct DecoderState {
     hk: usize,
     hv: usize,
     /// Per row, with the next-word pointer: where its output is in the sentence.
-    ptr: Vec<PointerState>,
+    pub(super) ptr: Vec<PointerState>,
     /// Per row, with the next-closer input: its innermost open constituent in `closers`.
-    closer_top: Vec<u32>,
-    closers: CloserStacks,
+    pub(super) closer_top: Vec<u32>,
+    pub(super) closers: CloserStacks,
     /// Buffers to re-lay the cache and the maps into.
     spare: Vec<f32>,
     spare_origin: Vec<u32>,
     // Scratch, (rows, ·).
-    x: Vec<f32>,
+    pub(super) x: Vec<f32>,
     x2: Vec<f32>,
     proj: Vec<f32>,
     ctx: Vec<f32>,
@@ -178,10 +178,7 @@ impl Transformer {
             src_lens.extend(batch.src_lens);
             start = end;
         }
-        let mut word_starts = Vec::new();
-        if let Some(table) = self.pointer_table()? {
-            word_starts = srcs.iter().map(|x| table.word_starts(x)).collect();
-        }
+        let word_starts = self.tree_word_starts(srcs)?;
         Ok(Encoded { b, s, src_lens, cross_kv, ptr_proj, word_starts })
     }
 
@@ -207,11 +204,7 @@ impl Transformer {
         }
         st.sent.clear();
         st.sent.extend(0..enc.b);
-        st.ptr.clear();
-        st.ptr.resize(enc.b, PointerState::default());
-        st.closers.clear();
-        st.closer_top.clear();
-        st.closer_top.resize(enc.b, NO_OPEN);
+        Self::tree_inputs_restart(st, enc.b);
         (st.len, st.max_steps, st.slots) = (0, max_steps, 0);
         st.cap = max_steps.min(16);
         at_least(&mut st.origin, enc.b * st.cap);
@@ -272,41 +265,12 @@ impl Transformer {
     /// The decoder's input at this step: embedding · √D + position `len` (§3.4), plus the parser's
     /// pointer and next-closer inputs where the model has them.
     fn embed_step(&self, enc: &Encoded, st: &mut DecoderState, tokens: &[u32], rows: usize) -> Result<()> {
-        let (d, v) = (self.config.d_model, self.config.vocab_size);
-        let (p, o) = (&self.params, &self.layout.offsets);
+        let d = self.config.d_model;
         let scale = self.embedding_scale();
         let pos = &self.positions()[st.len * d..(st.len + 1) * d];
         embedding_step(&mut st.x, tokens, self.embedding_rows(), pos, d, scale);
-        if let Some(table) = self.pointer_table()? {
-            // The next-word pointer: x += (enc_out W_pᵀ)[j] for the row's source position j.
-            for (r, x) in st.x.chunks_exact_mut(d).take(rows).enumerate() {
-                let i = st.sent[r];
-                let n = enc.src_lens[i];
-                if n == 0 {
-                    continue;
-                }
-                let j = st.ptr[r].advance(table.class(tokens[r]), &enc.word_starts[i], n);
-                if j == n {
-                    continue; // past the last word: nothing
-                }
-                for (a, &p) in x.iter_mut().zip(&enc.ptr_proj[(i * enc.s + j) * d..][..d]) {
-                    *a += p;
-                }
-            }
-        }
-        if let (Some(table), Some(tables)) = (self.closer_table()?, o.closer(p)) {
-            // The next-closer input: x += C[c] + H[depth] for the closer c the row owes.
-            let (closers, depths) = tables.split_at(v * d);
-            for (r, x) in st.x.chunks_exact_mut(d).take(rows).enumerate() {
-                st.closer_top[r] = st.closers.advance(st.closer_top[r], table.class(tokens[r]));
-                let (id, depth) = st.closers.closer(st.closer_top[r]);
-                let depth = if self.config.next_closer_depth { depth } else { 0 };
-                let (cr, hr) = (&closers[id as usize * d..][..d], &depths[depth as usize * d..][..d]);
-                for ((a, &c), &h) in x.iter_mut().zip(cr).zip(hr) {
-                    *a += c + h;
-                }
-            }
-        }
+        // The parser's decoder inputs at this step (next-word pointer, next-closer).
+        self.tree_inputs_step(enc, st, tokens, rows)?;
         Ok(())
     }
 

@@ -1,7 +1,8 @@
 //! §3 The encoder–decoder Transformer: wiring only. Kernels do the arithmetic; this module puts them
 //! in order over one flat parameter buffer and one flat gradient buffer: the forward pass is the
 //! encoder stack (`encoder.rs`), the decoder stack (`decoder.rs`) and the output projection; the
-//! backward pass runs them in reverse.
+//! backward pass runs them in reverse. What the parser adds to the paper's inputs (the next-word
+//! pointer, the next-closer input; named deviations) is `tree_inputs.rs`, one call at each site.
 
 mod attention;
 mod batch;
@@ -15,6 +16,7 @@ mod masks;
 mod packing;
 pub mod pointer;
 mod prepared;
+mod tree_inputs;
 mod workspace;
 
 pub use batch::{Batch, DropoutCtx};
@@ -204,54 +206,6 @@ impl Transformer {
         }
     }
 
-    /// The same model with the vocabulary's [`pointer::PointerTable`], which a model with
-    /// `source_pointer`, `next_closer` or `char_dim` needs before it can run (a no-op without them). An
-    /// error when the table does not cover the vocabulary.
-    pub fn with_pointer_table(mut self, table: pointer::PointerTable) -> Result<Self> {
-        if self.uses_tree_table() {
-            if table.len() != self.config.vocab_size {
-                return Err(Error::Mismatch(format!(
-                    "the pointer table covers {} ids, the model's vocabulary has {}",
-                    table.len(),
-                    self.config.vocab_size
-                )));
-            }
-            self.pointer = Some(std::sync::Arc::new(table));
-        }
-        Ok(self)
-    }
-
-    /// The pointer table (with `source_pointer` or `next_closer`), or the error that says it is
-    /// missing.
-    fn tree_table(&self) -> Result<Option<&pointer::PointerTable>> {
-        match (&self.pointer, self.uses_tree_table()) {
-            (_, false) => Ok(None),
-            (Some(t), true) => Ok(Some(t)),
-            (None, true) => Err(Error::Config(
-                "this model has the next-word pointer (model.source_pointer), the next-closer input \
-                 (model.next_closer) or the character encoder (model.char_dim) but no pointer table: build it with \
-                 Transformer::with_pointer_table(PointerTable::from_bpe(&bpe, format))"
-                    .into(),
-            )),
-        }
-    }
-
-    /// Whether the model reads the vocabulary's [`pointer::PointerTable`]: with the next-word
-    /// pointer, the next-closer input or the character encoder.
-    fn uses_tree_table(&self) -> bool {
-        self.config.source_pointer || self.config.next_closer || self.config.char_dim > 0
-    }
-
-    /// The pointer table with `source_pointer` (see [`Transformer::tree_table`]).
-    fn pointer_table(&self) -> Result<Option<&pointer::PointerTable>> {
-        Ok(self.tree_table()?.filter(|_| self.config.source_pointer))
-    }
-
-    /// The pointer table with `next_closer` (see [`Transformer::tree_table`]).
-    fn closer_table(&self) -> Result<Option<&pointer::PointerTable>> {
-        Ok(self.tree_table()?.filter(|_| self.config.next_closer))
-    }
-
     /// How the model's matrix products are computed.
     pub fn precision(&self) -> Precision {
         match &self.compute {
@@ -309,26 +263,7 @@ impl Transformer {
         batch.validate(&self.config)?;
         self.tree_table()?;
         ws.prepare(&self.config, &batch.src_lens, batch.s, batch.t);
-        if let Some(table) = self.pointer_table()? {
-            ws.ptr = pointer::batch_positions(table, batch);
-        }
-        if let Some(table) = self.closer_table()? {
-            (ws.closer, ws.depth) = pointer::batch_closers(table, batch);
-            if !self.config.next_closer_depth {
-                ws.depth.fill(0);
-            }
-            if let (Some(ctx), p) = (dropout, self.config.next_closer_dropout) {
-                if p > 0.0 {
-                    // Whole positions lose the term (C[c] + H[k]); kept ones are not rescaled.
-                    let m = crate::rng::DropoutMask::new(p, ctx.seed, ctx.counter, masks::site::CLOSER);
-                    for (i, id) in ws.closer.iter_mut().enumerate() {
-                        if m.factor(i) == 0.0 {
-                            *id = pointer::NO_CLOSER;
-                        }
-                    }
-                }
-            }
-        }
+        self.tree_inputs_prepare(batch, ws, dropout)?;
         let n = self.config.n_layers;
         self.encoder_forward(batch, ws, dropout);
         self.decoder_forward(batch, ws, dropout);
