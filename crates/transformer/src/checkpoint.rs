@@ -641,12 +641,6 @@ pub fn average(paths: &[PathBuf]) -> Result<Checkpoint> {
     Ok(out)
 }
 
-/// The task stored in a checkpoint's metadata (translation when none is stored); an unknown name
-/// is an error naming the file.
-pub fn task_of(path: &Path, ckpt: &Checkpoint) -> Result<crate::task::Task> {
-    task_named(path, ckpt.extra.get(TASK_KEY).map(String::as_str))
-}
-
 /// The tree format stored in a parsing checkpoint's metadata (`tags+words` when none is stored);
 /// an unknown name is an error naming the file.
 pub fn tree_format_of(path: &Path, ckpt: &Checkpoint) -> Result<crate::data::trees::TreeFormat> {

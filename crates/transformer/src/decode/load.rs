@@ -25,6 +25,8 @@ impl Translator {
     fn from_opened(opened: Opened, vocab: Tokenizer, tokenizer: &Path, mut options: SessionOptions) -> Result<Self> {
         let checkpoint = opened.header().path().to_path_buf();
         let int8 = opened.header().int8;
+        // What the header says of the task and the tree format, checked below after the load.
+        let (stored, tree_format) = (opened.header().task(), opened.header().tree_format());
         if int8 && options.precision != Precision::Int8 {
             return Err(Error::Mismatch(format!(
                 "{} is an int8 checkpoint (from `transformer quantize`): decode it with --precision int8, or decode the f32 \
@@ -51,7 +53,7 @@ impl Translator {
                 vocab.hash()
             )));
         }
-        let stored = checkpoint::task_of(&checkpoint, &ckpt)?;
+        let stored = stored?;
         if stored != options.task {
             return Err(Error::Mismatch(format!(
                 "{} is a {} model, not a {} one{}",
@@ -61,7 +63,7 @@ impl Translator {
                 if stored == Task::Parsing { ": use `transformer parse`" } else { "" }
             )));
         }
-        options.tree_format = checkpoint::tree_format_of(&checkpoint, &ckpt)?;
+        options.tree_format = tree_format?;
         Self::new(model, vocab, options)
     }
 
