@@ -76,8 +76,10 @@ pub fn save(path: &Path, ckpt: &Checkpoint) -> Result<()> {
     write_tensors(path, ckpt, &tensors, &[])
 }
 
-/// The layout of `ckpt`, after checking that its values are finite and fit its config.
+/// The layout of `ckpt`, after checking that its config is valid and that its values are finite
+/// and fit the config (parameters and Adam moments alike).
 fn savable(path: &Path, ckpt: &Checkpoint) -> Result<ParamLayout> {
+    ckpt.config.validate()?;
     check_finite(path, ckpt)?;
     let layout = ParamLayout::new(&ckpt.config);
     if ckpt.params.len() != layout.total() {
@@ -86,6 +88,16 @@ fn savable(path: &Path, ckpt: &Checkpoint) -> Result<ParamLayout> {
             ckpt.params.len(),
             layout.total()
         )));
+    }
+    if let Some((m, v)) = &ckpt.adam {
+        if m.len() != layout.total() || v.len() != layout.total() {
+            return Err(Error::Mismatch(format!(
+                "checkpoint has {} and {} Adam moments for its {} parameters: there must be one of each a parameter",
+                m.len(),
+                v.len(),
+                layout.total()
+            )));
+        }
     }
     Ok(layout)
 }

@@ -1,5 +1,6 @@
 //! Model configuration: the columns of Table 3 (§6.2) plus the few choices the paper leaves open,
-//! and a literal preset for every row of the table.
+//! with the parser's inputs and imported models' options in groups of their own, and a literal
+//! preset for every row of the table.
 
 use crate::error::{Error, Result};
 use serde::{Deserialize, Serialize};
@@ -69,7 +70,8 @@ pub enum SinusoidLayout {
     Marian,
 }
 
-/// The hyper-parameters of one encoder–decoder Transformer.
+/// The hyper-parameters of one encoder–decoder Transformer: the paper's, then the parser's
+/// ([`ParsingInputs`]) and imported models' ([`ImportOptions`]) groups.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ModelConfig {
     /// N: layers in the encoder and, equally many, in the decoder.
@@ -98,6 +100,19 @@ pub struct ModelConfig {
     pub vocab_size: usize,
     /// ε inside LayerNorm (1e-6 as in tensor2tensor; the paper is silent).
     pub layer_norm_eps: f32,
+    /// What the parser adds to the paper's inputs (all off in the paper's model).
+    #[serde(flatten)]
+    pub parsing: ParsingInputs,
+    /// The options of models imported from other toolkits (the paper's values by default).
+    #[serde(flatten)]
+    pub import: ImportOptions,
+}
+
+/// Parsing only: the inputs the constituency parser adds to the paper's model (named deviations,
+/// docs/deviations.md); off, the model is the paper's. Serialised flat, beside the paper's
+/// options ([`ModelConfig`]'s `#[serde(flatten)]`), so configs and checkpoints read as before.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ParsingInputs {
     /// Parsing only: the next-word pointer adds W_p · enc_out[j] to each decoder input, j the
     /// source word the tree is at (`model/pointer.rs`; a named deviation, `next-word-pointer`).
     #[serde(default)]
@@ -123,6 +138,26 @@ pub struct ModelConfig {
     /// embeddings (`kernels/cpu/char_cnn.rs`; a named deviation, `char-word-encoder`).
     #[serde(default)]
     pub char_dim: usize,
+}
+
+impl Default for ParsingInputs {
+    /// None of the inputs, as in the paper (and in a config that omits them).
+    fn default() -> Self {
+        ParsingInputs {
+            source_pointer: false,
+            next_closer: false,
+            next_closer_depth: true,
+            next_closer_dropout: 0.0,
+            char_dim: 0,
+        }
+    }
+}
+
+/// The architecture options of models imported from other toolkits (Marian, OPUS-MT); each
+/// default is the paper's choice. Serialised flat, beside the paper's options ([`ModelConfig`]'s
+/// `#[serde(flatten)]`), so configs and checkpoints read as before.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ImportOptions {
     /// The FFN's activation (ReLU in the paper; see [`Activation`]).
     #[serde(default)]
     pub activation: Activation,
@@ -141,6 +176,19 @@ pub struct ModelConfig {
     /// Whether embeddings are multiplied by √d_model (§3.4; true in the paper).
     #[serde(default = "yes")]
     pub scale_embedding: bool,
+}
+
+impl Default for ImportOptions {
+    /// The paper's architecture (and what a config that omits the options gets).
+    fn default() -> Self {
+        ImportOptions {
+            activation: Activation::Relu,
+            output_bias: false,
+            source_vocab_size: None,
+            sinusoid_layout: SinusoidLayout::Interleaved,
+            scale_embedding: true,
+        }
+    }
 }
 
 fn yes() -> bool {
@@ -413,16 +461,20 @@ const fn row(
         max_positions: 1024,
         vocab_size: PAPER_VOCAB,
         layer_norm_eps: 1e-6,
-        source_pointer: false,
-        next_closer: false,
-        next_closer_depth: true,
-        next_closer_dropout: 0.0,
-        char_dim: 0,
-        activation: Activation::Relu,
-        output_bias: false,
-        source_vocab_size: None,
-        sinusoid_layout: SinusoidLayout::Interleaved,
-        scale_embedding: true,
+        parsing: ParsingInputs {
+            source_pointer: false,
+            next_closer: false,
+            next_closer_depth: true,
+            next_closer_dropout: 0.0,
+            char_dim: 0,
+        },
+        import: ImportOptions {
+            activation: Activation::Relu,
+            output_bias: false,
+            source_vocab_size: None,
+            sinusoid_layout: SinusoidLayout::Interleaved,
+            scale_embedding: true,
+        },
     }
 }
 
@@ -463,26 +515,26 @@ impl ModelConfig {
 
     /// The source vocabulary's size: `source_vocab_size`, or the shared `vocab_size`.
     pub fn source_vocab(&self) -> usize {
-        self.source_vocab_size.unwrap_or(self.vocab_size)
+        self.import.source_vocab_size.unwrap_or(self.vocab_size)
     }
 
     /// The settings of this configuration that differ from the paper's architecture (for models
     /// imported from other toolkits), as `name = value`; empty for every preset.
     pub fn departures(&self) -> Vec<String> {
         let mut out = Vec::new();
-        if self.activation != Activation::Relu {
-            out.push(format!("activation = {}", self.activation.name()));
+        if self.import.activation != Activation::Relu {
+            out.push(format!("activation = {}", self.import.activation.name()));
         }
-        if self.output_bias {
+        if self.import.output_bias {
             out.push("output_bias = true".into());
         }
-        if let Some(v) = self.source_vocab_size {
+        if let Some(v) = self.import.source_vocab_size {
             out.push(format!("source_vocab_size = {v}"));
         }
-        if self.sinusoid_layout != SinusoidLayout::Interleaved {
-            out.push(format!("sinusoid_layout = {:?}", self.sinusoid_layout).to_lowercase());
+        if self.import.sinusoid_layout != SinusoidLayout::Interleaved {
+            out.push(format!("sinusoid_layout = {:?}", self.import.sinusoid_layout).to_lowercase());
         }
-        if !self.scale_embedding {
+        if !self.import.scale_embedding {
             out.push("scale_embedding = false".into());
         }
         out
@@ -515,21 +567,24 @@ impl ModelConfig {
             ("dropout", self.dropout),
             ("attention_dropout", self.attention_dropout),
             ("label_smoothing", self.label_smoothing),
-            ("next_closer_dropout", self.next_closer_dropout),
+            ("next_closer_dropout", self.parsing.next_closer_dropout),
         ] {
             if !(0.0..1.0).contains(&p) {
                 return bad(format!("{name} = {p} must lie in [0, 1)"));
             }
         }
-        if !self.next_closer && (self.next_closer_dropout > 0.0 || !self.next_closer_depth) {
+        if !self.parsing.next_closer && (self.parsing.next_closer_dropout > 0.0 || !self.parsing.next_closer_depth) {
             return bad("next_closer_dropout and next_closer_depth = false refine the next-closer input: \
                         they need next_closer = true"
                 .into());
         }
-        if self.char_dim > 1024 {
-            return bad(format!("char_dim = {} is past 1024 (the character encoder's byte embedding)", self.char_dim));
+        if self.parsing.char_dim > 1024 {
+            return bad(format!(
+                "char_dim = {} is past 1024 (the character encoder's byte embedding)",
+                self.parsing.char_dim
+            ));
         }
-        if let Some(v) = self.source_vocab_size {
+        if let Some(v) = self.import.source_vocab_size {
             if !(crate::vocab::SPECIAL_TOKENS..=1 << 24).contains(&v) {
                 return bad(format!(
                     "source_vocab_size {v} must lie between the {} special tokens and 2^24",
@@ -537,7 +592,9 @@ impl ModelConfig {
                 ));
             }
         }
-        if self.positions == Positions::Sinusoidal && self.sinusoid_layout == SinusoidLayout::Marian && self.d_model < 4
+        if self.positions == Positions::Sinusoidal
+            && self.import.sinusoid_layout == SinusoidLayout::Marian
+            && self.d_model < 4
         {
             return bad(format!("Marian's sinusoid frequencies need d_model ≥ 4, got {}", self.d_model));
         }

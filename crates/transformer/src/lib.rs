@@ -66,7 +66,7 @@ pub mod test_support;
 pub mod train;
 pub mod vocab;
 
-pub use config::{Activation, ModelConfig, Positions, SinusoidLayout};
+pub use config::{Activation, ImportOptions, ModelConfig, ParsingInputs, Positions, SinusoidLayout};
 pub use decode::translator::Translator;
 pub use error::{Error, Result};
 pub use model::{Batch, DropoutCtx, Transformer, Workspace};

@@ -7,6 +7,7 @@
 //! variance), learned positions N(0, d_model^-0.5).
 
 use crate::config::{ModelConfig, Positions};
+use crate::error::{Error, Result};
 use crate::rng::Rng;
 use std::collections::HashMap;
 
@@ -311,29 +312,35 @@ impl ParamLayout {
                 }
             })
             .collect();
-        let pointer = c.source_pointer.then(|| {
+        let pointer = c.parsing.source_pointer.then(|| {
             b.add_weight("decoder.source_pointer.weight".into(), &[c.d_model, c.d_model], Init::XavierUniform)
         });
         // Zeros: at initialisation the decoder input is the paper's.
-        let closer = c.next_closer.then(|| {
+        let closer = c.parsing.next_closer.then(|| {
             let off = b.add("decoder.next_closer.weight".into(), &[c.vocab_size, c.d_model], Init::Zeros);
             b.add("decoder.open_depth.weight".into(), &[MAX_OPEN_DEPTH, c.d_model], Init::Zeros);
             off
         });
         use crate::kernels::cpu::char_cnn::{CHAR_VOCAB, CHAR_WIDTH};
-        let chars_len = [CHAR_VOCAB * c.char_dim, CHAR_WIDTH * c.char_dim * c.d_model, c.d_model];
-        let chars = (c.char_dim > 0).then(|| {
+        let chars_len = [CHAR_VOCAB * c.parsing.char_dim, CHAR_WIDTH * c.parsing.char_dim * c.d_model, c.d_model];
+        let chars = (c.parsing.char_dim > 0).then(|| {
             // Bytes embedded N(0, 1), so that at initialisation the word's vector is of the size
             // of its pieces' scaled embeddings.
-            let off = b.add("encoder.char_embed.weight".into(), &[CHAR_VOCAB, c.char_dim], Init::Normal(1.0));
-            b.add("encoder.char_conv.weight".into(), &[CHAR_WIDTH * c.char_dim, c.d_model], Init::XavierUniform);
+            let off = b.add("encoder.char_embed.weight".into(), &[CHAR_VOCAB, c.parsing.char_dim], Init::Normal(1.0));
+            b.add(
+                "encoder.char_conv.weight".into(),
+                &[CHAR_WIDTH * c.parsing.char_dim, c.d_model],
+                Init::XavierUniform,
+            );
             b.add("encoder.char_conv.bias".into(), &[c.d_model], Init::Zeros);
             off
         });
         // The options for imported models come last, so that the paper's layout is unchanged.
-        let source_embed =
-            c.source_vocab_size.map(|v| b.add("encoder.embed.weight".into(), &[v, c.d_model], Init::Normal(std)));
-        let output_bias = c.output_bias.then(|| b.add("output.bias".into(), &[c.vocab_size], Init::Zeros));
+        let source_embed = c
+            .import
+            .source_vocab_size
+            .map(|v| b.add("encoder.embed.weight".into(), &[v, c.d_model], Init::Normal(std)));
+        let output_bias = c.import.output_bias.then(|| b.add("output.bias".into(), &[c.vocab_size], Init::Zeros));
         let index = b.entries.iter().enumerate().map(|(i, e)| (e.name.clone(), i)).collect();
         ParamLayout {
             entries: b.entries,
@@ -377,21 +384,27 @@ impl ParamLayout {
     }
 
     /// This layout's buffer filled from `params`, laid out by `from` (a layout of the same
-    /// configuration that holds every tensor this one does): each tensor copied by name.
-    pub fn gather(&self, from: &ParamLayout, params: &[f32]) -> Vec<f32> {
-        assert_eq!(params.len(), from.total(), "the buffer does not match its layout");
+    /// configuration that holds every tensor this one does): each tensor copied by name. A buffer
+    /// that is not `from`'s size, and a tensor `from` lacks or shapes otherwise, are an
+    /// [`Error::Mismatch`].
+    pub fn gather(&self, from: &ParamLayout, params: &[f32]) -> Result<Vec<f32>> {
+        if params.len() != from.total() {
+            return Err(Error::Mismatch(format!("{} parameters given for a layout of {}", params.len(), from.total())));
+        }
         let mut out = Vec::with_capacity(self.total);
         for e in &self.entries {
-            let src = from.get(&e.name).unwrap_or_else(|| panic!("the source layout has no tensor '{}'", e.name));
-            assert_eq!(
-                (src.shape.as_slice(), out.len()),
-                (e.shape.as_slice(), e.offset),
-                "layouts disagree on '{}'",
-                e.name
-            );
+            let src = from
+                .get(&e.name)
+                .ok_or_else(|| Error::Mismatch(format!("the source layout has no tensor '{}' to gather", e.name)))?;
+            if src.shape != e.shape || out.len() != e.offset {
+                return Err(Error::Mismatch(format!(
+                    "the layouts disagree on '{}': shape {:?} there, {:?} here",
+                    e.name, src.shape, e.shape
+                )));
+            }
             out.extend_from_slice(&params[src.range()]);
         }
-        out
+        Ok(out)
     }
 
     /// A freshly initialised parameter buffer (deterministic for `seed`).

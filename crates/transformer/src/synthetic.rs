@@ -2,7 +2,7 @@
 //! the recipe that learns them (`transformer synthetic`, the `learns` tests).
 
 use crate::config::{ModelConfig, Positions};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::model::{Batch, Transformer};
 use crate::rng::Rng;
 use crate::train::{Schedule, StepStats, Trainer};
@@ -23,7 +23,7 @@ pub const HELD_OUT: usize = 500;
 pub fn trainer(seed: u64) -> Result<Trainer> {
     let cfg = model_config(SYMBOLS);
     let schedule = Schedule { d_model: cfg.d_model, warmup: 400, lr_scale: 0.5 };
-    Ok(Trainer::new(Transformer::new(cfg, seed)?, schedule, seed))
+    Trainer::new(Transformer::new(cfg, seed)?, schedule, seed)
 }
 
 /// A batch of [`BATCH`] (or `n`) random pairs of the recipe drawn from `rng`.
@@ -47,7 +47,7 @@ pub fn train(
         on_step(step, &stats);
     }
     let held_out = batch(task, &mut Rng::new(seed ^ 0x1234_5678), HELD_OUT);
-    let accuracy = token_accuracy(trainer.logits(&held_out)?, &held_out, SPECIAL_TOKENS + SYMBOLS);
+    let accuracy = token_accuracy(trainer.logits(&held_out)?, &held_out, SPECIAL_TOKENS + SYMBOLS)?;
     Ok((trainer, accuracy))
 }
 
@@ -90,10 +90,6 @@ pub fn model_config(symbols: usize) -> ModelConfig {
         max_positions: 64,
         vocab_size: SPECIAL_TOKENS + symbols,
         layer_norm_eps: 1e-6,
-        source_pointer: false,
-        next_closer: false,
-        next_closer_depth: true,
-        next_closer_dropout: 0.0,
         ..ModelConfig::base()
     }
 }
@@ -122,8 +118,18 @@ pub fn pairs(
 }
 
 /// Teacher-forced token accuracy of argmax predictions over non-padding targets, given the logits
-/// of a forward pass over `batch`: (correct, total).
-pub fn token_accuracy(logits: &[f32], batch: &Batch, vocab: usize) -> (usize, usize) {
+/// of a forward pass over `batch`: (correct, total). Logits that are not `vocab` a target
+/// position are an [`Error::Input`].
+pub fn token_accuracy(logits: &[f32], batch: &Batch, vocab: usize) -> Result<(usize, usize)> {
+    let positions = batch.tgt_out.len();
+    if vocab == 0 || positions.checked_mul(vocab) != Some(logits.len()) {
+        return Err(Error::Input(format!(
+            "{} logits for {positions} target positions of a vocabulary of {vocab}: there must be {} (one a \
+             position and id)",
+            logits.len(),
+            positions.saturating_mul(vocab)
+        )));
+    }
     let mut correct = 0;
     let mut total = 0;
     for (r, &t) in batch.tgt_out.iter().enumerate() {
@@ -139,5 +145,5 @@ pub fn token_accuracy(logits: &[f32], batch: &Batch, vocab: usize) -> (usize, us
         correct += (arg as u32 == t) as usize;
         total += 1;
     }
-    (correct, total)
+    Ok((correct, total))
 }

@@ -24,10 +24,6 @@ fn model() -> Transformer {
         max_positions: 32,
         vocab_size: 20,
         layer_norm_eps: 1e-6,
-        source_pointer: false,
-        next_closer: false,
-        next_closer_depth: true,
-        next_closer_dropout: 0.0,
         ..transformer::ModelConfig::base()
     };
     let mut m = Transformer::new(c, 3).unwrap();
@@ -47,7 +43,7 @@ fn weights_are_distributions_over_visible_keys() {
     for kind in Kind::ALL {
         for l in 0..2 {
             for h in 0..2 {
-                let (x, rows, cols) = w.get(kind, l, h);
+                let (x, rows, cols) = w.get(kind, l, h).unwrap();
                 assert_eq!(x.len(), rows * cols);
                 for i in 0..rows {
                     let row = &x[i * cols..(i + 1) * cols];
@@ -137,7 +133,7 @@ fn drawn_weights_are_the_models_attention_recomputed_from_its_parameters() {
         m.params[e.range()].iter().map(|&x| x as f64).collect()
     };
     let emb = tensor("embed.weight");
-    let pos = sinusoid_table(c.max_positions, d, c.sinusoid_layout);
+    let pos = sinusoid_table(c.max_positions, d, c.import.sinusoid_layout);
     let inputs = |ids: &[u32]| -> Vec<f64> {
         let mut x = Vec::new();
         for (p, &id) in ids.iter().enumerate() {
@@ -161,7 +157,7 @@ fn drawn_weights_are_the_models_attention_recomputed_from_its_parameters() {
         let q = project(&format!("{prefix}.w_q"), &format!("{prefix}.b_q"));
         let k = project(&format!("{prefix}.w_k"), &format!("{prefix}.b_k"));
         for head in 0..h {
-            let (got, rows, cols) = w.get(kind, 0, head);
+            let (got, rows, cols) = w.get(kind, 0, head).unwrap();
             assert_eq!((rows, cols), (n, n));
             for i in 0..n {
                 let visible = if causal { i + 1 } else { n };

@@ -80,8 +80,9 @@ impl Scorer for Scripted<'_> {
         }
         Ok(StepScores { scores: &self.out, log_norms: &self.norms })
     }
-    fn reorder(&mut self, keep: &[usize]) {
+    fn reorder(&mut self, keep: &[usize]) -> transformer::Result<()> {
         self.pending = Some(keep.to_vec());
+        Ok(())
     }
 }
 
@@ -418,10 +419,6 @@ fn model_beam_search_agrees_with_full_forward_search() {
         max_positions: 16,
         vocab_size: V,
         layer_norm_eps: 1e-6,
-        source_pointer: false,
-        next_closer: false,
-        next_closer_depth: true,
-        next_closer_dropout: 0.0,
         ..transformer::ModelConfig::base()
     };
     let mut m = Transformer::new(config, 4).unwrap();

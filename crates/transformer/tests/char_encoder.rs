@@ -12,7 +12,7 @@ use transformer::kernels::cpu::char_cnn::{self, word_chars, CHAR_BOW, CHAR_EOW, 
 use transformer::kernels::reference as r;
 use transformer::model::pointer::{PointerTable, TokenClass};
 use transformer::rng::Rng;
-use transformer::{Batch, ModelConfig, Transformer, Workspace};
+use transformer::{Batch, ModelConfig, ParsingInputs, Transformer, Workspace};
 
 /// Words of 1 to 9 bytes (3 to 11 characters with the markers, so 1 to 9 windows), the short
 /// ones padded.
@@ -136,8 +136,7 @@ fn spelled_model(char_dim: usize) -> (ModelConfig, Transformer) {
         attention_dropout: 0.0,
         max_positions: 32,
         vocab_size: 29,
-        source_pointer: true,
-        char_dim,
+        parsing: ParsingInputs { source_pointer: true, char_dim, ..ParsingInputs::default() },
         ..ModelConfig::base()
     };
     let classes = (0..29u32)
@@ -172,7 +171,7 @@ fn the_encoder_input_adds_each_words_spelling_to_its_pieces() {
     let get = |name: &str| to_f64(&m.params[m.layout.get(name).unwrap().range()]);
     let (emb, w, b) =
         (get("encoder.char_embed.weight"), get("encoder.char_conv.weight"), get("encoder.char_conv.bias"));
-    let pos = r::sinusoids(c.max_positions, c.d_model, c.sinusoid_layout);
+    let pos = r::sinusoids(c.max_positions, c.d_model, c.import.sinusoid_layout);
     let d = c.d_model;
     let mut want = r::embedding_forward(&batch.src, &get("embed.weight"), &pos, batch.s, d, (d as f64).sqrt(), None);
     let spelled: [(usize, &[usize], &str); 4] =
@@ -180,7 +179,7 @@ fn the_encoder_input_adds_each_words_spelling_to_its_pieces() {
     for (row, at, word) in spelled {
         let mut chars = Vec::new();
         word_chars(&mut chars, word.bytes());
-        let v = r::char_cnn_forward(&chars, &[0, chars.len()], &emb, &w, &b, c.char_dim, CHAR_WIDTH, d);
+        let v = r::char_cnn_forward(&chars, &[0, chars.len()], &emb, &w, &b, c.parsing.char_dim, CHAR_WIDTH, d);
         assert!(v.iter().any(|&x| x > 0.0));
         for &i in at {
             for j in 0..d {

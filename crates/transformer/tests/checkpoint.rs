@@ -22,10 +22,6 @@ fn cfg() -> ModelConfig {
         max_positions: 16,
         vocab_size: 20,
         layer_norm_eps: 1e-6,
-        source_pointer: false,
-        next_closer: false,
-        next_closer_depth: true,
-        next_closer_dropout: 0.0,
         ..transformer::ModelConfig::base()
     }
 }

@@ -4,7 +4,7 @@ mod common;
 
 use common::TestDir;
 use std::path::PathBuf;
-use transformer::data::batching::{epoch_order, make_batches, BatchConfig};
+use transformer::data::batching::{epoch_order, make_batches, make_batches_in_rounds, BatchConfig};
 use transformer::data::bpe::Bpe;
 use transformer::data::parallel::{encode_and_filter, read_parallel, FilterConfig};
 use transformer::rng::Rng;
@@ -104,6 +104,58 @@ fn batches_respect_budgets_cover_everything_and_group_lengths() {
         / batches.len() as f64;
     assert!(fill > 0.8, "binding budget only {:.0}% used", fill * 100.0);
     assert_eq!(make_batches(&lengths, &cfg), batches, "deterministic");
+}
+
+/// Oversampled gold pairs (each copied 4 times, of equal length) batched together sit side by side
+/// after the length sort: most batches would hold each tree 4 times. Batched in rounds, one copy a
+/// round, no batch holds two copies, and every pair is still in exactly one batch.
+#[test]
+fn copies_of_one_pair_batched_in_rounds_never_share_a_batch() {
+    let mut rng = Rng::new(11);
+    let gold: Vec<(usize, usize)> =
+        (0..300).map(|_| (5 + rng.below(30) as usize, 20 + rng.below(80) as usize)).collect();
+    let silver: Vec<(usize, usize)> =
+        (0..101).map(|_| (5 + rng.below(30) as usize, 20 + rng.below(80) as usize)).collect();
+    let r = 4;
+    let lengths: Vec<(usize, usize)> =
+        (0..r).flat_map(|_| gold.iter().copied()).chain(silver.iter().copied()).collect();
+    let rounds: Vec<usize> =
+        (0..r).flat_map(|k| std::iter::repeat_n(k, gold.len())).chain((0..silver.len()).map(|j| j % r)).collect();
+    let cfg = BatchConfig { max_src_tokens: 2048, max_tgt_tokens: 2048 };
+    let same_gold_twice = |batches: &[Vec<usize>]| {
+        batches
+            .iter()
+            .filter(|b| {
+                let mut g: Vec<usize> = b.iter().filter(|&&i| i < r * gold.len()).map(|&i| i % gold.len()).collect();
+                let n = g.len();
+                g.sort_unstable();
+                g.dedup();
+                g.len() < n
+            })
+            .count()
+    };
+    let together = make_batches(&lengths, &cfg);
+    assert!(same_gold_twice(&together) * 2 > together.len(), "the length sort alone puts copies together");
+    let apart = make_batches_in_rounds(&lengths, &rounds, &cfg).unwrap();
+    assert_eq!(same_gold_twice(&apart), 0);
+    let mut seen = vec![0; lengths.len()];
+    for b in &apart {
+        assert!(b.iter().all(|&i| rounds[i] == rounds[b[0]]), "one round a batch");
+        for &i in b {
+            seen[i] += 1;
+        }
+    }
+    assert!(seen.iter().all(|&c| c == 1), "every pair in exactly one batch");
+    // One round (or none given) is plain make_batches; a round count that does not match is an error.
+    assert_eq!(make_batches_in_rounds(&lengths, &[], &cfg).unwrap(), together);
+    assert_eq!(make_batches_in_rounds(&lengths, &vec![0; lengths.len()], &cfg).unwrap(), together);
+    let err = make_batches_in_rounds(&lengths, &rounds[1..], &cfg).unwrap_err().to_string();
+    assert!(err.contains("1300 rounds for 1301 pairs"), "{err}");
+    let err = make_batches_in_rounds(&lengths, &[0, 0], &cfg).unwrap_err().to_string();
+    assert!(err.contains("2 rounds for 1301 pairs"), "{err}");
+    // Round ids need not be small or dense.
+    let sparse: Vec<usize> = rounds.iter().map(|&r| if r == 3 { usize::MAX } else { r * 1000 }).collect();
+    assert_eq!(make_batches_in_rounds(&lengths, &sparse, &cfg).unwrap(), apart);
 }
 
 #[test]

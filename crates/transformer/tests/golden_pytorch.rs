@@ -117,13 +117,13 @@ fn golden(file: &str) {
     model.forward(&batch, &mut ws, None).unwrap();
     assert_close("logits", &to_f64(&ws.logits), &to_f64(&fx.f32s("out.logits")), 2e-5, 2e-5);
     let tokens = batch.target_tokens();
-    let sums = model.loss(&batch, &mut ws, c.label_smoothing, 1.0 / tokens as f32);
+    let sums = model.loss(&batch, &mut ws, c.label_smoothing, 1.0 / tokens as f32).unwrap();
     assert_close("loss", &[sums.loss / tokens as f64], &to_f64(&fx.f32s("out.loss")), 1e-6, 1e-6);
     assert_close("nll", &[sums.nll / tokens as f64], &to_f64(&fx.f32s("out.nll")), 1e-6, 1e-6);
 
     // Every gradient.
     let mut grads = vec![0f32; params.len()];
-    model.backward(&batch, &mut ws, None, &mut grads);
+    model.backward(&batch, &mut ws, None, &mut grads).unwrap();
     let want = fx.flat(&c, "grad.");
     // Measured worst error: 1.05e-5 of a tensor's largest gradient; a one-term mistake is O(1).
     check_tensors("grad", &c, &grads, &want, 0.0, 3e-5, is_key_bias);
@@ -138,7 +138,7 @@ fn golden(file: &str) {
         warmup: fx.meta("warmup").parse().unwrap(),
         lr_scale: fx.meta("lr_scale").parse().unwrap(),
     };
-    let mut trainer = Trainer::new(model, schedule, 0);
+    let mut trainer = Trainer::new(model, schedule, 0).unwrap();
     let mut losses = Vec::new();
     for _ in 0..5 {
         losses.push(trainer.train_step(std::slice::from_ref(&batch)).unwrap().loss);

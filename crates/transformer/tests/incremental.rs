@@ -7,7 +7,9 @@ mod common;
 use common::assert_close;
 use transformer::model::incremental::DecoderState;
 use transformer::rng::Rng;
-use transformer::{Batch, DropoutCtx, ModelConfig, Positions, Transformer, Workspace, BOS};
+use transformer::{
+    Batch, DropoutCtx, ImportOptions, ModelConfig, ParsingInputs, Positions, Transformer, Workspace, BOS,
+};
 
 fn config(positions: Positions) -> ModelConfig {
     ModelConfig {
@@ -24,10 +26,6 @@ fn config(positions: Positions) -> ModelConfig {
         max_positions: 48,
         vocab_size: 37,
         layer_norm_eps: 1e-6,
-        source_pointer: false,
-        next_closer: false,
-        next_closer_depth: true,
-        next_closer_dropout: 0.0,
         ..transformer::ModelConfig::base()
     }
 }
@@ -53,7 +51,13 @@ fn pointer_model(seed: u64) -> Transformer {
 /// [`pointer_model`] with or without each of the pointer and the next-closer input (with or
 /// without its depth rows).
 fn tree_model(seed: u64, source_pointer: bool, next_closer: bool, next_closer_depth: bool) -> Transformer {
-    tree_model_of(seed, ModelConfig { source_pointer, next_closer, next_closer_depth, ..config(Positions::Sinusoidal) })
+    tree_model_of(
+        seed,
+        ModelConfig {
+            parsing: ParsingInputs { source_pointer, next_closer, next_closer_depth, ..ParsingInputs::default() },
+            ..config(Positions::Sinusoidal)
+        },
+    )
 }
 
 /// [`tree_model`] of any configuration.
@@ -121,9 +125,12 @@ fn incremental_matches_teacher_forcing() {
     ] {
         let m = if pointer || closer {
             let cfg = ModelConfig {
-                source_pointer: pointer,
-                next_closer: closer,
-                next_closer_depth: depth,
+                parsing: ParsingInputs {
+                    source_pointer: pointer,
+                    next_closer: closer,
+                    next_closer_depth: depth,
+                    ..ParsingInputs::default()
+                },
                 ..config(positions)
             };
             tree_model_with(11, cfg, tag)
@@ -210,17 +217,20 @@ fn closer_refinements_change_what_they_should() {
     };
     // Dropout on the closer term alone: the model's other dropout is 0 here.
     let cfg = ModelConfig {
-        source_pointer: true,
-        next_closer: true,
         dropout: 0.0,
         attention_dropout: 0.0,
+        parsing: ParsingInputs { source_pointer: true, next_closer: true, ..ParsingInputs::default() },
         ..config(Positions::Sinusoidal)
     };
     let with_depth = tree_model_of(11, cfg.clone());
-    let closer_only = tree_model_of(11, ModelConfig { next_closer_depth: false, ..cfg.clone() });
+    let closer_only = tree_model_of(
+        11,
+        ModelConfig { parsing: ParsingInputs { next_closer_depth: false, ..cfg.parsing }, ..cfg.clone() },
+    );
     assert_eq!(with_depth.params, closer_only.params, "the same weights");
     assert_ne!(logits(&with_depth, None), logits(&closer_only, None), "the depth rows changed nothing");
-    let dropped = tree_model_of(11, ModelConfig { next_closer_dropout: 0.5, ..cfg });
+    let dropped =
+        tree_model_of(11, ModelConfig { parsing: ParsingInputs { next_closer_dropout: 0.5, ..cfg.parsing }, ..cfg });
     let ctx = Some(DropoutCtx { seed: 3, counter: 9 });
     assert_eq!(logits(&dropped, None), logits(&with_depth, None), "no dropout in inference");
     assert_eq!(logits(&with_depth, ctx), logits(&with_depth, None));
@@ -233,13 +243,27 @@ fn closer_refinements_change_what_they_should() {
 
 #[test]
 fn a_pointer_model_needs_its_table() {
-    let m = Transformer::new(ModelConfig { source_pointer: true, ..config(Positions::Sinusoidal) }, 1).unwrap();
+    let m = Transformer::new(
+        ModelConfig {
+            parsing: ParsingInputs { source_pointer: true, ..ParsingInputs::default() },
+            ..config(Positions::Sinusoidal)
+        },
+        1,
+    )
+    .unwrap();
     let batch = Batch::from_pairs(&[(vec![13, 14], vec![7, 13])]);
     let err = m.forward(&batch, &mut Workspace::new(), None).unwrap_err().to_string();
     assert!(err.contains("pointer table"), "{err}");
     let short = transformer::model::pointer::PointerTable::new(vec![]);
     assert!(m.with_pointer_table(short).unwrap_err().to_string().contains("covers 0 ids"));
-    let m = Transformer::new(ModelConfig { next_closer: true, ..config(Positions::Sinusoidal) }, 1).unwrap();
+    let m = Transformer::new(
+        ModelConfig {
+            parsing: ParsingInputs { next_closer: true, ..ParsingInputs::default() },
+            ..config(Positions::Sinusoidal)
+        },
+        1,
+    )
+    .unwrap();
     let err = m.forward(&batch, &mut Workspace::new(), None).unwrap_err().to_string();
     assert!(err.contains("model.next_closer") && err.contains("pointer table"), "{err}");
 }
@@ -278,7 +302,7 @@ fn reordered_rows(m: &Transformer) {
             p.push(random_ids(&mut rng, 1, v)[0]);
         }
         prefixes = keep.iter().map(|&r| prefixes[r].clone()).collect();
-        st.reorder(keep);
+        st.reorder(keep).unwrap();
         assert_eq!(st.len(), prefixes[0].len() - 1);
         assert_eq!(st.rows(), keep.len());
     }
@@ -339,7 +363,7 @@ fn drive(
         let rows = st.rows();
         let n = 1 + (rng.next_u64() % max_rows) as usize;
         let keep: Vec<usize> = (0..n).map(|_| (rng.next_u64() % rows as u64) as usize).collect();
-        st.reorder(&keep);
+        st.reorder(&keep).unwrap();
         tokens = random_ids(&mut rng, n, v);
     }
     out
@@ -412,8 +436,14 @@ fn a_prepared_model_keeps_each_weight_once() {
 #[test]
 fn closer_refinements_need_the_closer() {
     for cfg in [
-        ModelConfig { next_closer_dropout: 0.3, ..config(Positions::Sinusoidal) },
-        ModelConfig { next_closer_depth: false, ..config(Positions::Sinusoidal) },
+        ModelConfig {
+            parsing: ParsingInputs { next_closer_dropout: 0.3, ..ParsingInputs::default() },
+            ..config(Positions::Sinusoidal)
+        },
+        ModelConfig {
+            parsing: ParsingInputs { next_closer_depth: false, ..ParsingInputs::default() },
+            ..config(Positions::Sinusoidal)
+        },
     ] {
         let err = Transformer::new(cfg, 1).unwrap_err().to_string();
         assert!(err.contains("they need next_closer = true"), "{err}");
@@ -506,10 +536,35 @@ fn imported_architecture_options_decode_like_teacher_forcing() {
     use transformer::{Activation, SinusoidLayout};
     let base = config(Positions::Sinusoidal);
     for c in [
-        ModelConfig { activation: Activation::Swish, output_bias: true, ..base.clone() },
-        ModelConfig { activation: Activation::Gelu, sinusoid_layout: SinusoidLayout::Halves, ..base.clone() },
-        ModelConfig { activation: Activation::GeluTanh, sinusoid_layout: SinusoidLayout::Marian, ..base.clone() },
-        ModelConfig { source_vocab_size: Some(53), scale_embedding: false, output_bias: true, ..base.clone() },
+        ModelConfig {
+            import: ImportOptions { activation: Activation::Swish, output_bias: true, ..base.import },
+            ..base.clone()
+        },
+        ModelConfig {
+            import: ImportOptions {
+                activation: Activation::Gelu,
+                sinusoid_layout: SinusoidLayout::Halves,
+                ..base.import
+            },
+            ..base.clone()
+        },
+        ModelConfig {
+            import: ImportOptions {
+                activation: Activation::GeluTanh,
+                sinusoid_layout: SinusoidLayout::Marian,
+                ..base.import
+            },
+            ..base.clone()
+        },
+        ModelConfig {
+            import: ImportOptions {
+                source_vocab_size: Some(53),
+                scale_embedding: false,
+                output_bias: true,
+                ..base.import
+            },
+            ..base.clone()
+        },
     ] {
         let mut m = Transformer::new(c.clone(), 7).unwrap();
         let mut rng = Rng::new(9);

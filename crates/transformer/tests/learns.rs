@@ -20,7 +20,7 @@ fn reverse_task_reaches_99_percent() {
     // Held-out sentences from a different seed.
     let held_out = synthetic::batch(SyntheticTask::Reverse, &mut Rng::new(99), synthetic::HELD_OUT);
     let vocab = trainer.model().config.vocab_size;
-    let (ok, total) = synthetic::token_accuracy(trainer.logits(&held_out).unwrap(), &held_out, vocab);
+    let (ok, total) = synthetic::token_accuracy(trainer.logits(&held_out).unwrap(), &held_out, vocab).unwrap();
     let acc = ok as f64 / total as f64;
     eprintln!("held-out token accuracy {:.2}% ({ok}/{total}), final training loss {last:.4}", acc * 100.0);
     assert!(acc >= 0.99, "held-out token accuracy {:.2}% (final training loss {last:.4})", acc * 100.0);

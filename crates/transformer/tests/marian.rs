@@ -66,7 +66,7 @@ fn check_numerics(variant: &str, dir: &str) {
         // reference: compare the weights under the port's settings (`native_model_settings`
         // checks Marian's).
         let c = &mut imp.checkpoint.config;
-        (c.sinusoid_layout, c.layer_norm_eps) = (transformer::SinusoidLayout::Halves, 1e-5);
+        (c.import.sinusoid_layout, c.layer_norm_eps) = (transformer::SinusoidLayout::Halves, 1e-5);
     }
     let r = Reference::open(variant);
     let (smap, tmap) = maps(&imp);
@@ -151,12 +151,12 @@ fn native_npz_numerics_equal_transformers() {
 fn native_model_settings_are_marians() {
     let imp = import(&fixture("opus").join("native")).unwrap();
     let c = &imp.checkpoint.config;
-    assert_eq!(c.sinusoid_layout, transformer::SinusoidLayout::Marian);
-    assert_eq!(c.activation, transformer::Activation::Swish);
-    assert!(c.output_bias && c.scale_embedding && c.source_vocab_size.is_none());
+    assert_eq!(c.import.sinusoid_layout, transformer::SinusoidLayout::Marian);
+    assert_eq!(c.import.activation, transformer::Activation::Swish);
+    assert!(c.import.output_bias && c.import.scale_embedding && c.import.source_vocab_size.is_none());
     let sep = import(&fixture("gelu_separate").join("native")).unwrap();
     // Marian's pieces, the appended <pad>, and our padding row.
-    assert_eq!(sep.checkpoint.config.source_vocab_size, Some(sep.tokenizer.source_vocab.len() + 1));
+    assert_eq!(sep.checkpoint.config.import.source_vocab_size, Some(sep.tokenizer.source_vocab.len() + 1));
     assert_eq!(sep.tokenizer.source_vocab.pieces.last().map(String::as_str), Some("<pad>"));
 }
 

@@ -154,8 +154,20 @@ fn what_marian_does_not_have_is_refused_by_name() {
     let ck = transformer::checkpoint::load(&ckpt).unwrap();
     use transformer::{Activation, Positions, SinusoidLayout};
     let cases: Vec<(transformer::ModelConfig, &str)> = vec![
-        (transformer::ModelConfig { activation: Activation::GeluTanh, ..ck.config.clone() }, "gelu_tanh"),
-        (transformer::ModelConfig { sinusoid_layout: SinusoidLayout::Halves, ..ck.config.clone() }, "sinusoid layout"),
+        (
+            transformer::ModelConfig {
+                import: transformer::ImportOptions { activation: Activation::GeluTanh, ..ck.config.import },
+                ..ck.config.clone()
+            },
+            "gelu_tanh",
+        ),
+        (
+            transformer::ModelConfig {
+                import: transformer::ImportOptions { sinusoid_layout: SinusoidLayout::Halves, ..ck.config.import },
+                ..ck.config.clone()
+            },
+            "sinusoid layout",
+        ),
         (transformer::ModelConfig { positions: Positions::Learned, ..ck.config.clone() }, "learned positions"),
         (transformer::ModelConfig { layer_norm_eps: 1e-5, ..ck.config.clone() }, "LayerNorm ε"),
     ];
@@ -176,8 +188,8 @@ fn what_marian_does_not_have_is_refused_by_name() {
     // With Marian's options, the port's vocab.json ids go out as a `.yml` list (the pad row the
     // converter appends left out) and come back the same.
     let config = transformer::ModelConfig {
-        sinusoid_layout: SinusoidLayout::Marian,
         layer_norm_eps: 1e-6,
+        import: transformer::ImportOptions { sinusoid_layout: SinusoidLayout::Marian, ..hck.config.import },
         ..hck.config.clone()
     };
     let hck = transformer::checkpoint::Checkpoint { config, ..hck };

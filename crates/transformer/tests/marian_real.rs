@@ -78,7 +78,7 @@ fn what_marian_trained_imports_with_the_options_it_was_trained_with() {
         assert!(!yml.contains("/tmp/"), "{variant}: a fixture names no shared directory");
         let imp = import(&fixture(variant)).unwrap();
         let c = &imp.checkpoint.config;
-        assert_eq!((c.activation, c.source_vocab_size.is_some()), (act, separate), "{variant}");
+        assert_eq!((c.import.activation, c.import.source_vocab_size.is_some()), (act, separate), "{variant}");
         assert_eq!((c.n_layers, c.d_model, c.d_ff, c.n_heads), (2, 32, 64, 4), "{variant}");
         assert_eq!(c.layer_norm_eps, 1e-6, "{variant}: Marian's LayerNorm ε");
     }
@@ -127,7 +127,7 @@ fn sentence_log_probs_equal_marian_score() {
     }
     // The check tells the GELUs apart: the same model read with Marian's pre-1.12.3 form
     // (x·σ(1.702x)) is off Marian's scores by far more than the tolerance.
-    let worst = worst_miss("tied_all_gelu", |c| c.activation = transformer::Activation::GeluSigmoid);
+    let worst = worst_miss("tied_all_gelu", |c| c.import.activation = transformer::Activation::GeluSigmoid);
     assert!(worst > 1e-2, "the sigmoid form should miss Marian's scores, but is within {worst}");
 }
 
@@ -217,11 +217,11 @@ fn pre_2023_gelu_is_what_marian_1_12_0_computes() {
         bytes[at..at + old_version.len()].copy_from_slice(&padded);
     });
     let as_old = import(&dir).unwrap();
-    assert_eq!(as_old.checkpoint.config.activation, Activation::GeluSigmoid);
+    assert_eq!(as_old.checkpoint.config.import.activation, Activation::GeluSigmoid);
     let sigmoid = worst_miss_of(&as_old, variant, &old);
     assert!(sigmoid < 1e-3, "x·σ(1.702x) misses Marian 1.12.0's scores by {sigmoid}");
     let as_new = import(&fixture(variant)).unwrap();
-    assert_eq!(as_new.checkpoint.config.activation, Activation::Gelu);
+    assert_eq!(as_new.checkpoint.config.import.activation, Activation::Gelu);
     let exact = worst_miss_of(&as_new, variant, &old);
     assert!(exact > 1e-2, "the exact form should miss Marian 1.12.0's scores, but is within {exact}");
 }

@@ -10,7 +10,7 @@ use transformer::kernels::cpu::elementwise::{activation, bias_activation_forward
 use transformer::kernels::cpu::embedding::sinusoid_table;
 use transformer::kernels::reference;
 use transformer::rng::Rng;
-use transformer::{Activation, Batch, ModelConfig, SinusoidLayout, Transformer, Workspace};
+use transformer::{Activation, Batch, ImportOptions, ModelConfig, SinusoidLayout, Transformer, Workspace};
 
 const ACTIVATIONS: [Activation; 5] =
     [Activation::Relu, Activation::Swish, Activation::Gelu, Activation::GeluTanh, Activation::GeluSigmoid];
@@ -19,9 +19,9 @@ const ACTIVATIONS: [Activation; 5] =
 fn the_papers_defaults_stay_the_defaults() {
     for p in Preset::ALL {
         let c = p.config();
-        assert_eq!(c.activation, Activation::Relu);
-        assert!(!c.output_bias && c.scale_embedding && c.source_vocab_size.is_none());
-        assert_eq!(c.sinusoid_layout, SinusoidLayout::Interleaved);
+        assert_eq!(c.import.activation, Activation::Relu);
+        assert!(!c.import.output_bias && c.import.scale_embedding && c.import.source_vocab_size.is_none());
+        assert_eq!(c.import.sinusoid_layout, SinusoidLayout::Interleaved);
         assert!(c.departures().is_empty(), "{}: {:?}", p.name(), c.departures());
     }
     // A configuration written before the options existed reads with the paper's values.
@@ -113,7 +113,7 @@ fn check_encoder_input(m: &Transformer, table: &[f32], scale: f64) {
     let b = Batch::from_pairs(&[(vec![12, 20], vec![9, 10, 11, 12, 13]), (vec![5, 9, 17, 4], vec![6, 7, 8])]);
     let mut ws = Workspace::new();
     m.forward(&b, &mut ws, None).unwrap();
-    let pos = reference::sinusoids(c.max_positions, c.d_model, c.sinusoid_layout);
+    let pos = reference::sinusoids(c.max_positions, c.d_model, c.import.sinusoid_layout);
     let want = reference::embedding_forward(&b.src, &to_f64(table), &pos, b.s, c.d_model, scale, None);
     // After the forward pass `enc_in` holds the valid positions packed (the short sentence
     // first, so its rows have moved): compare those.
@@ -127,22 +127,31 @@ fn embedding_options_match_the_naive_embedding() {
     let base = tiny(ModelConfig::base());
     for c in [
         base.clone(),
-        ModelConfig { scale_embedding: false, ..base.clone() },
-        ModelConfig { sinusoid_layout: SinusoidLayout::Halves, ..base.clone() },
-        ModelConfig { sinusoid_layout: SinusoidLayout::Marian, ..base.clone() },
-        ModelConfig { source_vocab_size: Some(41), ..base.clone() },
+        ModelConfig { import: ImportOptions { scale_embedding: false, ..base.import }, ..base.clone() },
+        ModelConfig {
+            import: ImportOptions { sinusoid_layout: SinusoidLayout::Halves, ..base.import },
+            ..base.clone()
+        },
+        ModelConfig {
+            import: ImportOptions { sinusoid_layout: SinusoidLayout::Marian, ..base.import },
+            ..base.clone()
+        },
+        ModelConfig { import: ImportOptions { source_vocab_size: Some(41), ..base.import }, ..base.clone() },
     ] {
         let m = random_model(c.clone(), 3);
-        let name = if c.source_vocab_size.is_some() { "encoder.embed.weight" } else { "embed.weight" };
+        let name = if c.import.source_vocab_size.is_some() { "encoder.embed.weight" } else { "embed.weight" };
         let table = &m.params[m.layout.get(name).unwrap().range()];
-        let scale = if c.scale_embedding { (c.d_model as f64).sqrt() } else { 1.0 };
+        let scale = if c.import.scale_embedding { (c.d_model as f64).sqrt() } else { 1.0 };
         check_encoder_input(&m, table, scale);
     }
 }
 
 #[test]
 fn a_separate_source_vocabulary_has_its_own_ids_and_rows() {
-    let c = ModelConfig { source_vocab_size: Some(41), ..tiny(ModelConfig::base()) };
+    let c = ModelConfig {
+        import: ImportOptions { source_vocab_size: Some(41), ..ImportOptions::default() },
+        ..tiny(ModelConfig::base())
+    };
     let m = random_model(c.clone(), 4);
     // Source ids up to 40 are valid, target ids stay below 29.
     let ok = Batch::from_pairs(&[(vec![40, 30], vec![28])]);
@@ -164,7 +173,10 @@ fn a_separate_source_vocabulary_has_its_own_ids_and_rows() {
 
 #[test]
 fn the_output_bias_is_added_to_every_row() {
-    let c = ModelConfig { output_bias: true, ..tiny(ModelConfig::base()) };
+    let c = ModelConfig {
+        import: ImportOptions { output_bias: true, ..ImportOptions::default() },
+        ..tiny(ModelConfig::base())
+    };
     let m = random_model(c.clone(), 5);
     let mut zero = m.clone();
     let range = m.layout.get("output.bias").unwrap().range();
@@ -187,14 +199,17 @@ fn every_imported_option_trains() {
     use transformer::train::trainer::Trainer;
     for act in ACTIVATIONS {
         let c = tiny(ModelConfig {
-            activation: act,
-            output_bias: true,
-            source_vocab_size: Some(23),
-            sinusoid_layout: SinusoidLayout::Marian,
+            import: ImportOptions {
+                activation: act,
+                output_bias: true,
+                source_vocab_size: Some(23),
+                sinusoid_layout: SinusoidLayout::Marian,
+                ..ImportOptions::default()
+            },
             ..ModelConfig::base()
         });
         let model = Transformer::new(c, 5).unwrap();
-        let mut t = Trainer::new(model, Schedule { d_model: 16, warmup: 10, lr_scale: 0.5 }, 5);
+        let mut t = Trainer::new(model, Schedule { d_model: 16, warmup: 10, lr_scale: 0.5 }, 5).unwrap();
         let first = t.train_step(&[batch()]).unwrap().loss;
         let last = (0..29).map(|_| t.train_step(&[batch()]).unwrap().loss).last().unwrap();
         assert!(last < 0.5 * first, "{act:?}: loss {first} → {last}");

@@ -123,7 +123,9 @@ impl Scorer for Noise {
         self.norms = vec![0.0; self.rows];
         Ok(StepScores { scores: &self.scores, log_norms: &self.norms })
     }
-    fn reorder(&mut self, _: &[usize]) {}
+    fn reorder(&mut self, _: &[usize]) -> transformer::Result<()> {
+        Ok(())
+    }
 }
 
 /// The vocabulary of ten treebank files and five sentences for the constrained-search tests.

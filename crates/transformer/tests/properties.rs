@@ -6,7 +6,9 @@ mod common;
 use common::*;
 use transformer::rng::Rng;
 use transformer::synthetic::{pairs, SyntheticTask};
-use transformer::{Batch, DropoutCtx, ModelConfig, Positions, Transformer, Workspace, PAD};
+use transformer::{
+    Batch, DropoutCtx, ImportOptions, ModelConfig, ParsingInputs, Positions, Transformer, Workspace, PAD,
+};
 
 fn tiny(dropout: f32, attention_dropout: f32, label_smoothing: f32, positions: Positions) -> ModelConfig {
     ModelConfig {
@@ -23,10 +25,6 @@ fn tiny(dropout: f32, attention_dropout: f32, label_smoothing: f32, positions: P
         max_positions: 32,
         vocab_size: 30,
         layer_norm_eps: 1e-6,
-        source_pointer: false,
-        next_closer: false,
-        next_closer_depth: true,
-        next_closer_dropout: 0.0,
         ..transformer::ModelConfig::base()
     }
 }
@@ -43,9 +41,9 @@ fn loss_and_grads(
 ) -> (transformer::model::LossSums, Vec<f32>) {
     let mut ws = Workspace::new();
     model.forward(batch, &mut ws, ctx).unwrap();
-    let sums = model.loss(batch, &mut ws, model.config.label_smoothing, 1.0);
+    let sums = model.loss(batch, &mut ws, model.config.label_smoothing, 1.0).unwrap();
     let mut g = vec![0f32; model.params.len()];
-    model.backward(batch, &mut ws, ctx, &mut g);
+    model.backward(batch, &mut ws, ctx, &mut g).unwrap();
     (sums, g)
 }
 
@@ -92,12 +90,12 @@ fn backward_twice_doubles_gradients() {
     let mut ws = Workspace::new();
     let mut g = vec![0f32; model.params.len()];
     model.forward(&batch, &mut ws, ctx).unwrap();
-    model.loss(&batch, &mut ws, 0.1, 1.0);
-    model.backward(&batch, &mut ws, ctx, &mut g);
+    model.loss(&batch, &mut ws, 0.1, 1.0).unwrap();
+    model.backward(&batch, &mut ws, ctx, &mut g).unwrap();
     let once = g.clone();
     model.forward(&batch, &mut ws, ctx).unwrap();
-    model.loss(&batch, &mut ws, 0.1, 1.0);
-    model.backward(&batch, &mut ws, ctx, &mut g);
+    model.loss(&batch, &mut ws, 0.1, 1.0).unwrap();
+    model.backward(&batch, &mut ws, ctx, &mut g).unwrap();
     // Parameter gradients accumulate and activations are recomputed identically (no tensor differs
     // between two passes into zeroed buffers). What remains is accumulation order: the second pass
     // adds each row's contribution onto G, (G + r1) + r2 + ..., rather than G + (r1 + r2 + ...), so
@@ -181,7 +179,8 @@ fn pointer_backward_matches_finite_difference() {
 /// against the naive twin in tests/char_encoder.rs.
 #[test]
 fn char_encoder_backward_matches_finite_difference() {
-    let chars = |c: ModelConfig| ModelConfig { char_dim: 4, next_closer: false, ..c };
+    let chars =
+        |c: ModelConfig| ModelConfig { parsing: ParsingInputs { char_dim: 4, next_closer: false, ..c.parsing }, ..c };
     slopes_match_finite_differences_refined(
         &[(0.1, 0.0), (0.0, 0.0)],
         32,
@@ -197,7 +196,8 @@ fn char_encoder_backward_matches_finite_difference() {
 /// gradient goes to the UNK row, not to the pieces' rows), with the character encoder beside it.
 #[test]
 fn word_dropout_backward_matches_finite_difference() {
-    let chars = |c: ModelConfig| ModelConfig { char_dim: 4, next_closer: false, ..c };
+    let chars =
+        |c: ModelConfig| ModelConfig { parsing: ParsingInputs { char_dim: 4, next_closer: false, ..c.parsing }, ..c };
     slopes_match_finite_differences_refined(
         &[(0.1, 0.0)],
         32,
@@ -218,11 +218,14 @@ fn imported_architectures_backward_matches_finite_difference() {
     use transformer::{Activation, SinusoidLayout};
     for act in [Activation::Swish, Activation::Gelu, Activation::GeluTanh, Activation::GeluSigmoid] {
         let marian = move |c: ModelConfig| ModelConfig {
-            activation: act,
-            output_bias: true,
-            sinusoid_layout: SinusoidLayout::Marian,
             layer_norm_eps: 1e-6,
-            next_closer: false,
+            parsing: ParsingInputs { next_closer: false, ..c.parsing },
+            import: ImportOptions {
+                activation: act,
+                output_bias: true,
+                sinusoid_layout: SinusoidLayout::Marian,
+                ..c.import
+            },
             ..c
         };
         slopes_match_finite_differences_refined(
@@ -249,9 +252,11 @@ fn closer_backward_matches_finite_difference() {
 /// from the pass's dropout context, so the forward and the finite differences see the same ones).
 #[test]
 fn closer_refinements_backward_match_finite_difference() {
-    let closer_only = |c: ModelConfig| ModelConfig { next_closer_depth: false, ..c };
+    let closer_only =
+        |c: ModelConfig| ModelConfig { parsing: ParsingInputs { next_closer_depth: false, ..c.parsing }, ..c };
     slopes_match_finite_differences_with(&sample_pairs(6, 4), &closer_only);
-    let dropped = |c: ModelConfig| ModelConfig { next_closer_dropout: 0.4, ..c };
+    let dropped =
+        |c: ModelConfig| ModelConfig { parsing: ParsingInputs { next_closer_dropout: 0.4, ..c.parsing }, ..c };
     slopes_match_finite_differences_with(&sample_pairs(6, 4), &dropped);
 }
 
@@ -280,8 +285,11 @@ fn slopes_match_finite_differences_refined(
 ) {
     for &(p, pa) in rates {
         let cfg = ModelConfig { max_positions, ..tiny(p, pa, 0.1, positions) };
-        let cfg = refine(ModelConfig { source_pointer: pointer, next_closer: closer, ..cfg });
-        let with_chars = cfg.char_dim > 0;
+        let cfg = refine(ModelConfig {
+            parsing: ParsingInputs { source_pointer: pointer, next_closer: closer, ..cfg.parsing },
+            ..cfg
+        });
+        let with_chars = cfg.parsing.char_dim > 0;
         let mut model = Transformer::new(cfg, 7).unwrap();
         if pointer || closer || with_chars {
             use transformer::model::pointer::{PointerTable, TokenClass};
@@ -327,10 +335,10 @@ fn slopes_match_finite_differences_refined(
         // Smooth activations keep their units where they start, the bend included.
         let b1: Vec<_> =
             model.layout.entries().iter().filter(|e| e.name.ends_with("ffn.b_1")).map(|e| e.range()).collect();
-        for r in b1.into_iter().filter(|_| model.config.activation == transformer::Activation::Relu) {
+        for r in b1.into_iter().filter(|_| model.config.import.activation == transformer::Activation::Relu) {
             model.params[r].fill(4.0);
         }
-        if model.config.output_bias {
+        if model.config.import.output_bias {
             // The output bias starts at zero; give it values so that a wrong gradient shows.
             let r = model.layout.get("output.bias").expect("the output bias").range();
             let mut rng = Rng::new(29);
@@ -361,7 +369,7 @@ fn slopes_match_finite_differences_refined(
             }
             let mut ws = Workspace::new();
             m.forward(&batch, &mut ws, ctx).unwrap();
-            m.loss(&batch, &mut ws, 0.1, 1.0).loss
+            m.loss(&batch, &mut ws, 0.1, 1.0).unwrap().loss
         };
         let mut checked = 0;
         let mut rng = Rng::new(17);
@@ -466,8 +474,8 @@ fn workspace_reuse_across_shapes_matches_fresh() {
         let run = |ws: &mut Workspace| {
             let mut g = vec![0f32; model.params.len()];
             model.forward(&batch, ws, ctx).unwrap();
-            let s = model.loss(&batch, ws, 0.1, 1.0);
-            model.backward(&batch, ws, ctx, &mut g);
+            let s = model.loss(&batch, ws, 0.1, 1.0).unwrap();
+            model.backward(&batch, ws, ctx, &mut g).unwrap();
             (s, g)
         };
         let (a, ga) = run(&mut shared);

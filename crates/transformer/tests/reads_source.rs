@@ -11,7 +11,7 @@ use transformer::decode::ParseOptions;
 use transformer::eval::perplexity::score_and_reading;
 use transformer::model::pointer::PointerTable;
 use transformer::train::{Schedule, Trainer};
-use transformer::{Batch, ModelConfig, Positions, Task, Transformer, Workspace};
+use transformer::{Batch, ModelConfig, ParsingInputs, Positions, Task, Transformer, Workspace};
 
 #[test]
 fn twenty_short_trees_are_reproduced_from_their_own_sentences() {
@@ -61,15 +61,18 @@ fn reproduces_twenty_short_trees(treebank: &Path, files: &str, format: TreeForma
         max_positions: 256,
         vocab_size: bpe.vocab_size(),
         layer_norm_eps: 1e-6,
-        source_pointer: true,
-        next_closer: true,
-        next_closer_depth: true,
-        next_closer_dropout: 0.0,
+        parsing: ParsingInputs {
+            source_pointer: true,
+            next_closer: true,
+            next_closer_depth: true,
+            next_closer_dropout: 0.0,
+            ..ParsingInputs::default()
+        },
         ..transformer::ModelConfig::base()
     };
     let model =
         Transformer::new(cfg.clone(), 1).unwrap().with_pointer_table(PointerTable::from_bpe(&bpe, format)).unwrap();
-    let mut trainer = Trainer::new(model, Schedule { d_model: 64, warmup: 100, lr_scale: 0.5 }, 1);
+    let mut trainer = Trainer::new(model, Schedule { d_model: 64, warmup: 100, lr_scale: 0.5 }, 1).unwrap();
     let batch = Batch::from_pairs(&ids);
     for _ in 0..STEPS {
         trainer.train_step(std::slice::from_ref(&batch)).unwrap();

@@ -201,7 +201,7 @@ fn an_update_that_makes_parameters_non_finite_stops_with_an_error() {
     let cfg = model_config(20);
     let model = transformer::Transformer::new(cfg, 1).unwrap();
     // An infinite learning rate (the library takes any schedule; run configs are bounded).
-    let mut trainer = Trainer::new(model, Schedule { d_model: 64, warmup: 10, lr_scale: f32::INFINITY }, 1);
+    let mut trainer = Trainer::new(model, Schedule { d_model: 64, warmup: 10, lr_scale: f32::INFINITY }, 1).unwrap();
     let batch = transformer::Batch::from_pairs(&pairs(SyntheticTask::Reverse, &mut Rng::new(1), 8, 20, 4, 8));
     let err = trainer.train_step(&[batch]).unwrap_err();
     assert!(matches!(err, Error::NonFiniteParameters { step: 1, .. }), "{err}");

@@ -31,10 +31,6 @@ fn config(vocab_size: usize) -> ModelConfig {
         max_positions: 64,
         vocab_size,
         layer_norm_eps: 1e-6,
-        source_pointer: false,
-        next_closer: false,
-        next_closer_depth: true,
-        next_closer_dropout: 0.0,
         ..transformer::ModelConfig::base()
     }
 }

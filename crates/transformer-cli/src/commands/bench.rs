@@ -90,27 +90,7 @@ impl BenchModel {
 
 /// The benchmark model of issue "engine": d 512, h 8, d_ff 2048, 2+2 layers, vocabulary 8000.
 fn bench_config(dropout: f32) -> ModelConfig {
-    ModelConfig {
-        n_layers: 2,
-        d_model: 512,
-        d_ff: 2048,
-        n_heads: 8,
-        d_k: 64,
-        d_v: 64,
-        dropout,
-        attention_dropout: 0.0,
-        label_smoothing: 0.1,
-        positions: transformer::Positions::Sinusoidal,
-        max_positions: 1024,
-        vocab_size: 8000,
-        layer_norm_eps: 1e-6,
-        source_pointer: false,
-        next_closer: false,
-        next_closer_depth: true,
-        next_closer_dropout: 0.0,
-        char_dim: 0,
-        ..transformer::ModelConfig::base()
-    }
+    ModelConfig { n_layers: 2, dropout, vocab_size: 8000, ..ModelConfig::base() }
 }
 
 /// What the timed steps of `bench train-step` measured.
@@ -206,7 +186,7 @@ fn time_train_steps(
     let cfg = model.config(dropout);
     let (b, s, t) = model.batch();
     let model = Transformer::new(cfg.clone(), 1)?.with_precision(precision)?;
-    let mut trainer = Trainer::new(model, Schedule::paper(cfg.d_model), 1);
+    let mut trainer = Trainer::new(model, Schedule::paper(cfg.d_model), 1)?;
     let mut rng = Rng::new(7);
     let special = transformer::vocab::SPECIAL_TOKENS as u64;
     let mut tok = || (special + rng.below(cfg.vocab_size as u64 - special)) as u32;

@@ -30,9 +30,9 @@ pub fn import_marian(dir: &Path, output: &Path) -> Result<()> {
         c.d_model,
         c.n_heads,
         c.d_ff,
-        c.activation.name(),
+        c.import.activation.name(),
         c.vocab_size,
-        c.source_vocab_size.map_or(String::new(), |v| format!(" (source {v})")),
+        c.import.source_vocab_size.map_or(String::new(), |v| format!(" (source {v})")),
         transformer::params::param_count(c) as f64 / 1e6
     );
     eprintln!("wrote {} and {}", ckpt.display(), tok.display());

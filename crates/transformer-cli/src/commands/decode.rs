@@ -277,7 +277,7 @@ pub fn attention(
         let (rows, cols) = labels.of(kind);
         for &l in &layers {
             for &h in &heads {
-                let (weights, _, _) = w.get(kind, l - 1, h - 1);
+                let (weights, _, _) = w.get(kind, l - 1, h - 1)?;
                 let title = format!("{}, layer {l} of {}, head {h} of {}", kind.title(), c.n_layers, c.n_heads);
                 let img = heatmap::render(weights, rows, cols, &title)?;
                 let path = out.join(format!("{}-layer{l}-head{h}.png", kind.slug()));

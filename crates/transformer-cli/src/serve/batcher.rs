@@ -187,7 +187,7 @@ fn attention_json(t: &Translator, src: &[u32], tgt: &[u32]) -> Result<serde_json
     for l in 0..layers {
         let mut heads = Vec::with_capacity(w.heads);
         for h in 0..w.heads {
-            let (m, _, _) = w.get(Kind::EncoderDecoder, l, h);
+            let (m, _, _) = w.get(Kind::EncoderDecoder, l, h).map_err(|e| e.to_string())?;
             heads.push(m.iter().map(|&x| ((x as f64) * 1000.0).round() / 1000.0).collect::<Vec<f64>>());
         }
         all.push(heads);

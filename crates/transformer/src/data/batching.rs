@@ -44,6 +44,40 @@ pub fn make_batches(lengths: &[(usize, usize)], cfg: &BatchConfig) -> Vec<Vec<us
     batches
 }
 
+/// [`make_batches`] over each round apart: `round[i]` is pair `i`'s round (an empty `round` puts
+/// every pair in one). No batch mixes two rounds, so pairs set in different rounds (the copies of
+/// an oversampled gold pair) never share one. The batches come round by round, in the rounds'
+/// order; the epoch's shuffle mixes them.
+pub fn make_batches_in_rounds(
+    lengths: &[(usize, usize)],
+    round: &[usize],
+    cfg: &BatchConfig,
+) -> crate::Result<Vec<Vec<usize>>> {
+    if round.is_empty() {
+        return Ok(make_batches(lengths, cfg));
+    }
+    if round.len() != lengths.len() {
+        return Err(crate::Error::Input(format!(
+            "{} rounds for {} pairs: give one round per pair",
+            round.len(),
+            lengths.len()
+        )));
+    }
+    let mut members: std::collections::BTreeMap<usize, Vec<usize>> = std::collections::BTreeMap::new();
+    for (i, &r) in round.iter().enumerate() {
+        members.entry(r).or_default().push(i);
+    }
+    if members.len() == 1 {
+        return Ok(make_batches(lengths, cfg));
+    }
+    let mut batches = Vec::new();
+    for members in members.values() {
+        let sub: Vec<(usize, usize)> = members.iter().map(|&i| lengths[i]).collect();
+        batches.extend(make_batches(&sub, cfg).into_iter().map(|b| b.into_iter().map(|j| members[j]).collect()));
+    }
+    Ok(batches)
+}
+
 /// The order in which epoch `epoch` visits `n` batches: a Fisher–Yates shuffle seeded by
 /// (seed, epoch), the same on every run and every thread count.
 pub fn epoch_order(n: usize, seed: u64, epoch: u64) -> Vec<usize> {

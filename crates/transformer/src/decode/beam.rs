@@ -279,8 +279,9 @@ pub trait Scorer {
     fn vocab(&self) -> usize;
     /// Feeds one token per row (BOS first) and returns the next token's scores.
     fn step(&mut self, tokens: &[u32]) -> Result<StepScores<'_>>;
-    /// Keeps rows `keep`: new row i continues old row `keep[i]`.
-    fn reorder(&mut self, keep: &[usize]);
+    /// Keeps rows `keep`: new row i continues old row `keep[i]`. An index that is not a row is
+    /// an error.
+    fn reorder(&mut self, keep: &[usize]) -> Result<()>;
 }
 
 /// One step's output: log p(token | row) = `scores[row·V + token] − log_norms[row]`, computed in
@@ -319,8 +320,14 @@ pub trait Constraint: Sync {
     /// Appends to `out` the tokens allowed after `prefix` (output tokens so far, without BOS) in
     /// sentence `sent` of the search, EOS among them when the output may end there. `budget` is the
     /// number of tokens the output may still take before the length limit forces EOS. At least one
-    /// token must be allowed.
+    /// token must be allowed. A sentence the constraint does not cover allows none.
     fn allowed(&self, sent: usize, prefix: &[u32], budget: usize, out: &mut Vec<u32>);
+
+    /// How many sentences the constraint covers, when it covers a fixed number: the search refuses
+    /// a batch of another size. `None` (the default): any sentence index.
+    fn sentences(&self) -> Option<usize> {
+        None
+    }
 }
 
 /// A constraint seen through a map from a search's sentences to the constraint's: sentence `i`
@@ -334,7 +341,13 @@ pub struct Remapped<'a> {
 
 impl Constraint for Remapped<'_> {
     fn allowed(&self, sent: usize, prefix: &[u32], budget: usize, out: &mut Vec<u32>) {
-        self.inner.allowed(self.map[sent], prefix, budget, out)
+        if let Some(&inner_sent) = self.map.get(sent) {
+            self.inner.allowed(inner_sent, prefix, budget, out)
+        }
+    }
+
+    fn sentences(&self) -> Option<usize> {
+        Some(self.map.len())
     }
 }
 
@@ -350,7 +363,9 @@ pub fn beam_search(
     beam_search_constrained(scorer, src_lens, cfg, max_len, None)
 }
 
-/// [`beam_search`] restricted by `constraint`, if given.
+/// [`beam_search`] restricted by `constraint`, if given. A constraint that covers another number
+/// of sentences than `src_lens` ([`Constraint::sentences`]), a token it allows outside the
+/// vocabulary, and a scorer that returns other than one row of scores per row fed are errors.
 pub fn beam_search_constrained(
     scorer: &mut impl Scorer,
     src_lens: &[usize],
@@ -360,38 +375,15 @@ pub fn beam_search_constrained(
 ) -> Result<Vec<Vec<Hypothesis>>> {
     cfg.validate()?;
     let v = scorer.vocab();
-    if v <= EOS as usize {
-        return Err(Error::Mismatch(format!("a vocabulary of {v} has no EOS")));
-    }
     let n = src_lens.len();
+    check_search(v, n, constraint)?;
     let limit: Vec<usize> = src_lens.iter().map(|&l| cfg.max_len(l).min(max_len)).collect();
     let mut finished: Vec<Vec<Hypothesis>> = vec![Vec::new(); n];
     let mut live: Vec<Live> = (0..n).map(|i| Live { sent: i, tokens: Vec::new(), log_prob: 0.0 }).collect();
     while !live.is_empty() {
         let tokens: Vec<u32> = live.iter().map(|h| h.tokens.last().copied().unwrap_or(BOS)).collect();
         let out = scorer.step(&tokens)?;
-        assert_eq!(out.scores.len(), live.len() * v, "scorer returned the wrong number of scores");
-        assert_eq!(out.log_norms.len(), live.len(), "scorer returned the wrong number of normalisers");
-        // Each row contributes at most its sentence's free slots.
-        let _t = profile::scope(Slot::Search);
-        let per_row: Vec<Vec<(f64, u32)>> = out
-            .scores
-            .par_chunks(v)
-            .zip(out.log_norms.par_iter())
-            .zip(live.par_iter())
-            .map(|((row, &norm), h)| {
-                let (k, at_limit) = (cfg.beam - finished[h.sent].len(), h.tokens.len() >= limit[h.sent]);
-                match constraint {
-                    Some(c) if !at_limit => {
-                        let mut allowed = Vec::new();
-                        c.allowed(h.sent, &h.tokens, limit[h.sent] - h.tokens.len(), &mut allowed);
-                        top_k_among(row, norm, k, &allowed)
-                    }
-                    _ => top_k(row, norm, k, at_limit, cfg.suppress_unk),
-                }
-            })
-            .collect();
-        drop(_t);
+        let per_row = row_candidates(&out, &live, &finished, &limit, cfg, constraint, v)?;
         let mut next: Vec<Live> = Vec::with_capacity(live.len());
         let mut keep: Vec<usize> = Vec::with_capacity(live.len());
         // Rows of one sentence are contiguous and sentences stay in order.
@@ -433,7 +425,7 @@ pub fn beam_search_constrained(
             }
             r0 = r1;
         }
-        scorer.reorder(&keep);
+        scorer.reorder(&keep)?;
         live = next;
     }
     for f in &mut finished {
@@ -442,6 +434,67 @@ pub fn beam_search_constrained(
         f.truncate(cfg.nbest);
     }
     Ok(finished)
+}
+
+/// The search's inputs agree: the vocabulary has an EOS, and a constraint covers the `n` sentences.
+fn check_search(v: usize, n: usize, constraint: Option<&dyn Constraint>) -> Result<()> {
+    if v <= EOS as usize {
+        return Err(Error::Mismatch(format!("a vocabulary of {v} has no EOS")));
+    }
+    if let Some(covered) = constraint.and_then(|c| c.sentences()) {
+        if covered != n {
+            return Err(Error::Input(format!(
+                "the constraint covers {covered} sentences but the search has {n}: they must be the same sentences"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Each live row's best continuations (log-probability, token): at most its sentence's free
+/// slots, only the tokens `constraint` allows, only EOS at the length limit.
+fn row_candidates(
+    out: &StepScores,
+    live: &[Live],
+    finished: &[Vec<Hypothesis>],
+    limit: &[usize],
+    cfg: &BeamConfig,
+    constraint: Option<&dyn Constraint>,
+    v: usize,
+) -> Result<Vec<Vec<(f64, u32)>>> {
+    let rows = live.len();
+    if out.scores.len() != rows * v || out.log_norms.len() != rows {
+        return Err(Error::Decode(format!(
+            "the scorer returned {} scores and {} normalisers for {rows} rows of a vocabulary of {v}: \
+             expected {} and {rows}",
+            out.scores.len(),
+            out.log_norms.len(),
+            rows * v
+        )));
+    }
+    let _t = profile::scope(Slot::Search);
+    out.scores
+        .par_chunks(v)
+        .zip(out.log_norms.par_iter())
+        .zip(live.par_iter())
+        .map(|((row, &norm), h)| {
+            let (k, at_limit) = (cfg.beam - finished[h.sent].len(), h.tokens.len() >= limit[h.sent]);
+            match constraint {
+                Some(c) if !at_limit => {
+                    let mut allowed = Vec::new();
+                    c.allowed(h.sent, &h.tokens, limit[h.sent] - h.tokens.len(), &mut allowed);
+                    if let Some(&t) = allowed.iter().find(|&&t| t as usize >= v) {
+                        return Err(Error::Decode(format!(
+                            "the constraint allows token id {t} in sentence {}, outside the vocabulary of {v}",
+                            h.sent + 1
+                        )));
+                    }
+                    Ok(top_k_among(row, norm, k, &allowed))
+                }
+                _ => Ok(top_k(row, norm, k, at_limit, cfg.suppress_unk)),
+            }
+        })
+        .collect()
 }
 
 /// Whether no live hypothesis of a sentence can enter its `nbest` best finished ones.

@@ -62,8 +62,8 @@ impl Scorer for ModelScorer<'_> {
         Ok(StepScores { scores: logits, log_norms: &self.log_norms })
     }
 
-    fn reorder(&mut self, keep: &[usize]) {
-        self.state.reorder(keep);
+    fn reorder(&mut self, keep: &[usize]) -> Result<()> {
+        self.state.reorder(keep)
     }
 }
 
@@ -112,6 +112,15 @@ impl<S: Scorer> Scorer for EnsembleScorer<S> {
         self.scores.resize(tokens.len() * v, 0.0);
         for (index, m) in self.members.iter_mut().enumerate() {
             let s = m.step(tokens).map_err(|e| Error::EnsembleMember { index, source: Box::new(e) })?;
+            if s.scores.len() != tokens.len() * v || s.log_norms.len() != tokens.len() {
+                let why = format!(
+                    "it returned {} scores and {} normalisers for {} rows of a vocabulary of {v}",
+                    s.scores.len(),
+                    s.log_norms.len(),
+                    tokens.len()
+                );
+                return Err(Error::EnsembleMember { index, source: Box::new(Error::Decode(why)) });
+            }
             let _t = profile::scope(Slot::Search);
             self.scores.par_chunks_mut(v).zip(s.scores.par_chunks(v)).zip(s.log_norms.par_iter()).for_each(
                 |((acc, row), &norm)| {
@@ -126,10 +135,11 @@ impl<S: Scorer> Scorer for EnsembleScorer<S> {
         Ok(StepScores { scores: &self.scores, log_norms: &self.zeros })
     }
 
-    fn reorder(&mut self, keep: &[usize]) {
-        for m in &mut self.members {
-            m.reorder(keep);
+    fn reorder(&mut self, keep: &[usize]) -> Result<()> {
+        for (index, m) in self.members.iter_mut().enumerate() {
+            m.reorder(keep).map_err(|e| Error::EnsembleMember { index, source: Box::new(e) })?;
         }
+        Ok(())
     }
 }
 

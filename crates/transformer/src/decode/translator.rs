@@ -141,10 +141,10 @@ impl Translator {
                 tokenizer.vocab_size()
             )));
         }
-        if model.config.source_vocab_size != tokenizer.source_vocab_size() {
+        if model.config.import.source_vocab_size != tokenizer.source_vocab_size() {
             return Err(Error::Mismatch(format!(
                 "the model's source vocabulary is {:?} but the tokenizer's is {:?} (None: shared with the target)",
-                model.config.source_vocab_size,
+                model.config.import.source_vocab_size,
                 tokenizer.source_vocab_size()
             )));
         }
@@ -242,10 +242,17 @@ impl Translator {
     }
 
     /// The text of a hypothesis: its ids as text, or, for a sentence translated in chunks, each
-    /// chunk's text joined to the next with a space.
+    /// chunk's text joined to the next with a space. A chunk start past the hypothesis' tokens is
+    /// an error.
     pub fn text(&self, h: &Hypothesis) -> Result<String> {
         if h.chunk_starts.is_empty() {
             return self.decode_target(&h.tokens);
+        }
+        if let Some(&start) = h.chunk_starts.iter().find(|&&s| s > h.tokens.len()) {
+            return Err(Error::Input(format!(
+                "a chunk of the hypothesis starts at token {start}, past its {} tokens",
+                h.tokens.len()
+            )));
         }
         let bounds: Vec<usize> =
             std::iter::once(0).chain(h.chunk_starts.iter().copied()).chain([h.tokens.len()]).collect();

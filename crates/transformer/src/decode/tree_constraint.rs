@@ -113,8 +113,13 @@ impl TreeConstraint {
 }
 
 impl Constraint for TreeConstraint {
+    fn sentences(&self) -> Option<usize> {
+        Some(self.words.len())
+    }
+
     fn allowed(&self, sent: usize, prefix: &[u32], budget: usize, out: &mut Vec<u32>) {
-        let words = &self.words[sent];
+        // A sentence the constraint does not hold allows nothing (the search refuses such a batch).
+        let Some(words) = self.words.get(sent) else { return };
         // (closing id, has a child) of each open constituent, innermost last.
         let mut stack: Vec<(u32, bool)> = Vec::new();
         let mut used = 0;

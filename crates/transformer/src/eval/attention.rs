@@ -2,7 +2,7 @@
 //! paper's Figures 3–5: encoder self-attention, decoder (causal) self-attention and
 //! encoder–decoder attention, from a teacher-forced forward pass without dropout.
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::model::{Batch, Transformer, Workspace};
 
 /// Which attention.
@@ -58,14 +58,30 @@ pub struct AttentionWeights {
 }
 
 impl AttentionWeights {
-    /// The (rows, cols) weights of one layer and head, row-major, with the matrix's shape.
-    pub fn get(&self, kind: Kind, layer: usize, head: usize) -> (&[f32], usize, usize) {
+    /// The (rows, cols) weights of one layer and head (both counted from 0), row-major, with the
+    /// matrix's shape. A layer or head the model does not have is an [`Error::Input`].
+    pub fn get(&self, kind: Kind, layer: usize, head: usize) -> Result<(&[f32], usize, usize)> {
         let (all, rows, cols) = match kind {
             Kind::EncoderSelf => (&self.encoder_self, self.s, self.s),
             Kind::DecoderSelf => (&self.decoder_self, self.t, self.t),
             Kind::EncoderDecoder => (&self.encoder_decoder, self.t, self.s),
         };
-        (&all[layer][head * rows * cols..(head + 1) * rows * cols], rows, cols)
+        let size = rows * cols;
+        let Some(maps) = all.get(layer) else {
+            return Err(Error::Input(format!(
+                "{}: layer {layer} asked for, but the model has {} layers (counted from 0)",
+                kind.title(),
+                all.len()
+            )));
+        };
+        match maps.get(head.min(self.heads) * size..).and_then(|m| m.get(..size)) {
+            Some(m) if head < self.heads => Ok((m, rows, cols)),
+            _ => Err(Error::Input(format!(
+                "{}: head {head} asked for, but the model has {} heads (counted from 0)",
+                kind.title(),
+                self.heads
+            ))),
+        }
     }
 }
 

@@ -310,7 +310,7 @@ pub fn bleu_by_source_length(
             let r: Vec<Vec<String>> = refs.iter().map(|s| idx.iter().map(|&i| s[i].clone()).collect()).collect();
             Some(corpus_bleu(&h, &r, cfg)?)
         };
-        out.push(BucketBleu { lo: lo + 1, hi, sentences: idx.len(), score });
+        out.push(BucketBleu { lo: lo.saturating_add(1), hi, sentences: idx.len(), score });
         lo = hi;
     }
     Ok(out)

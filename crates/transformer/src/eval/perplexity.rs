@@ -88,7 +88,7 @@ pub fn log_probs(
         let sel: Vec<(Vec<u32>, Vec<u32>)> = b.iter().map(|&i| pairs[i].clone()).collect();
         let batch = Batch::from_pairs(&sel);
         model.forward(&batch, ws, None)?;
-        model.loss(&batch, ws, 0.0, 0.0);
+        model.loss(&batch, ws, 0.0, 0.0)?;
         for (k, &i) in b.iter().enumerate() {
             let rows = k * batch.t..(k + 1) * batch.t;
             let log_prob = -ws.row_nll[rows.clone()]
@@ -126,7 +126,7 @@ fn score_batches(
                 spread_sum += encoder_spread(&enc[i * batch.s * d..(i * batch.s + len) * d], d);
             }
         }
-        let s = model.loss(&batch, ws, label_smoothing, 0.0);
+        let s = model.loss(&batch, ws, label_smoothing, 0.0)?;
         totals.loss += s.loss;
         totals.nll += s.nll;
         totals.tokens += s.tokens;

@@ -82,8 +82,10 @@ fn project_and_norm(
 ) {
     let d = m.config.d_model;
     let y = &mut y[..rows * d];
+    // §3.2.2: the heads' outputs, concatenated, times W^O.
     w_o.forward(y, &acts.ctx, None, rows);
     let n = &mut acts.norm;
+    // §3.1: LayerNorm(x + Sublayer(x)); §5.4: dropout on the sub-layer output.
     residual_layer_norm_forward(
         &mut n.out,
         &mut n.s,
@@ -157,9 +159,11 @@ pub(super) fn self_forward(
     let (_, hk, hv) = widths(m);
     let nq = 2 * hk + hv;
     let rows = shape.q_rows();
+    // §3.2.2: Q, K, V = x W^Q, x W^K, x W^V, every head's, in one product.
     lins.q.forward(&mut acts.q, x, Some(p.attn.b_qkv), rows);
     let head = |off| Heads { data: &acts.q, ld: nq, off, packed: shape.q_packed };
     let (dims, key_lens, mask) = (shape.dims, shape.key_lens, shape.mask);
+    // Eq. 1: softmax(QKᵀ / √d_k) V per head, with dropout on the weights (`attention_dropout`).
     attention_forward(
         &mut acts.ctx,
         &mut acts.probs,
@@ -221,6 +225,7 @@ pub(super) fn self_backward(
 /// (its packed rows) into `acts.kv`: the first half of [`cross_forward`].
 pub(super) fn cross_kv_forward((p, lins): (&AttnBlock, AttnLins), enc: &[f32], acts: &mut AttnActs, shape: &AttnShape) {
     let kv = lins.kv.expect("encoder–decoder attention has a K|V map");
+    // §3.2.3: K, V = enc W^K, enc W^V: the keys and values come from the encoder output.
     kv.forward(&mut acts.kv, enc, Some(p.attn.b_kv), shape.kv_rows());
 }
 
@@ -237,10 +242,12 @@ pub(super) fn cross_forward(
 ) {
     let (_, hk, hv) = widths(m);
     let mt = shape.q_rows();
+    // §3.2.3: the queries come from the previous decoder sub-layer.
     lins.q.forward(&mut acts.q, x, Some(p.attn.b_q), mt);
     let q = Heads::padded(&acts.q, hk, 0);
     let kv = |off| Heads { data: &acts.kv, ld: hk + hv, off, packed: shape.kv_packed };
     let (dims, key_lens, mask) = (shape.dims, shape.key_lens, shape.mask);
+    // Eq. 1 per head over the source positions.
     attention_forward(&mut acts.ctx, &mut acts.probs, q, kv(0), kv(hk), key_lens, mask, masks.weights, dims);
     project_and_norm(m, (p, lins.o), x, acts, y, mt, masks.out);
 }

@@ -100,7 +100,7 @@ impl Batch {
             ));
         }
         if let Some(&id) = self.src.iter().find(|&&id| id as usize >= c.source_vocab()) {
-            let which = if c.source_vocab_size.is_some() { "source vocabulary" } else { "vocabulary" };
+            let which = if c.import.source_vocab_size.is_some() { "source vocabulary" } else { "vocabulary" };
             return bad(format!("token id {id} outside the {which} of {} (in the source)", c.source_vocab()));
         }
         let ids = self.tgt_in.iter().chain(&self.tgt_out);

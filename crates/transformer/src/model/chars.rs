@@ -51,7 +51,7 @@ impl Transformer {
     pub(super) fn char_forward(&self, batch: &Batch, ws: &mut Workspace, dropout: Option<DropoutCtx>) {
         let Some([emb, w, bias]) = self.layout.offsets.chars(&self.params) else { return };
         let table = self.pointer.as_deref().expect("a model with char_dim has its pointer table (checked before)");
-        let (d, s, dc) = (self.config.d_model, batch.s, self.config.char_dim);
+        let (d, s, dc) = (self.config.d_model, batch.s, self.config.parsing.char_dim);
         let a = &mut ws.chars;
         a.word.clear();
         a.word.resize(batch.b * s, NO_WORD);
@@ -101,7 +101,7 @@ impl Transformer {
         grads: &mut [f32],
     ) {
         let Some([emb, w, _]) = self.layout.offsets.chars(&self.params) else { return };
-        let (d, dc) = (self.config.d_model, self.config.char_dim);
+        let (d, dc) = (self.config.d_model, self.config.parsing.char_dim);
         let a = chars;
         let words = a.offsets.len().saturating_sub(1);
         if words == 0 {

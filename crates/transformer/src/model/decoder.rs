@@ -20,6 +20,8 @@ impl Transformer {
         let d = c.d_model;
         let p = &self.params;
         let o = &self.layout.offsets;
+        // §3.4: the shifted-right target's embeddings × √d_model; §3.5: + positional encodings;
+        // §5.4: dropout on the sum.
         embedding_forward(
             &mut ws.dec_in,
             &batch.tgt_in,
@@ -43,13 +45,16 @@ impl Transformer {
             let dims = ws.dims;
             let shape = AttnShape::self_attn(self, dims.b, dims.t, &batch.tgt_lens, Mask::Causal);
             let lins = self.decoder_lins(l);
+            // §3.2.3: masked (causal) multi-head self-attention; §3.1: residual + LayerNorm.
             let attn = (&lp.self_attn, lins.self_attn);
             attention::self_forward(self, attn, x, &mut acts.self_attn, &mut ws.y, &shape, masks.self_attn);
+            // §3.2.3: encoder–decoder attention, keys and values from the encoder output.
             let (attn_out, cross) = (&acts.self_attn.norm.out, &mut acts.cross_attn);
             let shape = AttnShape::cross(self, dims, &batch.src_lens).packed_keys(&ws.src_rows);
             let cross_attn = (&lp.cross_attn, lins.cross_attn);
             attention::cross_kv_forward(cross_attn, enc_out, cross, &shape);
             attention::cross_forward(self, cross_attn, attn_out, cross, &mut ws.y, &shape, masks.cross_attn);
+            // §3.3 Eq. 2: position-wise FFN; §3.1: residual + LayerNorm.
             let ffn = (&lp.ffn, lins.ffn);
             feed_forward::forward(self, ffn, &mut acts.ffn, &acts.cross_attn.norm.out, &mut ws.y, masks.ffn);
         }

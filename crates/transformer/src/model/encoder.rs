@@ -26,6 +26,7 @@ impl Transformer {
         let p = &self.params;
         let o = &self.layout.offsets;
         self.drop_words(batch, dropout, &mut ws.embed_ids);
+        // §3.4: embeddings × √d_model; §3.5: + positional encodings; §5.4: dropout on the sum.
         embedding_forward(
             &mut ws.enc_in,
             if ws.embed_ids.is_empty() { &batch.src } else { &ws.embed_ids },
@@ -36,6 +37,7 @@ impl Transformer {
             self.embedding_scale(),
             EmbeddingMasks::new(c, dropout).source,
         );
+        // The character encoder's word vectors, with `char_dim` (parsing; a named deviation).
         self.char_forward(batch, ws, dropout);
         let (ms, ns) = (batch.b * batch.s, ws.src_rows[batch.b]);
         packing::pack(&mut ws.enc_in[..ms * d], d, batch.s, &batch.src_lens);
@@ -58,11 +60,14 @@ impl Transformer {
             let dims = ws.dims;
             let shape = AttnShape::self_attn(self, dims.b, dims.s, &batch.src_lens, Mask::Padding).packed(&ws.src_rows);
             let lins = self.encoder_lins(l);
+            // §3.2.2: multi-head self-attention; §3.1: residual + LayerNorm.
             let attn = (&lp.self_attn, lins.self_attn);
             attention::self_forward(self, attn, x, &mut acts.self_attn, &mut ws.y, &shape, masks.self_attn);
+            // §3.3 Eq. 2: position-wise FFN; §3.1: residual + LayerNorm.
             let ffn = (&lp.ffn, lins.ffn);
             feed_forward::forward(self, ffn, &mut acts.ffn, &acts.self_attn.norm.out, &mut ws.y, masks.ffn);
         }
+        // The last layer's output, padded again (`encoder_output`).
         let last = packed_output(c.n_layers, &ws.enc_in, &ws.enc, ns * d);
         packing::unpack_into(&mut ws.enc_out, last, d, batch.s, &batch.src_lens);
     }

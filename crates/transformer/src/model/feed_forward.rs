@@ -26,6 +26,7 @@ pub(super) fn forward(
     let d = m.config.d_model;
     let (fp, np) = (&p.ffn, &p.norm);
     let rows = x.len() / d;
+    // Eq. 2: x W_1 (+ b_1 with the activation below).
     lins.w_1.forward(&mut acts.h, x, None, rows);
     if !acts.pre.is_empty() {
         // A smooth activation's backward reads its pre-activation z = x·W_1 + b_1.
@@ -38,10 +39,13 @@ pub(super) fn forward(
             }
         }
     }
-    bias_activation_forward(&mut acts.h, fp.b_1, m.config.activation);
+    // Eq. 2: max(0, · + b_1) (an imported model's activation in place of the ReLU).
+    bias_activation_forward(&mut acts.h, fp.b_1, m.config.import.activation);
     let y = &mut y[..rows * d];
+    // Eq. 2: · W_2 (+ b_2 inside the residual LayerNorm).
     lins.w_2.forward(y, &acts.h, None, rows);
     let n = &mut acts.norm;
+    // §3.1: LayerNorm(x + FFN(x)); §5.4: dropout on FFN(x).
     residual_layer_norm_forward(
         &mut n.out,
         &mut n.s,
@@ -88,7 +92,7 @@ pub(super) fn backward(
     );
     let dh = &mut gs.d_h[..rows * f];
     linear_backward(m.float(), Some(&mut *dh), false, fg.w_2, None, dy, &acts.h, fp.w_2, rows, d, f);
-    match m.config.activation {
+    match m.config.import.activation {
         Activation::Relu => bias_relu_backward(dh, &acts.h, fg.b_1, &mut gs.partials),
         act => {
             assert_eq!(acts.pre.len(), rows * f, "the forward kept no pre-activations for {}'s backward", act.name());

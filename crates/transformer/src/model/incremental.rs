@@ -115,7 +115,7 @@ impl Transformer {
         }
         let s = srcs.iter().map(|x| x.len()).max().unwrap_or(0).max(1);
         let (d, hk, hv) = (c.d_model, c.n_heads * c.d_k, c.n_heads * c.d_v);
-        let with_pointer = self.config.source_pointer;
+        let with_pointer = self.config.parsing.source_pointer;
         let mut cross_kv = vec![vec![0.0; b * s * (hk + hv)]; c.n_layers];
         let mut ptr_proj = if with_pointer { vec![0.0; b * s * d] } else { Vec::new() };
         let mut src_lens = Vec::with_capacity(b);
@@ -230,6 +230,7 @@ impl Transformer {
         if let Some(&t) = tokens.iter().find(|&&t| t as usize >= c.vocab_size) {
             return Err(Error::Batch(format!("token id {t} outside the vocabulary of {}", c.vocab_size)));
         }
+        self.check_step_inputs(enc, st)?;
         if st.len == st.cap {
             st.grow();
         }
@@ -253,13 +254,63 @@ impl Transformer {
         ] {
             buf.resize(rows * width, 0.0);
         }
+        // §3.4, §3.5: the input token's embedding × √d_model + the position's encoding.
         self.embed_step(enc, st, tokens, rows)?;
+        // §3.1: the decoder stack at this one position.
         for l in 0..c.n_layers {
             self.decoder_layer_step(l, enc, st, rows);
         }
         st.len += 1;
+        // §3.4: the pre-softmax projection is the shared embedding, logits = x Eᵀ.
         self.output_lin().forward(&mut st.logits, &st.x, self.output_bias(), rows);
         Ok(&st.logits)
+    }
+
+    /// That `enc` is an encoding by this model and `st` a state started for it: every buffer a
+    /// step reads has this model's sizes, and every row decodes a sentence of `enc`.
+    fn check_step_inputs(&self, enc: &Encoded, st: &DecoderState) -> Result<()> {
+        let c = &self.config;
+        let (b, s, d) = (enc.b, enc.s, c.d_model);
+        let (hk, hv) = (c.n_heads * c.d_k, c.n_heads * c.d_v);
+        let pointer = self.config.parsing.source_pointer;
+        let encoded_here = enc.src_lens.len() == b
+            && enc.cross_kv.len() == c.n_layers
+            && enc.cross_kv.iter().all(|kv| kv.len() == b * s * (hk + hv))
+            && enc.src_lens.iter().all(|&n| n <= s)
+            && enc.ptr_proj.len() == if pointer { b * s * d } else { 0 }
+            && enc.word_starts.len() == if pointer { b } else { 0 };
+        if !encoded_here {
+            return Err(Error::Batch(format!(
+                "the encoded batch ({b} sentences of {s} positions, {} layers of keys and values) was not encoded by \
+                 this model ({} layers, d_model {d}): encode the sources with the model that decodes them",
+                enc.cross_kv.len(),
+                c.n_layers
+            )));
+        }
+        if st.keys.len() != c.n_layers
+            || st.values.len() != c.n_layers
+            || (st.hk, st.hv) != (hk, hv)
+            || st.max_steps > c.max_positions
+        {
+            return Err(Error::Batch(format!(
+                "the decoder state was started for another model ({} layers of width {}|{} and {} positions, this one \
+                 has {} of {hk}|{hv} and {}): start it with this model's start_decoding",
+                st.keys.len(),
+                st.hk,
+                st.hv,
+                st.max_steps,
+                c.n_layers,
+                c.max_positions
+            )));
+        }
+        if let Some(&i) = st.sent.iter().find(|&&i| i >= b) {
+            return Err(Error::Batch(format!(
+                "the decoder state has a row of sentence {} but the encoded batch has {b} sentences: start it \
+                 with start_decoding on this batch",
+                i + 1
+            )));
+        }
+        Ok(())
     }
 
     /// The decoder's input at this step: embedding · √D + position `len` (§3.4), plus the parser's
@@ -282,7 +333,7 @@ impl Transformer {
         let lp = self.layout.offsets.decoder[l].params(&self.params);
         let t = st.len + 1; // keys visible to this step, the new one included
         let pl = self.decoder_lins(l);
-        // Causal self-attention over the cache, extended by this position's key and value.
+        // §3.2.3: causal self-attention over the cache, extended by this position's key and value.
         let nq = 2 * hk + hv;
         pl.self_attn.q.forward(&mut st.proj, &st.x, Some(lp.self_attn.attn.b_qkv), rows);
         // Row r's new key and value go to slot r.
@@ -297,6 +348,7 @@ impl Transformer {
         );
         {
             let (keys, values, proj, origin) = (&st.keys[l], &st.values[l], &st.proj, &st.origin);
+            // Eq. 1 per head over the positions so far.
             attend(&mut st.ctx, c.n_heads, c.d_k, c.d_v, |r| {
                 let q = &proj[r * nq..][..hk];
                 let kv = KeyValues {
@@ -311,7 +363,7 @@ impl Transformer {
             });
         }
         self.project_norm(pl.self_attn.o, &lp.self_attn.attn, &lp.self_attn.norm, st, rows);
-        // Encoder–decoder attention over the cached source keys and values.
+        // §3.2.3: encoder–decoder attention over the cached source keys and values.
         pl.cross_attn.q.forward(&mut st.proj[..rows * hk], &st.x, Some(lp.cross_attn.attn.b_q), rows);
         {
             let (kv, proj, sent) = (&enc.cross_kv[l], &st.proj, &st.sent);
@@ -325,14 +377,14 @@ impl Transformer {
             });
         }
         self.project_norm(pl.cross_attn.o, &lp.cross_attn.attn, &lp.cross_attn.norm, st, rows);
-        // FFN.
+        // §3.3 Eq. 2: FFN(x) = max(0, x W_1 + b_1) W_2 + b_2; §3.1: residual + LayerNorm.
         pl.ffn.w_1.forward(&mut st.hidden, &st.x, None, rows);
-        bias_activation_forward(&mut st.hidden, lp.ffn.ffn.b_1, c.activation);
+        bias_activation_forward(&mut st.hidden, lp.ffn.ffn.b_1, c.import.activation);
         pl.ffn.w_2.forward(&mut st.y, &st.hidden, None, rows);
         self.residual_norm(&lp.ffn.norm, lp.ffn.ffn.b_2, st);
     }
 
-    /// W^O over the heads in `st.ctx`, then x ← LN(x + y + b^O).
+    /// §3.2.2: W^O over the heads in `st.ctx`, then §3.1: x ← LN(x + y + b^O).
     fn project_norm(&self, w_o: Lin, ap: &AttnParams, np: &NormParams, st: &mut DecoderState, rows: usize) {
         w_o.forward(&mut st.y, &st.ctx, None, rows);
         self.residual_norm(np, ap.b_o, st);
@@ -408,10 +460,12 @@ impl DecoderState {
 
     /// Keeps the rows `keep` in that order: new row i continues old row `keep[i]` (a row may be
     /// kept several times, or dropped). Only the position → slot maps move; the logits of the last
-    /// step are discarded.
-    pub fn reorder(&mut self, keep: &[usize]) {
+    /// step are discarded. An index that is not a row is an error, and leaves the state as it was.
+    pub fn reorder(&mut self, keep: &[usize]) -> Result<()> {
         let rows = self.sent.len();
-        assert!(keep.iter().all(|&r| r < rows), "reorder: row index out of range");
+        if let Some(&r) = keep.iter().find(|&&r| r >= rows) {
+            return Err(Error::Batch(format!("reorder: row {r} kept, but the decoder state has {rows} rows")));
+        }
         let (cap, len) = (self.cap, self.len);
         at_least(&mut self.spare_origin, keep.len() * cap);
         for (i, &r) in keep.iter().enumerate() {
@@ -426,6 +480,7 @@ impl DecoderState {
         if !self.closer_top.is_empty() {
             self.closer_top = keep.iter().map(|&r| self.closer_top[r]).collect();
         }
+        Ok(())
     }
 
     /// Grows the positions a slot has room for by half (up to `max_steps`), and compacts: each row's

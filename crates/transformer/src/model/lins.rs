@@ -142,7 +142,7 @@ impl Transformer {
 
     /// The next-word pointer's W_p, with `source_pointer`.
     pub(crate) fn pointer_lin(&self) -> Option<Lin<'_>> {
-        if !self.config.source_pointer {
+        if !self.config.parsing.source_pointer {
             return None;
         }
         Some(match self.prepared() {

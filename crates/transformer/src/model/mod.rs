@@ -106,7 +106,7 @@ impl Transformer {
         }
         let sinusoids = match config.positions {
             crate::config::Positions::Sinusoidal => {
-                sinusoid_table(config.max_positions, config.d_model, config.sinusoid_layout)
+                sinusoid_table(config.max_positions, config.d_model, config.import.sinusoid_layout)
             }
             crate::config::Positions::Learned => Vec::new(),
         };
@@ -165,7 +165,7 @@ impl Transformer {
             }));
         }
         let prepared = Prepared::build(&self.config, &self.layout, &self.params, precision, kernels);
-        Ok(self.with_prepared(prepared))
+        self.with_prepared(prepared)
     }
 
     /// The same model prepared at int8 with the linear maps' codes taken from `codes` (an int8
@@ -176,17 +176,17 @@ impl Transformer {
             return Err(Error::Unsupported("this model is already prepared for inference".into()));
         }
         let prepared = Prepared::from_codes(&self.config, &self.layout, codes)?;
-        Ok(self.with_prepared(prepared))
+        self.with_prepared(prepared)
     }
 
     /// Takes `prepared` (built from this model) and leaves its weights out of the parameters.
-    fn with_prepared(mut self, prepared: Prepared) -> Self {
+    fn with_prepared(mut self, prepared: Prepared) -> Result<Self> {
         let leave_out = LeaveOut { linear_weights: true, embedding: prepared.embedding_rows().is_some() };
         let layout = ParamLayout::leaving_out(&self.config, leave_out);
-        self.params = layout.gather(&self.layout, &self.params);
+        self.params = layout.gather(&self.layout, &self.params)?;
         self.layout = layout;
         self.compute = Compute::Prepared(Arc::new(prepared));
-        self
+        Ok(self)
     }
 
     /// The prepared linear maps, in a model prepared for inference.
@@ -250,7 +250,7 @@ impl Transformer {
 
     /// §3.4: the embedding weights are multiplied by √d_model (unless `scale_embedding` is off).
     fn embedding_scale(&self) -> f32 {
-        if self.config.scale_embedding {
+        if self.config.import.scale_embedding {
             (self.config.d_model as f32).sqrt()
         } else {
             1.0
@@ -263,20 +263,48 @@ impl Transformer {
         batch.validate(&self.config)?;
         self.tree_table()?;
         ws.prepare(&self.config, &batch.src_lens, batch.s, batch.t);
+        // The parser's inputs, where the model has them (named deviations; none in the paper's).
         self.tree_inputs_prepare(batch, ws, dropout)?;
         let n = self.config.n_layers;
+        // §3.1: the encoder stack over the source, then the decoder stack attending to its output.
         self.encoder_forward(batch, ws, dropout);
         self.decoder_forward(batch, ws, dropout);
         let dec_out: &[f32] = if n == 0 { &ws.dec_in } else { &ws.dec[n - 1].ffn.norm.out };
         // §3.4: the pre-softmax projection is the shared embedding, logits = h Eᵀ.
         self.output_lin().forward(&mut ws.logits, dec_out, self.output_bias(), batch.b * batch.t);
+        ws.forward_of = Some((ws.dims, self.config.clone()));
         Ok(())
     }
 
-    /// After [`Transformer::forward`]: the label-smoothed loss over non-padding targets, replacing
-    /// `ws.logits` by `grad_scale · ∂loss/∂logits` (pass 1/tokens for the per-token mean).
-    pub fn loss(&self, batch: &Batch, ws: &mut Workspace, label_smoothing: f32, grad_scale: f32) -> LossSums {
-        softmax_xent_forward_backward(
+    /// That `ws` holds this model's forward pass over `batch` (its shape, at this configuration),
+    /// which the loss and the backward pass read: an [`Error::Batch`] naming `what` otherwise.
+    fn check_forward_of(&self, batch: &Batch, ws: &Workspace, what: &str) -> Result<()> {
+        batch.validate(&self.config)?;
+        let dims = workspace::Dims { b: batch.b, s: batch.s, t: batch.t };
+        let logits = batch.b * batch.t * self.config.vocab_size;
+        match &ws.forward_of {
+            Some((d, c)) if *d == dims && *c == self.config && ws.logits.len() == logits => Ok(()),
+            Some((d, _)) => Err(Error::Batch(format!(
+                "{what} reads the forward pass of the same batch by the same model, but the workspace holds one of \
+                 B={} S={} T={} (this batch: B={} S={} T={}) or by another model: run Transformer::forward on this \
+                 batch first",
+                d.b, d.s, d.t, batch.b, batch.s, batch.t
+            ))),
+            None => Err(Error::Batch(format!(
+                "{what} reads a forward pass, and the workspace holds none: run Transformer::forward on this batch first"
+            ))),
+        }
+    }
+
+    /// After [`Transformer::forward`] on the same batch and workspace: the label-smoothed loss over
+    /// non-padding targets, replacing `ws.logits` by `grad_scale · ∂loss/∂logits` (pass 1/tokens
+    /// for the per-token mean). A workspace that holds no forward pass of this batch is an error.
+    pub fn loss(&self, batch: &Batch, ws: &mut Workspace, label_smoothing: f32, grad_scale: f32) -> Result<LossSums> {
+        self.check_forward_of(batch, ws, "the loss")?;
+        if !(0.0..1.0).contains(&label_smoothing) {
+            return Err(Error::Config(format!("label smoothing {label_smoothing} must lie in [0, 1)")));
+        }
+        Ok(softmax_xent_forward_backward(
             &mut ws.logits,
             &mut ws.row_loss,
             &mut ws.row_nll,
@@ -286,7 +314,7 @@ impl Transformer {
             grad_scale,
             self.config.vocab_size,
             &self.masked_outputs(),
-        )
+        ))
     }
 
     /// The embedding rows training leaves as they are, for an imported model (one with masked
@@ -311,13 +339,31 @@ impl Transformer {
     }
 
     /// Backward pass after [`Transformer::forward`] and [`Transformer::loss`] on the same batch,
-    /// workspace and dropout context. Accumulates (`+=`) parameter gradients into `grads`.
-    pub fn backward(&self, batch: &Batch, ws: &mut Workspace, dropout: Option<DropoutCtx>, grads: &mut [f32]) {
-        assert!(
-            self.prepared().is_none(),
-            "a model prepared for inference has no backward pass (Trainer::new refuses one)"
-        );
-        assert_eq!(grads.len(), self.params.len(), "gradient buffer does not match the layout");
+    /// workspace and dropout context. Accumulates (`+=`) parameter gradients into `grads`. A model
+    /// prepared for inference, a gradient buffer that is not one value per parameter and a
+    /// workspace that holds no forward pass of this batch are errors.
+    pub fn backward(
+        &self,
+        batch: &Batch,
+        ws: &mut Workspace,
+        dropout: Option<DropoutCtx>,
+        grads: &mut [f32],
+    ) -> Result<()> {
+        if let Some(p) = self.prepared() {
+            return Err(Error::Unsupported(format!(
+                "a model prepared for inference (at {}) has no backward pass: its parameters no longer hold the \
+                 linear maps' weights; train the model as loaded",
+                p.precision()
+            )));
+        }
+        if grads.len() != self.params.len() {
+            return Err(Error::Mismatch(format!(
+                "{} gradients given for the model's {} parameters: there must be one a parameter",
+                grads.len(),
+                self.params.len()
+            )));
+        }
+        self.check_forward_of(batch, ws, "the backward pass")?;
         let (d, v, n) = (self.config.d_model, self.config.vocab_size, self.config.n_layers);
         let mt = ws.dims.b * ws.dims.t;
         let emb = self.embedding();
@@ -339,5 +385,6 @@ impl Transformer {
                 emb_g[id as usize * d..][..d].fill(0.0);
             }
         }
+        Ok(())
     }
 }

@@ -196,11 +196,12 @@ impl PointerState {
     /// the open leaf's next piece to copy, else the next word's first piece; `src_len` (no
     /// position: the pointer adds nothing) once every word of a source of `src_len` positions
     /// whose words start at `starts` has its leaf, so that "the sentence is done" is as plain to
-    /// the decoder as "this word is next". `src_len` must be at least 1.
+    /// the decoder as "this word is next". Starts that are not increasing positions below
+    /// `src_len` give positions that mean nothing, never a panic.
     pub fn advance(&mut self, class: TokenClass, starts: &[u32], src_len: usize) -> usize {
         let pieces = |w: usize| -> u32 {
             match starts.get(w) {
-                Some(&s) => starts.get(w + 1).map_or(src_len as u32, |&e| e) - s,
+                Some(&s) => starts.get(w + 1).map_or(src_len as u32, |&e| e).saturating_sub(s),
                 None => 0,
             }
         };
@@ -219,7 +220,8 @@ impl PointerState {
         if self.remaining > 0 {
             let word = self.tags as usize - 1;
             match starts.get(word) {
-                Some(&s) => ((s + pieces(word)).saturating_sub(self.remaining) as usize).min(src_len - 1),
+                Some(&s) => ((s.saturating_add(pieces(word))).saturating_sub(self.remaining) as usize)
+                    .min(src_len.saturating_sub(1)),
                 None => src_len,
             }
         } else {

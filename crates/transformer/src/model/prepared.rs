@@ -115,7 +115,7 @@ pub(crate) fn map_specs(c: &ModelConfig) -> Vec<MapSpec> {
         out.push(map(&[format!("{p}.ffn.w_1")], d));
         out.push(map(&[format!("{p}.ffn.w_2")], f));
     }
-    if c.source_pointer {
+    if c.parsing.source_pointer {
         out.push(as_given(&["decoder.source_pointer.weight".into()], d));
     }
     out.push(map(&["embed.weight".into()], d));
@@ -162,7 +162,7 @@ impl Prepared {
                 w_2: next()?,
             });
         }
-        let pointer = if c.source_pointer { Some(next()?) } else { None };
+        let pointer = if c.parsing.source_pointer { Some(next()?) } else { None };
         let output = next()?;
         Ok(Prepared { precision, encoder, decoder, pointer, output })
     }

@@ -58,17 +58,17 @@ impl Transformer {
     /// Whether the model reads the vocabulary's [`pointer::PointerTable`]: with the next-word
     /// pointer, the next-closer input or the character encoder.
     pub(super) fn uses_tree_table(&self) -> bool {
-        self.config.source_pointer || self.config.next_closer || self.config.char_dim > 0
+        self.config.parsing.source_pointer || self.config.parsing.next_closer || self.config.parsing.char_dim > 0
     }
 
     /// The pointer table with `source_pointer` (see [`Transformer::tree_table`]).
     pub(super) fn pointer_table(&self) -> Result<Option<&pointer::PointerTable>> {
-        Ok(self.tree_table()?.filter(|_| self.config.source_pointer))
+        Ok(self.tree_table()?.filter(|_| self.config.parsing.source_pointer))
     }
 
     /// The pointer table with `next_closer` (see [`Transformer::tree_table`]).
     pub(super) fn closer_table(&self) -> Result<Option<&pointer::PointerTable>> {
-        Ok(self.tree_table()?.filter(|_| self.config.next_closer))
+        Ok(self.tree_table()?.filter(|_| self.config.parsing.next_closer))
     }
 
     /// Teacher-forced batches: where each target position's tree is in its sentence (`ws.ptr`)
@@ -85,10 +85,10 @@ impl Transformer {
         }
         if let Some(table) = self.closer_table()? {
             (ws.closer, ws.depth) = pointer::batch_closers(table, batch);
-            if !self.config.next_closer_depth {
+            if !self.config.parsing.next_closer_depth {
                 ws.depth.fill(0);
             }
-            if let (Some(ctx), p) = (dropout, self.config.next_closer_dropout) {
+            if let (Some(ctx), p) = (dropout, self.config.parsing.next_closer_dropout) {
                 if p > 0.0 {
                     // Whole positions lose the term (C[c] + H[k]); kept ones are not rescaled.
                     let m = crate::rng::DropoutMask::new(p, ctx.seed, ctx.counter, masks::site::CLOSER);
@@ -214,7 +214,7 @@ impl Transformer {
             for (r, x) in st.x.chunks_exact_mut(d).take(rows).enumerate() {
                 st.closer_top[r] = st.closers.advance(st.closer_top[r], table.class(tokens[r]));
                 let (id, depth) = st.closers.closer(st.closer_top[r]);
-                let depth = if self.config.next_closer_depth { depth } else { 0 };
+                let depth = if self.config.parsing.next_closer_depth { depth } else { 0 };
                 let (cr, hr) = (&closers[id as usize * d..][..d], &depths[depth as usize * d..][..d]);
                 for ((a, &c), &h) in x.iter_mut().zip(cr).zip(hr) {
                     *a += c + h;

@@ -158,6 +158,10 @@ pub struct Workspace {
     pub embed_ids: Vec<u32>,
     /// The character encoder's saved values (with `char_dim`).
     pub(crate) chars: CharActs,
+    /// The batch shape and the model configuration of the forward pass these buffers hold, which
+    /// the loss and the backward pass read; `None` before one, and once buffers are prepared for
+    /// another pass.
+    pub(crate) forward_of: Option<(Dims, ModelConfig)>,
 }
 
 fn fit(v: &mut Vec<f32>, n: usize) {
@@ -195,6 +199,7 @@ impl Workspace {
     pub fn prepare_encoder(&mut self, c: &ModelConfig, src_lens: &[usize], s: usize) {
         let b = src_lens.len();
         self.dims = Dims { b, s, t: 1 };
+        self.forward_of = None;
         let (d, h, f) = (c.d_model, c.n_heads, c.d_ff);
         let (hk, hv) = (h * c.d_k, h * c.d_v);
         let ms = b * s;
@@ -263,6 +268,7 @@ impl Workspace {
     pub fn prepare(&mut self, c: &ModelConfig, src_lens: &[usize], s: usize, t: usize) {
         let b = src_lens.len();
         self.dims = Dims { b, s, t };
+        self.forward_of = None;
         let (d, h, f) = (c.d_model, c.n_heads, c.d_ff);
         let (hk, hv) = (h * c.d_k, h * c.d_v);
         let (ms, mt) = (b * s, b * t);
@@ -270,12 +276,12 @@ impl Workspace {
         let ns = self.pack_source(c, src_lens, s);
         fit(&mut self.enc_in, ms * d);
         fit(&mut self.dec_in, mt * d);
-        if c.source_pointer {
+        if c.parsing.source_pointer {
             fit(&mut self.ptr_in, mt * d);
         }
         self.enc.resize_with(c.n_layers, Default::default);
         self.dec.resize_with(c.n_layers, Default::default);
-        let smooth = c.activation != crate::config::Activation::Relu;
+        let smooth = c.import.activation != crate::config::Activation::Relu;
         for e in &mut self.enc {
             fit_attn(&mut e.self_attn, ns * (2 * hk + hv), 0, b * h * s * s, ns * hv, ns, d);
             fit(&mut e.ffn.h, ns * f);

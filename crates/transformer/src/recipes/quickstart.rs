@@ -377,10 +377,10 @@ pub fn write_heatmap(translator: &Translator, src: &[u32], tgt: &[u32], path: &P
     use crate::eval::attention::{AxisLabels, Kind};
     let w = translator.attention(src, tgt)?;
     let c = &translator.model().config;
-    let (first, rows, cols) = w.get(Kind::EncoderDecoder, c.n_layers - 1, 0);
+    let (first, rows, cols) = w.get(Kind::EncoderDecoder, c.n_layers - 1, 0)?;
     let mut mean = vec![0f32; first.len()];
     for head in 0..c.n_heads {
-        let (m, _, _) = w.get(Kind::EncoderDecoder, c.n_layers - 1, head);
+        let (m, _, _) = w.get(Kind::EncoderDecoder, c.n_layers - 1, head)?;
         for (a, b) in mean.iter_mut().zip(m) {
             *a += b / c.n_heads as f32;
         }

@@ -2,7 +2,7 @@
 //! with fields overridden, the data, and the training recipe. Every default is written once, in the
 //! sections' `Default` literals and the presets; `--set section.field=value` overrides any field.
 
-use crate::config::ModelConfig;
+use crate::config::{ImportOptions, ModelConfig, ParsingInputs};
 use crate::error::{Error, Result};
 use crate::events::Events;
 use crate::precision::Precision;
@@ -47,9 +47,10 @@ impl ModelSection {
             match fields.get_mut(key).filter(|_| !FIXED_MODEL_FIELDS.contains(&key.as_str())) {
                 Some(field) => *field = value.clone(),
                 None => {
-                    let settable = struct_fields::<ModelConfig>().iter().filter(|k| !FIXED_MODEL_FIELDS.contains(k));
+                    let names = field_names(preset);
+                    let settable = names.iter().map(String::as_str).filter(|k| !FIXED_MODEL_FIELDS.contains(k));
                     let expected: Vec<String> =
-                        std::iter::once(&"preset").chain(settable).map(|k| format!("`{k}`")).collect();
+                        std::iter::once("preset").chain(settable).map(|k| format!("`{k}`")).collect();
                     return Err(format!(
                         "unknown field `{key}`, expected one of {}\nin `model`\n",
                         expected.join(", ")
@@ -59,39 +60,45 @@ impl ModelSection {
         }
         // Read back under the section's name, so that a wrong type is reported "in `model.d_model`".
         #[derive(Deserialize)]
-        struct Section {
-            model: ModelConfig,
+        struct Section<T> {
+            model: T,
         }
         let doc: toml::Table = [("model".to_string(), toml::Value::Table(fields))].into_iter().collect();
-        toml::Value::Table(doc).try_into::<Section>().map(|s| s.model).map_err(|e| e.to_string())
+        let doc = toml::Value::Table(doc);
+        // The groups on their own first: flattened into ModelConfig, a wrong type in one of their
+        // fields would be reported "in `model`", without the field's name.
+        doc.clone().try_into::<Section<ParsingInputs>>().map_err(|e| e.to_string())?;
+        doc.clone().try_into::<Section<ImportOptions>>().map_err(|e| e.to_string())?;
+        doc.try_into::<Section<ModelConfig>>().map(|s| s.model).map_err(|e| e.to_string())
     }
 }
 
-/// The field names of a struct, in declaration order, as its derived `Deserialize` lists them.
-fn struct_fields<'de, T: Deserialize<'de>>() -> &'static [&'static str] {
-    struct Fields<'a>(&'a mut &'static [&'static str]);
-    impl<'de> serde::Deserializer<'de> for Fields<'_> {
-        type Error = serde::de::value::Error;
-        fn deserialize_struct<V: serde::de::Visitor<'de>>(
-            self,
-            _: &'static str,
-            fields: &'static [&'static str],
-            _: V,
-        ) -> std::result::Result<V::Value, Self::Error> {
-            *self.0 = fields;
-            Err(serde::de::Error::custom("only the field names were asked for"))
-        }
-        fn deserialize_any<V: serde::de::Visitor<'de>>(self, _: V) -> std::result::Result<V::Value, Self::Error> {
-            Err(serde::de::Error::custom("not a struct"))
-        }
-        serde::forward_to_deserialize_any! {
-            bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf option unit
-            unit_struct newtype_struct seq tuple tuple_struct map enum identifier ignored_any
+/// The field names of `value`'s serialised form, in their order (that of [`ModelConfig`]'s
+/// declaration, its flattened groups' fields where the groups stand), a field that is `None`
+/// included. Read back from JSON, which keeps the order (a `toml::Table` sorts its keys).
+fn field_names<T: Serialize>(value: &T) -> Vec<String> {
+    struct Keys(Vec<String>);
+    impl<'de> Deserialize<'de> for Keys {
+        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Keys, D::Error> {
+            struct Visit;
+            impl<'de> serde::de::Visitor<'de> for Visit {
+                type Value = Keys;
+                fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                    f.write_str("a map")
+                }
+                fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> std::result::Result<Keys, A::Error> {
+                    let mut keys = Vec::new();
+                    while let Some((k, serde::de::IgnoredAny)) = map.next_entry::<String, serde::de::IgnoredAny>()? {
+                        keys.push(k);
+                    }
+                    Ok(Keys(keys))
+                }
+            }
+            d.deserialize_map(Visit)
         }
     }
-    let mut fields: &'static [&'static str] = &[];
-    let _ = T::deserialize(Fields(&mut fields));
-    fields
+    let json = serde_json::to_string(value).expect("a config serialises to JSON");
+    serde_json::from_str::<Keys>(&json).expect("a config's JSON is a map").0
 }
 
 /// The data section.
@@ -412,7 +419,7 @@ impl RunConfig {
         source_vocab: Option<usize>,
     ) -> Result<ModelConfig> {
         let mut c = self.model.apply(base).map_err(Error::Config)?;
-        (c.vocab_size, c.source_vocab_size) = (vocab_size, source_vocab);
+        (c.vocab_size, c.import.source_vocab_size) = (vocab_size, source_vocab);
         c.validate()?;
         Ok(c)
     }

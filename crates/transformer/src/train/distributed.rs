@@ -61,10 +61,14 @@ impl Collective for SingleProcess {
 
 /// The batches of an update of `m` batches that worker `rank` of `size` takes: a contiguous range,
 /// the shares as equal as they can be (with `m` divisible by `size`, exactly `m / size` each; the
-/// last update of an epoch may be shorter, and a share may then be empty).
-pub fn share_of(m: usize, rank: usize, size: usize) -> Range<usize> {
-    assert!(rank < size, "rank {rank} of {size}");
-    (rank * m / size)..((rank + 1) * m / size)
+/// last update of an epoch may be shorter, and a share may then be empty). A rank that is not
+/// one of the `size` workers' is an [`Error::Input`].
+pub fn share_of(m: usize, rank: usize, size: usize) -> Result<Range<usize>> {
+    if rank >= size {
+        return Err(Error::Input(format!("worker rank {rank} of a run of {size} workers (ranks 0..{size})")));
+    }
+    let at = |r: usize| (r as u128 * m as u128 / size as u128) as usize;
+    Ok(at(rank)..at(rank + 1))
 }
 
 /// `train.accumulate` must split evenly over the workers, so that every worker does the same work
@@ -213,7 +217,7 @@ mod tests {
     fn shares_cover_an_update_in_order_without_overlap() {
         for m in 0..9 {
             for size in 1..5 {
-                let ranges: Vec<Range<usize>> = (0..size).map(|r| share_of(m, r, size)).collect();
+                let ranges: Vec<Range<usize>> = (0..size).map(|r| share_of(m, r, size).unwrap()).collect();
                 assert_eq!(ranges[0].start, 0);
                 assert_eq!(ranges[size - 1].end, m);
                 assert!(ranges.windows(2).all(|w| w[0].end == w[1].start), "{m} {size}: {ranges:?}");

@@ -7,7 +7,7 @@
 use super::config::{DataSection, RunConfig};
 use super::distributed::digest;
 use crate::config::ModelConfig;
-use crate::data::batching::{make_batches, BatchConfig};
+use crate::data::batching::{make_batches_in_rounds, BatchConfig};
 use crate::data::binarized::{Binarized, Pairs};
 use crate::data::parallel::{encode_and_filter_for, FilterConfig, FilterReport, TokenPairs};
 use crate::data::tokenizer::Tokenizer;
@@ -93,7 +93,7 @@ fn tokenizer(cfg: &RunConfig, events: &mut dyn Events) -> Result<Tokenizer> {
     let d = &cfg.data;
     if !d.bpe.exists() {
         events.log(&format!("learning a {}-entry BPE vocabulary from the training text", d.vocab_size));
-        let text = training_text(d, 1, events)?;
+        let text = training_text(d)?;
         let bpe = d.task.learn_vocabulary(&text, d.vocab_size)?;
         if let Some(w) = bpe.shortfall(d.vocab_size) {
             events.warn(&w.to_string());
@@ -116,26 +116,70 @@ fn tokenizer(cfg: &RunConfig, events: &mut dyn Events) -> Result<Tokenizer> {
     Ok(tokenizer)
 }
 
-/// The training text: the pairs of `train_src` (for parsing, its `train_files`), and with
-/// `data.silver_src` each gold pair `gold_repeat` times followed by every silver pair.
-fn training_text(d: &DataSection, gold_repeat: usize, events: &mut dyn Events) -> Result<Vec<(String, String)>> {
+/// The training text the vocabulary is learned from: the pairs of `train_src` (for parsing, its
+/// `train_files`), then those of `data.silver_src`, each pair once.
+fn training_text(d: &DataSection) -> Result<Vec<(String, String)>> {
     let mut text = d.task.read_pairs(&d.train_src, &d.train_tgt, d.train_files.as_deref())?;
-    if let Some(silver_src) = &d.silver_src {
-        let silver = d.task.read_pairs(silver_src, std::path::Path::new(""), None)?;
-        events.log(&format!(
-            "silver trees: {} from {}, beside {} gold trees seen {gold_repeat} time{} an epoch",
-            silver.len(),
-            silver_src.display(),
-            text.len(),
-            if gold_repeat == 1 { "" } else { "s" }
-        ));
-        let gold = text.len();
-        for _ in 1..gold_repeat {
-            text.extend_from_within(..gold);
-        }
+    // Said once, when the training pairs are read (`training_pairs`).
+    if let Some(silver) = silver_text(d, text.len(), 1, &mut ())? {
         text.extend(silver);
     }
     Ok(text)
+}
+
+/// The pairs of `data.silver_src`, if it is set, with a line saying how many beside how many gold.
+fn silver_text(
+    d: &DataSection,
+    gold: usize,
+    gold_repeat: usize,
+    events: &mut dyn Events,
+) -> Result<Option<Vec<(String, String)>>> {
+    let Some(silver_src) = &d.silver_src else { return Ok(None) };
+    let silver = d.task.read_pairs(silver_src, std::path::Path::new(""), None)?;
+    events.log(&format!(
+        "silver trees: {} from {}, beside {gold} gold trees seen {gold_repeat} time{} an epoch",
+        silver.len(),
+        silver_src.display(),
+        if gold_repeat == 1 { "" } else { "s" }
+    ));
+    Ok(Some(silver))
+}
+
+/// The encoded training pairs (gold `gold_repeat` times, then silver) and the round each is
+/// batched in: gold copy `k` is round `k`, silver pair `j` round `j mod gold_repeat`. Batching
+/// each round apart keeps the copies of one gold pair out of one batch: sorted by length together,
+/// the copies (of equal length) would sit side by side, and a batch of 30 pairs would hold about
+/// 30 / `gold_repeat` distinct trees, each several times.
+fn training_pairs(
+    d: &DataSection,
+    tokenizer: &Tokenizer,
+    filter: &FilterConfig,
+    events: &mut dyn Events,
+) -> Result<(TokenPairs, FilterReport, Vec<usize>)> {
+    let gold_text = d.task.read_pairs(&d.train_src, &d.train_tgt, d.train_files.as_deref())?;
+    let r = d.gold_repeat.max(1);
+    let (gold, gold_report) = encode(d, tokenizer, &gold_text, filter)?;
+    let Some(silver_text) = silver_text(d, gold_text.len(), r, events)? else {
+        let rounds = vec![0; gold.len()];
+        return Ok((gold, gold_report, rounds));
+    };
+    let (silver, silver_report) = encode(d, tokenizer, &silver_text, filter)?;
+    let report = FilterReport {
+        read: r * gold_report.read + silver_report.read,
+        kept: r * gold_report.kept + silver_report.kept,
+        empty: r * gold_report.empty + silver_report.empty,
+        too_long: r * gold_report.too_long + silver_report.too_long,
+        bad_ratio: r * gold_report.bad_ratio + silver_report.bad_ratio,
+    };
+    let mut pairs = Vec::with_capacity(r * gold.len() + silver.len());
+    let mut rounds = Vec::with_capacity(pairs.capacity());
+    for k in 0..r {
+        pairs.extend(gold.iter().cloned());
+        rounds.extend(std::iter::repeat_n(k, gold.len()));
+    }
+    rounds.extend((0..silver.len()).map(|j| j % r));
+    pairs.extend(silver);
+    Ok((pairs, report, rounds))
 }
 
 /// Encodes text pairs with the run's tokenizer ([`encode_and_filter_for`]).
@@ -176,6 +220,8 @@ fn own_config(dir: &std::path::Path) -> Option<ModelConfig> {
 pub(super) fn prepare(cfg: &RunConfig, events: &mut dyn Events) -> Result<Data> {
     let d = &cfg.data;
     let tokenizer = tokenizer(cfg, events)?;
+    // The round each training pair is batched in (empty: all in one).
+    let mut rounds = Vec::new();
     let train: Box<dyn Pairs> = match &d.train_bin {
         Some(dir) => {
             let b = Binarized::open(dir)?;
@@ -203,9 +249,9 @@ pub(super) fn prepare(cfg: &RunConfig, events: &mut dyn Events) -> Result<Data> 
         }
         None => {
             let filter = FilterConfig { max_tokens: d.max_tokens, max_ratio: d.max_ratio };
-            let text = training_text(d, d.gold_repeat, events)?;
-            let (pairs, report) = encode(d, &tokenizer, &text, &filter)?;
+            let (pairs, report, r) = training_pairs(d, &tokenizer, &filter, events)?;
             events.log(&format!("train: {report}"));
+            rounds = r;
             Box::new(pairs)
         }
     };
@@ -237,7 +283,7 @@ pub(super) fn prepare(cfg: &RunConfig, events: &mut dyn Events) -> Result<Data> 
     }
     let bc = BatchConfig { max_src_tokens: cfg.train.max_src_tokens, max_tgt_tokens: cfg.train.max_tgt_tokens };
     check_budget(&lengths, &bc, events)?;
-    let batches = make_batches(&lengths, &bc);
+    let batches = make_batches_in_rounds(&lengths, &rounds, &bc)?;
     let word_counts = match (cfg.train.word_dropout, tokenizer.bpe()) {
         (false, _) => None,
         (true, None) => return Err(Error::Config("train.word_dropout needs a BPE vocabulary of ours".into())),
@@ -356,20 +402,40 @@ mod tests {
             train_files: Some("own_0001..own_0002".into()),
             ..DataSection::default()
         };
-        let gold = training_text(&d, 1, &mut ()).unwrap();
+        let gold = training_text(&d).unwrap();
         assert!(gold.len() > 5, "{}", gold.len());
         d.silver_src = Some(silver_file);
         d.gold_repeat = 3;
-        let mut said = String::new();
-        let text = training_text(&d, 3, &mut crate::events::Lines::new(|m: &str| said.push_str(m))).unwrap();
-        assert_eq!(text.len(), 3 * gold.len() + 2);
-        assert_eq!(&text[..gold.len()], &gold[..]);
-        assert_eq!(&text[2 * gold.len()..3 * gold.len()], &gold[..]);
-        assert_eq!(text[3 * gold.len()].0, "The cat sat .");
-        assert_eq!(text[3 * gold.len() + 1].0, "dog");
-        assert!(said.contains("silver trees: 2 from") && said.contains("seen 3 times an epoch"), "{said}");
         // For the vocabulary, each tree once.
-        assert_eq!(training_text(&d, 1, &mut ()).unwrap().len(), gold.len() + 2);
+        let once = training_text(&d).unwrap();
+        assert_eq!(once.len(), gold.len() + 2);
+        assert_eq!(&once[..gold.len()], &gold[..]);
+        assert_eq!(once[gold.len()].0, "The cat sat .");
+        assert_eq!(once[gold.len() + 1].0, "dog");
+        // For training, the gold trees 3 times, then the silver ones.
+        let text: Vec<(String, String)> =
+            gold.iter().chain(&gold).chain(&gold).cloned().chain(once[gold.len()..].iter().cloned()).collect();
+        // Encoded: the same pairs in the same order, each gold copy its own round, silver dealt out.
+        let bpe = d.task.learn_vocabulary(&text, 300).unwrap();
+        let tokenizer = Tokenizer::Bpe(bpe);
+        let filter = FilterConfig { max_tokens: 400, max_ratio: 12.0 };
+        let mut said = String::new();
+        let (pairs, report, rounds) =
+            training_pairs(&d, &tokenizer, &filter, &mut crate::events::Lines::new(|m: &str| said.push_str(m)))
+                .unwrap();
+        assert!(said.contains("silver trees: 2 from") && said.contains("seen 3 times an epoch"), "{said}");
+        let (whole, whole_report) = encode(&d, &tokenizer, &text, &filter).unwrap();
+        assert_eq!(pairs, whole);
+        assert_eq!(report.to_string(), whole_report.to_string());
+        let g = gold.len();
+        assert_eq!(rounds.len(), 3 * g + 2);
+        for k in 0..3 {
+            assert!(rounds[k * g..(k + 1) * g].iter().all(|&r| r == k), "gold copy {k} is round {k}");
+        }
+        assert_eq!(&rounds[3 * g..], &[0, 1]);
+        d.silver_src = None;
+        let (_, _, rounds) = training_pairs(&d, &tokenizer, &filter, &mut ()).unwrap();
+        assert!(rounds.iter().all(|&r| r == 0));
     }
 
     #[test]

@@ -343,7 +343,7 @@ impl<'a> Run<'a> {
                 model.with_pointer_table(crate::model::pointer::PointerTable::from_bpe(bpe, cfg.data.tree_format))?;
         }
         let schedule = Schedule { d_model: data.model.d_model, warmup: t.warmup, lr_scale: t.lr_scale };
-        let mut trainer = Trainer::new(model, schedule, t.seed);
+        let mut trainer = Trainer::new(model, schedule, t.seed)?;
         let state = resume_run(&mut trainer, cfg, comm, &run_dir, &data, &mut rank0)?;
         rank0.log(&format!(
             "{} parameters, {} training pairs in {} batches, {} per update{}",
@@ -394,7 +394,7 @@ impl<'a> Run<'a> {
     fn update(&mut self, order: &[usize]) -> Result<()> {
         let (t, n_batches) = (&self.cfg.train, order.len());
         let end = (self.state.cursor + t.accumulate).min(n_batches);
-        let share = share_of(end - self.state.cursor, self.comm.rank(), self.comm.size());
+        let share = share_of(end - self.state.cursor, self.comm.rank(), self.comm.size())?;
         let mine = &order[self.state.cursor + share.start..self.state.cursor + share.end];
         let group: Vec<Batch> = mine
             .iter()

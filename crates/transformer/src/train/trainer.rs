@@ -54,17 +54,18 @@ pub struct Trainer {
 }
 
 impl Trainer {
-    /// A trainer at step 0 with the paper's Adam and the given schedule. Panics for a model
-    /// prepared for inference ([`Transformer::prepare`]), which no longer holds its linear maps'
-    /// weights as parameters.
-    pub fn new(model: Transformer, schedule: Schedule, seed: u64) -> Self {
-        assert!(
-            model.prepared().is_none(),
-            "a model prepared for inference (at {}) cannot train: train the model as loaded, at f32 or bf16",
-            model.precision()
-        );
+    /// A trainer at step 0 with the paper's Adam and the given schedule. A model prepared for
+    /// inference ([`Transformer::prepare`]), which no longer holds its linear maps' weights as
+    /// parameters, is an [`Error::Unsupported`].
+    pub fn new(model: Transformer, schedule: Schedule, seed: u64) -> Result<Self> {
+        if model.prepared().is_some() {
+            return Err(Error::Unsupported(format!(
+                "a model prepared for inference (at {}) cannot train: train the model as loaded, at f32 or bf16",
+                model.precision()
+            )));
+        }
         let n = model.params.len();
-        Trainer {
+        Ok(Trainer {
             model,
             grads: vec![0.0; n],
             adam_m: vec![0.0; n],
@@ -75,7 +76,7 @@ impl Trainer {
             seed,
             passes: 0,
             workspace: Workspace::new(),
-        }
+        })
     }
 
     /// The model trained.
@@ -110,7 +111,7 @@ impl Trainer {
     /// step, and `passes` forward/backward passes done (the dropout counter, kept by the caller in
     /// the checkpoint's metadata). The checkpoint must fit the model and hold Adam moments.
     pub fn resume(&mut self, ckpt: Checkpoint, passes: u64, path: &Path) -> Result<()> {
-        self.check_fits(&ckpt, path)?;
+        self.check_fits(&ckpt, true, path)?;
         let (m, v) = ckpt.adam.ok_or_else(|| Error::CorruptCheckpoint {
             path: path.to_path_buf(),
             reason: "no Adam moments to resume from".into(),
@@ -123,15 +124,25 @@ impl Trainer {
         Ok(())
     }
 
-    /// `ckpt` (read from `path`) has as many parameters as this model.
-    fn check_fits(&self, ckpt: &Checkpoint, path: &Path) -> Result<()> {
-        if ckpt.params.len() != self.model.params.len() {
-            return Err(Error::CheckpointMismatch {
-                path: path.to_path_buf(),
-                what: "parameter count".into(),
-                expected: self.model.params.len().to_string(),
-                found: ckpt.params.len().to_string(),
-            });
+    /// `ckpt` (read from `path`) has as many parameters as this model, and with `moments`, as
+    /// many Adam moments of each kind where it has them.
+    fn check_fits(&self, ckpt: &Checkpoint, moments: bool, path: &Path) -> Result<()> {
+        let n = self.model.params.len();
+        let mismatch = |what: &str, found: usize| Error::CheckpointMismatch {
+            path: path.to_path_buf(),
+            what: what.into(),
+            expected: n.to_string(),
+            found: found.to_string(),
+        };
+        if ckpt.params.len() != n {
+            return Err(mismatch("parameter count", ckpt.params.len()));
+        }
+        if let Some((m, v)) = ckpt.adam.as_ref().filter(|_| moments) {
+            for (what, kept) in [("Adam first-moment count", m), ("Adam second-moment count", v)] {
+                if kept.len() != n {
+                    return Err(mismatch(what, kept.len()));
+                }
+            }
         }
         Ok(())
     }
@@ -139,7 +150,7 @@ impl Trainer {
     /// Starts from another run's weights (`ckpt`, read from `path`): step 0 (a fresh schedule), and
     /// fresh Adam moments unless `keep_optimizer`, which takes the checkpoint's.
     pub fn init_from(&mut self, ckpt: Checkpoint, keep_optimizer: bool, path: &Path) -> Result<()> {
-        self.check_fits(&ckpt, path)?;
+        self.check_fits(&ckpt, keep_optimizer, path)?;
         if keep_optimizer {
             let (m, v) = ckpt.adam.ok_or_else(|| {
                 Error::Config(format!(
@@ -167,8 +178,8 @@ impl Trainer {
     fn accumulate_at(&mut self, batch: &Batch, grad_scale: f32, pass: u64) -> Result<crate::model::LossSums> {
         let ctx = DropoutCtx { seed: self.seed, counter: pass };
         self.model.forward(batch, &mut self.workspace, Some(ctx))?;
-        let sums = self.model.loss(batch, &mut self.workspace, self.model.config.label_smoothing, grad_scale);
-        self.model.backward(batch, &mut self.workspace, Some(ctx), &mut self.grads);
+        let sums = self.model.loss(batch, &mut self.workspace, self.model.config.label_smoothing, grad_scale)?;
+        self.model.backward(batch, &mut self.workspace, Some(ctx), &mut self.grads)?;
         Ok(sums)
     }
 
@@ -191,7 +202,12 @@ impl Trainer {
         update_len: usize,
         comm: &dyn Collective,
     ) -> Result<StepStats> {
-        assert!(first + batches.len() <= update_len, "share {first}+{} of {update_len}", batches.len());
+        if first.checked_add(batches.len()).is_none_or(|end| end > update_len) {
+            return Err(Error::Input(format!(
+                "this worker's share, batches {first}..{first}+{}, lies outside the update's {update_len} batches",
+                batches.len()
+            )));
+        }
         let mut tokens = [batches.iter().map(|b| b.target_tokens() as u64).sum::<u64>()];
         comm.all_reduce_sum_u64(&mut tokens);
         let tokens = tokens[0] as usize;
@@ -273,7 +289,7 @@ mod tests {
 
     fn trained(steps: usize) -> Trainer {
         let cfg = model_config(6);
-        let mut t = Trainer::new(Transformer::new(cfg.clone(), 1).unwrap(), Schedule::paper(cfg.d_model), 1);
+        let mut t = Trainer::new(Transformer::new(cfg.clone(), 1).unwrap(), Schedule::paper(cfg.d_model), 1).unwrap();
         let mut rng = crate::rng::Rng::new(2);
         for _ in 0..steps {
             t.train_step(&[Batch::from_pairs(&pairs(SyntheticTask::Copy, &mut rng, 4, 6, 2, 5))]).unwrap();
@@ -359,7 +375,7 @@ mod tests {
         // A learning rate of 2e-3 to 5e-3 (Eq. 3 with a short warmup), so that the updates move
         // the parameters by more than their rounding.
         let schedule = Schedule { d_model: cfg.d_model, warmup: 4, lr_scale: 0.1 };
-        let new = || Trainer::new(Transformer::new(cfg.clone(), 1).unwrap(), schedule, 1);
+        let new = || Trainer::new(Transformer::new(cfg.clone(), 1).unwrap(), schedule, 1).unwrap();
         let mut rng = crate::rng::Rng::new(2);
         let updates: Vec<Vec<Batch>> = (0..3)
             .map(|_| (0..4).map(|_| Batch::from_pairs(&pairs(SyntheticTask::Copy, &mut rng, 4, 6, 2, 5))).collect())

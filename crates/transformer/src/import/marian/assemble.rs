@@ -5,7 +5,7 @@
 
 use super::foreign::{err, Architecture, ForeignModel, Imported, Side, TokenizerParts};
 use crate::checkpoint::Checkpoint;
-use crate::config::{ModelConfig, Positions};
+use crate::config::{ImportOptions, ModelConfig, Positions};
 use crate::data::tokenizer::IdMap;
 use crate::error::Result;
 use crate::params::ParamLayout;
@@ -76,11 +76,13 @@ fn config(a: &Architecture, tgt_map: &IdMap, src_map: Option<&IdMap>) -> ModelCo
         max_positions: a.max_positions,
         vocab_size: tgt_map.len(),
         layer_norm_eps: a.layer_norm_eps,
-        activation: a.activation,
-        output_bias: true,
-        source_vocab_size: src_map.map(IdMap::len),
-        sinusoid_layout: a.sinusoid_layout,
-        scale_embedding: a.scale_embedding,
+        import: ImportOptions {
+            activation: a.activation,
+            output_bias: true,
+            source_vocab_size: src_map.map(IdMap::len),
+            sinusoid_layout: a.sinusoid_layout,
+            scale_embedding: a.scale_embedding,
+        },
         ..ModelConfig::base()
     }
 }

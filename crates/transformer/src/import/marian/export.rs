@@ -31,9 +31,11 @@ const MARIAN_LAYER_NORM_EPS: f32 = 1e-6;
 const WRITTEN_AS: &str = "v1.12.42";
 
 /// Writes `ckpt` with `tokenizer` into the directory `out` (created; it must not hold a Marian
-/// model already) and returns the files written.
+/// model already) and returns the files written. A checkpoint whose parameters do not fit its
+/// configuration, or a tokenizer of another vocabulary size, is an error.
 pub fn export(ckpt: &Checkpoint, tokenizer: &Tokenizer, out: &Path) -> Result<Vec<PathBuf>> {
     let c = &ckpt.config;
+    c.validate()?;
     check_options(c)?;
     let Tokenizer::Marian(tok) = tokenizer else {
         return Err(Error::Unsupported(
@@ -42,10 +44,27 @@ pub fn export(ckpt: &Checkpoint, tokenizer: &Tokenizer, out: &Path) -> Result<Ve
                 .into(),
         ));
     };
+    let layout = ParamLayout::new(c);
+    let total = layout.total();
+    if ckpt.params.len() != total {
+        return Err(Error::Mismatch(format!(
+            "export marian: the checkpoint has {} parameters, its configuration needs {total}",
+            ckpt.params.len()
+        )));
+    }
+    if tokenizer.vocab_size() != c.vocab_size || tokenizer.source_vocab_size() != c.import.source_vocab_size {
+        return Err(Error::Mismatch(format!(
+            "export marian: the model's vocabulary is {} (source: {:?}) but the tokenizer's is {} (source: {:?}): \
+             pass the tokenizer the checkpoint was trained with",
+            c.vocab_size,
+            c.import.source_vocab_size,
+            tokenizer.vocab_size(),
+            tokenizer.source_vocab_size()
+        )));
+    }
     let (src_map, tgt_map) = tok.maps();
     let m = tok.inner();
     let shared = !m.separate_vocabs();
-    let layout = ParamLayout::new(c);
     let param = |name: &str| layout.get(name).map(|e| &ckpt.params[e.range()]);
     let target_embedding = param("embed.weight").expect("every model has its target embedding");
     check_start(target_embedding, c.d_model)?;
@@ -82,7 +101,7 @@ pub fn export(ckpt: &Checkpoint, tokenizer: &Tokenizer, out: &Path) -> Result<Ve
             }
         }
     }
-    if !c.output_bias {
+    if !c.import.output_bias {
         arrays.push(("decoder_ff_logit_out_b".into(), vec![1, tgt_rows], vec![0.0; tgt_rows]));
     }
     let yml = model_yml(c, shared, src_rows, tgt_rows);
@@ -105,14 +124,14 @@ fn check_options(c: &ModelConfig) -> Result<()> {
     if c.positions != Positions::Sinusoidal {
         return refuse("learned positions (model.positions = learned)".into());
     }
-    if c.sinusoid_layout != SinusoidLayout::Marian {
-        return refuse(format!("sinusoid layout {:?} (only its own, `marian`)", c.sinusoid_layout));
+    if c.import.sinusoid_layout != SinusoidLayout::Marian {
+        return refuse(format!("sinusoid layout {:?} (only its own, `marian`)", c.import.sinusoid_layout));
     }
-    if !c.scale_embedding {
+    if !c.import.scale_embedding {
         return refuse("unscaled embedding (scale_embedding = false)".into());
     }
-    if matches!(c.activation, Activation::GeluTanh | Activation::GeluSigmoid) {
-        return refuse(format!("activation {} (relu, swish and the exact gelu are its)", c.activation.name()));
+    if matches!(c.import.activation, Activation::GeluTanh | Activation::GeluSigmoid) {
+        return refuse(format!("activation {} (relu, swish and the exact gelu are its)", c.import.activation.name()));
     }
     if c.layer_norm_eps != MARIAN_LAYER_NORM_EPS {
         return refuse(format!("LayerNorm ε {} (its is {MARIAN_LAYER_NORM_EPS})", c.layer_norm_eps));
@@ -123,7 +142,7 @@ fn check_options(c: &ModelConfig) -> Result<()> {
             c.d_k, c.d_v, c.d_model, c.n_heads
         ));
     }
-    if c.source_pointer || c.next_closer || c.char_dim > 0 {
+    if c.parsing.source_pointer || c.parsing.next_closer || c.parsing.char_dim > 0 {
         return refuse("parsing inputs (source_pointer, next_closer, char_dim)".into());
     }
     Ok(())
@@ -260,7 +279,7 @@ fn marian_rows(v: &[f32], d: usize, map: &IdMap, rows: usize) -> Vec<f32> {
 
 /// Marian's `special:model.yml` for `c`: every option its Transformer reads, with its values.
 fn model_yml(c: &ModelConfig, shared: bool, src_rows: usize, tgt_rows: usize) -> String {
-    let activation = match c.activation {
+    let activation = match c.import.activation {
         Activation::Relu => "relu",
         Activation::Swish => "swish",
         _ => "gelu",

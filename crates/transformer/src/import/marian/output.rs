@@ -35,7 +35,7 @@ pub fn write(imported: &Imported, out: &Path) -> Result<(PathBuf, PathBuf)> {
         tokenizer.save(&tok_tmp)?;
         let tokens = Tokenizer::load(&tok_tmp)?;
         if tokens.vocab_size() != imported.checkpoint.config.vocab_size
-            || tokens.source_vocab_size() != imported.checkpoint.config.source_vocab_size
+            || tokens.source_vocab_size() != imported.checkpoint.config.import.source_vocab_size
         {
             return Err(err(out, "the tokenizer's vocabulary does not match the model's (an import bug)"));
         }

@@ -81,21 +81,21 @@ impl RunConfig {
     /// (`available_bytes`, when known).
     pub fn validate_for(&self, model: &ModelConfig, available_bytes: Option<u64>) -> Result<()> {
         let (d, t) = (&self.data, &self.train);
-        if model.source_pointer && d.task != crate::task::Task::Parsing {
+        if model.parsing.source_pointer && d.task != crate::task::Task::Parsing {
             return Err(Error::Config(
                 "model.source_pointer (the next-word pointer) follows the leaves of a tree: it needs \
                  data.task = \"parsing\""
                     .into(),
             ));
         }
-        if model.next_closer && d.task != crate::task::Task::Parsing {
+        if model.parsing.next_closer && d.task != crate::task::Task::Parsing {
             return Err(Error::Config(
                 "model.next_closer (the next-closer input) follows the brackets of a tree: it needs \
                  data.task = \"parsing\""
                     .into(),
             ));
         }
-        if model.char_dim > 0 && d.task != crate::task::Task::Parsing {
+        if model.parsing.char_dim > 0 && d.task != crate::task::Task::Parsing {
             return Err(Error::Config(
                 "model.char_dim (the character encoder) reads the words of a sentence to parse: it needs \
                  data.task = \"parsing\""
@@ -204,7 +204,7 @@ pub fn estimate_training_bytes(c: &ModelConfig, batch_tokens: usize) -> u64 {
     // Per layer and position: Q|K|V, context, norms and FFN hidden, twice for the decoder's two
     // attentions, plus attention weights over `seq` keys per head.
     // A smooth activation keeps its pre-activations as well (F more).
-    let ffn = if c.activation == crate::config::Activation::Relu { 2 * f } else { 3 * f };
+    let ffn = if c.import.activation == crate::config::Activation::Relu { 2 * f } else { 3 * f };
     let per_position = (4 * (2 * hk + hv) + 12 * d + ffn).saturating_add(3u64.saturating_mul(h).saturating_mul(seq));
     let layers = 2 * c.n_layers as u64;
     let acts = tokens.saturating_mul(layers).saturating_mul(per_position).saturating_mul(4);
