@@ -75,6 +75,43 @@ impl Precision {
     }
 }
 
+impl Precision {
+    /// The precisions this CPU decodes at: f32 and int8 always, bf16 where it has a bf16 unit
+    /// (AMX or AVX512-BF16).
+    pub fn supported() -> Vec<Precision> {
+        let bf16 = crate::kernels::cpu::bf16::available().is_ok();
+        Precision::ALL.into_iter().filter(|&p| p != Precision::Bf16 || bf16).collect()
+    }
+
+    /// CTranslate2's `compute_type` as our precision, for a checkpoint that is int8 or not:
+    /// `float32` f32; `bfloat16` bf16; `int8`, `int8_float32` and `int8_bfloat16` int8 (int8
+    /// weights, f32 activations and sums: the `int8-decoding` departure); `default` the
+    /// checkpoint's own (int8 for a `transformer quantize` checkpoint, else f32); `auto` the
+    /// fastest this CPU has, int8. The float16 types are an error naming what is supported.
+    pub fn from_compute_type(name: &str, int8_checkpoint: bool) -> crate::Result<Precision> {
+        let p = match name {
+            "default" if int8_checkpoint => Precision::Int8,
+            "default" => Precision::F32,
+            "auto" | "int8" | "int8_float32" | "int8_bfloat16" => Precision::Int8,
+            "float32" => Precision::F32,
+            "bfloat16" => Precision::Bf16,
+            _ => {
+                return Err(crate::Error::Unsupported(format!(
+                    "compute_type {name:?} is not supported: use one of default, auto, float32, bfloat16, int8, \
+                     int8_float32, int8_bfloat16 (no float16 or int16 arithmetic on this engine)"
+                )))
+            }
+        };
+        if !Precision::supported().contains(&p) {
+            return Err(crate::Error::Unsupported(format!(
+                "compute_type {name:?} needs bf16 products, and this CPU has no bf16 unit (AMX or AVX512-BF16): use \
+                 float32 or int8"
+            )));
+        }
+        Ok(p)
+    }
+}
+
 impl std::fmt::Display for Float {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         Precision::from(*self).fmt(f)

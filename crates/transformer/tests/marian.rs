@@ -359,3 +359,67 @@ fn a_model_yml_written_by_marian_as_little_endian_int8_reads() {
     let want = import(&fixture("opus").join("native")).unwrap().checkpoint.params;
     assert_eq!(import(&dir).unwrap().checkpoint.params, want);
 }
+
+/// What the Python package stands on, in the library: a model directory read by name, token
+/// strings to ids and back (a Marian source gets its `</s>`), per-token log-probabilities that sum
+/// to the pair's, and CTranslate2's compute types.
+#[test]
+fn a_model_directory_read_by_pieces_scores_as_the_text_does() {
+    use transformer::data::tokenizer::Side;
+    use transformer::decode::{contains_model, model_files};
+    use transformer::Precision;
+    let (t, out) = session("opus", "hf");
+    let r = Reference::open("opus");
+    assert_eq!(model_files(&out).unwrap(), (out.join("model.safetensors"), out.join("tokenizer.json")));
+    assert!(contains_model(&out));
+    // A Hugging Face directory is named as such; an empty one says what it lacks.
+    let hf = fixture("opus").join("hf");
+    assert!(!contains_model(&hf));
+    let err = model_files(&hf).unwrap_err().to_string();
+    assert!(err.contains("Hugging Face model directory: import it first"), "{err}");
+    let empty = tempdir("model-dir-empty");
+    let err = model_files(&empty).unwrap_err().to_string();
+    assert!(err.contains("holds no checkpoint: looked for model.safetensors, best.safetensors"), "{err}");
+    let tok = t.tokenizer();
+    let (srcs, tgts) = (strings(&r, "sources"), strings(&r, "targets"));
+    let mut pairs = Vec::new();
+    for (s, g) in srcs.iter().zip(&tgts) {
+        let ids = t.encode_source(s).unwrap();
+        let pieces: Vec<String> = ids.iter().map(|&id| tok.piece_of_id(Side::Source, id).unwrap()).collect();
+        // The pieces without `</s>` read back to the same ids, `</s>` appended (blank: `</s>` alone).
+        let words = &pieces[..pieces.len().saturating_sub(1)];
+        let back = tok.source_ids_of_pieces(words);
+        if ids.is_empty() {
+            assert_eq!(back, vec![transformer::EOS], "{s:?}");
+        } else {
+            assert_eq!(back, ids, "{s:?}");
+        }
+        let target = t.encode_target(g).unwrap();
+        for &id in &target {
+            assert_eq!(tok.id_of_piece(Side::Target, &tok.piece_of_id(Side::Target, id).unwrap()), Some(id));
+        }
+        pairs.push((back, target));
+    }
+    assert_eq!(tok.source_ids_of_pieces(&["no-such-piece"]), vec![transformer::UNK, transformer::EOS]);
+    assert_eq!(tok.piece_of_id(Side::Target, tok.vocab_size() as u32), None);
+    // Per-token log-probabilities: one a target token and EOS, summing to the text's scores.
+    let per_token = t.token_log_probs(&pairs[..pairs.len() - 1]).unwrap();
+    let whole = t.log_probs(&srcs[..pairs.len() - 1], &tgts[..pairs.len() - 1]).unwrap();
+    for ((lp, w), (_, tgt)) in per_token.iter().zip(&whole).zip(&pairs) {
+        assert_eq!(lp.len(), tgt.len() + 1);
+        let sum: f64 = lp.iter().map(|&x| f64::from(x)).sum();
+        assert!((sum - w.log_prob).abs() < 1e-9 * w.log_prob.abs().max(1.0), "{sum} vs {}", w.log_prob);
+    }
+    let err = t.token_log_probs(&[(Vec::new(), vec![5])]).unwrap_err().to_string();
+    assert!(err.contains("line 1: cannot be scored: its source is empty"), "{err}");
+    // CTranslate2's compute types.
+    assert_eq!(Precision::from_compute_type("default", false).unwrap(), Precision::F32);
+    assert_eq!(Precision::from_compute_type("default", true).unwrap(), Precision::Int8);
+    for (name, p) in [("float32", Precision::F32), ("int8", Precision::Int8), ("int8_float32", Precision::Int8)] {
+        assert_eq!(Precision::from_compute_type(name, false).unwrap(), p);
+    }
+    let err = Precision::from_compute_type("float16", false).unwrap_err().to_string();
+    assert!(err.contains("compute_type \"float16\" is not supported: use one of default, auto"), "{err}");
+    let int8 = transformer::Translator::load_dir_as(&out, "int8").unwrap();
+    assert_eq!(int8.model().prepared().map(|p| p.precision()), Some(Precision::Int8));
+}

@@ -115,6 +115,40 @@ impl Tokenizer {
         }
     }
 
+    /// Our id of a piece on `side`, spelled as the vocabulary spells it (`▁Hello` for a
+    /// SentencePiece model, `Ġthe` for our byte-level BPE, `</s>` for the end): what a caller
+    /// that tokenizes for itself passes (CTranslate2's token strings). `None` when unknown.
+    pub fn id_of_piece(&self, side: Side, piece: &str) -> Option<u32> {
+        match self {
+            Tokenizer::Bpe(b) => b.id_of(piece),
+            Tokenizer::Marian(m) => m.id_of_piece(side, piece),
+        }
+    }
+
+    /// The piece of our id on `side`, as the vocabulary spells it; `None` for an id outside it.
+    pub fn piece_of_id(&self, side: Side, id: u32) -> Option<String> {
+        match self {
+            Tokenizer::Bpe(b) => b.piece_of(id),
+            Tokenizer::Marian(m) => {
+                let size = if side == Side::Source { m.source.len() } else { m.target.len() };
+                ((id as usize) < size).then(|| m.piece(side, id))
+            }
+        }
+    }
+
+    /// The source ids of pieces as the model reads them: an unknown piece is UNK, and an
+    /// imported Marian model gets the `</s>` its encoder reads at the end (as
+    /// [`Tokenizer::encode_source`] adds it; no pieces at all are `</s>` alone, as CTranslate2
+    /// reads them), unless the pieces end with it.
+    pub fn source_ids_of_pieces<S: AsRef<str>>(&self, pieces: &[S]) -> Vec<u32> {
+        let mut ids: Vec<u32> =
+            pieces.iter().map(|p| self.id_of_piece(Side::Source, p.as_ref()).unwrap_or(UNK)).collect();
+        if matches!(self, Tokenizer::Marian(_)) && ids.last() != Some(&EOS) {
+            ids.push(EOS);
+        }
+        ids
+    }
+
     /// The text of one piece for labels: a piece that starts a word begins with a space.
     pub fn piece_text(&self, side: Side, id: u32) -> Result<String> {
         match self {
@@ -204,6 +238,14 @@ impl ImportedTokenizer {
             .unwrap_or_default()
             .to_string(),
             None => SPECIALS.get(id as usize).map_or(String::new(), |s| s.to_string()),
+        }
+    }
+
+    /// Our id of a piece on `side` (Marian's special tokens included); `None` when unknown.
+    pub fn id_of_piece(&self, side: Side, piece: &str) -> Option<u32> {
+        match side {
+            Side::Source => self.inner.source_token_to_id(piece).map(|f| self.source.ours(f)),
+            Side::Target => self.inner.target_token_to_id(piece).map(|f| self.target.ours(f)),
         }
     }
 

@@ -11,7 +11,63 @@ use crate::precision::Precision;
 use crate::task::Task;
 use std::path::{Path, PathBuf};
 
+/// The checkpoint names a model directory may hold, first found first: what `transformer import
+/// marian` writes, the best checkpoint of a training run, its average.
+const CHECKPOINT_NAMES: [&str; 3] = ["model.safetensors", "best.safetensors", "averaged.safetensors"];
+/// The tokenizer names a model directory may hold: an import's, a training run's (`data.bpe`).
+const TOKENIZER_NAMES: [&str; 3] = ["tokenizer.json", "vocab.json", "bpe.json"];
+
+/// The (checkpoint, tokenizer) files of a model directory: `model.safetensors` (or a run's
+/// `best.safetensors`, `averaged.safetensors`) beside `tokenizer.json` (or a run's `vocab.json`,
+/// `bpe.json`). An error says what the directory lacks.
+pub fn model_files(dir: &Path) -> Result<(PathBuf, PathBuf)> {
+    if !dir.is_dir() {
+        return Err(Error::Input(format!(
+            "{}: not a model directory (give the directory `transformer import marian` or a training run wrote)",
+            dir.display()
+        )));
+    }
+    if dir.join("config.json").is_file() {
+        return Err(Error::Input(format!(
+            "{} is a Hugging Face model directory: import it first (`transformer import marian`, or \
+             transformer.import_marian from Python) and give the directory that writes",
+            dir.display()
+        )));
+    }
+    let first = |names: &[&str]| names.iter().map(|n| dir.join(n)).find(|p| p.is_file());
+    let checkpoint = first(&CHECKPOINT_NAMES).ok_or_else(|| {
+        Error::Input(format!("{} holds no checkpoint: looked for {}", dir.display(), CHECKPOINT_NAMES.join(", ")))
+    })?;
+    let tokenizer = first(&TOKENIZER_NAMES).ok_or_else(|| {
+        Error::Input(format!("{} holds no tokenizer: looked for {}", dir.display(), TOKENIZER_NAMES.join(", ")))
+    })?;
+    Ok((checkpoint, tokenizer))
+}
+
+/// Whether `dir` is a model directory [`model_files`] reads, its checkpoint one of ours (its
+/// header read, not its tensors).
+pub fn contains_model(dir: &Path) -> bool {
+    model_files(dir).is_ok_and(|(checkpoint, _)| checkpoint::open(&checkpoint).is_ok())
+}
+
 impl Translator {
+    /// [`Translator::load`] of a model directory ([`model_files`]).
+    pub fn load_dir(dir: &Path, options: SessionOptions) -> Result<Self> {
+        let (checkpoint, tokenizer) = model_files(dir)?;
+        Self::load(&checkpoint, &tokenizer, options)
+    }
+
+    /// [`Translator::load_dir`] at CTranslate2's `compute_type`
+    /// ([`Precision::from_compute_type`]: `default` is the checkpoint's own), translating; the
+    /// checkpoint's header read once.
+    pub fn load_dir_as(dir: &Path, compute_type: &str) -> Result<Self> {
+        let (checkpoint, tokenizer) = model_files(dir)?;
+        let vocab = Tokenizer::load(&tokenizer)?;
+        let opened = checkpoint::open(&checkpoint)?;
+        let precision = Precision::from_compute_type(compute_type, opened.header().int8)?;
+        Self::from_opened(opened, vocab, &tokenizer, SessionOptions { precision, ..SessionOptions::default() })
+    }
+
     /// Loads a checkpoint and the tokenizer it was trained with (a BPE model of ours, or the
     /// tokenizer file `transformer import` wrote), checking that they belong together (by the
     /// vocabulary's hash).

@@ -6,6 +6,7 @@
 mod batches;
 pub mod beam;
 mod load;
+pub use load::{contains_model, model_files};
 mod parse;
 mod scorer;
 mod scoring;

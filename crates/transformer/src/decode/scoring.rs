@@ -60,25 +60,43 @@ impl Translator {
             let r = self.encode_target(r).map_err(|e| at(Side::Target, e))?;
             pairs.push((s, r));
         }
-        let (keep, _) = perplexity::scorable(&self.model, &pairs);
-        if keep.len() < pairs.len() {
-            let max = self.model.config.max_positions;
-            // `keep` is the sorted indices kept: the first one missing is where it first differs.
-            let i = (0..pairs.len()).find(|&i| keep.get(i) != Some(&i)).expect("one is left out");
-            let (s, t) = &pairs[i];
-            let (side, why) = if s.is_empty() {
-                (Side::Source, "its source is empty or blank (nothing to condition on)".to_string())
-            } else if s.len() > max {
-                (Side::Source, format!("its source has {} tokens, more than max_positions = {max} allows", s.len()))
-            } else {
-                (
-                    Side::Target,
-                    format!("its target has {} tokens with EOS, more than max_positions = {max} allows", t.len() + 1),
-                )
-            };
-            return Err((Some(side), Error::Input(format!("line {}: cannot be scored: {why}", i + 1))));
-        }
+        self.check_scorable(&pairs)?;
         let budget = BatchConfig { max_src_tokens: 4096, max_tgt_tokens: 4096 };
         self.with_buffers(|b| perplexity::log_probs(&self.model, &pairs, &budget, &mut b.mine.0)).map_err(|e| (None, e))
+    }
+
+    /// Each pair's log p of each target token, `</s>` last (token ids without BOS/EOS, as
+    /// [`Translator::encode_source`] and [`Translator::encode_target`] give them, or
+    /// [`Tokenizer::source_ids_of_pieces`](crate::data::tokenizer::Tokenizer::source_ids_of_pieces)):
+    /// natural log, teacher-forced, in input order. A pair the model cannot score is an error
+    /// naming it (1-based) and its side.
+    pub fn token_log_probs(&self, pairs: &[(Vec<u32>, Vec<u32>)]) -> Result<Vec<Vec<f32>>> {
+        self.check_scorable(pairs).map_err(|(_, e)| e)?;
+        let budget = BatchConfig { max_src_tokens: 4096, max_tgt_tokens: 4096 };
+        self.with_buffers(|b| perplexity::token_log_probs(&self.model, pairs, &budget, &mut b.mine.0))
+    }
+
+    /// Every pair fits the model: a source of 1 to `max_positions` tokens, a target that with EOS
+    /// fits too; else an error naming the first pair (1-based line) that does not, and its side.
+    fn check_scorable(&self, pairs: &[(Vec<u32>, Vec<u32>)]) -> std::result::Result<(), (Option<Side>, Error)> {
+        let (keep, _) = perplexity::scorable(&self.model, pairs);
+        if keep.len() == pairs.len() {
+            return Ok(());
+        }
+        let max = self.model.config.max_positions;
+        // `keep` is the sorted indices kept: the first one missing is where it first differs.
+        let i = (0..pairs.len()).find(|&i| keep.get(i) != Some(&i)).unwrap_or(keep.len());
+        let Some((s, t)) = pairs.get(i) else { return Ok(()) };
+        let (side, why) = if s.is_empty() {
+            (Side::Source, "its source is empty or blank (nothing to condition on)".to_string())
+        } else if s.len() > max {
+            (Side::Source, format!("its source has {} tokens, more than max_positions = {max} allows", s.len()))
+        } else {
+            (
+                Side::Target,
+                format!("its target has {} tokens with EOS, more than max_positions = {max} allows", t.len() + 1),
+            )
+        };
+        Err((Some(side), Error::Input(format!("line {}: cannot be scored: {why}", i + 1))))
     }
 }

@@ -82,8 +82,22 @@ pub fn log_probs(
     budget: &BatchConfig,
     ws: &mut Workspace,
 ) -> Result<Vec<PairScore>> {
+    Ok(token_log_probs(model, pairs, budget, ws)?
+        .iter()
+        .map(|t| PairScore { log_prob: t.iter().map(|&x| f64::from(x)).sum(), tokens: t.len() })
+        .collect())
+}
+
+/// Each pair's log p of each target token, EOS last (natural log, teacher-forced, no label
+/// smoothing), in the order of `pairs`; [`log_probs`] sums them. Every pair must fit the model.
+pub fn token_log_probs(
+    model: &Transformer,
+    pairs: &[(Vec<u32>, Vec<u32>)],
+    budget: &BatchConfig,
+    ws: &mut Workspace,
+) -> Result<Vec<Vec<f32>>> {
     let lengths: Vec<(usize, usize)> = pairs.iter().map(|(s, t)| (s.len(), t.len())).collect();
-    let mut out = vec![PairScore::default(); pairs.len()];
+    let mut out = vec![Vec::new(); pairs.len()];
     for b in make_batches(&lengths, budget) {
         let sel: Vec<(Vec<u32>, Vec<u32>)> = b.iter().map(|&i| pairs[i].clone()).collect();
         let batch = Batch::from_pairs(&sel);
@@ -91,13 +105,12 @@ pub fn log_probs(
         model.loss(&batch, ws, 0.0, 0.0)?;
         for (k, &i) in b.iter().enumerate() {
             let rows = k * batch.t..(k + 1) * batch.t;
-            let log_prob = -ws.row_nll[rows.clone()]
+            out[i] = ws.row_nll[rows.clone()]
                 .iter()
                 .zip(&batch.tgt_out[rows])
                 .filter(|&(_, &t)| t != crate::vocab::PAD)
-                .map(|(&nll, _)| f64::from(nll))
-                .sum::<f64>();
-            out[i] = PairScore { log_prob, tokens: pairs[i].1.len() + 1 };
+                .map(|(&nll, _)| -nll)
+                .collect();
         }
     }
     Ok(out)

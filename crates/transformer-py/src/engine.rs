@@ -1,0 +1,110 @@
+//! The session behind a Python `Translator`: the library's translator, the threads it decodes
+//! on, and the jobs that turn token strings into ids, decode or score, and back.
+
+use crate::results::{Outcome, Shared};
+use std::sync::{Arc, Condvar, Mutex};
+use transformer::data::tokenizer::Side;
+use transformer::decode::translator::DecodeOptions;
+use transformer::decode::Hypothesis;
+
+/// Per sentence, its hypotheses as token strings and their scores.
+pub(crate) type Translations = (Vec<Vec<Vec<String>>>, Vec<Vec<f64>>);
+/// Per pair, its scored target tokens and their log-probabilities.
+pub(crate) type Scores = (Vec<Vec<String>>, Vec<Vec<f32>>);
+
+/// A session: the library's translator and the threads it decodes on.
+pub(crate) struct Engine {
+    pub(crate) translator: transformer::Translator,
+    /// `intra_threads` × `inter_threads` threads (all cores for `intra_threads=0`).
+    pub(crate) pool: rayon::ThreadPool,
+    /// Batches decoded at once (`inter_threads`).
+    pub(crate) workers: usize,
+}
+
+impl Engine {
+    pub(crate) fn source_ids(&self, tokens: &[String], max_input_length: usize) -> Vec<u32> {
+        let mut ids = self.translator.tokenizer().source_ids_of_pieces(tokens);
+        if max_input_length > 0 && ids.len() > max_input_length {
+            // CTranslate2 truncates the input after max_input_length tokens.
+            ids.truncate(max_input_length);
+        }
+        ids
+    }
+
+    pub(crate) fn target_ids(&self, tokens: &[String]) -> Vec<u32> {
+        let t = self.translator.tokenizer();
+        tokens.iter().map(|p| t.id_of_piece(Side::Target, p).unwrap_or(transformer::UNK)).collect()
+    }
+
+    pub(crate) fn target_pieces(&self, ids: &[u32]) -> Vec<String> {
+        let t = self.translator.tokenizer();
+        ids.iter().map(|&id| t.piece_of_id(Side::Target, id).unwrap_or_default()).collect()
+    }
+
+    pub(crate) fn translate(
+        &self,
+        srcs: &[Vec<u32>],
+        opts: &DecodeOptions,
+    ) -> transformer::Result<Vec<Vec<Hypothesis>>> {
+        let opts = DecodeOptions { workers: self.workers, ..*opts };
+        self.pool.install(|| self.translator.translate_ids(srcs, &opts, &mut ())).map(|(h, _)| h)
+    }
+
+    pub(crate) fn score(&self, pairs: &[(Vec<u32>, Vec<u32>)]) -> transformer::Result<Vec<Vec<f32>>> {
+        self.pool.install(|| self.translator.token_log_probs(pairs))
+    }
+}
+
+pub(crate) fn translation_job(
+    engine: &Engine,
+    source: &[Vec<String>],
+    opts: &DecodeOptions,
+    max_input_length: usize,
+    scores: bool,
+) -> transformer::Result<Translations> {
+    let srcs: Vec<Vec<u32>> = source.iter().map(|s| engine.source_ids(s, max_input_length)).collect();
+    let hyps = engine.translate(&srcs, opts)?;
+    let tokens = hyps.iter().map(|n| n.iter().map(|h| engine.target_pieces(&h.tokens)).collect()).collect();
+    let scores = hyps.iter().map(|n| if scores { n.iter().map(|h| h.score).collect() } else { Vec::new() }).collect();
+    Ok((tokens, scores))
+}
+
+pub(crate) fn scoring_job(
+    engine: &Engine,
+    source: &[Vec<String>],
+    target: &[Vec<String>],
+    max_input_length: usize,
+    offset: usize,
+) -> transformer::Result<Scores> {
+    let pairs: Vec<(Vec<u32>, Vec<u32>)> = source
+        .iter()
+        .zip(target)
+        .map(|(s, t)| (engine.source_ids(s, max_input_length), engine.target_ids(t)))
+        .collect();
+    let log_probs = engine.score(&pairs)?;
+    let mut tokens = Vec::with_capacity(pairs.len());
+    let mut kept = Vec::with_capacity(pairs.len());
+    for ((_, t), lp) in pairs.iter().zip(log_probs) {
+        let mut pieces = engine.target_pieces(t);
+        pieces.push(engine.target_pieces(&[transformer::EOS]).remove(0));
+        // CTranslate2's `offset`: the first tokens are conditioned on but not scored.
+        let skip = offset.min(pieces.len());
+        tokens.push(pieces.split_off(skip));
+        kept.push(lp[skip.min(lp.len())..].to_vec());
+    }
+    Ok((tokens, kept))
+}
+
+/// Runs `job` on a thread of its own (`asynchronous=True`); every result of the batch waits on the
+/// outcome it leaves.
+pub(crate) fn spawn(job: impl FnOnce() -> Result<Outcome, String> + Send + 'static) -> Shared {
+    let shared: Shared = Arc::new((Mutex::new(None), Condvar::new()));
+    let done = shared.clone();
+    std::thread::spawn(move || {
+        let out = job();
+        let (lock, ready) = &*done;
+        *lock.lock().unwrap_or_else(|p| p.into_inner()) = Some(out);
+        ready.notify_all();
+    });
+    shared
+}

@@ -1,0 +1,96 @@
+//! `import transformer`: CTranslate2's `Translator`, argument for argument, over this project's
+//! library. A thin layer: the model, its tokenizer and the search are the library's
+//! [`transformer::Translator`]; this file turns Python arguments into its options, token strings
+//! into ids and back, and our errors into Python exceptions. Every call that decodes or scores
+//! releases the GIL.
+//!
+//! CTranslate2's arguments this engine cannot honour yet (sampling, prefixes, repetition
+//! penalties, attention, …) are accepted at their defaults and refused with `NotImplementedError`
+//! otherwise, naming the argument: nothing is silently ignored. docs/python.md lists them.
+
+mod engine;
+mod iterate;
+mod options;
+mod results;
+mod translator;
+
+use pyo3::exceptions::{PyFileNotFoundError, PyNotImplementedError, PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+use results::{AsyncScoringResult, AsyncTranslationResult, ExecutionStats, ScoringResult, TranslationResult};
+use std::path::PathBuf;
+use transformer::{Error, Precision};
+use translator::Translator;
+
+/// Our error as the Python exception a caller expects: bad arguments and files `ValueError`,
+/// what the engine cannot do `NotImplementedError`, the rest `RuntimeError`.
+pub(crate) fn py_err(e: Error) -> PyErr {
+    match e {
+        Error::Io { .. } => PyFileNotFoundError::new_err(e.to_string()),
+        Error::Unsupported(_) => PyNotImplementedError::new_err(e.to_string()),
+        Error::Decode(_) => PyRuntimeError::new_err(e.to_string()),
+        _ => PyValueError::new_err(e.to_string()),
+    }
+}
+
+/// Whether `model_path` is a model directory `Translator` loads.
+#[pyfunction]
+fn contains_model(model_path: PathBuf) -> bool {
+    transformer::decode::contains_model(&model_path)
+}
+
+/// The compute types this CPU runs, as CTranslate2 names them.
+#[pyfunction]
+#[pyo3(signature = (device, device_index=0))]
+fn get_supported_compute_types(device: &str, device_index: i64) -> PyResult<std::collections::BTreeSet<String>> {
+    if device != "cpu" || device_index != 0 {
+        return Err(PyValueError::new_err(format!(
+            "device {device:?} index {device_index}: transformer decodes on the CPU (device \"cpu\", index 0) only"
+        )));
+    }
+    let mut names = std::collections::BTreeSet::new();
+    for p in Precision::supported() {
+        let n: &[&str] = match p {
+            Precision::F32 => &["float32"],
+            Precision::Bf16 => &["bfloat16", "int8_bfloat16"],
+            Precision::Int8 => &["int8", "int8_float32"],
+        };
+        names.extend(n.iter().map(|s| s.to_string()));
+    }
+    Ok(names)
+}
+
+/// The seed of random sampling. The search is deterministic (no sampling yet), so it changes
+/// nothing today; kept for CTranslate2's callers.
+#[pyfunction]
+fn set_random_seed(seed: u64) {
+    let _ = seed;
+}
+
+/// Imports a Marian / OPUS-MT model (a Hugging Face or native directory) into `output_dir`
+/// (model.safetensors and tokenizer.json), the directory `Translator` loads; the library's
+/// `import marian` (an addition to CTranslate2's API, whose converters do this job).
+#[pyfunction]
+fn import_marian(py: Python<'_>, model_dir: PathBuf, output_dir: PathBuf) -> PyResult<()> {
+    py.detach(|| {
+        let imported = transformer::import::marian::import(&model_dir)?;
+        transformer::import::marian::write(&imported, &output_dir).map(|_| ())
+    })
+    .map_err(py_err)
+}
+
+#[pymodule]
+#[pyo3(name = "transformer")]
+fn transformer_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add_class::<Translator>()?;
+    m.add_class::<TranslationResult>()?;
+    m.add_class::<ScoringResult>()?;
+    m.add_class::<AsyncTranslationResult>()?;
+    m.add_class::<AsyncScoringResult>()?;
+    m.add_class::<ExecutionStats>()?;
+    m.add_function(wrap_pyfunction!(contains_model, m)?)?;
+    m.add_function(wrap_pyfunction!(get_supported_compute_types, m)?)?;
+    m.add_function(wrap_pyfunction!(set_random_seed, m)?)?;
+    m.add_function(wrap_pyfunction!(import_marian, m)?)?;
+    Ok(())
+}

@@ -1,0 +1,154 @@
+//! CTranslate2's arguments as the library's options: the search settings, the batch limits, the
+//! device and compute type, and the refusal of what the engine cannot honour yet.
+
+use crate::py_err;
+use pyo3::exceptions::{PyNotImplementedError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use std::path::Path;
+use transformer::decode::translator::DecodeOptions;
+use transformer::decode::{BeamConfig, LengthNorm};
+
+/// A CTranslate2 argument this engine does not honour: refused unless it has its default.
+pub(crate) fn refuse_unless<T: PartialEq + std::fmt::Debug>(name: &str, value: T, default: T) -> PyResult<()> {
+    if value == default {
+        return Ok(());
+    }
+    Err(PyNotImplementedError::new_err(format!(
+        "{name}={value:?} is not supported yet by transformer's search (leave it at {default:?})"
+    )))
+}
+
+/// How `max_batch_size` counts: sentences or tokens.
+pub(crate) fn batch_limits(opts: &mut DecodeOptions, max_batch_size: usize, batch_type: &str) -> PyResult<()> {
+    match (batch_type, max_batch_size) {
+        ("examples" | "tokens", 0) => {}
+        ("examples", n) => opts.max_sentences = n,
+        ("tokens", n) => opts.max_tokens = n,
+        (other, _) => {
+            return Err(PyValueError::new_err(format!("batch_type {other:?}: use \"examples\" or \"tokens\"")))
+        }
+    }
+    Ok(())
+}
+
+/// The search settings CTranslate2's arguments ask for, or the error for one this engine cannot
+/// honour. `length_penalty` divides the log-probability by the length (EOS counted) to that power.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn search_options(
+    beam_size: usize,
+    patience: f32,
+    num_hypotheses: usize,
+    length_penalty: f32,
+    coverage_penalty: f32,
+    repetition_penalty: f32,
+    no_repeat_ngram_size: usize,
+    disable_unk: bool,
+    suppress_sequences: &Option<Vec<Vec<String>>>,
+    end_token: &Option<Bound<'_, PyAny>>,
+    prefix_bias_beta: f32,
+    max_decoding_length: usize,
+    min_decoding_length: usize,
+    use_vmap: bool,
+    sampling_topk: usize,
+    sampling_topp: f32,
+    replace_unknowns: bool,
+) -> PyResult<DecodeOptions> {
+    refuse_unless("patience", patience, 1.0)?;
+    refuse_unless("coverage_penalty", coverage_penalty, 0.0)?;
+    refuse_unless("repetition_penalty", repetition_penalty, 1.0)?;
+    refuse_unless("no_repeat_ngram_size", no_repeat_ngram_size, 0)?;
+    refuse_unless("suppress_sequences", suppress_sequences.as_ref().is_some_and(|s| !s.is_empty()), false)?;
+    refuse_unless("end_token", end_token.is_some(), false)?;
+    refuse_unless("prefix_bias_beta", prefix_bias_beta, 0.0)?;
+    // 1 (CTranslate2's default) or 0: longer minimums need the search to hold back EOS.
+    if min_decoding_length > 1 {
+        refuse_unless("min_decoding_length", min_decoding_length, 1)?;
+    }
+    refuse_unless("use_vmap", use_vmap, false)?;
+    refuse_unless("sampling_topk", sampling_topk, 1)?;
+    refuse_unless("sampling_topp", sampling_topp, 1.0)?;
+    refuse_unless("replace_unknowns", replace_unknowns, false)?;
+    if beam_size == 0 || num_hypotheses == 0 {
+        return Err(PyValueError::new_err("beam_size and num_hypotheses must be at least 1"));
+    }
+    if num_hypotheses > beam_size {
+        return Err(PyValueError::new_err(format!(
+            "num_hypotheses={num_hypotheses} is more than beam_size={beam_size}: raise beam_size"
+        )));
+    }
+    let search = BeamConfig {
+        beam: beam_size,
+        alpha: f64::from(length_penalty),
+        max_len_a: 0.0,
+        max_len_b: max_decoding_length,
+        nbest: num_hypotheses,
+        early_exit: false,
+        length_norm: LengthNorm::Marian,
+        suppress_unk: disable_unk,
+    };
+    search.validate().map_err(py_err)?;
+    Ok(DecodeOptions { search, ..DecodeOptions::default() })
+}
+
+/// The arguments of a translation that are not search settings.
+pub(crate) struct Returns {
+    pub(crate) scores: bool,
+}
+
+pub(crate) fn refuse_returns(
+    return_end_token: bool,
+    return_logits_vocab: bool,
+    return_attention: bool,
+    return_alternatives: bool,
+    min_alternative_expansion_prob: f32,
+    callback: &Option<Py<PyAny>>,
+) -> PyResult<()> {
+    refuse_unless("return_end_token", return_end_token, false)?;
+    refuse_unless("return_logits_vocab", return_logits_vocab, false)?;
+    refuse_unless("return_attention", return_attention, false)?;
+    refuse_unless("return_alternatives", return_alternatives, false)?;
+    refuse_unless("min_alternative_expansion_prob", min_alternative_expansion_prob, 0.0)?;
+    refuse_unless("callback", callback.is_some(), false)
+}
+
+/// `device_index` as CTranslate2 takes it: one index or a list; this engine has device 0 only.
+pub(crate) fn device_indices(device_index: &Bound<'_, PyAny>) -> PyResult<Vec<i64>> {
+    let idx: Vec<i64> = match device_index.extract::<i64>() {
+        Ok(i) => vec![i],
+        Err(_) => device_index.extract::<Vec<i64>>()?,
+    };
+    if idx.is_empty() || idx.iter().any(|&i| i != 0) {
+        return Err(PyValueError::new_err(format!("device_index={idx:?}: the CPU is device 0, the only one")));
+    }
+    Ok(idx)
+}
+
+/// `compute_type` as CTranslate2 takes it: a name, or a dictionary from device name to name.
+pub(crate) fn compute_type_name(compute_type: &Bound<'_, PyAny>) -> PyResult<String> {
+    if let Ok(name) = compute_type.extract::<String>() {
+        return Ok(name);
+    }
+    let d = compute_type.cast::<PyDict>().map_err(|_| {
+        PyValueError::new_err("compute_type must be a string or a dictionary from device name to compute type")
+    })?;
+    match d.get_item("cpu")? {
+        Some(v) => v.extract::<String>(),
+        None => Ok("default".to_string()),
+    }
+}
+
+/// An output never overwrites an input.
+pub(crate) fn refuse_same_file(input: &Path, output: &Path) -> PyResult<()> {
+    let same = match (std::fs::canonicalize(input), std::fs::canonicalize(output)) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
+    };
+    if same {
+        return Err(PyValueError::new_err(format!(
+            "output_path {} is the source file: give another path",
+            output.display()
+        )));
+    }
+    Ok(())
+}

@@ -1,0 +1,448 @@
+//! The Python `Translator`: CTranslate2's constructor and methods, each a thin call into the
+//! session ([`Engine`]) with the GIL released.
+
+use crate::engine::{scoring_job, spawn, translation_job, Engine, Translations};
+use crate::iterate::Results;
+use crate::options::{
+    batch_limits, compute_type_name, device_indices, refuse_returns, refuse_same_file, refuse_unless, search_options,
+    Returns,
+};
+use crate::py_err;
+use crate::results::{
+    AsyncScoringResult, AsyncTranslationResult, ExecutionStats, Outcome, ScoringResult, TranslationResult,
+};
+use pyo3::exceptions::{PyFileNotFoundError, PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList};
+use std::path::PathBuf;
+use std::sync::Arc;
+use transformer::data::tokenizer::Side;
+use transformer::decode::translator::DecodeOptions;
+
+/// CTranslate2's `ctranslate2.Translator`: a model directory loaded once for translating and
+/// scoring batches of token strings.
+#[pyclass(module = "transformer", frozen)]
+pub(crate) struct Translator {
+    engine: Arc<Engine>,
+    #[pyo3(get)]
+    device: String,
+    #[pyo3(get)]
+    device_index: Vec<i64>,
+    #[pyo3(get)]
+    compute_type: String,
+    #[pyo3(get)]
+    num_translators: usize,
+}
+
+impl Translator {
+    /// Decodes source token strings with the GIL released: each sentence's hypotheses as token
+    /// strings and their scores.
+    fn run_translation(
+        &self,
+        py: Python<'_>,
+        source: &[Vec<String>],
+        opts: &DecodeOptions,
+        max_input_length: usize,
+        returns: &Returns,
+    ) -> PyResult<Translations> {
+        let engine = self.engine.clone();
+        let source = source.to_vec();
+        let opts = *opts;
+        let scores = returns.scores;
+        py.detach(move || translation_job(&engine, &source, &opts, max_input_length, scores)).map_err(py_err)
+    }
+}
+
+#[pymethods]
+impl Translator {
+    /// Loads the model directory `model_path` (what `transformer import marian` writes:
+    /// model.safetensors and tokenizer.json; or a training run's best.safetensors and
+    /// vocab.json) on the CPU at `compute_type`.
+    #[new]
+    #[pyo3(signature = (model_path, device="cpu", *, device_index=None, compute_type=None, inter_threads=1,
+                        intra_threads=0, max_queued_batches=0, flash_attention=false, tensor_parallel=false,
+                        files=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        model_path: PathBuf,
+        device: &str,
+        device_index: Option<Bound<'_, PyAny>>,
+        compute_type: Option<Bound<'_, PyAny>>,
+        inter_threads: usize,
+        intra_threads: usize,
+        max_queued_batches: i64,
+        flash_attention: bool,
+        tensor_parallel: bool,
+        files: Option<Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        match device {
+            "cpu" | "auto" => {}
+            "cuda" => {
+                return Err(PyValueError::new_err(
+                    "device=\"cuda\": transformer decodes on the CPU only; use device=\"cpu\"",
+                ))
+            }
+            other => return Err(PyValueError::new_err(format!("device {other:?}: use \"cpu\""))),
+        }
+        let device_index = match &device_index {
+            Some(d) => device_indices(d)?,
+            None => vec![0],
+        };
+        let compute_type = match &compute_type {
+            Some(c) => compute_type_name(c)?,
+            None => "default".to_string(),
+        };
+        // Calls decode when made (an asynchronous one on a thread of its own): there is no queue
+        // to bound, so any max_queued_batches is accepted. Flash attention and tensor
+        // parallelism have no counterpart on one CPU: their defaults only.
+        let _ = max_queued_batches;
+        refuse_unless("flash_attention", flash_attention, false)?;
+        refuse_unless("tensor_parallel", tensor_parallel, false)?;
+        refuse_unless("files", files.is_some(), false)?;
+        if inter_threads == 0 {
+            return Err(PyValueError::new_err("inter_threads must be at least 1"));
+        }
+        let threads = match intra_threads {
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            n => n * inter_threads,
+        };
+        let ct = compute_type.clone();
+        let translator = py.detach(|| transformer::Translator::load_dir_as(&model_path, &ct)).map_err(py_err)?;
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .map_err(|e| PyRuntimeError::new_err(format!("could not start {threads} threads: {e}")))?;
+        Ok(Translator {
+            engine: Arc::new(Engine { translator, pool, workers: inter_threads }),
+            device: "cpu".to_string(),
+            device_index,
+            compute_type,
+            num_translators: inter_threads,
+        })
+    }
+
+    /// Translates a batch of token lists; CTranslate2's `translate_batch`.
+    #[pyo3(signature = (source, target_prefix=None, *, max_batch_size=0, batch_type="examples", asynchronous=false,
+                        beam_size=2, patience=1.0, num_hypotheses=1, length_penalty=1.0, coverage_penalty=0.0,
+                        repetition_penalty=1.0, no_repeat_ngram_size=0, disable_unk=false, suppress_sequences=None,
+                        end_token=None, return_end_token=false, prefix_bias_beta=0.0, max_input_length=1024,
+                        max_decoding_length=256, min_decoding_length=1, use_vmap=false, return_scores=false,
+                        return_logits_vocab=false, return_attention=false, return_alternatives=false,
+                        min_alternative_expansion_prob=0.0, sampling_topk=1, sampling_topp=1.0,
+                        sampling_temperature=1.0, replace_unknowns=false, callback=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn translate_batch(
+        &self,
+        py: Python<'_>,
+        source: Vec<Vec<String>>,
+        target_prefix: Option<Vec<Option<Vec<String>>>>,
+        max_batch_size: usize,
+        batch_type: &str,
+        asynchronous: bool,
+        beam_size: usize,
+        patience: f32,
+        num_hypotheses: usize,
+        length_penalty: f32,
+        coverage_penalty: f32,
+        repetition_penalty: f32,
+        no_repeat_ngram_size: usize,
+        disable_unk: bool,
+        suppress_sequences: Option<Vec<Vec<String>>>,
+        end_token: Option<Bound<'_, PyAny>>,
+        return_end_token: bool,
+        prefix_bias_beta: f32,
+        max_input_length: usize,
+        max_decoding_length: usize,
+        min_decoding_length: usize,
+        use_vmap: bool,
+        return_scores: bool,
+        return_logits_vocab: bool,
+        return_attention: bool,
+        return_alternatives: bool,
+        min_alternative_expansion_prob: f32,
+        sampling_topk: usize,
+        sampling_topp: f32,
+        sampling_temperature: f32,
+        replace_unknowns: bool,
+        callback: Option<Py<PyAny>>,
+    ) -> PyResult<Py<PyAny>> {
+        // With sampling_topk 1 the search takes the best token: the temperature changes nothing.
+        let _ = sampling_temperature;
+        if let Some(p) = &target_prefix {
+            if p.len() != source.len() {
+                return Err(PyValueError::new_err(format!(
+                    "target_prefix has {} entries for {} sources",
+                    p.len(),
+                    source.len()
+                )));
+            }
+            refuse_unless("target_prefix", p.iter().any(|x| x.as_ref().is_some_and(|x| !x.is_empty())), false)?;
+        }
+        refuse_returns(
+            return_end_token,
+            return_logits_vocab,
+            return_attention,
+            return_alternatives,
+            min_alternative_expansion_prob,
+            &callback,
+        )?;
+        let mut opts = search_options(
+            beam_size,
+            patience,
+            num_hypotheses,
+            length_penalty,
+            coverage_penalty,
+            repetition_penalty,
+            no_repeat_ngram_size,
+            disable_unk,
+            &suppress_sequences,
+            &end_token,
+            prefix_bias_beta,
+            max_decoding_length,
+            min_decoding_length,
+            use_vmap,
+            sampling_topk,
+            sampling_topp,
+            replace_unknowns,
+        )?;
+        batch_limits(&mut opts, max_batch_size, batch_type)?;
+        let returns = Returns { scores: return_scores };
+        if asynchronous {
+            let (engine, n) = (self.engine.clone(), source.len());
+            let job = spawn(move || {
+                translation_job(&engine, &source, &opts, max_input_length, returns.scores)
+                    .map(|(h, s)| Outcome::Translations(h, s))
+                    .map_err(|e| e.to_string())
+            });
+            let list: Vec<AsyncTranslationResult> =
+                (0..n).map(|index| AsyncTranslationResult { job: job.clone(), index }).collect();
+            return Ok(PyList::new(py, list)?.into_any().unbind());
+        }
+        let (hyps, scores) = self.run_translation(py, &source, &opts, max_input_length, &returns)?;
+        let list: Vec<TranslationResult> = hyps
+            .into_iter()
+            .zip(scores)
+            .map(|(hypotheses, scores)| TranslationResult {
+                hypotheses,
+                scores,
+                attention: Vec::new(),
+                logits: Vec::new(),
+            })
+            .collect();
+        Ok(PyList::new(py, list)?.into_any().unbind())
+    }
+
+    /// Scores target token lists given source token lists; CTranslate2's `score_batch`.
+    #[pyo3(signature = (source, target, *, max_batch_size=0, batch_type="examples", max_input_length=1024, offset=0,
+                        asynchronous=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn score_batch(
+        &self,
+        py: Python<'_>,
+        source: Vec<Vec<String>>,
+        target: Vec<Vec<String>>,
+        max_batch_size: usize,
+        batch_type: &str,
+        max_input_length: usize,
+        offset: usize,
+        asynchronous: bool,
+    ) -> PyResult<Py<PyAny>> {
+        if source.len() != target.len() {
+            return Err(PyValueError::new_err(format!(
+                "{} sources but {} targets: give one target per source",
+                source.len(),
+                target.len()
+            )));
+        }
+        // Scoring batches by its own token budget; the limits are checked for their form only.
+        batch_limits(&mut DecodeOptions::default(), max_batch_size, batch_type)?;
+        let engine = self.engine.clone();
+        if asynchronous {
+            let n = source.len();
+            let job = spawn(move || {
+                scoring_job(&engine, &source, &target, max_input_length, offset)
+                    .map(|(t, l)| Outcome::Scores(t, l))
+                    .map_err(|e| e.to_string())
+            });
+            let list: Vec<AsyncScoringResult> =
+                (0..n).map(|index| AsyncScoringResult { job: job.clone(), index }).collect();
+            return Ok(PyList::new(py, list)?.into_any().unbind());
+        }
+        let (tokens, log_probs) =
+            py.detach(move || scoring_job(&engine, &source, &target, max_input_length, offset)).map_err(py_err)?;
+        let list: Vec<ScoringResult> =
+            tokens.into_iter().zip(log_probs).map(|(tokens, log_probs)| ScoringResult { tokens, log_probs }).collect();
+        Ok(PyList::new(py, list)?.into_any().unbind())
+    }
+
+    /// Translates an iterable of token lists, `max_batch_size` at a time, yielding one result a
+    /// source; CTranslate2's `translate_iterable` (other arguments as `translate_batch`'s).
+    #[pyo3(signature = (source, target_prefix=None, max_batch_size=32, batch_type="examples", **kwargs))]
+    fn translate_iterable(
+        slf: Bound<'_, Self>,
+        source: Bound<'_, PyAny>,
+        target_prefix: Option<Bound<'_, PyAny>>,
+        max_batch_size: usize,
+        batch_type: &str,
+        kwargs: Option<Bound<'_, PyDict>>,
+    ) -> PyResult<Results> {
+        if target_prefix.is_some() {
+            refuse_unless("target_prefix", true, false)?;
+        }
+        Results::new(slf, "translate_batch", vec![source.try_iter()?], max_batch_size, batch_type, kwargs)
+    }
+
+    /// Scores an iterable of (source, target) token lists, `max_batch_size` at a time, yielding
+    /// one result a pair; CTranslate2's `score_iterable`.
+    #[pyo3(signature = (source, target, max_batch_size=64, batch_type="examples", **kwargs))]
+    fn score_iterable(
+        slf: Bound<'_, Self>,
+        source: Bound<'_, PyAny>,
+        target: Bound<'_, PyAny>,
+        max_batch_size: usize,
+        batch_type: &str,
+        kwargs: Option<Bound<'_, PyDict>>,
+    ) -> PyResult<Results> {
+        Results::new(
+            slf,
+            "score_batch",
+            vec![source.try_iter()?, target.try_iter()?],
+            max_batch_size,
+            batch_type,
+            kwargs,
+        )
+    }
+
+    /// Translates a file of tokenized lines into `output_path` (one line each, the best
+    /// hypothesis; `score ||| tokens` with `with_scores`); CTranslate2's `translate_file`.
+    #[pyo3(signature = (source_path, output_path, target_path=None, *, max_batch_size=32, read_batch_size=0,
+                        batch_type="examples", beam_size=2, patience=1.0, num_hypotheses=1, length_penalty=1.0,
+                        coverage_penalty=0.0, repetition_penalty=1.0, no_repeat_ngram_size=0, disable_unk=false,
+                        suppress_sequences=None, end_token=None, prefix_bias_beta=0.0, max_input_length=1024,
+                        max_decoding_length=256, min_decoding_length=1, use_vmap=false, with_scores=false,
+                        sampling_topk=1, sampling_topp=1.0, sampling_temperature=1.0, replace_unknowns=false,
+                        source_tokenize_fn=None, target_tokenize_fn=None, target_detokenize_fn=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn translate_file(
+        &self,
+        py: Python<'_>,
+        source_path: PathBuf,
+        output_path: PathBuf,
+        target_path: Option<PathBuf>,
+        max_batch_size: usize,
+        read_batch_size: usize,
+        batch_type: &str,
+        beam_size: usize,
+        patience: f32,
+        num_hypotheses: usize,
+        length_penalty: f32,
+        coverage_penalty: f32,
+        repetition_penalty: f32,
+        no_repeat_ngram_size: usize,
+        disable_unk: bool,
+        suppress_sequences: Option<Vec<Vec<String>>>,
+        end_token: Option<Bound<'_, PyAny>>,
+        prefix_bias_beta: f32,
+        max_input_length: usize,
+        max_decoding_length: usize,
+        min_decoding_length: usize,
+        use_vmap: bool,
+        with_scores: bool,
+        sampling_topk: usize,
+        sampling_topp: f32,
+        sampling_temperature: f32,
+        replace_unknowns: bool,
+        source_tokenize_fn: Option<Bound<'_, PyAny>>,
+        target_tokenize_fn: Option<Bound<'_, PyAny>>,
+        target_detokenize_fn: Option<Bound<'_, PyAny>>,
+    ) -> PyResult<ExecutionStats> {
+        let _ = (sampling_temperature, read_batch_size);
+        refuse_unless("target_path", target_path.is_some(), false)?;
+        refuse_unless("target_tokenize_fn", target_tokenize_fn.is_some(), false)?;
+        let start = std::time::Instant::now();
+        let mut opts = search_options(
+            beam_size,
+            patience,
+            num_hypotheses,
+            length_penalty,
+            coverage_penalty,
+            repetition_penalty,
+            no_repeat_ngram_size,
+            disable_unk,
+            &suppress_sequences,
+            &end_token,
+            prefix_bias_beta,
+            max_decoding_length,
+            min_decoding_length,
+            use_vmap,
+            sampling_topk,
+            sampling_topp,
+            replace_unknowns,
+        )?;
+        batch_limits(&mut opts, max_batch_size, batch_type)?;
+        refuse_same_file(&source_path, &output_path)?;
+        let text = std::fs::read_to_string(&source_path)
+            .map_err(|e| PyFileNotFoundError::new_err(format!("{}: {e}", source_path.display())))?;
+        let mut source = Vec::new();
+        for line in text.lines() {
+            source.push(match &source_tokenize_fn {
+                Some(f) => f.call1((line,))?.extract::<Vec<String>>()?,
+                None => line.split_whitespace().map(str::to_string).collect(),
+            });
+        }
+        let (hyps, scores) = self.run_translation(py, &source, &opts, max_input_length, &Returns { scores: true })?;
+        let mut out = String::new();
+        let mut num_tokens = 0;
+        for (nbest, scores) in hyps.iter().zip(&scores) {
+            for (h, score) in nbest.iter().zip(scores) {
+                num_tokens += h.len();
+                let line = match &target_detokenize_fn {
+                    Some(f) => f.call1((h.clone(),))?.extract::<String>()?,
+                    None => h.join(" "),
+                };
+                if with_scores {
+                    out.push_str(&format!("{score:.6} ||| {line}\n"));
+                } else {
+                    out.push_str(&line);
+                    out.push('\n');
+                }
+            }
+        }
+        std::fs::write(&output_path, out)
+            .map_err(|e| PyFileNotFoundError::new_err(format!("{}: {e}", output_path.display())))?;
+        Ok(ExecutionStats {
+            num_tokens,
+            num_examples: source.len(),
+            total_time_in_ms: start.elapsed().as_secs_f64() * 1000.0,
+        })
+    }
+
+    /// The source token strings of a line of text, as this model's own tokenizer cuts it (an
+    /// addition to CTranslate2's API, which leaves tokenizing to the caller).
+    fn tokenize(&self, text: &str) -> PyResult<Vec<String>> {
+        let t = &self.engine.translator;
+        let ids = t.encode_source(text).map_err(py_err)?;
+        let tok = t.tokenizer();
+        Ok(ids
+            .iter()
+            .filter(|&&id| id != transformer::EOS)
+            .map(|&id| tok.piece_of_id(Side::Source, id).unwrap_or_default())
+            .collect())
+    }
+
+    /// The text of target token strings, as this model's tokenizer joins them.
+    fn detokenize(&self, tokens: Vec<String>) -> PyResult<String> {
+        let e = &self.engine;
+        e.translator.decode_target(&e.target_ids(&tokens)).map_err(py_err)
+    }
+
+    /// Always loaded (CTranslate2 can unload to save memory).
+    fn model_is_loaded(&self) -> bool {
+        true
+    }
+
+    fn __repr__(&self) -> String {
+        format!("Translator(device={:?}, compute_type={:?})", self.device, self.compute_type)
+    }
+}
