@@ -1,11 +1,17 @@
 //! The session behind a Python `Translator`: the library's translator, the threads it decodes
 //! on, and the jobs that turn token strings into ids, decode or score, and back.
 
+use crate::interrupt::interruptible;
 use crate::results::{Outcome, Shared};
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex};
 use transformer::data::tokenizer::Side;
 use transformer::decode::translator::DecodeOptions;
 use transformer::decode::Hypothesis;
+use transformer::events::Events;
+use transformer::Task;
 
 /// Per sentence, its hypotheses as token strings and their scores.
 pub(crate) type Translations = (Vec<Vec<Vec<String>>>, Vec<Vec<f64>>);
@@ -21,7 +27,45 @@ pub(crate) struct Engine {
     pub(crate) workers: usize,
 }
 
+/// CTranslate2's `device`: the CPU (or `auto`, which is the CPU here).
+pub(crate) fn check_device(device: &str) -> PyResult<()> {
+    match device {
+        "cpu" | "auto" => Ok(()),
+        "cuda" => {
+            Err(PyValueError::new_err("device=\"cuda\": transformer decodes on the CPU only; use device=\"cpu\""))
+        }
+        other => Err(PyValueError::new_err(format!("device {other:?}: use \"cpu\""))),
+    }
+}
+
 impl Engine {
+    /// Loads the model directory `model_path` for `task` at CTranslate2's `compute_type`, on
+    /// `intra_threads` × `inter_threads` threads (all cores for `intra_threads=0`), with the
+    /// GIL released.
+    pub(crate) fn open(
+        py: Python<'_>,
+        model_path: PathBuf,
+        compute_type: &str,
+        task: Task,
+        inter_threads: usize,
+        intra_threads: usize,
+    ) -> PyResult<Engine> {
+        if inter_threads == 0 {
+            return Err(PyValueError::new_err("inter_threads must be at least 1"));
+        }
+        let threads = match intra_threads {
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            n => n * inter_threads,
+        };
+        let ct = compute_type.to_string();
+        let translator = interruptible(py, move |_| transformer::Translator::load_dir_as(&model_path, &ct, task))?;
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .map_err(|e| PyRuntimeError::new_err(format!("could not start {threads} threads: {e}")))?;
+        Ok(Engine { translator, pool, workers: inter_threads })
+    }
+
     pub(crate) fn source_ids(&self, tokens: &[String], max_input_length: usize) -> Vec<u32> {
         let mut ids = self.translator.tokenizer().source_ids_of_pieces(tokens);
         if max_input_length > 0 && ids.len() > max_input_length {
@@ -45,9 +89,15 @@ impl Engine {
         &self,
         srcs: &[Vec<u32>],
         opts: &DecodeOptions,
+        events: &mut (dyn Events + Send),
     ) -> transformer::Result<Vec<Vec<Hypothesis>>> {
-        let opts = DecodeOptions { workers: self.workers, ..*opts };
-        self.pool.install(|| self.translator.translate_ids(srcs, &opts, &mut ())).map(|(h, _)| h)
+        let opts = self.options(opts);
+        self.pool.install(|| self.translator.translate_ids(srcs, &opts, events)).map(|(h, _)| h)
+    }
+
+    /// `opts` with this session's workers (`inter_threads`).
+    pub(crate) fn options(&self, opts: &DecodeOptions) -> DecodeOptions {
+        DecodeOptions { workers: self.workers, ..*opts }
     }
 
     pub(crate) fn score(&self, pairs: &[(Vec<u32>, Vec<u32>)]) -> transformer::Result<Vec<Vec<f32>>> {
@@ -61,9 +111,10 @@ pub(crate) fn translation_job(
     opts: &DecodeOptions,
     max_input_length: usize,
     scores: bool,
+    events: &mut (dyn Events + Send),
 ) -> transformer::Result<Translations> {
     let srcs: Vec<Vec<u32>> = source.iter().map(|s| engine.source_ids(s, max_input_length)).collect();
-    let hyps = engine.translate(&srcs, opts)?;
+    let hyps = engine.translate(&srcs, opts, events)?;
     let tokens = hyps.iter().map(|n| n.iter().map(|h| engine.target_pieces(&h.tokens)).collect()).collect();
     let scores = hyps.iter().map(|n| if scores { n.iter().map(|h| h.score).collect() } else { Vec::new() }).collect();
     Ok((tokens, scores))
@@ -96,12 +147,13 @@ pub(crate) fn scoring_job(
 }
 
 /// Runs `job` on a thread of its own (`asynchronous=True`); every result of the batch waits on the
-/// outcome it leaves.
+/// outcome it leaves (a panic's message as its error).
 pub(crate) fn spawn(job: impl FnOnce() -> Result<Outcome, String> + Send + 'static) -> Shared {
     let shared: Shared = Arc::new((Mutex::new(None), Condvar::new()));
     let done = shared.clone();
     std::thread::spawn(move || {
-        let out = job();
+        let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job))
+            .unwrap_or_else(|payload| Err(crate::interrupt::panic_message(payload.as_ref())));
         let (lock, ready) = &*done;
         *lock.lock().unwrap_or_else(|p| p.into_inner()) = Some(out);
         ready.notify_all();

@@ -5,29 +5,41 @@
 //! releases the GIL.
 //!
 //! CTranslate2's arguments this engine cannot honour yet (sampling, prefixes, repetition
-//! penalties, attention, …) are accepted at their defaults and refused with `NotImplementedError`
+//! penalties, attention, …) are accepted at their defaults and refused with a `ValueError`
 //! otherwise, naming the argument: nothing is silently ignored. docs/python.md lists them.
+//!
+//! Beyond CTranslate2's API, as pymarian's: `Translator.translate` on text, a `Parser`, and the
+//! metrics `bleu`, `chrf` and `evalb`, each the library's own function.
 
 mod engine;
+mod interrupt;
 mod iterate;
+mod metrics;
 mod options;
+mod parser;
 mod results;
+mod train;
 mod translator;
 
-use pyo3::exceptions::{PyFileNotFoundError, PyNotImplementedError, PyRuntimeError, PyValueError};
+use pyo3::exceptions::{PyFileNotFoundError, PyKeyboardInterrupt, PyOSError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use results::{AsyncScoringResult, AsyncTranslationResult, ExecutionStats, ScoringResult, TranslationResult};
 use std::path::PathBuf;
 use transformer::{Error, Precision};
 use translator::Translator;
 
-/// Our error as the Python exception a caller expects: bad arguments and files `ValueError`,
-/// what the engine cannot do `NotImplementedError`, the rest `RuntimeError`.
+/// Our error as the Python exception a caller expects: a missing file `FileNotFoundError`, another
+/// failed read or write `OSError`, a failed decode `RuntimeError`, an interrupted call
+/// `KeyboardInterrupt`, and bad arguments, inputs and files (what the engine cannot do among
+/// them) `ValueError`, each with the library's message.
 pub(crate) fn py_err(e: Error) -> PyErr {
-    match e {
-        Error::Io { .. } => PyFileNotFoundError::new_err(e.to_string()),
-        Error::Unsupported(_) => PyNotImplementedError::new_err(e.to_string()),
+    match &e {
+        Error::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
+            PyFileNotFoundError::new_err(e.to_string())
+        }
+        Error::Io { .. } => PyOSError::new_err(e.to_string()),
         Error::Decode(_) => PyRuntimeError::new_err(e.to_string()),
+        Error::Interrupted { .. } => PyKeyboardInterrupt::new_err(e.to_string()),
         _ => PyValueError::new_err(e.to_string()),
     }
 }
@@ -71,11 +83,17 @@ fn set_random_seed(seed: u64) {
 /// `import marian` (an addition to CTranslate2's API, whose converters do this job).
 #[pyfunction]
 fn import_marian(py: Python<'_>, model_dir: PathBuf, output_dir: PathBuf) -> PyResult<()> {
-    py.detach(|| {
+    interrupt::interruptible(py, move |_| {
         let imported = transformer::import::marian::import(&model_dir)?;
         transformer::import::marian::write(&imported, &output_dir).map(|_| ())
     })
-    .map_err(py_err)
+}
+
+/// Panics inside a call, as a bug would: for the test that a panic reaches Python as a
+/// `RuntimeError` and leaves the process usable. Not part of the API.
+#[pyfunction]
+fn _panic_inside_a_call(py: Python<'_>, message: String) -> PyResult<()> {
+    interrupt::interruptible(py, move |_| -> transformer::Result<()> { panic!("{message}") })
 }
 
 #[pymodule]
@@ -92,5 +110,9 @@ fn transformer_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(get_supported_compute_types, m)?)?;
     m.add_function(wrap_pyfunction!(set_random_seed, m)?)?;
     m.add_function(wrap_pyfunction!(import_marian, m)?)?;
+    m.add_function(wrap_pyfunction!(_panic_inside_a_call, m)?)?;
+    m.add_class::<parser::Parser>()?;
+    metrics::register(m)?;
+    m.add_function(wrap_pyfunction!(train::train, m)?)?;
     Ok(())
 }

@@ -2,19 +2,20 @@
 //! device and compute type, and the refusal of what the engine cannot honour yet.
 
 use crate::py_err;
-use pyo3::exceptions::{PyNotImplementedError, PyValueError};
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use std::path::Path;
 use transformer::decode::translator::DecodeOptions;
 use transformer::decode::{BeamConfig, LengthNorm};
 
-/// A CTranslate2 argument this engine does not honour: refused unless it has its default.
+/// A CTranslate2 argument this engine does not honour: refused with a `ValueError` naming it
+/// unless it has its default.
 pub(crate) fn refuse_unless<T: PartialEq + std::fmt::Debug>(name: &str, value: T, default: T) -> PyResult<()> {
     if value == default {
         return Ok(());
     }
-    Err(PyNotImplementedError::new_err(format!(
+    Err(PyValueError::new_err(format!(
         "{name}={value:?} is not supported yet by transformer's search (leave it at {default:?})"
     )))
 }

@@ -1,7 +1,8 @@
 //! The Python `Translator`: CTranslate2's constructor and methods, each a thin call into the
 //! session ([`Engine`]) with the GIL released.
 
-use crate::engine::{scoring_job, spawn, translation_job, Engine, Translations};
+use crate::engine::{check_device, scoring_job, spawn, translation_job, Engine, Translations};
+use crate::interrupt::interruptible;
 use crate::iterate::Results;
 use crate::options::{
     batch_limits, compute_type_name, device_indices, refuse_returns, refuse_same_file, refuse_unless, search_options,
@@ -11,13 +12,14 @@ use crate::py_err;
 use crate::results::{
     AsyncScoringResult, AsyncTranslationResult, ExecutionStats, Outcome, ScoringResult, TranslationResult,
 };
-use pyo3::exceptions::{PyFileNotFoundError, PyRuntimeError, PyValueError};
+use pyo3::exceptions::{PyFileNotFoundError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 use std::path::PathBuf;
 use std::sync::Arc;
 use transformer::data::tokenizer::Side;
 use transformer::decode::translator::DecodeOptions;
+use transformer::Task;
 
 /// CTranslate2's `ctranslate2.Translator`: a model directory loaded once for translating and
 /// scoring batches of token strings.
@@ -49,7 +51,7 @@ impl Translator {
         let source = source.to_vec();
         let opts = *opts;
         let scores = returns.scores;
-        py.detach(move || translation_job(&engine, &source, &opts, max_input_length, scores)).map_err(py_err)
+        interruptible(py, move |events| translation_job(&engine, &source, &opts, max_input_length, scores, events))
     }
 }
 
@@ -76,15 +78,7 @@ impl Translator {
         tensor_parallel: bool,
         files: Option<Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
-        match device {
-            "cpu" | "auto" => {}
-            "cuda" => {
-                return Err(PyValueError::new_err(
-                    "device=\"cuda\": transformer decodes on the CPU only; use device=\"cpu\"",
-                ))
-            }
-            other => return Err(PyValueError::new_err(format!("device {other:?}: use \"cpu\""))),
-        }
+        check_device(device)?;
         let device_index = match &device_index {
             Some(d) => device_indices(d)?,
             None => vec![0],
@@ -100,21 +94,10 @@ impl Translator {
         refuse_unless("flash_attention", flash_attention, false)?;
         refuse_unless("tensor_parallel", tensor_parallel, false)?;
         refuse_unless("files", files.is_some(), false)?;
-        if inter_threads == 0 {
-            return Err(PyValueError::new_err("inter_threads must be at least 1"));
-        }
-        let threads = match intra_threads {
-            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
-            n => n * inter_threads,
-        };
         let ct = compute_type.clone();
-        let translator = py.detach(|| transformer::Translator::load_dir_as(&model_path, &ct)).map_err(py_err)?;
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .build()
-            .map_err(|e| PyRuntimeError::new_err(format!("could not start {threads} threads: {e}")))?;
+        let engine = Engine::open(py, model_path, &ct, Task::Translation, inter_threads, intra_threads)?;
         Ok(Translator {
-            engine: Arc::new(Engine { translator, pool, workers: inter_threads }),
+            engine: Arc::new(engine),
             device: "cpu".to_string(),
             device_index,
             compute_type,
@@ -211,7 +194,7 @@ impl Translator {
         if asynchronous {
             let (engine, n) = (self.engine.clone(), source.len());
             let job = spawn(move || {
-                translation_job(&engine, &source, &opts, max_input_length, returns.scores)
+                translation_job(&engine, &source, &opts, max_input_length, returns.scores, &mut ())
                     .map(|(h, s)| Outcome::Translations(h, s))
                     .map_err(|e| e.to_string())
             });
@@ -270,7 +253,7 @@ impl Translator {
             return Ok(PyList::new(py, list)?.into_any().unbind());
         }
         let (tokens, log_probs) =
-            py.detach(move || scoring_job(&engine, &source, &target, max_input_length, offset)).map_err(py_err)?;
+            interruptible(py, move |_| scoring_job(&engine, &source, &target, max_input_length, offset))?;
         let list: Vec<ScoringResult> =
             tokens.into_iter().zip(log_probs).map(|(tokens, log_probs)| ScoringResult { tokens, log_probs }).collect();
         Ok(PyList::new(py, list)?.into_any().unbind())
@@ -416,6 +399,77 @@ impl Translator {
             num_examples: source.len(),
             total_time_in_ms: start.elapsed().as_secs_f64() * 1000.0,
         })
+    }
+
+    /// Translates text with the model's own tokenizer, as `transformer translate` does (an
+    /// addition to CTranslate2's API, as pymarian's `Translator.translate`): a string gives a
+    /// string, a list of strings a list; with `num_hypotheses` > 1 each line gives a list of that
+    /// many, best first. The options are `translate_batch`'s, at its defaults.
+    #[pyo3(signature = (text, *, beam_size=2, num_hypotheses=1, length_penalty=1.0, max_decoding_length=256,
+                        min_decoding_length=1, disable_unk=false, max_batch_size=0, batch_type="examples"))]
+    #[allow(clippy::too_many_arguments)]
+    fn translate(
+        &self,
+        py: Python<'_>,
+        text: Bound<'_, PyAny>,
+        beam_size: usize,
+        num_hypotheses: usize,
+        length_penalty: f32,
+        max_decoding_length: usize,
+        min_decoding_length: usize,
+        disable_unk: bool,
+        max_batch_size: usize,
+        batch_type: &str,
+    ) -> PyResult<Py<PyAny>> {
+        let (lines, one) = match text.extract::<String>() {
+            Ok(line) => (vec![line], true),
+            Err(_) => (
+                text.extract::<Vec<String>>()
+                    .map_err(|_| PyValueError::new_err("text must be a string or a list of strings"))?,
+                false,
+            ),
+        };
+        let mut opts = search_options(
+            beam_size,
+            1.0,
+            num_hypotheses,
+            length_penalty,
+            0.0,
+            1.0,
+            0,
+            disable_unk,
+            &None,
+            &None,
+            0.0,
+            max_decoding_length,
+            min_decoding_length,
+            false,
+            1,
+            1.0,
+            false,
+        )?;
+        batch_limits(&mut opts, max_batch_size, batch_type)?;
+        let engine = self.engine.clone();
+        let out: Vec<Vec<String>> = interruptible(py, move |events| {
+            let opts = engine.options(&opts);
+            let (out, _) = engine.pool.install(|| engine.translator.translate(&lines, &opts, events))?;
+            Ok(out.into_iter().map(|n| n.into_iter().map(|t| t.text).collect()).collect())
+        })?;
+        let nbest = num_hypotheses > 1;
+        let items: Vec<Py<PyAny>> = out
+            .into_iter()
+            .map(|mut n| {
+                if nbest {
+                    n.into_pyobject(py).map(|o| o.into_any().unbind())
+                } else {
+                    Ok(n.swap_remove(0).into_pyobject(py)?.into_any().unbind())
+                }
+            })
+            .collect::<PyResult<_>>()?;
+        if one {
+            return Ok(items.into_iter().next().unwrap_or_else(|| py.None()));
+        }
+        Ok(PyList::new(py, items)?.into_any().unbind())
     }
 
     /// The source token strings of a line of text, as this model's own tokenizer cuts it (an

@@ -98,6 +98,14 @@ pub enum Error {
     /// The machine cannot do what was asked (bf16 products without AMX or AVX512-BF16).
     #[error("{0}")]
     Unsupported(String),
+    /// The caller stopped the work ([`crate::events::Events::interrupted`]) before it was done.
+    #[error("interrupted after {done} of {total} items")]
+    Interrupted {
+        /// Items (sentences or chunks) done when it stopped.
+        done: usize,
+        /// Items asked for.
+        total: usize,
+    },
     /// A model from another toolkit that cannot be imported (the message names the file).
     #[error("import: {0}")]
     Import(String),

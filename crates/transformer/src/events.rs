@@ -27,6 +27,21 @@ pub trait Events {
 
     /// Bytes of a download so far (`done`, and the `total` when the server says it).
     fn download(&mut self, _done: u64, _total: Option<u64>) {}
+
+    /// A validation of a training run, its record as `metrics.jsonl` holds it (`kind` `valid`,
+    /// `valid_f1` or `valid_f1_average`, with its step and scores).
+    fn validation(&mut self, _record: &serde_json::Value) {}
+
+    /// A training run wrote the checkpoint of `step` to `path`.
+    fn checkpoint(&mut self, _step: u64, _path: &std::path::Path) {}
+
+    /// Whether the caller wants the work stopped (Ctrl-C in a front end that catches it):
+    /// asked after every batch of a translation or parse, which then ends with
+    /// [`crate::Error::Interrupted`] and nothing half-written, and before every training update,
+    /// where the run then stops as at its time limit (a checkpoint written, resumable).
+    fn interrupted(&mut self) -> bool {
+        false
+    }
 }
 
 /// Nothing shown.
@@ -62,6 +77,18 @@ impl Events for WithoutProgress<'_> {
 
     fn update(&mut self, update: &Update) {
         self.0.update(update);
+    }
+
+    fn validation(&mut self, record: &serde_json::Value) {
+        self.0.validation(record);
+    }
+
+    fn checkpoint(&mut self, step: u64, path: &std::path::Path) {
+        self.0.checkpoint(step, path);
+    }
+
+    fn interrupted(&mut self) -> bool {
+        self.0.interrupted()
     }
 }
 

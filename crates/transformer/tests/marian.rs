@@ -380,6 +380,25 @@ fn a_model_directory_read_by_pieces_scores_as_the_text_does() {
     let empty = tempdir("model-dir-empty");
     let err = model_files(&empty).unwrap_err().to_string();
     assert!(err.contains("holds no checkpoint: looked for model.safetensors, best.safetensors"), "{err}");
+    let err = model_files(&empty.join("missing")).unwrap_err();
+    assert!(matches!(&err, transformer::Error::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound));
+    // A run directory gives its last ckpt-*.safetensors; a quick start's tokenizer is in its run/.
+    let run = tempdir("model-dir-run");
+    for step in ["00000100", "00000900", "00000250"] {
+        std::fs::copy(out.join("model.safetensors"), run.join(format!("ckpt-{step}.safetensors"))).unwrap();
+    }
+    std::fs::write(run.join("ckpt-notes.txt"), "not a checkpoint").unwrap();
+    let err = model_files(&run).unwrap_err().to_string();
+    assert!(
+        err.contains("holds no tokenizer: looked for tokenizer.json, vocab.json, bpe.json in it and in its run/"),
+        "{err}"
+    );
+    std::fs::create_dir(run.join("run")).unwrap();
+    std::fs::copy(out.join("tokenizer.json"), run.join("run").join("vocab.json")).unwrap();
+    assert_eq!(model_files(&run).unwrap(), (run.join("ckpt-00000900.safetensors"), run.join("run").join("vocab.json")));
+    std::fs::copy(out.join("model.safetensors"), run.join("best.safetensors")).unwrap();
+    assert_eq!(model_files(&run).unwrap().0, run.join("best.safetensors"));
+    assert!(contains_model(&run));
     let tok = t.tokenizer();
     let (srcs, tgts) = (strings(&r, "sources"), strings(&r, "targets"));
     let mut pairs = Vec::new();
@@ -420,6 +439,6 @@ fn a_model_directory_read_by_pieces_scores_as_the_text_does() {
     }
     let err = Precision::from_compute_type("float16", false).unwrap_err().to_string();
     assert!(err.contains("compute_type \"float16\" is not supported: use one of default, auto"), "{err}");
-    let int8 = transformer::Translator::load_dir_as(&out, "int8").unwrap();
+    let int8 = transformer::Translator::load_dir_as(&out, "int8", transformer::Task::Translation).unwrap();
     assert_eq!(int8.model().prepared().map(|p| p.precision()), Some(Precision::Int8));
 }

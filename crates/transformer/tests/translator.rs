@@ -391,3 +391,39 @@ fn ensembles_of_one_and_of_two_copies_decode_as_the_model() {
     let err = Translator::load_ensemble(&[a.clone(), c.clone()], &bpe_path, opts).err().unwrap().to_string();
     assert!(err.contains("a.safetensors") && err.contains("c.safetensors") && err.contains("vocabular"), "{err}");
 }
+
+/// Asks to stop once `after` items are reported done.
+struct StopAfter {
+    after: usize,
+    stopped: bool,
+}
+
+impl transformer::events::Events for StopAfter {
+    fn progress(&mut self, done: usize, _total: usize) {
+        self.stopped |= done >= self.after;
+    }
+
+    fn interrupted(&mut self) -> bool {
+        self.stopped
+    }
+}
+
+/// A caller that asks to stop (Ctrl-C in the Python package) gets `Error::Interrupted` after the
+/// batch under way, with one worker or several, and the session translates as before afterwards.
+#[test]
+fn a_translation_stops_after_the_batch_when_the_caller_asks() {
+    let t = translator(Precision::F32);
+    let input: Vec<String> = lines().into_iter().take(120).collect();
+    let want = run(&t, &input);
+    for workers in [1, 2] {
+        let opts = DecodeOptions { workers, ..options() };
+        let err = t.translate(&input, &opts, &mut StopAfter { after: 20, stopped: false }).unwrap_err();
+        // The first report at 20 or more stops it: less than a batch (16 sentences) later.
+        let &transformer::Error::Interrupted { done, total } = &err else { panic!("{workers} workers: {err}") };
+        // Items are the pieces decoded: a sentence past the model's 64 positions is two.
+        assert!(total >= input.len(), "{total} items for {} sentences", input.len());
+        assert!((20..20 + 16).contains(&done), "{workers} workers: stopped at {done} of {total}");
+        assert!(err.to_string().starts_with("interrupted after"), "{err}");
+    }
+    assert!(run(&t, &input) == want, "an interrupted call changed the next one");
+}

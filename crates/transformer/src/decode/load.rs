@@ -12,18 +12,42 @@ use crate::task::Task;
 use std::path::{Path, PathBuf};
 
 /// The checkpoint names a model directory may hold, first found first: what `transformer import
-/// marian` writes, the best checkpoint of a training run, its average.
+/// marian` and the quick starts write, the best checkpoint of a training run, its average; a run
+/// directory with none of them gives its last `ckpt-*.safetensors`.
 const CHECKPOINT_NAMES: [&str; 3] = ["model.safetensors", "best.safetensors", "averaged.safetensors"];
-/// The tokenizer names a model directory may hold: an import's, a training run's (`data.bpe`).
+/// The tokenizer names a model directory may hold: an import's, a training run's (`data.bpe`);
+/// looked for in the directory, then in its `run/` (the quick starts' layout).
 const TOKENIZER_NAMES: [&str; 3] = ["tokenizer.json", "vocab.json", "bpe.json"];
 
+/// The newest `ckpt-NNNNNNNN.safetensors` of a run directory (the step is zero-padded, so the
+/// last name is the last step).
+fn last_checkpoint(dir: &Path) -> Option<PathBuf> {
+    let entries = std::fs::read_dir(dir).ok()?;
+    entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.is_file()
+                && p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with("ckpt-") && n.ends_with(".safetensors"))
+        })
+        .max()
+}
+
 /// The (checkpoint, tokenizer) files of a model directory: `model.safetensors` (or a run's
-/// `best.safetensors`, `averaged.safetensors`) beside `tokenizer.json` (or a run's `vocab.json`,
-/// `bpe.json`). An error says what the directory lacks.
+/// `best.safetensors`, `averaged.safetensors`, else its last `ckpt-*.safetensors`) beside
+/// `tokenizer.json` (or a run's `vocab.json`, `bpe.json`; in the directory or its `run/`): what
+/// `import marian`, a quick start and a training run write. An error says what the directory lacks.
 pub fn model_files(dir: &Path) -> Result<(PathBuf, PathBuf)> {
+    if !dir.exists() {
+        return Err(Error::Io {
+            path: dir.to_path_buf(),
+            source: std::io::Error::new(std::io::ErrorKind::NotFound, "no such model directory"),
+        });
+    }
     if !dir.is_dir() {
         return Err(Error::Input(format!(
-            "{}: not a model directory (give the directory `transformer import marian` or a training run wrote)",
+            "{}: not a model directory (give the directory `transformer import marian`, a quick start or a training run wrote)",
             dir.display()
         )));
     }
@@ -34,13 +58,22 @@ pub fn model_files(dir: &Path) -> Result<(PathBuf, PathBuf)> {
             dir.display()
         )));
     }
-    let first = |names: &[&str]| names.iter().map(|n| dir.join(n)).find(|p| p.is_file());
-    let checkpoint = first(&CHECKPOINT_NAMES).ok_or_else(|| {
-        Error::Input(format!("{} holds no checkpoint: looked for {}", dir.display(), CHECKPOINT_NAMES.join(", ")))
+    let first = |dir: &Path, names: &[&str]| names.iter().map(|n| dir.join(n)).find(|p| p.is_file());
+    let checkpoint = first(dir, &CHECKPOINT_NAMES).or_else(|| last_checkpoint(dir)).ok_or_else(|| {
+        Error::Input(format!(
+            "{} holds no checkpoint: looked for {} and ckpt-*.safetensors",
+            dir.display(),
+            CHECKPOINT_NAMES.join(", ")
+        ))
     })?;
-    let tokenizer = first(&TOKENIZER_NAMES).ok_or_else(|| {
-        Error::Input(format!("{} holds no tokenizer: looked for {}", dir.display(), TOKENIZER_NAMES.join(", ")))
-    })?;
+    let tokenizer =
+        first(dir, &TOKENIZER_NAMES).or_else(|| first(&dir.join("run"), &TOKENIZER_NAMES)).ok_or_else(|| {
+            Error::Input(format!(
+                "{} holds no tokenizer: looked for {} in it and in its run/",
+                dir.display(),
+                TOKENIZER_NAMES.join(", ")
+            ))
+        })?;
     Ok((checkpoint, tokenizer))
 }
 
@@ -58,14 +91,14 @@ impl Translator {
     }
 
     /// [`Translator::load_dir`] at CTranslate2's `compute_type`
-    /// ([`Precision::from_compute_type`]: `default` is the checkpoint's own), translating; the
-    /// checkpoint's header read once.
-    pub fn load_dir_as(dir: &Path, compute_type: &str) -> Result<Self> {
+    /// ([`Precision::from_compute_type`]: `default` is the checkpoint's own), for `task` (a
+    /// model of another task is an error naming both); the checkpoint's header read once.
+    pub fn load_dir_as(dir: &Path, compute_type: &str, task: Task) -> Result<Self> {
         let (checkpoint, tokenizer) = model_files(dir)?;
         let vocab = Tokenizer::load(&tokenizer)?;
         let opened = checkpoint::open(&checkpoint)?;
         let precision = Precision::from_compute_type(compute_type, opened.header().int8)?;
-        Self::from_opened(opened, vocab, &tokenizer, SessionOptions { precision, ..SessionOptions::default() })
+        Self::from_opened(opened, vocab, &tokenizer, SessionOptions { precision, task, ..SessionOptions::default() })
     }
 
     /// Loads a checkpoint and the tokenizer it was trained with (a BPE model of ours, or the
@@ -116,7 +149,7 @@ impl Translator {
                 checkpoint.display(),
                 stored.name(),
                 options.task.name(),
-                if stored == Task::Parsing { ": use `transformer parse`" } else { "" }
+                if stored == Task::Parsing { ": use `transformer parse` (transformer.Parser from Python)" } else { "" }
             )));
         }
         options.tree_format = tree_format?;

@@ -335,6 +335,10 @@ impl Translator {
             stats.batches += 1;
             done += range.len();
             events.progress(done, order.len());
+            if events.interrupted() {
+                return Err(Error::Interrupted { done, total: order.len() });
+            }
+            Ok(())
         };
         let with_buffers = |f: &mut dyn FnMut(&mut Buffers)| self.with_buffers(f);
         super::workers::run(&batches, workers, with_buffers, run, finish)?;

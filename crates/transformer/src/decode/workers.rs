@@ -7,7 +7,8 @@ use crate::kernels::cpu::profile::Profile;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
 
 /// Runs `job` on every one of `jobs`, each in a state `with_state` lends it (a session's buffers
-/// from its pool), and hands each result to `done` on the calling thread, with the job it is of.
+/// from its pool), and hands each result to `done` on the calling thread, with the job it is of;
+/// an error from `done` (the caller's interruption) stops the jobs not yet begun and is returned.
 ///
 /// With `workers` ≤ 1 the jobs run in order on the calling thread, in one state, their products
 /// split over rayon's pool; the first error stops them. With more, that many threads run at once,
@@ -22,11 +23,11 @@ pub(super) fn run<J: Sync, S, T: Send>(
     workers: usize,
     with_state: impl Fn(&mut dyn FnMut(&mut S)) + Sync,
     job: impl Fn(&J, &mut S) -> Result<T> + Sync,
-    mut done: impl FnMut(&J, T),
+    mut done: impl FnMut(&J, T) -> Result<()>,
 ) -> Result<()> {
     if workers <= 1 {
         let mut out = Ok(());
-        with_state(&mut |state| out = jobs.iter().try_for_each(|j| job(j, state).map(|t| done(j, t))));
+        with_state(&mut |state| out = jobs.iter().try_for_each(|j| job(j, state).and_then(|t| done(j, t))));
         return out;
     }
     let next = AtomicUsize::new(0);
@@ -72,10 +73,18 @@ pub(super) fn run<J: Sync, S, T: Send>(
         drop(tx);
         // The error of the earliest job that failed, as one job at a time would give.
         let mut first_error: Option<(usize, Error)> = None;
+        let mut stopped: Option<Error> = None;
         let mut panic = None;
         for (i, r) in rx {
             match r {
-                Ok(Ok(t)) => done(&jobs[i], t),
+                Ok(Ok(t)) => {
+                    if stopped.is_none() {
+                        if let Err(e) = done(&jobs[i], t) {
+                            stop.store(true, Relaxed);
+                            stopped = Some(e);
+                        }
+                    }
+                }
                 Ok(Err(e)) => {
                     if first_error.as_ref().is_none_or(|(j, _)| i < *j) {
                         first_error = Some((i, e));
@@ -89,6 +98,9 @@ pub(super) fn run<J: Sync, S, T: Send>(
         if let Some(payload) = panic {
             std::panic::resume_unwind(payload);
         }
-        first_error.map_or(Ok(()), |(_, e)| Err(e))
+        match (first_error, stopped) {
+            (Some((_, e)), _) | (None, Some(e)) => Err(e),
+            (None, None) => Ok(()),
+        }
     })
 }

@@ -51,6 +51,8 @@ pub enum StopReason {
     Steps(u64),
     /// `train.time_limit_minutes` reached (the limit).
     TimeLimit(f64),
+    /// The caller asked it to stop ([`Events::interrupted`], asked before every update).
+    Interrupted,
 }
 
 impl std::fmt::Display for StopReason {
@@ -59,6 +61,7 @@ impl std::fmt::Display for StopReason {
             StopReason::Epochs(e) => write!(f, "reached {e} epochs"),
             StopReason::Steps(s) => write!(f, "reached {s} steps"),
             StopReason::TimeLimit(m) => write!(f, "time limit of {m} minutes"),
+            StopReason::Interrupted => write!(f, "interrupted"),
         }
     }
 }
@@ -214,6 +217,22 @@ impl Events for Rank0<'_> {
         if let Some(events) = &mut self.voice {
             events.update(u);
         }
+    }
+
+    fn validation(&mut self, record: &serde_json::Value) {
+        if let Some(events) = &mut self.voice {
+            events.validation(record);
+        }
+    }
+
+    fn checkpoint(&mut self, step: u64, path: &std::path::Path) {
+        if let Some(events) = &mut self.voice {
+            events.checkpoint(step, path);
+        }
+    }
+
+    fn interrupted(&mut self) -> bool {
+        self.voice.as_mut().is_some_and(|events| events.interrupted())
     }
 }
 
@@ -375,17 +394,23 @@ impl<'a> Run<'a> {
         })
     }
 
-    /// Why the run stops before its next update, if it does: the step or the time limit (rank 0's
-    /// clock decides for every worker, so that all stop at the same update).
-    fn limit_reached(&self) -> Option<StopReason> {
+    /// Why the run stops before its next update, if it does: the step or the time limit, or the
+    /// caller's interruption (rank 0's clock and events decide for every worker, so that all stop
+    /// at the same update).
+    fn limit_reached(&mut self) -> Option<StopReason> {
         let t = &self.cfg.train;
         if t.max_steps.is_some_and(|m| self.state.step >= m) {
             return Some(StopReason::Steps(self.state.step));
         }
-        let m = t.time_limit_minutes?;
-        let mut up = [(self.clock.elapsed() >= m * 60.0) as u64];
+        let time_up = t.time_limit_minutes.is_some_and(|m| self.clock.elapsed() >= m * 60.0);
+        let stop = self.rank0.interrupted();
+        let mut up = [u64::from(time_up) | u64::from(stop) << 1];
         self.comm.broadcast_u64(&mut up);
-        (up[0] != 0).then_some(StopReason::TimeLimit(m))
+        match (up[0] & 1 != 0, up[0] & 2 != 0) {
+            (_, true) => Some(StopReason::Interrupted),
+            (true, false) => t.time_limit_minutes.map(StopReason::TimeLimit),
+            (false, false) => None,
+        }
     }
 
     /// One update over the next `train.accumulate` batches of the epoch's `order` (this worker's
@@ -545,7 +570,7 @@ impl<'a> Run<'a> {
     }
 
     /// Saves the trainer with the run's position, so that a restart continues exactly.
-    fn save(&self) -> Result<PathBuf> {
+    fn save(&mut self) -> Result<PathBuf> {
         if !self.run_dir.writes() {
             // A follower: rank 0 writes this checkpoint; copying the model and moments is not needed.
             return Ok(self.run_dir.checkpoint_path(self.state.step));
@@ -553,7 +578,9 @@ impl<'a> Run<'a> {
         // The records written so far precede this state: a run resumed from it keeps them.
         let saved = RunState { metrics_records: Some(self.run_dir.metrics_records()?), ..self.state };
         let extra = checkpoint_extra(&saved, &self.cfg.data);
-        self.run_dir.save(&self.trainer.to_checkpoint(self.data.tokenizer.hash(), extra))
+        let path = self.run_dir.save(&self.trainer.to_checkpoint(self.data.tokenizer.hash(), extra))?;
+        self.rank0.checkpoint(self.state.step, &path);
+        Ok(path)
     }
 }
 

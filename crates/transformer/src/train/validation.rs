@@ -113,7 +113,10 @@ pub(super) fn record(
     if let Some(w) = v.reading.and_then(|r| r.warning()).filter(|_| state.step >= warmup) {
         events.warn(&format!("step {}: {w}", state.step));
     }
-    run_dir.append_metrics(&v.record(state.step, epoch))
+    let rec = v.record(state.step, epoch);
+    run_dir.append_metrics(&rec)?;
+    events.validation(&rec);
+    Ok(())
 }
 
 /// Parsing validation: beam-decodes the validation sentences (beam `train.valid_f1_beam`, §6.3's α
@@ -171,7 +174,10 @@ impl F1<'_> {
             start.elapsed().as_secs_f64(),
             if best { "; best so far, saved as best.safetensors" } else { "" }
         ));
-        self.run_dir.append_metrics(&serde_json::json!({"kind": "valid_f1", "step": state.step, "epoch": state.epoch, "f1": f1, "malformed": malformed, "best": best}))
+        let rec = serde_json::json!({"kind": "valid_f1", "step": state.step, "epoch": state.epoch, "f1": f1, "malformed": malformed, "best": best});
+        self.run_dir.append_metrics(&rec)?;
+        events.validation(&rec);
+        Ok(())
     }
 
     /// At the end of the run: averages the newest `train.valid_f1_average` checkpoints (the final
@@ -208,6 +214,9 @@ impl F1<'_> {
             start.elapsed().as_secs_f64(),
             if best { "; best, saved as best.safetensors" } else { "; the best stays" }
         ));
-        self.run_dir.append_metrics(&serde_json::json!({"kind": "valid_f1_average", "step": state.step, "epoch": state.epoch, "f1": f1, "malformed": malformed, "best": best, "averaged": newest.len(), "from_step": first_step}))
+        let rec = serde_json::json!({"kind": "valid_f1_average", "step": state.step, "epoch": state.epoch, "f1": f1, "malformed": malformed, "best": best, "averaged": newest.len(), "from_step": first_step});
+        self.run_dir.append_metrics(&rec)?;
+        events.validation(&rec);
+        Ok(())
     }
 }
