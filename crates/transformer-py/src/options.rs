@@ -7,7 +7,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use std::path::Path;
 use transformer::decode::translator::DecodeOptions;
-use transformer::decode::{BeamConfig, LengthNorm};
+use transformer::decode::{BeamConfig, Controls, LengthNorm};
 
 /// A CTranslate2 argument this engine does not honour: refused with a `ValueError` naming it
 /// unless it has its default.
@@ -57,15 +57,9 @@ pub(crate) fn search_options(
 ) -> PyResult<DecodeOptions> {
     refuse_unless("patience", patience, 1.0)?;
     refuse_unless("coverage_penalty", coverage_penalty, 0.0)?;
-    refuse_unless("repetition_penalty", repetition_penalty, 1.0)?;
-    refuse_unless("no_repeat_ngram_size", no_repeat_ngram_size, 0)?;
     refuse_unless("suppress_sequences", suppress_sequences.as_ref().is_some_and(|s| !s.is_empty()), false)?;
     refuse_unless("end_token", end_token.is_some(), false)?;
     refuse_unless("prefix_bias_beta", prefix_bias_beta, 0.0)?;
-    // 1 (CTranslate2's default) or 0: longer minimums need the search to hold back EOS.
-    if min_decoding_length > 1 {
-        refuse_unless("min_decoding_length", min_decoding_length, 1)?;
-    }
     refuse_unless("use_vmap", use_vmap, false)?;
     refuse_unless("sampling_topk", sampling_topk, 1)?;
     refuse_unless("sampling_topp", sampling_topp, 1.0)?;
@@ -87,6 +81,7 @@ pub(crate) fn search_options(
         early_exit: false,
         length_norm: LengthNorm::Marian,
         suppress_unk: disable_unk,
+        controls: Controls { min_len: min_decoding_length, repetition_penalty, no_repeat_ngram: no_repeat_ngram_size },
     };
     search.validate().map_err(py_err)?;
     Ok(DecodeOptions { search, ..DecodeOptions::default() })

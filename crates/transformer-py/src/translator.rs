@@ -405,8 +405,9 @@ impl Translator {
     /// addition to CTranslate2's API, as pymarian's `Translator.translate`): a string gives a
     /// string, a list of strings a list; with `num_hypotheses` > 1 each line gives a list of that
     /// many, best first. The options are `translate_batch`'s, at its defaults.
-    #[pyo3(signature = (text, *, beam_size=2, num_hypotheses=1, length_penalty=1.0, max_decoding_length=256,
-                        min_decoding_length=1, disable_unk=false, max_batch_size=0, batch_type="examples"))]
+    #[pyo3(signature = (text, *, beam_size=2, num_hypotheses=1, length_penalty=1.0, repetition_penalty=1.0,
+                        no_repeat_ngram_size=0, max_decoding_length=256, min_decoding_length=1, disable_unk=false,
+                        max_batch_size=0, batch_type="examples"))]
     #[allow(clippy::too_many_arguments)]
     fn translate(
         &self,
@@ -415,6 +416,8 @@ impl Translator {
         beam_size: usize,
         num_hypotheses: usize,
         length_penalty: f32,
+        repetition_penalty: f32,
+        no_repeat_ngram_size: usize,
         max_decoding_length: usize,
         min_decoding_length: usize,
         disable_unk: bool,
@@ -435,8 +438,8 @@ impl Translator {
             num_hypotheses,
             length_penalty,
             0.0,
-            1.0,
-            0,
+            repetition_penalty,
+            no_repeat_ngram_size,
             disable_unk,
             &None,
             &None,

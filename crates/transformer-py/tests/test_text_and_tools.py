@@ -55,15 +55,16 @@ def compute_types():
 
 @pytest.mark.parametrize("compute_type", compute_types())
 def test_text_and_pieces_give_exactly_the_clis_translations(model_dir, tmp_path, compute_type):
-    # CTranslate2's search (beam 2, length_penalty 1 dividing by the length, 256 tokens) is the
-    # CLI's --beam 2 --alpha 1 --length-norm marian --max-len-a 0 --max-len-b 256.
+    # CTranslate2's search (beam 2, length_penalty 1 dividing by the length, 256 tokens, at least
+    # one token) is the CLI's --beam 2 --alpha 1 --length-norm marian --max-len-a 0 --max-len-b 256
+    # --min-len 1.
     precision = {"float32": "f32", "int8": "int8", "bfloat16": "bf16"}[compute_type]
     source = tmp_path / "source.txt"
     source.write_text("".join(s + "\n" for s in SOURCES), encoding="utf-8")
     want = run_cli("translate", "--checkpoint", model_dir / "model.safetensors", "--tokenizer",
                    model_dir / "tokenizer.json", "--precision", precision, "--beam", 2, "--alpha", 1,
-                   "--length-norm", "marian", "--max-len-a", 0, "--max-len-b", 256, "--workers", 1,
-                   "--input", source).splitlines()
+                   "--length-norm", "marian", "--max-len-a", 0, "--max-len-b", 256, "--min-len", 1,
+                   "--workers", 1, "--input", source).splitlines()
     assert len(want) == len(SOURCES)
     t = transformer.Translator(str(model_dir), compute_type=compute_type)
     assert t.translate(SOURCES) == want
@@ -75,6 +76,20 @@ def test_text_and_pieces_give_exactly_the_clis_translations(model_dir, tmp_path,
     nbest = t.translate(SOURCES[:3], beam_size=4, num_hypotheses=3)
     assert [len(n) for n in nbest] == [3, 3, 3]
     assert [n[0] for n in nbest] == t.translate(SOURCES[:3], beam_size=4)
+    # The repetition controls, CTranslate2's names, the CLI's flags.
+    controls = dict(repetition_penalty=1.5, no_repeat_ngram_size=2, min_decoding_length=3)
+    want = run_cli("translate", "--checkpoint", model_dir / "model.safetensors", "--tokenizer",
+                   model_dir / "tokenizer.json", "--precision", precision, "--beam", 2, "--alpha", 1,
+                   "--length-norm", "marian", "--max-len-a", 0, "--max-len-b", 256, "--min-len", 3,
+                   "--repetition-penalty", 1.5, "--no-repeat-ngram-size", 2, "--workers", 1,
+                   "--input", source).splitlines()
+    assert t.translate(SOURCES, **controls) == want
+    pieces = t.translate_batch([t.tokenize(s) for s in SOURCES], **controls)
+    assert [t.detokenize(r.hypotheses[0]) for r in pieces] == want
+    for r in pieces:
+        h = r.hypotheses[0]
+        assert len(h) >= 3
+        assert len(set(zip(h, h[1:]))) == len(h) - 1, h  # no bigram twice
 
 
 def test_threads_in_parallel_give_the_serial_outputs(translator):
@@ -129,7 +144,7 @@ def test_errors_are_the_exceptions_python_expects(model_dir, translator, tmp_pat
     with pytest.raises(FileNotFoundError):
         translator.translate_file(str(tmp_path / "missing.txt"), str(tmp_path / "out.txt"))
     # What the search cannot honour yet is a ValueError naming the argument.
-    for kwargs in [{"sampling_topk": 5}, {"repetition_penalty": 1.2}, {"return_attention": True}]:
+    for kwargs in [{"sampling_topk": 5}, {"patience": 2.0}, {"return_attention": True}]:
         with pytest.raises(ValueError, match=next(iter(kwargs))):
             translator.translate_batch([["▁Hallo"]], **kwargs)
     with pytest.raises(ValueError, match="compute_type \"float16\" is not supported"):

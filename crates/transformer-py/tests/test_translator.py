@@ -106,10 +106,7 @@ def test_what_the_search_cannot_do_yet_is_refused_by_name(translator):
     src = source_tokens()[:2]
     for kwargs in [
         {"sampling_topk": 5},
-        {"repetition_penalty": 1.2},
-        {"no_repeat_ngram_size": 3},
         {"return_attention": True},
-        {"min_decoding_length": 5},
         {"patience": 2.0},
         {"end_token": "</s>"},
         {"callback": print},

@@ -9,7 +9,8 @@ mod common;
 
 use common::translate_batch;
 use transformer::decode::{
-    beam_search, BeamConfig, EnsembleScorer, Hypothesis, LengthNorm, Scorer, SearchOverrides, SearchPreset, StepScores,
+    beam_search, BeamConfig, Controls, EnsembleScorer, Hypothesis, LengthNorm, Scorer, SearchOverrides, SearchPreset,
+    StepScores,
 };
 use transformer::rng::Rng;
 use transformer::{Batch, ModelConfig, Positions, Transformer, Workspace, BOS, EOS};
@@ -109,6 +110,7 @@ fn cfg(beam: usize, alpha: f64, nbest: usize) -> BeamConfig {
         early_exit: false,
         length_norm: LengthNorm::Gnmt,
         suppress_unk: false,
+        controls: Controls::default(),
     }
 }
 
@@ -218,6 +220,7 @@ fn the_length_limit_forces_eos() {
         early_exit: false,
         length_norm: LengthNorm::Gnmt,
         suppress_unk: false,
+        controls: Controls::default(),
     };
     let h = search(&chatty, &[0], &[2], c);
     let lpa = 5.0 * 0.9f64.ln() + 0.0001f64.ln();
@@ -235,6 +238,7 @@ fn the_length_limit_forces_eos() {
         early_exit: false,
         length_norm: LengthNorm::Gnmt,
         suppress_unk: false,
+        controls: Controls::default(),
     };
     assert_eq!(search(&chatty, &[0], &[5], c)[0][0].tokens, vec![A; 3]);
     let mut s = Scripted::new(&chatty, &[0]);
@@ -249,6 +253,7 @@ fn the_length_limit_forces_eos() {
         early_exit: false,
         length_norm: LengthNorm::Gnmt,
         suppress_unk: false,
+        controls: Controls::default(),
     };
     assert_hyp(&search(&chatty, &[0], &[5], c)[0][0], &[], 0.0001f64.ln(), 0.0001f64.ln());
 }
@@ -307,6 +312,7 @@ fn a_beam_holding_everything_finds_the_exhaustive_best() {
                 early_exit: false,
                 length_norm: LengthNorm::Gnmt,
                 suppress_unk: false,
+                controls: Controls::default(),
             };
             let got = search(&random_table, &[sent], &[7], c);
             for (k, (h, (tokens, score))) in got[0].iter().zip(&want).enumerate() {
@@ -325,6 +331,7 @@ fn a_beam_holding_everything_finds_the_exhaustive_best() {
                     early_exit: false,
                     length_norm: LengthNorm::Gnmt,
                     suppress_unk: false,
+                    controls: Controls::default(),
                 };
                 let h = &search(&random_table, &[sent], &[7], c)[0][0];
                 assert!(h.score <= want[0].1 + 1e-12);
@@ -451,6 +458,7 @@ fn model_beam_search_agrees_with_full_forward_search() {
         early_exit: false,
         length_norm: LengthNorm::Gnmt,
         suppress_unk: false,
+        controls: Controls::default(),
     };
     let got = translate_batch(&m, &refs, &c, &mut ws).unwrap();
     for i in 0..srcs.len() {
@@ -483,6 +491,7 @@ fn model_beam_search_agrees_with_full_forward_search() {
         early_exit: false,
         length_norm: LengthNorm::Gnmt,
         suppress_unk: false,
+        controls: Controls::default(),
     };
     let got = translate_batch(&m, &refs, &c, &mut ws).unwrap();
     for i in 0..srcs.len() {
@@ -573,4 +582,111 @@ fn an_ensemble_averages_log_probabilities_at_every_step() {
     assert_hyp(&b2[0][1], &[A, A], a_a, a_a / lp(3, 0.6));
     // Members of different vocabulary sizes, or none, are refused.
     assert!(EnsembleScorer::<Scripted>::new(Vec::new()).is_err());
+}
+
+/// A model that repeats itself: a (0.5) over b (0.3) over EOS (0.2), whatever came before.
+fn repeater(_: usize, _: &[u32]) -> [f64; V] {
+    probs(&[(A, 0.5), (B, 0.3), (EOS, 0.2)])
+}
+
+/// CTranslate2's controls, naively and in f64: the next-token log-probabilities of `table` after
+/// `prefix`, the controls applied to its logits (ln p) and normalised again; `None` for a token
+/// they disable. At the length limit EOS is never disabled.
+fn controlled(table: &Table, prefix: &[u32], c: &Controls, at_limit: bool) -> Vec<Option<f64>> {
+    let mut logits: Vec<Option<f64>> = table(0, prefix).iter().map(|&p| (p > 0.0).then(|| p.ln())).collect();
+    for (t, x) in logits.iter_mut().enumerate() {
+        let t = t as u32;
+        if let Some(l) = x {
+            if prefix.contains(&t) {
+                let p = f64::from(c.repetition_penalty);
+                *l = if *l < 0.0 { *l * p } else { *l / p };
+            }
+        }
+        if t == EOS && prefix.len() < c.min_len && !at_limit {
+            *x = None;
+        }
+        let n = c.no_repeat_ngram;
+        if n > 0 && prefix.len() >= n {
+            let mut gram = prefix[prefix.len() + 1 - n..].to_vec();
+            gram.push(t);
+            if prefix.windows(n).any(|w| w == gram.as_slice()) {
+                *x = None;
+            }
+        }
+    }
+    let z = logits.iter().flatten().map(|l| l.exp()).sum::<f64>().ln();
+    logits.into_iter().map(|l| l.map(|l| l - z)).collect()
+}
+
+/// Greedy search under the controls, naively: the best token each step (EOS ends it, as does the
+/// length `limit`), with its log-probability.
+fn naive_greedy(table: &Table, c: &Controls, limit: usize) -> (Vec<u32>, f64) {
+    let (mut out, mut log_prob) = (Vec::new(), 0.0);
+    loop {
+        let lp = controlled(table, &out, c, out.len() == limit);
+        if out.len() == limit {
+            return (out, log_prob + lp[EOS as usize].expect("EOS at the limit"));
+        }
+        let (t, x) = (3..V as u32) // PAD, BOS and UNK are never written
+            .chain([EOS])
+            .filter_map(|t| lp[t as usize].map(|x| (t, x)))
+            .max_by(|a, b| a.1.total_cmp(&b.1).then(b.0.cmp(&a.0)))
+            .unwrap();
+        log_prob += x;
+        if t == EOS {
+            return (out, log_prob);
+        }
+        out.push(t);
+    }
+}
+
+/// The minimum length, the repetition penalty and the n-gram block, as CTranslate2 defines them, on
+/// a model that repeats: greedy search gives what the naive f64 reading of each definition gives,
+/// token for token and log-probability to f32 rounding; a beam's every hypothesis obeys them.
+#[test]
+fn the_repetition_and_length_controls_do_what_ctranslate2_defines() {
+    let plain = Controls::default();
+    let cases = [
+        Controls { no_repeat_ngram: 2, ..plain },
+        Controls { no_repeat_ngram: 3, ..plain },
+        Controls { repetition_penalty: 1.8, ..plain },
+        Controls { repetition_penalty: 3.0, ..plain },
+        Controls { min_len: 4, ..plain },
+        Controls { min_len: 3, repetition_penalty: 2.0, no_repeat_ngram: 2 },
+    ];
+    let limit = 8;
+    let base = BeamConfig { max_len_a: 0.0, max_len_b: limit, ..cfg(1, 0.0, 1) };
+    // Without controls the model repeats `a` up to the limit.
+    let free = search(&repeater, &[0], &[1], base)[0][0].clone();
+    assert_eq!(free.tokens, vec![A; limit]);
+    for c in cases {
+        let greedy = BeamConfig { controls: c, ..base };
+        let h = &search(&repeater, &[0], &[1], greedy)[0][0];
+        let (tokens, log_prob) = naive_greedy(&repeater, &c, limit);
+        assert_hyp(h, &tokens, log_prob, log_prob);
+        // Each control changes the output, or (a minimum length below it) its probability.
+        assert!(h.tokens != free.tokens || (h.log_prob - free.log_prob).abs() > 1e-3, "{c:?} changed nothing");
+        let beam = BeamConfig { controls: c, ..cfg(4, 0.6, 4) };
+        for h in &search(&repeater, &[0], &[1], BeamConfig { max_len_b: limit, max_len_a: 0.0, ..beam })[0] {
+            assert!(h.tokens.len() >= c.min_len, "{c:?}: {:?}", h.tokens);
+            let n = c.no_repeat_ngram;
+            if n > 0 {
+                let grams: Vec<&[u32]> = h.tokens.windows(n).collect();
+                let distinct: std::collections::HashSet<&[u32]> = grams.iter().copied().collect();
+                assert_eq!(distinct.len(), grams.len(), "{c:?}: a repeated {n}-gram in {:?}", h.tokens);
+            }
+        }
+    }
+    // min_len 4 on a model that wants to stop at once: EOS waits, the length limit still wins.
+    let quits = |_: usize, _: &[u32]| probs(&[(EOS, 0.9), (A, 0.1)]);
+    let c = BeamConfig { controls: Controls { min_len: 4, ..plain }, max_len_a: 0.0, max_len_b: 2, ..cfg(1, 0.0, 1) };
+    assert_eq!(search(&quits, &[0], &[1], c)[0][0].tokens, vec![A; 2]);
+    // Bad settings are errors naming the control.
+    for p in [0.0, -1.0, f32::NAN, f32::INFINITY] {
+        let bad = BeamConfig { controls: Controls { repetition_penalty: p, ..plain }, ..base };
+        let e = bad.validate().unwrap_err().to_string();
+        assert!(e.contains("repetition penalty must be finite and > 0"), "{e}");
+    }
+    let shown = BeamConfig { controls: Controls { min_len: 3, repetition_penalty: 1.2, no_repeat_ngram: 2 }, ..base };
+    assert!(shown.to_string().ends_with(", min length 3, repetition penalty 1.2, no repeated 2-gram"), "{shown}");
 }

@@ -240,6 +240,7 @@ fn marian_search(normalize: f64) -> DecodeOptions {
         early_exit: false,
         length_norm: LengthNorm::Marian,
         suppress_unk: true,
+        controls: transformer::decode::Controls::default(),
     };
     DecodeOptions { search, ..Default::default() }
 }

@@ -210,6 +210,18 @@ pub struct SearchArgs {
     /// Never write UNK (Marian's decoder does this unless given --allow-unk).
     #[arg(long)]
     pub suppress_unk: bool,
+    /// No EOS before this many output tokens (CTranslate2's min_decoding_length; fairseq's
+    /// --min-len). Default 0: none.
+    #[arg(long, default_value_t = 0)]
+    pub min_len: usize,
+    /// Divide the logit of every token already written by this when positive, multiply when
+    /// negative (CTranslate2's repetition_penalty; > 1 penalises). Default 1: none.
+    #[arg(long, default_value_t = 1.0)]
+    pub repetition_penalty: f32,
+    /// Never write the same n-gram of this size twice (fairseq's and CTranslate2's
+    /// no_repeat_ngram_size). Default 0: none.
+    #[arg(long, default_value_t = 0)]
+    pub no_repeat_ngram_size: usize,
 }
 
 impl ModelArgs {
@@ -257,6 +269,9 @@ impl SearchArgs {
             early_exit: Some(self.early_exit),
             length_norm: self.length_norm,
             suppress_unk: Some(self.suppress_unk),
+            min_len: Some(self.min_len),
+            repetition_penalty: Some(self.repetition_penalty),
+            no_repeat_ngram: Some(self.no_repeat_ngram_size),
         };
         let search = match preset.with(&overrides) {
             Ok(s) => s,

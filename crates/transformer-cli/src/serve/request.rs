@@ -5,7 +5,7 @@ use serde_json::Value;
 use transformer::data::corpus::input_line;
 
 /// The fields a request may hold.
-pub const FIELDS: &str = "q, beam, alpha, nbest, attention";
+pub const FIELDS: &str = "q, beam, alpha, nbest, attention, min_length, repetition_penalty, no_repeat_ngram_size";
 
 /// A checked translation request.
 #[derive(Debug, Clone, PartialEq)]
@@ -20,6 +20,9 @@ pub struct TranslateRequest {
     pub nbest: Option<usize>,
     /// Return the encoder–decoder attention of each best hypothesis.
     pub attention: bool,
+    /// The search's minimum length and repetition controls (CTranslate2's
+    /// `min_decoding_length`, `repetition_penalty`, `no_repeat_ngram_size`; default: none).
+    pub controls: transformer::decode::Controls,
 }
 
 /// The request limits that do not need the model.
@@ -142,7 +145,23 @@ pub fn parse(body: &[u8], limits: &Limits) -> Result<TranslateRequest, String> {
         Some(Value::Bool(b)) => *b,
         Some(v) => return Err(format!("field `attention` must be true or false (got {})", kind(v))),
     };
-    Ok(TranslateRequest { q, beam, alpha, nbest, attention })
+    let mut controls = transformer::decode::Controls::default();
+    let count = |field: &str| match map.get(field) {
+        None | Some(Value::Null) => Ok(0),
+        Some(v) => match v.as_u64() {
+            Some(n) if n <= 1000 => Ok(n as usize),
+            _ => Err(format!("field `{field}` must be an integer between 0 and 1000 (got {v})")),
+        },
+    };
+    controls.min_len = count("min_length")?;
+    controls.no_repeat_ngram = count("no_repeat_ngram_size")?;
+    if let Some(v) = map.get("repetition_penalty").filter(|v| !v.is_null()) {
+        controls.repetition_penalty = match v.as_f64() {
+            Some(p) if p.is_finite() && p > 0.0 && p <= 100.0 => p as f32,
+            _ => return Err(format!("field `repetition_penalty` must be a number above 0, at most 100 (got {v})")),
+        };
+    }
+    Ok(TranslateRequest { q, beam, alpha, nbest, attention, controls })
 }
 
 #[cfg(test)]
@@ -160,11 +179,27 @@ mod tests {
         let r = parse(br#"{"q": "A dog."}"#, &LIMITS).unwrap();
         assert_eq!(
             r,
-            TranslateRequest { q: vec!["A dog.".into()], beam: None, alpha: None, nbest: None, attention: false }
+            TranslateRequest {
+                q: vec!["A dog.".into()],
+                beam: None,
+                alpha: None,
+                nbest: None,
+                attention: false,
+                controls: Default::default()
+            }
         );
         let r = parse(br#"{"q": ["a", ""], "beam": 5, "alpha": 0, "nbest": 5, "attention": true}"#, &LIMITS).unwrap();
         assert_eq!(r.q, ["a", ""]);
         assert_eq!((r.beam, r.alpha, r.nbest, r.attention), (Some(5), Some(0.0), Some(5), true));
+        let body = br#"{"q": "a", "min_length": 2, "repetition_penalty": 1.25, "no_repeat_ngram_size": 3}"#;
+        let c = parse(body, &LIMITS).unwrap().controls;
+        assert_eq!((c.min_len, c.repetition_penalty, c.no_repeat_ngram), (2, 1.25, 3));
+        let e = err(r#"{"q": "a", "repetition_penalty": 0}"#);
+        assert_eq!(e, "field `repetition_penalty` must be a number above 0, at most 100 (got 0)");
+        let e = err(r#"{"q": "a", "min_length": -1}"#);
+        assert_eq!(e, "field `min_length` must be an integer between 0 and 1000 (got -1)");
+        assert!(err(r#"{"q": "a", "no_repeat_ngram_size": "2"}"#)
+            .contains("field `no_repeat_ngram_size` must be an integer"));
     }
 
     #[test]

@@ -283,8 +283,16 @@ fn encode_sources(app: &App, t: &Translator, q: &[String]) -> Result<Vec<Vec<u32
 /// The request's search: the model's task's settings with the request's beam, α and n-best.
 fn search_of(t: &Translator, req: &request::TranslateRequest) -> Result<BeamConfig, ApiError> {
     let defaults = BeamConfig::for_task(t.task());
-    let overrides =
-        SearchOverrides { beam: req.beam, alpha: req.alpha, nbest: req.nbest.or(Some(1)), ..Default::default() };
+    let c = req.controls;
+    let overrides = SearchOverrides {
+        beam: req.beam,
+        alpha: req.alpha,
+        nbest: req.nbest.or(Some(1)),
+        min_len: Some(c.min_len),
+        repetition_penalty: Some(c.repetition_penalty),
+        no_repeat_ngram: Some(c.no_repeat_ngram),
+        ..Default::default()
+    };
     defaults.with(&overrides).map_err(|e| {
         let (nbest, beam) = (overrides.nbest.unwrap_or(1), overrides.beam.unwrap_or(defaults.beam));
         let message = match nbest > beam {

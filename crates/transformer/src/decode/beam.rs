@@ -26,7 +26,7 @@
 
 use crate::error::{Error, Result};
 use crate::kernels::cpu::profile::{self, Slot};
-use crate::kernels::cpu::search::{top_k, top_k_among};
+use crate::kernels::cpu::search::{log_sum_exp, top_k, top_k_among};
 use crate::task::Task;
 use crate::vocab::{BOS, EOS};
 use rayon::prelude::*;
@@ -51,7 +51,18 @@ impl std::fmt::Display for BeamConfig {
             f,
             "beam {}, α {}{norm}, max length {}·src + {}{stop}{unk}",
             self.beam, self.alpha, self.max_len_a, self.max_len_b
-        )
+        )?;
+        let c = &self.controls;
+        if c.min_len > 0 {
+            write!(f, ", min length {}", c.min_len)?;
+        }
+        if c.repetition_penalty != 1.0 {
+            write!(f, ", repetition penalty {}", c.repetition_penalty)?;
+        }
+        if c.no_repeat_ngram > 0 {
+            write!(f, ", no repeated {}-gram", c.no_repeat_ngram)?;
+        }
+        Ok(())
     }
 }
 
@@ -119,6 +130,92 @@ impl SearchPreset {
     }
 }
 
+/// What the search may emit beyond the model's scores, as CTranslate2 defines each (its
+/// `decoding_utils.cc`): applied to a row's logits before they are normalised, so every
+/// log-probability and score of a hypothesis is the controlled distribution's.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Controls {
+    /// No EOS before this many output tokens (`min_decoding_length`; the length limit still
+    /// forces EOS). 0: none.
+    pub min_len: usize,
+    /// The logit of every token already in the hypothesis divided by this when positive and
+    /// multiplied by it when negative (`repetition_penalty`, CTRL's; > 1 penalises). 1: none.
+    pub repetition_penalty: f32,
+    /// No n-gram of this size twice in a hypothesis: a token that would complete an n-gram the
+    /// hypothesis holds already is not emitted (`no_repeat_ngram_size`). 0: none.
+    pub no_repeat_ngram: usize,
+}
+
+impl Default for Controls {
+    fn default() -> Self {
+        Controls { min_len: 0, repetition_penalty: 1.0, no_repeat_ngram: 0 }
+    }
+}
+
+impl Controls {
+    /// Whether any control is on.
+    pub fn active(&self) -> bool {
+        *self != Controls::default()
+    }
+
+    /// Whether any control applies to a hypothesis of `tokens`.
+    fn applies(&self, tokens: &[u32]) -> bool {
+        tokens.len() < self.min_len
+            || (self.repetition_penalty != 1.0 && !tokens.is_empty())
+            || (self.no_repeat_ngram > 0 && tokens.len() >= self.no_repeat_ngram)
+    }
+
+    /// `row` (one hypothesis' next-token logits) with the controls applied, in `out`: a disabled
+    /// token gets [`DISABLED`], below every real logit, and is never emitted. At the length limit
+    /// (`at_limit`) EOS stays allowed whatever the minimum length: the limit wins.
+    fn apply(&self, row: &[f32], tokens: &[u32], at_limit: bool, out: &mut Vec<f32>) {
+        out.clear();
+        // A token of probability 0 (a logit of −∞) stays out, and the row's log Σ exp finite.
+        out.extend(row.iter().map(|&x| if x == f32::NEG_INFINITY { DISABLED } else { x }));
+        if self.repetition_penalty != 1.0 {
+            let p = self.repetition_penalty;
+            let mut seen: Vec<u32> = tokens.to_vec();
+            seen.sort_unstable();
+            seen.dedup();
+            for &t in &seen {
+                if let Some(x) = out.get_mut(t as usize) {
+                    *x = if *x < 0.0 { *x * p } else { *x / p };
+                }
+            }
+        }
+        if tokens.len() < self.min_len && !at_limit {
+            out[EOS as usize] = DISABLED;
+        }
+        let n = self.no_repeat_ngram;
+        if n > 0 && tokens.len() >= n {
+            // The last n − 1 tokens, and every earlier place they occur: the token after each.
+            let suffix = &tokens[tokens.len() + 1 - n..];
+            for start in 0..=tokens.len() - n {
+                if &tokens[start..start + n - 1] == suffix {
+                    if let Some(x) = out.get_mut(tokens[start + n - 1] as usize) {
+                        *x = DISABLED;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Checks the settings.
+    fn validate(&self) -> Result<()> {
+        if !(self.repetition_penalty > 0.0 && self.repetition_penalty.is_finite()) {
+            return Err(Error::Config(format!(
+                "the repetition penalty must be finite and > 0 (got {})",
+                self.repetition_penalty
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// The logit of a token the controls disable: finite (so the row's log Σ exp stays finite) and far
+/// below any real logit; such a token is dropped from the candidates.
+const DISABLED: f32 = -1e30;
+
 /// Changes to a preset's search settings, as a command line or a request gives them: each `None`
 /// keeps the preset's value ([`BeamConfig::with`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -139,6 +236,12 @@ pub struct SearchOverrides {
     pub length_norm: Option<LengthNorm>,
     /// [`BeamConfig::suppress_unk`].
     pub suppress_unk: Option<bool>,
+    /// [`Controls::min_len`].
+    pub min_len: Option<usize>,
+    /// [`Controls::repetition_penalty`].
+    pub repetition_penalty: Option<f32>,
+    /// [`Controls::no_repeat_ngram`].
+    pub no_repeat_ngram: Option<usize>,
 }
 
 /// Search settings.
@@ -162,6 +265,8 @@ pub struct BeamConfig {
     /// Never extend a hypothesis by UNK (Marian's default, unless `--allow-unk`); off by default.
     /// A constrained search (parsing) takes the tokens its constraint allows instead.
     pub suppress_unk: bool,
+    /// Minimum length and repetition controls ([`Controls`]; none by default, the paper's search).
+    pub controls: Controls,
 }
 
 impl BeamConfig {
@@ -176,6 +281,7 @@ impl BeamConfig {
             early_exit: false,
             length_norm: LengthNorm::Gnmt,
             suppress_unk: false,
+            controls: Controls { min_len: 0, repetition_penalty: 1.0, no_repeat_ngram: 0 },
         }
     }
 
@@ -203,6 +309,10 @@ impl BeamConfig {
         self.early_exit = o.early_exit.unwrap_or(self.early_exit);
         self.length_norm = o.length_norm.unwrap_or(self.length_norm);
         self.suppress_unk = o.suppress_unk.unwrap_or(self.suppress_unk);
+        let c = &mut self.controls;
+        c.min_len = o.min_len.unwrap_or(c.min_len);
+        c.repetition_penalty = o.repetition_penalty.unwrap_or(c.repetition_penalty);
+        c.no_repeat_ngram = o.no_repeat_ngram.unwrap_or(c.no_repeat_ngram);
         self.validate()?;
         Ok(self)
     }
@@ -230,7 +340,7 @@ impl BeamConfig {
         if self.max_len_b > MAX_LEN_B {
             return bad(format!("max_len_b must lie in [0, {MAX_LEN_B}] (got {})", self.max_len_b));
         }
-        Ok(())
+        self.controls.validate()
     }
 
     /// The maximum output length (EOS not counted) for a source of `src_len` tokens. Saturates
@@ -377,6 +487,11 @@ pub fn beam_search_constrained(
     let v = scorer.vocab();
     let n = src_lens.len();
     check_search(v, n, constraint)?;
+    if constraint.is_some() && cfg.controls.active() {
+        return Err(Error::Config(
+            "the minimum length and repetition controls apply to unconstrained search, not to a constrained one".into(),
+        ));
+    }
     let limit: Vec<usize> = src_lens.iter().map(|&l| cfg.max_len(l).min(max_len)).collect();
     let mut finished: Vec<Vec<Hypothesis>> = vec![Vec::new(); n];
     let mut live: Vec<Live> = (0..n).map(|i| Live { sent: i, tokens: Vec::new(), log_prob: 0.0 }).collect();
@@ -490,6 +605,16 @@ fn row_candidates(
                         )));
                     }
                     Ok(top_k_among(row, norm, k, &allowed))
+                }
+                _ if cfg.controls.applies(&h.tokens) => {
+                    let mut controlled = Vec::with_capacity(row.len());
+                    cfg.controls.apply(row, &h.tokens, at_limit, &mut controlled);
+                    // Normalised again over what may be emitted (a model row's own normaliser,
+                    // or none for a scorer of log-probabilities, changes nothing then).
+                    let norm = log_sum_exp(&controlled);
+                    let mut best = top_k(&controlled, norm, k, at_limit, cfg.suppress_unk);
+                    best.retain(|&(_, t)| controlled[t as usize] > DISABLED);
+                    Ok(best)
                 }
                 _ => Ok(top_k(row, norm, k, at_limit, cfg.suppress_unk)),
             }

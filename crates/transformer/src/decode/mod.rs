@@ -16,5 +16,7 @@ mod workers;
 
 pub use scorer::{search_batch, search_batch_ensemble, EnsembleScorer};
 
-pub use beam::{beam_search, BeamConfig, Hypothesis, LengthNorm, Scorer, SearchOverrides, SearchPreset, StepScores};
+pub use beam::{
+    beam_search, BeamConfig, Controls, Hypothesis, LengthNorm, Scorer, SearchOverrides, SearchPreset, StepScores,
+};
 pub use parse::{Parse, ParseOptions, ScoredParses};
