@@ -71,11 +71,18 @@ fn get_supported_compute_types(device: &str, device_index: i64) -> PyResult<std:
     Ok(names)
 }
 
-/// The seed of random sampling. The search is deterministic (no sampling yet), so it changes
-/// nothing today; kept for CTranslate2's callers.
+/// The seed of the samples a later call draws (`sampling_topk` ≠ 1); 0 until set. The same seed
+/// gives the same samples on any batching and thread count.
 #[pyfunction]
 fn set_random_seed(seed: u64) {
-    let _ = seed;
+    SEED.store(seed, std::sync::atomic::Ordering::Relaxed);
+}
+
+static SEED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// The seed [`set_random_seed`] set.
+pub(crate) fn random_seed() -> u64 {
+    SEED.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 /// Imports a Marian / OPUS-MT model (a Hugging Face or native directory) into `output_dir`

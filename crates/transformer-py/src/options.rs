@@ -7,7 +7,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use std::path::Path;
 use transformer::decode::translator::DecodeOptions;
-use transformer::decode::{BeamConfig, Controls, LengthNorm};
+use transformer::decode::{BeamConfig, Controls, LengthNorm, Sampling};
 
 /// A CTranslate2 argument this engine does not honour: refused with a `ValueError` naming it
 /// unless it has its default.
@@ -51,8 +51,7 @@ pub(crate) fn search_options(
     max_decoding_length: usize,
     min_decoding_length: usize,
     use_vmap: bool,
-    sampling_topk: usize,
-    sampling_topp: f32,
+    (sampling_topk, sampling_topp, sampling_temperature): (usize, f32, f32),
     replace_unknowns: bool,
 ) -> PyResult<DecodeOptions> {
     refuse_unless("patience", patience, 1.0)?;
@@ -61,17 +60,36 @@ pub(crate) fn search_options(
     refuse_unless("end_token", end_token.is_some(), false)?;
     refuse_unless("prefix_bias_beta", prefix_bias_beta, 0.0)?;
     refuse_unless("use_vmap", use_vmap, false)?;
-    refuse_unless("sampling_topk", sampling_topk, 1)?;
-    refuse_unless("sampling_topp", sampling_topp, 1.0)?;
     refuse_unless("replace_unknowns", replace_unknowns, false)?;
     if beam_size == 0 || num_hypotheses == 0 {
         return Err(PyValueError::new_err("beam_size and num_hypotheses must be at least 1"));
     }
-    if num_hypotheses > beam_size {
+    // CTranslate2's sampling: sampling_topk 1 is the best token (greedy or beam search), 0 the
+    // whole vocabulary, k > 1 the k most likely; with beam_size 1, num_hypotheses samples.
+    let sampling = match sampling_topk {
+        1 => {
+            if sampling_topp != 1.0 {
+                return Err(PyValueError::new_err(format!(
+                    "sampling_topp={sampling_topp} applies to sampling: set sampling_topk to 0 (all tokens) or above 1"
+                )));
+            }
+            None
+        }
+        topk => {
+            if beam_size != 1 {
+                return Err(PyValueError::new_err(format!(
+                    "sampling_topk={topk} samples with beam_size=1 (got {beam_size}): num_hypotheses gives that many samples"
+                )));
+            }
+            Some(Sampling { topk, topp: sampling_topp, temperature: sampling_temperature, seed: crate::random_seed() })
+        }
+    };
+    if sampling.is_none() && num_hypotheses > beam_size {
         return Err(PyValueError::new_err(format!(
             "num_hypotheses={num_hypotheses} is more than beam_size={beam_size}: raise beam_size"
         )));
     }
+    let beam_size = if sampling.is_some() { num_hypotheses } else { beam_size };
     let search = BeamConfig {
         beam: beam_size,
         alpha: f64::from(length_penalty),
@@ -82,6 +100,7 @@ pub(crate) fn search_options(
         length_norm: LengthNorm::Marian,
         suppress_unk: disable_unk,
         controls: Controls { min_len: min_decoding_length, repetition_penalty, no_repeat_ngram: no_repeat_ngram_size },
+        sampling,
     };
     search.validate().map_err(py_err)?;
     Ok(DecodeOptions { search, ..DecodeOptions::default() })

@@ -150,8 +150,6 @@ impl Translator {
         replace_unknowns: bool,
         callback: Option<Py<PyAny>>,
     ) -> PyResult<Py<PyAny>> {
-        // With sampling_topk 1 the search takes the best token: the temperature changes nothing.
-        let _ = sampling_temperature;
         if let Some(p) = &target_prefix {
             if p.len() != source.len() {
                 return Err(PyValueError::new_err(format!(
@@ -185,8 +183,7 @@ impl Translator {
             max_decoding_length,
             min_decoding_length,
             use_vmap,
-            sampling_topk,
-            sampling_topp,
+            (sampling_topk, sampling_topp, sampling_temperature),
             replace_unknowns,
         )?;
         batch_limits(&mut opts, max_batch_size, batch_type)?;
@@ -340,7 +337,7 @@ impl Translator {
         target_tokenize_fn: Option<Bound<'_, PyAny>>,
         target_detokenize_fn: Option<Bound<'_, PyAny>>,
     ) -> PyResult<ExecutionStats> {
-        let _ = (sampling_temperature, read_batch_size);
+        let _ = read_batch_size;
         refuse_unless("target_path", target_path.is_some(), false)?;
         refuse_unless("target_tokenize_fn", target_tokenize_fn.is_some(), false)?;
         let start = std::time::Instant::now();
@@ -359,8 +356,7 @@ impl Translator {
             max_decoding_length,
             min_decoding_length,
             use_vmap,
-            sampling_topk,
-            sampling_topp,
+            (sampling_topk, sampling_topp, sampling_temperature),
             replace_unknowns,
         )?;
         batch_limits(&mut opts, max_batch_size, batch_type)?;
@@ -407,7 +403,8 @@ impl Translator {
     /// many, best first. The options are `translate_batch`'s, at its defaults.
     #[pyo3(signature = (text, *, beam_size=2, num_hypotheses=1, length_penalty=1.0, repetition_penalty=1.0,
                         no_repeat_ngram_size=0, max_decoding_length=256, min_decoding_length=1, disable_unk=false,
-                        max_batch_size=0, batch_type="examples"))]
+                        sampling_topk=1, sampling_topp=1.0, sampling_temperature=1.0, max_batch_size=0,
+                        batch_type="examples"))]
     #[allow(clippy::too_many_arguments)]
     fn translate(
         &self,
@@ -421,6 +418,9 @@ impl Translator {
         max_decoding_length: usize,
         min_decoding_length: usize,
         disable_unk: bool,
+        sampling_topk: usize,
+        sampling_topp: f32,
+        sampling_temperature: f32,
         max_batch_size: usize,
         batch_type: &str,
     ) -> PyResult<Py<PyAny>> {
@@ -447,8 +447,7 @@ impl Translator {
             max_decoding_length,
             min_decoding_length,
             false,
-            1,
-            1.0,
+            (sampling_topk, sampling_topp, sampling_temperature),
             false,
         )?;
         batch_limits(&mut opts, max_batch_size, batch_type)?;

@@ -92,6 +92,43 @@ def test_text_and_pieces_give_exactly_the_clis_translations(model_dir, tmp_path,
         assert len(set(zip(h, h[1:]))) == len(h) - 1, h  # no bigram twice
 
 
+def test_sampling_is_seeded_and_equals_the_clis(model_dir, tmp_path):
+    source = tmp_path / "source.txt"
+    source.write_text("".join(s + "\n" for s in SOURCES), encoding="utf-8")
+    pieces = None
+    outputs = {}
+    for inter in (1, 2):
+        t = transformer.Translator(str(model_dir), inter_threads=inter, intra_threads=1)
+        pieces = pieces or [t.tokenize(s) for s in SOURCES]
+        transformer.set_random_seed(5)
+        r = t.translate_batch(pieces, beam_size=1, num_hypotheses=3, sampling_topk=0, sampling_temperature=1.5)
+        outputs[inter] = [[t.detokenize(h) for h in x.hypotheses] for x in r]
+    # The same seed, the same samples on any thread count.
+    assert outputs[1] == outputs[2]
+    assert all(len(n) == 3 for n in outputs[1])
+    assert any(len(set(n)) > 1 for n in outputs[1]), "three samples, always the same"
+    transformer.set_random_seed(6)
+    t = transformer.Translator(str(model_dir))
+    other = t.translate_batch(pieces, beam_size=1, num_hypotheses=3, sampling_topk=0, sampling_temperature=1.5)
+    assert [[t.detokenize(h) for h in x.hypotheses] for x in other] != outputs[1]
+    # The CLI's --sampling with the same seed writes the same samples.
+    lines = run_cli("translate", "--checkpoint", model_dir / "model.safetensors", "--tokenizer",
+                    model_dir / "tokenizer.json", "--sampling", "--temperature", 1.5, "--seed", 5, "--nbest", 3,
+                    "--alpha", 1, "--length-norm", "marian", "--max-len-a", 0, "--max-len-b", 256, "--min-len", 1,
+                    "--input", source).splitlines()
+    by_sentence = {}
+    for line in lines:
+        index, text = line.split(" ||| ")[:2]
+        by_sentence.setdefault(int(index), []).append(text)
+    assert [by_sentence[i] for i in range(len(SOURCES))] == outputs[1]
+    # Top-k 1 with a nucleus, or sampling with a beam, cannot be.
+    with pytest.raises(ValueError, match="sampling_topp=0.5 applies to sampling"):
+        t.translate_batch(pieces[:1], sampling_topp=0.5)
+    with pytest.raises(ValueError, match="samples with beam_size=1"):
+        t.translate_batch(pieces[:1], beam_size=2, sampling_topk=10)
+    transformer.set_random_seed(0)
+
+
 def test_threads_in_parallel_give_the_serial_outputs(translator):
     batches = [[translator.tokenize(s) for s in SOURCES[i::4]] for i in range(4)]
     serial = [[r.hypotheses for r in translator.translate_batch(b, beam_size=3)] for b in batches]
@@ -144,7 +181,7 @@ def test_errors_are_the_exceptions_python_expects(model_dir, translator, tmp_pat
     with pytest.raises(FileNotFoundError):
         translator.translate_file(str(tmp_path / "missing.txt"), str(tmp_path / "out.txt"))
     # What the search cannot honour yet is a ValueError naming the argument.
-    for kwargs in [{"sampling_topk": 5}, {"patience": 2.0}, {"return_attention": True}]:
+    for kwargs in [{"coverage_penalty": 0.2}, {"patience": 2.0}, {"return_attention": True}]:
         with pytest.raises(ValueError, match=next(iter(kwargs))):
             translator.translate_batch([["▁Hallo"]], **kwargs)
     with pytest.raises(ValueError, match="compute_type \"float16\" is not supported"):

@@ -105,7 +105,7 @@ def test_beam_search_returns_the_n_best_by_score(translator):
 def test_what_the_search_cannot_do_yet_is_refused_by_name(translator):
     src = source_tokens()[:2]
     for kwargs in [
-        {"sampling_topk": 5},
+        {"coverage_penalty": 0.2},
         {"return_attention": True},
         {"patience": 2.0},
         {"end_token": "</s>"},

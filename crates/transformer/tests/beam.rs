@@ -9,8 +9,8 @@ mod common;
 
 use common::translate_batch;
 use transformer::decode::{
-    beam_search, BeamConfig, Controls, EnsembleScorer, Hypothesis, LengthNorm, Scorer, SearchOverrides, SearchPreset,
-    StepScores,
+    beam_search, BeamConfig, Controls, EnsembleScorer, Hypothesis, LengthNorm, Sampling, Scorer, SearchOverrides,
+    SearchPreset, StepScores,
 };
 use transformer::rng::Rng;
 use transformer::{Batch, ModelConfig, Positions, Transformer, Workspace, BOS, EOS};
@@ -111,6 +111,7 @@ fn cfg(beam: usize, alpha: f64, nbest: usize) -> BeamConfig {
         length_norm: LengthNorm::Gnmt,
         suppress_unk: false,
         controls: Controls::default(),
+        sampling: None,
     }
 }
 
@@ -221,6 +222,7 @@ fn the_length_limit_forces_eos() {
         length_norm: LengthNorm::Gnmt,
         suppress_unk: false,
         controls: Controls::default(),
+        sampling: None,
     };
     let h = search(&chatty, &[0], &[2], c);
     let lpa = 5.0 * 0.9f64.ln() + 0.0001f64.ln();
@@ -239,6 +241,7 @@ fn the_length_limit_forces_eos() {
         length_norm: LengthNorm::Gnmt,
         suppress_unk: false,
         controls: Controls::default(),
+        sampling: None,
     };
     assert_eq!(search(&chatty, &[0], &[5], c)[0][0].tokens, vec![A; 3]);
     let mut s = Scripted::new(&chatty, &[0]);
@@ -254,6 +257,7 @@ fn the_length_limit_forces_eos() {
         length_norm: LengthNorm::Gnmt,
         suppress_unk: false,
         controls: Controls::default(),
+        sampling: None,
     };
     assert_hyp(&search(&chatty, &[0], &[5], c)[0][0], &[], 0.0001f64.ln(), 0.0001f64.ln());
 }
@@ -313,6 +317,7 @@ fn a_beam_holding_everything_finds_the_exhaustive_best() {
                 length_norm: LengthNorm::Gnmt,
                 suppress_unk: false,
                 controls: Controls::default(),
+                sampling: None,
             };
             let got = search(&random_table, &[sent], &[7], c);
             for (k, (h, (tokens, score))) in got[0].iter().zip(&want).enumerate() {
@@ -332,6 +337,7 @@ fn a_beam_holding_everything_finds_the_exhaustive_best() {
                     length_norm: LengthNorm::Gnmt,
                     suppress_unk: false,
                     controls: Controls::default(),
+                    sampling: None,
                 };
                 let h = &search(&random_table, &[sent], &[7], c)[0][0];
                 assert!(h.score <= want[0].1 + 1e-12);
@@ -459,6 +465,7 @@ fn model_beam_search_agrees_with_full_forward_search() {
         length_norm: LengthNorm::Gnmt,
         suppress_unk: false,
         controls: Controls::default(),
+        sampling: None,
     };
     let got = translate_batch(&m, &refs, &c, &mut ws).unwrap();
     for i in 0..srcs.len() {
@@ -492,6 +499,7 @@ fn model_beam_search_agrees_with_full_forward_search() {
         length_norm: LengthNorm::Gnmt,
         suppress_unk: false,
         controls: Controls::default(),
+        sampling: None,
     };
     let got = translate_batch(&m, &refs, &c, &mut ws).unwrap();
     for i in 0..srcs.len() {
@@ -627,7 +635,7 @@ fn naive_greedy(table: &Table, c: &Controls, limit: usize) -> (Vec<u32>, f64) {
         if out.len() == limit {
             return (out, log_prob + lp[EOS as usize].expect("EOS at the limit"));
         }
-        let (t, x) = (3..V as u32) // PAD, BOS and UNK are never written
+        let (t, x) = (3..V as u32) // PAD and BOS are never written; EOS is 2
             .chain([EOS])
             .filter_map(|t| lp[t as usize].map(|x| (t, x)))
             .max_by(|a, b| a.1.total_cmp(&b.1).then(b.0.cmp(&a.0)))
@@ -689,4 +697,89 @@ fn the_repetition_and_length_controls_do_what_ctranslate2_defines() {
     }
     let shown = BeamConfig { controls: Controls { min_len: 3, repetition_penalty: 1.2, no_repeat_ngram: 2 }, ..base };
     assert!(shown.to_string().ends_with(", min length 3, repetition penalty 1.2, no repeated 2-gram"), "{shown}");
+}
+
+/// a 0.5, b 0.3, c 0.15, EOS 0.05 (c is token 6).
+fn spread(_: usize, _: &[u32]) -> [f64; V] {
+    probs(&[(A, 0.5), (B, 0.3), (6, 0.15), (EOS, 0.05)])
+}
+
+/// The first tokens of `n` one-token samples, one sentence each, counted by token.
+fn first_tokens(s: Sampling, n: usize) -> HashMap<u32, usize> {
+    let c = BeamConfig { sampling: Some(s), max_len_a: 0.0, max_len_b: 1, ..cfg(1, 0.0, 1) };
+    let sents: Vec<usize> = vec![0; n];
+    let mut counts = HashMap::new();
+    for h in &search(&spread, &sents, &vec![1; n], c) {
+        *counts.entry(h[0].tokens.first().copied().unwrap_or(EOS)).or_insert(0) += 1;
+    }
+    counts
+}
+
+/// Pearson's χ² of `counts` against the probabilities `want` (token, p), and that every drawn
+/// token is one of them.
+fn chi_squared(counts: &HashMap<u32, usize>, want: &[(u32, f64)]) -> f64 {
+    let n: usize = counts.values().sum();
+    for t in counts.keys() {
+        assert!(want.iter().any(|w| w.0 == *t), "token {t} drawn outside {want:?}");
+    }
+    want.iter()
+        .map(|&(t, p)| (counts.get(&t).copied().unwrap_or(0) as f64 - n as f64 * p).powi(2) / (n as f64 * p))
+        .sum()
+}
+
+/// Sampling draws from the model's distribution (χ² on 10⁴ draws under the 0.1% critical value),
+/// under a temperature, within top-k and top-p; near temperature 0 it is greedy search; the same
+/// seed gives the same samples whatever the batch, another seed others.
+#[test]
+fn sampling_draws_from_the_distribution_it_is_asked_for() {
+    let s = Sampling { topk: 0, topp: 1.0, temperature: 1.0, seed: 11 };
+    let n = 10_000;
+    // χ² critical values at p = 0.001: 3 degrees of freedom 16.27, 1 degree 10.83.
+    let x = chi_squared(&first_tokens(s, n), &[(A, 0.5), (B, 0.3), (6, 0.15), (EOS, 0.05)]);
+    assert!(x < 16.27, "χ² {x}");
+    // Temperature 2: p^(1/2), normalised.
+    let z: f64 = [0.5f64, 0.3, 0.15, 0.05].iter().map(|p| p.sqrt()).sum();
+    let hot: Vec<(u32, f64)> =
+        [(A, 0.5f64), (B, 0.3), (6, 0.15), (EOS, 0.05)].iter().map(|&(t, p)| (t, p.sqrt() / z)).collect();
+    let x = chi_squared(&first_tokens(Sampling { temperature: 2.0, ..s }, n), &hot);
+    assert!(x < 16.27, "χ² at temperature 2: {x}");
+    // Top-k 2 and top-p 0.7 both keep a and b only, renormalised.
+    for cut in [Sampling { topk: 2, ..s }, Sampling { topp: 0.7, ..s }, Sampling { topk: 3, topp: 0.8, ..s }] {
+        let x = chi_squared(&first_tokens(cut, n), &[(A, 0.5 / 0.8), (B, 0.3 / 0.8)]);
+        assert!(x < 10.83, "χ² {x} for {cut:?}");
+    }
+    // Near temperature 0: greedy search, token for token and log-probability.
+    for table in [&trap as &Table, &repeater, &spread] {
+        let greedy = search(table, &[0, 1], &[3, 3], cfg(1, 0.6, 1));
+        let cold = Sampling { temperature: 1e-4, ..s };
+        let sampled = search(table, &[0, 1], &[3, 3], BeamConfig { sampling: Some(cold), ..cfg(1, 0.6, 1) });
+        assert_eq!(sampled, greedy);
+    }
+    // Four samples a sentence, each its own; the same seed and key, the same samples in any batch.
+    let four = BeamConfig { sampling: Some(s), max_len_b: 6, ..cfg(4, 0.6, 4) };
+    let run = |sents: &[usize], keys: &[u64], c: BeamConfig| {
+        let mut sc = Scripted::new(&spread, sents);
+        transformer::decode::beam_search_keyed(&mut sc, &vec![2; sents.len()], keys, &c, usize::MAX, None).unwrap()
+    };
+    let together = run(&[0; 6], &[10, 11, 12, 13, 14, 15], four);
+    assert!(together.iter().all(|h| h.len() == 4));
+    assert!(together.iter().any(|h| h.iter().any(|x| x.tokens != h[0].tokens)), "four samples, all the same");
+    let apart = [run(&[0; 2], &[14, 12], four), run(&[0; 1], &[15], four)].concat();
+    assert_eq!(apart, vec![together[4].clone(), together[2].clone(), together[5].clone()]);
+    let other_seed =
+        run(&[0; 6], &[10, 11, 12, 13, 14, 15], BeamConfig { sampling: Some(Sampling { seed: 12, ..s }), ..four });
+    assert_ne!(other_seed, together);
+    // Settings that cannot be are errors naming themselves.
+    for (bad, why) in [
+        (BeamConfig { sampling: Some(s), ..cfg(4, 0.6, 1) }, "nbest (1) must equal the beam size (4)"),
+        (
+            BeamConfig { sampling: Some(Sampling { temperature: 0.0, ..s }), ..cfg(1, 0.6, 1) },
+            "temperature must be finite and > 0",
+        ),
+        (BeamConfig { sampling: Some(Sampling { topp: 0.0, ..s }), ..cfg(1, 0.6, 1) }, "top-p must lie in (0, 1]"),
+        (BeamConfig { sampling: Some(s), early_exit: true, ..cfg(1, 0.6, 1) }, "early exit does not apply"),
+    ] {
+        let e = bad.validate().unwrap_err().to_string();
+        assert!(e.contains(why), "{e}");
+    }
 }

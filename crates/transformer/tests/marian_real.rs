@@ -241,6 +241,7 @@ fn marian_search(normalize: f64) -> DecodeOptions {
         length_norm: LengthNorm::Marian,
         suppress_unk: true,
         controls: transformer::decode::Controls::default(),
+        sampling: None,
     };
     DecodeOptions { search, ..Default::default() }
 }

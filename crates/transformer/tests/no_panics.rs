@@ -152,8 +152,9 @@ fn search_batch_ensemble_refuses_models_of_other_vocabularies() {
     let (a, b) = (model(1, 20), model(1, 21));
     let (mut ws, mut st) = (Workspace::new(), DecoderState::default());
     let srcs: [&[u32]; 1] = [&[5, 6, 7]];
-    let e = search_batch_ensemble(&a, &[&b], &srcs, &BeamConfig::greedy(), (&mut ws, &mut st), &mut Vec::new(), None)
-        .unwrap_err();
+    let e =
+        search_batch_ensemble(&a, &[&b], &srcs, &[], &BeamConfig::greedy(), (&mut ws, &mut st), &mut Vec::new(), None)
+            .unwrap_err();
     assert_error(&e, |e| matches!(e, Error::Mismatch(_)), &["20 and 21"]);
 }
 

@@ -8,7 +8,7 @@ use anyhow::Result;
 use clap::Args;
 use std::path::PathBuf;
 use transformer::decode::translator::{DecodeOptions, SessionOptions, Translator};
-use transformer::decode::{BeamConfig, LengthNorm, SearchOverrides, SearchPreset};
+use transformer::decode::{BeamConfig, LengthNorm, Sampling, SearchOverrides, SearchPreset};
 use transformer::model::DecoderKernels;
 use transformer::{Precision, Task};
 
@@ -222,6 +222,23 @@ pub struct SearchArgs {
     /// no_repeat_ngram_size). Default 0: none.
     #[arg(long, default_value_t = 0)]
     pub no_repeat_ngram_size: usize,
+    /// Sample each output token instead of searching (for back-translation; fairseq's
+    /// --sampling): --nbest N draws N samples a sentence, the same for the same --seed on any
+    /// thread count.
+    #[arg(long)]
+    pub sampling: bool,
+    /// With --sampling: draw among the K most likely tokens (0: all).
+    #[arg(long, default_value_t = 0, requires = "sampling")]
+    pub sampling_topk: usize,
+    /// With --sampling: then among the fewest most likely whose probability reaches P (1: all).
+    #[arg(long, default_value_t = 1.0, requires = "sampling")]
+    pub sampling_topp: f32,
+    /// With --sampling: divide the logits by T (towards 0, greedy search).
+    #[arg(long, default_value_t = 1.0, requires = "sampling")]
+    pub temperature: f32,
+    /// With --sampling: the draws' seed.
+    #[arg(long, default_value_t = 0, requires = "sampling")]
+    pub seed: u64,
 }
 
 impl ModelArgs {
@@ -272,6 +289,17 @@ impl SearchArgs {
             min_len: Some(self.min_len),
             repetition_penalty: Some(self.repetition_penalty),
             no_repeat_ngram: Some(self.no_repeat_ngram_size),
+            sampling: self.sampling.then_some(Sampling {
+                topk: self.sampling_topk,
+                topp: self.sampling_topp,
+                temperature: self.temperature,
+                seed: self.seed,
+            }),
+        };
+        // Sampling: --nbest N is N samples, each a row of its own.
+        let overrides = match overrides.sampling {
+            Some(_) => SearchOverrides { beam: Some(nbest), ..overrides },
+            None => overrides,
         };
         let search = match preset.with(&overrides) {
             Ok(s) => s,

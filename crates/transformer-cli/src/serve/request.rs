@@ -5,7 +5,8 @@ use serde_json::Value;
 use transformer::data::corpus::input_line;
 
 /// The fields a request may hold.
-pub const FIELDS: &str = "q, beam, alpha, nbest, attention, min_length, repetition_penalty, no_repeat_ngram_size";
+pub const FIELDS: &str = "q, beam, alpha, nbest, attention, min_length, repetition_penalty, no_repeat_ngram_size, \
+                          sampling_topk, sampling_topp, sampling_temperature, seed";
 
 /// A checked translation request.
 #[derive(Debug, Clone, PartialEq)]
@@ -23,6 +24,9 @@ pub struct TranslateRequest {
     /// The search's minimum length and repetition controls (CTranslate2's
     /// `min_decoding_length`, `repetition_penalty`, `no_repeat_ngram_size`; default: none).
     pub controls: transformer::decode::Controls,
+    /// Sampling instead of search (CTranslate2's `sampling_topk` other than 1, with
+    /// `sampling_topp`, `sampling_temperature`, and a `seed`); `nbest` samples a sentence.
+    pub sampling: Option<transformer::decode::Sampling>,
 }
 
 /// The request limits that do not need the model.
@@ -161,7 +165,47 @@ pub fn parse(body: &[u8], limits: &Limits) -> Result<TranslateRequest, String> {
             _ => return Err(format!("field `repetition_penalty` must be a number above 0, at most 100 (got {v})")),
         };
     }
-    Ok(TranslateRequest { q, beam, alpha, nbest, attention, controls })
+    let sampling = sampling(&map, beam.is_some())?;
+    Ok(TranslateRequest { q, beam, alpha, nbest, attention, controls, sampling })
+}
+
+/// The request's sampling fields: `sampling_topk` other than 1 samples (0: all tokens), with
+/// `sampling_topp`, `sampling_temperature` and `seed`, which alone are an error.
+fn sampling(
+    map: &serde_json::Map<String, Value>,
+    has_beam: bool,
+) -> Result<Option<transformer::decode::Sampling>, String> {
+    let number = |field: &str, default: f32, ok: &dyn Fn(f64) -> bool, range: &str| match map.get(field) {
+        None | Some(Value::Null) => Ok(default),
+        Some(v) => match v.as_f64() {
+            Some(x) if ok(x) => Ok(x as f32),
+            _ => Err(format!("field `{field}` must be a number {range} (got {v})")),
+        },
+    };
+    let topk = match map.get("sampling_topk") {
+        None | Some(Value::Null) => 1,
+        Some(v) => match v.as_u64() {
+            Some(k) if k <= 1_000_000 => k as usize,
+            _ => return Err(format!("field `sampling_topk` must be an integer, 0 (all tokens) or more (got {v})")),
+        },
+    };
+    let topp = number("sampling_topp", 1.0, &|x| x > 0.0 && x <= 1.0, "above 0, at most 1")?;
+    let temperature = number("sampling_temperature", 1.0, &|x| x > 0.0 && x <= 100.0, "above 0, at most 100")?;
+    let seed = match map.get("seed") {
+        None | Some(Value::Null) => 0,
+        Some(v) => v.as_u64().ok_or_else(|| format!("field `seed` must be an integer, 0 or more (got {v})"))?,
+    };
+    let given = |f: &&str| map.get(*f).is_some_and(|v| !v.is_null());
+    match topk {
+        1 if ["sampling_topp", "sampling_temperature", "seed"].iter().any(given) => {
+            Err("fields `sampling_topp`, `sampling_temperature` and `seed` apply to sampling: give `sampling_topk` 0 \
+             (all tokens) or above 1"
+                .into())
+        }
+        1 => Ok(None),
+        _ if has_beam => Err("field `beam` does not apply to sampling: `nbest` gives the samples a sentence".into()),
+        topk => Ok(Some(transformer::decode::Sampling { topk, topp, temperature, seed })),
+    }
 }
 
 #[cfg(test)]
@@ -185,7 +229,8 @@ mod tests {
                 alpha: None,
                 nbest: None,
                 attention: false,
-                controls: Default::default()
+                controls: Default::default(),
+                sampling: None
             }
         );
         let r = parse(br#"{"q": ["a", ""], "beam": 5, "alpha": 0, "nbest": 5, "attention": true}"#, &LIMITS).unwrap();
@@ -200,6 +245,15 @@ mod tests {
         assert_eq!(e, "field `min_length` must be an integer between 0 and 1000 (got -1)");
         assert!(err(r#"{"q": "a", "no_repeat_ngram_size": "2"}"#)
             .contains("field `no_repeat_ngram_size` must be an integer"));
+        let body =
+            br#"{"q": "a", "nbest": 3, "sampling_topk": 0, "sampling_topp": 0.9, "sampling_temperature": 0.7, "seed": 4}"#;
+        let s = parse(body, &LIMITS).unwrap().sampling.unwrap();
+        assert_eq!((s.topk, s.topp, s.temperature, s.seed), (0, 0.9, 0.7, 4));
+        assert!(err(r#"{"q": "a", "seed": 4}"#).contains("apply to sampling: give `sampling_topk` 0"));
+        assert!(err(r#"{"q": "a", "beam": 2, "sampling_topk": 5}"#).contains("`beam` does not apply to sampling"));
+        assert!(
+            err(r#"{"q": "a", "sampling_topk": 0, "sampling_topp": 1.5}"#).contains("`sampling_topp` must be a number")
+        );
     }
 
     #[test]

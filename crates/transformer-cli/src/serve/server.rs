@@ -284,13 +284,16 @@ fn encode_sources(app: &App, t: &Translator, q: &[String]) -> Result<Vec<Vec<u32
 fn search_of(t: &Translator, req: &request::TranslateRequest) -> Result<BeamConfig, ApiError> {
     let defaults = BeamConfig::for_task(t.task());
     let c = req.controls;
+    // Sampling: `nbest` samples a sentence, each a row of the search.
+    let beam = if req.sampling.is_some() { req.nbest.or(Some(1)) } else { req.beam };
     let overrides = SearchOverrides {
-        beam: req.beam,
+        beam,
         alpha: req.alpha,
         nbest: req.nbest.or(Some(1)),
         min_len: Some(c.min_len),
         repetition_penalty: Some(c.repetition_penalty),
         no_repeat_ngram: Some(c.no_repeat_ngram),
+        sampling: req.sampling,
         ..Default::default()
     };
     defaults.with(&overrides).map_err(|e| {

@@ -24,6 +24,7 @@
 //!
 //! Ties are broken deterministically: by lower row, then lower token id.
 
+use super::controls::{Controls, Sampling, DISABLED};
 use crate::error::{Error, Result};
 use crate::kernels::cpu::profile::{self, Slot};
 use crate::kernels::cpu::search::{log_sum_exp, top_k, top_k_among};
@@ -61,6 +62,13 @@ impl std::fmt::Display for BeamConfig {
         }
         if c.no_repeat_ngram > 0 {
             write!(f, ", no repeated {}-gram", c.no_repeat_ngram)?;
+        }
+        if let Some(s) = &self.sampling {
+            write!(
+                f,
+                ", sampling (top-k {}, top-p {}, temperature {}, seed {})",
+                s.topk, s.topp, s.temperature, s.seed
+            )?;
         }
         Ok(())
     }
@@ -130,92 +138,6 @@ impl SearchPreset {
     }
 }
 
-/// What the search may emit beyond the model's scores, as CTranslate2 defines each (its
-/// `decoding_utils.cc`): applied to a row's logits before they are normalised, so every
-/// log-probability and score of a hypothesis is the controlled distribution's.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Controls {
-    /// No EOS before this many output tokens (`min_decoding_length`; the length limit still
-    /// forces EOS). 0: none.
-    pub min_len: usize,
-    /// The logit of every token already in the hypothesis divided by this when positive and
-    /// multiplied by it when negative (`repetition_penalty`, CTRL's; > 1 penalises). 1: none.
-    pub repetition_penalty: f32,
-    /// No n-gram of this size twice in a hypothesis: a token that would complete an n-gram the
-    /// hypothesis holds already is not emitted (`no_repeat_ngram_size`). 0: none.
-    pub no_repeat_ngram: usize,
-}
-
-impl Default for Controls {
-    fn default() -> Self {
-        Controls { min_len: 0, repetition_penalty: 1.0, no_repeat_ngram: 0 }
-    }
-}
-
-impl Controls {
-    /// Whether any control is on.
-    pub fn active(&self) -> bool {
-        *self != Controls::default()
-    }
-
-    /// Whether any control applies to a hypothesis of `tokens`.
-    fn applies(&self, tokens: &[u32]) -> bool {
-        tokens.len() < self.min_len
-            || (self.repetition_penalty != 1.0 && !tokens.is_empty())
-            || (self.no_repeat_ngram > 0 && tokens.len() >= self.no_repeat_ngram)
-    }
-
-    /// `row` (one hypothesis' next-token logits) with the controls applied, in `out`: a disabled
-    /// token gets [`DISABLED`], below every real logit, and is never emitted. At the length limit
-    /// (`at_limit`) EOS stays allowed whatever the minimum length: the limit wins.
-    fn apply(&self, row: &[f32], tokens: &[u32], at_limit: bool, out: &mut Vec<f32>) {
-        out.clear();
-        // A token of probability 0 (a logit of −∞) stays out, and the row's log Σ exp finite.
-        out.extend(row.iter().map(|&x| if x == f32::NEG_INFINITY { DISABLED } else { x }));
-        if self.repetition_penalty != 1.0 {
-            let p = self.repetition_penalty;
-            let mut seen: Vec<u32> = tokens.to_vec();
-            seen.sort_unstable();
-            seen.dedup();
-            for &t in &seen {
-                if let Some(x) = out.get_mut(t as usize) {
-                    *x = if *x < 0.0 { *x * p } else { *x / p };
-                }
-            }
-        }
-        if tokens.len() < self.min_len && !at_limit {
-            out[EOS as usize] = DISABLED;
-        }
-        let n = self.no_repeat_ngram;
-        if n > 0 && tokens.len() >= n {
-            // The last n − 1 tokens, and every earlier place they occur: the token after each.
-            let suffix = &tokens[tokens.len() + 1 - n..];
-            for start in 0..=tokens.len() - n {
-                if &tokens[start..start + n - 1] == suffix {
-                    if let Some(x) = out.get_mut(tokens[start + n - 1] as usize) {
-                        *x = DISABLED;
-                    }
-                }
-            }
-        }
-    }
-
-    /// Checks the settings.
-    fn validate(&self) -> Result<()> {
-        if !(self.repetition_penalty > 0.0 && self.repetition_penalty.is_finite()) {
-            return Err(Error::Config(format!(
-                "the repetition penalty must be finite and > 0 (got {})",
-                self.repetition_penalty
-            )));
-        }
-        Ok(())
-    }
-}
-
-/// The logit of a token the controls disable: finite (so the row's log Σ exp stays finite) and far
-/// below any real logit; such a token is dropped from the candidates.
-const DISABLED: f32 = -1e30;
-
 /// Changes to a preset's search settings, as a command line or a request gives them: each `None`
 /// keeps the preset's value ([`BeamConfig::with`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -242,6 +164,8 @@ pub struct SearchOverrides {
     pub repetition_penalty: Option<f32>,
     /// [`Controls::no_repeat_ngram`].
     pub no_repeat_ngram: Option<usize>,
+    /// [`BeamConfig::sampling`]: `Some` samples (its beam the number of samples).
+    pub sampling: Option<Sampling>,
 }
 
 /// Search settings.
@@ -267,6 +191,8 @@ pub struct BeamConfig {
     pub suppress_unk: bool,
     /// Minimum length and repetition controls ([`Controls`]; none by default, the paper's search).
     pub controls: Controls,
+    /// Random sampling instead of the beam's best ([`Sampling`]); `None`, the paper's search.
+    pub sampling: Option<Sampling>,
 }
 
 impl BeamConfig {
@@ -282,6 +208,7 @@ impl BeamConfig {
             length_norm: LengthNorm::Gnmt,
             suppress_unk: false,
             controls: Controls { min_len: 0, repetition_penalty: 1.0, no_repeat_ngram: 0 },
+            sampling: None,
         }
     }
 
@@ -313,6 +240,9 @@ impl BeamConfig {
         c.min_len = o.min_len.unwrap_or(c.min_len);
         c.repetition_penalty = o.repetition_penalty.unwrap_or(c.repetition_penalty);
         c.no_repeat_ngram = o.no_repeat_ngram.unwrap_or(c.no_repeat_ngram);
+        if o.sampling.is_some() {
+            self.sampling = o.sampling;
+        }
         self.validate()?;
         Ok(self)
     }
@@ -339,6 +269,18 @@ impl BeamConfig {
         }
         if self.max_len_b > MAX_LEN_B {
             return bad(format!("max_len_b must lie in [0, {MAX_LEN_B}] (got {})", self.max_len_b));
+        }
+        if let Some(sampling) = &self.sampling {
+            sampling.validate()?;
+            if self.early_exit {
+                return bad("sampling draws every sample to its end: early exit does not apply".into());
+            }
+            if self.nbest != self.beam {
+                return bad(format!(
+                    "sampling draws `beam` samples and returns them all: nbest ({}) must equal the beam size ({})",
+                    self.nbest, self.beam
+                ));
+            }
         }
         self.controls.validate()
     }
@@ -409,6 +351,8 @@ struct Live {
     sent: usize,
     tokens: Vec<u32>,
     log_prob: f64,
+    /// Sampling: which of the sentence's samples this is (its draws' key).
+    lineage: usize,
 }
 
 /// A ranked candidate: extend row `row` by `token`.
@@ -417,6 +361,8 @@ struct Cand {
     log_prob: f64,
     row: usize,
     token: u32,
+    /// Its place among its row's candidates (sampling: a first step's j-th draw starts sample j).
+    draw: usize,
 }
 
 /// Best first; ties by lower row, then lower token.
@@ -483,22 +429,41 @@ pub fn beam_search_constrained(
     max_len: usize,
     constraint: Option<&dyn Constraint>,
 ) -> Result<Vec<Vec<Hypothesis>>> {
+    beam_search_keyed(scorer, src_lens, &[], cfg, max_len, constraint)
+}
+
+/// [`beam_search_constrained`] with each sentence's key for sampling's draws ([`Sampling`]):
+/// `keys[i]` for sentence i (empty: i itself), so that a sentence samples the same output in any
+/// batch.
+pub fn beam_search_keyed(
+    scorer: &mut impl Scorer,
+    src_lens: &[usize],
+    keys: &[u64],
+    cfg: &BeamConfig,
+    max_len: usize,
+    constraint: Option<&dyn Constraint>,
+) -> Result<Vec<Vec<Hypothesis>>> {
     cfg.validate()?;
+    if !keys.is_empty() && keys.len() != src_lens.len() {
+        return Err(Error::Input(format!("{} sampling keys for {} sentences", keys.len(), src_lens.len())));
+    }
+    let keys: Vec<u64> = if keys.is_empty() { (0..src_lens.len() as u64).collect() } else { keys.to_vec() };
     let v = scorer.vocab();
     let n = src_lens.len();
     check_search(v, n, constraint)?;
-    if constraint.is_some() && cfg.controls.active() {
+    if constraint.is_some() && (cfg.controls.active() || cfg.sampling.is_some()) {
         return Err(Error::Config(
-            "the minimum length and repetition controls apply to unconstrained search, not to a constrained one".into(),
+            "the minimum length, repetition and sampling controls apply to unconstrained search, not to a constrained one"
+                .into(),
         ));
     }
     let limit: Vec<usize> = src_lens.iter().map(|&l| cfg.max_len(l).min(max_len)).collect();
     let mut finished: Vec<Vec<Hypothesis>> = vec![Vec::new(); n];
-    let mut live: Vec<Live> = (0..n).map(|i| Live { sent: i, tokens: Vec::new(), log_prob: 0.0 }).collect();
+    let mut live: Vec<Live> = (0..n).map(|i| Live { sent: i, tokens: Vec::new(), log_prob: 0.0, lineage: 0 }).collect();
     while !live.is_empty() {
         let tokens: Vec<u32> = live.iter().map(|h| h.tokens.last().copied().unwrap_or(BOS)).collect();
         let out = scorer.step(&tokens)?;
-        let per_row = row_candidates(&out, &live, &finished, &limit, cfg, constraint, v)?;
+        let per_row = row_candidates(&out, &live, &finished, &limit, cfg, constraint, &keys, v)?;
         let mut next: Vec<Live> = Vec::with_capacity(live.len());
         let mut keep: Vec<usize> = Vec::with_capacity(live.len());
         // Rows of one sentence are contiguous and sentences stay in order.
@@ -509,7 +474,12 @@ pub fn beam_search_constrained(
             let mut cands: Vec<Cand> = (r0..r1)
                 .flat_map(|r| {
                     let base = live[r].log_prob;
-                    per_row[r].iter().map(move |&(x, token)| Cand { log_prob: base + x, row: r, token })
+                    per_row[r].iter().enumerate().map(move |(draw, &(x, token))| Cand {
+                        log_prob: base + x,
+                        row: r,
+                        token,
+                        draw,
+                    })
                 })
                 .collect();
             cands.sort_by(better);
@@ -529,7 +499,8 @@ pub fn beam_search_constrained(
                 } else {
                     let mut tokens = h.tokens.clone();
                     tokens.push(c.token);
-                    next.push(Live { sent, tokens, log_prob: c.log_prob });
+                    let lineage = if h.tokens.is_empty() { c.draw } else { h.lineage };
+                    next.push(Live { sent, tokens, log_prob: c.log_prob, lineage });
                     keep.push(c.row);
                 }
             }
@@ -568,6 +539,7 @@ fn check_search(v: usize, n: usize, constraint: Option<&dyn Constraint>) -> Resu
 
 /// Each live row's best continuations (log-probability, token): at most its sentence's free
 /// slots, only the tokens `constraint` allows, only EOS at the length limit.
+#[allow(clippy::too_many_arguments)]
 fn row_candidates(
     out: &StepScores,
     live: &[Live],
@@ -575,6 +547,7 @@ fn row_candidates(
     limit: &[usize],
     cfg: &BeamConfig,
     constraint: Option<&dyn Constraint>,
+    keys: &[u64],
     v: usize,
 ) -> Result<Vec<Vec<(f64, u32)>>> {
     let rows = live.len();
@@ -605,6 +578,16 @@ fn row_candidates(
                         )));
                     }
                     Ok(top_k_among(row, norm, k, &allowed))
+                }
+                _ if cfg.sampling.is_some() && !at_limit => {
+                    let sampling = cfg.sampling.as_ref().expect("sampling");
+                    let mut controlled = Vec::with_capacity(row.len());
+                    cfg.controls.apply(row, &h.tokens, at_limit, &mut controlled);
+                    let norm = if cfg.controls.applies(&h.tokens) { log_sum_exp(&controlled) } else { norm };
+                    // The first step draws every sample of the sentence from its one row.
+                    let n = if h.tokens.is_empty() { k } else { 1 };
+                    let lineage = |j: usize| if h.tokens.is_empty() { j } else { h.lineage };
+                    Ok(sampling.draw(&controlled, norm, cfg.suppress_unk, keys[h.sent], h.tokens.len(), n, lineage))
                 }
                 _ if cfg.controls.applies(&h.tokens) => {
                     let mut controlled = Vec::with_capacity(row.len());

@@ -5,6 +5,7 @@
 
 mod batches;
 pub mod beam;
+mod controls;
 mod load;
 pub use load::{contains_model, model_files};
 mod parse;
@@ -17,6 +18,8 @@ mod workers;
 pub use scorer::{search_batch, search_batch_ensemble, EnsembleScorer};
 
 pub use beam::{
-    beam_search, BeamConfig, Controls, Hypothesis, LengthNorm, Scorer, SearchOverrides, SearchPreset, StepScores,
+    beam_search, beam_search_keyed, BeamConfig, Hypothesis, LengthNorm, Scorer, SearchOverrides, SearchPreset,
+    StepScores,
 };
+pub use controls::{Controls, Sampling};
 pub use parse::{Parse, ParseOptions, ScoredParses};

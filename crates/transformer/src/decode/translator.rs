@@ -322,7 +322,10 @@ impl Translator {
             let c = remapped.as_ref().map(|r| r as &dyn Constraint);
             let others: Vec<&Transformer> = self.others.iter().collect();
             let mine = (&mut buffers.mine.0, &mut buffers.mine.1);
-            search_batch_ensemble(model, &others, &batch, &opts.search, mine, &mut buffers.theirs, c)
+            // Sampling's draws are keyed by the piece, not its place in a batch: the same for any
+            // batching and thread count.
+            let keys: Vec<u64> = order[range.clone()].iter().map(|&p| p as u64).collect();
+            search_batch_ensemble(model, &others, &batch, &keys, &opts.search, mine, &mut buffers.theirs, c)
                 .map_err(|e| self.name_member(e))
         };
         let mut piece_hyps: Vec<Vec<Hypothesis>> = vec![Vec::new(); pieces.len()];
