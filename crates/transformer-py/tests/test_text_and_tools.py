@@ -15,9 +15,8 @@ import pytest
 
 import transformer
 
-ROOT = pathlib.Path(__file__).resolve().parents[3]
-FIXTURE = ROOT / "crates" / "transformer" / "tests" / "fixtures" / "marian" / "opus"
-REFERENCE = json.loads((FIXTURE / "reference.json").read_text(encoding="utf-8"))
+from conftest import REFERENCE, ROOT
+
 SOURCES = [s for s in REFERENCE["sources"] if s.strip()]
 
 
@@ -34,18 +33,6 @@ def run_cli(*args, stdin=None):
     out = subprocess.run([cli(), *map(str, args)], input=stdin, capture_output=True, text=True, check=False)
     assert out.returncode == 0, out.stderr
     return out.stdout
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    out = tmp_path_factory.mktemp("opus")
-    transformer.import_marian(str(FIXTURE / "hf"), str(out))
-    return out
-
-
-@pytest.fixture(scope="module")
-def translator(model_dir):
-    return transformer.Translator(str(model_dir))
 
 
 def compute_types():
@@ -154,6 +141,7 @@ def test_threads_in_parallel_give_the_serial_outputs(translator):
 
 def test_ctrl_c_interrupts_a_long_call_and_leaves_the_translator_usable(translator):
     src = [translator.tokenize(s) for s in SOURCES] * 300
+    before = translator.translate(SOURCES[:4])
     start = time.perf_counter()
     translator.translate_batch(src, beam_size=4)
     full = time.perf_counter() - start
@@ -166,7 +154,7 @@ def test_ctrl_c_interrupts_a_long_call_and_leaves_the_translator_usable(translat
     timer.join()
     # It stops after the batch it is on, long before the call would have ended.
     assert stopped < 0.6 * full, (stopped, full)
-    assert translator.translate(SOURCES[:2]) == translator.translate(SOURCES[:2])
+    assert translator.translate(SOURCES[:4]) == before
 
 
 def test_a_panic_is_a_runtime_error_and_the_process_goes_on(translator):

@@ -3,30 +3,16 @@ translations and losses `transformers` wrote (crates/transformer/tests/fixtures/
 reference.json), imported with `transformer.import_marian` and driven through CTranslate2's API."""
 
 import json
-import pathlib
 import threading
 
 import pytest
 
 import transformer
+from conftest import FIXTURE, REFERENCE
 
-FIXTURE = pathlib.Path(__file__).resolve().parents[2] / "transformer" / "tests" / "fixtures" / "marian" / "opus"
-REFERENCE = json.loads((FIXTURE / "reference.json").read_text(encoding="utf-8"))
 # Marian's ids -> pieces, from the Hugging Face directory's vocabulary (one for both sides).
 PIECE = {i: p for p, i in json.loads((FIXTURE / "hf" / "vocab.json").read_text(encoding="utf-8")).items()}
 EOS = 0  # Marian's </s>
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    out = tmp_path_factory.mktemp("opus")
-    transformer.import_marian(str(FIXTURE / "hf"), str(out))
-    return out
-
-
-@pytest.fixture(scope="module")
-def translator(model_dir):
-    return transformer.Translator(str(model_dir))
 
 
 def source_tokens():
