@@ -579,30 +579,38 @@ fn row_candidates(
                     }
                     Ok(top_k_among(row, norm, k, &allowed))
                 }
-                _ if cfg.sampling.is_some() && !at_limit => {
-                    let sampling = cfg.sampling.as_ref().expect("sampling");
-                    let mut controlled = Vec::with_capacity(row.len());
-                    cfg.controls.apply(row, &h.tokens, at_limit, &mut controlled);
-                    let norm = if cfg.controls.applies(&h.tokens) { log_sum_exp(&controlled) } else { norm };
-                    // The first step draws every sample of the sentence from its one row.
-                    let n = if h.tokens.is_empty() { k } else { 1 };
-                    let lineage = |j: usize| if h.tokens.is_empty() { j } else { h.lineage };
-                    Ok(sampling.draw(&controlled, norm, cfg.suppress_unk, keys[h.sent], h.tokens.len(), n, lineage))
-                }
-                _ if cfg.controls.applies(&h.tokens) => {
-                    let mut controlled = Vec::with_capacity(row.len());
-                    cfg.controls.apply(row, &h.tokens, at_limit, &mut controlled);
-                    // Normalised again over what may be emitted (a model row's own normaliser,
-                    // or none for a scorer of log-probabilities, changes nothing then).
-                    let norm = log_sum_exp(&controlled);
-                    let mut best = top_k(&controlled, norm, k, at_limit, cfg.suppress_unk);
-                    best.retain(|&(_, t)| controlled[t as usize] > DISABLED);
-                    Ok(best)
+                _ if (cfg.sampling.is_some() && !at_limit) || cfg.controls.applies(&h.tokens) => {
+                    CONTROLLED.with_borrow_mut(|controlled| {
+                        cfg.controls.apply(row, &h.tokens, at_limit, controlled);
+                        // Normalised again over what may be emitted (a model row's own
+                        // normaliser, or none for a scorer of log-probabilities, changes nothing
+                        // then).
+                        let norm = if cfg.controls.applies(&h.tokens) { log_sum_exp(controlled) } else { norm };
+                        match &cfg.sampling {
+                            Some(sampling) if !at_limit => {
+                                // The first step draws every sample of the sentence from its one row.
+                                let first = h.tokens.is_empty();
+                                let (n, lineage) = (if first { k } else { 1 }, |j| if first { j } else { h.lineage });
+                                let (key, step) = (keys[h.sent], h.tokens.len());
+                                Ok(sampling.draw(controlled, norm, cfg.suppress_unk, key, step, n, lineage))
+                            }
+                            _ => {
+                                let mut best = top_k(controlled, norm, k, at_limit, cfg.suppress_unk);
+                                best.retain(|&(_, t)| controlled[t as usize] > DISABLED);
+                                Ok(best)
+                            }
+                        }
+                    })
                 }
                 _ => Ok(top_k(row, norm, k, at_limit, cfg.suppress_unk)),
             }
         })
         .collect()
+}
+
+thread_local! {
+    /// A row of logits with the [`Controls`] applied: one buffer a search thread, reused.
+    static CONTROLLED: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// Whether no live hypothesis of a sentence can enter its `nbest` best finished ones.

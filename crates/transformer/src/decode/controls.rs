@@ -49,12 +49,13 @@ impl Controls {
         out.extend(row.iter().map(|&x| if x == f32::NEG_INFINITY { DISABLED } else { x }));
         if self.repetition_penalty != 1.0 {
             let p = self.repetition_penalty;
-            let mut seen: Vec<u32> = tokens.to_vec();
-            seen.sort_unstable();
-            seen.dedup();
-            for &t in &seen {
-                if let Some(x) = out.get_mut(t as usize) {
-                    *x = if *x < 0.0 { *x * p } else { *x / p };
+            // Each from the model's own logit, so a token written twice is penalised once (one of
+            // probability 0 stays out).
+            for &t in tokens {
+                if let (Some(&x), Some(y)) = (row.get(t as usize), out.get_mut(t as usize)) {
+                    if x > f32::NEG_INFINITY {
+                        *y = if x < 0.0 { (x * p).max(DISABLED) } else { x / p };
+                    }
                 }
             }
         }
