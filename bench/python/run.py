@@ -118,7 +118,7 @@ def main():
     import transformer
 
     work = Path(tempfile.mkdtemp(prefix="python-bench-"))
-    checkpoint, tokenizer = (Path(p) for p in transformer_model_files(args.model))
+    checkpoint, tokenizer = transformer.model_files(str(args.model))
     if args.ct2 is None:
         args.ct2 = work / "ct2"
         call([sys.executable, ROOT / "bench/decode/to_ctranslate2.py", "--checkpoint", checkpoint, "--bpe", tokenizer,
@@ -180,19 +180,6 @@ def main():
             print(f"| {ct} | {mode} | ours / ct2 | | **{ratio:.2f}x** | | "
                   f"{best['ours']['rss_mb'] / best['ct2']['rss_mb']:.2f}x | |")
     print(json.dumps(report))
-
-
-def transformer_model_files(directory: Path):
-    """The checkpoint and tokenizer files the library reads from a model directory (the same
-    order as `decode::model_files`)."""
-    names = ["model.safetensors", "best.safetensors", "averaged.safetensors"]
-    ckpt = next((directory / n for n in names if (directory / n).is_file()), None)
-    ckpt = ckpt or max(directory.glob("ckpt-*.safetensors"), default=None)
-    tok = next((d / n for d in (directory, directory / "run") for n in ("tokenizer.json", "vocab.json", "bpe.json")
-                if (d / n).is_file()), None)
-    if ckpt is None or tok is None:
-        sys.exit(f"{directory}: no checkpoint or tokenizer (give a model directory)")
-    return ckpt, tok
 
 
 if __name__ == "__main__":

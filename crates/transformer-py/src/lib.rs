@@ -50,6 +50,14 @@ fn contains_model(model_path: PathBuf) -> bool {
     transformer::decode::contains_model(&model_path)
 }
 
+/// The (checkpoint, tokenizer) files `Translator` reads from a model directory, as strings; a
+/// directory without them is a `ValueError` saying what it lacks (the library's `model_files`).
+#[pyfunction]
+fn model_files(model_path: PathBuf) -> PyResult<(String, String)> {
+    let (c, t) = transformer::decode::model_files(&model_path).map_err(py_err)?;
+    Ok((c.display().to_string(), t.display().to_string()))
+}
+
 /// The compute types this CPU runs, as CTranslate2 names them.
 #[pyfunction]
 #[pyo3(signature = (device, device_index=0))]
@@ -114,6 +122,7 @@ fn transformer_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<AsyncScoringResult>()?;
     m.add_class::<ExecutionStats>()?;
     m.add_function(wrap_pyfunction!(contains_model, m)?)?;
+    m.add_function(wrap_pyfunction!(model_files, m)?)?;
     m.add_function(wrap_pyfunction!(get_supported_compute_types, m)?)?;
     m.add_function(wrap_pyfunction!(set_random_seed, m)?)?;
     m.add_function(wrap_pyfunction!(import_marian, m)?)?;

@@ -166,6 +166,10 @@ def test_a_panic_is_a_runtime_error_and_the_process_goes_on(translator):
 def test_errors_are_the_exceptions_python_expects(model_dir, translator, tmp_path):
     with pytest.raises(FileNotFoundError, match="no such model directory"):
         transformer.Translator(str(tmp_path / "missing"))
+    assert transformer.model_files(str(model_dir)) == (str(model_dir / "model.safetensors"),
+                                                       str(model_dir / "tokenizer.json"))
+    with pytest.raises(ValueError, match="holds no checkpoint"):
+        transformer.model_files(str(tmp_path))
     with pytest.raises(FileNotFoundError):
         translator.translate_file(str(tmp_path / "missing.txt"), str(tmp_path / "out.txt"))
     # What the search cannot honour yet is a ValueError naming the argument.
