@@ -15,7 +15,7 @@ use transformer::Task;
 
 mod decode;
 pub use decode::{
-    AttentionArgs, EvaluateArgs, ModelArgs, ParseArgs, ParsingArgs, ScoreArgs, SearchArgs, TranslateArgs,
+    AttentionArgs, EvaluateArgs, GuideArgs, ModelArgs, ParseArgs, ParsingArgs, ScoreArgs, SearchArgs, TranslateArgs,
 };
 
 /// A value parser over a library enum: its variants by name (`name`), listed in `--help`.

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex};
 use transformer::data::tokenizer::Side;
 use transformer::decode::translator::DecodeOptions;
-use transformer::decode::Hypothesis;
+use transformer::decode::{Guide, Hypothesis};
 use transformer::events::Events;
 use transformer::Task;
 
@@ -88,11 +88,39 @@ impl Engine {
     pub(crate) fn translate(
         &self,
         srcs: &[Vec<u32>],
+        guides: &[Guide],
         opts: &DecodeOptions,
         events: &mut (dyn Events + Send),
     ) -> transformer::Result<Vec<Vec<Hypothesis>>> {
         let opts = self.options(opts);
-        self.pool.install(|| self.translator.translate_ids(srcs, &opts, events)).map(|(h, _)| h)
+        self.pool.install(|| self.translator.translate_ids_guided(srcs, guides, &opts, events)).map(|(h, _)| h)
+    }
+
+    /// The guides of `target_prefix` and `constraints` (target token strings; each `None`, or
+    /// one entry a source of `n`): none when neither is given.
+    pub(crate) fn guides(
+        &self,
+        n: usize,
+        target_prefix: &Option<Vec<Option<Vec<String>>>>,
+        constraints: &Option<Vec<Vec<Vec<String>>>>,
+    ) -> Result<Vec<Guide>, String> {
+        for (name, len) in [
+            ("target_prefix", target_prefix.as_ref().map(Vec::len)),
+            ("constraints", constraints.as_ref().map(Vec::len)),
+        ] {
+            if let Some(len) = len.filter(|&l| l != n) {
+                return Err(format!("{name} has {len} entries for {n} sources: give one a source"));
+            }
+        }
+        if target_prefix.is_none() && constraints.is_none() {
+            return Ok(Vec::new());
+        }
+        Ok((0..n)
+            .map(|i| Guide {
+                prefix: target_prefix.as_ref().and_then(|p| p[i].as_ref()).map_or(Vec::new(), |p| self.target_ids(p)),
+                phrases: constraints.as_ref().map_or(Vec::new(), |c| c[i].iter().map(|p| self.target_ids(p)).collect()),
+            })
+            .collect())
     }
 
     /// `opts` with this session's workers (`inter_threads`).
@@ -108,13 +136,14 @@ impl Engine {
 pub(crate) fn translation_job(
     engine: &Engine,
     source: &[Vec<String>],
+    guides: &[Guide],
     opts: &DecodeOptions,
     max_input_length: usize,
     scores: bool,
     events: &mut (dyn Events + Send),
 ) -> transformer::Result<Translations> {
     let srcs: Vec<Vec<u32>> = source.iter().map(|s| engine.source_ids(s, max_input_length)).collect();
-    let hyps = engine.translate(&srcs, opts, events)?;
+    let hyps = engine.translate(&srcs, guides, opts, events)?;
     let tokens = hyps.iter().map(|n| n.iter().map(|h| engine.target_pieces(&h.tokens)).collect()).collect();
     let scores = hyps.iter().map(|n| if scores { n.iter().map(|h| h.score).collect() } else { Vec::new() }).collect();
     Ok((tokens, scores))

@@ -19,6 +19,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use transformer::data::tokenizer::Side;
 use transformer::decode::translator::DecodeOptions;
+use transformer::decode::Guide;
 use transformer::Task;
 
 /// CTranslate2's `ctranslate2.Translator`: a model directory loaded once for translating and
@@ -39,10 +40,55 @@ pub(crate) struct Translator {
 impl Translator {
     /// Decodes source token strings with the GIL released: each sentence's hypotheses as token
     /// strings and their scores.
+    /// The guides of `translate`'s `target_prefix` and `constraints` for `n` lines (`one`: the
+    /// text was a string, and each argument is that line's entry, not a list of them).
+    fn text_guides(
+        &self,
+        n: usize,
+        one: bool,
+        target_prefix: Option<Bound<'_, PyAny>>,
+        constraints: Option<Bound<'_, PyAny>>,
+    ) -> PyResult<Vec<Guide>> {
+        let bad = |name: &str, form: &str| PyValueError::new_err(format!("{name} must be {form}"));
+        let prefixes: Option<Vec<Option<String>>> = match (target_prefix, one) {
+            (None, _) => None,
+            (Some(p), true) => Some(vec![p.extract().map_err(|_| bad("target_prefix", "a string or None"))?]),
+            (Some(p), false) => {
+                Some(p.extract().map_err(|_| bad("target_prefix", "a list of strings or None, one a line"))?)
+            }
+        };
+        let phrases: Option<Vec<Vec<String>>> = match (constraints, one) {
+            (None, _) => None,
+            (Some(c), true) => Some(vec![c.extract().map_err(|_| bad("constraints", "a list of strings"))?]),
+            (Some(c), false) => {
+                Some(c.extract().map_err(|_| bad("constraints", "a list of lists of strings, one a line"))?)
+            }
+        };
+        for (name, len) in
+            [("target_prefix", prefixes.as_ref().map(Vec::len)), ("constraints", phrases.as_ref().map(Vec::len))]
+        {
+            if let Some(len) = len.filter(|&l| l != n) {
+                return Err(PyValueError::new_err(format!("{name} has {len} entries for {n} lines: give one a line")));
+            }
+        }
+        if prefixes.is_none() && phrases.is_none() {
+            return Ok(Vec::new());
+        }
+        let t = &self.engine.translator;
+        (0..n)
+            .map(|i| {
+                let prefix = prefixes.as_ref().and_then(|p| p[i].as_deref());
+                let none = Vec::new();
+                t.encode_guide(prefix, phrases.as_ref().map_or(&none, |p| &p[i])).map_err(py_err)
+            })
+            .collect()
+    }
+
     fn run_translation(
         &self,
         py: Python<'_>,
         source: &[Vec<String>],
+        guides: Vec<Guide>,
         opts: &DecodeOptions,
         max_input_length: usize,
         returns: &Returns,
@@ -51,7 +97,9 @@ impl Translator {
         let source = source.to_vec();
         let opts = *opts;
         let scores = returns.scores;
-        interruptible(py, move |events| translation_job(&engine, &source, &opts, max_input_length, scores, events))
+        interruptible(py, move |events| {
+            translation_job(&engine, &source, &guides, &opts, max_input_length, scores, events)
+        })
     }
 }
 
@@ -113,7 +161,7 @@ impl Translator {
                         max_decoding_length=256, min_decoding_length=1, use_vmap=false, return_scores=false,
                         return_logits_vocab=false, return_attention=false, return_alternatives=false,
                         min_alternative_expansion_prob=0.0, sampling_topk=1, sampling_topp=1.0,
-                        sampling_temperature=1.0, replace_unknowns=false, callback=None))]
+                        sampling_temperature=1.0, replace_unknowns=false, callback=None, constraints=None))]
     #[allow(clippy::too_many_arguments)]
     fn translate_batch(
         &self,
@@ -149,17 +197,10 @@ impl Translator {
         sampling_temperature: f32,
         replace_unknowns: bool,
         callback: Option<Py<PyAny>>,
+        constraints: Option<Vec<Vec<Vec<String>>>>,
     ) -> PyResult<Py<PyAny>> {
-        if let Some(p) = &target_prefix {
-            if p.len() != source.len() {
-                return Err(PyValueError::new_err(format!(
-                    "target_prefix has {} entries for {} sources",
-                    p.len(),
-                    source.len()
-                )));
-            }
-            refuse_unless("target_prefix", p.iter().any(|x| x.as_ref().is_some_and(|x| !x.is_empty())), false)?;
-        }
+        // `constraints` (an addition to CTranslate2's API): the phrases each output contains.
+        let guides = self.engine.guides(source.len(), &target_prefix, &constraints).map_err(PyValueError::new_err)?;
         refuse_returns(
             return_end_token,
             return_logits_vocab,
@@ -191,7 +232,7 @@ impl Translator {
         if asynchronous {
             let (engine, n) = (self.engine.clone(), source.len());
             let job = spawn(move || {
-                translation_job(&engine, &source, &opts, max_input_length, returns.scores, &mut ())
+                translation_job(&engine, &source, &guides, &opts, max_input_length, returns.scores, &mut ())
                     .map(|(h, s)| Outcome::Translations(h, s))
                     .map_err(|e| e.to_string())
             });
@@ -199,7 +240,7 @@ impl Translator {
                 (0..n).map(|index| AsyncTranslationResult { job: job.clone(), index }).collect();
             return Ok(PyList::new(py, list)?.into_any().unbind());
         }
-        let (hyps, scores) = self.run_translation(py, &source, &opts, max_input_length, &returns)?;
+        let (hyps, scores) = self.run_translation(py, &source, guides, &opts, max_input_length, &returns)?;
         let list: Vec<TranslationResult> = hyps
             .into_iter()
             .zip(scores)
@@ -267,10 +308,11 @@ impl Translator {
         batch_type: &str,
         kwargs: Option<Bound<'_, PyDict>>,
     ) -> PyResult<Results> {
-        if target_prefix.is_some() {
-            refuse_unless("target_prefix", true, false)?;
+        let mut inputs = vec![source.try_iter()?];
+        if let Some(p) = target_prefix {
+            inputs.push(p.try_iter()?);
         }
-        Results::new(slf, "translate_batch", vec![source.try_iter()?], max_batch_size, batch_type, kwargs)
+        Results::new(slf, "translate_batch", inputs, max_batch_size, batch_type, kwargs)
     }
 
     /// Scores an iterable of (source, target) token lists, `max_batch_size` at a time, yielding
@@ -370,7 +412,8 @@ impl Translator {
                 None => line.split_whitespace().map(str::to_string).collect(),
             });
         }
-        let (hyps, scores) = self.run_translation(py, &source, &opts, max_input_length, &Returns { scores: true })?;
+        let (hyps, scores) =
+            self.run_translation(py, &source, Vec::new(), &opts, max_input_length, &Returns { scores: true })?;
         let mut out = String::new();
         let mut num_tokens = 0;
         for (nbest, scores) in hyps.iter().zip(&scores) {
@@ -400,11 +443,13 @@ impl Translator {
     /// Translates text with the model's own tokenizer, as `transformer translate` does (an
     /// addition to CTranslate2's API, as pymarian's `Translator.translate`): a string gives a
     /// string, a list of strings a list; with `num_hypotheses` > 1 each line gives a list of that
-    /// many, best first. The options are `translate_batch`'s, at its defaults.
+    /// many, best first. The options are `translate_batch`'s, at its defaults; `target_prefix`
+    /// (text each output starts with) and `constraints` (phrases each output contains) are one
+    /// entry for a string and a list of entries, one a line, for a list.
     #[pyo3(signature = (text, *, beam_size=2, num_hypotheses=1, length_penalty=1.0, repetition_penalty=1.0,
                         no_repeat_ngram_size=0, max_decoding_length=256, min_decoding_length=1, disable_unk=false,
                         sampling_topk=1, sampling_topp=1.0, sampling_temperature=1.0, max_batch_size=0,
-                        batch_type="examples"))]
+                        batch_type="examples", target_prefix=None, constraints=None))]
     #[allow(clippy::too_many_arguments)]
     fn translate(
         &self,
@@ -423,6 +468,8 @@ impl Translator {
         sampling_temperature: f32,
         max_batch_size: usize,
         batch_type: &str,
+        target_prefix: Option<Bound<'_, PyAny>>,
+        constraints: Option<Bound<'_, PyAny>>,
     ) -> PyResult<Py<PyAny>> {
         let (lines, one) = match text.extract::<String>() {
             Ok(line) => (vec![line], true),
@@ -432,6 +479,7 @@ impl Translator {
                 false,
             ),
         };
+        let guides = self.text_guides(lines.len(), one, target_prefix, constraints)?;
         let mut opts = search_options(
             beam_size,
             1.0,
@@ -454,7 +502,8 @@ impl Translator {
         let engine = self.engine.clone();
         let out: Vec<Vec<String>> = interruptible(py, move |events| {
             let opts = engine.options(&opts);
-            let (out, _) = engine.pool.install(|| engine.translator.translate(&lines, &opts, events))?;
+            let translate = || engine.translator.translate_guided(&lines, &guides, &opts, events);
+            let (out, _) = engine.pool.install(translate)?;
             Ok(out.into_iter().map(|n| n.into_iter().map(|t| t.text).collect()).collect())
         })?;
         let nbest = num_hypotheses > 1;

@@ -116,6 +116,48 @@ def test_sampling_is_seeded_and_equals_the_clis(model_dir, tmp_path):
     transformer.set_random_seed(0)
 
 
+def test_prefixes_and_constraints_equal_the_clis(model_dir, translator, tmp_path):
+    # Text: the CLI's --prefix (a line a sentence) and --constraints (tab-separated phrases).
+    sources = SOURCES[:6]
+    prefixes = ["Das ist", None, "Ein", None, "Wir", "Es"]
+    phrases = [["Haus"], [], ["heute", "gut"], ["nicht"], [], ["Welt"]]
+    files = {"source.txt": sources, "prefix.txt": [p or "" for p in prefixes],
+             "constraints.tsv": ["\t".join(p) for p in phrases]}
+    for name, lines in files.items():
+        (tmp_path / name).write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    want = run_cli("translate", "--checkpoint", model_dir / "model.safetensors", "--tokenizer",
+                   model_dir / "tokenizer.json", "--beam", 4, "--alpha", 1, "--length-norm", "marian",
+                   "--max-len-a", 0, "--max-len-b", 256, "--min-len", 1, "--workers", 1,
+                   "--input", tmp_path / "source.txt", "--prefix", tmp_path / "prefix.txt",
+                   "--constraints", tmp_path / "constraints.tsv").splitlines()
+    got = translator.translate(sources, beam_size=4, target_prefix=prefixes, constraints=phrases)
+    assert got == want
+    for out, prefix, wanted in zip(got, prefixes, phrases):
+        assert out.startswith(prefix or ""), (out, prefix)
+        assert all(p in out for p in wanted), (out, wanted)
+    assert translator.translate(sources[0], beam_size=4, target_prefix="Das ist", constraints=["Haus"]) == want[0]
+    # Pieces: the hypotheses start with the prefix's tokens and hold every phrase's.
+    pieces = [translator.tokenize(s) for s in sources]
+    free = [r.hypotheses[0] for r in translator.translate_batch(pieces, beam_size=4)]
+    prefix_tokens = [h[1:3] for h in free]
+    phrase_tokens = [[h[:1]] for h in free[1:]] + [[]]
+    results = translator.translate_batch(pieces, prefix_tokens, beam_size=4, num_hypotheses=2,
+                                         constraints=phrase_tokens)
+    for r, p, c in zip(results, prefix_tokens, phrase_tokens):
+        for h in r.hypotheses:
+            assert h[:len(p)] == p, (h, p)
+            assert all(any(h[i:i + len(x)] == x for i in range(len(h))) for x in c), (h, c)
+    streamed = translator.translate_iterable(iter(pieces), iter(prefix_tokens), max_batch_size=4, beam_size=4,
+                                             num_hypotheses=2, constraints=None)
+    assert [r.hypotheses[0][:2] for r in streamed] == prefix_tokens
+    with pytest.raises(ValueError, match="constraints has 1 entries for 6 sources"):
+        translator.translate_batch(pieces, constraints=[[]])
+    with pytest.raises(ValueError, match="target_prefix has 2 entries for 6 lines"):
+        translator.translate(sources, target_prefix=["a", "b"])
+    with pytest.raises(ValueError, match="not to sampling"):
+        translator.translate(sources[0], constraints=["Haus"], beam_size=1, sampling_topk=5)
+
+
 def test_threads_in_parallel_give_the_serial_outputs(translator):
     batches = [[translator.tokenize(s) for s in SOURCES[i::4]] for i in range(4)]
     serial = [[r.hypotheses for r in translator.translate_batch(b, beam_size=3)] for b in batches]

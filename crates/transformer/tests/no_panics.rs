@@ -15,7 +15,7 @@ use transformer::decode::beam::{beam_search_constrained, Constraint};
 use transformer::decode::translator::{SessionOptions, Translator};
 use transformer::decode::tree_constraint::TreeConstraint;
 use transformer::decode::{
-    beam_search, search_batch_ensemble, BeamConfig, EnsembleScorer, Hypothesis, Scorer, StepScores,
+    beam_search, search_batch_ensemble, BeamConfig, EnsembleScorer, Hypothesis, Scorer, SentenceInputs, StepScores,
 };
 use transformer::eval::attention::{attention_weights, Kind};
 use transformer::model::incremental::DecoderState;
@@ -152,9 +152,17 @@ fn search_batch_ensemble_refuses_models_of_other_vocabularies() {
     let (a, b) = (model(1, 20), model(1, 21));
     let (mut ws, mut st) = (Workspace::new(), DecoderState::default());
     let srcs: [&[u32]; 1] = [&[5, 6, 7]];
-    let e =
-        search_batch_ensemble(&a, &[&b], &srcs, &[], &BeamConfig::greedy(), (&mut ws, &mut st), &mut Vec::new(), None)
-            .unwrap_err();
+    let e = search_batch_ensemble(
+        &a,
+        &[&b],
+        &srcs,
+        &SentenceInputs::default(),
+        &BeamConfig::greedy(),
+        (&mut ws, &mut st),
+        &mut Vec::new(),
+        None,
+    )
+    .unwrap_err();
     assert_error(&e, |e| matches!(e, Error::Mismatch(_)), &["20 and 21"]);
 }
 

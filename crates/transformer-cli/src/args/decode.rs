@@ -22,6 +22,8 @@ pub struct TranslateArgs {
     pub input: Option<PathBuf>,
     #[command(flatten)]
     pub search: SearchArgs,
+    #[command(flatten)]
+    pub guide: GuideArgs,
     /// With --nbest N > 1: write N lines per sentence, `index ||| text ||| log P ||| score`.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     pub nbest: u32,
@@ -70,6 +72,8 @@ pub struct EvaluateArgs {
     pub by_length: bool,
     #[command(flatten)]
     pub search: SearchArgs,
+    #[command(flatten)]
+    pub guide: GuideArgs,
     #[command(flatten)]
     pub parsing: ParsingArgs,
 }
@@ -166,6 +170,22 @@ pub struct ParsingArgs {
     /// parser: it measures the most better tagging could buy.
     #[arg(long, requires = "constrained")]
     pub oracle_tags: bool,
+}
+
+/// What each output must hold (`translate` and `evaluate` of a translation model): files
+/// line-aligned with the input, an empty line asking nothing.
+#[derive(Args)]
+pub struct GuideArgs {
+    /// A target prefix a line: each output starts with its line's text, and the search goes on
+    /// from it (fairseq's --prefix-size, Marian's --force-decode, CTranslate2's target_prefix).
+    #[arg(long)]
+    pub prefix: Option<PathBuf>,
+    /// Phrases a line, separated by tabs: each output contains every phrase of its line
+    /// (lexically constrained decoding by dynamic beam allocation, Post & Vilar 2018; fairseq's
+    /// --constraints). A beam one larger than the phrases' tokens gives each count of tokens
+    /// met its slot.
+    #[arg(long)]
+    pub constraints: Option<PathBuf>,
 }
 
 /// Search and batching options shared by `translate`, `evaluate` and `parse`.

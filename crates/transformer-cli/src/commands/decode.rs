@@ -1,7 +1,7 @@
 //! `translate`, `evaluate` and `attention`: thin layers over [`Translator`].
 
 use super::input::{for_each_input_line, read_input_lines, read_references, Stderr};
-use crate::args::{ModelArgs, SearchArgs};
+use crate::args::{GuideArgs, ModelArgs, SearchArgs};
 use crate::progress::CountBar;
 use crate::usage;
 use anyhow::Result;
@@ -10,6 +10,7 @@ use std::time::Instant;
 use transformer::decode::translator::{DecodeOptions, TranslateStats, Translator};
 #[cfg(feature = "heatmap")]
 use transformer::decode::BeamConfig;
+use transformer::decode::Guide;
 use transformer::kernels::cpu::{peak, profile::Profile};
 use transformer::precision::Precision;
 
@@ -24,10 +25,43 @@ fn speed_line(stats: &TranslateStats, secs: f64, what: &str) -> String {
     )
 }
 
+/// The guides `--prefix` and `--constraints` give for `n` input lines (none without either), each
+/// file line-aligned with the input (`input`: its name in messages).
+fn read_guides(translator: &Translator, guide: &GuideArgs, n: usize, input: &str) -> Result<Vec<Guide>> {
+    let read = |p: &Option<PathBuf>| -> Result<Option<Vec<String>>> {
+        let Some(p) = p else { return Ok(None) };
+        let lines = read_input_lines(p)?;
+        if lines.len() != n {
+            anyhow::bail!("{} has {} lines but {input} has {n}: they must be line-aligned", p.display(), lines.len());
+        }
+        Ok(Some(lines))
+    };
+    let (prefixes, constraints) = (read(&guide.prefix)?, read(&guide.constraints)?);
+    if prefixes.is_none() && constraints.is_none() {
+        return Ok(Vec::new());
+    }
+    (0..n)
+        .map(|i| {
+            let prefix = prefixes.as_ref().map(|p| p[i].as_str());
+            let phrases: Vec<String> = constraints.as_ref().map_or(Vec::new(), |c| {
+                c[i].split('\t').map(str::trim).filter(|p| !p.is_empty()).map(String::from).collect()
+            });
+            let at = |file: &Option<PathBuf>| {
+                let name = file.as_deref().map_or(String::new(), |f| f.display().to_string());
+                move |e| anyhow::anyhow!("{name}:{}: {e}", i + 1)
+            };
+            let g = translator.encode_guide(prefix, &[]).map_err(at(&guide.prefix))?;
+            let phrases = translator.encode_guide(None, &phrases).map_err(at(&guide.constraints))?.phrases;
+            Ok(Guide { phrases, ..g })
+        })
+        .collect()
+}
+
 pub fn translate(
     model: &ModelArgs,
     input: Option<&Path>,
     search: &SearchArgs,
+    guide: &GuideArgs,
     nbest: usize,
     speed: bool,
     profile: bool,
@@ -39,10 +73,12 @@ pub fn translate(
         lines.push(l.to_string());
         Ok(())
     })?;
+    let name = input.map_or("<stdin>".to_string(), |p| p.display().to_string());
+    let guides = read_guides(&translator, guide, lines.len(), &name)?;
     let prof = Profile::new();
     let start = Instant::now();
     let mut bar = CountBar::new("sentences", lines.len() as u64);
-    let mut run = || translator.translate(&lines, &opts, &mut bar);
+    let mut run = || translator.translate_guided(&lines, &guides, &opts, &mut bar);
     let result = if profile { prof.install(run) } else { run() };
     bar.finish();
     let (out, stats) = result?;
@@ -128,6 +164,7 @@ pub fn evaluate(
     ref_paths: &[PathBuf],
     output: Option<&Path>,
     by_length: bool,
+    guide: &GuideArgs,
     opts: &DecodeOptions,
 ) -> Result<()> {
     use transformer::eval::{bleu, chrf};
@@ -138,9 +175,10 @@ pub fn evaluate(
         // No score is made up from nothing (BLEU of zero sentences would print as 0).
         anyhow::bail!("{} has no sentences: there is nothing to evaluate", src_path.display());
     }
+    let guides = read_guides(translator, guide, srcs.len(), &src_path.display().to_string())?;
     let start = Instant::now();
     let mut bar = CountBar::new("sentences", srcs.len() as u64);
-    let result = translator.translate(&srcs, opts, &mut bar);
+    let result = translator.translate_guided(&srcs, &guides, opts, &mut bar);
     bar.finish();
     let (out, stats) = result?;
     let secs = start.elapsed().as_secs_f64();

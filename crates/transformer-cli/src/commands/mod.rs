@@ -47,8 +47,8 @@ pub fn run(cmd: Command) -> Result<()> {
             train::average(last.map(|k| k as usize), dir.as_deref(), inputs, &output)
         }
         Command::Prepare(args) => train::prepare(&args),
-        Command::Translate(TranslateArgs { model, input, search, nbest, speed, profile }) => {
-            decode::translate(&model, input.as_deref(), &search, nbest as usize, speed, profile)
+        Command::Translate(TranslateArgs { model, input, search, guide, nbest, speed, profile }) => {
+            decode::translate(&model, input.as_deref(), &search, &guide, nbest as usize, speed, profile)
         }
         Command::Evaluate(args) => evaluate(args),
         Command::Score(ScoreArgs { model, src, refs, per_token }) => decode::score(&model, &src, &refs, per_token),
@@ -71,7 +71,7 @@ pub fn run(cmd: Command) -> Result<()> {
 /// `transformer evaluate`: EVALB for a parsing model, BLEU, chrF and perplexity for a translation
 /// model.
 fn evaluate(args: EvaluateArgs) -> Result<()> {
-    let EvaluateArgs { model, src, refs, output, by_length, search, parsing } = args;
+    let EvaluateArgs { model, src, refs, output, by_length, search, guide, parsing } = args;
     let (translator, opts) = model.load_with(&search, 1)?;
     match translator.task().evaluation() {
         Evaluation::Evalb => {
@@ -81,10 +81,13 @@ fn evaluate(args: EvaluateArgs) -> Result<()> {
             if by_length {
                 crate::usage!("--by-length reports BLEU of a translation model; a parsing model's report is EVALB's");
             }
+            if guide.prefix.is_some() || guide.constraints.is_some() {
+                crate::usage!("--prefix and --constraints guide a translation model; a parser's output is its tree");
+            }
             parse::evaluate(&translator, src.as_deref(), &refs[0], output.as_deref(), &opts, parsing)
         }
         Evaluation::BleuChrfPerplexity => {
-            decode::evaluate(&translator, src.as_deref(), &refs, output.as_deref(), by_length, &opts)
+            decode::evaluate(&translator, src.as_deref(), &refs, output.as_deref(), by_length, &guide, &opts)
         }
     }
 }

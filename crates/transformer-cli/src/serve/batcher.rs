@@ -12,7 +12,7 @@ use std::sync::{Condvar, Mutex};
 use std::time::Instant;
 use tokio::sync::oneshot;
 use transformer::decode::translator::{DecodeOptions, Translator};
-use transformer::decode::BeamConfig;
+use transformer::decode::{BeamConfig, Guide};
 use transformer::eval::attention::{AxisLabels, Kind};
 
 /// One output sentence: the n-best list, best first, as (text, log P, score).
@@ -32,6 +32,9 @@ pub struct Job {
     pub srcs: Vec<Vec<u32>>,
     /// Search settings (requests batch together only when these are equal).
     pub search: BeamConfig,
+    /// Each sentence's prefix and phrases (empty: none asked), checked against the search
+    /// ([`Translator::check_guides`]) before the job was queued.
+    pub guides: Vec<Guide>,
     /// Return attention weights.
     pub attention: bool,
     /// Where the results go.
@@ -206,6 +209,17 @@ fn attention_json(t: &Translator, src: &[u32], tgt: &[u32]) -> Result<serde_json
 /// Decodes one batch and answers its jobs.
 fn decode(t: &Translator, jobs: Vec<Job>, budget: Budget, metrics: &Metrics) {
     let srcs: Vec<Vec<u32>> = jobs.iter().flat_map(|j| j.srcs.iter().cloned()).collect();
+    // Guides for every sentence when any job has some (the others ask nothing).
+    let guides: Vec<Guide> = match jobs.iter().any(|j| !j.guides.is_empty()) {
+        true => jobs
+            .iter()
+            .flat_map(|j| match j.guides.is_empty() {
+                true => vec![Guide::default(); j.srcs.len()],
+                false => j.guides.clone(),
+            })
+            .collect(),
+        false => Vec::new(),
+    };
     let opts = DecodeOptions {
         search: jobs[0].search,
         max_tokens: budget.max_tokens,
@@ -216,7 +230,9 @@ fn decode(t: &Translator, jobs: Vec<Job>, budget: Budget, metrics: &Metrics) {
     };
     let start = Instant::now();
     metrics.decoding.store(srcs.len() as u64, Ordering::Relaxed);
-    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| t.translate_ids(&srcs, &opts, &mut ())));
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        t.translate_ids_guided(&srcs, &guides, &opts, &mut ())
+    }));
     metrics.batch_seconds.observe(start.elapsed().as_secs_f64());
     metrics.decoding.store(0, Ordering::Relaxed);
     metrics.batches.fetch_add(1, Ordering::Relaxed);
@@ -289,7 +305,16 @@ mod tests {
     fn job(lens: &[usize], beam: usize) -> (Job, oneshot::Receiver<Result<Vec<Output>, String>>) {
         let (tx, rx) = oneshot::channel();
         let search = BeamConfig { beam, ..BeamConfig::translation() };
-        (Job { srcs: lens.iter().map(|&n| vec![5; n]).collect(), search, attention: false, reply: tx }, rx)
+        (
+            Job {
+                srcs: lens.iter().map(|&n| vec![5; n]).collect(),
+                search,
+                guides: vec![],
+                attention: false,
+                reply: tx,
+            },
+            rx,
+        )
     }
 
     #[test]

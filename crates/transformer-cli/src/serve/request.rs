@@ -6,7 +6,7 @@ use transformer::data::corpus::input_line;
 
 /// The fields a request may hold.
 pub const FIELDS: &str = "q, beam, alpha, nbest, attention, min_length, repetition_penalty, no_repeat_ngram_size, \
-                          sampling_topk, sampling_topp, sampling_temperature, seed";
+                          sampling_topk, sampling_topp, sampling_temperature, seed, prefix, constraints";
 
 /// A checked translation request.
 #[derive(Debug, Clone, PartialEq)]
@@ -27,6 +27,12 @@ pub struct TranslateRequest {
     /// Sampling instead of search (CTranslate2's `sampling_topk` other than 1, with
     /// `sampling_topp`, `sampling_temperature`, and a `seed`); `nbest` samples a sentence.
     pub sampling: Option<transformer::decode::Sampling>,
+    /// Each sentence's target prefix (`prefix`: a string for a `q` string, else an array of
+    /// strings or nulls as long as `q`); empty: none asked.
+    pub prefix: Vec<Option<String>>,
+    /// Each sentence's phrases its output must contain (`constraints`: an array of strings for a
+    /// `q` string, else an array of such arrays as long as `q`); empty: none asked.
+    pub constraints: Vec<Vec<String>>,
 }
 
 /// The request limits that do not need the model.
@@ -166,7 +172,50 @@ pub fn parse(body: &[u8], limits: &Limits) -> Result<TranslateRequest, String> {
         };
     }
     let sampling = sampling(&map, beam.is_some())?;
-    Ok(TranslateRequest { q, beam, alpha, nbest, attention, controls, sampling })
+    let single = matches!(map.get("q"), Some(Value::String(_)));
+    let (prefix, constraints) = guides(&map, single, q.len())?;
+    Ok(TranslateRequest { q, beam, alpha, nbest, attention, controls, sampling, prefix, constraints })
+}
+
+/// The request's `prefix` and `constraints`, one entry a sentence of `q` (`single`: `q` is one
+/// string, and so each field holds one sentence's entry, not a list of them).
+type Guides = (Vec<Option<String>>, Vec<Vec<String>>);
+
+fn guides(map: &serde_json::Map<String, Value>, single: bool, n: usize) -> Result<Guides, String> {
+    let prefix_of = |v: &Value, at: &str| match v {
+        Value::Null => Ok(None),
+        Value::String(s) => Ok(Some(input_line(s).to_string())),
+        other => Err(format!("field `{at}` must be a string or null (got {})", kind(other))),
+    };
+    let phrases_of = |v: &Value, at: &str| match v {
+        Value::Array(items) => items
+            .iter()
+            .enumerate()
+            .map(|(j, p)| match p {
+                Value::String(s) if !s.trim().is_empty() => Ok(s.trim().to_string()),
+                other => Err(format!("field `{at}[{j}]` must be a phrase, a string that is not blank (got {other})")),
+            })
+            .collect::<Result<Vec<_>, _>>(),
+        other => Err(format!("field `{at}` must be an array of phrases (strings), got {}", kind(other))),
+    };
+    // Each field: one entry (for a `q` string) or an array of them as long as `q`.
+    fn each<T>(
+        map: &serde_json::Map<String, Value>,
+        field: &str,
+        single: bool,
+        n: usize,
+        of: impl Fn(&Value, &str) -> Result<T, String>,
+    ) -> Result<Vec<T>, String> {
+        match map.get(field) {
+            None | Some(Value::Null) => Ok(Vec::new()),
+            Some(v) if single => Ok(vec![of(v, field)?]),
+            Some(Value::Array(items)) if items.len() == n => {
+                items.iter().enumerate().map(|(i, v)| of(v, &format!("{field}[{i}]"))).collect()
+            }
+            Some(v) => Err(format!("field `{field}` must be an array of one entry per sentence of `q` ({n}), got {v}")),
+        }
+    }
+    Ok((each(map, "prefix", single, n, prefix_of)?, each(map, "constraints", single, n, phrases_of)?))
 }
 
 /// The request's sampling fields: `sampling_topk` other than 1 samples (0: all tokens), with
@@ -230,9 +279,21 @@ mod tests {
                 nbest: None,
                 attention: false,
                 controls: Default::default(),
-                sampling: None
+                sampling: None,
+                prefix: vec![],
+                constraints: vec![],
             }
         );
+        let r = parse(br#"{"q": "A dog.", "prefix": "Ein", "constraints": ["Hund", " rennt "]}"#, &LIMITS).unwrap();
+        assert_eq!((r.prefix, r.constraints), (vec![Some("Ein".into())], vec![vec!["Hund".into(), "rennt".into()]]));
+        let r = parse(br#"{"q": ["a", "b"], "prefix": [null, "Ein"], "constraints": [[], ["x"]]}"#, &LIMITS).unwrap();
+        assert_eq!((r.prefix, r.constraints), (vec![None, Some("Ein".into())], vec![vec![], vec!["x".into()]]));
+        let e = err(r#"{"q": ["a", "b"], "prefix": ["Ein"]}"#);
+        assert!(e.starts_with("field `prefix` must be an array of one entry per sentence of `q` (2)"), "{e}");
+        let e = err(r#"{"q": ["a"], "constraints": [["x", " "]]}"#);
+        assert!(e.starts_with("field `constraints[0][1]` must be a phrase"), "{e}");
+        assert!(err(r#"{"q": "a", "constraints": "x"}"#).contains("field `constraints` must be an array of phrases"));
+        assert!(err(r#"{"q": "a", "prefix": 3}"#).contains("field `prefix` must be a string or null"));
         let r = parse(br#"{"q": ["a", ""], "beam": 5, "alpha": 0, "nbest": 5, "attention": true}"#, &LIMITS).unwrap();
         assert_eq!(r.q, ["a", ""]);
         assert_eq!((r.beam, r.alpha, r.nbest, r.attention), (Some(5), Some(0.0), Some(5), true));

@@ -22,7 +22,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 use tokio::sync::{oneshot, Notify};
 use transformer::decode::translator::{SessionOptions, Translator};
-use transformer::decode::{BeamConfig, SearchOverrides};
+use transformer::decode::{BeamConfig, Guide, SearchOverrides};
 use transformer::Task;
 
 const INDEX_HTML: &str = include_str!("page/index.html");
@@ -253,9 +253,12 @@ async fn translate(
     if req.attention {
         check_attention_size(&app, t, &srcs, &search)?;
     }
+    let guides = guides_of(t, &req, &srcs, &search)?;
     let outputs = match srcs.is_empty() {
         true => Vec::new(),
-        false => decode(&app, srcs, search, req.attention).await?,
+        false => {
+            decode(&app, Job { srcs, search, guides, attention: req.attention, reply: oneshot::channel().0 }).await?
+        }
     };
     Ok(answer(&req, outputs))
 }
@@ -329,10 +332,38 @@ fn check_attention_size(app: &App, t: &Translator, srcs: &[Vec<u32>], search: &B
     Ok(())
 }
 
-/// The sentences decoded by the batcher: queued, then awaited.
-async fn decode(app: &App, srcs: Vec<Vec<u32>>, search: BeamConfig, attention: bool) -> Result<Vec<Output>, ApiError> {
+/// The request's `prefix` and `constraints` as guides, one a sentence (none when neither is
+/// given), checked against the search: a 400 naming the field otherwise.
+fn guides_of(
+    t: &Translator,
+    req: &request::TranslateRequest,
+    srcs: &[Vec<u32>],
+    search: &BeamConfig,
+) -> Result<Vec<Guide>, ApiError> {
+    if req.prefix.is_empty() && req.constraints.is_empty() {
+        return Ok(Vec::new());
+    }
+    let bad =
+        |what: &str, e: transformer::Error| ApiError::new(StatusCode::BAD_REQUEST, format!("field `{what}`: {e}"));
+    let guides = (0..srcs.len())
+        .map(|i| {
+            let prefix = req.prefix.get(i).and_then(|p| p.as_deref());
+            let g = t.encode_guide(prefix, &[]).map_err(|e| bad(&format!("prefix[{i}]"), e))?;
+            let phrases = req.constraints.get(i).map_or(&[][..], |c| &c[..]);
+            let phrases = t.encode_guide(None, phrases).map_err(|e| bad(&format!("constraints[{i}]"), e))?.phrases;
+            Ok(Guide { phrases, ..g })
+        })
+        .collect::<Result<Vec<_>, ApiError>>()?;
+    t.check_guides(srcs, &guides, search).map_err(|e| bad("prefix` or `constraints", e))?;
+    Ok(guides)
+}
+
+/// A job's sentences decoded by the batcher: queued, then awaited (its `reply` is replaced by the
+/// channel awaited here).
+async fn decode(app: &App, mut job: Job) -> Result<Vec<Output>, ApiError> {
     let (tx, rx) = oneshot::channel();
-    match app.queue.push(Job { srcs, search, attention, reply: tx }) {
+    job.reply = tx;
+    match app.queue.push(job) {
         Ok(()) => {}
         Err(Refused::Full { waiting, limit }) => {
             app.metrics.rejected_full.fetch_add(1, std::sync::atomic::Ordering::Relaxed);

@@ -25,9 +25,10 @@
 //! Ties are broken deterministically: by lower row, then lower token id.
 
 use super::controls::{Controls, Sampling, DISABLED};
+use super::guide::{allocate, Guide, Progress};
 use crate::error::{Error, Result};
 use crate::kernels::cpu::profile::{self, Slot};
-use crate::kernels::cpu::search::{log_sum_exp, top_k, top_k_among};
+use crate::kernels::cpu::search::{log_prob, log_sum_exp, top_k, top_k_among};
 use crate::task::Task;
 use crate::vocab::{BOS, EOS};
 use rayon::prelude::*;
@@ -353,6 +354,19 @@ struct Live {
     log_prob: f64,
     /// Sampling: which of the sentence's samples this is (its draws' key).
     lineage: usize,
+    /// Its progress through its sentence's phrases ([`Guide`]; empty when there are none).
+    progress: Progress,
+}
+
+/// What a search knows of each of its sentences beyond the source: `keys[i]` names sentence i
+/// for sampling's draws ([`Sampling`]; empty: i itself), so that a sentence samples the same
+/// output in any batch; `guides[i]` is what its output must hold ([`Guide`]; empty: nothing).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SentenceInputs<'a> {
+    /// Sampling's key of each sentence.
+    pub keys: &'a [u64],
+    /// Each sentence's prefix and phrases.
+    pub guides: &'a [&'a Guide],
 }
 
 /// A ranked candidate: extend row `row` by `token`.
@@ -429,41 +443,43 @@ pub fn beam_search_constrained(
     max_len: usize,
     constraint: Option<&dyn Constraint>,
 ) -> Result<Vec<Vec<Hypothesis>>> {
-    beam_search_keyed(scorer, src_lens, &[], cfg, max_len, constraint)
+    beam_search_with(scorer, src_lens, &SentenceInputs::default(), cfg, max_len, constraint)
 }
 
-/// [`beam_search_constrained`] with each sentence's key for sampling's draws ([`Sampling`]):
-/// `keys[i]` for sentence i (empty: i itself), so that a sentence samples the same output in any
-/// batch.
-pub fn beam_search_keyed(
+/// [`beam_search_constrained`] with what it knows of each sentence ([`SentenceInputs`]: keys for
+/// sampling, prefixes and phrases). Inputs for other than `src_lens.len()` sentences, a guide
+/// that does not fit the vocabulary or the length limit ([`Guide`]), and a guide or a sampling
+/// or repetition control beside a constraint are errors.
+pub fn beam_search_with(
     scorer: &mut impl Scorer,
     src_lens: &[usize],
-    keys: &[u64],
+    inputs: &SentenceInputs,
     cfg: &BeamConfig,
     max_len: usize,
     constraint: Option<&dyn Constraint>,
 ) -> Result<Vec<Vec<Hypothesis>>> {
     cfg.validate()?;
-    if !keys.is_empty() && keys.len() != src_lens.len() {
-        return Err(Error::Input(format!("{} sampling keys for {} sentences", keys.len(), src_lens.len())));
-    }
-    let keys: Vec<u64> = if keys.is_empty() { (0..src_lens.len() as u64).collect() } else { keys.to_vec() };
     let v = scorer.vocab();
     let n = src_lens.len();
     check_search(v, n, constraint)?;
-    if constraint.is_some() && (cfg.controls.active() || cfg.sampling.is_some()) {
-        return Err(Error::Config(
-            "the minimum length, repetition and sampling controls apply to unconstrained search, not to a constrained one"
-                .into(),
-        ));
-    }
     let limit: Vec<usize> = src_lens.iter().map(|&l| cfg.max_len(l).min(max_len)).collect();
+    let (keys, guides) = check_inputs(inputs, &limit, v, cfg, constraint)?;
     let mut finished: Vec<Vec<Hypothesis>> = vec![Vec::new(); n];
-    let mut live: Vec<Live> = (0..n).map(|i| Live { sent: i, tokens: Vec::new(), log_prob: 0.0, lineage: 0 }).collect();
+    // Hypotheses that reached the length limit without meeting their phrases.
+    let mut unmet: Vec<Vec<Hypothesis>> = vec![Vec::new(); n];
+    let mut live: Vec<Live> = (0..n)
+        .map(|i| Live {
+            sent: i,
+            tokens: Vec::new(),
+            log_prob: 0.0,
+            lineage: 0,
+            progress: guides.get(i).map_or_else(Progress::default, |g| Progress::new(g)),
+        })
+        .collect();
     while !live.is_empty() {
         let tokens: Vec<u32> = live.iter().map(|h| h.tokens.last().copied().unwrap_or(BOS)).collect();
         let out = scorer.step(&tokens)?;
-        let per_row = row_candidates(&out, &live, &finished, &limit, cfg, constraint, &keys, v)?;
+        let per_row = row_candidates(&out, &live, &finished, &limit, cfg, constraint, (&keys, guides), v)?;
         let mut next: Vec<Live> = Vec::with_capacity(live.len());
         let mut keep: Vec<usize> = Vec::with_capacity(live.len());
         // Rows of one sentence are contiguous and sentences stay in order.
@@ -486,21 +502,42 @@ pub fn beam_search_keyed(
             let best_finishes = cands.first().is_some_and(|c| c.token == EOS);
             let slots = cfg.beam - finished[sent].len();
             let first_live = next.len();
-            for c in cands.into_iter().take(slots) {
+            let guide = guides.get(sent).copied().filter(|g| !g.phrases.is_empty());
+            let chosen: Vec<Cand> = match guide {
+                // Dynamic beam allocation over the banks of phrase tokens met (decode/guide.rs).
+                Some(g) => {
+                    let bank = |c: &Cand| match c.token {
+                        EOS => g.phrase_tokens(),
+                        t => live[c.row].progress.advance(g, t).bank(g),
+                    };
+                    let banks: Vec<usize> = cands.iter().map(bank).collect();
+                    allocate(&banks, g.phrase_tokens() + 1, slots).into_iter().map(|i| cands[i]).collect()
+                }
+                None => cands.into_iter().take(slots).collect(),
+            };
+            let prefix_len = guides.get(sent).map_or(0, |g| g.prefix.len());
+            for c in chosen {
                 let h = &live[c.row];
                 if c.token == EOS {
                     let score = c.log_prob / cfg.length_penalty(h.tokens.len() + 1);
-                    finished[sent].push(Hypothesis {
-                        tokens: h.tokens.clone(),
-                        log_prob: c.log_prob,
-                        score,
-                        chunk_starts: Vec::new(),
-                    });
+                    let done =
+                        Hypothesis { tokens: h.tokens.clone(), log_prob: c.log_prob, score, chunk_starts: Vec::new() };
+                    // One the length limit ended before it met its phrases is kept aside, returned
+                    // only if too few others finish.
+                    match guide {
+                        Some(_) if !h.progress.all_met() => unmet[sent].push(done),
+                        _ => finished[sent].push(done),
+                    }
                 } else {
                     let mut tokens = h.tokens.clone();
                     tokens.push(c.token);
-                    let lineage = if h.tokens.is_empty() { c.draw } else { h.lineage };
-                    next.push(Live { sent, tokens, log_prob: c.log_prob, lineage });
+                    // A sample begins at the first token drawn (after the prefix).
+                    let lineage = if h.tokens.len() == prefix_len { c.draw } else { h.lineage };
+                    let progress = match guide {
+                        Some(g) => h.progress.advance(g, c.token),
+                        None => Progress::default(),
+                    };
+                    next.push(Live { sent, tokens, log_prob: c.log_prob, lineage, progress });
                     keep.push(c.row);
                 }
             }
@@ -514,9 +551,11 @@ pub fn beam_search_keyed(
         scorer.reorder(&keep)?;
         live = next;
     }
-    for f in &mut finished {
+    for (f, mut u) in finished.iter_mut().zip(unmet) {
         // Stable: equal scores keep the order they finished in.
         f.sort_by(|a, b| b.score.total_cmp(&a.score));
+        u.sort_by(|a, b| b.score.total_cmp(&a.score));
+        f.extend(u);
         f.truncate(cfg.nbest);
     }
     Ok(finished)
@@ -537,8 +576,48 @@ fn check_search(v: usize, n: usize, constraint: Option<&dyn Constraint>) -> Resu
     Ok(())
 }
 
+/// The sentences' sampling keys (their indices where none are given) and guides, checked: one
+/// each for every sentence (or none), each guide fitting the vocabulary `v` and its sentence's
+/// `limit`, and neither guides nor the sampling and repetition controls beside a constraint.
+fn check_inputs<'a>(
+    inputs: &SentenceInputs<'a>,
+    limit: &[usize],
+    v: usize,
+    cfg: &BeamConfig,
+    constraint: Option<&dyn Constraint>,
+) -> Result<(Vec<u64>, &'a [&'a Guide])> {
+    let n = limit.len();
+    let SentenceInputs { keys, guides } = *inputs;
+    if !keys.is_empty() && keys.len() != n {
+        return Err(Error::Input(format!("{} sampling keys for {n} sentences", keys.len())));
+    }
+    if !guides.is_empty() && guides.len() != n {
+        return Err(Error::Input(format!("{} prefixes and phrase lists for {n} sentences", guides.len())));
+    }
+    if constraint.is_some() && (cfg.controls.active() || cfg.sampling.is_some()) {
+        return Err(Error::Config(
+            "the minimum length, repetition and sampling controls apply to unconstrained search, not to a constrained one"
+                .into(),
+        ));
+    }
+    if constraint.is_some() && guides.iter().any(|g| !g.is_empty()) {
+        return Err(Error::Config("a prefix or phrases apply to translation, not to a constrained search".into()));
+    }
+    if cfg.sampling.is_some() && guides.iter().any(|g| !g.phrases.is_empty()) {
+        return Err(Error::Config(
+            "phrases the output must contain apply to beam search, not to sampling (a prefix does)".into(),
+        ));
+    }
+    for (i, (g, &l)) in guides.iter().zip(limit).enumerate() {
+        g.validate(i, v, l)?;
+    }
+    let keys = if keys.is_empty() { (0..n as u64).collect() } else { keys.to_vec() };
+    Ok((keys, guides))
+}
+
 /// Each live row's best continuations (log-probability, token): at most its sentence's free
-/// slots, only the tokens `constraint` allows, only EOS at the length limit.
+/// slots, only the tokens `constraint` allows, only EOS at the length limit; a prefix's next
+/// token while the prefix lasts, and with phrases, the tokens that advance them ([`Guide`]).
 #[allow(clippy::too_many_arguments)]
 fn row_candidates(
     out: &StepScores,
@@ -547,7 +626,7 @@ fn row_candidates(
     limit: &[usize],
     cfg: &BeamConfig,
     constraint: Option<&dyn Constraint>,
-    keys: &[u64],
+    (keys, guides): (&[u64], &[&Guide]),
     v: usize,
 ) -> Result<Vec<Vec<(f64, u32)>>> {
     let rows = live.len();
@@ -567,6 +646,12 @@ fn row_candidates(
         .zip(live.par_iter())
         .map(|((row, &norm), h)| {
             let (k, at_limit) = (cfg.beam - finished[h.sent].len(), h.tokens.len() >= limit[h.sent]);
+            let guide = guides.get(h.sent).copied();
+            // The prefix is forced (the guide's check leaves room for it before the limit).
+            if let Some(&t) = guide.and_then(|g| g.prefix.get(h.tokens.len())) {
+                return Ok(vec![(log_prob(row[t as usize], norm), t)]);
+            }
+            let phrases = guide.filter(|g| !g.phrases.is_empty() && !at_limit).map(|g| (g, &h.progress));
             match constraint {
                 Some(c) if !at_limit => {
                     let mut allowed = Vec::new();
@@ -588,24 +673,51 @@ fn row_candidates(
                         let norm = if cfg.controls.applies(&h.tokens) { log_sum_exp(controlled) } else { norm };
                         match &cfg.sampling {
                             Some(sampling) if !at_limit => {
-                                // The first step draws every sample of the sentence from its one row.
-                                let first = h.tokens.is_empty();
+                                // The first step draws every sample of the sentence from its one row
+                                // (after the prefix, if any).
+                                let first = h.tokens.len() == guide.map_or(0, |g| g.prefix.len());
                                 let (n, lineage) = (if first { k } else { 1 }, |j| if first { j } else { h.lineage });
                                 let (key, step) = (keys[h.sent], h.tokens.len());
                                 Ok(sampling.draw(controlled, norm, cfg.suppress_unk, key, step, n, lineage))
                             }
                             _ => {
-                                let mut best = top_k(controlled, norm, k, at_limit, cfg.suppress_unk);
+                                let mut best = best_of(controlled, norm, k, at_limit, cfg, phrases);
                                 best.retain(|&(_, t)| controlled[t as usize] > DISABLED);
                                 Ok(best)
                             }
                         }
                     })
                 }
-                _ => Ok(top_k(row, norm, k, at_limit, cfg.suppress_unk)),
+                _ => Ok(best_of(row, norm, k, at_limit, cfg, phrases)),
             }
         })
         .collect()
+}
+
+/// A row's `k` best tokens; with phrases to meet (and the progress made), also every token that
+/// advances them, and EOS only once all are met.
+fn best_of(
+    row: &[f32],
+    norm: f32,
+    k: usize,
+    at_limit: bool,
+    cfg: &BeamConfig,
+    phrases: Option<(&Guide, &Progress)>,
+) -> Vec<(f64, u32)> {
+    let Some((g, progress)) = phrases else { return top_k(row, norm, k, at_limit, cfg.suppress_unk) };
+    let open = !progress.all_met();
+    let mut best = top_k(row, norm, k + usize::from(open), at_limit, cfg.suppress_unk);
+    if open {
+        best.retain(|&(_, t)| t != EOS);
+        best.truncate(k);
+    }
+    progress.wanted(g, |t| {
+        // (Not a token of probability 0, nor one the controls disable.)
+        if row[t as usize] > DISABLED && !best.iter().any(|&(_, b)| b == t) {
+            best.push((log_prob(row[t as usize], norm), t));
+        }
+    });
+    best
 }
 
 thread_local! {

@@ -6,6 +6,7 @@
 mod batches;
 pub mod beam;
 mod controls;
+pub mod guide;
 mod load;
 pub use load::{contains_model, model_files};
 mod parse;
@@ -18,8 +19,9 @@ mod workers;
 pub use scorer::{search_batch, search_batch_ensemble, EnsembleScorer};
 
 pub use beam::{
-    beam_search, beam_search_keyed, BeamConfig, Hypothesis, LengthNorm, Scorer, SearchOverrides, SearchPreset,
-    StepScores,
+    beam_search, beam_search_with, BeamConfig, Hypothesis, LengthNorm, Scorer, SearchOverrides, SearchPreset,
+    SentenceInputs, StepScores,
 };
 pub use controls::{Controls, Sampling};
+pub use guide::Guide;
 pub use parse::{Parse, ParseOptions, ScoredParses};

@@ -167,7 +167,7 @@ impl Translator {
             false => None,
         };
         let c = constraint.as_ref().map(|c| c as &dyn Constraint);
-        let (hyps, stats) = self.search(&srcs, &options.decode, c, events)?;
+        let (hyps, stats) = self.search(&srcs, &[], &options.decode, c, events)?;
         for (&i, nbest) in idx.iter().zip(hyps) {
             let h = nbest.into_iter().next().unwrap_or_default();
             let text = self.decode_target(&h.tokens)?;

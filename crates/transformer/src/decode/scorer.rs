@@ -3,7 +3,7 @@
 //! parallel; and [`search_batch`] / [`search_batch_ensemble`], the search of a batch of sources
 //! with one model or several.
 
-use super::beam::{beam_search_keyed, BeamConfig, Constraint, Hypothesis, Scorer, StepScores};
+use super::beam::{beam_search_with, BeamConfig, Constraint, Hypothesis, Scorer, SentenceInputs, StepScores};
 use crate::error::{Error, Result};
 use crate::kernels::cpu::profile::{self, Slot};
 use crate::kernels::cpu::search::log_sum_exp;
@@ -156,21 +156,22 @@ pub fn search_batch(
     state: &mut DecoderState,
     constraint: Option<&dyn Constraint>,
 ) -> Result<(Vec<Vec<Hypothesis>>, usize)> {
-    search_batch_ensemble(model, &[], srcs, &[], cfg, (ws, state), &mut Vec::new(), constraint)
+    search_batch_ensemble(model, &[], srcs, &SentenceInputs::default(), cfg, (ws, state), &mut Vec::new(), constraint)
 }
 
 /// [`search_batch`] over an ensemble: `model` (in the buffers `mine`: workspace and decoder
 /// state) and `others`, each in the buffers of `theirs` (one pair a model,
 /// grown as needed and kept for the next batch), their log-probabilities averaged at every step
 /// ([`EnsembleScorer`]). With no others it is [`search_batch`]. All must share the vocabulary. The
-/// rows decoded are one model's (each model decodes as many). `keys` name the sentences for
-/// sampling's random draws (empty: their places in this batch; see [`beam_search_keyed`]).
+/// rows decoded are one model's (each model decodes as many). `inputs` gives each sentence's key
+/// for sampling's random draws (none: their places in this batch) and what its output must hold
+/// ([`SentenceInputs`]).
 #[allow(clippy::too_many_arguments)]
 pub fn search_batch_ensemble(
     model: &Transformer,
     others: &[&Transformer],
     srcs: &[&[u32]],
-    keys: &[u64],
+    inputs: &SentenceInputs,
     cfg: &BeamConfig,
     (ws, state): (&mut Workspace, &mut DecoderState),
     theirs: &mut Vec<(Workspace, DecoderState)>,
@@ -182,7 +183,7 @@ pub fn search_batch_ensemble(
     let lens: Vec<usize> = srcs.iter().map(|s| s.len()).collect();
     let mut scorer = ModelScorer::reusing(model, srcs, steps, ws, std::mem::take(state))?;
     if others.is_empty() {
-        let hyps = beam_search_keyed(&mut scorer, &lens, keys, cfg, cap, constraint);
+        let hyps = beam_search_with(&mut scorer, &lens, inputs, cfg, cap, constraint);
         let rows = scorer.rows_decoded;
         *state = scorer.into_state();
         return Ok((hyps?, rows));
@@ -193,7 +194,7 @@ pub fn search_batch_ensemble(
         members.push(ModelScorer::reusing(m, srcs, steps, ws, std::mem::take(st))?);
     }
     let mut ensemble = EnsembleScorer::new(members)?;
-    let hyps = beam_search_keyed(&mut ensemble, &lens, keys, cfg, cap, constraint);
+    let hyps = beam_search_with(&mut ensemble, &lens, inputs, cfg, cap, constraint);
     let mut members = ensemble.into_members().into_iter();
     let first = members.next().expect("the first model");
     let rows = first.rows_decoded;

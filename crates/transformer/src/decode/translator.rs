@@ -11,7 +11,8 @@
 
 use super::batches::{join_chunks, pieces, plan_batches};
 pub use super::batches::{DecodeOptions, TranslateStats};
-use super::beam::{Constraint, Hypothesis, Remapped};
+use super::beam::{BeamConfig, Constraint, Hypothesis, Remapped, SentenceInputs};
+use super::guide::Guide;
 use super::scorer::search_batch_ensemble;
 use crate::data::bpe::Bpe;
 use crate::data::encoding::TargetEncoding;
@@ -283,13 +284,15 @@ impl Translator {
     }
 
     /// Translates `srcs` (token ids without BOS/EOS) in buffers of the pool: the one road into
-    /// decoding. Returns each sentence's n-best list, best first, in input order. `events` hears a
-    /// warning per chunked sentence (naming its 1-based index; a task that refuses long inputs gets
-    /// an error instead) and, after every batch, how many of the non-empty pieces (sentences, or
-    /// chunks of long ones) are decoded.
+    /// decoding. Returns each sentence's n-best list, best first, in input order. `guides` says
+    /// what each sentence's output must hold (empty: nothing asked; otherwise one a sentence).
+    /// `events` hears a warning per chunked sentence (naming its 1-based index; a task that
+    /// refuses long inputs gets an error instead) and, after every batch, how many of the
+    /// non-empty pieces (sentences, or chunks of long ones) are decoded.
     pub(super) fn search(
         &self,
         srcs: &[Vec<u32>],
+        guides: &[Guide],
         opts: &DecodeOptions,
         constraint: Option<&dyn Constraint>,
         events: &mut dyn Events,
@@ -300,6 +303,7 @@ impl Translator {
             return Err(Error::Config(format!("constrained decoding is for parsing, not {}", task.name())));
         }
         let max_src = model.config.max_positions;
+        self.check_guides(srcs, guides, &opts.search)?;
         let mut stats = TranslateStats { sentences: srcs.len(), ..Default::default() };
         let pieces = pieces(srcs, max_src, task, &mut stats, events)?;
         // Longest first, so the first batch shows the peak memory; stable for equal lengths.
@@ -325,7 +329,12 @@ impl Translator {
             // Sampling's draws are keyed by the piece, not its place in a batch: the same for any
             // batching and thread count.
             let keys: Vec<u64> = order[range.clone()].iter().map(|&p| p as u64).collect();
-            search_batch_ensemble(model, &others, &batch, &keys, &opts.search, mine, &mut buffers.theirs, c)
+            let guides: Vec<&Guide> = match guides {
+                [] => Vec::new(),
+                all => order[range.clone()].iter().map(|&p| &all[pieces[p].0]).collect(),
+            };
+            let inputs = SentenceInputs { keys: &keys, guides: &guides };
+            search_batch_ensemble(model, &others, &batch, &inputs, &opts.search, mine, &mut buffers.theirs, c)
                 .map_err(|e| self.name_member(e))
         };
         let mut piece_hyps: Vec<Vec<Hypothesis>> = vec![Vec::new(); pieces.len()];
@@ -381,7 +390,72 @@ impl Translator {
         options: &DecodeOptions,
         events: &mut dyn Events,
     ) -> Result<(Vec<Vec<Hypothesis>>, TranslateStats)> {
-        self.search(srcs, options, None, events)
+        self.search(srcs, &[], options, None, events)
+    }
+
+    /// [`Translator::translate_ids`] with what each output must hold: `guides[i]` for sentence i
+    /// (a prefix it starts with, phrases it contains; [`Guide`]), one a sentence or none. A
+    /// sentence with a guide must fit the model's positions (it is not translated in chunks) and
+    /// must not be blank.
+    pub fn translate_ids_guided(
+        &self,
+        srcs: &[Vec<u32>],
+        guides: &[Guide],
+        options: &DecodeOptions,
+        events: &mut dyn Events,
+    ) -> Result<(Vec<Vec<Hypothesis>>, TranslateStats)> {
+        self.search(srcs, guides, options, None, events)
+    }
+
+    /// Checks that `guides` fit their sentences `srcs` under `search`, as [`Translator::translate_ids_guided`]
+    /// would before decoding: one a sentence (or none at all); a sentence with a guide neither
+    /// blank nor longer than the model's positions (its chunks would share one prefix and one set
+    /// of phrases); each guide's tokens in the vocabulary, none of them special, and room for the
+    /// prefix and every phrase within the output's length limit ([`Guide`]).
+    pub fn check_guides(&self, srcs: &[Vec<u32>], guides: &[Guide], search: &BeamConfig) -> Result<()> {
+        if !guides.is_empty() && guides.len() != srcs.len() {
+            return Err(Error::Input(format!(
+                "{} prefixes and phrase lists for {} sentences: give one a sentence",
+                guides.len(),
+                srcs.len()
+            )));
+        }
+        let max_src = self.model.config.max_positions;
+        // The output's cap, as the search sets it: every model's positions less the EOS.
+        let cap = self.others.iter().map(|m| m.config.max_positions).fold(max_src, usize::min) - 1;
+        for (i, (s, g)) in srcs.iter().zip(guides).enumerate().filter(|(_, (_, g))| !g.is_empty()) {
+            if s.is_empty() {
+                return Err(Error::Input(format!("sentence {}: a blank line cannot take a prefix or phrases", i + 1)));
+            }
+            if s.len() > max_src {
+                return Err(Error::Input(format!(
+                    "sentence {}: {} tokens exceed the model's max_positions = {max_src}, so it would be translated \
+                     in chunks, which a prefix or phrases cannot apply to",
+                    i + 1,
+                    s.len()
+                )));
+            }
+            g.validate(i, self.model.config.vocab_size, search.max_len(s.len()).min(cap))?;
+        }
+        Ok(())
+    }
+
+    /// The guide of a prefix and phrases given as target text (the prefix tokenized as the start
+    /// of a target line, each phrase as a word within one; none: an empty guide).
+    pub fn encode_guide(&self, prefix: Option<&str>, phrases: &[String]) -> Result<Guide> {
+        let prefix = match prefix {
+            Some(p) if !is_blank(p) => self.encode_target(p)?,
+            _ => Vec::new(),
+        };
+        // A phrase stands inside the output, after a space: our byte-level BPE spells a word after
+        // a space with the space (`Ġword`), so a phrase is encoded after one (SentencePiece
+        // marks the start of every word alike, `▁word`, wherever it stands).
+        let inside = |p: &String| match self.tokenizer.bpe() {
+            Some(_) => self.encode_target(&format!(" {}", p.trim_start())),
+            None => self.encode_target(p),
+        };
+        let phrases = phrases.iter().map(inside).collect::<Result<Vec<_>>>()?;
+        Ok(Guide { prefix, phrases })
     }
 
     /// Translates lines of text: each line's n-best list of detokenised outputs, in input order,
@@ -392,8 +466,20 @@ impl Translator {
         options: &DecodeOptions,
         events: &mut dyn Events,
     ) -> Result<(Vec<Vec<Translation>>, TranslateStats)> {
+        self.translate_guided(lines, &[], options, events)
+    }
+
+    /// [`Translator::translate`] with a guide a line ([`Translator::translate_ids_guided`];
+    /// [`Translator::encode_guide`] makes one from text).
+    pub fn translate_guided(
+        &self,
+        lines: &[String],
+        guides: &[Guide],
+        options: &DecodeOptions,
+        events: &mut dyn Events,
+    ) -> Result<(Vec<Vec<Translation>>, TranslateStats)> {
         let srcs = lines.iter().map(|l| self.encode_source(l)).collect::<Result<Vec<_>>>()?;
-        let (hyps, stats) = self.translate_ids(&srcs, options, events)?;
+        let (hyps, stats) = self.translate_ids_guided(&srcs, guides, options, events)?;
         let out = hyps
             .into_iter()
             .map(|nbest| {

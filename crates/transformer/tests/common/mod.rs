@@ -104,6 +104,7 @@ pub fn rewrite_model_yml(from: &std::path::Path, to: &std::path::Path, edit: imp
     std::fs::write(to, out.finish().unwrap().into_inner()).unwrap();
 }
 
+pub mod scripted;
 mod test_dir;
 #[allow(unused_imports)]
 pub use test_dir::TestDir;

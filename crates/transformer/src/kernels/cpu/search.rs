@@ -57,7 +57,7 @@ pub fn log_sum_exp(row: &[f32]) -> f32 {
 }
 
 /// log p of a score under a normaliser, NaN ranked as −∞.
-fn log_prob(x: f32, norm: f32) -> f64 {
+pub(crate) fn log_prob(x: f32, norm: f32) -> f64 {
     let y = x - norm;
     if y.is_nan() {
         f64::NEG_INFINITY
