@@ -14,9 +14,7 @@ use transformer::synthetic::SyntheticTask;
 use transformer::Task;
 
 mod decode;
-pub use decode::{
-    AttentionArgs, EvaluateArgs, GuideArgs, ModelArgs, ParseArgs, ParsingArgs, ScoreArgs, SearchArgs, TranslateArgs,
-};
+pub use decode::{AttentionArgs, EvaluateArgs, GuideArgs, ModelArgs, ParseArgs, ParsingArgs, ScoreArgs, TranslateArgs};
 
 /// A value parser over a library enum: its variants by name (`name`), listed in `--help`.
 fn library_enum<T: Copy + Send + Sync + 'static>(

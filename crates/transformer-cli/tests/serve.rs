@@ -276,6 +276,58 @@ fn translations_equal_the_cli_one_by_one_batched_and_nbest() {
 }
 
 #[test]
+fn prefixes_constraints_and_alignments_equal_the_cli() {
+    let lines = sentences(6);
+    let files = TestDir::new("transformer-serve-guides");
+    let prefixes: Vec<String> = ["Ein", "", "Zwei Männer", "", "Eine", "Ein Hund"].map(String::from).into();
+    let phrases: Vec<Vec<String>> =
+        vec![vec![], vec!["Hund".into()], vec![], vec!["Straße".into(), "Mann".into()], vec![], vec![]];
+    let write = |name: &str, rows: Vec<String>| {
+        let p = files.join(name);
+        std::fs::write(&p, rows.join("\n") + "\n").unwrap();
+        p.to_str().unwrap().to_string()
+    };
+    let prefix_file = write("prefix.txt", prefixes.clone());
+    let constraint_file = write("constraints.txt", phrases.iter().map(|p| p.join("\t")).collect());
+    let cli = cli_translate(&lines, &["--prefix", &prefix_file, "--constraints", &constraint_file, "--beam", "6"]);
+    for (i, out) in cli.iter().enumerate() {
+        assert!(out.starts_with(prefixes[i].as_str()), "{out:?} does not start with {:?}", prefixes[i]);
+        assert!(phrases[i].iter().all(|p| out.contains(p.as_str())), "{out:?} lacks one of {:?}", phrases[i]);
+    }
+    let s = Server::start(&[]);
+    let prefix: Vec<Value> = prefixes.iter().map(|p| if p.is_empty() { Value::Null } else { json!(p) }).collect();
+    let a = post(&s, &json!({ "q": lines, "prefix": prefix, "constraints": phrases, "beam": 6 }));
+    assert_eq!(a.status, 200, "{}", a.body);
+    assert_eq!(strings(&a.body["translations"]), cli);
+
+    // Alignments: the CLI's ` ||| ` suffix, sentence by sentence, hard and soft, tokens and words.
+    for (kind, words) in [("hard", false), ("0.2", true), ("soft", false)] {
+        let mut flags = vec!["--alignment", kind];
+        if words {
+            flags.push("--alignment-words");
+        }
+        let cli: Vec<(String, String)> = cli_translate(&lines, &flags)
+            .iter()
+            .map(|l| {
+                let (text, al) = l.split_once(" ||| ").unwrap_or_else(|| panic!("no alignment in {l:?}"));
+                (text.to_string(), al.to_string())
+            })
+            .collect();
+        let field: Value = kind.parse::<f64>().map_or(json!(kind), |t| json!(t));
+        let a = post(&s, &json!({ "q": lines, "alignment": field, "alignment_words": words }));
+        assert_eq!(a.status, 200, "{}", a.body);
+        let texts: Vec<String> = cli.iter().map(|c| c.0.clone()).collect();
+        let alignments: Vec<String> = cli.iter().map(|c| c.1.clone()).collect();
+        assert_eq!(strings(&a.body["translations"]), texts);
+        assert_eq!(strings(&a.body["alignments"]), alignments, "{kind}");
+    }
+    let a = post(&s, &json!({ "q": "A dog.", "alignment": "strong" }));
+    assert_eq!(a.status, 400, "{}", a.body);
+    let (code, _) = s.terminate();
+    assert_eq!(code, Some(0));
+}
+
+#[test]
 fn every_error_is_json_and_says_what_went_wrong() {
     let s = Server::start(&[
         "--max-body-bytes",

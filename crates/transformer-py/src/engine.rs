@@ -2,6 +2,7 @@
 //! on, and the jobs that turn token strings into ids, decode or score, and back.
 
 use crate::interrupt::interruptible;
+use crate::options::Returns;
 use crate::results::{Outcome, Shared};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
@@ -9,12 +10,20 @@ use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex};
 use transformer::data::tokenizer::Side;
 use transformer::decode::translator::DecodeOptions;
-use transformer::decode::{Guide, Hypothesis};
+use transformer::decode::{AlignmentKind, AlignmentOptions, Guide, Hypothesis};
 use transformer::events::Events;
 use transformer::Task;
 
 /// Per sentence, its hypotheses as token strings and their scores.
-pub(crate) type Translations = (Vec<Vec<Vec<String>>>, Vec<Vec<f64>>);
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Translations {
+    /// Per sentence, its hypotheses as target token strings.
+    pub(crate) tokens: Vec<Vec<Vec<String>>>,
+    /// Their scores, with `return_scores`.
+    pub(crate) scores: Vec<Vec<f64>>,
+    /// Their attention over the source tokens (one row a hypothesis token), with `return_attention`.
+    pub(crate) attention: Vec<Vec<Vec<Vec<f32>>>>,
+}
 /// Per pair, its scored target tokens and their log-probabilities.
 pub(crate) type Scores = (Vec<Vec<String>>, Vec<Vec<f32>>);
 
@@ -139,14 +148,29 @@ pub(crate) fn translation_job(
     guides: &[Guide],
     opts: &DecodeOptions,
     max_input_length: usize,
-    scores: bool,
+    returns: Returns,
     events: &mut (dyn Events + Send),
 ) -> transformer::Result<Translations> {
     let srcs: Vec<Vec<u32>> = source.iter().map(|s| engine.source_ids(s, max_input_length)).collect();
     let hyps = engine.translate(&srcs, guides, opts, events)?;
     let tokens = hyps.iter().map(|n| n.iter().map(|h| engine.target_pieces(&h.tokens)).collect()).collect();
-    let scores = hyps.iter().map(|n| if scores { n.iter().map(|h| h.score).collect() } else { Vec::new() }).collect();
-    Ok((tokens, scores))
+    let scores =
+        hyps.iter().map(|n| if returns.scores { n.iter().map(|h| h.score).collect() } else { Vec::new() }).collect();
+    let mut attention = Vec::new();
+    if returns.attention {
+        // CTranslate2's attention vectors: a row per output token over the source tokens, here
+        // the mean of the last layer's heads (decode::alignment, as `--alignment soft`).
+        let soft = AlignmentOptions::new(AlignmentKind::Soft);
+        for (src, nbest) in srcs.iter().zip(&hyps) {
+            let mut each = Vec::with_capacity(nbest.len());
+            for h in nbest {
+                let a = engine.translator.align_hypothesis(src, h, &soft)?;
+                each.push(a.weights.chunks(a.source.max(1)).take(a.target).map(<[f32]>::to_vec).collect());
+            }
+            attention.push(each);
+        }
+    }
+    Ok(Translations { tokens, scores, attention })
 }
 
 pub(crate) fn scoring_job(

@@ -107,21 +107,21 @@ pub(crate) fn search_options(
 }
 
 /// The arguments of a translation that are not search settings.
+#[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Returns {
     pub(crate) scores: bool,
+    pub(crate) attention: bool,
 }
 
 pub(crate) fn refuse_returns(
     return_end_token: bool,
     return_logits_vocab: bool,
-    return_attention: bool,
     return_alternatives: bool,
     min_alternative_expansion_prob: f32,
     callback: &Option<Py<PyAny>>,
 ) -> PyResult<()> {
     refuse_unless("return_end_token", return_end_token, false)?;
     refuse_unless("return_logits_vocab", return_logits_vocab, false)?;
-    refuse_unless("return_attention", return_attention, false)?;
     refuse_unless("return_alternatives", return_alternatives, false)?;
     refuse_unless("min_alternative_expansion_prob", min_alternative_expansion_prob, 0.0)?;
     refuse_unless("callback", callback.is_some(), false)

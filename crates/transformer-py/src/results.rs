@@ -12,7 +12,8 @@ pub(crate) struct TranslationResult {
     pub(crate) hypotheses: Vec<Vec<String>>,
     /// Their scores (log-probability over the length penalty), with `return_scores=True`.
     pub(crate) scores: Vec<f64>,
-    /// Attention weights (not returned yet: always empty).
+    /// Each hypothesis' attention over the source tokens, a row per output token (the mean of the
+    /// last layer's heads), with `return_attention=True`.
     pub(crate) attention: Vec<Vec<Vec<f32>>>,
     /// Logits over the vocabulary (not returned yet: always empty).
     pub(crate) logits: Vec<Vec<f32>>,
@@ -67,7 +68,7 @@ impl ExecutionStats {
 
 /// The outcome of a job run on a thread of its own (`asynchronous=True`).
 pub(crate) enum Outcome {
-    Translations(Vec<Vec<Vec<String>>>, Vec<Vec<f64>>),
+    Translations(crate::engine::Translations),
     Scores(Vec<Vec<String>>, Vec<Vec<f32>>),
 }
 
@@ -106,10 +107,10 @@ impl AsyncTranslationResult {
     fn result(&self, py: Python<'_>) -> PyResult<TranslationResult> {
         wait(py, &self.job)?;
         match self.job.0.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
-            Some(Ok(Outcome::Translations(h, s))) => Ok(TranslationResult {
-                hypotheses: h[self.index].clone(),
-                scores: s[self.index].clone(),
-                attention: Vec::new(),
+            Some(Ok(Outcome::Translations(t))) => Ok(TranslationResult {
+                hypotheses: t.tokens[self.index].clone(),
+                scores: t.scores[self.index].clone(),
+                attention: t.attention.get(self.index).cloned().unwrap_or_default(),
                 logits: Vec::new(),
             }),
             _ => Err(PyRuntimeError::new_err("the asynchronous job holds no translations")),

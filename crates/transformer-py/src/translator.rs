@@ -96,9 +96,9 @@ impl Translator {
         let engine = self.engine.clone();
         let source = source.to_vec();
         let opts = *opts;
-        let scores = returns.scores;
+        let returns = *returns;
         interruptible(py, move |events| {
-            translation_job(&engine, &source, &guides, &opts, max_input_length, scores, events)
+            translation_job(&engine, &source, &guides, &opts, max_input_length, returns, events)
         })
     }
 }
@@ -204,7 +204,6 @@ impl Translator {
         refuse_returns(
             return_end_token,
             return_logits_vocab,
-            return_attention,
             return_alternatives,
             min_alternative_expansion_prob,
             &callback,
@@ -228,26 +227,28 @@ impl Translator {
             replace_unknowns,
         )?;
         batch_limits(&mut opts, max_batch_size, batch_type)?;
-        let returns = Returns { scores: return_scores };
+        let returns = Returns { scores: return_scores, attention: return_attention };
         if asynchronous {
             let (engine, n) = (self.engine.clone(), source.len());
             let job = spawn(move || {
-                translation_job(&engine, &source, &guides, &opts, max_input_length, returns.scores, &mut ())
-                    .map(|(h, s)| Outcome::Translations(h, s))
+                translation_job(&engine, &source, &guides, &opts, max_input_length, returns, &mut ())
+                    .map(Outcome::Translations)
                     .map_err(|e| e.to_string())
             });
             let list: Vec<AsyncTranslationResult> =
                 (0..n).map(|index| AsyncTranslationResult { job: job.clone(), index }).collect();
             return Ok(PyList::new(py, list)?.into_any().unbind());
         }
-        let (hyps, scores) = self.run_translation(py, &source, guides, &opts, max_input_length, &returns)?;
-        let list: Vec<TranslationResult> = hyps
+        let t = self.run_translation(py, &source, guides, &opts, max_input_length, &returns)?;
+        let mut attention = t.attention.into_iter();
+        let list: Vec<TranslationResult> = t
+            .tokens
             .into_iter()
-            .zip(scores)
+            .zip(t.scores)
             .map(|(hypotheses, scores)| TranslationResult {
                 hypotheses,
                 scores,
-                attention: Vec::new(),
+                attention: attention.next().unwrap_or_default(),
                 logits: Vec::new(),
             })
             .collect();
@@ -412,8 +413,9 @@ impl Translator {
                 None => line.split_whitespace().map(str::to_string).collect(),
             });
         }
-        let (hyps, scores) =
-            self.run_translation(py, &source, Vec::new(), &opts, max_input_length, &Returns { scores: true })?;
+        let returns = Returns { scores: true, ..Default::default() };
+        let Translations { tokens: hyps, scores, .. } =
+            self.run_translation(py, &source, Vec::new(), &opts, max_input_length, &returns)?;
         let mut out = String::new();
         let mut num_tokens = 0;
         for (nbest, scores) in hyps.iter().zip(&scores) {

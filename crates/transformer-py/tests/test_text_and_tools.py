@@ -158,6 +158,31 @@ def test_prefixes_and_constraints_equal_the_clis(model_dir, translator, tmp_path
         translator.translate(sources[0], constraints=["Haus"], beam_size=1, sampling_topk=5)
 
 
+def test_return_attention_is_the_clis_soft_alignment(model_dir, translator, tmp_path):
+    # CTranslate2's attention vectors: per hypothesis, a row per output token over the source
+    # tokens; ours the mean of the last layer's heads, as `translate --alignment soft` writes it.
+    sources = SOURCES[:5]
+    (tmp_path / "source.txt").write_text("".join(s + "\n" for s in sources), encoding="utf-8")
+    lines = run_cli("translate", "--checkpoint", model_dir / "model.safetensors", "--tokenizer",
+                    model_dir / "tokenizer.json", "--beam", 2, "--alpha", 1, "--length-norm", "marian",
+                    "--max-len-a", 0, "--max-len-b", 256, "--min-len", 1, "--workers", 1,
+                    "--input", tmp_path / "source.txt", "--alignment", "soft").splitlines()
+    pieces = [translator.tokenize(s) for s in sources]
+    results = translator.translate_batch(pieces, return_attention=True)
+    later = translator.translate_batch(pieces, return_attention=True, asynchronous=True)
+    for line, r, a, src in zip(lines, results, later, pieces):
+        text, soft = line.split(" ||| ")
+        want = [[float(w) for w in row.split(",")] for row in soft.split()]
+        (got,) = r.attention
+        assert len(got) == len(r.hypotheses[0]) == len(want)
+        assert all(len(row) == len(src) for row in got)
+        for g, w in zip(got, want):
+            assert g == pytest.approx(w, rel=1e-4, abs=1e-6)
+        assert a.result().attention == r.attention
+        assert translator.detokenize(r.hypotheses[0]) == text
+    assert translator.translate_batch(pieces[:1])[0].attention == []
+
+
 def test_threads_in_parallel_give_the_serial_outputs(translator):
     batches = [[translator.tokenize(s) for s in SOURCES[i::4]] for i in range(4)]
     serial = [[r.hypotheses for r in translator.translate_batch(b, beam_size=3)] for b in batches]
@@ -215,7 +240,7 @@ def test_errors_are_the_exceptions_python_expects(model_dir, translator, tmp_pat
     with pytest.raises(FileNotFoundError):
         translator.translate_file(str(tmp_path / "missing.txt"), str(tmp_path / "out.txt"))
     # What the search cannot honour yet is a ValueError naming the argument.
-    for kwargs in [{"coverage_penalty": 0.2}, {"patience": 2.0}, {"return_attention": True}]:
+    for kwargs in [{"coverage_penalty": 0.2}, {"patience": 2.0}, {"return_alternatives": True}]:
         with pytest.raises(ValueError, match=next(iter(kwargs))):
             translator.translate_batch([["▁Hallo"]], **kwargs)
     with pytest.raises(ValueError, match="compute_type \"float16\" is not supported"):

@@ -92,7 +92,7 @@ def test_what_the_search_cannot_do_yet_is_refused_by_name(translator):
     src = source_tokens()[:2]
     for kwargs in [
         {"coverage_penalty": 0.2},
-        {"return_attention": True},
+        {"return_logits_vocab": True},
         {"patience": 2.0},
         {"end_token": "</s>"},
         {"callback": print},

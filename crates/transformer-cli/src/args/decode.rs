@@ -24,7 +24,10 @@ pub struct TranslateArgs {
     pub search: SearchArgs,
     #[command(flatten)]
     pub guide: GuideArgs,
-    /// With --nbest N > 1: write N lines per sentence, `index ||| text ||| log P ||| score`.
+    #[command(flatten)]
+    pub align: AlignArgs,
+    /// With --nbest N > 1: write N lines per sentence, `index ||| text ||| log P ||| score`
+    /// (with --alignment: `index ||| text ||| alignment ||| log P ||| score`).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     pub nbest: u32,
     /// Print sentences/s and tokens/s on stderr.
@@ -186,6 +189,43 @@ pub struct GuideArgs {
     /// met its slot.
     #[arg(long)]
     pub constraints: Option<PathBuf>,
+}
+
+/// Word alignments after each translation (`translate`), read from encoder–decoder attention.
+#[derive(Args)]
+pub struct AlignArgs {
+    /// Write each translation's alignment after it, `text ||| alignment`, as Marian's --alignment:
+    /// `hard` (each target token's strongest source token, `s-t` pairs), `soft` (every weight,
+    /// comma-separated per target token) or a threshold in (0, 1) (every pair above it).
+    /// Positions are 0-based tokens, `</s>` left out.
+    #[arg(long, value_parser = parse_alignment)]
+    pub alignment: Option<transformer::decode::AlignmentKind>,
+    /// The decoder layer whose encoder–decoder attention aligns, from 1 (default: the last).
+    #[arg(long, requires = "alignment", value_parser = clap::value_parser!(u32).range(1..))]
+    pub alignment_layer: Option<u32>,
+    /// One head of that layer, from 1 (default: the mean of its heads).
+    #[arg(long, requires = "alignment", value_parser = clap::value_parser!(u32).range(1..))]
+    pub alignment_head: Option<u32>,
+    /// Align white-space words instead of subword tokens (a pair of words is aligned when their
+    /// tokens are; soft: a target word's mean over its tokens of each source word's sum).
+    #[arg(long, requires = "alignment")]
+    pub alignment_words: bool,
+}
+
+fn parse_alignment(s: &str) -> std::result::Result<transformer::decode::AlignmentKind, String> {
+    s.parse().map_err(|e: transformer::Error| e.to_string())
+}
+
+impl AlignArgs {
+    /// The library's options, or `None` without --alignment.
+    pub fn options(&self) -> Option<transformer::decode::AlignmentOptions> {
+        self.alignment.map(|kind| transformer::decode::AlignmentOptions {
+            kind,
+            layer: self.alignment_layer.map(|l| l as usize),
+            head: self.alignment_head.map(|h| h as usize),
+            words: self.alignment_words,
+        })
+    }
 }
 
 /// Search and batching options shared by `translate`, `evaluate` and `parse`.

@@ -1,7 +1,7 @@
 //! `translate`, `evaluate` and `attention`: thin layers over [`Translator`].
 
 use super::input::{for_each_input_line, read_input_lines, read_references, Stderr};
-use crate::args::{GuideArgs, ModelArgs, SearchArgs};
+use crate::args::{GuideArgs, ModelArgs, TranslateArgs};
 use crate::progress::CountBar;
 use crate::usage;
 use anyhow::Result;
@@ -57,17 +57,15 @@ fn read_guides(translator: &Translator, guide: &GuideArgs, n: usize, input: &str
         .collect()
 }
 
-pub fn translate(
-    model: &ModelArgs,
-    input: Option<&Path>,
-    search: &SearchArgs,
-    guide: &GuideArgs,
-    nbest: usize,
-    speed: bool,
-    profile: bool,
-) -> Result<()> {
+pub fn translate(args: &TranslateArgs) -> Result<()> {
+    let TranslateArgs { model, input, search, guide, align, nbest, speed, profile } = args;
+    let (input, nbest, speed, profile) = (input.as_deref(), *nbest as usize, *speed, *profile);
     use std::io::Write;
     let (translator, opts) = model.load_with(search, nbest)?;
+    let alignment = align.options();
+    if alignment.is_some() && translator.task() != transformer::Task::Translation {
+        usage!("--alignment aligns translations; this model parses");
+    }
     let mut lines = Vec::new();
     for_each_input_line(input, |l| {
         lines.push(l.to_string());
@@ -119,11 +117,21 @@ pub fn translate(
     let stdout = std::io::stdout();
     let mut w = std::io::BufWriter::new(stdout.lock());
     for (i, list) in out.iter().enumerate() {
+        // The alignment after the text, as Marian writes it: `text ||| alignment`.
+        let aligned = |t: &transformer::decode::translator::Translation| -> Result<String> {
+            let Some(a) = &alignment else { return Ok(String::new()) };
+            let src = translator.encode_source(&lines[i])?;
+            let al = translator
+                .align_hypothesis(&src, &t.hypothesis, a)
+                .map_err(|e| anyhow::anyhow!("{name}:{}: {e}", i + 1))?;
+            Ok(format!(" ||| {}", al.format(a.kind)))
+        };
         if nbest == 1 {
-            writeln!(w, "{}", list[0].text)?;
+            writeln!(w, "{}{}", list[0].text, aligned(&list[0])?)?;
         } else {
             for t in list {
-                writeln!(w, "{i} ||| {} ||| {:.4} ||| {:.4}", t.text, t.hypothesis.log_prob, t.hypothesis.score)?;
+                let (text, lp, score) = (&t.text, t.hypothesis.log_prob, t.hypothesis.score);
+                writeln!(w, "{i} ||| {text}{} ||| {lp:.4} ||| {score:.4}", aligned(t)?)?;
             }
         }
     }

@@ -15,7 +15,7 @@ mod train;
 use crate::args::{
     AttentionArgs, AverageArgs, BenchArgs, BpeArgs, Command, DataArgs, EvaluateArgs, ExportArgs, ExportCommand,
     ImportArgs, ImportCommand, ParamsArgs, ParseEvalArgs, QuantizeArgs, ScoreArgs, SyntheticArgs, TrainArgs,
-    TranslateArgs, TreebankArgs,
+    TreebankArgs,
 };
 use anyhow::Result;
 use transformer::task::Evaluation;
@@ -47,9 +47,7 @@ pub fn run(cmd: Command) -> Result<()> {
             train::average(last.map(|k| k as usize), dir.as_deref(), inputs, &output)
         }
         Command::Prepare(args) => train::prepare(&args),
-        Command::Translate(TranslateArgs { model, input, search, guide, nbest, speed, profile }) => {
-            decode::translate(&model, input.as_deref(), &search, &guide, nbest as usize, speed, profile)
-        }
+        Command::Translate(args) => decode::translate(&args),
         Command::Evaluate(args) => evaluate(args),
         Command::Score(ScoreArgs { model, src, refs, per_token }) => decode::score(&model, &src, &refs, per_token),
         Command::Parse(args) => parse::parse(&args),

@@ -12,7 +12,7 @@ use std::sync::{Condvar, Mutex};
 use std::time::Instant;
 use tokio::sync::oneshot;
 use transformer::decode::translator::{DecodeOptions, Translator};
-use transformer::decode::{BeamConfig, Guide};
+use transformer::decode::{AlignmentOptions, BeamConfig, Guide};
 use transformer::eval::attention::{AxisLabels, Kind};
 
 /// One output sentence: the n-best list, best first, as (text, log P, score).
@@ -24,6 +24,8 @@ pub struct Output {
     pub attention: Option<serde_json::Value>,
     /// The best output was stopped by the model's positions before the search's length limit.
     pub capped: bool,
+    /// The best hypothesis' alignment in Marian's format, when asked for.
+    pub alignment: Option<String>,
 }
 
 /// A request waiting in the queue: its sentences as BPE ids, its search and its reply channel.
@@ -37,6 +39,8 @@ pub struct Job {
     pub guides: Vec<Guide>,
     /// Return attention weights.
     pub attention: bool,
+    /// Return each best output's alignment so.
+    pub alignment: Option<AlignmentOptions>,
     /// Where the results go.
     pub reply: oneshot::Sender<Result<Vec<Output>, String>>,
 }
@@ -269,9 +273,16 @@ fn decode(t: &Translator, jobs: Vec<Job>, budget: Budget, metrics: &Metrics) {
                     },
                     false => None,
                 };
+                let alignment = job.alignment.and_then(|a| match t.align_hypothesis(src, &nbest[0], &a) {
+                    Ok(al) => Some(al.format(a.kind)),
+                    Err(e) => {
+                        error = Some(format!("alignment failed: {e}"));
+                        None
+                    }
+                });
                 let capped =
                     job.search.stopped_by_positions(src.len(), nbest[0].tokens.len(), t.model().config.max_positions);
-                outs.push(Output { nbest: list, attention, capped });
+                outs.push(Output { nbest: list, attention, capped, alignment });
             }
             match error {
                 Some(e) => Err(e),
@@ -311,6 +322,7 @@ mod tests {
                 search,
                 guides: vec![],
                 attention: false,
+                alignment: None,
                 reply: tx,
             },
             rx,

@@ -6,7 +6,8 @@ use transformer::data::corpus::input_line;
 
 /// The fields a request may hold.
 pub const FIELDS: &str = "q, beam, alpha, nbest, attention, min_length, repetition_penalty, no_repeat_ngram_size, \
-                          sampling_topk, sampling_topp, sampling_temperature, seed, prefix, constraints";
+                          sampling_topk, sampling_topp, sampling_temperature, seed, prefix, constraints, \
+                          alignment, alignment_words";
 
 /// A checked translation request.
 #[derive(Debug, Clone, PartialEq)]
@@ -33,6 +34,9 @@ pub struct TranslateRequest {
     /// Each sentence's phrases its output must contain (`constraints`: an array of strings for a
     /// `q` string, else an array of such arrays as long as `q`); empty: none asked.
     pub constraints: Vec<Vec<String>>,
+    /// Each best output's word alignment in Marian's format (`alignment`: "hard", "soft" or a
+    /// threshold in (0, 1); `alignment_words`: over words, not tokens); `None`: not asked.
+    pub alignment: Option<transformer::decode::AlignmentOptions>,
 }
 
 /// The request limits that do not need the model.
@@ -174,7 +178,30 @@ pub fn parse(body: &[u8], limits: &Limits) -> Result<TranslateRequest, String> {
     let sampling = sampling(&map, beam.is_some())?;
     let single = matches!(map.get("q"), Some(Value::String(_)));
     let (prefix, constraints) = guides(&map, single, q.len())?;
-    Ok(TranslateRequest { q, beam, alpha, nbest, attention, controls, sampling, prefix, constraints })
+    let alignment = alignment(&map)?;
+    Ok(TranslateRequest { q, beam, alpha, nbest, attention, controls, sampling, prefix, constraints, alignment })
+}
+
+/// The request's `alignment` and `alignment_words`.
+fn alignment(map: &serde_json::Map<String, Value>) -> Result<Option<transformer::decode::AlignmentOptions>, String> {
+    use transformer::decode::{AlignmentKind, AlignmentOptions};
+    let form = "\"hard\", \"soft\" or a threshold between 0 and 1 (exclusive)";
+    let which = match map.get("alignment") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) if s == "hard" || s == "soft" => s.parse::<AlignmentKind>().ok(),
+        Some(Value::Number(n)) => match n.as_f64() {
+            Some(t) if t > 0.0 && t < 1.0 => Some(AlignmentKind::Threshold(t as f32)),
+            _ => return Err(format!("field `alignment` must be {form} (got {n})")),
+        },
+        Some(v) => return Err(format!("field `alignment` must be {form} (got {})", kind(v))),
+    };
+    let words = match map.get("alignment_words") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) if which.is_some() => *b,
+        Some(Value::Bool(_)) => return Err("field `alignment_words` needs `alignment`".into()),
+        Some(v) => return Err(format!("field `alignment_words` must be true or false (got {})", kind(v))),
+    };
+    Ok(which.map(|k| AlignmentOptions { words, ..AlignmentOptions::new(k) }))
 }
 
 /// The request's `prefix` and `constraints`, one entry a sentence of `q` (`single`: `q` is one
@@ -282,8 +309,23 @@ mod tests {
                 sampling: None,
                 prefix: vec![],
                 constraints: vec![],
+                alignment: None,
             }
         );
+        use transformer::decode::{AlignmentKind, AlignmentOptions};
+        let r = parse(br#"{"q": "a", "alignment": "hard"}"#, &LIMITS).unwrap();
+        assert_eq!(r.alignment, Some(AlignmentOptions::new(AlignmentKind::Hard)));
+        let r = parse(br#"{"q": "a", "alignment": 0.25, "alignment_words": true}"#, &LIMITS).unwrap();
+        assert_eq!(
+            r.alignment,
+            Some(AlignmentOptions { words: true, ..AlignmentOptions::new(AlignmentKind::Threshold(0.25)) })
+        );
+        for bad in [r#""Hard""#, "1", "0", "true", "[]"] {
+            let e = err(&format!(r#"{{"q": "a", "alignment": {bad}}}"#));
+            assert!(e.starts_with("field `alignment` must be \"hard\", \"soft\" or a threshold"), "{bad}: {e}");
+        }
+        assert_eq!(err(r#"{"q": "a", "alignment_words": true}"#), "field `alignment_words` needs `alignment`");
+        assert!(err(r#"{"q": "a", "alignment": "soft", "alignment_words": 1}"#).contains("must be true or false"));
         let r = parse(br#"{"q": "A dog.", "prefix": "Ein", "constraints": ["Hund", " rennt "]}"#, &LIMITS).unwrap();
         assert_eq!((r.prefix, r.constraints), (vec![Some("Ein".into())], vec![vec!["Hund".into(), "rennt".into()]]));
         let r = parse(br#"{"q": ["a", "b"], "prefix": [null, "Ein"], "constraints": [[], ["x"]]}"#, &LIMITS).unwrap();

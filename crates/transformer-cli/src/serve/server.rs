@@ -257,7 +257,8 @@ async fn translate(
     let outputs = match srcs.is_empty() {
         true => Vec::new(),
         false => {
-            decode(&app, Job { srcs, search, guides, attention: req.attention, reply: oneshot::channel().0 }).await?
+            let (attention, alignment) = (req.attention, req.alignment);
+            decode(&app, Job { srcs, search, guides, attention, alignment, reply: oneshot::channel().0 }).await?
         }
     };
     Ok(answer(&req, outputs))
@@ -399,6 +400,12 @@ fn answer(req: &request::TranslateRequest, outputs: Vec<Output>) -> Response {
     let capped: Vec<usize> = outputs.iter().enumerate().filter(|(_, o)| o.capped).map(|(i, _)| i).collect();
     if !capped.is_empty() {
         answer.insert("capped".into(), json!(capped));
+    }
+    if req.alignment.is_some() {
+        answer.insert(
+            "alignments".into(),
+            outputs.iter().map(|o| json!(o.alignment.clone().unwrap_or_default())).collect(),
+        );
     }
     if req.attention {
         answer.insert("attention".into(), outputs.into_iter().map(|o| o.attention.unwrap_or_default()).collect());

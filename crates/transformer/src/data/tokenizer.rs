@@ -149,6 +149,17 @@ impl Tokenizer {
         ids
     }
 
+    /// Whether a token begins a word: its piece starts with the tokenizer's space mark (`Ġ` for
+    /// our byte-level BPE, `▁` for SentencePiece). Special tokens begin none.
+    pub fn starts_word(&self, side: Side, id: u32) -> bool {
+        match self {
+            Tokenizer::Bpe(b) => {
+                (id as usize) >= SPECIALS.len() && b.piece_of(id).is_some_and(|p| p.starts_with('\u{120}'))
+            }
+            Tokenizer::Marian(m) => m.piece(side, id).starts_with('\u{2581}'),
+        }
+    }
+
     /// The text of one piece for labels: a piece that starts a word begins with a space.
     pub fn piece_text(&self, side: Side, id: u32) -> Result<String> {
         match self {

@@ -3,6 +3,7 @@
 //! from checkpoints in `load.rs`, its sentences batched in `batches.rs` and decoded by the pool of
 //! `workers.rs`; parsing (`parse.rs`) and teacher-forced scoring (`scoring.rs`) are its other verbs.
 
+pub mod alignment;
 mod batches;
 pub mod beam;
 mod controls;
@@ -18,6 +19,7 @@ mod workers;
 
 pub use scorer::{search_batch, search_batch_ensemble, EnsembleScorer};
 
+pub use alignment::{Alignment, AlignmentKind, AlignmentOptions};
 pub use beam::{
     beam_search, beam_search_with, BeamConfig, Hypothesis, LengthNorm, Scorer, SearchOverrides, SearchPreset,
     SentenceInputs, StepScores,

@@ -1,0 +1,137 @@
+//! `translate --alignment` (decode/alignment.rs) on the small Multi30k model of the fixtures:
+//! Marian's format after ` ||| `, soft rows that are attention distributions, hard pairs that are
+//! the rows' strongest sources, thresholds that keep exactly the weights above them, words that
+//! are the text's white-space words, and the translations themselves unchanged.
+
+mod common;
+
+use common::{multi30k, transformer, TestDir};
+use std::path::{Path, PathBuf};
+
+fn fixture() -> (PathBuf, PathBuf) {
+    let dir = transformer::test_support::repo("crates/transformer/tests/fixtures/m30k-small");
+    (dir.join("model.safetensors"), dir.join("bpe.json"))
+}
+
+fn sources(n: usize) -> Vec<String> {
+    let all = transformer::data::corpus::read_lines(Path::new(&multi30k("test_2016_flickr.en.gz"))).unwrap();
+    all.into_iter().take(n).collect()
+}
+
+/// `translate` of `input` with `extra` flags: its stdout lines.
+fn translate(input: &Path, extra: &[&str]) -> Vec<String> {
+    let (ckpt, bpe) = fixture();
+    let mut args = vec!["translate", "--checkpoint", ckpt.to_str().unwrap(), "--bpe", bpe.to_str().unwrap()];
+    args.extend(["--input", input.to_str().unwrap()]);
+    args.extend(extra);
+    let (ok, out, err) = transformer(&args);
+    assert!(ok, "{err}");
+    out.lines().map(str::to_string).collect()
+}
+
+/// (text, alignment) of a `text ||| alignment` line.
+fn split(line: &str) -> (String, String) {
+    let (t, a) = line.split_once(" ||| ").unwrap_or_else(|| panic!("no ` ||| ` in {line:?}"));
+    (t.to_string(), a.to_string())
+}
+
+/// Soft rows: one a target position, each a source position's weight.
+fn rows(soft: &str) -> Vec<Vec<f64>> {
+    soft.split_whitespace().map(|r| r.split(',').map(|w| w.parse().unwrap()).collect()).collect()
+}
+
+fn pairs(hard: &str) -> Vec<(usize, usize)> {
+    transformer::decode::alignment::parse_points(hard).unwrap()
+}
+
+#[test]
+fn soft_hard_thresholds_and_words_agree_and_leave_the_translations_alone() {
+    let dir = TestDir::new("transformer-alignment");
+    let srcs = sources(60);
+    let input = dir.join("src.en");
+    std::fs::write(&input, srcs.join("\n") + "\n").unwrap();
+    let plain = translate(&input, &[]);
+    let soft: Vec<(String, String)> = translate(&input, &["--alignment", "soft"]).iter().map(|l| split(l)).collect();
+    let hard: Vec<(String, String)> = translate(&input, &["--alignment", "hard"]).iter().map(|l| split(l)).collect();
+    let over: Vec<(String, String)> = translate(&input, &["--alignment", "0.3"]).iter().map(|l| split(l)).collect();
+    let words: Vec<(String, String)> =
+        translate(&input, &["--alignment", "soft", "--alignment-words"]).iter().map(|l| split(l)).collect();
+    assert_eq!(plain.len(), srcs.len());
+    let mut diagonal = 0;
+    for i in 0..srcs.len() {
+        for other in [&soft[i].0, &hard[i].0, &over[i].0, &words[i].0] {
+            assert_eq!(other, &plain[i], "an alignment changed translation {i}");
+        }
+        // Our BPE source has no `</s>`: each row is a whole distribution over the source tokens.
+        let r = rows(&soft[i].1);
+        let cols = r[0].len();
+        for row in &r {
+            assert_eq!(row.len(), cols);
+            let sum: f64 = row.iter().sum();
+            assert!((sum - 1.0).abs() < 1e-4, "line {i}: a row sums to {sum}");
+        }
+        // Hard: each target position once, with its row's strongest source.
+        let h = pairs(&hard[i].1);
+        assert_eq!(h.len(), r.len(), "line {i}");
+        for &(s, t) in &h {
+            let best = r[t].iter().cloned().fold(f64::MIN, f64::max);
+            assert!(r[t][s] >= best - 1e-6, "line {i}: {s}-{t} is not row {t}'s strongest");
+        }
+        let mut sorted = h.clone();
+        sorted.sort();
+        assert_eq!(sorted, h, "pairs are sorted by source, then target");
+        diagonal += h.iter().filter(|&&(s, t)| s.abs_diff(t) <= 2).count();
+        // A threshold: exactly the weights above it (those printed within rounding of it aside).
+        let kept = pairs(&over[i].1);
+        for (t, row) in r.iter().enumerate() {
+            for (s, &w) in row.iter().enumerate() {
+                if (w - 0.3).abs() > 1e-5 {
+                    assert_eq!(kept.contains(&(s, t)), w > 0.3, "line {i}: pair {s}-{t} of weight {w}");
+                }
+            }
+        }
+        // Words: a row per word of the output, a column per word of the source.
+        let w = rows(&words[i].1);
+        assert_eq!(w.len(), plain[i].split_whitespace().count(), "line {i}: {:?}", plain[i]);
+        assert_eq!(w[0].len(), srcs[i].split_whitespace().count(), "line {i}: {:?}", srcs[i]);
+        for row in &w {
+            assert!((row.iter().sum::<f64>() - 1.0).abs() < 1e-4);
+        }
+    }
+    // English and German are near-monotone here: most pairs lie near the diagonal.
+    let total: usize = hard.iter().map(|h| pairs(&h.1).len()).sum();
+    assert!(diagonal * 10 >= total * 6, "{diagonal} of {total} hard pairs near the diagonal");
+
+    // n-best: `index ||| text ||| alignment ||| log P ||| score`.
+    let nbest = translate(&input, &["--alignment", "hard", "--nbest", "2"]);
+    assert_eq!(nbest.len(), 2 * srcs.len());
+    let fields: Vec<&str> = nbest[0].split(" ||| ").collect();
+    assert_eq!(fields.len(), 5, "{}", nbest[0]);
+    assert_eq!((fields[0], fields[1], fields[2]), ("0", plain[0].as_str(), hard[0].1.as_str()));
+
+    // One head or another layer is another reading of the same attention.
+    let head = translate(&input, &["--alignment", "soft", "--alignment-head", "1", "--alignment-layer", "1"]);
+    assert_eq!(split(&head[0]).0, plain[0]);
+    assert_ne!(split(&head[0]).1, soft[0].1);
+}
+
+#[test]
+fn bad_alignment_options_are_refused_by_name() {
+    let dir = TestDir::new("transformer-alignment-bad");
+    let input = dir.join("src.en");
+    std::fs::write(&input, "A dog runs.\n").unwrap();
+    let (ckpt, bpe) = fixture();
+    let run = |extra: &[&str]| {
+        let mut args = vec!["translate", "--checkpoint", ckpt.to_str().unwrap(), "--bpe", bpe.to_str().unwrap()];
+        args.extend(["--input", input.to_str().unwrap()]);
+        args.extend(extra);
+        let (ok, _, err) = transformer(&args);
+        assert!(!ok, "{extra:?} was accepted");
+        err
+    };
+    assert!(run(&["--alignment", "1.5"]).contains("threshold between 0 and 1"));
+    assert!(run(&["--alignment", "strong"]).contains("give hard, soft or a threshold"));
+    assert!(run(&["--alignment", "hard", "--alignment-layer", "9"]).contains("decoder layers"));
+    assert!(run(&["--alignment", "hard", "--alignment-head", "99"]).contains("heads (counted from 1)"));
+    assert!(run(&["--alignment-words"]).contains("--alignment"));
+}
