@@ -14,7 +14,9 @@ use transformer::synthetic::SyntheticTask;
 use transformer::Task;
 
 mod decode;
-pub use decode::{AttentionArgs, EvaluateArgs, GuideArgs, ModelArgs, ParseArgs, ParsingArgs, ScoreArgs, TranslateArgs};
+pub use decode::{
+    AlignArgs, AttentionArgs, EvaluateArgs, GuideArgs, ModelArgs, ParseArgs, ParsingArgs, ScoreArgs, TranslateArgs,
+};
 
 /// A value parser over a library enum: its variants by name (`name`), listed in `--help`.
 fn library_enum<T: Copy + Send + Sync + 'static>(
@@ -111,6 +113,10 @@ pub enum Command {
     /// Score parse trees: labeled bracketing exactly as EVALB with COLLINS.prm (its report, its
     /// error messages on stderr); unlike EVALB it never aborts on errors.
     ParseEval(ParseEvalArgs),
+    /// Score word alignments: the alignment error rate (Och & Ney 2003) of `s-t` links (as
+    /// `translate --alignment` or `score --alignment` write them) against reference links, `s-t`
+    /// sure and `s?t` possible.
+    Aer(AerArgs),
     /// Serve translations over HTTP: POST /translate (JSON), GET /health, GET /metrics
     /// (Prometheus), and a web page at / (docs/serve.md). Stops cleanly on SIGTERM or Ctrl-C.
     Serve(crate::serve::ServeArgs),
@@ -459,6 +465,17 @@ pub struct ParseEvalArgs {
     /// Print only the summary (All and len<=40), not the per-sentence table.
     #[arg(long)]
     pub summary_only: bool,
+}
+
+// The arguments of `transformer aer`.
+#[derive(Args)]
+pub struct AerArgs {
+    /// Reference alignments, a line a sentence pair (`s-t` sure, `s?t` possible links).
+    #[arg(long = "ref")]
+    pub reference: PathBuf,
+    /// Hypothesis alignments, line-aligned (a `text ||| links` line is read after its last ` ||| `).
+    #[arg(long)]
+    pub hyp: PathBuf,
 }
 
 // The arguments of `transformer bench`.

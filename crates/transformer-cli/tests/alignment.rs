@@ -135,3 +135,121 @@ fn bad_alignment_options_are_refused_by_name() {
     assert!(run(&["--alignment", "hard", "--alignment-head", "99"]).contains("heads (counted from 1)"));
     assert!(run(&["--alignment-words"]).contains("--alignment"));
 }
+
+/// A run of the tiny model on the first 200 validation pairs with `data` and `train` lines.
+fn tiny_run(dir: &Path, data: &str, train: &str) -> (bool, String, String) {
+    std::fs::create_dir_all(dir).unwrap();
+    let take = |name: &str, to: &str| {
+        let p = dir.join(to);
+        let lines = transformer::data::corpus::read_lines(Path::new(&multi30k(name))).unwrap();
+        std::fs::write(&p, lines[..200].join("\n") + "\n").unwrap();
+        p.display().to_string()
+    };
+    let (en, de) = (take("val.en.gz", "train.en"), take("val.de.gz", "train.de"));
+    let cfg = common::Run {
+        model: "",
+        train: (&en, &de),
+        bpe: &dir.join("bpe.json"),
+        vocab_size: 600,
+        data: &format!("max_tokens = 120\n{data}"),
+        train_section: &format!("max_steps = 12\nwarmup = 10\nmax_src_tokens = 1024\nmax_tgt_tokens = 1024\n{train}"),
+    }
+    .write(dir);
+    transformer(&["train", "--config", cfg.to_str().unwrap(), "--set", "model.max_positions=128"])
+}
+
+#[test]
+fn guided_alignment_training_reads_its_file_and_names_every_fault() {
+    let dir = TestDir::new("transformer-guided");
+    let en = transformer::data::corpus::read_lines(Path::new(&multi30k("val.en.gz"))).unwrap();
+    let de = transformer::data::corpus::read_lines(Path::new(&multi30k("val.de.gz"))).unwrap();
+    // A monotone alignment: word i with word i, as far as the shorter side goes.
+    let diagonal: Vec<String> = en[..200]
+        .iter()
+        .zip(&de[..200])
+        .map(|(e, d)| {
+            let n = e.split(' ').filter(|w| !w.is_empty()).count().min(d.split(' ').filter(|w| !w.is_empty()).count());
+            (0..n).map(|i| format!("{i}-{i}")).collect::<Vec<_>>().join(" ")
+        })
+        .collect();
+    let write = |name: &str, lines: &[String]| {
+        let p = dir.join(name);
+        std::fs::write(&p, lines.join("\n") + "\n").unwrap();
+        p.display().to_string()
+    };
+    let good = write("good.align", &diagonal);
+    let (ok, out, err) =
+        tiny_run(&dir.join("ok"), &format!("guided_alignment = \"{good}\""), "guided_alignment_weight = 0.5");
+    assert!(ok, "{err}");
+    assert!(out.contains("reached 12 steps"), "{out}");
+    let log = format!("{out}{err}");
+    assert!(log.contains("guided alignment: head 1 of decoder layer"), "{log}");
+    assert!(log.contains("aligned token pairs over 200 training pairs"), "{log}");
+
+    let short = write("short.align", &diagonal[..150]);
+    let (ok, _, err) = tiny_run(&dir.join("short"), &format!("guided_alignment = \"{short}\""), "");
+    assert!(!ok && err.contains("has 150 lines but") && err.contains("line-aligned"), "{err}");
+    let mut far = diagonal.clone();
+    far[6] = "0-0 40-1".into();
+    let far = write("far.align", &far);
+    let (ok, _, err) = tiny_run(&dir.join("far"), &format!("guided_alignment = \"{far}\""), "");
+    assert!(!ok && err.contains("far.align:7: pair 40-1 lies outside"), "{err}");
+    let (ok, _, err) = tiny_run(&dir.join("layer"), "", "guided_alignment_layer = 1");
+    assert!(!ok && err.contains("train.guided_alignment_layer needs data.guided_alignment"), "{err}");
+    let (ok, _, err) =
+        tiny_run(&dir.join("weight"), &format!("guided_alignment = \"{good}\""), "guided_alignment_weight = -1");
+    assert!(!ok && err.contains("guided_alignment_weight = -1 must be a number above 0"), "{err}");
+}
+
+#[test]
+fn score_aligns_given_translations_and_aer_scores_them() {
+    let dir = TestDir::new("transformer-score-align");
+    let srcs = sources(20);
+    let hyps = translate(
+        &{
+            let p = dir.join("src.en");
+            std::fs::write(&p, srcs.join("\n") + "\n").unwrap();
+            p
+        },
+        &["--alignment", "hard", "--alignment-words"],
+    );
+    let (texts, links): (Vec<String>, Vec<String>) = hyps.iter().map(|l| split(l)).unzip();
+    let (src, tgt) = (dir.join("src.en"), dir.join("out.de"));
+    std::fs::write(&tgt, texts.join("\n") + "\n").unwrap();
+    let (ckpt, bpe) = fixture();
+    let (ok, out, err) = transformer(&[
+        "score",
+        "--checkpoint",
+        ckpt.to_str().unwrap(),
+        "--bpe",
+        bpe.to_str().unwrap(),
+        "--src",
+        src.to_str().unwrap(),
+        "--ref",
+        tgt.to_str().unwrap(),
+        "--alignment",
+        "hard",
+        "--alignment-words",
+    ]);
+    assert!(ok, "{err}");
+    // Forced alignment of the model's own outputs is the alignment it wrote with them.
+    let forced: Vec<String> = out.lines().map(|l| split(l).1).collect();
+    assert_eq!(forced, links);
+    // AER of an alignment against itself is 0; against its links shifted by one target word, 100.
+    let (r, h) = (dir.join("ref.align"), dir.join("hyp.align"));
+    std::fs::write(&r, links.join("\n") + "\n").unwrap();
+    std::fs::write(&h, hyps.join("\n") + "\n").unwrap();
+    let (ok, out, err) = transformer(&["aer", "--ref", r.to_str().unwrap(), "--hyp", h.to_str().unwrap()]);
+    assert!(ok, "{err}");
+    assert!(out.starts_with("AER = 0.00 (precision 100.00, recall 100.00;"), "{out}");
+    let shifted: Vec<String> = links
+        .iter()
+        .map(|l| pairs(l).iter().map(|(s, t)| format!("{s}-{}", t + 1000)).collect::<Vec<_>>().join(" "))
+        .collect();
+    std::fs::write(&h, shifted.join("\n") + "\n").unwrap();
+    let (_, out, _) = transformer(&["aer", "--ref", r.to_str().unwrap(), "--hyp", h.to_str().unwrap()]);
+    assert!(out.starts_with("AER = 100.00"), "{out}");
+    std::fs::write(&h, "0-0\n").unwrap();
+    let (ok, _, err) = transformer(&["aer", "--ref", r.to_str().unwrap(), "--hyp", h.to_str().unwrap()]);
+    assert!(!ok && err.contains("20 reference alignments but 1 hypothesis"), "{err}");
+}

@@ -70,6 +70,7 @@ impl Fixture {
             tgt_out,
             tgt_lens,
             src_drop: Vec::new(),
+            guide: Vec::new(),
         }
     }
 }

@@ -182,3 +182,26 @@ fn adam_first_step_closed_form() {
     let want: Vec<f64> = [1.0, -2.0, 0.5].iter().zip(&g).map(|(p, g)| p - 0.01 * g / (g.abs() + 1e-9)).collect();
     assert_close("adam", &p, &want, 1e-12, 1e-12);
 }
+
+#[test]
+fn guided_alignment_cross_entropy() {
+    let mut rng = Rng::new(11);
+    let (t, s, k, key_len, w) = (4, 5, 3, 4, 0.3);
+    let q = rand_vec(&mut rng, t * k, 1.0);
+    let kk = rand_vec(&mut rng, s * k, 1.0);
+    // Row 0 aligned to one source, row 1 split over two, row 2 unaligned, row 3 over three.
+    let mut guide = vec![0.0; t * s];
+    guide[2] = 1.0;
+    guide[s] = 0.5;
+    guide[s + 3] = 0.5;
+    for j in [0, 1, 2] {
+        guide[3 * s + j] = 1.0 / 3.0;
+    }
+    let f = |q: &[f64], k: &[f64]| r::guided_alignment(q, k, &guide, t, s, 3, key_len, w).0;
+    let (_, dq, dk) = r::guided_alignment(&q, &kk, &guide, t, s, 3, key_len, w);
+    assert_close("dq", &dq, &numeric_grad(&q, H, |x| f(x, &kk)), ATOL, RTOL);
+    assert_close("dk", &dk, &numeric_grad(&kk, H, |x| f(&q, x)), ATOL, RTOL);
+    // The padding key gets no gradient; an unaligned row's query none either.
+    assert!(dk[(s - 1) * k..].iter().all(|&x| x == 0.0));
+    assert!(dq[2 * k..3 * k].iter().all(|&x| x == 0.0));
+}

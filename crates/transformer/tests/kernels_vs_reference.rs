@@ -7,8 +7,8 @@
 mod common;
 use common::*;
 use transformer::kernels::cpu::{
-    adam, attention, bf16, cached_attention, elementwise, embedding, layer_norm, linear, matmul, packed, search,
-    softmax_xent,
+    adam, attention, bf16, cached_attention, elementwise, embedding, guided, layer_norm, linear, matmul, packed,
+    search, softmax_xent,
 };
 use transformer::kernels::reference as r;
 use transformer::kernels::{AttnDims, Mask};
@@ -1015,5 +1015,84 @@ fn cached_attention_propagates_nan() {
         assert!(ctx[..dv].iter().all(|x| x.is_nan()), "dk {dk}: row 0's first head (NaN query)");
         assert!(ctx[hv..2 * hv].iter().all(|x| x.is_finite()), "dk {dk}: row 1");
         assert!(ctx[2 * hv..2 * hv + dv].iter().all(|x| x.is_nan()), "dk {dk}: row 2's first head (NaN key)");
+    }
+}
+
+#[test]
+fn guided_alignment_loss_and_backward() {
+    // Three sentences, one with two valid keys; packed keys, padded queries, strides wider
+    // than one head; head 1 of 2 supervised, head 0 filled with noise that must not count.
+    let mut rng = Rng::new(77);
+    let d = AttnDims { b: 3, h: 2, t: 4, s: 5, k: 3, v: 2 };
+    let key_lens = [5, 2, 4];
+    let offsets = [0, 5, 7, 11];
+    let (ldq, ldk, head, w) = (d.h * d.k + 1, d.h * (d.k + d.v), 1, 0.25f32);
+    let q = rand_vec(&mut rng, d.b * d.t * ldq, 1.0);
+    let k = rand_vec(&mut rng, offsets[3] * ldk, 1.0);
+    let (ts, per) = (d.t * d.s, d.h * d.t * d.s);
+    let mut probs = vec![0f32; d.b * per];
+    let mut guide = vec![0f32; d.b * ts];
+    let mut want = Vec::new();
+    for b in 0..d.b {
+        let n = key_lens[b];
+        let qh: Vec<f64> = (0..d.t).flat_map(|t| q[(b * d.t + t) * ldq + head * d.k..][..d.k].to_vec()).collect();
+        let kh: Vec<f64> = (0..d.s)
+            .flat_map(|s| if s < n { k[(offsets[b] + s) * ldk + head * d.k..][..d.k].to_vec() } else { vec![0.0; d.k] })
+            .collect();
+        let scale = 1.0 / (d.k as f64).sqrt();
+        for t in 0..d.t {
+            let sc: Vec<f64> =
+                (0..n).map(|s| (0..d.k).map(|c| qh[t * d.k + c] * kh[s * d.k + c]).sum::<f64>() * scale).collect();
+            let z: f64 = sc.iter().map(|x| x.exp()).sum();
+            for s in 0..n {
+                probs[b * per + head * ts + t * d.s + s] = (sc[s].exp() / z) as f32;
+                probs[b * per + t * d.s + s] = rng.uniform() as f32;
+            }
+            // Row t aligned to (t mod n) and, on odd rows, also to the last valid key.
+            if t != 2 {
+                let cols: Vec<usize> = if t % 2 == 1 { vec![t % n, n - 1] } else { vec![t % n] };
+                for &c in &cols {
+                    guide[b * ts + t * d.s + c] += 1.0 / cols.len() as f32;
+                }
+            }
+        }
+        let g64: Vec<f64> = guide[b * ts..][..ts].iter().map(|&x| x as f64).collect();
+        want.push(r::guided_alignment(&qh, &kh, &g64, d.t, d.s, d.k, n, w as f64));
+    }
+    let mut dprobs = vec![0f32; d.b * ts];
+    let loss = guided::guided_loss(&probs, &guide, &mut dprobs, head, w, 1.0, d);
+    let want_loss: f64 = want.iter().map(|x| x.0).sum();
+    assert!((loss - want_loss).abs() < 1e-5 * want_loss.abs().max(1.0), "{loss} vs {want_loss}");
+    // The backward adds: start from values that are subtracted again after.
+    let (dq0, dk0) = (rand_vec(&mut rng, q.len(), 1.0), rand_vec(&mut rng, k.len(), 1.0));
+    let (mut dq, mut dk): (Vec<f32>, Vec<f32>) =
+        (dq0.iter().map(|&x| x as f32).collect(), dk0.iter().map(|&x| x as f32).collect());
+    let (qf, kf): (Vec<f32>, Vec<f32>) = (q.iter().map(|&x| x as f32).collect(), k.iter().map(|&x| x as f32).collect());
+    let heads = guided::GuidedHeads { q: &qf, ldq, k: &kf, ldk, k_packed: Some(&offsets) };
+    guided::guided_backward(&mut dq, &mut dk, &heads, &probs, &dprobs, &key_lens, head, d);
+    for b in 0..d.b {
+        let (_, wq, wk) = &want[b];
+        for t in 0..d.t {
+            for c in 0..ldq {
+                let i = (b * d.t + t) * ldq + c;
+                let exp = if (head * d.k..(head + 1) * d.k).contains(&c) { wq[t * d.k + c - head * d.k] } else { 0.0 };
+                assert!(
+                    (dq[i] as f64 - dq0[i] - exp).abs() < 1e-4,
+                    "dq b{b} t{t} c{c}: {} vs {exp}",
+                    dq[i] as f64 - dq0[i]
+                );
+            }
+        }
+        for s in 0..key_lens[b] {
+            for c in 0..ldk {
+                let i = (offsets[b] + s) * ldk + c;
+                let exp = if (head * d.k..(head + 1) * d.k).contains(&c) { wk[s * d.k + c - head * d.k] } else { 0.0 };
+                assert!(
+                    (dk[i] as f64 - dk0[i] - exp).abs() < 1e-4,
+                    "dk b{b} s{s} c{c}: {} vs {exp}",
+                    dk[i] as f64 - dk0[i]
+                );
+            }
+        }
     }
 }

@@ -60,6 +60,7 @@ fn pad_more(b: &Batch, extra: usize) -> Batch {
         tgt_out: vec![PAD; b.b * t2],
         tgt_lens: b.tgt_lens.clone(),
         src_drop: Vec::new(),
+        guide: Vec::new(),
     };
     for i in 0..b.b {
         out.src[i * s2..i * s2 + b.s].copy_from_slice(&b.src[i * b.s..(i + 1) * b.s]);

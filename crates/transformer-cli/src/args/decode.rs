@@ -53,6 +53,10 @@ pub struct ScoreArgs {
     /// Print each score divided by its target tokens (EOS included) instead of the sum.
     #[arg(long)]
     pub per_token: bool,
+    /// With --alignment: each pair's alignment after its score, `score ||| alignment` (forced
+    /// alignment of given translations, as marian-scorer's --alignment).
+    #[command(flatten)]
+    pub align: AlignArgs,
 }
 
 // The arguments of `transformer evaluate`.

@@ -1,7 +1,7 @@
 //! `translate`, `evaluate` and `attention`: thin layers over [`Translator`].
 
 use super::input::{for_each_input_line, read_input_lines, read_references, Stderr};
-use crate::args::{GuideArgs, ModelArgs, TranslateArgs};
+use crate::args::{AlignArgs, GuideArgs, ModelArgs, TranslateArgs};
 use crate::progress::CountBar;
 use crate::usage;
 use anyhow::Result;
@@ -222,7 +222,7 @@ pub fn evaluate(
 
 /// `transformer score`: each (source, translation) pair's log-probability under the model, one a
 /// line on stdout, in input order (or per target token with `per_token`).
-pub fn score(model: &ModelArgs, src: &Path, refs: &Path, per_token: bool) -> Result<()> {
+pub fn score(model: &ModelArgs, src: &Path, refs: &Path, per_token: bool, align: &AlignArgs) -> Result<()> {
     if model.checkpoint.len() > 1 {
         usage!("score takes one checkpoint (an ensemble's log-probabilities are averaged per step, not per pair)");
     }
@@ -260,10 +260,21 @@ pub fn score(model: &ModelArgs, src: &Path, refs: &Path, per_token: bool) -> Res
         let file = if side == Some(transformer::data::tokenizer::Side::Source) { src } else { refs };
         anyhow::anyhow!("{}: {e}", file.display())
     })?;
+    let alignment = align.options();
+    if alignment.is_some() && translator.task() != transformer::Task::Translation {
+        usage!("--alignment aligns translations; this model parses");
+    }
     let mut out = String::new();
-    for s in &scores {
+    for (i, s) in scores.iter().enumerate() {
         let value = if per_token { s.log_prob / s.tokens as f64 } else { s.log_prob };
-        out.push_str(&format!("{value:.6}\n"));
+        out.push_str(&format!("{value:.6}"));
+        if let Some(a) = &alignment {
+            let (sid, tid) = (translator.encode_source(&srcs[i])?, translator.encode_target(&tgts[i])?);
+            let al =
+                translator.align(&sid, &tid, a).map_err(|e| anyhow::anyhow!("{}:{}: {e}", src.display(), i + 1))?;
+            out.push_str(&format!(" ||| {}", al.format(a.kind)));
+        }
+        out.push('\n');
     }
     use std::io::Write;
     std::io::stdout().lock().write_all(out.as_bytes())?;

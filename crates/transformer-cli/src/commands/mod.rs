@@ -13,9 +13,9 @@ mod text;
 mod train;
 
 use crate::args::{
-    AttentionArgs, AverageArgs, BenchArgs, BpeArgs, Command, DataArgs, EvaluateArgs, ExportArgs, ExportCommand,
-    ImportArgs, ImportCommand, ParamsArgs, ParseEvalArgs, QuantizeArgs, ScoreArgs, SyntheticArgs, TrainArgs,
-    TreebankArgs,
+    AerArgs, AttentionArgs, AverageArgs, BenchArgs, BpeArgs, Command, DataArgs, EvaluateArgs, ExportArgs,
+    ExportCommand, ImportArgs, ImportCommand, ParamsArgs, ParseEvalArgs, QuantizeArgs, ScoreArgs, SyntheticArgs,
+    TrainArgs, TreebankArgs,
 };
 use anyhow::Result;
 use transformer::task::Evaluation;
@@ -49,7 +49,9 @@ pub fn run(cmd: Command) -> Result<()> {
         Command::Prepare(args) => train::prepare(&args),
         Command::Translate(args) => decode::translate(&args),
         Command::Evaluate(args) => evaluate(args),
-        Command::Score(ScoreArgs { model, src, refs, per_token }) => decode::score(&model, &src, &refs, per_token),
+        Command::Score(ScoreArgs { model, src, refs, per_token, align }) => {
+            decode::score(&model, &src, &refs, per_token, &align)
+        }
         Command::Parse(args) => parse::parse(&args),
         Command::Treebank(TreebankArgs { input, files, words, trees }) => {
             parse::treebank(&input, files.as_deref(), words.as_deref(), trees.as_deref())
@@ -61,6 +63,13 @@ pub fn run(cmd: Command) -> Result<()> {
         Command::Bpe(BpeArgs { which }) => text::bpe(which),
         Command::Bleu(args) => text::bleu(&args),
         Command::ParseEval(ParseEvalArgs { gold, test, summary_only }) => evalb::parse_eval(&gold, &test, summary_only),
+        Command::Aer(AerArgs { reference, hyp }) => {
+            let (r, h) = (input::read_input_lines(&reference)?, input::read_input_lines(&hyp)?);
+            let aer = transformer::eval::aer::corpus_aer(&r, &h)
+                .map_err(|e| anyhow::anyhow!("{} / {}: {e}", reference.display(), hyp.display()))?;
+            println!("{}", aer.line());
+            Ok(())
+        }
         Command::Bench(BenchArgs { which }) => bench::run(which),
         Command::Serve(args) => crate::serve::run(args),
     }

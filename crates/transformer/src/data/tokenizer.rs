@@ -149,15 +149,17 @@ impl Tokenizer {
         ids
     }
 
-    /// Whether a token begins a word: its piece starts with the tokenizer's space mark (`Ġ` for
-    /// our byte-level BPE, `▁` for SentencePiece). Special tokens begin none.
-    pub fn starts_word(&self, side: Side, id: u32) -> bool {
-        match self {
-            Tokenizer::Bpe(b) => {
-                (id as usize) >= SPECIALS.len() && b.piece_of(id).is_some_and(|p| p.starts_with('\u{120}'))
-            }
-            Tokenizer::Marian(m) => m.piece(side, id).starts_with('\u{2581}'),
-        }
+    /// How a token stands to the words of the text: (it begins a word, it is the space mark
+    /// alone). The space mark is `Ġ` for our byte-level BPE, `▁` for SentencePiece; special tokens
+    /// are neither.
+    pub fn word_mark(&self, side: Side, id: u32) -> (bool, bool) {
+        let piece = match self {
+            Tokenizer::Bpe(b) if (id as usize) >= SPECIALS.len() => b.piece_of(id).unwrap_or_default(),
+            Tokenizer::Bpe(_) => String::new(),
+            Tokenizer::Marian(m) => m.piece(side, id),
+        };
+        let mark = if matches!(self, Tokenizer::Bpe(_)) { '\u{120}' } else { '\u{2581}' };
+        (piece.starts_with(mark), !piece.is_empty() && piece.chars().all(|c| c == mark))
     }
 
     /// The text of one piece for labels: a piece that starts a word begins with a space.

@@ -11,7 +11,7 @@
 
 use super::beam::Hypothesis;
 use super::translator::Translator;
-use crate::data::tokenizer::Side;
+use crate::data::tokenizer::{Side, Tokenizer};
 use crate::error::{Error, Result};
 use crate::eval::attention::{AttentionWeights, Kind};
 use crate::vocab::EOS;
@@ -147,10 +147,11 @@ impl Alignment {
     }
 
     /// The alignment over words: `src_words[i]` and `tgt_words[j]` are the word of source token i
-    /// and of target token j (from [`word_indices`]). A target word's weights are the mean over its
-    /// tokens of the sum over each source word's tokens, so each row still sums as the tokens'
-    /// rows do; hard pairs of words are then read from these weights.
-    pub fn to_words(&self, src_words: &[usize], tgt_words: &[usize]) -> Result<Alignment> {
+    /// and of target token j, `None` for a token of no word (from [`token_words`]). A target
+    /// word's weights are the mean over its tokens of the sum over each source word's tokens, so
+    /// each row still sums as the tokens' rows do; hard pairs of words are then read from these
+    /// weights.
+    pub fn to_words(&self, src_words: &[Option<usize>], tgt_words: &[Option<usize>]) -> Result<Alignment> {
         if src_words.len() != self.source || tgt_words.len() != self.target {
             return Err(Error::Input(format!(
                 "word indices for {}×{} tokens given to an alignment of {}×{}",
@@ -160,14 +161,17 @@ impl Alignment {
                 self.source
             )));
         }
-        let count = |w: &[usize]| w.last().map_or(0, |&l| l + 1);
+        let count = |w: &[Option<usize>]| w.iter().flatten().max().map_or(0, |&l| l + 1);
         let (sw, tw) = (count(src_words), count(tgt_words));
         let mut weights = vec![0f32; tw * sw];
         let mut pieces = vec![0usize; tw];
-        for (t, &wt) in tgt_words.iter().enumerate() {
+        for (t, wt) in tgt_words.iter().enumerate() {
+            let Some(wt) = *wt else { continue };
             pieces[wt] += 1;
-            for (s, &ws) in src_words.iter().enumerate() {
-                weights[wt * sw + ws] += self.weight(s, t);
+            for (s, ws) in src_words.iter().enumerate() {
+                if let Some(ws) = *ws {
+                    weights[wt * sw + ws] += self.weight(s, t);
+                }
             }
         }
         for (wt, &n) in pieces.iter().enumerate() {
@@ -229,9 +233,7 @@ impl Translator {
             return Ok(tokens);
         }
         let tok = self.tokenizer();
-        let starts =
-            |side, ids: &[u32]| word_indices(&ids.iter().map(|&id| tok.starts_word(side, id)).collect::<Vec<_>>());
-        tokens.to_words(&starts(Side::Source, &src[..source]), &starts(Side::Target, tgt))
+        tokens.to_words(&token_words(tok, Side::Source, &src[..source]), &token_words(tok, Side::Target, tgt))
     }
 
     /// [`Translator::align`] of a hypothesis; one translated in chunks (its source longer than
@@ -263,20 +265,31 @@ fn short(x: f32) -> String {
     }
 }
 
-/// The word of each token: token 0 is word 0, and a token that starts a word (`starts[i]`) begins
-/// the next one.
-pub fn word_indices(starts: &[bool]) -> Vec<usize> {
-    let mut w = 0;
-    starts
-        .iter()
-        .enumerate()
-        .map(|(i, &s)| {
-            if i > 0 && s {
-                w += 1;
+/// The white-space word of each token, from each token's (begins a word, is the space mark
+/// alone) ([`Tokenizer::word_mark`]): the first token begins word 0 whatever it is, a token
+/// that begins a word begins the next one, and a space mark alone that no word follows (an
+/// extra space) belongs to none.
+pub fn word_indices(marks: &[(bool, bool)]) -> Vec<Option<usize>> {
+    let mut w: Option<usize> = None;
+    (0..marks.len())
+        .map(|i| {
+            let (starts, bare) = marks[i];
+            if bare && marks.get(i + 1).is_none_or(|next| next.0) {
+                return None;
             }
+            w = Some(match w {
+                None => 0,
+                Some(w) if starts => w + 1,
+                Some(w) => w,
+            });
             w
         })
         .collect()
+}
+
+/// [`word_indices`] of token ids on one side of `tok`.
+pub fn token_words(tok: &Tokenizer, side: Side, ids: &[u32]) -> Vec<Option<usize>> {
+    word_indices(&ids.iter().map(|&id| tok.word_mark(side, id)).collect::<Vec<_>>())
 }
 
 /// Pairs `s-t` read from Marian's hard format (`0-0 1-2 ...`); a malformed pair is an error
@@ -346,21 +359,28 @@ mod tests {
                 0.3, 0.3, 0.4, // z
             ],
         };
-        let w = a.to_words(&word_indices(&[true, false, true]), &word_indices(&[true, true, false])).unwrap();
+        let marks = |s: &[bool]| word_indices(&s.iter().map(|&b| (b, false)).collect::<Vec<_>>());
+        let w = a.to_words(&marks(&[true, false, true]), &marks(&[true, true, false])).unwrap();
         assert_eq!((w.source, w.target), (2, 2));
         let want = [0.8, 0.2, 0.4, 0.6];
         for (got, want) in w.weights.iter().zip(want) {
             assert!((got - want).abs() < 1e-6, "{:?}", w.weights);
         }
         assert_eq!(w.format(AlignmentKind::Hard), "0-0 1-1");
-        assert!(a.to_words(&[0, 0], &[0, 1, 1]).is_err());
+        assert!(a.to_words(&[Some(0), Some(0)], &[Some(0), Some(1), Some(1)]).is_err());
     }
 
     #[test]
     fn word_indices_count_starts_after_the_first_token() {
-        assert_eq!(word_indices(&[true, false, true, true, false]), vec![0, 0, 1, 2, 2]);
-        assert_eq!(word_indices(&[false, false, true]), vec![0, 0, 1]);
-        assert!(word_indices(&[]).is_empty());
+        let plain = |s: &[bool]| word_indices(&s.iter().map(|&b| (b, false)).collect::<Vec<_>>());
+        assert_eq!(plain(&[true, false, true, true, false]), [Some(0), Some(0), Some(1), Some(2), Some(2)]);
+        assert_eq!(plain(&[false, false, true]), [Some(0), Some(0), Some(1)]);
+        assert!(plain(&[]).is_empty());
+        // "a  b" in byte-level BPE: a, Ġ (the extra space), Ġb; SentencePiece's "▁ (" keeps the
+        // bare mark as its word's start.
+        assert_eq!(word_indices(&[(false, false), (true, true), (true, false)]), [Some(0), None, Some(1)]);
+        assert_eq!(word_indices(&[(true, false), (true, true), (false, false)]), [Some(0), Some(1), Some(1)]);
+        assert_eq!(word_indices(&[(true, false), (true, true)]), [Some(0), None]);
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! attention heatmaps like the paper's Figures 3–5 (`heatmap`, behind the default-on `heatmap` feature);
 //! and constituency parsing's labeled bracketing F1 exactly as EVALB computes it (`evalb`).
 
+pub mod aer;
 pub mod attention;
 pub mod bleu;
 pub mod chrf;

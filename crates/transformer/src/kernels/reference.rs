@@ -611,3 +611,45 @@ pub fn linear_int8(x: &[f32], w: &[f32], b: Option<&[f32]>, m: usize, n: usize, 
     }
     y
 }
+
+/// Guided alignment's loss and its gradients for one sentence and one head, from the queries
+/// `q` (T, K) and keys `k` (S, K): P = softmax(q kᵀ / √K) over the first `key_len` keys,
+/// L = −w Σ A ⊙ ln(P + ε) with A (T, S) the guide. Returns (L, dq, dk). The naive twin of
+/// `kernels::cpu::guided`.
+#[allow(clippy::too_many_arguments)]
+pub fn guided_alignment(
+    q: &[f64],
+    k: &[f64],
+    guide: &[f64],
+    t: usize,
+    s: usize,
+    dk_width: usize,
+    key_len: usize,
+    weight: f64,
+) -> (f64, Vec<f64>, Vec<f64>) {
+    let eps = crate::kernels::cpu::guided::EPSILON as f64;
+    let scale = 1.0 / (dk_width as f64).sqrt();
+    let (mut loss, mut dq, mut dk) = (0.0, vec![0.0; t * dk_width], vec![0.0; s * dk_width]);
+    for i in 0..t {
+        let scores: Vec<f64> = (0..key_len)
+            .map(|j| (0..dk_width).map(|c| q[i * dk_width + c] * k[j * dk_width + c]).sum::<f64>() * scale)
+            .collect();
+        let max = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        let z: f64 = scores.iter().map(|x| (x - max).exp()).sum();
+        let p: Vec<f64> = scores.iter().map(|x| (x - max).exp() / z).collect();
+        // dL/dP, then through the softmax: dL/dscore_j = P_j (dP_j − Σ P dP).
+        let dp: Vec<f64> = (0..key_len).map(|j| -weight * guide[i * s + j] / (p[j] + eps)).collect();
+        for j in 0..key_len {
+            loss -= weight * guide[i * s + j] * (p[j] + eps).ln();
+        }
+        let sum: f64 = (0..key_len).map(|j| p[j] * dp[j]).sum();
+        for j in 0..key_len {
+            let g = p[j] * (dp[j] - sum) * scale;
+            for c in 0..dk_width {
+                dq[i * dk_width + c] += g * k[j * dk_width + c];
+                dk[j * dk_width + c] += g * q[i * dk_width + c];
+            }
+        }
+    }
+    (loss, dq, dk)
+}

@@ -6,6 +6,7 @@ use super::masks::SubLayerMasks;
 use super::workspace::{AttnActs, Backward, Dims, Flow, GradScratch};
 use super::Transformer;
 use crate::kernels::cpu::attention::{attention_backward, attention_forward, AttnGrads, Heads};
+use crate::kernels::cpu::guided::{guided_backward, GuidedHeads};
 use crate::kernels::cpu::layer_norm::{residual_layer_norm_backward, residual_layer_norm_forward};
 use crate::kernels::cpu::linear::linear_backward;
 use crate::kernels::{AttnDims, Mask};
@@ -254,6 +255,9 @@ pub(super) fn cross_forward(
 
 /// Backward of [`cross_forward`]: overwrites `flow.dx` (B·T, D) and leaves the keys' and values'
 /// gradient in `gs.d_kv` for [`cross_kv_backward`].
+/// Backward of [`cross_forward`]; `guided`: a head of this layer trained towards an alignment,
+/// with ∂loss/∂P of that head (B, T, S), whose gradient joins the head's queries' and keys'.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn cross_backward(
     m: &Transformer,
     pg: &mut Backward<&AttnBlock, AttnBlockMut>,
@@ -262,6 +266,7 @@ pub(super) fn cross_backward(
     gs: &mut GradScratch,
     shape: &AttnShape,
     masks: SubLayerMasks,
+    guided: Option<(usize, &[f32])>,
 ) {
     let (d, hk, hv) = widths(m);
     let (dims, mt, ms) = (shape.dims, shape.q_rows(), shape.kv_rows());
@@ -288,6 +293,11 @@ pub(super) fn cross_backward(
         masks.weights,
         dims,
     );
+    if let Some((head, dprobs)) = guided {
+        let heads = GuidedHeads { q: &acts.q, ldq: hk, k: &acts.kv, ldk: hk + hv, k_packed: shape.kv_packed };
+        let (dq, dkv) = (&mut gs.d_qkv[..mt * hk], &mut gs.d_kv[..ms * (hk + hv)]);
+        guided_backward(dq, dkv, &heads, &acts.probs, dprobs, shape.key_lens, head, dims);
+    }
     let (dwq, dbq, _, _) = pg.g.attn.q_kv();
     linear_backward(
         m.float(),

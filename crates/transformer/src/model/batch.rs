@@ -30,6 +30,10 @@ pub struct Batch {
     /// position, the probability that its word is read as UNK by the source embedding in this
     /// pass (the same at every piece of a word); empty for none.
     pub src_drop: Vec<f32>,
+    /// (B, T, S) guided alignment (`data.guided_alignment`), read in training only: for each
+    /// target position, the distribution over source positions one attention head is trained
+    /// towards; a row of zeros where the target token has no alignment. Empty for none.
+    pub guide: Vec<f32>,
 }
 
 impl Batch {
@@ -49,6 +53,7 @@ impl Batch {
             tgt_out: vec![PAD; b * t],
             tgt_lens: Vec::with_capacity(b),
             src_drop: Vec::new(),
+            guide: Vec::new(),
         };
         for (i, (src, tgt)) in pairs.iter().enumerate() {
             batch.src[i * s..i * s + src.len()].copy_from_slice(src);
@@ -90,6 +95,15 @@ impl Batch {
                 "{} word-dropout probabilities for {} source positions",
                 self.src_drop.len(),
                 self.src.len()
+            ));
+        }
+        if !self.guide.is_empty() && Some(self.guide.len()) != self.b.checked_mul(self.t * self.s) {
+            return bad(format!(
+                "{} guided-alignment weights for B={} T={} S={}",
+                self.guide.len(),
+                self.b,
+                self.t,
+                self.s
             ));
         }
         if self.s > c.max_positions || self.t > c.max_positions {

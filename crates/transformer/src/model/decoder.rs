@@ -94,7 +94,8 @@ impl Transformer {
             let shape = AttnShape::cross(self, dims, &batch.src_lens).packed_keys(&ws.src_rows);
             let mut cross = Backward { p: &lp.cross_attn, g: lg.cross_attn };
             let flow = Flow { x: self_out, dout: gb, dx: ga };
-            attention::cross_backward(self, &mut cross, &acts.cross_attn, flow, g, &shape, masks.cross_attn);
+            let guided = ws.guided.as_ref().filter(|x| x.0 == l).map(|(_, head, dp)| (*head, dp.as_slice()));
+            attention::cross_backward(self, &mut cross, &acts.cross_attn, flow, g, &shape, masks.cross_attn, guided);
             attention::cross_kv_backward(self, &mut cross, enc_out, &mut ws.d_enc[..ns * d], g, &shape);
             let shape = AttnShape::self_attn(self, dims.b, dims.t, &batch.tgt_lens, Mask::Causal);
             let attn = Backward { p: &lp.self_attn, g: lg.self_attn };

@@ -148,6 +148,7 @@ impl Transformer {
                 tgt_out: vec![UNK; gb],
                 tgt_lens: vec![1; gb],
                 src_drop: Vec::new(),
+                guide: Vec::new(),
             };
             for (i, x) in group.iter().enumerate() {
                 batch.src[i * gs..i * gs + x.len()].copy_from_slice(x);

@@ -10,6 +10,7 @@ mod chars;
 mod decoder;
 mod encoder;
 mod feed_forward;
+mod guided;
 pub mod incremental;
 mod lins;
 mod masks;

@@ -162,6 +162,10 @@ pub struct Workspace {
     /// the loss and the backward pass read; `None` before one, and once buffers are prepared for
     /// another pass.
     pub(crate) forward_of: Option<(Dims, ModelConfig)>,
+    /// After [`Transformer::guided_alignment_loss`](super::Transformer::guided_alignment_loss):
+    /// the supervised layer and head and ∂loss/∂P of that head, (B, T, S), which the backward
+    /// pass adds; `None` before one, and once buffers are prepared for another pass.
+    pub(crate) guided: Option<(usize, usize, Vec<f32>)>,
 }
 
 fn fit(v: &mut Vec<f32>, n: usize) {
@@ -269,6 +273,7 @@ impl Workspace {
         let b = src_lens.len();
         self.dims = Dims { b, s, t };
         self.forward_of = None;
+        self.guided = None;
         let (d, h, f) = (c.d_model, c.n_heads, c.d_ff);
         let (hk, hv) = (h * c.d_k, h * c.d_v);
         let (ms, mt) = (b * s, b * t);

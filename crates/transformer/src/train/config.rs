@@ -142,6 +142,11 @@ pub struct DataSection {
     pub max_tokens: usize,
     /// Largest length ratio kept.
     pub max_ratio: f64,
+    /// Translation: word alignments of the training pairs, a line each, `s-t` pairs of 0-based
+    /// white-space word positions (what fast_align and eflomal write; Marian's
+    /// `--guided-alignment`): one head of the decoder's encoder–decoder attention is trained
+    /// towards them (`train.guided_alignment_weight`, `train.guided_alignment_layer`).
+    pub guided_alignment: Option<PathBuf>,
 }
 
 impl Default for DataSection {
@@ -163,6 +168,7 @@ impl Default for DataSection {
             vocab_size: 8000,
             max_tokens: 250,
             max_ratio: 3.0,
+            guided_alignment: None,
         }
     }
 }
@@ -225,6 +231,13 @@ pub struct TrainSection {
     /// Parsing: word dropout (the `word-dropout` departure): in training, each source word of
     /// training count c is read as UNK with probability 1/(1 + c), drawn afresh every pass.
     pub word_dropout: bool,
+    /// With `data.guided_alignment`: the weight of the alignment loss beside the cross-entropy
+    /// (Marian's `--guided-alignment-weight`, 0.1), both summed over the update and divided by
+    /// its target tokens.
+    pub guided_alignment_weight: f32,
+    /// With `data.guided_alignment`: the decoder layer whose first encoder–decoder head is
+    /// trained, from 1 (default: the last, Marian's `--transformer-guided-alignment-layer`).
+    pub guided_alignment_layer: Option<usize>,
 }
 
 impl TrainSection {
@@ -269,6 +282,8 @@ impl Default for TrainSection {
             valid_f1_average: 0,
             bf16_matmul: Bf16Matmul::Off,
             word_dropout: false,
+            guided_alignment_weight: 0.1,
+            guided_alignment_layer: None,
         }
     }
 }

@@ -27,7 +27,12 @@ pub(super) struct Data {
     pub valid_text: Vec<(String, String)>,
     /// With `train.word_dropout`: the training words' counts.
     pub word_counts: Option<WordCounts>,
+    /// With `data.guided_alignment`: each training pair's aligned (source, target) token positions.
+    pub alignments: Option<TokenLinks>,
 }
+
+/// Per training pair, its aligned (source, target) token positions.
+pub(super) type TokenLinks = Vec<Vec<(u16, u16)>>;
 
 /// Word dropout's counts (`train.word_dropout`): how often each word (a run of pieces, as the
 /// vocabulary's pointer table splits a source) occurs in the training sources.
@@ -182,6 +187,85 @@ fn training_pairs(
     Ok((pairs, report, rounds))
 }
 
+/// The training pairs that pass `filter`, with their word alignments from `path` (a line a
+/// pair, `s-t` white-space word positions) as pairs of token positions: every token of source
+/// word s with every token of target word t. A missing line or a position past its sentence's
+/// words is an error naming the file and line.
+fn aligned_pairs(
+    d: &DataSection,
+    path: &std::path::Path,
+    tokenizer: &Tokenizer,
+    filter: &FilterConfig,
+) -> Result<(TokenPairs, FilterReport, TokenLinks)> {
+    use crate::data::tokenizer::Side;
+    use crate::decode::alignment::{parse_points, token_words};
+    let text = d.task.read_pairs(&d.train_src, &d.train_tgt, None)?;
+    let lines = crate::data::corpus::read_lines(path)?;
+    if lines.len() != text.len() {
+        return Err(Error::Input(format!(
+            "{} has {} lines but {} has {} pairs: the alignments must be line-aligned with the training text",
+            path.display(),
+            lines.len(),
+            d.train_src.display(),
+            text.len()
+        )));
+    }
+    let mut report = FilterReport::default();
+    let (mut pairs, mut aligned) = (Vec::new(), Vec::new());
+    for (i, (pair, line)) in text.iter().zip(&lines).enumerate() {
+        let at = |e: String| Error::Input(format!("{}:{}: {e}", path.display(), i + 1));
+        let points = parse_points(line).map_err(|e| at(e.to_string()))?;
+        let (kept, r) = encode(d, tokenizer, std::slice::from_ref(pair), filter)?;
+        report = FilterReport {
+            read: report.read + r.read,
+            kept: report.kept + r.kept,
+            empty: report.empty + r.empty,
+            too_long: report.too_long + r.too_long,
+            bad_ratio: report.bad_ratio + r.bad_ratio,
+        };
+        let Some((src, tgt)) = kept.into_iter().next() else { continue };
+        // A Marian source's `</s>` is no word of the text.
+        let n = src.len() - usize::from(src.last() == Some(&crate::vocab::EOS));
+        let (sw, tw) = (token_words(tokenizer, Side::Source, &src[..n]), token_words(tokenizer, Side::Target, &tgt));
+        let words = |w: &[Option<usize>]| w.iter().flatten().max().map_or(0, |&m| m + 1);
+        let (ns, nt) = (words(&sw), words(&tw));
+        let mut links = Vec::new();
+        for (s, t) in points {
+            if s >= ns || t >= nt {
+                return Err(at(format!(
+                    "pair {s}-{t} lies outside the sentence pair's {ns} source and {nt} target words (0-based)"
+                )));
+            }
+            for (a, _) in sw.iter().enumerate().filter(|x| *x.1 == Some(s)) {
+                for (b, _) in tw.iter().enumerate().filter(|x| *x.1 == Some(t)) {
+                    links.push((a as u16, b as u16));
+                }
+            }
+        }
+        pairs.push((src, tgt));
+        aligned.push(links);
+    }
+    Ok((pairs, report, aligned))
+}
+
+/// Each target token's row of a batch's guide: the distribution over the source tokens it is
+/// aligned to ([`Batch::guide`]), from each pair's aligned token positions.
+fn set_guide(batch: &mut Batch, idx: &[usize], alignments: &[Vec<(u16, u16)>]) {
+    let (t, s) = (batch.t, batch.s);
+    batch.guide = vec![0.0; batch.b * t * s];
+    for (b, &i) in idx.iter().enumerate() {
+        for &(a, c) in &alignments[i] {
+            batch.guide[(b * t + c as usize) * s + a as usize] = 1.0;
+        }
+    }
+    for row in batch.guide.chunks_exact_mut(s) {
+        let n: f32 = row.iter().sum();
+        if n > 0.0 {
+            row.iter_mut().for_each(|x| *x /= n);
+        }
+    }
+}
+
 /// Encodes text pairs with the run's tokenizer ([`encode_and_filter_for`]).
 fn encode(
     d: &DataSection,
@@ -222,6 +306,7 @@ pub(super) fn prepare(cfg: &RunConfig, events: &mut dyn Events) -> Result<Data> 
     let tokenizer = tokenizer(cfg, events)?;
     // The round each training pair is batched in (empty: all in one).
     let mut rounds = Vec::new();
+    let mut alignments = None;
     let train: Box<dyn Pairs> = match &d.train_bin {
         Some(dir) => {
             let b = Binarized::open(dir)?;
@@ -249,7 +334,20 @@ pub(super) fn prepare(cfg: &RunConfig, events: &mut dyn Events) -> Result<Data> 
         }
         None => {
             let filter = FilterConfig { max_tokens: d.max_tokens, max_ratio: d.max_ratio };
-            let (pairs, report, r) = training_pairs(d, &tokenizer, &filter, events)?;
+            let (pairs, report, r) = match &d.guided_alignment {
+                Some(path) => {
+                    let (pairs, report, aligned) = aligned_pairs(d, path, &tokenizer, &filter)?;
+                    let links: usize = aligned.iter().map(Vec::len).sum();
+                    events.log(&format!(
+                        "guided alignment: {links} aligned token pairs over {} training pairs, from {}",
+                        aligned.len(),
+                        path.display()
+                    ));
+                    alignments = Some(aligned);
+                    (pairs, report, Vec::new())
+                }
+                None => training_pairs(d, &tokenizer, &filter, events)?,
+            };
             events.log(&format!("train: {report}"));
             rounds = r;
             Box::new(pairs)
@@ -298,7 +396,7 @@ pub(super) fn prepare(cfg: &RunConfig, events: &mut dyn Events) -> Result<Data> 
         ));
         counts
     });
-    Ok(Data { tokenizer, model, train, batches, valid, valid_text, word_counts })
+    Ok(Data { tokenizer, model, train, batches, valid, valid_text, word_counts, alignments })
 }
 
 /// A batch budget no training pair fits is refused (every batch would be one pair over it); pairs
@@ -375,11 +473,14 @@ fn validation_pairs(
 }
 
 /// The batch of training pairs `idx`.
-pub(super) fn batch_of(pairs: &dyn Pairs, idx: &[usize], word_counts: Option<&WordCounts>) -> Batch {
-    let sel: Vec<(Vec<u32>, Vec<u32>)> = idx.iter().map(|&i| pairs.get(i)).collect();
+pub(super) fn batch_of(data: &Data, idx: &[usize]) -> Batch {
+    let sel: Vec<(Vec<u32>, Vec<u32>)> = idx.iter().map(|&i| data.train.get(i)).collect();
     let mut batch = Batch::from_pairs(&sel);
-    if let Some(w) = word_counts {
+    if let Some(w) = &data.word_counts {
         w.set_probabilities(&mut batch);
+    }
+    if let Some(a) = &data.alignments {
+        set_guide(&mut batch, idx, a);
     }
     batch
 }

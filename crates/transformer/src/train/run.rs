@@ -363,6 +363,15 @@ impl<'a> Run<'a> {
         }
         let schedule = Schedule { d_model: data.model.d_model, warmup: t.warmup, lr_scale: t.lr_scale };
         let mut trainer = Trainer::new(model, schedule, t.seed)?;
+        if data.alignments.is_some() {
+            let layer = t.guided_alignment_layer.unwrap_or(data.model.n_layers) - 1;
+            let weight = t.guided_alignment_weight;
+            trainer.set_guided(Some(super::trainer::Guided { weight, layer, head: 0 }));
+            rank0.log(&format!(
+                "guided alignment: head 1 of decoder layer {} trained towards the alignments, weight {weight}",
+                layer + 1
+            ));
+        }
         let state = resume_run(&mut trainer, cfg, comm, &run_dir, &data, &mut rank0)?;
         rank0.log(&format!(
             "{} parameters, {} training pairs in {} batches, {} per update{}",
@@ -421,10 +430,7 @@ impl<'a> Run<'a> {
         let end = (self.state.cursor + t.accumulate).min(n_batches);
         let share = share_of(end - self.state.cursor, self.comm.rank(), self.comm.size())?;
         let mine = &order[self.state.cursor + share.start..self.state.cursor + share.end];
-        let group: Vec<Batch> = mine
-            .iter()
-            .map(|&b| batch_of(self.data.train.as_ref(), &self.data.batches[b], self.data.word_counts.as_ref()))
-            .collect();
+        let group: Vec<Batch> = mine.iter().map(|&b| batch_of(&self.data, &self.data.batches[b])).collect();
         let stats = self.trainer.train_step_shared(&group, share.start, end - self.state.cursor, self.comm)?;
         let state = &mut self.state;
         state.cursor = end;

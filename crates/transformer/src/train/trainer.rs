@@ -51,6 +51,18 @@ pub struct Trainer {
     passes: u64,
     /// Activations and scratch.
     workspace: Workspace,
+    /// Guided alignment training (`train.guided_alignment_weight`), on batches with a guide.
+    guided: Option<Guided>,
+}
+
+/// Guided alignment (Marian's `--guided-alignment`): the loss `weight` · −Σ A ⊙ log P of one head
+/// of one decoder layer's encoder–decoder attention (both counted from 0), added to the
+/// cross-entropy of every batch that holds a guide ([`Batch::guide`]) and normalised as it is.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Guided {
+    pub weight: f32,
+    pub layer: usize,
+    pub head: usize,
 }
 
 impl Trainer {
@@ -76,7 +88,13 @@ impl Trainer {
             seed,
             passes: 0,
             workspace: Workspace::new(),
+            guided: None,
         })
+    }
+
+    /// Trains one attention head towards each batch's guide from now on (`None`: not).
+    pub fn set_guided(&mut self, guided: Option<Guided>) {
+        self.guided = guided;
     }
 
     /// The model trained.
@@ -178,7 +196,11 @@ impl Trainer {
     fn accumulate_at(&mut self, batch: &Batch, grad_scale: f32, pass: u64) -> Result<crate::model::LossSums> {
         let ctx = DropoutCtx { seed: self.seed, counter: pass };
         self.model.forward(batch, &mut self.workspace, Some(ctx))?;
-        let sums = self.model.loss(batch, &mut self.workspace, self.model.config.label_smoothing, grad_scale)?;
+        let mut sums = self.model.loss(batch, &mut self.workspace, self.model.config.label_smoothing, grad_scale)?;
+        if let Some(g) = self.guided.filter(|_| !batch.guide.is_empty()) {
+            let ws = &mut self.workspace;
+            sums.loss += self.model.guided_alignment_loss(batch, ws, g.weight, g.layer, g.head, grad_scale)?;
+        }
         self.model.backward(batch, &mut self.workspace, Some(ctx), &mut self.grads)?;
         Ok(sums)
     }

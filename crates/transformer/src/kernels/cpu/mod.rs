@@ -8,6 +8,7 @@ pub mod cached_attention;
 pub mod char_cnn;
 pub mod elementwise;
 pub mod embedding;
+pub mod guided;
 pub mod int8;
 pub mod layer_norm;
 pub mod linear;

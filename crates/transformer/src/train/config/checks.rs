@@ -102,6 +102,28 @@ impl RunConfig {
                     .into(),
             ));
         }
+        if let Some(a) = &d.guided_alignment {
+            if d.task != crate::task::Task::Translation || d.train_bin.is_some() {
+                return Err(Error::Config(format!(
+                    "data.guided_alignment = {:?} aligns the words of translation pairs read from text: it needs                      data.task = \"translation\" and no data.train_bin",
+                    a.display().to_string()
+                )));
+            }
+            if !(t.guided_alignment_weight.is_finite() && t.guided_alignment_weight > 0.0) {
+                return Err(Error::Config(format!(
+                    "train.guided_alignment_weight = {} must be a number above 0 (Marian's default is 0.1)",
+                    t.guided_alignment_weight
+                )));
+            }
+            if let Some(l) = t.guided_alignment_layer.filter(|&l| l == 0 || l > model.n_layers) {
+                return Err(Error::Config(format!(
+                    "train.guided_alignment_layer = {l}: the decoder has layers 1 to {}",
+                    model.n_layers
+                )));
+            }
+        } else if t.guided_alignment_layer.is_some() {
+            return Err(Error::Config("train.guided_alignment_layer needs data.guided_alignment".into()));
+        }
         if t.word_dropout && d.task != crate::task::Task::Parsing {
             return Err(Error::Config(
                 "train.word_dropout counts the words of sentences to parse: it needs data.task = \"parsing\"".into(),
