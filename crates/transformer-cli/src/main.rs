@@ -27,9 +27,24 @@ fn fix_mmap_threshold() {
     }
 }
 
+/// A reader that closes our stdout early (`transformer evaluate … | head -2`) ends the command
+/// as it ends `cat`: quietly, by SIGPIPE, where Rust's default (the signal ignored) makes the next
+/// `println!` panic. Not for `serve`, whose clients may close their sockets at any time.
+fn quiet_on_closed_stdout(command: &args::Command) {
+    if matches!(command, args::Command::Serve(_)) {
+        return;
+    }
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: signal only sets this process's disposition of SIGPIPE, before any thread starts.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 fn main() -> ExitCode {
     fix_mmap_threshold();
     let cli = args::Cli::parse();
+    quiet_on_closed_stdout(&cli.command);
     if let Some(n) = cli.threads {
         if let Err(e) = rayon::ThreadPoolBuilder::new().num_threads(n as usize).build_global() {
             eprintln!("error: cannot start {n} threads: {e}");

@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{transformer, TestDir};
+use common::{bin, transformer, TestDir};
 use std::process::Command;
 
 #[test]
@@ -875,4 +875,26 @@ fn data_news_text_verifies_its_archives_and_writes_nothing_otherwise() {
     let (ok, _, err) = transformer(&args);
     assert!(!ok && err.contains("abc.zip") && err.contains("SHA-256"), "{err}");
     assert!(!out.exists(), "nothing is written");
+}
+
+#[test]
+fn a_reader_that_stops_early_ends_the_command_quietly() {
+    // `transformer bpe apply … | head -1`: 2 MB of pieces into a pipe closed after one line.
+    use std::io::{BufRead, BufReader};
+    use std::os::unix::process::ExitStatusExt;
+    let fixture = transformer::test_support::repo("crates/transformer/tests/fixtures/m30k-small/bpe.json");
+    let input = transformer::test_support::multi30k("train.en.gz");
+    let mut child = std::process::Command::new(bin())
+        .args(["bpe", "apply", "--model", fixture.to_str().unwrap(), "--input", input.to_str().unwrap()])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut first).unwrap();
+    assert!(!first.trim().is_empty());
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("panicked") && !err.contains("Broken pipe"), "{err}");
+    assert!(out.status.success() || out.status.signal() == Some(13), "{:?}: {err}", out.status);
 }
