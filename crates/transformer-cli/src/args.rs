@@ -117,6 +117,10 @@ pub enum Command {
     /// `translate --alignment` or `score --alignment` write them) against reference links, `s-t`
     /// sure and `s?t` possible.
     Aer(AerArgs),
+    /// Learn a vocabulary shortlist from training text (Marian's --shortlist, CTranslate2's
+    /// vocabulary map): for each source token its most co-occurring target tokens, and the most
+    /// frequent targets (decode/shortlist.rs; decoding with it is not built yet).
+    Shortlist(ShortlistArgs),
     /// Serve translations over HTTP: POST /translate (JSON), GET /health, GET /metrics
     /// (Prometheus), and a web page at / (docs/serve.md). Stops cleanly on SIGTERM or Ctrl-C.
     Serve(crate::serve::ServeArgs),
@@ -476,6 +480,28 @@ pub struct AerArgs {
     /// Hypothesis alignments, line-aligned (a `text ||| links` line is read after its last ` ||| `).
     #[arg(long)]
     pub hyp: PathBuf,
+}
+
+// The arguments of `transformer shortlist`.
+#[derive(Args)]
+pub struct ShortlistArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Training sources (plain or .gz).
+    #[arg(long)]
+    pub src: PathBuf,
+    /// Their translations, line-aligned.
+    #[arg(long)]
+    pub tgt: PathBuf,
+    /// Targets kept per source token.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..))]
+    pub per_source: u32,
+    /// The most frequent targets, always in.
+    #[arg(long, default_value_t = 100)]
+    pub frequent: u32,
+    /// Where the table goes (JSON).
+    #[arg(long)]
+    pub output: PathBuf,
 }
 
 // The arguments of `transformer bench`.

@@ -253,3 +253,42 @@ fn score_aligns_given_translations_and_aer_scores_them() {
     let (ok, _, err) = transformer(&["aer", "--ref", r.to_str().unwrap(), "--hyp", h.to_str().unwrap()]);
     assert!(!ok && err.contains("20 reference alignments but 1 hypothesis"), "{err}");
 }
+
+#[test]
+fn shortlist_learns_a_table_the_library_reads_back() {
+    // Lives here for the fixture: the shortlist command of issue 68 item 6 (its decoding is not
+    // built yet).
+    let dir = TestDir::new("transformer-shortlist");
+    let (ckpt, bpe) = fixture();
+    let (src, tgt) = (multi30k("val.en.gz"), multi30k("val.de.gz"));
+    let out = dir.join("list.json");
+    let run = |out: &Path| {
+        transformer(&[
+            "shortlist",
+            "--checkpoint",
+            ckpt.to_str().unwrap(),
+            "--bpe",
+            bpe.to_str().unwrap(),
+            "--src",
+            &src,
+            "--tgt",
+            &tgt,
+            "--per-source",
+            "20",
+            "--frequent",
+            "50",
+            "--output",
+            out.to_str().unwrap(),
+        ])
+    };
+    let (ok, report, err) = run(&out);
+    assert!(ok, "{err}");
+    let covered: f64 = report.split("covering ").nth(1).unwrap().split('%').next().unwrap().parse().unwrap();
+    assert!(covered > 80.0 && covered <= 100.0, "{report}");
+    let b = transformer::data::bpe::Bpe::load(&bpe).unwrap();
+    let table = transformer::decode::shortlist::Shortlist::load(&out, b.hash(), b.vocab_size()).unwrap();
+    assert_eq!(table.frequent.len(), 50);
+    assert!(table.sources.values().all(|l| !l.is_empty() && l.len() <= 20));
+    let (ok, _, err) = run(Path::new(&src));
+    assert!(!ok && err.contains("is an input"), "{err}");
+}

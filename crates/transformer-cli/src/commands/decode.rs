@@ -354,3 +354,44 @@ pub(crate) fn first_of(translator: &Translator) -> String {
         n => format!("; the first of the ensemble's {n} models alone"),
     }
 }
+
+/// `transformer shortlist`: the co-occurrence table of the training pairs, with the model's
+/// tokenizer, and how much of each pair's target it covers.
+pub fn shortlist(args: &crate::args::ShortlistArgs) -> Result<()> {
+    use transformer::decode::shortlist::Shortlist;
+    let crate::args::ShortlistArgs { model, src, tgt, per_source, frequent, output } = args;
+    if output == src || output == tgt {
+        usage!("--output {} is an input: give another path", output.display());
+    }
+    let translator = model.load()?;
+    let srcs = read_input_lines(src)?;
+    let tgts = read_references(std::slice::from_ref(tgt), src, srcs.len(), "sources")?.remove(0);
+    let mut pairs = Vec::with_capacity(srcs.len());
+    for (i, (s, t)) in srcs.iter().zip(&tgts).enumerate() {
+        let at = |f: &Path, e: transformer::Error| anyhow::anyhow!("{}:{}: {e}", f.display(), i + 1);
+        let s = translator.encode_source(s).map_err(|e| at(src, e))?;
+        pairs.push((s, translator.encode_target(t).map_err(|e| at(tgt, e))?));
+    }
+    let tok = translator.tokenizer();
+    let table = Shortlist::learn(&pairs, tok.vocab_size(), tok.hash(), *per_source as usize, *frequent as usize)?;
+    table.save(output)?;
+    // Coverage: the share of each pair's target tokens inside its own source's shortlist.
+    let (mut inside, mut all, mut size) = (0usize, 0usize, 0usize);
+    for (s, t) in &pairs {
+        let list = table.for_sources(std::slice::from_ref(s));
+        size += list.len();
+        all += t.len();
+        inside += t.iter().filter(|id| list.binary_search(id).is_ok()).count();
+    }
+    println!(
+        "{}: {} source tokens, {} targets each at most, {} frequent; a sentence's list {:.0} ids on average of {}, covering {:.2}% of its target tokens",
+        output.display(),
+        table.sources.len(),
+        per_source,
+        table.frequent.len(),
+        size as f64 / pairs.len().max(1) as f64,
+        tok.vocab_size(),
+        100.0 * inside as f64 / all.max(1) as f64
+    );
+    Ok(())
+}

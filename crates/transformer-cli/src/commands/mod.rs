@@ -63,6 +63,7 @@ pub fn run(cmd: Command) -> Result<()> {
         Command::Bpe(BpeArgs { which }) => text::bpe(which),
         Command::Bleu(args) => text::bleu(&args),
         Command::ParseEval(ParseEvalArgs { gold, test, summary_only }) => evalb::parse_eval(&gold, &test, summary_only),
+        Command::Shortlist(args) => decode::shortlist(&args),
         Command::Aer(AerArgs { reference, hyp }) => {
             let (r, h) = (input::read_input_lines(&reference)?, input::read_input_lines(&hyp)?);
             let aer = transformer::eval::aer::corpus_aer(&r, &h)

@@ -13,6 +13,7 @@ pub use load::{contains_model, model_files};
 mod parse;
 mod scorer;
 mod scoring;
+pub mod shortlist;
 pub mod translator;
 pub mod tree_constraint;
 mod workers;
