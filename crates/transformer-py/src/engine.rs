@@ -14,7 +14,7 @@ use transformer::decode::{AlignmentKind, AlignmentOptions, Guide, Hypothesis};
 use transformer::events::Events;
 use transformer::Task;
 
-/// Per sentence, its hypotheses as token strings and their scores.
+/// Per sentence, its hypotheses as token strings, their scores and their attention.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Translations {
     /// Per sentence, its hypotheses as target token strings.
@@ -165,7 +165,7 @@ pub(crate) fn translation_job(
             let mut each = Vec::with_capacity(nbest.len());
             for h in nbest {
                 let a = engine.translator.align_hypothesis(src, h, &soft)?;
-                each.push(a.weights.chunks(a.source.max(1)).take(a.target).map(<[f32]>::to_vec).collect());
+                each.push((0..a.target).map(|t| a.weights[t * a.source..(t + 1) * a.source].to_vec()).collect());
             }
             attention.push(each);
         }

@@ -210,7 +210,7 @@ pub struct AlignArgs {
     /// One head of that layer, from 1 (default: the mean of its heads).
     #[arg(long, requires = "alignment", value_parser = clap::value_parser!(u32).range(1..))]
     pub alignment_head: Option<u32>,
-    /// Align white-space words instead of subword tokens (a pair of words is aligned when their
+    /// Align space-separated words instead of subword tokens (a pair of words is aligned when their
     /// tokens are; soft: a target word's mean over its tokens of each source word's sum).
     #[arg(long, requires = "alignment")]
     pub alignment_words: bool,

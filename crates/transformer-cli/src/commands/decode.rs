@@ -118,9 +118,12 @@ pub fn translate(args: &TranslateArgs) -> Result<()> {
     let mut w = std::io::BufWriter::new(stdout.lock());
     for (i, list) in out.iter().enumerate() {
         // The alignment after the text, as Marian writes it: `text ||| alignment`.
+        let src = match alignment {
+            Some(_) => translator.encode_source(&lines[i])?,
+            None => Vec::new(),
+        };
         let aligned = |t: &transformer::decode::translator::Translation| -> Result<String> {
             let Some(a) = &alignment else { return Ok(String::new()) };
-            let src = translator.encode_source(&lines[i])?;
             let al = translator
                 .align_hypothesis(&src, &t.hypothesis, a)
                 .map_err(|e| anyhow::anyhow!("{name}:{}: {e}", i + 1))?;

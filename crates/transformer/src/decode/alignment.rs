@@ -6,7 +6,7 @@
 //! teacher-forced pass over the source and the output ([`crate::eval::attention`]).
 //!
 //! Positions count the model's tokens (subword pieces), the source's `</s>` and the output's
-//! `</s>` left out; [`Alignment::to_words`] maps them to white-space words, a pair of words
+//! `</s>` left out; [`Alignment::to_words`] maps them to space-separated words, a pair of words
 //! aligned when any of their pieces are.
 
 use super::beam::Hypothesis;
@@ -265,7 +265,7 @@ fn short(x: f32) -> String {
     }
 }
 
-/// The white-space word of each token, from each token's (begins a word, is the space mark
+/// The space-separated word of each token, from each token's (begins a word, is the space mark
 /// alone) ([`Tokenizer::word_mark`]): the first token begins word 0 whatever it is, a token
 /// that begins a word begins the next one, and a space mark alone that no word follows (an
 /// extra space) belongs to none.

@@ -254,9 +254,9 @@ pub(super) fn cross_forward(
 }
 
 /// Backward of [`cross_forward`]: overwrites `flow.dx` (B·T, D) and leaves the keys' and values'
-/// gradient in `gs.d_kv` for [`cross_kv_backward`].
-/// Backward of [`cross_forward`]; `guided`: a head of this layer trained towards an alignment,
-/// with ∂loss/∂P of that head (B, T, S), whose gradient joins the head's queries' and keys'.
+/// gradient in `gs.d_kv` for [`cross_kv_backward`]. `guided`: a head of this layer trained
+/// towards an alignment, with ∂loss/∂P of that head (B, T, S), whose gradient joins the head's
+/// queries' and keys'.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn cross_backward(
     m: &Transformer,

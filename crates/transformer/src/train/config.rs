@@ -143,7 +143,7 @@ pub struct DataSection {
     /// Largest length ratio kept.
     pub max_ratio: f64,
     /// Translation: word alignments of the training pairs, a line each, `s-t` pairs of 0-based
-    /// white-space word positions (what fast_align and eflomal write; Marian's
+    /// space-separated word positions (what fast_align and eflomal write; Marian's
     /// `--guided-alignment`): one head of the decoder's encoder–decoder attention is trained
     /// towards them (`train.guided_alignment_weight`, `train.guided_alignment_layer`).
     pub guided_alignment: Option<PathBuf>,

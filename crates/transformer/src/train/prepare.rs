@@ -188,7 +188,7 @@ fn training_pairs(
 }
 
 /// The training pairs that pass `filter`, with their word alignments from `path` (a line a
-/// pair, `s-t` white-space word positions) as pairs of token positions: every token of source
+/// pair, `s-t` space-separated word positions) as pairs of token positions: every token of source
 /// word s with every token of target word t. A missing line or a position past its sentence's
 /// words is an error naming the file and line.
 fn aligned_pairs(

@@ -105,7 +105,8 @@ impl RunConfig {
         if let Some(a) = &d.guided_alignment {
             if d.task != crate::task::Task::Translation || d.train_bin.is_some() {
                 return Err(Error::Config(format!(
-                    "data.guided_alignment = {:?} aligns the words of translation pairs read from text: it needs                      data.task = \"translation\" and no data.train_bin",
+                    "data.guided_alignment = {:?} aligns the words of translation pairs read from text: it needs \
+                     data.task = \"translation\" and no data.train_bin",
                     a.display().to_string()
                 )));
             }
