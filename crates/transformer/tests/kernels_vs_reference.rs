@@ -164,6 +164,50 @@ fn packed_linear_row_alone_equals_row_in_block() {
     }
 }
 
+/// A shortlist's output layer: the map of some rows of W (`select_rows`, in any order) gives the
+/// whole map's columns at those rows, bit for bit where the kernel fixes its order of sums (panels,
+/// int8, bf16) and to f32 rounding on the `gemm` fallback, at every precision and layout.
+#[test]
+fn packed_linear_select_rows_gives_the_whole_products_columns() {
+    let mut rng = Rng::new(16);
+    let panels = matches!(
+        packed::PackedLinear::new(&[1.0], 1, 1, transformer::Precision::F32, true).rows(),
+        Some(embedding::Rows::Panels { .. })
+    );
+    for &(m, n, k) in &[(5, 300, 64), (1, 97, 33), (12, 64, 16)] {
+        let (x, w, b) = (rand_vec(&mut rng, m * k, 1.0), rand_vec(&mut rng, n * k, 1.0), rand_vec(&mut rng, n, 1.0));
+        let (x, w, b) = (to_f32(&x), to_f32(&w), to_f32(&b));
+        let rows: Vec<u32> = vec![0, 3, n as u32 - 1, 17, 2, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51];
+        let bias: Vec<f32> = rows.iter().map(|&r| b[r as usize]).collect();
+        for (precision, pack) in [
+            (transformer::Precision::F32, true),
+            (transformer::Precision::F32, false),
+            (transformer::Precision::Int8, true),
+            (transformer::Precision::Bf16, true),
+        ] {
+            if let Err(why) = precision.available() {
+                eprintln!("{precision:?} skipped: {why}");
+                continue;
+            }
+            let whole = packed::PackedLinear::new(&w, n, k, precision, pack);
+            let part = whole.select_rows(&rows, Some(embedding::Rows::Dense(&w)));
+            assert_eq!((part.n(), part.k()), (rows.len(), k));
+            let (mut all, mut y) = (vec![0.0; m * n], vec![f32::NAN; m * rows.len()]);
+            whole.forward(&mut all, &x, Some(&b), m);
+            part.forward(&mut y, &x, Some(&bias), m);
+            let want: Vec<f32> =
+                (0..m).flat_map(|i| rows.iter().map(|&r| all[i * n + r as usize]).collect::<Vec<_>>()).collect();
+            let what = format!("{precision:?} pack {pack} {m}x{n}x{k}");
+            if panels || precision != transformer::Precision::F32 {
+                let same = y.iter().zip(&want).all(|(a, c)| a.to_bits() == c.to_bits());
+                assert!(same, "{what}: the selected rows' products differ from the whole map's");
+            } else {
+                assert_close(&what, &to_f64(&y), &to_f64(&want), 1e-6, 1e-6);
+            }
+        }
+    }
+}
+
 #[test]
 fn bf16_rounding_is_nearest_even() {
     let bits = |b: u32| bf16::to_bf16(f32::from_bits(b));

@@ -161,6 +161,7 @@ fn search_batch_ensemble_refuses_models_of_other_vocabularies() {
         (&mut ws, &mut st),
         &mut Vec::new(),
         None,
+        None,
     )
     .unwrap_err();
     assert_error(&e, |e| matches!(e, Error::Mismatch(_)), &["20 and 21"]);

@@ -45,7 +45,7 @@ fn options() -> DecodeOptions {
     let mut search = BeamConfig::translation();
     search.max_len_b = 12;
     search.nbest = 2;
-    DecodeOptions { search, max_tokens: 256, max_sentences: 16, workers: 1 }
+    DecodeOptions { search, max_tokens: 256, max_sentences: 16, workers: 1, use_shortlist: false }
 }
 
 /// (text, log P, score) of every hypothesis.

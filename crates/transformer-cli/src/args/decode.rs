@@ -378,6 +378,7 @@ impl SearchArgs {
             max_tokens: self.max_tokens as usize,
             max_sentences: self.max_sentences as usize,
             workers: self.workers as usize,
+            use_shortlist: false,
         })
     }
 }

@@ -231,6 +231,7 @@ fn decode(t: &Translator, jobs: Vec<Job>, budget: Budget, metrics: &Metrics) {
         // The batcher's batch is decoded as one, its products split over the threads: what
         // bench/serve measured (the CLI's worker threads, one batch each, were measured on files).
         workers: 1,
+        use_shortlist: false,
     };
     let start = Instant::now();
     metrics.decoding.store(srcs.len() as u64, Ordering::Relaxed);

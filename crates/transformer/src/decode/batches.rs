@@ -25,11 +25,21 @@ pub struct DecodeOptions {
     /// with the default the last digits can differ between machines with other thread counts
     /// (give a fixed number for outputs that must match to the bit).
     pub workers: usize,
+    /// Decode over the session's vocabulary shortlist (`Translator::set_shortlist`): the output
+    /// layer over the targets the batch's sources may write only (Marian's `--shortlist`,
+    /// CTranslate2's `use_vmap`). Off by default; on without a shortlist is an error.
+    pub use_shortlist: bool,
 }
 
 impl Default for DecodeOptions {
     fn default() -> Self {
-        DecodeOptions { search: BeamConfig::translation(), max_tokens: 2048, max_sentences: 128, workers: 0 }
+        DecodeOptions {
+            search: BeamConfig::translation(),
+            max_tokens: 2048,
+            max_sentences: 128,
+            workers: 0,
+            use_shortlist: false,
+        }
     }
 }
 

@@ -4,36 +4,45 @@
 //! with one model or several.
 
 use super::beam::{beam_search_with, BeamConfig, Constraint, Hypothesis, Scorer, SentenceInputs, StepScores};
+use super::guide::Guide;
+use super::shortlist::Shortlist;
 use crate::error::{Error, Result};
 use crate::kernels::cpu::profile::{self, Slot};
 use crate::kernels::cpu::search::log_sum_exp;
 use crate::model::incremental::{DecoderState, Encoded};
-use crate::model::{Transformer, Workspace};
+use crate::model::{OutputColumns, Transformer, Workspace};
+use crate::vocab::SPECIAL_TOKENS;
 use rayon::prelude::*;
 
-/// The model as a [`Scorer`]: incremental decoding over an encoded batch.
+/// The model as a [`Scorer`]: incremental decoding over an encoded batch. With output columns
+/// (a vocabulary shortlist) its vocabulary is theirs: token j of the search is `columns.ids()[j]`.
 pub(crate) struct ModelScorer<'m> {
     model: &'m Transformer,
     enc: Encoded,
     state: DecoderState,
     log_norms: Vec<f32>,
+    columns: Option<OutputColumns>,
+    /// The model's ids of the tokens fed, with columns.
+    ids: Vec<u32>,
     /// Σ over steps of the rows decoded: the search's work.
     pub(crate) rows_decoded: usize,
 }
 
 impl<'m> ModelScorer<'m> {
     /// Encodes `srcs` and prepares to decode up to `max_steps` positions in the buffers of
-    /// `state` (from [`ModelScorer::into_state`] of an earlier batch).
+    /// `state` (from [`ModelScorer::into_state`] of an earlier batch), over the whole vocabulary
+    /// or over `columns` only.
     pub fn reusing(
         model: &'m Transformer,
         srcs: &[&[u32]],
         max_steps: usize,
         ws: &mut Workspace,
         mut state: DecoderState,
+        columns: Option<OutputColumns>,
     ) -> Result<Self> {
         let enc = model.encode(srcs, ws)?;
         model.restart_decoding(&enc, max_steps, &mut state)?;
-        Ok(ModelScorer { model, enc, state, log_norms: Vec::new(), rows_decoded: 0 })
+        Ok(ModelScorer { model, enc, state, log_norms: Vec::new(), columns, ids: Vec::new(), rows_decoded: 0 })
     }
 
     /// The decoder state, to reuse its buffers for the next batch.
@@ -44,12 +53,24 @@ impl<'m> ModelScorer<'m> {
 
 impl Scorer for ModelScorer<'_> {
     fn vocab(&self) -> usize {
-        self.model.config.vocab_size
+        self.columns.as_ref().map_or(self.model.config.vocab_size, |c| c.ids().len())
     }
 
     fn step(&mut self, tokens: &[u32]) -> Result<StepScores<'_>> {
-        let v = self.model.config.vocab_size;
-        let logits = self.model.decode_step(&self.enc, &mut self.state, tokens)?;
+        let v = self.vocab();
+        let logits = match &self.columns {
+            Some(c) => {
+                self.ids.clear();
+                for &t in tokens {
+                    let id = c.ids().get(t as usize).ok_or_else(|| {
+                        Error::Batch(format!("token {t} outside the shortlist's {} columns", c.ids().len()))
+                    })?;
+                    self.ids.push(*id);
+                }
+                self.model.decode_step_over(&self.enc, &mut self.state, &self.ids, Some(c))?
+            }
+            None => self.model.decode_step(&self.enc, &mut self.state, tokens)?,
+        };
         self.rows_decoded += tokens.len();
         let _t = profile::scope(Slot::Search);
         self.log_norms.resize(logits.len() / v.max(1), 0.0);
@@ -156,7 +177,17 @@ pub fn search_batch(
     state: &mut DecoderState,
     constraint: Option<&dyn Constraint>,
 ) -> Result<(Vec<Vec<Hypothesis>>, usize)> {
-    search_batch_ensemble(model, &[], srcs, &SentenceInputs::default(), cfg, (ws, state), &mut Vec::new(), constraint)
+    search_batch_ensemble(
+        model,
+        &[],
+        srcs,
+        &SentenceInputs::default(),
+        cfg,
+        (ws, state),
+        &mut Vec::new(),
+        constraint,
+        None,
+    )
 }
 
 /// [`search_batch`] over an ensemble: `model` (in the buffers `mine`: workspace and decoder
@@ -166,6 +197,9 @@ pub fn search_batch(
 /// rows decoded are one model's (each model decodes as many). `inputs` gives each sentence's key
 /// for sampling's random draws (none: their places in this batch) and what its output must hold
 /// ([`SentenceInputs`]).
+/// `shortlist`, if given, is the vocabulary the batch may write ([`Shortlist::for_sources`]):
+/// the output layer is computed over it alone, its softmax normalised over it, as Marian's
+/// `--shortlist` and CTranslate2's `use_vmap` do.
 #[allow(clippy::too_many_arguments)]
 pub fn search_batch_ensemble(
     model: &Transformer,
@@ -176,22 +210,42 @@ pub fn search_batch_ensemble(
     (ws, state): (&mut Workspace, &mut DecoderState),
     theirs: &mut Vec<(Workspace, DecoderState)>,
     constraint: Option<&dyn Constraint>,
+    shortlist: Option<&Shortlist>,
 ) -> Result<(Vec<Vec<Hypothesis>>, usize)> {
     cfg.validate()?;
     let cap = others.iter().map(|m| m.config.max_positions).fold(model.config.max_positions, usize::min) - 1;
     let steps = srcs.iter().map(|s| cfg.max_len(s.len()).min(cap) + 1).max().unwrap_or(0);
     let lens: Vec<usize> = srcs.iter().map(|s| s.len()).collect();
-    let mut scorer = ModelScorer::reusing(model, srcs, steps, ws, std::mem::take(state))?;
+    let vocabulary = match shortlist {
+        Some(list) => Some(Vocabulary::new(list, srcs, inputs.guides, constraint)?),
+        None => None,
+    };
+    let columns = |m: &Transformer| vocabulary.as_ref().map(|v| m.output_columns(&v.ids)).transpose();
+    // In column space with a shortlist: each guide's ids as columns.
+    let guides: Vec<Guide> = match &vocabulary {
+        Some(v) => inputs.guides.iter().map(|g| v.guide(g)).collect(),
+        None => Vec::new(),
+    };
+    let guide_refs: Vec<&Guide> = guides.iter().collect();
+    let inputs = match &vocabulary {
+        Some(_) => &SentenceInputs { keys: inputs.keys, guides: &guide_refs },
+        None => inputs,
+    };
+    let back = |hyps: Result<Vec<Vec<Hypothesis>>>| match &vocabulary {
+        Some(v) => hyps.map(|h| v.to_ids(h)),
+        None => hyps,
+    };
+    let mut scorer = ModelScorer::reusing(model, srcs, steps, ws, std::mem::take(state), columns(model)?)?;
     if others.is_empty() {
         let hyps = beam_search_with(&mut scorer, &lens, inputs, cfg, cap, constraint);
         let rows = scorer.rows_decoded;
         *state = scorer.into_state();
-        return Ok((hyps?, rows));
+        return Ok((back(hyps)?, rows));
     }
     let mut members = vec![scorer];
     theirs.resize_with(theirs.len().max(others.len()), Default::default);
     for (m, (ws, st)) in others.iter().zip(theirs.iter_mut()) {
-        members.push(ModelScorer::reusing(m, srcs, steps, ws, std::mem::take(st))?);
+        members.push(ModelScorer::reusing(m, srcs, steps, ws, std::mem::take(st), columns(m)?)?);
     }
     let mut ensemble = EnsembleScorer::new(members)?;
     let hyps = beam_search_with(&mut ensemble, &lens, inputs, cfg, cap, constraint);
@@ -202,5 +256,54 @@ pub fn search_batch_ensemble(
     for (member, (_, st)) in members.zip(theirs.iter_mut()) {
         *st = member.into_state();
     }
-    Ok((hyps?, rows))
+    Ok((back(hyps)?, rows))
+}
+
+/// A batch's shortlisted vocabulary: the sorted ids it may write, the special tokens first, so
+/// that column j < [`SPECIAL_TOKENS`] is id j (PAD, BOS, EOS, UNK keep their meaning in the
+/// search) and the columns keep the ids' order (the search's ties, broken by the lower token,
+/// fall as over the whole vocabulary).
+struct Vocabulary {
+    ids: Vec<u32>,
+}
+
+impl Vocabulary {
+    /// The shortlist's targets for `srcs`, the special tokens, and every token of the guides'
+    /// prefixes and phrases (what the output must hold, it may write). A constrained search
+    /// (parsing) is refused: its constraint speaks of the whole vocabulary.
+    fn new(list: &Shortlist, srcs: &[&[u32]], guides: &[&Guide], constraint: Option<&dyn Constraint>) -> Result<Self> {
+        if constraint.is_some() {
+            return Err(Error::Config(
+                "a vocabulary shortlist applies to translation, not to a constrained search".into(),
+            ));
+        }
+        let mut ids = list.for_sources(srcs);
+        ids.extend(0..SPECIAL_TOKENS as u32);
+        for g in guides {
+            ids.extend(&g.prefix);
+            ids.extend(g.phrases.iter().flatten());
+        }
+        ids.sort_unstable();
+        ids.dedup();
+        Ok(Vocabulary { ids })
+    }
+
+    /// The column of an id that is in the list (a guide's tokens are).
+    fn column(&self, id: u32) -> u32 {
+        self.ids.binary_search(&id).expect("a guide's tokens are in the vocabulary") as u32
+    }
+
+    /// A guide in column space.
+    fn guide(&self, g: &Guide) -> Guide {
+        let cols = |t: &[u32]| t.iter().map(|&t| self.column(t)).collect::<Vec<_>>();
+        Guide { prefix: cols(&g.prefix), phrases: g.phrases.iter().map(|p| cols(p)).collect() }
+    }
+
+    /// Hypotheses in column space with the model's ids.
+    fn to_ids(&self, mut hyps: Vec<Vec<Hypothesis>>) -> Vec<Vec<Hypothesis>> {
+        for h in hyps.iter_mut().flatten() {
+            h.tokens.iter_mut().for_each(|t| *t = self.ids[*t as usize]);
+        }
+        hyps
+    }
 }

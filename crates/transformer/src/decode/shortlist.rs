@@ -1,9 +1,10 @@
-//! Vocabulary shortlists (Marian's `--shortlist`, CTranslate2's vocabulary map), the first part:
-//! the table and its file. [`Shortlist::learn`] counts, over the training pairs (token ids), how
+//! Vocabulary shortlists (Marian's `--shortlist`, CTranslate2's vocabulary map): the table and
+//! its file. [`Shortlist::learn`] counts, over the training pairs (token ids), how
 //! often each target token appears in a pair with each source token, and keeps for each source
 //! token the `per_source` targets of highest p(t | s) = c(s, t) / c(s) (co-occurrence, ties by
 //! count then id), beside the `frequent` most frequent targets. [`Shortlist::for_sources`] is the
-//! union a batch of sources may write. Decoding over it is not built yet.
+//! union a batch of sources may write: decoding with a list ([`crate::decode::translator::Translator::set_shortlist`],
+//! `DecodeOptions::use_shortlist`) computes the output layer over that union only.
 //!
 //! The file is JSON: `{"format": "transformer-shortlist-1", "vocab_hash": H, "vocab_size": V,
 //! "frequent": [ids], "sources": {"id": [ids], ...}}`, H the tokenizer's hash.
@@ -91,11 +92,11 @@ impl Shortlist {
 
     /// The sorted target ids a batch of `sources` may write: every listed target of their
     /// tokens, the frequent ones, `</s>` and `<unk>`.
-    pub fn for_sources(&self, sources: &[Vec<u32>]) -> Vec<u32> {
+    pub fn for_sources<S: AsRef<[u32]>>(&self, sources: &[S]) -> Vec<u32> {
         let mut out: Vec<u32> = vec![EOS, UNK];
         out.extend(&self.frequent);
         for s in sources {
-            for id in s {
+            for id in s.as_ref() {
                 if let Some(list) = self.sources.get(&id.to_string()) {
                     out.extend(list);
                 }
@@ -176,7 +177,7 @@ mod tests {
         assert_eq!(s.frequent, [20]);
         assert_eq!(s.for_sources(&[vec![12], vec![]]), [EOS, UNK, 20, 22]);
         assert_eq!(s.for_sources(&[vec![11, 12]]), [EOS, UNK, 20, 21, 22]);
-        assert_eq!(s.for_sources(&[]), [EOS, UNK, 20]);
+        assert_eq!(s.for_sources::<Vec<u32>>(&[]), [EOS, UNK, 20]);
         assert!(Shortlist::learn(&[(vec![31], vec![1])], 30, "h", 1, 1).is_err());
     }
 

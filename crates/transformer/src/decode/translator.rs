@@ -14,6 +14,7 @@ pub use super::batches::{DecodeOptions, TranslateStats};
 use super::beam::{BeamConfig, Constraint, Hypothesis, Remapped, SentenceInputs};
 use super::guide::Guide;
 use super::scorer::search_batch_ensemble;
+use super::shortlist::Shortlist;
 use crate::data::bpe::Bpe;
 use crate::data::encoding::TargetEncoding;
 use crate::data::tokenizer::Tokenizer;
@@ -128,6 +129,8 @@ pub struct Translator {
     pub(super) member_files: Vec<std::path::PathBuf>,
     /// Buffers of finished calls, taken by the next ones (a call with none free makes its own).
     pool: Mutex<Vec<Buffers>>,
+    /// The vocabulary shortlist a call may decode over ([`DecodeOptions::use_shortlist`]).
+    shortlist: Option<Shortlist>,
 }
 
 impl Translator {
@@ -172,7 +175,44 @@ impl Translator {
             others: Vec::new(),
             member_files: Vec::new(),
             pool: Mutex::new(Vec::new()),
+            shortlist: None,
         })
+    }
+
+    /// Gives the session a vocabulary shortlist (Marian's `--shortlist`, CTranslate2's vocabulary
+    /// map), used by the calls that ask for it ([`DecodeOptions::use_shortlist`]). One made for
+    /// another tokenizer is refused.
+    pub fn set_shortlist(&mut self, list: Shortlist) -> Result<()> {
+        let tok = &self.tokenizer;
+        if list.vocab_hash != tok.hash() || list.vocab_size != tok.vocab_size() {
+            return Err(Error::Mismatch(format!(
+                "the shortlist was made for vocabulary {} ({} ids), but the model's is {} ({}): make it again with this model's tokenizer",
+                list.vocab_hash,
+                list.vocab_size,
+                tok.hash(),
+                tok.vocab_size()
+            )));
+        }
+        if self.task != Task::Translation {
+            return Err(Error::Unsupported(format!(
+                "a vocabulary shortlist applies to translation, not {}",
+                self.task.name()
+            )));
+        }
+        self.shortlist = Some(list);
+        Ok(())
+    }
+
+    /// Reads a shortlist file made for this model's tokenizer ([`Shortlist::load`]) and gives it to
+    /// the session ([`Translator::set_shortlist`]).
+    pub fn load_shortlist(&mut self, path: &std::path::Path) -> Result<()> {
+        let list = Shortlist::load(path, self.tokenizer.hash(), self.tokenizer.vocab_size())?;
+        self.set_shortlist(list)
+    }
+
+    /// The session's shortlist, if it has one.
+    pub fn shortlist(&self) -> Option<&Shortlist> {
+        self.shortlist.as_ref()
     }
 
     /// How many models decode together (1 without an ensemble).
@@ -299,6 +339,15 @@ impl Translator {
     ) -> Result<(Vec<Vec<Hypothesis>>, TranslateStats)> {
         let (model, task) = (&self.model, self.task);
         opts.search.validate()?;
+        let shortlist = match (opts.use_shortlist, &self.shortlist) {
+            (false, _) => None,
+            (true, Some(list)) => Some(list),
+            (true, None) => {
+                return Err(Error::Config(
+                    "decoding over a vocabulary shortlist was asked for, but the session has none: give one (--shortlist FILE, made by `transformer shortlist`)".into(),
+                ))
+            }
+        };
         if constraint.is_some() && task.long_inputs() != LongInputs::Refuse {
             return Err(Error::Config(format!("constrained decoding is for parsing, not {}", task.name())));
         }
@@ -334,8 +383,18 @@ impl Translator {
                 all => order[range.clone()].iter().map(|&p| &all[pieces[p].0]).collect(),
             };
             let inputs = SentenceInputs { keys: &keys, guides: &guides };
-            search_batch_ensemble(model, &others, &batch, &inputs, &opts.search, mine, &mut buffers.theirs, c)
-                .map_err(|e| self.name_member(e))
+            search_batch_ensemble(
+                model,
+                &others,
+                &batch,
+                &inputs,
+                &opts.search,
+                mine,
+                &mut buffers.theirs,
+                c,
+                shortlist,
+            )
+            .map_err(|e| self.name_member(e))
         };
         let mut piece_hyps: Vec<Vec<Hypothesis>> = vec![Vec::new(); pieces.len()];
         let mut done = 0;

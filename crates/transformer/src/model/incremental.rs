@@ -17,7 +17,7 @@
 //! (tests/incremental.rs).
 
 use super::batch::Batch;
-use super::lins::Lin;
+use super::lins::{Lin, OutputColumns};
 use super::pointer::{CloserStacks, PointerState};
 use super::workspace::Workspace;
 use super::Transformer;
@@ -220,6 +220,18 @@ impl Transformer {
     /// One decoder step: feeds `tokens` (one per row: each row's previous output, BOS first) at the
     /// next position and returns the (rows, V) logits of the following token.
     pub fn decode_step<'s>(&self, enc: &Encoded, st: &'s mut DecoderState, tokens: &[u32]) -> Result<&'s [f32]> {
+        self.decode_step_over(enc, st, tokens, None)
+    }
+
+    /// [`Transformer::decode_step`] with the output layer over `columns`' ids only, where given:
+    /// the (rows, columns) logits of those ids, in their order (a vocabulary shortlist).
+    pub fn decode_step_over<'s>(
+        &self,
+        enc: &Encoded,
+        st: &'s mut DecoderState,
+        tokens: &[u32],
+        columns: Option<&OutputColumns>,
+    ) -> Result<&'s [f32]> {
         let c = &self.config;
         let rows = st.sent.len();
         if tokens.len() != rows {
@@ -239,7 +251,8 @@ impl Transformer {
         for r in 0..rows {
             st.origin[r * st.cap + st.len] = r as u32;
         }
-        let (d, v, f) = (c.d_model, c.vocab_size, c.d_ff);
+        let (d, f) = (c.d_model, c.d_ff);
+        let v = columns.map_or(c.vocab_size, |o| o.ids().len());
         let (hk, hv) = (c.n_heads * c.d_k, c.n_heads * c.d_v);
         for (buf, width) in [
             (&mut st.x, d),
@@ -263,7 +276,10 @@ impl Transformer {
         }
         st.len += 1;
         // §3.4: the pre-softmax projection is the shared embedding, logits = x Eᵀ.
-        self.output_lin().forward(&mut st.logits, &st.x, self.output_bias(), rows);
+        match columns {
+            Some(o) => o.forward(&mut st.logits, &st.x, rows),
+            None => self.output_lin().forward(&mut st.logits, &st.x, self.output_bias(), rows),
+        }
         Ok(&st.logits)
     }
 

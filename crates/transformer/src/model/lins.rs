@@ -3,10 +3,11 @@
 //! training precision; per layer, per attention block and per FFN.
 
 use super::Transformer;
+use crate::error::{Error, Result};
 use crate::kernels::cpu::linear::linear_forward;
 use crate::kernels::cpu::packed::PackedLinear;
 use crate::params::{AttnParams, FfnParams};
-use crate::precision::Float;
+use crate::precision::{Float, Precision};
 
 /// One linear map as the forward pass reads it: Y = X · Wᵀ [+ bias].
 #[derive(Clone, Copy, Debug)]
@@ -154,5 +155,62 @@ impl Transformer {
     /// W (n, k) in the parameters at this model's training precision.
     fn params_lin<'a>(&self, w: &'a [f32], k: usize) -> Lin<'a> {
         Lin::Params { w, n: w.len() / k, k, precision: self.float() }
+    }
+
+    /// The output layer over the target ids `ids` only ([`OutputColumns`]): a vocabulary
+    /// shortlist's. Ids must be distinct and in the vocabulary; a parsing model's next-word
+    /// pointer (whose logits are not the projection's) is refused.
+    pub fn output_columns(&self, ids: &[u32]) -> Result<OutputColumns> {
+        let v = self.config.vocab_size;
+        if self.config.parsing.source_pointer {
+            return Err(Error::Unsupported(
+                "a vocabulary shortlist applies to translation models, not to a parser's next-word pointer".into(),
+            ));
+        }
+        if let Some(&t) = ids.iter().find(|&&t| t as usize >= v) {
+            return Err(Error::Input(format!("shortlist id {t} outside the vocabulary of {v}")));
+        }
+        let mut seen = vec![false; v];
+        if let Some(&t) = ids.iter().find(|&&t| std::mem::replace(&mut seen[t as usize], true)) {
+            return Err(Error::Input(format!("shortlist id {t} given twice")));
+        }
+        let lin = match self.output_lin() {
+            Lin::Prepared(p) => p.select_rows(ids, Some(self.embedding_rows())),
+            Lin::Params { w, k, precision, .. } => {
+                let mut rows = vec![0.0; ids.len() * k];
+                for (out, &t) in rows.chunks_mut(k.max(1)).zip(ids) {
+                    out.copy_from_slice(&w[t as usize * k..][..k]);
+                }
+                let precision = match precision {
+                    Float::F32 => Precision::F32,
+                    Float::Bf16 => Precision::Bf16,
+                };
+                PackedLinear::new(&rows, ids.len(), k, precision, false)
+            }
+        };
+        let bias = self.output_bias().map(|b| ids.iter().map(|&t| b[t as usize]).collect());
+        Ok(OutputColumns { ids: ids.to_vec(), lin, bias })
+    }
+}
+
+/// The output layer over some target ids only: the projection's rows and the bias of those ids,
+/// in their order, so that column j of the logits is token `ids[j]`'s logit, computed by the
+/// kernel that computes it over the whole vocabulary ([`Transformer::output_columns`]).
+#[derive(Clone, Debug)]
+pub struct OutputColumns {
+    ids: Vec<u32>,
+    lin: PackedLinear,
+    bias: Option<Vec<f32>>,
+}
+
+impl OutputColumns {
+    /// The target ids, one a column.
+    pub fn ids(&self) -> &[u32] {
+        &self.ids
+    }
+
+    /// Logits (m, columns) = X (m, D) · the rows' Eᵀ + their bias.
+    pub(crate) fn forward(&self, y: &mut [f32], x: &[f32], m: usize) {
+        self.lin.forward(y, x, self.bias.as_deref(), m)
     }
 }

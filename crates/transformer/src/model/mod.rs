@@ -21,6 +21,7 @@ mod tree_inputs;
 mod workspace;
 
 pub use batch::{Batch, DropoutCtx};
+pub use lins::OutputColumns;
 pub(crate) use prepared::PreparedLoader;
 pub use prepared::{DecoderKernels, Int8Codes, Prepared};
 pub use workspace::Workspace;

@@ -36,6 +36,20 @@ impl Rows<'_> {
         }
     }
 
+    /// out = row i, exactly (out is the row's width).
+    pub fn copy_row(&self, i: usize, out: &mut [f32]) {
+        let d = out.len();
+        match *self {
+            Rows::Dense(t) => out.copy_from_slice(&t[i * d..][..d]),
+            Rows::Panels { data, nr, .. } => {
+                let panel = &data[(i / nr) * d * nr..][..d * nr];
+                for (j, o) in out.iter_mut().enumerate() {
+                    *o = panel[j * nr + i % nr];
+                }
+            }
+        }
+    }
+
     /// out = row i × scale + add, element by element (the same arithmetic whichever layout).
     #[inline]
     fn scaled_row(&self, i: usize, out: &mut [f32], scale: f32, add: &[f32]) {

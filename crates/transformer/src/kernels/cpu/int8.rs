@@ -282,16 +282,30 @@ impl QuantizedLinear {
 
     /// The codes (n, k) row-major and the per-row scales, unpacked.
     pub fn codes(&self) -> (Vec<i8>, Vec<f32>) {
-        let (n, k) = (self.n, self.k);
-        let mut codes = vec![0i8; n * k];
-        for (r, row) in codes.chunks_mut(k.max(1)).enumerate().take(n) {
-            let (p, j) = (r / NR, r % NR);
+        let all: Vec<u32> = (0..self.n as u32).collect();
+        self.codes_of_rows(&all)
+    }
+
+    /// The codes and scales of the output rows `rows` (each below n), in that order, unpacked:
+    /// (rows.len(), k) row-major.
+    pub fn codes_of_rows(&self, rows: &[u32]) -> (Vec<i8>, Vec<f32>) {
+        let k = self.k;
+        let mut codes = vec![0i8; rows.len() * k];
+        for (row, &r) in codes.chunks_mut(k.max(1)).zip(rows) {
+            let (p, j) = (r as usize / NR, r as usize % NR);
             let panel = &self.panels[p * panel_groups(k) * GROUP_BYTES..];
             for (kk, c) in row.iter_mut().enumerate() {
                 *c = panel[(kk / GROUP) * GROUP_BYTES + j * GROUP + kk % GROUP];
             }
         }
-        (codes, self.scales.clone())
+        (codes, rows.iter().map(|&r| self.scales[r as usize]).collect())
+    }
+
+    /// The map of the output rows `rows` only (each below n), in that order: the same codes and
+    /// scales, so each output column is computed as this map computes it.
+    pub fn select_rows(&self, rows: &[u32]) -> Self {
+        let (codes, scales) = self.codes_of_rows(rows);
+        Self::from_codes(&codes, scales, rows.len(), self.k).expect("codes of a valid map")
     }
 
     /// Output width n.

@@ -125,6 +125,39 @@ impl PackedLinear {
         }
     }
 
+    /// The map of W's rows `rows` only (each below n), in that order: Y's columns are those of
+    /// this map's product at those rows, computed by the same kernel (a vocabulary shortlist's
+    /// output layer). bf16 tiles hold rounded values, so for them W's f32 rows are read from
+    /// `f32_rows` (the rows they were rounded from) and rounded again the same way; the other
+    /// layouts read their own.
+    ///
+    /// # Panics
+    /// If a row is not below n, or for bf16 tiles without `f32_rows`.
+    pub fn select_rows(&self, rows: &[u32], f32_rows: Option<Rows<'_>>) -> Self {
+        let (n, k) = (rows.len(), self.k);
+        assert!(rows.iter().all(|&r| (r as usize) < self.n), "select_rows: a row past {}", self.n);
+        let gather = |from: Rows<'_>| {
+            let mut w = vec![0.0; n * k];
+            for (out, &r) in w.chunks_mut(k.max(1)).zip(rows) {
+                from.copy_row(r as usize, out);
+            }
+            w
+        };
+        let kind = match &self.kind {
+            Kind::Int8(q) => Kind::Int8(q.select_rows(rows)),
+            Kind::Unpacked(prec, w) => Kind::Unpacked(*prec, gather(Rows::Dense(w))),
+            Kind::Panels(_) => {
+                let w = gather(self.rows().expect("panels keep their rows"));
+                return PackedLinear::new(&w, n, k, Precision::F32, true);
+            }
+            Kind::Bf16(_) => {
+                let from = f32_rows.expect("select_rows: bf16 tiles need the f32 rows they were rounded from");
+                Kind::Bf16(Bf16Weights::new(&gather(from), n, k))
+            }
+        };
+        PackedLinear { n, k, kind }
+    }
+
     /// Bytes this holds.
     pub fn bytes(&self) -> usize {
         match &self.kind {
