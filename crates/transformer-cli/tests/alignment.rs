@@ -257,8 +257,7 @@ fn score_aligns_given_translations_and_aer_scores_them() {
 
 #[test]
 fn shortlist_learns_a_table_the_library_reads_back() {
-    // Lives here for the fixture: the shortlist command of issue 68 item 6 (its decoding is not
-    // built yet).
+    // Lives here for the fixture: the shortlist command of issue 68 item 6, and decoding over it.
     let dir = TestDir::new("transformer-shortlist");
     let (ckpt, bpe) = fixture();
     let (src, tgt) = (multi30k("val.en.gz"), multi30k("val.de.gz"));
@@ -292,4 +291,38 @@ fn shortlist_learns_a_table_the_library_reads_back() {
     assert!(table.sources.values().all(|l| !l.is_empty() && l.len() <= 20));
     let (ok, _, err) = run(Path::new(&src));
     assert!(!ok && err.contains("is an input"), "{err}");
+
+    // translate --shortlist: a list of every id gives the whole vocabulary's output, byte for byte.
+    let input = dir.join("input.en");
+    std::fs::write(&input, sources(40).join("\n") + "\n").unwrap();
+    let full = translate(&input, &["--workers", "1"]);
+    let mut every = table.clone();
+    every.frequent = (0..b.vocab_size() as u32).collect();
+    let every_path = dir.join("every.json");
+    every.save(&every_path).unwrap();
+    assert_eq!(translate(&input, &["--workers", "1", "--shortlist", every_path.to_str().unwrap()]), full);
+    // The learned list: a translation a line.
+    let short = translate(&input, &["--workers", "1", "--shortlist", out.to_str().unwrap()]);
+    assert_eq!(short.len(), full.len());
+    // A list of another vocabulary names its file and the fix.
+    let mut other = table.clone();
+    other.vocab_hash = "0123".into();
+    let other_path = dir.join("other.json");
+    other.save(&other_path).unwrap();
+    let (ckpt_path, bpe_path) = fixture();
+    let (ok, _, err) = transformer(&[
+        "translate",
+        "--checkpoint",
+        ckpt_path.to_str().unwrap(),
+        "--bpe",
+        bpe_path.to_str().unwrap(),
+        "--input",
+        input.to_str().unwrap(),
+        "--shortlist",
+        other_path.to_str().unwrap(),
+    ]);
+    assert!(!ok && err.contains("other.json") && err.contains("make it again"), "{err}");
+    // A parser has no shortlist: a usage error before any file is read.
+    let (ok, _, err) = transformer(&["parse", "--checkpoint", "none", "--tokenizer", "none", "--shortlist", "x"]);
+    assert!(!ok && err.contains("--shortlist cuts a translation model's output layer"), "{err}");
 }

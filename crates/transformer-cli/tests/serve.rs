@@ -1209,3 +1209,42 @@ fn a_fine_tuned_import_decodes_in_every_verb_and_precision() {
         assert_eq!(out.lines().collect::<Vec<_>>(), translations["int8"], "{name}: the quantised checkpoint");
     }
 }
+
+#[test]
+fn a_server_with_a_shortlist_decodes_as_translate_shortlist() {
+    let (ckpt, bpe) = model();
+    let files = TestDir::new("transformer-serve-shortlist");
+    let list = files.join("list.json");
+    let (src, tgt) = (data().join("val.en.gz"), data().join("val.de.gz"));
+    let out = Command::new(bin())
+        .args(["shortlist", "--checkpoint", ckpt.to_str().unwrap(), "--bpe", bpe.to_str().unwrap()])
+        .args(["--src", src.to_str().unwrap(), "--tgt", tgt.to_str().unwrap()])
+        .args(["--per-source", "3", "--frequent", "0", "--output", list.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let lines = sentences(8);
+    let listed = cli_translate(&lines, &["--shortlist", list.to_str().unwrap(), "--workers", "1"]);
+    let whole = cli_translate(&lines, &["--workers", "1"]);
+    assert_ne!(
+        listed, whole,
+        "three targets a token and no frequent ones changed nothing: the test would prove nothing"
+    );
+    let s = Server::start(&["--shortlist", list.to_str().unwrap()]);
+    let a = post(&s, &json!({ "q": lines }));
+    assert_eq!(a.status, 200, "{}", a.body);
+    assert_eq!(strings(&a.body["translations"]), listed);
+    let a = post(&s, &json!({ "q": lines, "use_shortlist": false }));
+    assert_eq!(strings(&a.body["translations"]), whole);
+    let (code, _) = s.terminate();
+    assert_eq!(code, Some(0));
+    // Without --shortlist, asking for one is a 400 that says how to start the server.
+    let s = Server::start(&[]);
+    let a = post(&s, &json!({ "q": lines, "use_shortlist": true }));
+    assert_eq!(a.status, 400, "{}", a.body);
+    assert!(a.body.to_string().contains("--shortlist FILE"), "{}", a.body);
+    let a = post(&s, &json!({ "q": lines }));
+    assert_eq!(strings(&a.body["translations"]), whole);
+    let (code, _) = s.terminate();
+    assert_eq!(code, Some(0));
+}

@@ -101,6 +101,14 @@ impl Engine {
         opts: &DecodeOptions,
         events: &mut (dyn Events + Send),
     ) -> transformer::Result<Vec<Vec<Hypothesis>>> {
+        if opts.use_shortlist && self.translator.shortlist().is_none() {
+            return Err(transformer::Error::Config(format!(
+                "use_vmap=True decodes over a vocabulary shortlist, and this model has none: write one into its \
+                 directory as {} (`transformer shortlist ... --output DIR/{}`)",
+                transformer::decode::SHORTLIST_NAME,
+                transformer::decode::SHORTLIST_NAME
+            )));
+        }
         let opts = self.options(opts);
         self.pool.install(|| self.translator.translate_ids_guided(srcs, guides, &opts, events)).map(|(h, _)| h)
     }

@@ -59,7 +59,6 @@ pub(crate) fn search_options(
     refuse_unless("suppress_sequences", suppress_sequences.as_ref().is_some_and(|s| !s.is_empty()), false)?;
     refuse_unless("end_token", end_token.is_some(), false)?;
     refuse_unless("prefix_bias_beta", prefix_bias_beta, 0.0)?;
-    refuse_unless("use_vmap", use_vmap, false)?;
     refuse_unless("replace_unknowns", replace_unknowns, false)?;
     if beam_size == 0 || num_hypotheses == 0 {
         return Err(PyValueError::new_err("beam_size and num_hypotheses must be at least 1"));
@@ -103,7 +102,7 @@ pub(crate) fn search_options(
         sampling,
     };
     search.validate().map_err(py_err)?;
-    Ok(DecodeOptions { search, ..DecodeOptions::default() })
+    Ok(DecodeOptions { search, use_shortlist: use_vmap, ..DecodeOptions::default() })
 }
 
 /// The arguments of a translation that are not search settings.

@@ -6,6 +6,7 @@ behaviour as a Python library (threads, Ctrl-C, exceptions). Where a test compar
 import json
 import os
 import pathlib
+import shutil
 import signal
 import subprocess
 import threading
@@ -15,7 +16,7 @@ import pytest
 
 import transformer
 
-from conftest import REFERENCE, ROOT
+from conftest import FIXTURE, REFERENCE, ROOT
 
 SOURCES = [s for s in REFERENCE["sources"] if s.strip()]
 
@@ -156,6 +157,42 @@ def test_prefixes_and_constraints_equal_the_clis(model_dir, translator, tmp_path
         translator.translate(sources, target_prefix=["a", "b"])
     with pytest.raises(ValueError, match="not to sampling"):
         translator.translate(sources[0], constraints=["Haus"], beam_size=1, sampling_topk=5)
+
+
+def test_use_vmap_decodes_over_the_directorys_shortlist_as_the_cli(model_dir, translator, tmp_path):
+    # The shortlist CTranslate2 reads from its directory (vmap.txt) is ours as shortlist.json.
+    with pytest.raises(ValueError, match="shortlist.json"):
+        translator.translate(SOURCES[:2], use_vmap=True)
+    pairs = [(s, t) for s, t in zip(REFERENCE["sources"], REFERENCE["targets"]) if s.strip() and t.strip()]
+    (tmp_path / "src.txt").write_text("".join(s + "\n" for s, _ in pairs), encoding="utf-8")
+    (tmp_path / "tgt.txt").write_text("".join(t + "\n" for _, t in pairs), encoding="utf-8")
+    source = tmp_path / "source.txt"
+    source.write_text("".join(s + "\n" for s in SOURCES), encoding="utf-8")
+    model = ["--checkpoint", model_dir / "model.safetensors", "--tokenizer", model_dir / "tokenizer.json"]
+    search = ["--beam", 2, "--alpha", 1, "--length-norm", "marian", "--max-len-a", 0, "--max-len-b", 256,
+              "--min-len", 1, "--workers", 1]
+    for name, per_source, frequent in [("every", 1, 100000), ("small", 1, 0)]:
+        directory = tmp_path / name
+        shutil.copytree(model_dir, directory)
+        run_cli("shortlist", *model, "--src", tmp_path / "src.txt", "--tgt", tmp_path / "tgt.txt",
+                "--per-source", per_source, "--frequent", frequent, "--output", directory / "shortlist.json")
+        want = run_cli("translate", *model, *search, "--shortlist", directory / "shortlist.json",
+                       "--input", source).splitlines()
+        t = transformer.Translator(str(directory))
+        assert t.translate(SOURCES, use_vmap=True) == want
+        # Without use_vmap the directory's list is not used.
+        assert t.translate(SOURCES) == translator.translate(SOURCES)
+        pieces = [r.hypotheses[0] for r in t.translate_batch([t.tokenize(s) for s in SOURCES], use_vmap=True)]
+        if name == "every":
+            # Every id listed: the whole vocabulary's output.
+            assert want == translator.translate(SOURCES)
+        else:
+            # One target a source token, no frequent ones: only the training targets' pieces.
+            vocab = json.loads((FIXTURE / "hf" / "vocab.json").read_text(encoding="utf-8"))
+            piece = {i: p for p, i in vocab.items()}
+            listed = {piece[i] for ids in REFERENCE["target_ids"] for i in ids} | {"<unk>"}
+            assert all(set(h) <= listed for h in pieces), pieces
+            assert want != translator.translate(SOURCES)
 
 
 def test_return_attention_is_the_clis_soft_alignment(model_dir, translator, tmp_path):

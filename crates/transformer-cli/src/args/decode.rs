@@ -303,6 +303,11 @@ pub struct SearchArgs {
     /// With --sampling: the draws' seed.
     #[arg(long, default_value_t = 0, requires = "sampling")]
     pub seed: u64,
+    /// Compute the output layer only over the target tokens this file lists for each batch's
+    /// source tokens, and its most frequent ones (a table from `transformer shortlist`; Marian's
+    /// --shortlist, CTranslate2's use_vmap): faster, and may change the output.
+    #[arg(long)]
+    pub shortlist: Option<PathBuf>,
 }
 
 impl ModelArgs {
@@ -328,8 +333,11 @@ impl ModelArgs {
     /// preset, the model's task being known only from its checkpoint.
     pub(crate) fn load_with(&self, search: &SearchArgs, nbest: usize) -> Result<(Translator, DecodeOptions)> {
         search.options(nbest, self.task.unwrap_or_default())?;
-        let translator = self.load()?;
+        let mut translator = self.load()?;
         let opts = search.options(nbest, translator.task())?;
+        if let Some(path) = &search.shortlist {
+            translator.load_shortlist(path)?;
+        }
         Ok((translator, opts))
     }
 }
@@ -378,7 +386,7 @@ impl SearchArgs {
             max_tokens: self.max_tokens as usize,
             max_sentences: self.max_sentences as usize,
             workers: self.workers as usize,
-            use_shortlist: false,
+            use_shortlist: self.shortlist.is_some(),
         })
     }
 }

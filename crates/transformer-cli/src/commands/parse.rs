@@ -19,6 +19,11 @@ pub fn parse(args: &ParseArgs) -> Result<()> {
     use std::io::Write;
     let ParseArgs { checkpoint, tokenizer, input, tokenize, precision, search, parsing, speed } = args;
     let (input, tokenize, precision, parsing, speed) = (input.as_deref(), *tokenize, *precision, *parsing, *speed);
+    if search.shortlist.is_some() {
+        crate::usage!(
+            "--shortlist cuts a translation model's output layer; a parser writes trees over its whole vocabulary"
+        );
+    }
     let opts = parse_options(search.options(1, Task::Parsing)?, parsing);
     let translator = Translator::load_ensemble(
         checkpoint,

@@ -72,4 +72,9 @@ pub struct ServeArgs {
     /// Threads of the HTTP runtime (decoding runs on the --threads pool, not on these).
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=256))]
     pub http_threads: u32,
+    /// A vocabulary shortlist (from `transformer shortlist`; Marian's --shortlist, CTranslate2's
+    /// use_vmap): requests decode over the targets it lists for their sources unless they send
+    /// "use_shortlist": false.
+    #[arg(long)]
+    pub shortlist: Option<PathBuf>,
 }

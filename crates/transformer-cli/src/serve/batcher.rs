@@ -34,6 +34,9 @@ pub struct Job {
     pub srcs: Vec<Vec<u32>>,
     /// Search settings (requests batch together only when these are equal).
     pub search: BeamConfig,
+    /// Decode over the session's vocabulary shortlist (requests batch together only when this is
+    /// equal too).
+    pub use_shortlist: bool,
     /// Each sentence's prefix and phrases (empty: none asked), checked against the search
     /// ([`Translator::check_guides`]) before the job was queued.
     pub guides: Vec<Guide>,
@@ -152,13 +155,13 @@ impl Queue {
             }
             s = self.wake.wait(s).unwrap_or_else(|p| p.into_inner());
         }
-        let search = s.jobs[0].search;
+        let (search, use_shortlist) = (s.jobs[0].search, s.jobs[0].use_shortlist);
         let (mut n, mut longest) = (0usize, 0usize);
         let mut taken = Vec::new();
         let mut i = 0;
         while i < s.jobs.len() {
             let j = &s.jobs[i];
-            if j.search != search {
+            if j.search != search || j.use_shortlist != use_shortlist {
                 i += 1;
                 continue;
             }
@@ -231,7 +234,7 @@ fn decode(t: &Translator, jobs: Vec<Job>, budget: Budget, metrics: &Metrics) {
         // The batcher's batch is decoded as one, its products split over the threads: what
         // bench/serve measured (the CLI's worker threads, one batch each, were measured on files).
         workers: 1,
-        use_shortlist: false,
+        use_shortlist: jobs[0].use_shortlist,
     };
     let start = Instant::now();
     metrics.decoding.store(srcs.len() as u64, Ordering::Relaxed);
@@ -321,6 +324,7 @@ mod tests {
             Job {
                 srcs: lens.iter().map(|&n| vec![5; n]).collect(),
                 search,
+                use_shortlist: false,
                 guides: vec![],
                 attention: false,
                 alignment: None,
@@ -362,6 +366,23 @@ mod tests {
         assert_eq!(m.dropped.load(Ordering::Relaxed), 1);
         let (g, _rg) = job(&[3], 4);
         assert_eq!(q.push(g).unwrap_err(), Refused::Closed);
+    }
+
+    #[test]
+    fn jobs_over_a_shortlist_and_over_the_whole_vocabulary_batch_apart() {
+        let (q, m) = (Queue::new(100), Metrics::default());
+        let budget = Budget { max_tokens: 100, max_sentences: 8 };
+        let (a, _ra) = job(&[3], 4);
+        let (mut b, _rb) = job(&[3], 4);
+        b.use_shortlist = true;
+        let (c, _rc) = job(&[3], 4);
+        for j in [a, b, c] {
+            q.push(j).unwrap();
+        }
+        let batch = q.next_batch(budget, &m).unwrap();
+        assert_eq!(batch.iter().map(|j| j.use_shortlist).collect::<Vec<_>>(), [false, false]);
+        let batch = q.next_batch(budget, &m).unwrap();
+        assert_eq!(batch.iter().map(|j| j.use_shortlist).collect::<Vec<_>>(), [true]);
     }
 
     #[test]

@@ -7,7 +7,7 @@ use transformer::data::corpus::input_line;
 /// The fields a request may hold.
 pub const FIELDS: &str = "q, beam, alpha, nbest, attention, min_length, repetition_penalty, no_repeat_ngram_size, \
                           sampling_topk, sampling_topp, sampling_temperature, seed, prefix, constraints, \
-                          alignment, alignment_words";
+                          alignment, alignment_words, use_shortlist";
 
 /// A checked translation request.
 #[derive(Debug, Clone, PartialEq)]
@@ -37,6 +37,8 @@ pub struct TranslateRequest {
     /// Each best output's word alignment in Marian's format (`alignment`: "hard", "soft" or a
     /// threshold in (0, 1); `alignment_words`: over words, not tokens); `None`: not asked.
     pub alignment: Option<transformer::decode::AlignmentOptions>,
+    /// Decode over the server's vocabulary shortlist (`use_shortlist`; default: whether it has one).
+    pub use_shortlist: Option<bool>,
 }
 
 /// The request limits that do not need the model.
@@ -179,7 +181,24 @@ pub fn parse(body: &[u8], limits: &Limits) -> Result<TranslateRequest, String> {
     let single = matches!(map.get("q"), Some(Value::String(_)));
     let (prefix, constraints) = guides(&map, single, q.len())?;
     let alignment = alignment(&map)?;
-    Ok(TranslateRequest { q, beam, alpha, nbest, attention, controls, sampling, prefix, constraints, alignment })
+    let use_shortlist = match map.get("use_shortlist") {
+        None | Some(Value::Null) => None,
+        Some(Value::Bool(b)) => Some(*b),
+        Some(v) => return Err(format!("field `use_shortlist` must be true or false (got {})", kind(v))),
+    };
+    Ok(TranslateRequest {
+        q,
+        beam,
+        alpha,
+        nbest,
+        attention,
+        controls,
+        sampling,
+        prefix,
+        constraints,
+        alignment,
+        use_shortlist,
+    })
 }
 
 /// The request's `alignment` and `alignment_words`.
@@ -310,7 +329,14 @@ mod tests {
                 prefix: vec![],
                 constraints: vec![],
                 alignment: None,
+                use_shortlist: None,
             }
+        );
+        let r = parse(br#"{"q": "a", "use_shortlist": false}"#, &LIMITS).unwrap();
+        assert_eq!(r.use_shortlist, Some(false));
+        assert_eq!(
+            err(r#"{"q": "a", "use_shortlist": "yes"}"#),
+            "field `use_shortlist` must be true or false (got a string)"
         );
         use transformer::decode::{AlignmentKind, AlignmentOptions};
         let r = parse(br#"{"q": "a", "alignment": "hard"}"#, &LIMITS).unwrap();

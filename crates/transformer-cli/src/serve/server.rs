@@ -254,11 +254,20 @@ async fn translate(
         check_attention_size(&app, t, &srcs, &search)?;
     }
     let guides = guides_of(t, &req, &srcs, &search)?;
+    // With a shortlist, requests use it unless they say not to.
+    let use_shortlist = req.use_shortlist.unwrap_or(t.shortlist().is_some());
+    if use_shortlist && t.shortlist().is_none() {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "field `use_shortlist`: this server has no vocabulary shortlist (start it with --shortlist FILE)",
+        ));
+    }
     let outputs = match srcs.is_empty() {
         true => Vec::new(),
         false => {
             let (attention, alignment) = (req.attention, req.alignment);
-            decode(&app, Job { srcs, search, guides, attention, alignment, reply: oneshot::channel().0 }).await?
+            let job = Job { srcs, search, use_shortlist, guides, attention, alignment, reply: oneshot::channel().0 };
+            decode(&app, job).await?
         }
     };
     Ok(answer(&req, outputs))
@@ -627,7 +636,14 @@ pub fn run(args: ServeArgs) -> Result<()> {
     let server = runtime.spawn(serving);
     eprintln!("listening on http://{addr} (loading the model)");
     let options = SessionOptions { precision: args.precision, task: Task::Translation, ..Default::default() };
-    let translator = match Translator::load_ensemble(&args.checkpoint, &args.tokenizer, options) {
+    let load = || -> transformer::Result<Translator> {
+        let mut t = Translator::load_ensemble(&args.checkpoint, &args.tokenizer, options)?;
+        if let Some(path) = &args.shortlist {
+            t.load_shortlist(path)?;
+        }
+        Ok(t)
+    };
+    let translator = match load() {
         Ok(t) => Arc::new(t),
         Err(e) => {
             stop.notify_one();

@@ -18,6 +18,9 @@ const CHECKPOINT_NAMES: [&str; 3] = ["model.safetensors", "best.safetensors", "a
 /// The tokenizer names a model directory may hold: an import's, a training run's (`data.bpe`);
 /// looked for in the directory, then in its `run/` (the quick starts' layout).
 const TOKENIZER_NAMES: [&str; 3] = ["tokenizer.json", "vocab.json", "bpe.json"];
+/// The vocabulary shortlist a model directory may hold (`transformer shortlist --output
+/// DIR/shortlist.json`), as a CTranslate2 directory holds its vocabulary map.
+pub const SHORTLIST_NAME: &str = "shortlist.json";
 
 /// The newest `ckpt-NNNNNNNN.safetensors` of a run directory (the step is zero-padded, so the
 /// last name is the last step).
@@ -92,13 +95,21 @@ impl Translator {
 
     /// [`Translator::load_dir`] at CTranslate2's `compute_type`
     /// ([`Precision::from_compute_type`]: `default` is the checkpoint's own), for `task` (a
-    /// model of another task is an error naming both); the checkpoint's header read once.
+    /// model of another task is an error naming both); the checkpoint's header read once. A
+    /// translation model's [`SHORTLIST_NAME`] in the directory becomes the session's shortlist
+    /// (used by the calls that ask for it, [`DecodeOptions::use_shortlist`](crate::decode::translator::DecodeOptions::use_shortlist)).
     pub fn load_dir_as(dir: &Path, compute_type: &str, task: Task) -> Result<Self> {
         let (checkpoint, tokenizer) = model_files(dir)?;
         let vocab = Tokenizer::load(&tokenizer)?;
         let opened = checkpoint::open(&checkpoint)?;
         let precision = Precision::from_compute_type(compute_type, opened.header().int8)?;
-        Self::from_opened(opened, vocab, &tokenizer, SessionOptions { precision, task, ..SessionOptions::default() })
+        let options = SessionOptions { precision, task, ..SessionOptions::default() };
+        let mut t = Self::from_opened(opened, vocab, &tokenizer, options)?;
+        let shortlist = dir.join(SHORTLIST_NAME);
+        if task == Task::Translation && shortlist.is_file() {
+            t.load_shortlist(&shortlist)?;
+        }
+        Ok(t)
     }
 
     /// Loads a checkpoint and the tokenizer it was trained with (a BPE model of ours, or the

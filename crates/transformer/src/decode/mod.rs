@@ -9,7 +9,7 @@ pub mod beam;
 mod controls;
 pub mod guide;
 mod load;
-pub use load::{contains_model, model_files};
+pub use load::{contains_model, model_files, SHORTLIST_NAME};
 mod parse;
 mod scorer;
 mod scoring;
