@@ -73,7 +73,7 @@ def child_ct2(args):
     tr = ctranslate2.Translator(args.model, device="cpu", compute_type=args.compute_type, intra_threads=args.threads,
                                 inter_threads=args.inter)
     load = time.perf_counter() - t0
-    opts = dict(beam_size=args.beam, length_penalty=0.6, max_decoding_length=256)
+    opts = dict(beam_size=args.beam, length_penalty=0.6, max_decoding_length=256, use_vmap=args.use_vmap)
     t0 = time.perf_counter()
     if args.batch_one:
         res = [tr.translate_batch([p], max_batch_size=1, **opts)[0] for p in pieces]
@@ -237,6 +237,7 @@ def main():
     ap.add_argument("--ct2-isa", help="CT2_FORCE_CPU_ISA for CTranslate2 (e.g. AVX512: on an AMD EPYC with AVX-512 "
                     "it picks AVX2 by itself; default: its own choice)")
     ap.add_argument("--inter", type=int, default=1, help="CTranslate2's inter_threads (batches at once)")
+    ap.add_argument("--use-vmap", action="store_true", help="CTranslate2's use_vmap (the vmap.txt of --model)")
     args = ap.parse_args()
     if args.child == "ct2":
         return child_ct2(args)

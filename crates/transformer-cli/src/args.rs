@@ -502,6 +502,10 @@ pub struct ShortlistArgs {
     /// Where the table goes (JSON).
     #[arg(long)]
     pub output: PathBuf,
+    /// Also write the table as CTranslate2's vocabulary map (`vmap.txt`: a line a source piece,
+    /// a tab, its target pieces; the frequent ones under the empty key), for its use_vmap.
+    #[arg(long)]
+    pub ct2_vmap: Option<PathBuf>,
 }
 
 // The arguments of `transformer bench`.

@@ -262,6 +262,7 @@ fn shortlist_learns_a_table_the_library_reads_back() {
     let (ckpt, bpe) = fixture();
     let (src, tgt) = (multi30k("val.en.gz"), multi30k("val.de.gz"));
     let out = dir.join("list.json");
+    let vmap = dir.join("vmap.txt");
     let run = |out: &Path| {
         transformer(&[
             "shortlist",
@@ -279,6 +280,8 @@ fn shortlist_learns_a_table_the_library_reads_back() {
             "50",
             "--output",
             out.to_str().unwrap(),
+            "--ct2-vmap",
+            vmap.to_str().unwrap(),
         ])
     };
     let (ok, report, err) = run(&out);
@@ -289,6 +292,17 @@ fn shortlist_learns_a_table_the_library_reads_back() {
     let table = transformer::decode::shortlist::Shortlist::load(&out, b.hash(), b.vocab_size()).unwrap();
     assert_eq!(table.frequent.len(), 50);
     assert!(table.sources.values().all(|l| !l.is_empty() && l.len() <= 20));
+    // The same table as CTranslate2's vocabulary map: the frequent targets under the empty key,
+    // then a line a source piece, as many targets as the table's.
+    let text = std::fs::read_to_string(&vmap).unwrap();
+    let rows: Vec<(&str, Vec<&str>)> =
+        text.lines().map(|l| l.split_once('\t').unwrap()).map(|(k, v)| (k, v.split(' ').collect())).collect();
+    assert_eq!(rows.len(), 1 + table.sources.len());
+    assert_eq!((rows[0].0, rows[0].1.len()), ("", 50));
+    let first = table.sources.iter().next().unwrap();
+    assert_eq!(rows[1].0, b.piece_of(first.0.parse().unwrap()).unwrap());
+    let pieces: Vec<String> = first.1.iter().map(|&id| b.piece_of(id).unwrap()).collect();
+    assert_eq!(rows[1].1, pieces);
     let (ok, _, err) = run(Path::new(&src));
     assert!(!ok && err.contains("is an input"), "{err}");
 

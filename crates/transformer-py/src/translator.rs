@@ -451,7 +451,7 @@ impl Translator {
     #[pyo3(signature = (text, *, beam_size=2, num_hypotheses=1, length_penalty=1.0, repetition_penalty=1.0,
                         no_repeat_ngram_size=0, max_decoding_length=256, min_decoding_length=1, disable_unk=false,
                         sampling_topk=1, sampling_topp=1.0, sampling_temperature=1.0, max_batch_size=0,
-                        batch_type="examples", target_prefix=None, constraints=None))]
+                        batch_type="examples", target_prefix=None, constraints=None, use_vmap=false))]
     #[allow(clippy::too_many_arguments)]
     fn translate(
         &self,
@@ -472,6 +472,7 @@ impl Translator {
         batch_type: &str,
         target_prefix: Option<Bound<'_, PyAny>>,
         constraints: Option<Bound<'_, PyAny>>,
+        use_vmap: bool,
     ) -> PyResult<Py<PyAny>> {
         let (lines, one) = match text.extract::<String>() {
             Ok(line) => (vec![line], true),
@@ -496,7 +497,7 @@ impl Translator {
             0.0,
             max_decoding_length,
             min_decoding_length,
-            false,
+            use_vmap,
             (sampling_topk, sampling_topp, sampling_temperature),
             false,
         )?;

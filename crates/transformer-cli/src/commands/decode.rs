@@ -358,13 +358,40 @@ pub(crate) fn first_of(translator: &Translator) -> String {
     }
 }
 
+/// The table in CTranslate2's vocabulary-map format (its `vocabulary_map.cc`): per source token a
+/// line `piece<TAB>target pieces separated by spaces`, and the frequent targets under the empty
+/// key, which CTranslate2 always allows (beside its UNK, BOS and EOS, as ours are).
+fn ct2_vocabulary_map(translator: &Translator, table: &transformer::decode::shortlist::Shortlist) -> Result<String> {
+    use transformer::data::tokenizer::Side;
+    let tok = translator.tokenizer();
+    let piece = |side: Side, id: u32| -> Result<String> {
+        let p = tok.piece_of_id(side, id).unwrap_or_default();
+        if p.is_empty() || p.chars().any(char::is_whitespace) {
+            anyhow::bail!("token {id} ({p:?}) cannot be written in CTranslate2's vocabulary map, whose fields are split at white space");
+        }
+        Ok(p)
+    };
+    let targets = |ids: &[u32]| ids.iter().map(|&id| piece(Side::Target, id)).collect::<Result<Vec<_>>>();
+    let mut out = format!("\t{}\n", targets(&table.frequent)?.join(" "));
+    for (key, ids) in &table.sources {
+        let id: u32 = key.parse().expect("a loaded or learned table's keys are ids");
+        out.push_str(&format!("{}\t{}\n", piece(Side::Source, id)?, targets(ids)?.join(" ")));
+    }
+    Ok(out)
+}
+
 /// `transformer shortlist`: the co-occurrence table of the training pairs, with the model's
 /// tokenizer, and how much of each pair's target it covers.
 pub fn shortlist(args: &crate::args::ShortlistArgs) -> Result<()> {
     use transformer::decode::shortlist::Shortlist;
-    let crate::args::ShortlistArgs { model, src, tgt, per_source, frequent, output } = args;
-    if output == src || output == tgt {
-        usage!("--output {} is an input: give another path", output.display());
+    let crate::args::ShortlistArgs { model, src, tgt, per_source, frequent, output, ct2_vmap } = args;
+    for (flag, out) in [("--output", Some(output)), ("--ct2-vmap", ct2_vmap.as_ref())] {
+        if out.is_some_and(|o| o == src || o == tgt) {
+            usage!("{flag} {} is an input: give another path", out.map_or(String::new(), |o| o.display().to_string()));
+        }
+    }
+    if ct2_vmap.as_ref() == Some(output) {
+        usage!("--ct2-vmap and --output are both {}: give two paths", output.display());
     }
     let translator = model.load()?;
     let srcs = read_input_lines(src)?;
@@ -378,6 +405,9 @@ pub fn shortlist(args: &crate::args::ShortlistArgs) -> Result<()> {
     let tok = translator.tokenizer();
     let table = Shortlist::learn(&pairs, tok.vocab_size(), tok.hash(), *per_source as usize, *frequent as usize)?;
     table.save(output)?;
+    if let Some(path) = ct2_vmap {
+        transformer::io::write_atomically(path, ct2_vocabulary_map(&translator, &table)?.as_bytes())?;
+    }
     // Coverage: the share of each pair's target tokens inside its own source's shortlist.
     let (mut inside, mut all, mut size) = (0usize, 0usize, 0usize);
     for (s, t) in &pairs {
