@@ -101,6 +101,13 @@ impl Engine {
         opts: &DecodeOptions,
         events: &mut (dyn Events + Send),
     ) -> transformer::Result<Vec<Vec<Hypothesis>>> {
+        self.check_vmap(opts)?;
+        let opts = self.options(opts);
+        self.pool.install(|| self.translator.translate_ids_guided(srcs, guides, &opts, events)).map(|(h, _)| h)
+    }
+
+    /// `use_vmap=True` needs the model directory's shortlist: without one, the error says where it goes.
+    pub(crate) fn check_vmap(&self, opts: &DecodeOptions) -> transformer::Result<()> {
         if opts.use_shortlist && self.translator.shortlist().is_none() {
             return Err(transformer::Error::Config(format!(
                 "use_vmap=True decodes over a vocabulary shortlist, and this model has none: write one into its \
@@ -109,8 +116,7 @@ impl Engine {
                 transformer::decode::SHORTLIST_NAME
             )));
         }
-        let opts = self.options(opts);
-        self.pool.install(|| self.translator.translate_ids_guided(srcs, guides, &opts, events)).map(|(h, _)| h)
+        Ok(())
     }
 
     /// The guides of `target_prefix` and `constraints` (target token strings; each `None`, or

@@ -504,6 +504,7 @@ impl Translator {
         batch_limits(&mut opts, max_batch_size, batch_type)?;
         let engine = self.engine.clone();
         let out: Vec<Vec<String>> = interruptible(py, move |events| {
+            engine.check_vmap(&opts)?;
             let opts = engine.options(&opts);
             let translate = || engine.translator.translate_guided(&lines, &guides, &opts, events);
             let (out, _) = engine.pool.install(translate)?;

@@ -218,7 +218,7 @@ fn a_shortlist_keeps_prefixes_and_phrases_and_serves_ensembles() {
     let mut paths = Vec::new();
     for seed in [7, 8] {
         let model = Transformer::new(config(bpe.vocab_size()), seed).unwrap();
-        let path = dir.join(&format!("m{seed}.safetensors"));
+        let path = dir.join(format!("m{seed}.safetensors"));
         let ckpt = transformer::checkpoint::Checkpoint {
             config: model.config.clone(),
             step: 1,
