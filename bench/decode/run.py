@@ -207,6 +207,39 @@ def marian_tokenizer(directory):
     return MarianTokenizer.from_pretrained(str(directory))
 
 
+def prepare_models(args, work):
+    """The model both engines decode, in `work`: with `--marian DIR`, ours imported from it and
+    CTranslate2's from its own converter (`args.checkpoint`/`args.bpe` set to the import); else
+    CTranslate2's converted from our checkpoint. Returns CTranslate2's directory."""
+    ct2_dir = work / "ct2"
+    if args.marian:
+        subprocess.run([str(args.binary), "import", "marian", str(args.marian), "--output", str(work / "ours")],
+                       check=True, capture_output=True)
+        args.checkpoint, args.bpe = work / "ours/model.safetensors", work / "ours/tokenizer.json"
+        ct2_conv = Path(sys.executable).parent / "ct2-transformers-converter"
+        subprocess.run([str(ct2_conv), "--model", str(args.marian), "--output_dir", str(ct2_dir)], check=True,
+                       capture_output=True)
+    elif args.checkpoint is None or args.bpe is None:
+        sys.exit("give --checkpoint and --bpe, or --marian DIR")
+    else:
+        subprocess.run([sys.executable, str(HERE / "to_ctranslate2.py"), "--checkpoint", str(args.checkpoint),
+                        "--bpe", str(args.bpe), "--out", str(ct2_dir)], check=True, capture_output=True)
+    return ct2_dir
+
+
+def write_pieces(args, src_lines, src_plain, out):
+    """The sources as CTranslate2 reads them (space-separated pieces a line), written to `out`:
+    `transformers`' MarianTokenizer for `--marian`, else our `bpe apply`. Returns the text."""
+    if args.marian:
+        tok = marian_tokenizer(args.marian)
+        pieces = "".join(" ".join(tok.convert_ids_to_tokens(tok(l)["input_ids"])) + "\n" for l in src_lines)
+    else:
+        pieces = subprocess.run([str(args.binary), "bpe", "apply", "--model", str(args.bpe), "--input",
+                                 str(src_plain)], check=True, capture_output=True, text=True).stdout
+    out.write_text(pieces)
+    return pieces
+
+
 CT2_TYPE = {"f32": "float32", "bf16": "float32", "int8": "int8"}
 # (name, beam, batch one): the four ways each engine decodes.
 MODES = [("beam4", 4, False), ("greedy", 1, False), ("beam4-b1", 4, True), ("greedy-b1", 1, True)]
@@ -250,31 +283,13 @@ def main():
 
     ct2_env = dict(os.environ, **({"CT2_FORCE_CPU_ISA": args.ct2_isa} if args.ct2_isa else {}))
     work = Path(tempfile.mkdtemp(prefix="decode-bench-"))
-    ct2_dir = work / "ct2"
-    if args.marian:
-        subprocess.run([str(args.binary), "import", "marian", str(args.marian), "--output", str(work / "ours")],
-                       check=True, capture_output=True)
-        args.checkpoint, args.bpe = work / "ours/model.safetensors", work / "ours/tokenizer.json"
-        ct2_conv = Path(sys.executable).parent / "ct2-transformers-converter"
-        subprocess.run([str(ct2_conv), "--model", str(args.marian), "--output_dir", str(ct2_dir)], check=True,
-                       capture_output=True)
-    elif args.checkpoint is None or args.bpe is None:
-        sys.exit("give --checkpoint and --bpe, or --marian DIR")
-    else:
-        subprocess.run([sys.executable, str(HERE / "to_ctranslate2.py"), "--checkpoint", str(args.checkpoint),
-                        "--bpe", str(args.bpe), "--out", str(ct2_dir)], check=True, capture_output=True)
+    ct2_dir = prepare_models(args, work)
     src_lines = read(args.src)
     src_plain = work / "src.txt"
     src_plain.write_text("".join(l + "\n" for l in src_lines))
     src_b1 = work / "src-b1.txt"
     src_b1.write_text("".join(l + "\n" for l in src_lines[: args.latency_sentences]))
-    if args.marian:
-        tok = marian_tokenizer(args.marian)
-        pieces = "".join(" ".join(tok.convert_ids_to_tokens(tok(l)["input_ids"])) + "\n" for l in src_lines)
-    else:
-        pieces = subprocess.run([str(args.binary), "bpe", "apply", "--model", str(args.bpe), "--input",
-                                 str(src_plain)], check=True, capture_output=True, text=True).stdout
-    (work / "src.pieces").write_text(pieces)
+    pieces = write_pieces(args, src_lines, src_plain, work / "src.pieces")
     n = len(src_lines)
     n1 = min(n, args.latency_sentences)
     src_tokens = sum(len(l.split(" ")) for l in pieces.split("\n")[:-1])

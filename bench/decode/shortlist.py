@@ -20,17 +20,17 @@ one line a configuration:
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
-import json
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from run import HERE, ROOT, marian_tokenizer, read, run_ours  # noqa: E402
+from run import HERE, ROOT, marian_tokenizer, prepare_models, read, run_ours, write_pieces  # noqa: E402
 
 
 def main():
@@ -53,19 +53,7 @@ def main():
     args = ap.parse_args()
     ks = [int(k) for k in args.per_source.split(",")]
     work = Path(tempfile.mkdtemp(prefix="shortlist-bench-"))
-    ct2_dir = work / "ct2"
-    if args.marian:
-        subprocess.run([str(args.binary), "import", "marian", str(args.marian), "--output", str(work / "ours")],
-                       check=True, capture_output=True)
-        args.checkpoint, args.bpe = work / "ours/model.safetensors", work / "ours/tokenizer.json"
-        conv = Path(sys.executable).parent / "ct2-transformers-converter"
-        subprocess.run([str(conv), "--model", str(args.marian), "--output_dir", str(ct2_dir)], check=True,
-                       capture_output=True)
-    elif args.checkpoint is None or args.bpe is None:
-        sys.exit("give --checkpoint and --bpe, or --marian DIR")
-    else:
-        subprocess.run([sys.executable, str(HERE / "to_ctranslate2.py"), "--checkpoint", str(args.checkpoint),
-                        "--bpe", str(args.bpe), "--out", str(ct2_dir)], check=True, capture_output=True)
+    ct2_dir = prepare_models(args, work)
     model = ["--checkpoint", str(args.checkpoint), "--bpe", str(args.bpe)]
     coverage = {}
     for k in ks:
@@ -82,13 +70,7 @@ def main():
     src_lines = read(args.src)
     src_plain = work / "src.txt"
     src_plain.write_text("".join(l + "\n" for l in src_lines))
-    if args.marian:
-        tok = marian_tokenizer(args.marian)
-        pieces = "".join(" ".join(tok.convert_ids_to_tokens(tok(l)["input_ids"])) + "\n" for l in src_lines)
-    else:
-        pieces = subprocess.run([str(args.binary), "bpe", "apply", "--model", str(args.bpe), "--input",
-                                 str(src_plain)], check=True, capture_output=True, text=True).stdout
-    (work / "src.pieces").write_text(pieces)
+    write_pieces(args, src_lines, src_plain, work / "src.pieces")
     n = len(src_lines)
 
     configs = [None] + ks

@@ -322,15 +322,7 @@ fn chunks_of_a_long_sentence_are_joined_with_a_space() {
 fn save_model(dir: &std::path::Path, name: &str, bpe: &Bpe, seed: u64) -> std::path::PathBuf {
     let model = Transformer::new(translator(Precision::F32).model().config.clone(), seed).unwrap();
     let path = dir.join(name);
-    let ckpt = transformer::checkpoint::Checkpoint {
-        config: model.config.clone(),
-        step: 1,
-        vocab_hash: bpe.hash().to_string(),
-        params: model.params.clone(),
-        adam: None,
-        extra: Default::default(),
-    };
-    transformer::checkpoint::save(&path, &ckpt).unwrap();
+    common::save_checkpoint(&path, &model, bpe.hash());
     path
 }
 

@@ -76,6 +76,19 @@ pub fn translate_batch(
     Ok(transformer::decode::search_batch(model, srcs, cfg, ws, &mut state, None)?.0)
 }
 
+/// Saves `model` at `path` as a step-1 checkpoint "trained" with the tokenizer hashed `vocab_hash`.
+pub fn save_checkpoint(path: &std::path::Path, model: &transformer::Transformer, vocab_hash: &str) {
+    let ckpt = transformer::checkpoint::Checkpoint {
+        config: model.config.clone(),
+        step: 1,
+        vocab_hash: vocab_hash.to_string(),
+        params: model.params.clone(),
+        adam: None,
+        extra: Default::default(),
+    };
+    transformer::checkpoint::save(path, &ckpt).unwrap();
+}
+
 /// Copies the `.npz` archive `from` to `to` with its `special:model.yml` array's bytes changed by
 /// `edit` (which must keep their length: the array's header is kept), every entry stored
 /// uncompressed. Panics unless the archive has exactly one such entry.
