@@ -112,8 +112,9 @@ def main():
     ap.add_argument("--checkpoint", type=Path, required=True)
     ap.add_argument("--bpe", type=Path, required=True)
     ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--quantization", default=None, help="CTranslate2's: int8, float16, ... (default: as stored)")
     a = ap.parse_args()
-    OurConverter(a.checkpoint, a.bpe).convert(str(a.out), force=True)
+    OurConverter(a.checkpoint, a.bpe).convert(str(a.out), quantization=a.quantization, force=True)
     print(f"wrote {a.out}")
 
 

@@ -386,6 +386,22 @@ pub enum ImportCommand {
         #[arg(long)]
         output: PathBuf,
     },
+    /// A CTranslate2 Transformer directory (model.bin, config.json, the vocabularies), as its
+    /// converters write it from OPUS-MT, Marian, `transformers` or `export ct2`, with float32,
+    /// float16, bfloat16, int8 or int16 weights (read as f32). Its tokens need their tokenizer: the
+    /// transformer_tokenizer.json `export ct2` writes, or SentencePiece models in the directory
+    /// (source.spm and target.spm, or one .spm) or given with --spm.
+    Ct2 {
+        /// The model's directory.
+        dir: PathBuf,
+        /// The SentencePiece models the tokens were cut with: one for both sides, or source then
+        /// target.
+        #[arg(long, num_args = 1..=2)]
+        spm: Vec<PathBuf>,
+        /// Where to write model.safetensors and tokenizer.json (created if needed).
+        #[arg(long)]
+        output: PathBuf,
+    },
 }
 
 // The arguments of `transformer export`.
@@ -414,6 +430,30 @@ pub enum ExportCommand {
         /// its tokenizer.json unless given.
         #[arg(long, visible_alias = "bpe")]
         tokenizer: Option<PathBuf>,
+        /// The directory to write (created; it must not hold a model already).
+        #[arg(long)]
+        output: PathBuf,
+    },
+    /// A CTranslate2 model directory, for `ctranslate2.Translator(DIR)`: model.bin (a post-norm
+    /// TransformerSpec with CTranslate2's variable names and aliases), config.json, the
+    /// vocabularies as JSON token lists (our pieces by id), and transformer_tokenizer.json (ours,
+    /// which CTranslate2 ignores and `import ct2` reads back). Any model of ours or imported;
+    /// parsing models and heads narrower than d_model / heads are refused by name.
+    Ct2 {
+        /// The model: a directory with model.safetensors and tokenizer.json, or a checkpoint file
+        /// with --tokenizer.
+        #[arg(required_unless_present = "checkpoint", conflicts_with = "checkpoint")]
+        model: Option<PathBuf>,
+        /// The checkpoint, instead of MODEL.
+        #[arg(long)]
+        checkpoint: Option<PathBuf>,
+        /// Its tokenizer (bpe.json, or the tokenizer.json of an import; alias --bpe).
+        #[arg(long, visible_alias = "bpe")]
+        tokenizer: Option<PathBuf>,
+        /// The weights' type: float32, or int8 (CTranslate2's own per-row quantization of the
+        /// linear and embedding weights, from the f32 weights).
+        #[arg(long, default_value = "float32", value_parser = ["float32", "int8"])]
+        quantization: String,
         /// The directory to write (created; it must not hold a model already).
         #[arg(long)]
         output: PathBuf,

@@ -1,5 +1,6 @@
 //! Model files made from others: `quantize` (an f32 checkpoint to int8 codes), `import marian`
-//! (a Marian / OPUS-MT model to a checkpoint and tokenizer of ours) and `export marian` (back).
+//! (a Marian / OPUS-MT model to a checkpoint and tokenizer of ours), `export marian` (back), and
+//! `export ct2` / `import ct2` (CTranslate2 model directories, both ways).
 
 use anyhow::Result;
 use std::path::{Path, PathBuf};
@@ -53,8 +54,8 @@ pub fn export_inputs(
             let ckpt = dir.join("model.safetensors");
             if !ckpt.is_file() {
                 anyhow::bail!(
-                    "{} holds no model.safetensors (what `transformer import marian` writes): for a checkpoint \
-                     of a run, give its file and --tokenizer",
+                    "{} holds no model.safetensors (what `transformer import` and the quick start write): for \
+                     a checkpoint of a run, give its file and --tokenizer",
                     dir.display()
                 );
             }
@@ -66,18 +67,18 @@ pub fn export_inputs(
             }
             (file, None)
         }
-        (None, None) => anyhow::bail!("export marian: give the model (a directory or a checkpoint) or --checkpoint"),
+        (None, None) => anyhow::bail!("export: give the model (a directory or a checkpoint) or --checkpoint"),
     };
     let tokenizer = match (tokenizer, beside) {
         (Some(t), _) => t,
         (None, Some(t)) if t.is_file() => t,
         (None, Some(t)) => anyhow::bail!(
-            "{} is not there: give the model's tokenizer with --tokenizer (the tokenizer.json `transformer import \
-             marian` wrote)",
+            "{} is not there: give the model's tokenizer with --tokenizer (the tokenizer.json `transformer import` \
+             wrote, or the bpe.json of a run)",
             t.display()
         ),
         (None, None) => anyhow::bail!(
-            "{}: give its tokenizer with --tokenizer (the tokenizer.json `transformer import marian` wrote)",
+            "{}: give its tokenizer with --tokenizer (the tokenizer.json `transformer import` wrote, or the bpe.json of a run)",
             checkpoint.display()
         ),
     };
@@ -86,17 +87,7 @@ pub fn export_inputs(
 
 /// `transformer export marian`: writes the native Marian model and says how Marian decodes it.
 pub fn export_marian(checkpoint: &Path, tokenizer: &Path, output: &Path) -> Result<()> {
-    let ckpt = transformer::checkpoint::load(checkpoint)?;
-    let tok = transformer::data::tokenizer::Tokenizer::load(tokenizer)?;
-    if ckpt.vocab_hash != tok.hash() {
-        anyhow::bail!(
-            "{} was written for vocabulary {}, but {} is {}: give the tokenizer the model was imported or trained with",
-            checkpoint.display(),
-            ckpt.vocab_hash,
-            tokenizer.display(),
-            tok.hash()
-        );
-    }
+    let (ckpt, tok) = model_and_tokenizer(checkpoint, tokenizer)?;
     let written = transformer::import::marian::export(&ckpt, &tok, output)?;
     for p in &written {
         eprintln!("wrote {}", p.display());
@@ -112,5 +103,70 @@ pub fn export_marian(checkpoint: &Path, tokenizer: &Path, output: &Path) -> Resu
     } else {
         eprintln!("decode with: marian-decoder -c {}", decoder.display());
     }
+    Ok(())
+}
+
+/// Loads a checkpoint and its tokenizer, checking they belong together.
+fn model_and_tokenizer(
+    checkpoint: &Path,
+    tokenizer: &Path,
+) -> Result<(transformer::checkpoint::Checkpoint, transformer::data::tokenizer::Tokenizer)> {
+    let ckpt = transformer::checkpoint::load(checkpoint)?;
+    let tok = transformer::data::tokenizer::Tokenizer::load(tokenizer)?;
+    if ckpt.vocab_hash != tok.hash() {
+        anyhow::bail!(
+            "{} was written for vocabulary {}, but {} is {}: give the tokenizer the model was imported or trained with",
+            checkpoint.display(),
+            ckpt.vocab_hash,
+            tokenizer.display(),
+            tok.hash()
+        );
+    }
+    Ok((ckpt, tok))
+}
+
+/// `transformer export ct2`: writes the CTranslate2 directory and says how CTranslate2 loads it.
+pub fn export_ct2(checkpoint: &Path, tokenizer: &Path, quantization: &str, output: &Path) -> Result<()> {
+    use transformer::import::ct2::Ct2Weights;
+    let (ckpt, tok) = model_and_tokenizer(checkpoint, tokenizer)?;
+    let weights = match quantization {
+        "int8" => Ct2Weights::Int8,
+        _ => Ct2Weights::Float32,
+    };
+    let bytes = std::fs::read(tokenizer).map_err(|e| anyhow::anyhow!("{}: {e}", tokenizer.display()))?;
+    let written = transformer::import::ct2::export(&ckpt, &tok, &bytes, output, weights)?;
+    for p in &written {
+        eprintln!("wrote {}", p.display());
+    }
+    eprintln!(
+        "decode with: python -c \"import ctranslate2; t = ctranslate2.Translator('{}', compute_type='{}'); \
+         print(t.translate_batch([['PIECE', ...]]))\" (the pieces of our tokenizer)",
+        output.display(),
+        weights.name()
+    );
+    Ok(())
+}
+
+/// `transformer import ct2`: imports a CTranslate2 directory and says how to translate with it.
+pub fn import_ct2(dir: &Path, spm: &[PathBuf], output: &Path) -> Result<()> {
+    let imported = transformer::import::ct2::import(dir, spm)?;
+    let (ckpt, tok) = imported.write(output)?;
+    let c = &imported.checkpoint.config;
+    eprintln!(
+        "imported {} (CTranslate2, {} weights): {} layers, d_model {}, {} heads, FFN {} ({}), vocabulary {}{}, \
+         {:.1}M parameters",
+        dir.display(),
+        imported.weights,
+        c.n_layers,
+        c.d_model,
+        c.n_heads,
+        c.d_ff,
+        c.import.activation.name(),
+        c.vocab_size,
+        c.import.source_vocab_size.map_or(String::new(), |v| format!(" (source {v})")),
+        transformer::params::param_count(c) as f64 / 1e6
+    );
+    eprintln!("wrote {} and {}", ckpt.display(), tok.display());
+    eprintln!("translate with: transformer translate --checkpoint {} --tokenizer {}", ckpt.display(), tok.display());
     Ok(())
 }

@@ -43,6 +43,15 @@ pub fn run(cmd: Command) -> Result<()> {
             let (checkpoint, tokenizer) = convert::export_inputs(model, checkpoint, tokenizer)?;
             convert::export_marian(&checkpoint, &tokenizer, &output)
         }
+        Command::Import(ImportArgs { which: ImportCommand::Ct2 { dir, spm, output } }) => {
+            convert::import_ct2(&dir, &spm, &output)
+        }
+        Command::Export(ExportArgs {
+            which: ExportCommand::Ct2 { model, checkpoint, tokenizer, quantization, output },
+        }) => {
+            let (checkpoint, tokenizer) = convert::export_inputs(model, checkpoint, tokenizer)?;
+            convert::export_ct2(&checkpoint, &tokenizer, &quantization, &output)
+        }
         Command::Average(AverageArgs { last, dir, inputs, output }) => {
             train::average(last.map(|k| k as usize), dir.as_deref(), inputs, &output)
         }

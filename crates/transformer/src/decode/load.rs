@@ -98,7 +98,18 @@ impl Translator {
     /// model of another task is an error naming both); the checkpoint's header read once. A
     /// translation model's [`SHORTLIST_NAME`] in the directory becomes the session's shortlist
     /// (used by the calls that ask for it, [`DecodeOptions::use_shortlist`](crate::decode::translator::DecodeOptions::use_shortlist)).
+    ///
+    /// A CTranslate2 model directory ([`crate::import::ct2::is_ct2_dir`]) is imported as it is
+    /// read ([`crate::import::ct2::import`], with the tokenizer it holds): `default` is then int8
+    /// for int8 weights, else f32.
     pub fn load_dir_as(dir: &Path, compute_type: &str, task: Task) -> Result<Self> {
+        if crate::import::ct2::is_ct2_dir(dir) {
+            let imported = crate::import::ct2::import(dir, &[])?;
+            let precision = Precision::from_compute_type(compute_type, imported.weights == "int8")?;
+            let tokenizer = imported.tokenizer()?;
+            let model = Transformer::from_params(imported.checkpoint.config.clone(), imported.checkpoint.params)?;
+            return Self::new(model, tokenizer, SessionOptions { precision, task, ..SessionOptions::default() });
+        }
         let (checkpoint, tokenizer) = model_files(dir)?;
         let vocab = Tokenizer::load(&tokenizer)?;
         let opened = checkpoint::open(&checkpoint)?;

@@ -1,5 +1,5 @@
-//! Models trained by other toolkits, imported into this engine: Marian / OPUS-MT
-//! ([`marian`]), from a Hugging Face `MarianMTModel` directory (`model.safetensors` or
+//! Models trained by other toolkits, imported into this engine (and written back out): CTranslate2's
+//! model directories ([`ct2`]), Marian / OPUS-MT ([`marian`]), from a Hugging Face `MarianMTModel` directory (`model.safetensors` or
 //! `pytorch_model.bin`) or from a native Marian model (`model.npz`, `decoder.yml`, vocabularies).
 //!
 //! An import writes an ordinary checkpoint (the paper's model with the options of
@@ -7,6 +7,7 @@
 //! final logits bias, the sinusoid layout, separate vocabularies) and one tokenizer file
 //! ([`crate::data::tokenizer::Tokenizer`]) that every verb accepts in place of a BPE model.
 
+pub mod ct2;
 mod files;
 pub mod marian;
 pub mod npz;

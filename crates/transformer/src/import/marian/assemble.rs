@@ -15,7 +15,7 @@ use std::path::Path;
 pub use crate::vocab::MASKED_LOGIT;
 
 /// Our model and tokenizer parts from `model`.
-pub(super) fn assemble(model: ForeignModel) -> Result<Imported> {
+pub(crate) fn assemble(model: ForeignModel) -> Result<Imported> {
     let ForeignModel {
         dir,
         format,
@@ -47,6 +47,7 @@ pub(super) fn assemble(model: ForeignModel) -> Result<Imported> {
             Ok(reorder_rows(src_emb.as_ref().expect("separate"), d, src_map.as_ref().expect("separate")))
         }
         "output.bias" => Ok(reorder_bias(&bias, &tgt_map)),
+        "embed.positions" => Ok(architecture.learned_positions.clone().expect("learned positions are in the layout")),
         n => {
             let foreign = names.map.get(n).ok_or_else(|| err(&dir, format!("no source for our tensor {n}")))?;
             if transposed && shape.len() == 2 {
@@ -72,7 +73,7 @@ fn config(a: &Architecture, tgt_map: &IdMap, src_map: Option<&IdMap>) -> ModelCo
         dropout: 0.0,
         attention_dropout: 0.0,
         label_smoothing: 0.0,
-        positions: Positions::Sinusoidal,
+        positions: if a.learned_positions.is_some() { Positions::Learned } else { Positions::Sinusoidal },
         max_positions: a.max_positions,
         vocab_size: tgt_map.len(),
         layer_norm_eps: a.layer_norm_eps,

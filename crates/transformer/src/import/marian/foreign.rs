@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
 /// An import error that names `path`.
-pub(super) fn err(path: &Path, msg: impl std::fmt::Display) -> Error {
+pub(crate) fn err(path: &Path, msg: impl std::fmt::Display) -> Error {
     Error::Import(format!("{}: {msg}", path.display()))
 }
 
@@ -39,7 +39,7 @@ impl Vocab {
     }
 
     /// Piece → id, as a tokenizer looks pieces up.
-    pub(super) fn ids_by_piece(&self) -> HashMap<String, u32> {
+    pub(crate) fn ids_by_piece(&self) -> HashMap<String, u32> {
         self.pieces.iter().enumerate().map(|(i, p)| (p.clone(), i as u32)).collect()
     }
 }
@@ -79,80 +79,83 @@ pub struct Imported {
 
 /// What our configuration takes from a Marian Transformer; the rest is the same for every one
 /// (post-norm, sinusoids, a bias on the logits, no dropout).
-pub(super) struct Architecture {
+pub(crate) struct Architecture {
     /// Layers of each stack.
-    pub(super) layers: usize,
+    pub(crate) layers: usize,
     /// D.
-    pub(super) d_model: usize,
+    pub(crate) d_model: usize,
     /// H.
-    pub(super) heads: usize,
+    pub(crate) heads: usize,
     /// F.
-    pub(super) d_ff: usize,
+    pub(crate) d_ff: usize,
     /// Positions the sinusoids are computed for.
-    pub(super) max_positions: usize,
+    pub(crate) max_positions: usize,
     /// LayerNorm ε.
-    pub(super) layer_norm_eps: f32,
+    pub(crate) layer_norm_eps: f32,
     /// The FFN's activation.
-    pub(super) activation: Activation,
+    pub(crate) activation: Activation,
     /// Where the sines and cosines of a position vector are.
-    pub(super) sinusoid_layout: SinusoidLayout,
+    pub(crate) sinusoid_layout: SinusoidLayout,
     /// Whether embeddings are scaled by √D.
-    pub(super) scale_embedding: bool,
+    pub(crate) scale_embedding: bool,
+    /// A position table (max_positions, D) to learn from, in place of the sinusoids (a
+    /// CTranslate2 model whose table is no sinusoid layout of ours).
+    pub(crate) learned_positions: Option<Vec<f32>>,
 }
 
 /// One side's vocabulary as the foreign model numbers it: its size, its special ids and where its
 /// embedding is.
-pub(super) struct Side {
+pub(crate) struct Side {
     /// Foreign ids (the size of the side's id map).
-    pub(super) ids: usize,
+    pub(crate) ids: usize,
     /// The decoder's first input (Marian's padding token), where the vocabulary has one.
-    pub(super) start: Option<u32>,
+    pub(crate) start: Option<u32>,
     /// End of sentence.
-    pub(super) eos: u32,
+    pub(crate) eos: u32,
     /// Unknown.
-    pub(super) unk: u32,
+    pub(crate) unk: u32,
     /// Rows of the stored embedding (a native vocabulary's appended `<pad>` has none).
-    pub(super) rows: usize,
+    pub(crate) rows: usize,
     /// The embedding's foreign names: the first one present is read.
-    pub(super) embedding: Vec<String>,
+    pub(crate) embedding: Vec<String>,
 }
 
 /// A Marian model as read, in either format: our configuration, the foreign tensors and their
 /// names, the vocabularies' special ids and the tokenizer's parts.
-pub(super) struct ForeignModel {
+pub(crate) struct ForeignModel {
     /// The directory read (errors that name no one file name it).
-    pub(super) dir: PathBuf,
+    pub(crate) dir: PathBuf,
     /// `hf-safetensors`, `hf-pytorch` or `marian-npz`.
-    pub(super) format: &'static str,
+    pub(crate) format: &'static str,
     /// The architecture (our configuration but for the vocabulary sizes, which the id maps give).
-    pub(super) architecture: Architecture,
+    pub(crate) architecture: Architecture,
     /// The target vocabulary, whose embedding is also the output projection.
-    pub(super) target: Side,
+    pub(crate) target: Side,
     /// The source vocabulary, when the encoder has an embedding of its own.
-    pub(super) source: Option<Side>,
+    pub(crate) source: Option<Side>,
     /// The foreign tensors, by foreign name.
-    pub(super) tensors: Tensors,
+    pub(crate) tensors: Tensors,
     /// The foreign name of each of our layers' tensors.
-    pub(super) names: Names,
+    pub(crate) names: Names,
     /// The foreign name of the output logits' bias (zero where absent).
-    pub(super) output_bias: String,
+    pub(crate) output_bias: String,
     /// Whether matrices are stored (in, out), as Marian's `y = x·W`, rather than ours (out, in).
-    pub(super) transposed: bool,
+    pub(crate) transposed: bool,
     /// The tokenizer's files.
-    pub(super) tokenizer: TokenizerParts,
+    pub(crate) tokenizer: TokenizerParts,
 }
 
 /// The tensors of a model, by name, with their shapes, from whichever file holds them.
-pub(super) struct Tensors {
+pub(crate) struct Tensors {
     /// Foreign name → tensor.
-    pub(super) map: BTreeMap<String, Tensor>,
+    pub(crate) map: BTreeMap<String, Tensor>,
     /// The file they were read from, named in errors.
-    pub(super) path: PathBuf,
+    pub(crate) path: PathBuf,
 }
 
 impl Tensors {
     /// Takes tensor `name`, which must have `shape` (up to dimensions of 1) and finite values.
-    pub(super) fn take(&mut self, name: &str, shape: &[usize]) -> Result<Vec<f32>> {
+    pub(crate) fn take(&mut self, name: &str, shape: &[usize]) -> Result<Vec<f32>> {
         let t = self.map.remove(name).ok_or_else(|| err(&self.path, format!("no tensor {name}")))?;
         let n: usize = shape.iter().product();
         // A (1, n) bias and an (n) one are the same values.
@@ -167,7 +170,7 @@ impl Tensors {
     }
 
     /// Takes the first of `names` that is there.
-    pub(super) fn take_any(&mut self, names: &[&str], shape: &[usize]) -> Result<Vec<f32>> {
+    pub(crate) fn take_any(&mut self, names: &[&str], shape: &[usize]) -> Result<Vec<f32>> {
         match names.iter().find(|n| self.map.contains_key(**n)) {
             Some(n) => self.take(n, shape),
             None => Err(err(&self.path, format!("none of the tensors {names:?} is there"))),
@@ -175,20 +178,20 @@ impl Tensors {
     }
 
     /// Whether tensor `name` is there.
-    pub(super) fn has(&self, name: &str) -> bool {
+    pub(crate) fn has(&self, name: &str) -> bool {
         self.map.contains_key(name)
     }
 }
 
 /// The foreign name of each of our layers' tensors (attention, FFN, LayerNorm), in one format's
 /// naming scheme: `hf::names` and `native::names` walk the same layers, each spelling its own.
-pub(super) struct Names {
+pub(crate) struct Names {
     /// Our `encoder.layers.{i}.self_attn.w_q` etc. → foreign name.
-    pub(super) map: HashMap<String, String>,
+    pub(crate) map: HashMap<String, String>,
 }
 
 /// The activation named by HF (`activation_function`) or Marian (`transformer-ffn-activation`).
-pub(super) fn activation(name: &str, path: &Path) -> Result<Activation> {
+pub(crate) fn activation(name: &str, path: &Path) -> Result<Activation> {
     Ok(match name {
         "relu" => Activation::Relu,
         "swish" | "silu" => Activation::Swish,

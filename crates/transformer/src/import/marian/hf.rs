@@ -206,6 +206,7 @@ fn architecture(c: &HfConfig, a: &ConfigJson) -> Result<Architecture> {
         activation: activation(&c.str("activation_function", "gelu")?, c.path)?,
         sinusoid_layout: SinusoidLayout::Halves,
         scale_embedding: c.bool("scale_embedding", false)?,
+        learned_positions: None,
     })
 }
 

@@ -33,12 +33,15 @@ mod hf_tokenizer;
 mod native;
 mod output;
 
+pub(crate) use assemble::assemble;
 pub use assemble::MASKED_LOGIT;
 pub use export::export;
+pub(crate) use foreign::{Architecture, ForeignModel, Names, Side, Tensors};
 pub use foreign::{Imported, TokenizerParts, Vocab};
 pub use hf_tokenizer::parse_hf_vocab;
 pub use native::parse_yml_vocab;
 pub use output::write;
+pub(crate) use output::{tokenizer as tokenizer_of, write_model};
 
 use crate::error::Result;
 use foreign::err;

@@ -499,6 +499,7 @@ fn architecture(y: &ModelYml, a: &Shape) -> Result<Architecture> {
         },
         sinusoid_layout: SinusoidLayout::Marian,
         scale_embedding: true,
+        learned_positions: None,
     })
 }
 

@@ -17,10 +17,24 @@ use std::path::{Path, PathBuf};
 /// renamed into place once both are written, and a failure removes the temporary files and the
 /// directories this import made, so a failed import leaves no partial output.
 pub fn write(imported: &Imported, out: &Path) -> Result<(PathBuf, PathBuf)> {
-    let (ckpt_path, tok_path) = (out.join("model.safetensors"), out.join("tokenizer.json"));
-    refuse_input_dir(&imported.dir, out, &[&ckpt_path, &tok_path])?;
     let tokenizer = tokenizer(imported)?;
-    crate::checkpoint::check_finite(&imported.dir, &imported.checkpoint)?;
+    write_model(&imported.dir, out, &imported.checkpoint, &|path| tokenizer.save(path))
+}
+
+/// Writes `checkpoint` as `out/model.safetensors` beside the tokenizer file `save_tokenizer`
+/// writes as `out/tokenizer.json` (the checkpoint tied to it by its hash), for any import read
+/// from `input_dir`: refuses an `out` that is `input_dir` or whose output files are its files
+/// (through links), writes both under temporary names and renames them into place once both are
+/// written; a failure removes the temporary files and the directories it made.
+pub(crate) fn write_model(
+    input_dir: &Path,
+    out: &Path,
+    checkpoint: &crate::checkpoint::Checkpoint,
+    save_tokenizer: &dyn Fn(&Path) -> Result<()>,
+) -> Result<(PathBuf, PathBuf)> {
+    let (ckpt_path, tok_path) = (out.join("model.safetensors"), out.join("tokenizer.json"));
+    refuse_input_dir(input_dir, out, &[&ckpt_path, &tok_path])?;
+    crate::checkpoint::check_finite(input_dir, checkpoint)?;
     // The directories this import creates, deepest first, to remove again if it fails.
     let created: Vec<PathBuf> =
         out.ancestors().take_while(|d| !d.as_os_str().is_empty() && !d.exists()).map(Path::to_path_buf).collect();
@@ -32,14 +46,14 @@ pub fn write(imported: &Imported, out: &Path) -> Result<(PathBuf, PathBuf)> {
     let (ckpt_tmp, tok_tmp) =
         (out.join(format!(".model.safetensors.import.{tag}")), out.join(format!(".tokenizer.json.import.{tag}")));
     let result = (|| {
-        tokenizer.save(&tok_tmp)?;
+        save_tokenizer(&tok_tmp)?;
         let tokens = Tokenizer::load(&tok_tmp)?;
-        if tokens.vocab_size() != imported.checkpoint.config.vocab_size
-            || tokens.source_vocab_size() != imported.checkpoint.config.import.source_vocab_size
+        if tokens.vocab_size() != checkpoint.config.vocab_size
+            || tokens.source_vocab_size() != checkpoint.config.import.source_vocab_size
         {
             return Err(err(out, "the tokenizer's vocabulary does not match the model's (an import bug)"));
         }
-        let mut ckpt = imported.checkpoint.clone();
+        let mut ckpt = checkpoint.clone();
         ckpt.vocab_hash = tokens.hash().to_string();
         crate::checkpoint::save(&ckpt_tmp, &ckpt)?;
         std::fs::rename(&ckpt_tmp, &ckpt_path).map_err(crate::io::io_err(&ckpt_path))?;
@@ -57,7 +71,7 @@ pub fn write(imported: &Imported, out: &Path) -> Result<(PathBuf, PathBuf)> {
 }
 
 /// The tokenizer of an import (it never cleans up tokenization spaces).
-fn tokenizer(imported: &Imported) -> Result<MarianTokenizer> {
+pub(crate) fn tokenizer(imported: &Imported) -> Result<MarianTokenizer> {
     let t = &imported.tokenizer;
     let specials = MarianSpecials {
         eos_token: t.eos.clone(),

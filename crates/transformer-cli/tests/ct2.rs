@@ -1,0 +1,203 @@
+//! `export ct2` and `import ct2` against what the real CTranslate2 wrote and decoded
+//! (crates/transformer/tests/fixtures/ct2/checks.json, from `dev/ct2/check.py`): our `model.bin`
+//! is its converter's byte for byte; the directories its own Marian converter wrote import here and
+//! decode greedily to its 1-best on 100 test sentences; a model sent out and read back decodes as
+//! before; refusals name what is wrong.
+
+mod common;
+
+use common::{multi30k, transformer, TestDir};
+use sha2::{Digest, Sha256};
+use std::path::{Path, PathBuf};
+
+fn fixtures() -> PathBuf {
+    transformer::test_support::repo("crates/transformer/tests/fixtures")
+}
+
+fn checks() -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(fixtures().join("ct2/checks.json")).unwrap()).unwrap()
+}
+
+fn small() -> (PathBuf, PathBuf) {
+    let d = fixtures().join("m30k-small");
+    (d.join("model.safetensors"), d.join("bpe.json"))
+}
+
+fn ok(args: &[&str]) -> String {
+    let (ok, out, err) = transformer(args);
+    assert!(ok, "transformer {args:?} failed: {err}");
+    out
+}
+
+/// The first `n` test sentences in a file of `dir`.
+fn sources(dir: &Path, n: usize) -> PathBuf {
+    let all = transformer::data::corpus::read_lines(Path::new(&multi30k("test_2016_flickr.en.gz"))).unwrap();
+    let p = dir.join("src.txt");
+    std::fs::write(&p, all[..n].iter().map(|l| format!("{l}\n")).collect::<String>()).unwrap();
+    p
+}
+
+/// `translate` as dev/ct2/check.py runs it (CTranslate2's defaults but the beam).
+fn translate(ckpt: &Path, tok: &Path, src: &Path, beam: usize, precision: &str) -> Vec<String> {
+    let beam = beam.to_string();
+    ok(&[
+        "translate",
+        "--checkpoint",
+        ckpt.to_str().unwrap(),
+        "--tokenizer",
+        tok.to_str().unwrap(),
+        "--input",
+        src.to_str().unwrap(),
+        "--beam",
+        &beam,
+        "--alpha",
+        "1",
+        "--length-norm",
+        "marian",
+        "--max-len-a",
+        "0",
+        "--max-len-b",
+        "256",
+        "--precision",
+        precision,
+        "--threads",
+        "1",
+    ])
+    .lines()
+    .map(str::to_string)
+    .collect()
+}
+
+#[test]
+fn export_ct2_writes_the_model_bin_ctranslate2s_converter_writes() {
+    let t = TestDir::new("ct2-export");
+    let (ckpt, bpe) = small();
+    let c = checks();
+    for q in ["float32", "int8"] {
+        let out = t.path().join(q);
+        ok(&[
+            "export",
+            "ct2",
+            ckpt.to_str().unwrap(),
+            "--bpe",
+            bpe.to_str().unwrap(),
+            "--quantization",
+            q,
+            "--output",
+            out.to_str().unwrap(),
+        ]);
+        let hash = format!("{:x}", Sha256::digest(std::fs::read(out.join("model.bin")).unwrap()));
+        assert_eq!(hash, c["export"][q]["converter_model_bin_sha256"].as_str().unwrap(), "{q}");
+        let config: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(out.join("config.json")).unwrap()).unwrap();
+        assert_eq!(config["decoder_start_token"], "<s>");
+        assert_eq!(config["layer_norm_epsilon"], 1e-6);
+        assert_eq!(config["add_source_eos"], false);
+        let vocab: Vec<String> =
+            serde_json::from_str(&std::fs::read_to_string(out.join("shared_vocabulary.json")).unwrap()).unwrap();
+        assert_eq!(vocab.len(), 2000);
+        assert_eq!(&vocab[..4], ["<pad>", "<s>", "</s>", "<unk>"]);
+        // An output is never written over.
+        let (ok2, _, err) = transformer(&[
+            "export",
+            "ct2",
+            ckpt.to_str().unwrap(),
+            "--bpe",
+            bpe.to_str().unwrap(),
+            "--output",
+            out.to_str().unwrap(),
+        ]);
+        assert!(!ok2 && err.contains("model.bin"), "{err}");
+    }
+}
+
+#[test]
+fn a_model_sent_to_ctranslate2_and_read_back_decodes_as_before() {
+    let t = TestDir::new("ct2-round-trip");
+    let (ckpt, bpe) = small();
+    let src = sources(t.path(), 40);
+    let before = translate(&ckpt, &bpe, &src, 4, "f32");
+    let before_int8 = translate(&ckpt, &bpe, &src, 4, "int8");
+    let out = t.path().join("ct2");
+    ok(&["export", "ct2", ckpt.to_str().unwrap(), "--bpe", bpe.to_str().unwrap(), "--output", out.to_str().unwrap()]);
+    let back = t.path().join("back");
+    ok(&["import", "ct2", out.to_str().unwrap(), "--output", back.to_str().unwrap()]);
+    let (c2, t2) = (back.join("model.safetensors"), back.join("tokenizer.json"));
+    assert_eq!(translate(&c2, &t2, &src, 4, "f32"), before);
+    assert_eq!(translate(&c2, &t2, &src, 4, "int8"), before_int8);
+    // The tokenizer is the one sent out, byte for byte.
+    assert_eq!(std::fs::read(&t2).unwrap(), std::fs::read(&bpe).unwrap());
+}
+
+#[test]
+fn directories_ctranslate2s_marian_converter_wrote_decode_as_ctranslate2_decodes_them() {
+    let t = TestDir::new("ct2-import");
+    let c = checks();
+    let n = c["sentences"].as_u64().unwrap() as usize;
+    let src = sources(t.path(), n);
+    let marian = fixtures().join("marian-real");
+    for (variant, spms) in
+        [("tied_all_relu", vec!["vocab.spm"]), ("tied_target_swish", vec!["vocab.en.spm", "vocab.de.spm"])]
+    {
+        // float16 weights are read as f32: CTranslate2 on a CPU also computes them in float32.
+        for q in ["float32", "float16"] {
+            let name = format!("{variant}-{q}");
+            let out = t.path().join(&name);
+            let spm: Vec<String> = spms.iter().map(|s| marian.join(variant).join(s).display().to_string()).collect();
+            let mut args = vec!["import", "ct2"];
+            let dir = fixtures().join("ct2").join(&name);
+            args.push(dir.to_str().unwrap());
+            args.push("--spm");
+            args.extend(spm.iter().map(String::as_str));
+            args.extend(["--output", out.to_str().unwrap()]);
+            let err = transformer(&args).2;
+            assert!(err.contains(&format!("{q} weights")), "{err}");
+            let got = translate(&out.join("model.safetensors"), &out.join("tokenizer.json"), &src, 1, "f32");
+            let want: Vec<String> = serde_json::from_value(c["import"][&name]["greedy"]["ct2_1best"].clone()).unwrap();
+            assert_eq!(got.len(), n);
+            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                assert_eq!(g, w, "{name}: sentence {i}");
+            }
+        }
+    }
+}
+
+#[test]
+fn import_ct2_refuses_by_name() {
+    let t = TestDir::new("ct2-refuse");
+    let dir = fixtures().join("ct2/tied_all_relu-float32");
+    let out = t.path().join("out");
+    // No tokenizer for the tokens.
+    let (ok1, _, err) = transformer(&["import", "ct2", dir.to_str().unwrap(), "--output", out.to_str().unwrap()]);
+    assert!(!ok1 && err.contains("need their tokenizer") && err.contains("--spm"), "{err}");
+    assert!(!out.exists(), "a refused import made its output directory");
+    // Not a CTranslate2 directory.
+    let (ok2, _, err) = transformer(&[
+        "import",
+        "ct2",
+        t.path().to_str().unwrap(),
+        "--spm",
+        "x.spm",
+        "--output",
+        out.to_str().unwrap(),
+    ]);
+    assert!(!ok2 && err.contains("model.bin"), "{err}");
+    // Never into the directory read.
+    let copy = t.path().join("copy");
+    std::fs::create_dir(&copy).unwrap();
+    for f in std::fs::read_dir(&dir).unwrap() {
+        let f = f.unwrap().path();
+        std::fs::copy(&f, copy.join(f.file_name().unwrap())).unwrap();
+    }
+    let spm = fixtures().join("marian-real/tied_all_relu/vocab.spm");
+    let (ok3, _, err) = transformer(&[
+        "import",
+        "ct2",
+        copy.to_str().unwrap(),
+        "--spm",
+        spm.to_str().unwrap(),
+        "--output",
+        copy.to_str().unwrap(),
+    ]);
+    assert!(!ok3 && err.contains("would overwrite"), "{err}");
+}
