@@ -11,7 +11,7 @@ cd "$(dirname "$0")/../fuzz"
 seconds="${SECONDS_EACH:-60}"
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
-    targets=(run_config checkpoint bpe_json prepared_data ptb_trees pickle npy npz sentencepiece marian_vocab marian_yml)
+    targets=(run_config checkpoint bpe_json prepared_data ptb_trees pickle npy npz sentencepiece marian_vocab marian_yml ct2_model_bin)
 fi
 for t in "${targets[@]}"; do
     echo "== $t: ${seconds} s"

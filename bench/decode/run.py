@@ -210,7 +210,9 @@ def marian_tokenizer(directory):
 def prepare_models(args, work):
     """The model both engines decode, in `work`: with `--marian DIR`, ours imported from it and
     CTranslate2's from its own converter (`args.checkpoint`/`args.bpe` set to the import); else
-    CTranslate2's converted from our checkpoint. Returns CTranslate2's directory."""
+    CTranslate2's written by `transformer export ct2` from our checkpoint (the model.bin
+    CTranslate2's own converter writes, byte for byte: tests/ct2.rs). Returns CTranslate2's
+    directory."""
     ct2_dir = work / "ct2"
     if args.marian:
         subprocess.run([str(args.binary), "import", "marian", str(args.marian), "--output", str(work / "ours")],
@@ -222,8 +224,8 @@ def prepare_models(args, work):
     elif args.checkpoint is None or args.bpe is None:
         sys.exit("give --checkpoint and --bpe, or --marian DIR")
     else:
-        subprocess.run([sys.executable, str(HERE / "to_ctranslate2.py"), "--checkpoint", str(args.checkpoint),
-                        "--bpe", str(args.bpe), "--out", str(ct2_dir)], check=True, capture_output=True)
+        subprocess.run([str(args.binary), "export", "ct2", str(args.checkpoint), "--tokenizer", str(args.bpe),
+                        "--output", str(ct2_dir)], check=True, capture_output=True)
     return ct2_dir
 
 

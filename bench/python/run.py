@@ -5,8 +5,9 @@ weights, driven by the same script through the same API.
     python bench/python/run.py --model DIR [--threads N] [--runs 3] [--compute-types float32,int8]
 
 DIR is one of our model directories (a quick start's output, a training run, an `import marian`
-output). Its checkpoint goes to CTranslate2 through bench/decode/to_ctranslate2.py (CTranslate2's
-own model-spec API, our weights and vocabulary), so both engines read the same token strings: the
+output). Its checkpoint goes to CTranslate2 through `transformer export ct2` (the model.bin
+CTranslate2's own converter writes, our weights and vocabulary; the binary is $TRANSFORMER_BIN or
+target/release/transformer), so both engines read the same token strings: the
 sources are cut once by our tokenizer, and both outputs are detokenised by it and scored by the
 same BLEU. Each measurement runs in a child process of its own (peak RSS is that process's VmHWM:
 the interpreter, the engine, the model and the decoding), the engines and settings interleaved run
@@ -121,8 +122,8 @@ def main():
     checkpoint, tokenizer = transformer.model_files(str(args.model))
     if args.ct2 is None:
         args.ct2 = work / "ct2"
-        call([sys.executable, ROOT / "bench/decode/to_ctranslate2.py", "--checkpoint", checkpoint, "--bpe", tokenizer,
-              "--out", args.ct2])
+        binary = os.environ.get("TRANSFORMER_BIN", str(ROOT / "target/release/transformer"))
+        call([binary, "export", "ct2", checkpoint, "--tokenizer", tokenizer, "--output", args.ct2])
     ours = transformer.Translator(str(args.model))
     src, ref = read(args.src), read(args.ref)
     pieces = [ours.tokenize(s) for s in src]

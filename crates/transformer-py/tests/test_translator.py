@@ -8,7 +8,7 @@ import threading
 import pytest
 
 import transformer
-from conftest import FIXTURE, REFERENCE
+from conftest import FIXTURE, REFERENCE, ROOT
 
 # Marian's ids -> pieces, from the Hugging Face directory's vocabulary (one for both sides).
 PIECE = {i: p for p, i in json.loads((FIXTURE / "hf" / "vocab.json").read_text(encoding="utf-8")).items()}
@@ -190,3 +190,27 @@ def test_decoding_releases_the_gil(translator):
         t.join()
     # Held, the GIL would let the counting thread run only between the calls.
     assert during > 1000, during
+
+
+def test_a_ctranslate2_directory_opens_with_its_path_and_decodes_as_ctranslate2(tmp_path):
+    """A directory CTranslate2's own Marian converter wrote (the real Marian's model), with its
+    SentencePiece model beside it as `--copy_files` leaves it: `Translator(path)` as in a
+    CTranslate2 script, its greedy translations CTranslate2's own (checks.json, dev/ct2/check.py)."""
+    import gzip
+    import shutil
+
+    fixtures = FIXTURE.parents[1]
+    checks = json.loads((fixtures / "ct2" / "checks.json").read_text(encoding="utf-8"))
+    d = tmp_path / "ct2"
+    shutil.copytree(fixtures / "ct2" / "tied_all_relu-float32", d)
+    shutil.copy(fixtures / "marian-real" / "tied_all_relu" / "vocab.spm", d / "vocab.spm")
+    assert transformer.contains_model(str(d))
+    n = checks["sentences"]
+    with gzip.open(ROOT / "data" / "multi30k" / "test_2016_flickr.en.gz", "rt") as f:
+        lines = f.read().splitlines()[:n]
+    t = transformer.Translator(str(d))
+    assert t.translate(lines, beam_size=1) == checks["import"]["tied_all_relu-float32"]["greedy"]["ct2_1best"]
+    # Without its SentencePiece model the directory's tokens have no tokenizer: said, not guessed.
+    (d / "vocab.spm").unlink()
+    with pytest.raises(ValueError, match="--spm"):
+        transformer.Translator(str(d))

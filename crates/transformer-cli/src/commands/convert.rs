@@ -50,16 +50,10 @@ pub fn export_inputs(
     tokenizer: Option<PathBuf>,
 ) -> Result<(PathBuf, PathBuf)> {
     let (checkpoint, beside) = match (model, checkpoint) {
+        // A model directory as every verb reads it (an import's, a quick start's, a run's).
         (Some(dir), _) if dir.is_dir() => {
-            let ckpt = dir.join("model.safetensors");
-            if !ckpt.is_file() {
-                anyhow::bail!(
-                    "{} holds no model.safetensors (what `transformer import` and the quick start write): for \
-                     a checkpoint of a run, give its file and --tokenizer",
-                    dir.display()
-                );
-            }
-            (ckpt, Some(dir.join("tokenizer.json")))
+            let (ckpt, tok) = transformer::decode::model_files(&dir)?;
+            (ckpt, Some(tok))
         }
         (Some(file), _) | (None, Some(file)) => {
             if !file.exists() {

@@ -81,9 +81,11 @@ pub fn model_files(dir: &Path) -> Result<(PathBuf, PathBuf)> {
 }
 
 /// Whether `dir` is a model directory [`model_files`] reads, its checkpoint one of ours (its
-/// header read, not its tensors).
+/// header read, not its tensors), or a CTranslate2 model directory (`model.bin` and
+/// `config.json`, as CTranslate2's own `contains_model` asks).
 pub fn contains_model(dir: &Path) -> bool {
-    model_files(dir).is_ok_and(|(checkpoint, _)| checkpoint::open(&checkpoint).is_ok())
+    crate::import::ct2::is_ct2_dir(dir)
+        || model_files(dir).is_ok_and(|(checkpoint, _)| checkpoint::open(&checkpoint).is_ok())
 }
 
 impl Translator {

@@ -290,7 +290,7 @@ fn quantize_int8(bin: &mut ModelBin) {
 /// scale = 127 / max |w| (127 for a zero row, and never above f32's range), code = w · scale
 /// rounded to nearest, ties to even.
 pub(crate) fn quantize_rows(w: &[f32], rows: usize) -> (Vec<i8>, Vec<f32>) {
-    let cols = if rows == 0 { 0 } else { w.len() / rows };
+    let cols = w.len().checked_div(rows).unwrap_or(0);
     let mut codes = Vec::with_capacity(w.len());
     let mut scales = Vec::with_capacity(rows);
     for r in w.chunks(cols.max(1)).take(rows) {

@@ -329,8 +329,10 @@ impl Ct2Reader {
             ("alibi", "ALiBi positions"),
             ("multi_query_attention", "multi-query attention"),
         ] {
-            if self.both(name, 0)? != 0 {
-                return refuse(what);
+            for side in ["encoder", "decoder"] {
+                if self.scalar(&format!("{side}/{name}"), 0)? != 0 {
+                    return refuse(what);
+                }
             }
         }
         if self.bin.has("encoder/embeddings_1/weight") {
