@@ -434,6 +434,26 @@ pub enum ExportCommand {
         #[arg(long)]
         output: PathBuf,
     },
+    /// A Hugging Face MarianMTModel directory, for `MarianMTModel.from_pretrained(DIR)`:
+    /// config.json, model.safetensors (the port's names, final_logits_bias; the paper's
+    /// interleaved sinusoids turned into the port's halves by renaming the model dimension, so the
+    /// model computes the same function), generation_config.json, tokenizer.json (ours, which
+    /// `PreTrainedTokenizerFast` loads) and tokenizer_config.json. Models with our BPE vocabulary;
+    /// what MarianConfig cannot state is refused by name.
+    Hf {
+        /// The model: a model directory, or a checkpoint file with --tokenizer.
+        #[arg(required_unless_present = "checkpoint", conflicts_with = "checkpoint")]
+        model: Option<PathBuf>,
+        /// The checkpoint, instead of MODEL.
+        #[arg(long)]
+        checkpoint: Option<PathBuf>,
+        /// Its tokenizer (bpe.json; alias --bpe).
+        #[arg(long, visible_alias = "bpe")]
+        tokenizer: Option<PathBuf>,
+        /// The directory to write (created; it must not hold a model already).
+        #[arg(long)]
+        output: PathBuf,
+    },
     /// A CTranslate2 model directory, for `ctranslate2.Translator(DIR)`: model.bin (a post-norm
     /// TransformerSpec with CTranslate2's variable names and aliases), config.json, the
     /// vocabularies as JSON token lists (our pieces by id), and transformer_tokenizer.json (ours,

@@ -201,3 +201,20 @@ fn import_ct2_refuses_by_name() {
     ]);
     assert!(!ok3 && err.contains("would overwrite"), "{err}");
 }
+
+#[test]
+fn export_hf_writes_a_marian_mt_model_directory_once() {
+    let t = TestDir::new("hf-cli");
+    let (ckpt, bpe) = small();
+    let out = t.path().join("hf");
+    let args =
+        ["export", "hf", ckpt.to_str().unwrap(), "--bpe", bpe.to_str().unwrap(), "--output", out.to_str().unwrap()];
+    let (ok1, _, err) = transformer(&args);
+    assert!(ok1, "{err}");
+    assert!(err.contains("MarianMTModel.from_pretrained"), "{err}");
+    for f in ["config.json", "model.safetensors", "generation_config.json", "tokenizer.json", "tokenizer_config.json"] {
+        assert!(out.join(f).is_file(), "{f}");
+    }
+    let (ok2, _, err) = transformer(&args);
+    assert!(!ok2 && err.contains("config.json"), "{err}");
+}

@@ -164,3 +164,20 @@ pub fn import_ct2(dir: &Path, spm: &[PathBuf], output: &Path) -> Result<()> {
     eprintln!("translate with: transformer translate --checkpoint {} --tokenizer {}", ckpt.display(), tok.display());
     Ok(())
 }
+
+/// `transformer export hf`: writes the MarianMTModel directory and says how `transformers` loads it.
+pub fn export_hf(checkpoint: &Path, tokenizer: &Path, output: &Path) -> Result<()> {
+    let (ckpt, tok) = model_and_tokenizer(checkpoint, tokenizer)?;
+    let bytes = std::fs::read(tokenizer).map_err(|e| anyhow::anyhow!("{}: {e}", tokenizer.display()))?;
+    for p in transformer::import::hf_export::export(&ckpt, &tok, &bytes, output)? {
+        eprintln!("wrote {}", p.display());
+    }
+    eprintln!(
+        "load with: python -c \"from transformers import MarianMTModel, PreTrainedTokenizerFast; \
+         m = MarianMTModel.from_pretrained('{0}'); t = PreTrainedTokenizerFast.from_pretrained('{0}'); \
+         print(t.batch_decode(m.generate(**t(['A dog runs.'], return_tensors='pt', return_token_type_ids=False)), \
+         skip_special_tokens=True))\"",
+        output.display()
+    );
+    Ok(())
+}

@@ -43,6 +43,10 @@ pub fn run(cmd: Command) -> Result<()> {
             let (checkpoint, tokenizer) = convert::export_inputs(model, checkpoint, tokenizer)?;
             convert::export_marian(&checkpoint, &tokenizer, &output)
         }
+        Command::Export(ExportArgs { which: ExportCommand::Hf { model, checkpoint, tokenizer, output } }) => {
+            let (checkpoint, tokenizer) = convert::export_inputs(model, checkpoint, tokenizer)?;
+            convert::export_hf(&checkpoint, &tokenizer, &output)
+        }
         Command::Import(ImportArgs { which: ImportCommand::Ct2 { dir, spm, output } }) => {
             convert::import_ct2(&dir, &spm, &output)
         }

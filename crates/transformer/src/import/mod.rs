@@ -9,6 +9,7 @@
 
 pub mod ct2;
 mod files;
+pub mod hf_export;
 pub mod marian;
 pub mod npz;
 pub mod pickle;

@@ -1,0 +1,299 @@
+//! A model trained here with our BPE vocabulary as a Hugging Face `MarianMTModel` directory
+//! (`config.json`, `model.safetensors` under the port's names with `final_logits_bias`,
+//! `generation_config.json`, `tokenizer.json` and `tokenizer_config.json`), which `transformers`,
+//! CTranslate2's `ct2-transformers-converter`, candle and optimum read.
+//!
+//! The port's sinusoids put the sines in the first half of the position vector and the cosines in
+//! the second; the paper's interleave them (sin at even dimensions, cos at odd). The two differ by
+//! a fixed permutation π of the model dimension (our dimension 2i is the port's i, 2i + 1 is its
+//! d/2 + i). Applied to every weight that reads the residual stream (its columns: embeddings,
+//! query, key, value, first FFN layer) or writes it (its rows and bias: attention output, second
+//! FFN layer) and to the LayerNorms' gains and biases (which normalise over the whole vector, so
+//! they commute with any permutation), it makes the exported model compute the same function
+//! exactly: its residual stream is ours with the dimensions renamed.
+//!
+//! What MarianConfig cannot state is refused by name: learned positions, Marian's own sinusoid
+//! frequencies, GELU's sigmoid form, heads narrower than d_model / heads, the parser's inputs, and
+//! (for now) an imported tokenizer. The port's LayerNorm ε is fixed at 1e-5 (`nn.LayerNorm`'s);
+//! ours is written, as `layer_norm_eps`, where the port ignores it.
+
+use crate::checkpoint::Checkpoint;
+use crate::config::{Activation, ModelConfig, Positions, SinusoidLayout};
+use crate::data::tokenizer::Tokenizer;
+use crate::error::{Error, Result};
+use crate::params::ParamLayout;
+use crate::vocab::{BOS, EOS, PAD, UNK};
+use safetensors::tensor::{Dtype, TensorView};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// Every file an export may write (none may exist before it).
+const WRITTEN: [&str; 5] =
+    ["config.json", "model.safetensors", "generation_config.json", "tokenizer.json", "tokenizer_config.json"];
+
+/// The LayerNorm ε of `transformers`' Marian port (`nn.LayerNorm`'s default).
+pub const HF_LAYER_NORM_EPS: f32 = 1e-5;
+
+/// The permutation of the model dimension from ours to the port's: `perm[j]` is where our
+/// dimension `j` goes. The identity when the positions are already in halves.
+pub fn dimension_permutation(c: &ModelConfig) -> Vec<usize> {
+    let d = c.d_model;
+    match c.import.sinusoid_layout {
+        SinusoidLayout::Interleaved => (0..d).map(|j| if j % 2 == 0 { j / 2 } else { d / 2 + j / 2 }).collect(),
+        _ => (0..d).collect(),
+    }
+}
+
+/// Writes `ckpt` (with its BPE `tokenizer`, whose file holds `tokenizer_file`) as a MarianMTModel
+/// directory `out` (created; it must not hold a model already); returns the files written.
+pub fn export(ckpt: &Checkpoint, tokenizer: &Tokenizer, tokenizer_file: &[u8], out: &Path) -> Result<Vec<PathBuf>> {
+    let c = &ckpt.config;
+    c.validate()?;
+    let activation = check_options(c)?;
+    if tokenizer.bpe().is_none() {
+        return Err(Error::Unsupported(
+            "export hf: only models with this project's BPE vocabulary are written so far (an imported Marian model \
+             goes back out with `export marian`)"
+                .into(),
+        ));
+    }
+    let layout = ParamLayout::new(c);
+    if ckpt.params.len() != layout.total() || tokenizer.vocab_size() != c.vocab_size {
+        return Err(Error::Mismatch(format!(
+            "export hf: the checkpoint has {} parameters and a vocabulary of {}; its configuration needs {} and the \
+             tokenizer has {}",
+            ckpt.params.len(),
+            c.vocab_size,
+            layout.total(),
+            tokenizer.vocab_size()
+        )));
+    }
+    let tensors = tensors(ckpt)?;
+    let views: Vec<(String, TensorView)> = tensors
+        .iter()
+        .map(|(n, (shape, bytes))| {
+            (n.clone(), TensorView::new(Dtype::F32, shape.clone(), bytes).expect("shapes match their bytes"))
+        })
+        .collect();
+    let mut meta = std::collections::HashMap::new();
+    meta.insert("format".to_string(), "pt".to_string());
+    let model = safetensors::serialize(views, &Some(meta))
+        .map_err(|e| Error::Input(format!("export hf: model.safetensors: {e}")))?;
+    let json = |v: serde_json::Value| {
+        let mut s = serde_json::to_string_pretty(&v).expect("JSON values serialise");
+        s.push('\n');
+        s.into_bytes()
+    };
+    let eps: f64 = c.layer_norm_eps.to_string().parse().expect("an f32 prints as a number");
+    let config = json(serde_json::json!({
+        "architectures": ["MarianMTModel"],
+        "model_type": "marian",
+        "vocab_size": c.vocab_size,
+        "decoder_vocab_size": c.vocab_size,
+        "d_model": c.d_model,
+        "encoder_layers": c.n_layers,
+        "decoder_layers": c.n_layers,
+        "encoder_attention_heads": c.n_heads,
+        "decoder_attention_heads": c.n_heads,
+        "encoder_ffn_dim": c.d_ff,
+        "decoder_ffn_dim": c.d_ff,
+        "activation_function": activation,
+        "max_position_embeddings": c.max_positions,
+        "scale_embedding": c.import.scale_embedding,
+        "share_encoder_decoder_embeddings": true,
+        "tie_word_embeddings": true,
+        "static_position_embeddings": true,
+        "dropout": c.dropout,
+        "attention_dropout": c.attention_dropout,
+        "activation_dropout": 0.0,
+        "init_std": 0.02,
+        "encoder_layerdrop": 0.0,
+        "decoder_layerdrop": 0.0,
+        "use_cache": true,
+        "is_encoder_decoder": true,
+        "pad_token_id": PAD,
+        "bos_token_id": BOS,
+        "eos_token_id": EOS,
+        "decoder_start_token_id": BOS,
+        "forced_eos_token_id": EOS,
+        "layer_norm_eps": eps,
+    }));
+    let generation = json(serde_json::json!({
+        "bos_token_id": BOS,
+        "decoder_start_token_id": BOS,
+        "eos_token_id": EOS,
+        "forced_eos_token_id": EOS,
+        "pad_token_id": PAD,
+        // Our search never emits padding or the start token.
+        "bad_words_ids": [[PAD], [BOS]],
+        "max_length": 256,
+        "num_beams": 4,
+    }));
+    let piece = |id: u32| tokenizer.piece_of_id(crate::data::tokenizer::Side::Target, id).unwrap_or_default();
+    let tokenizer_config = json(serde_json::json!({
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "pad_token": piece(PAD),
+        "bos_token": piece(BOS),
+        "eos_token": piece(EOS),
+        "unk_token": piece(UNK),
+        "model_max_length": c.max_positions,
+        "clean_up_tokenization_spaces": false,
+    }));
+    let files: Vec<(&str, &[u8])> = vec![
+        ("config.json", &config),
+        ("model.safetensors", &model),
+        ("generation_config.json", &generation),
+        ("tokenizer.json", tokenizer_file),
+        ("tokenizer_config.json", &tokenizer_config),
+    ];
+    crate::io::publish_new(out, &files, &WRITTEN).map_err(|e| Error::Input(format!("export hf: {e}")))
+}
+
+/// Refuses, by name, what MarianConfig cannot state; returns the activation's name there.
+fn check_options(c: &ModelConfig) -> Result<&'static str> {
+    let refuse = |what: String| Err(Error::Unsupported(format!("export hf: MarianConfig has no {what}")));
+    if c.positions != Positions::Sinusoidal {
+        return refuse("learned positions (model.positions = learned)".into());
+    }
+    if c.import.sinusoid_layout == SinusoidLayout::Marian {
+        return refuse("sinusoids at Marian's own frequencies (sinusoid_layout = marian)".into());
+    }
+    if c.parsing.source_pointer || c.parsing.next_closer || c.parsing.char_dim > 0 {
+        return refuse("parsing inputs (source_pointer, next_closer, char_dim)".into());
+    }
+    if c.d_k * c.n_heads != c.d_model || c.d_v != c.d_k {
+        return refuse(format!("heads of d_k {} and d_v {} with d_model {}", c.d_k, c.d_v, c.d_model));
+    }
+    if c.import.source_vocab_size.is_some() {
+        return refuse("separate vocabulary of ours".into());
+    }
+    Ok(match c.import.activation {
+        Activation::Relu => "relu",
+        Activation::Swish => "swish",
+        Activation::Gelu => "gelu",
+        Activation::GeluTanh => "gelu_new",
+        Activation::GeluSigmoid => return refuse("GELU's sigmoid form (activation = gelu_sigmoid)".into()),
+    })
+}
+
+/// A tensor to write: its shape and little-endian f32 bytes.
+type Tensor = (Vec<usize>, Vec<u8>);
+
+/// The port's tensors by name, permuted.
+fn tensors(ckpt: &Checkpoint) -> Result<BTreeMap<String, Tensor>> {
+    let c = &ckpt.config;
+    let layout = ParamLayout::new(c);
+    let perm = dimension_permutation(c);
+    let d = c.d_model;
+    let mut out = BTreeMap::new();
+    let bytes = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+    // Columns of a (rows, d) matrix renamed: out[r][perm[j]] = v[r][j].
+    let cols = |v: &[f32]| {
+        let mut o = vec![0f32; v.len()];
+        for (src, dst) in v.chunks(d).zip(o.chunks_mut(d)) {
+            for (j, &x) in src.iter().enumerate() {
+                dst[perm[j]] = x;
+            }
+        }
+        o
+    };
+    // Rows of a (d, cols) matrix (or a d vector) renamed.
+    let rows = |v: &[f32]| {
+        let w = v.len() / d;
+        let mut o = vec![0f32; v.len()];
+        for (i, src) in v.chunks(w).enumerate() {
+            o[perm[i] * w..][..w].copy_from_slice(src);
+        }
+        o
+    };
+    let mut put = |name: String, shape: Vec<usize>, v: Vec<f32>| {
+        out.insert(name, (shape, bytes(&v)));
+    };
+    for e in layout.entries() {
+        let v = &ckpt.params[e.range()];
+        let shape = e.shape.clone();
+        let n = e.name.as_str();
+        if n == "embed.weight" {
+            let t = cols(v);
+            for name in
+                ["model.shared.weight", "model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight"]
+            {
+                put(name.into(), shape.clone(), t.clone());
+            }
+            continue;
+        }
+        if n == "output.bias" {
+            put("final_logits_bias".into(), vec![1, c.vocab_size], v.to_vec());
+            continue;
+        }
+        let (side, rest) = n.split_once(".layers.").ok_or_else(|| unsupported(n))?;
+        let (i, tail) = rest.split_once('.').ok_or_else(|| unsupported(n))?;
+        let p = format!("model.{side}.layers.{i}");
+        let (hf, value) = match tail {
+            "self_attn.w_q" | "self_attn.w_k" | "self_attn.w_v" | "cross_attn.w_q" | "cross_attn.w_k"
+            | "cross_attn.w_v" | "ffn.w_1" => (hf_name(&p, tail), cols(v)),
+            "self_attn.w_o"
+            | "cross_attn.w_o"
+            | "ffn.w_2"
+            | "self_attn.b_o"
+            | "cross_attn.b_o"
+            | "ffn.b_2"
+            | "self_attn_norm.gamma"
+            | "self_attn_norm.beta"
+            | "cross_attn_norm.gamma"
+            | "cross_attn_norm.beta"
+            | "ffn_norm.gamma"
+            | "ffn_norm.beta" => (hf_name(&p, tail), rows(v)),
+            "self_attn.b_q" | "self_attn.b_k" | "self_attn.b_v" | "cross_attn.b_q" | "cross_attn.b_k"
+            | "cross_attn.b_v" | "ffn.b_1" => (hf_name(&p, tail), v.to_vec()),
+            _ => return Err(unsupported(n)),
+        };
+        put(hf, shape, value);
+    }
+    if !c.import.output_bias {
+        put("final_logits_bias".into(), vec![1, c.vocab_size], vec![0.0; c.vocab_size]);
+    }
+    // The port's position tables (what it computes itself; written so any reader has them):
+    // ours renamed, which is the halves layout.
+    let table = crate::kernels::cpu::embedding::sinusoid_table(c.max_positions, d, c.import.sinusoid_layout);
+    let table = cols(&table);
+    for side in ["encoder", "decoder"] {
+        put(format!("model.{side}.embed_positions.weight"), vec![c.max_positions, d], table.clone());
+    }
+    Ok(out)
+}
+
+fn unsupported(name: &str) -> Error {
+    Error::Unsupported(format!("export hf: our tensor {name} has no MarianMTModel counterpart"))
+}
+
+/// The port's name of our layer tensor `tail` in layer prefix `p`.
+fn hf_name(p: &str, tail: &str) -> String {
+    let (module, param) = tail.split_once('.').expect("a dotted name");
+    let module = match module {
+        "self_attn" => "self_attn",
+        "cross_attn" => "encoder_attn",
+        "self_attn_norm" => "self_attn_layer_norm",
+        "cross_attn_norm" => "encoder_attn_layer_norm",
+        "ffn_norm" => "final_layer_norm",
+        _ => "",
+    };
+    match (module, param) {
+        ("", "w_1") => format!("{p}.fc1.weight"),
+        ("", "b_1") => format!("{p}.fc1.bias"),
+        ("", "w_2") => format!("{p}.fc2.weight"),
+        ("", "b_2") => format!("{p}.fc2.bias"),
+        (m, "gamma") => format!("{p}.{m}.weight"),
+        (m, "beta") => format!("{p}.{m}.bias"),
+        (m, x) => {
+            let (kind, which) = x.split_at(2);
+            let proj = match which {
+                "q" => "q_proj",
+                "k" => "k_proj",
+                "v" => "v_proj",
+                _ => "out_proj",
+            };
+            format!("{p}.{m}.{proj}.{}", if kind == "w_" { "weight" } else { "bias" })
+        }
+    }
+}

@@ -1,0 +1,152 @@
+//! `export hf`: the MarianMTModel directory computes our model's function. Offline, the exported
+//! tensors are read back under the port's own layout (sinusoids in halves, which this engine runs
+//! and tests/marian.rs checks against `transformers`), and that model translates as the original
+//! does, token for token, its log-probabilities within f32 rounding. Against the real
+//! `transformers` (dev/hf/check.py, fixtures/hf/checks.json): its `generate` gave our 1-best on
+//! every one of 100 sentences, greedy and beam 4.
+
+mod common;
+
+use common::TestDir;
+use transformer::config::SinusoidLayout;
+use transformer::data::tokenizer::Tokenizer;
+use transformer::decode::translator::{DecodeOptions, SessionOptions, Translator};
+use transformer::decode::BeamConfig;
+use transformer::params::ParamLayout;
+use transformer::test_support::repo;
+use transformer::Transformer;
+
+fn small() -> (transformer::checkpoint::Checkpoint, Tokenizer, Vec<u8>) {
+    let d = repo("crates/transformer/tests/fixtures/m30k-small");
+    let ckpt = transformer::checkpoint::load(&d.join("model.safetensors")).unwrap();
+    let tok = Tokenizer::load(&d.join("bpe.json")).unwrap();
+    (ckpt, tok, std::fs::read(d.join("bpe.json")).unwrap())
+}
+
+/// The port's name of our tensor `n` (the inverse of the export's naming).
+fn hf_name(n: &str) -> String {
+    match n {
+        "embed.weight" => return "model.shared.weight".into(),
+        "output.bias" => return "final_logits_bias".into(),
+        _ => {}
+    }
+    let (side, rest) = n.split_once(".layers.").unwrap();
+    let (i, tail) = rest.split_once('.').unwrap();
+    let p = format!("model.{side}.layers.{i}");
+    let t = tail
+        .replace("cross_attn_norm.", "encoder_attn_layer_norm.")
+        .replace("self_attn_norm.", "self_attn_layer_norm.")
+        .replace("ffn_norm.", "final_layer_norm.")
+        .replace("cross_attn.", "encoder_attn.")
+        .replace(".gamma", ".weight")
+        .replace(".beta", ".bias")
+        .replace("ffn.w_1", "fc1.weight")
+        .replace("ffn.b_1", "fc1.bias")
+        .replace("ffn.w_2", "fc2.weight")
+        .replace("ffn.b_2", "fc2.bias");
+    let t = ["q", "k", "v", "o"].iter().fold(t, |t, x| {
+        let proj = if *x == "o" { "out_proj".to_string() } else { format!("{x}_proj") };
+        t.replace(&format!(".w_{x}"), &format!(".{proj}.weight")).replace(&format!(".b_{x}"), &format!(".{proj}.bias"))
+    });
+    format!("{p}.{t}")
+}
+
+fn search(beam: usize) -> DecodeOptions {
+    let mut s = BeamConfig::translation();
+    s.beam = beam;
+    s.alpha = 1.0;
+    s.length_norm = transformer::decode::LengthNorm::Marian;
+    s.max_len_a = 0.0;
+    s.max_len_b = 256;
+    DecodeOptions { search: s, ..DecodeOptions::default() }
+}
+
+#[test]
+fn the_exported_model_computes_the_original_function() {
+    let (ckpt, tok, bytes) = small();
+    assert_eq!(ckpt.config.import.sinusoid_layout, SinusoidLayout::Interleaved, "the fixture is the paper's layout");
+    let t = TestDir::new("hf-export");
+    let out = t.path().join("hf");
+    let written = transformer::import::hf_export::export(&ckpt, &tok, &bytes, &out).unwrap();
+    assert_eq!(written.len(), 5);
+    assert_eq!(std::fs::read(out.join("tokenizer.json")).unwrap(), bytes);
+    let config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("config.json")).unwrap()).unwrap();
+    assert_eq!(config["model_type"], "marian");
+    assert_eq!(config["d_model"], 128);
+    assert_eq!(config["decoder_start_token_id"], 1);
+    // The port's model, read back as this engine runs the port (halves, a logits bias).
+    let st_bytes = std::fs::read(out.join("model.safetensors")).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&st_bytes).unwrap();
+    let mut c = ckpt.config.clone();
+    c.import.sinusoid_layout = SinusoidLayout::Halves;
+    c.import.output_bias = true;
+    let layout = ParamLayout::new(&c);
+    let mut params = vec![0f32; layout.total()];
+    for e in layout.entries() {
+        let v = st.tensor(&hf_name(&e.name)).unwrap_or_else(|_| panic!("no {}", hf_name(&e.name)));
+        let f: Vec<f32> = v.data().chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect();
+        params[e.range()].copy_from_slice(&f);
+    }
+    // The port's embeddings are one tensor, tied everywhere.
+    for n in ["model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight"] {
+        assert_eq!(st.tensor(n).unwrap().data(), st.tensor("model.shared.weight").unwrap().data(), "{n}");
+    }
+    let original = Translator::new(
+        Transformer::from_params(ckpt.config.clone(), ckpt.params.clone()).unwrap(),
+        tok.clone(),
+        SessionOptions::default(),
+    )
+    .unwrap();
+    let exported =
+        Translator::new(Transformer::from_params(c, params).unwrap(), tok, SessionOptions::default()).unwrap();
+    let lines = transformer::data::corpus::read_lines(&repo("data/multi30k/test_2016_flickr.en.gz")).unwrap();
+    let lines: Vec<String> = lines.into_iter().take(60).collect();
+    for beam in [1, 4] {
+        let (a, _) = original.translate(&lines, &search(beam), &mut ()).unwrap();
+        let (b, _) = exported.translate(&lines, &search(beam), &mut ()).unwrap();
+        for (i, (x, y)) in a.iter().zip(&b).enumerate() {
+            assert_eq!(x[0].hypothesis.tokens, y[0].hypothesis.tokens, "beam {beam}, sentence {i}");
+            let (p, q) = (x[0].hypothesis.log_prob, y[0].hypothesis.log_prob);
+            assert!((p - q).abs() <= 1e-4 * p.abs().max(1.0), "beam {beam}, sentence {i}: log P {p} against {q}");
+        }
+    }
+}
+
+#[test]
+fn transformers_generated_our_translations_on_every_sentence() {
+    let checks: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(repo("crates/transformer/tests/fixtures/hf/checks.json")).unwrap(),
+    )
+    .unwrap();
+    let (ckpt, tok, _) = small();
+    let t =
+        Translator::new(Transformer::from_params(ckpt.config, ckpt.params).unwrap(), tok, SessionOptions::default())
+            .unwrap();
+    let n = checks["sentences"].as_u64().unwrap() as usize;
+    let lines = transformer::data::corpus::read_lines(&repo("data/multi30k/test_2016_flickr.en.gz")).unwrap();
+    let lines: Vec<String> = lines.into_iter().take(n).collect();
+    for (mode, beam) in [("greedy", 1), ("beam4", 4)] {
+        let (ours, _) = t.translate(&lines, &search(beam), &mut ()).unwrap();
+        let theirs: Vec<String> = serde_json::from_value(checks[mode]["hf_1best"].clone()).unwrap();
+        for (i, (o, h)) in ours.iter().zip(&theirs).enumerate() {
+            assert_eq!(&o[0].text, h, "{mode}, sentence {i}");
+        }
+    }
+}
+
+#[test]
+fn what_marian_config_cannot_state_is_refused_by_name() {
+    let (ckpt, tok, bytes) = small();
+    let t = TestDir::new("hf-refuse");
+    let refused = |edit: &dyn Fn(&mut transformer::checkpoint::Checkpoint)| {
+        let mut c = ckpt.clone();
+        edit(&mut c);
+        transformer::import::hf_export::export(&c, &tok, &bytes, &t.path().join("x")).unwrap_err().to_string()
+    };
+    assert!(refused(&|c| c.config.import.sinusoid_layout = SinusoidLayout::Marian).contains("Marian's own"));
+    assert!(refused(&|c| c.config.import.activation = transformer::config::Activation::GeluSigmoid)
+        .contains("sigmoid form"));
+    assert!(refused(&|c| c.params.pop().map(|_| ()).unwrap()).contains("parameters"));
+    assert!(!t.path().join("x").exists(), "a refused export wrote its directory");
+}
