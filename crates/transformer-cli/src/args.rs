@@ -438,8 +438,9 @@ pub enum ExportCommand {
     /// config.json, model.safetensors (the port's names, final_logits_bias; the paper's
     /// interleaved sinusoids turned into the port's halves by renaming the model dimension, so the
     /// model computes the same function), generation_config.json, tokenizer.json (ours, which
-    /// `PreTrainedTokenizerFast` loads) and tokenizer_config.json. Models with our BPE vocabulary;
-    /// what MarianConfig cannot state is refused by name.
+    /// `PreTrainedTokenizerFast` loads) and tokenizer_config.json; or a model imported from a
+    /// Hugging Face directory, fine-tuned or not, with its own vocab.json and SentencePiece models.
+    /// What MarianConfig cannot state is refused by name.
     Hf {
         /// The model: a model directory, or a checkpoint file with --tokenizer.
         #[arg(required_unless_present = "checkpoint", conflicts_with = "checkpoint")]
@@ -447,7 +448,7 @@ pub enum ExportCommand {
         /// The checkpoint, instead of MODEL.
         #[arg(long)]
         checkpoint: Option<PathBuf>,
-        /// Its tokenizer (bpe.json; alias --bpe).
+        /// Its tokenizer (bpe.json, or the tokenizer.json of an import; alias --bpe).
         #[arg(long, visible_alias = "bpe")]
         tokenizer: Option<PathBuf>,
         /// The directory to write (created; it must not hold a model already).

@@ -150,3 +150,60 @@ fn what_marian_config_cannot_state_is_refused_by_name() {
     assert!(refused(&|c| c.params.pop().map(|_| ()).unwrap()).contains("parameters"));
     assert!(!t.path().join("x").exists(), "a refused export wrote its directory");
 }
+
+#[test]
+fn an_imported_hugging_face_model_goes_back_out_bit_for_bit() {
+    let src = repo("crates/transformer/tests/fixtures/marian/opus/hf");
+    let t = TestDir::new("hf-identity");
+    let imported = transformer::import::marian::import(&src).unwrap();
+    let (ckpt_path, tok_path) = transformer::import::marian::write(&imported, &t.path().join("ours")).unwrap();
+    let ckpt = transformer::checkpoint::load(&ckpt_path).unwrap();
+    let tok = Tokenizer::load(&tok_path).unwrap();
+    let out = t.path().join("hf");
+    transformer::import::hf_export::export(&ckpt, &tok, &std::fs::read(&tok_path).unwrap(), &out).unwrap();
+    let (a, b) =
+        (std::fs::read(src.join("model.safetensors")).unwrap(), std::fs::read(out.join("model.safetensors")).unwrap());
+    let (a, b) =
+        (safetensors::SafeTensors::deserialize(&a).unwrap(), safetensors::SafeTensors::deserialize(&b).unwrap());
+    let mut names: Vec<String> = a.names().into_iter().cloned().collect();
+    names.sort();
+    let mut theirs: Vec<String> = b.names().into_iter().cloned().collect();
+    theirs.sort();
+    assert_eq!(names, theirs);
+    for n in &names {
+        assert_eq!(a.tensor(n).unwrap().shape(), b.tensor(n).unwrap().shape(), "{n}");
+        assert!(a.tensor(n).unwrap().data() == b.tensor(n).unwrap().data(), "{n} is not the original's bytes");
+    }
+    for f in ["vocab.json", "source.spm", "target.spm"] {
+        let (x, y) = (std::fs::read(src.join(f)).unwrap(), std::fs::read(out.join(f)).unwrap());
+        if f == "vocab.json" {
+            let (x, y): (serde_json::Value, serde_json::Value) =
+                (serde_json::from_slice(&x).unwrap(), serde_json::from_slice(&y).unwrap());
+            assert_eq!(x, y, "{f}");
+        } else {
+            assert!(x == y, "{f}");
+        }
+    }
+    let config = |d: &std::path::Path| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(d.join("config.json")).unwrap()).unwrap()
+    };
+    let (c0, c1) = (config(&src), config(&out));
+    for k in [
+        "d_model",
+        "vocab_size",
+        "pad_token_id",
+        "eos_token_id",
+        "decoder_start_token_id",
+        "activation_function",
+        "scale_embedding",
+        "max_position_embeddings",
+        "encoder_layers",
+        "decoder_ffn_dim",
+    ] {
+        assert_eq!(c0[k], c1[k], "{k}");
+    }
+    // And in again: the same checkpoint.
+    let again = transformer::import::marian::import(&out).unwrap();
+    assert!(again.checkpoint.params == ckpt.params, "import ∘ export hf changed a parameter");
+    assert_eq!(again.checkpoint.config, ckpt.config);
+}

@@ -198,7 +198,9 @@ fn packed_linear_select_rows_gives_the_whole_products_columns() {
             let want: Vec<f32> =
                 (0..m).flat_map(|i| rows.iter().map(|&r| all[i * n + r as usize]).collect::<Vec<_>>()).collect();
             let what = format!("{precision:?} pack {pack} {m}x{n}x{k}");
-            if panels || precision != transformer::Precision::F32 {
+            // The prepared panels give each column's sum in one fixed order, so a subset of rows is
+            // bit for bit; the gemm path (unpacked f32) picks its blocking by shape.
+            if (panels && pack) || precision != transformer::Precision::F32 {
                 let same = y.iter().zip(&want).all(|(a, c)| a.to_bits() == c.to_bits());
                 assert!(same, "{what}: the selected rows' products differ from the whole map's");
             } else {

@@ -173,8 +173,8 @@ pub fn export_hf(checkpoint: &Path, tokenizer: &Path, output: &Path) -> Result<(
         eprintln!("wrote {}", p.display());
     }
     eprintln!(
-        "load with: python -c \"from transformers import MarianMTModel, PreTrainedTokenizerFast; \
-         m = MarianMTModel.from_pretrained('{0}'); t = PreTrainedTokenizerFast.from_pretrained('{0}'); \
+        "load with: python -c \"from transformers import AutoTokenizer, MarianMTModel; \
+         m = MarianMTModel.from_pretrained('{0}'); t = AutoTokenizer.from_pretrained('{0}'); \
          print(t.batch_decode(m.generate(**t(['A dog runs.'], return_tensors='pt', return_token_type_ids=False)), \
          skip_special_tokens=True))\"",
         output.display()

@@ -1,7 +1,9 @@
-//! A model trained here with our BPE vocabulary as a Hugging Face `MarianMTModel` directory
-//! (`config.json`, `model.safetensors` under the port's names with `final_logits_bias`,
-//! `generation_config.json`, `tokenizer.json` and `tokenizer_config.json`), which `transformers`,
-//! CTranslate2's `ct2-transformers-converter`, candle and optimum read.
+//! A model as a Hugging Face `MarianMTModel` directory (`config.json`, `model.safetensors` under
+//! the port's names with `final_logits_bias`, `generation_config.json`, the tokenizer's files),
+//! which `transformers`, CTranslate2's `ct2-transformers-converter`, candle and optimum read: a
+//! model trained here with our BPE vocabulary (its `tokenizer.json`, which
+//! `PreTrainedTokenizerFast` loads), or a model imported from such a directory, fine-tuned or not
+//! (its `vocab.json` and SentencePiece models, as `MarianTokenizer` reads them).
 //!
 //! The port's sinusoids put the sines in the first half of the position vector and the cosines in
 //! the second; the paper's interleave them (sin at even dimensions, cos at odd). The two differ by
@@ -13,8 +15,9 @@
 //! exactly: its residual stream is ours with the dimensions renamed.
 //!
 //! What MarianConfig cannot state is refused by name: learned positions, Marian's own sinusoid
-//! frequencies, GELU's sigmoid form, heads narrower than d_model / heads, the parser's inputs, and
-//! (for now) an imported tokenizer. The port's LayerNorm ε is fixed at 1e-5 (`nn.LayerNorm`'s);
+//! frequencies (a native Marian import: `export marian` writes it), GELU's sigmoid form, heads
+//! narrower than d_model / heads, the parser's inputs, and (not yet written) separate
+//! vocabularies. The port's LayerNorm ε is fixed at 1e-5 (`nn.LayerNorm`'s);
 //! ours is written, as `layer_norm_eps`, where the port ignores it.
 
 use crate::checkpoint::Checkpoint;
@@ -28,8 +31,17 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// Every file an export may write (none may exist before it).
-const WRITTEN: [&str; 5] =
-    ["config.json", "model.safetensors", "generation_config.json", "tokenizer.json", "tokenizer_config.json"];
+const WRITTEN: [&str; 9] = [
+    "config.json",
+    "model.safetensors",
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "vocab.json",
+    "target_vocab.json",
+    "source.spm",
+    "target.spm",
+];
 
 /// The LayerNorm ε of `transformers`' Marian port (`nn.LayerNorm`'s default).
 pub const HF_LAYER_NORM_EPS: f32 = 1e-5;
@@ -50,13 +62,6 @@ pub fn export(ckpt: &Checkpoint, tokenizer: &Tokenizer, tokenizer_file: &[u8], o
     let c = &ckpt.config;
     c.validate()?;
     let activation = check_options(c)?;
-    if tokenizer.bpe().is_none() {
-        return Err(Error::Unsupported(
-            "export hf: only models with this project's BPE vocabulary are written so far (an imported Marian model \
-             goes back out with `export marian`)"
-                .into(),
-        ));
-    }
     let layout = ParamLayout::new(c);
     if ckpt.params.len() != layout.total() || tokenizer.vocab_size() != c.vocab_size {
         return Err(Error::Mismatch(format!(
@@ -67,6 +72,9 @@ pub fn export(ckpt: &Checkpoint, tokenizer: &Tokenizer, tokenizer_file: &[u8], o
             layout.total(),
             tokenizer.vocab_size()
         )));
+    }
+    if let Tokenizer::Marian(m) = tokenizer {
+        return export_imported(ckpt, m, activation, out);
     }
     let tensors = tensors(ckpt)?;
     let views: Vec<(String, TensorView)> = tensors
@@ -165,7 +173,10 @@ fn check_options(c: &ModelConfig) -> Result<&'static str> {
         return refuse(format!("heads of d_k {} and d_v {} with d_model {}", c.d_k, c.d_v, c.d_model));
     }
     if c.import.source_vocab_size.is_some() {
-        return refuse("separate vocabulary of ours".into());
+        return Err(Error::Unsupported(
+            "export hf: separate source and target vocabularies are not written yet (`export marian` writes them)"
+                .into(),
+        ));
     }
     Ok(match c.import.activation {
         Activation::Relu => "relu",
@@ -296,4 +307,117 @@ fn hf_name(p: &str, tail: &str) -> String {
             format!("{p}.{m}.{proj}.{}", if kind == "w_" { "weight" } else { "bias" })
         }
     }
+}
+
+/// An imported Marian model (from a Hugging Face directory, fine-tuned here or not) back in the
+/// port's form: its rows in Marian's id order (the rows the import added left out), its own
+/// vocabulary and SentencePiece models, its special ids. Importing the result gives the same
+/// tensors back, and the tensors are the original directory's, bit for bit.
+fn export_imported(
+    ckpt: &Checkpoint,
+    tok: &crate::data::tokenizer::ImportedTokenizer,
+    activation: &str,
+    out: &Path,
+) -> Result<Vec<PathBuf>> {
+    let c = &ckpt.config;
+    let m = tok.inner();
+    let (_, map) = tok.maps();
+    let pieces = m
+        .pieces_by_id(false)
+        .ok_or_else(|| Error::Unsupported("export hf: the vocabulary's ids are not 0..n without gaps".into()))?;
+    let size = pieces.len();
+    if (0..size as u32).any(|f| map.ours(f) as usize >= c.vocab_size) || map.len() != c.vocab_size {
+        return Err(Error::Mismatch("export hf: the tokenizer's id map does not fit the model".into()));
+    }
+    let foreign = |ours: u32| map.foreign(ours).expect("the specials are the foreign model's");
+    let (pad, eos) = (foreign(BOS), foreign(EOS));
+    let layout = ParamLayout::new(c);
+    let d = c.d_model;
+    let mut all = tensors(ckpt)?;
+    // Only what the port itself stores: the shared embedding, the logits bias and the layers.
+    all.retain(|n, _| n.contains(".layers."));
+    let bytes = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+    let param = |n: &str| &ckpt.params[layout.get(n).expect("in the layout").range()];
+    let emb = param("embed.weight");
+    let rows: Vec<f32> = (0..size as u32).flat_map(|f| emb[map.ours(f) as usize * d..][..d].iter().copied()).collect();
+    all.insert("model.shared.weight".into(), (vec![size, d], bytes(&rows)));
+    let bias: Vec<f32> = if c.import.output_bias {
+        let b = param("output.bias");
+        (0..size as u32).map(|f| b[map.ours(f) as usize]).collect()
+    } else {
+        vec![0.0; size]
+    };
+    all.insert("final_logits_bias".into(), (vec![1, size], bytes(&bias)));
+    let views: Vec<(String, TensorView)> = all
+        .iter()
+        .map(|(n, (shape, b))| (n.clone(), TensorView::new(Dtype::F32, shape.clone(), b).expect("shapes match")))
+        .collect();
+    let mut meta = std::collections::HashMap::new();
+    meta.insert("format".to_string(), "pt".to_string());
+    let model = safetensors::serialize(views, &Some(meta))
+        .map_err(|e| Error::Input(format!("export hf: model.safetensors: {e}")))?;
+    let json = |v: serde_json::Value| {
+        let mut s = serde_json::to_string_pretty(&v).expect("JSON values serialise");
+        s.push('\n');
+        s.into_bytes()
+    };
+    let config = json(serde_json::json!({
+        "architectures": ["MarianMTModel"],
+        "model_type": "marian",
+        "vocab_size": size,
+        "decoder_vocab_size": size,
+        "d_model": d,
+        "encoder_layers": c.n_layers,
+        "decoder_layers": c.n_layers,
+        "encoder_attention_heads": c.n_heads,
+        "decoder_attention_heads": c.n_heads,
+        "encoder_ffn_dim": c.d_ff,
+        "decoder_ffn_dim": c.d_ff,
+        "activation_function": activation,
+        "max_position_embeddings": c.max_positions,
+        "scale_embedding": c.import.scale_embedding,
+        "share_encoder_decoder_embeddings": true,
+        "tie_word_embeddings": true,
+        "static_position_embeddings": true,
+        "dropout": c.dropout,
+        "attention_dropout": c.attention_dropout,
+        "activation_dropout": 0.0,
+        "init_std": 0.02,
+        "is_encoder_decoder": true,
+        "use_cache": true,
+        "bos_token_id": null,
+        "pad_token_id": pad,
+        "eos_token_id": eos,
+        "decoder_start_token_id": pad,
+        "forced_eos_token_id": eos,
+    }));
+    let generation = json(serde_json::json!({
+        "decoder_start_token_id": pad,
+        "eos_token_id": eos,
+        "forced_eos_token_id": eos,
+        "pad_token_id": pad,
+        "bad_words_ids": [[pad]],
+    }));
+    let vocab: serde_json::Map<String, serde_json::Value> =
+        pieces.iter().enumerate().map(|(i, p)| (p.to_string(), serde_json::json!(i))).collect();
+    let vocab = json(serde_json::Value::Object(vocab));
+    let (e, u, p) = m.special_tokens();
+    let tokenizer_config = json(serde_json::json!({
+        "tokenizer_class": "MarianTokenizer",
+        "eos_token": e,
+        "unk_token": u,
+        "pad_token": p,
+        "model_max_length": c.max_positions,
+        "separate_vocabs": false,
+    }));
+    let files: Vec<(&str, &[u8])> = vec![
+        ("config.json", &config),
+        ("model.safetensors", &model),
+        ("generation_config.json", &generation),
+        ("vocab.json", &vocab),
+        ("source.spm", m.source_model().to_bytes()),
+        ("target.spm", m.target_model().to_bytes()),
+        ("tokenizer_config.json", &tokenizer_config),
+    ];
+    crate::io::publish_new(out, &files, &WRITTEN).map_err(|e| Error::Input(format!("export hf: {e}")))
 }
