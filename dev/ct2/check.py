@@ -12,7 +12,8 @@ beside our `translate` (beam 4, length_penalty 1, 256 tokens) on the first N tes
 Import: the real Marian's models (fixtures/marian-real) go through CTranslate2's own Marian
 converter (dev/ct2/convert_marian.py) at float32, int8 and float16; `import ct2` reads each
 directory, and CTranslate2 and ours decode and score (CTranslate2's 1-best, teacher-forced) the same
-sentences. The converted directories are copied into the fixtures with CTranslate2's outputs.
+sentences. The same for the OPUS-MT-shaped Hugging Face fixture through `ct2-transformers-converter`.
+The converted directories are copied into the fixtures with CTranslate2's outputs.
 """
 
 from __future__ import annotations
@@ -146,6 +147,40 @@ def main():
             if keep.exists():
                 shutil.rmtree(keep)
             shutil.copytree(cdir, keep)
+    # Import: an OPUS-MT-shaped Hugging Face model through `ct2-transformers-converter --copy_files`
+    # (its SentencePiece models in the directory, as CTranslate2's OPUS-MT instructions leave them;
+    # the sources given with the </s> the Hugging Face tokenizer adds).
+    hf = FIX / "marian/opus/hf"
+    sp_src = spm.SentencePieceProcessor(model_file=str(hf / "source.spm"))
+    sp_tgt = spm.SentencePieceProcessor(model_file=str(hf / "target.spm"))
+    src_pieces = [sp_src.encode(l, out_type=str) + ["</s>"] for l in lines]
+    for q, precision in [("float32", "f32"), ("int8", "int8")]:
+        name = f"opus-hf-{q}"
+        cdir = work / name
+        run(Path(sys.executable).parent / "ct2-transformers-converter", "--model", hf, "--output_dir", cdir,
+            "--copy_files", "source.spm", "target.spm", "--quantization", q)
+        imp = work / f"imported-{name}"
+        run(b, "import", "ct2", cdir, "--output", imp)
+        ck, tk = imp / "model.safetensors", imp / "tokenizer.json"
+        entry = report["import"][name] = {}
+        for mode, beam in MODES:
+            hyps = ct2_decode(cdir, src_pieces, "default", beam)
+            text = [sp_tgt.decode_pieces(h) for h in hyps]
+            mine = ours_translate(b, ck, tk, src, precision, beam)
+            same = sum(x == y for x, y in zip(text, mine))
+            entry[mode] = {"same_1best": same, "ct2_1best": text}
+            print(f"import {name} {mode}: same 1-best {same}/{n}")
+        text = entry["greedy"]["ct2_1best"]
+        scores = ct2_score(cdir, src_pieces, [sp_tgt.encode(t, out_type=str) for t in text], "default")
+        mine_scores = ours_score(b, ck, tk, src, text, precision)
+        entry["ct2_scores"] = scores
+        entry["max_score_difference"] = max(abs(x - y) for x, y in zip(scores, mine_scores))
+        print(f"import {name}: largest |score difference| {entry['max_score_difference']:.2e}")
+        keep = out_fix / name
+        if keep.exists():
+            shutil.rmtree(keep)
+        # The SentencePiece models are the hf fixture's own: the test puts them back.
+        shutil.copytree(cdir, keep, ignore=shutil.ignore_patterns("*.spm"))
     (out_fix / "checks.json").write_text(json.dumps(report, indent=1, ensure_ascii=False) + "\n")
     shutil.rmtree(work)
     print(f"wrote {out_fix / 'checks.json'}")

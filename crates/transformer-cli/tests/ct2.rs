@@ -218,3 +218,29 @@ fn export_hf_writes_a_marian_mt_model_directory_once() {
     let (ok2, _, err) = transformer(&args);
     assert!(!ok2 && err.contains("config.json"), "{err}");
 }
+
+#[test]
+fn a_directory_ct2_transformers_converter_wrote_imports_with_its_sentencepiece_models() {
+    // `ct2-transformers-converter --copy_files source.spm target.spm` on the OPUS-MT-shaped
+    // fixture: the models sit in the directory, so `import ct2` needs no --spm. Its
+    // `scale_embeddings` is the multiplier √d_model itself and it starts from a zero embedding.
+    let t = TestDir::new("ct2-opus");
+    let c = checks();
+    let n = c["sentences"].as_u64().unwrap() as usize;
+    let src = sources(t.path(), n);
+    let dir = t.path().join("opus-ct2");
+    std::fs::create_dir(&dir).unwrap();
+    for f in std::fs::read_dir(fixtures().join("ct2/opus-hf-float32")).unwrap() {
+        let f = f.unwrap().path();
+        std::fs::copy(&f, dir.join(f.file_name().unwrap())).unwrap();
+    }
+    for f in ["source.spm", "target.spm"] {
+        std::fs::copy(fixtures().join("marian/opus/hf").join(f), dir.join(f)).unwrap();
+    }
+    let out = t.path().join("ours");
+    ok(&["import", "ct2", dir.to_str().unwrap(), "--output", out.to_str().unwrap()]);
+    let got = translate(&out.join("model.safetensors"), &out.join("tokenizer.json"), &src, 1, "f32");
+    let want: Vec<String> =
+        serde_json::from_value(c["import"]["opus-hf-float32"]["greedy"]["ct2_1best"].clone()).unwrap();
+    assert_eq!(got, want);
+}

@@ -345,7 +345,6 @@ impl Ct2Reader {
             .find(|(_, i)| *i == id)
             .map(|(a, _)| *a)
             .ok_or_else(|| self.err(format!("activation {id}: relu, gelu (both forms), swish are read")))?;
-        let scale = self.both("scale_embeddings", 1)? != 0;
         let mut layers = 0;
         while self.bin.has(&format!("encoder/layer_{layers}/self_attention/linear_0/weight")) {
             layers += 1;
@@ -364,6 +363,7 @@ impl Ct2Reader {
         if heads <= 0 || d % heads as usize != 0 {
             return Err(self.err(format!("{heads} heads do not divide d_model {d}")));
         }
+        let scale = self.embedding_scale(d)?;
         let eps = match config.get("layer_norm_epsilon") {
             None | Some(serde_json::Value::Null) => CT2_LAYER_NORM_EPS,
             Some(v) => v
@@ -385,6 +385,40 @@ impl Ct2Reader {
             scale_embedding: scale,
             learned_positions,
         })
+    }
+
+    /// Whether the embeddings are scaled by √d_model: `scale_embeddings` is a flag (an integer,
+    /// as the model-spec API stores a bool) or the multiplier itself (a float, as the
+    /// `transformers` converter stores it: √d_model, or 1).
+    fn embedding_scale(&mut self, d: usize) -> Result<bool> {
+        let mut sides = Vec::new();
+        for side in ["encoder", "decoder"] {
+            let name = format!("{side}/scale_embeddings");
+            if !self.bin.has(&name) {
+                sides.push(true);
+                continue;
+            }
+            let v = self.var(&name)?.clone();
+            let x = match v.values().as_slice() {
+                [x] => *x,
+                _ => return Err(self.err(format!("{name} is not one value"))),
+            };
+            let root = (d as f64).sqrt();
+            sides.push(match v.dtype {
+                DType::I8 | DType::I16 | DType::I32 => x != 0.0,
+                _ if (x - root).abs() <= 1e-3 * root => true,
+                _ if (x - 1.0).abs() <= 1e-6 => false,
+                _ => {
+                    return Err(self.err(format!(
+                        "{name} is {x}: this engine scales embeddings by √d_model ({root}) or not at all"
+                    )))
+                }
+            });
+        }
+        if sides[0] != sides[1] {
+            return Err(self.err("the encoder and the decoder scale their embeddings differently: this engine has one"));
+        }
+        Ok(sides[0])
     }
 
     /// The position table: one of our sinusoid layouts (to the stored type's rounding), else learned
