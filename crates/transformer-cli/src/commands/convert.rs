@@ -21,12 +21,16 @@ pub fn quantize(checkpoint: &Path, output: &Path) -> Result<()> {
 /// `transformer import marian`: imports, writes, and says what it read and how to translate with it.
 pub fn import_marian(dir: &Path, output: &Path) -> Result<()> {
     let imported = transformer::import::marian::import(dir)?;
-    let (ckpt, tok) = transformer::import::marian::write(&imported, output)?;
-    let c = &imported.checkpoint.config;
+    let written = transformer::import::marian::write(&imported, output)?;
+    report_import(dir, &imported.source, &imported.checkpoint.config, written);
+    Ok(())
+}
+
+/// What an import read and wrote, and how to translate with it.
+fn report_import(dir: &Path, what: &str, c: &transformer::ModelConfig, (ckpt, tok): (PathBuf, PathBuf)) {
     eprintln!(
-        "imported {} ({}): {} layers, d_model {}, {} heads, FFN {} ({}), vocabulary {}{}, {:.1}M parameters",
+        "imported {} ({what}): {} layers, d_model {}, {} heads, FFN {} ({}), vocabulary {}{}, {:.1}M parameters",
         dir.display(),
-        imported.source,
         c.n_layers,
         c.d_model,
         c.n_heads,
@@ -38,7 +42,6 @@ pub fn import_marian(dir: &Path, output: &Path) -> Result<()> {
     );
     eprintln!("wrote {} and {}", ckpt.display(), tok.display());
     eprintln!("translate with: transformer translate --checkpoint {} --tokenizer {}", ckpt.display(), tok.display());
-    Ok(())
 }
 
 /// What `export marian` reads: (checkpoint, tokenizer) from a MODEL directory `import marian`
@@ -144,24 +147,8 @@ pub fn export_ct2(checkpoint: &Path, tokenizer: &Path, quantization: &str, outpu
 /// `transformer import ct2`: imports a CTranslate2 directory and says how to translate with it.
 pub fn import_ct2(dir: &Path, spm: &[PathBuf], output: &Path) -> Result<()> {
     let imported = transformer::import::ct2::import(dir, spm)?;
-    let (ckpt, tok) = imported.write(output)?;
-    let c = &imported.checkpoint.config;
-    eprintln!(
-        "imported {} (CTranslate2, {} weights): {} layers, d_model {}, {} heads, FFN {} ({}), vocabulary {}{}, \
-         {:.1}M parameters",
-        dir.display(),
-        imported.weights,
-        c.n_layers,
-        c.d_model,
-        c.n_heads,
-        c.d_ff,
-        c.import.activation.name(),
-        c.vocab_size,
-        c.import.source_vocab_size.map_or(String::new(), |v| format!(" (source {v})")),
-        transformer::params::param_count(c) as f64 / 1e6
-    );
-    eprintln!("wrote {} and {}", ckpt.display(), tok.display());
-    eprintln!("translate with: transformer translate --checkpoint {} --tokenizer {}", ckpt.display(), tok.display());
+    let written = imported.write(output)?;
+    report_import(dir, &format!("CTranslate2, {} weights", imported.weights), &imported.checkpoint.config, written);
     Ok(())
 }
 

@@ -93,39 +93,11 @@ pub fn export(ckpt: &Checkpoint, tokenizer: &Tokenizer, tokenizer_file: &[u8], o
         s.into_bytes()
     };
     let eps: f64 = c.layer_norm_eps.to_string().parse().expect("an f32 prints as a number");
-    let config = json(serde_json::json!({
-        "architectures": ["MarianMTModel"],
-        "model_type": "marian",
-        "vocab_size": c.vocab_size,
-        "decoder_vocab_size": c.vocab_size,
-        "d_model": c.d_model,
-        "encoder_layers": c.n_layers,
-        "decoder_layers": c.n_layers,
-        "encoder_attention_heads": c.n_heads,
-        "decoder_attention_heads": c.n_heads,
-        "encoder_ffn_dim": c.d_ff,
-        "decoder_ffn_dim": c.d_ff,
-        "activation_function": activation,
-        "max_position_embeddings": c.max_positions,
-        "scale_embedding": c.import.scale_embedding,
-        "share_encoder_decoder_embeddings": true,
-        "tie_word_embeddings": true,
-        "static_position_embeddings": true,
-        "dropout": c.dropout,
-        "attention_dropout": c.attention_dropout,
-        "activation_dropout": 0.0,
-        "init_std": 0.02,
-        "encoder_layerdrop": 0.0,
-        "decoder_layerdrop": 0.0,
-        "use_cache": true,
-        "is_encoder_decoder": true,
-        "pad_token_id": PAD,
-        "bos_token_id": BOS,
-        "eos_token_id": EOS,
-        "decoder_start_token_id": BOS,
-        "forced_eos_token_id": EOS,
-        "layer_norm_eps": eps,
-    }));
+    let mut config = marian_config(c, activation, c.vocab_size, [Some(BOS), Some(PAD), Some(EOS), Some(BOS)]);
+    config["layer_norm_eps"] = serde_json::json!(eps);
+    config["encoder_layerdrop"] = serde_json::json!(0.0);
+    config["decoder_layerdrop"] = serde_json::json!(0.0);
+    let config = json(config);
     let generation = json(serde_json::json!({
         "bos_token_id": BOS,
         "decoder_start_token_id": BOS,
@@ -361,36 +333,7 @@ fn export_imported(
         s.push('\n');
         s.into_bytes()
     };
-    let config = json(serde_json::json!({
-        "architectures": ["MarianMTModel"],
-        "model_type": "marian",
-        "vocab_size": size,
-        "decoder_vocab_size": size,
-        "d_model": d,
-        "encoder_layers": c.n_layers,
-        "decoder_layers": c.n_layers,
-        "encoder_attention_heads": c.n_heads,
-        "decoder_attention_heads": c.n_heads,
-        "encoder_ffn_dim": c.d_ff,
-        "decoder_ffn_dim": c.d_ff,
-        "activation_function": activation,
-        "max_position_embeddings": c.max_positions,
-        "scale_embedding": c.import.scale_embedding,
-        "share_encoder_decoder_embeddings": true,
-        "tie_word_embeddings": true,
-        "static_position_embeddings": true,
-        "dropout": c.dropout,
-        "attention_dropout": c.attention_dropout,
-        "activation_dropout": 0.0,
-        "init_std": 0.02,
-        "is_encoder_decoder": true,
-        "use_cache": true,
-        "bos_token_id": null,
-        "pad_token_id": pad,
-        "eos_token_id": eos,
-        "decoder_start_token_id": pad,
-        "forced_eos_token_id": eos,
-    }));
+    let config = json(marian_config(c, activation, size, [None, Some(pad), Some(eos), Some(pad)]));
     let generation = json(serde_json::json!({
         "decoder_start_token_id": pad,
         "eos_token_id": eos,
@@ -420,4 +363,39 @@ fn export_imported(
         ("tokenizer_config.json", &tokenizer_config),
     ];
     crate::io::publish_new(out, &files, &WRITTEN).map_err(|e| Error::Input(format!("export hf: {e}")))
+}
+
+/// MarianConfig of `c` with `size` ids, and its (bos, pad, eos, decoder start) ids.
+fn marian_config(c: &ModelConfig, activation: &str, size: usize, ids: [Option<u32>; 4]) -> serde_json::Value {
+    let [bos, pad, eos, start] = ids;
+    serde_json::json!({
+        "architectures": ["MarianMTModel"],
+        "model_type": "marian",
+        "vocab_size": size,
+        "decoder_vocab_size": size,
+        "d_model": c.d_model,
+        "encoder_layers": c.n_layers,
+        "decoder_layers": c.n_layers,
+        "encoder_attention_heads": c.n_heads,
+        "decoder_attention_heads": c.n_heads,
+        "encoder_ffn_dim": c.d_ff,
+        "decoder_ffn_dim": c.d_ff,
+        "activation_function": activation,
+        "max_position_embeddings": c.max_positions,
+        "scale_embedding": c.import.scale_embedding,
+        "share_encoder_decoder_embeddings": true,
+        "tie_word_embeddings": true,
+        "static_position_embeddings": true,
+        "dropout": c.dropout,
+        "attention_dropout": c.attention_dropout,
+        "activation_dropout": 0.0,
+        "init_std": 0.02,
+        "is_encoder_decoder": true,
+        "use_cache": true,
+        "bos_token_id": bos,
+        "pad_token_id": pad,
+        "eos_token_id": eos,
+        "decoder_start_token_id": start,
+        "forced_eos_token_id": eos,
+    })
 }
