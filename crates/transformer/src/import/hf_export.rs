@@ -77,21 +77,7 @@ pub fn export(ckpt: &Checkpoint, tokenizer: &Tokenizer, tokenizer_file: &[u8], o
         return export_imported(ckpt, m, activation, out);
     }
     let tensors = tensors(ckpt)?;
-    let views: Vec<(String, TensorView)> = tensors
-        .iter()
-        .map(|(n, (shape, bytes))| {
-            (n.clone(), TensorView::new(Dtype::F32, shape.clone(), bytes).expect("shapes match their bytes"))
-        })
-        .collect();
-    let mut meta = std::collections::HashMap::new();
-    meta.insert("format".to_string(), "pt".to_string());
-    let model = safetensors::serialize(views, &Some(meta))
-        .map_err(|e| Error::Input(format!("export hf: model.safetensors: {e}")))?;
-    let json = |v: serde_json::Value| {
-        let mut s = serde_json::to_string_pretty(&v).expect("JSON values serialise");
-        s.push('\n');
-        s.into_bytes()
-    };
+    let model = safetensors_bytes(&tensors)?;
     let eps: f64 = c.layer_norm_eps.to_string().parse().expect("an f32 prints as a number");
     let mut config = marian_config(c, activation, c.vocab_size, [Some(BOS), Some(PAD), Some(EOS), Some(BOS)]);
     config["layer_norm_eps"] = serde_json::json!(eps);
@@ -320,19 +306,7 @@ fn export_imported(
         vec![0.0; size]
     };
     all.insert("final_logits_bias".into(), (vec![1, size], bytes(&bias)));
-    let views: Vec<(String, TensorView)> = all
-        .iter()
-        .map(|(n, (shape, b))| (n.clone(), TensorView::new(Dtype::F32, shape.clone(), b).expect("shapes match")))
-        .collect();
-    let mut meta = std::collections::HashMap::new();
-    meta.insert("format".to_string(), "pt".to_string());
-    let model = safetensors::serialize(views, &Some(meta))
-        .map_err(|e| Error::Input(format!("export hf: model.safetensors: {e}")))?;
-    let json = |v: serde_json::Value| {
-        let mut s = serde_json::to_string_pretty(&v).expect("JSON values serialise");
-        s.push('\n');
-        s.into_bytes()
-    };
+    let model = safetensors_bytes(&all)?;
     let config = json(marian_config(c, activation, size, [None, Some(pad), Some(eos), Some(pad)]));
     let generation = json(serde_json::json!({
         "decoder_start_token_id": pad,
@@ -398,4 +372,22 @@ fn marian_config(c: &ModelConfig, activation: &str, size: usize, ids: [Option<u3
         "decoder_start_token_id": start,
         "forced_eos_token_id": eos,
     })
+}
+
+/// `model.safetensors` of `tensors` (f32, with the `format: pt` metadata `transformers` writes).
+fn safetensors_bytes(tensors: &BTreeMap<String, Tensor>) -> Result<Vec<u8>> {
+    let views: Vec<(String, TensorView)> = tensors
+        .iter()
+        .map(|(n, (shape, b))| (n.clone(), TensorView::new(Dtype::F32, shape.clone(), b).expect("shapes match")))
+        .collect();
+    let mut meta = std::collections::HashMap::new();
+    meta.insert("format".to_string(), "pt".to_string());
+    safetensors::serialize(views, &Some(meta)).map_err(|e| Error::Input(format!("export hf: model.safetensors: {e}")))
+}
+
+/// A JSON file's bytes as `transformers` writes them (indented, ending in a newline).
+fn json(v: serde_json::Value) -> Vec<u8> {
+    let mut s = serde_json::to_string_pretty(&v).expect("JSON values serialise");
+    s.push('\n');
+    s.into_bytes()
 }
