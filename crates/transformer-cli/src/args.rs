@@ -433,6 +433,12 @@ pub enum ExportCommand {
         /// The directory to write (created; it must not hold a model already).
         #[arg(long)]
         output: PathBuf,
+        /// Write the model for what the receiving tool fixes itself, changing its function
+        /// slightly: Marian's sinusoid frequencies and the port's differ (divisor d/2 − 1 against
+        /// d/2), and so do their LayerNorm ε (1e-6, 1e-5). `transformers`' own Marian converter does
+        /// this to every OPUS-MT model. Without it, such a model is refused by name.
+        #[arg(long)]
+        tool_defaults: bool,
     },
     /// A Hugging Face MarianMTModel directory, for `MarianMTModel.from_pretrained(DIR)`:
     /// config.json, model.safetensors (the port's names, final_logits_bias; the paper's
@@ -454,6 +460,12 @@ pub enum ExportCommand {
         /// The directory to write (created; it must not hold a model already).
         #[arg(long)]
         output: PathBuf,
+        /// Write the model for what the receiving tool fixes itself, changing its function
+        /// slightly: Marian's sinusoid frequencies and the port's differ (divisor d/2 − 1 against
+        /// d/2), and so do their LayerNorm ε (1e-6, 1e-5). `transformers`' own Marian converter does
+        /// this to every OPUS-MT model. Without it, such a model is refused by name.
+        #[arg(long)]
+        tool_defaults: bool,
     },
     /// A CTranslate2 model directory, for `ctranslate2.Translator(DIR)`: model.bin (a post-norm
     /// TransformerSpec with CTranslate2's variable names and aliases), config.json, the

@@ -37,7 +37,8 @@ fn sources(dir: &Path, n: usize) -> PathBuf {
     p
 }
 
-/// `translate` as dev/ct2/check.py runs it (CTranslate2's defaults but the beam).
+/// `translate` as dev/ct2/check.py runs it: CTranslate2's search and defaults (`--patience 1`,
+/// `length_penalty` 1 as `--length-norm marian --alpha 1`, 256 tokens, at least one), but the beam.
 fn translate(ckpt: &Path, tok: &Path, src: &Path, beam: usize, precision: &str) -> Vec<String> {
     let beam = beam.to_string();
     ok(&[
@@ -54,6 +55,10 @@ fn translate(ckpt: &Path, tok: &Path, src: &Path, beam: usize, precision: &str) 
         "1",
         "--length-norm",
         "marian",
+        "--patience",
+        "1",
+        "--min-len",
+        "1",
         "--max-len-a",
         "0",
         "--max-len-b",
@@ -111,6 +116,22 @@ fn export_ct2_writes_the_model_bin_ctranslate2s_converter_writes() {
     }
 }
 
+/// CTranslate2 decoded our float32 export (dev/ct2/check.py): ours writes the same 1-best on every
+/// sentence, greedy and beam 4 (CTranslate2's search: `--patience 1`).
+#[test]
+fn ctranslate2_decodes_our_export_as_we_do() {
+    let t = TestDir::new("ct2-export-decodes");
+    let (ckpt, bpe) = small();
+    let c = checks();
+    let n = c["sentences"].as_u64().unwrap() as usize;
+    let src = sources(t.path(), n);
+    for (mode, beam) in [("greedy", 1), ("beam4", 4)] {
+        let want: Vec<String> = serde_json::from_value(c["export"]["float32"][mode]["ct2_1best"].clone()).unwrap();
+        assert_eq!(want.len(), n);
+        assert_eq!(translate(&ckpt, &bpe, &src, beam, "f32"), want, "{mode}");
+    }
+}
+
 #[test]
 fn a_model_sent_to_ctranslate2_and_read_back_decodes_as_before() {
     let t = TestDir::new("ct2-round-trip");
@@ -152,11 +173,18 @@ fn directories_ctranslate2s_marian_converter_wrote_decode_as_ctranslate2_decodes
             args.extend(["--output", out.to_str().unwrap()]);
             let err = transformer(&args).2;
             assert!(err.contains(&format!("{q} weights")), "{err}");
-            let got = translate(&out.join("model.safetensors"), &out.join("tokenizer.json"), &src, 1, "f32");
-            let want: Vec<String> = serde_json::from_value(c["import"][&name]["greedy"]["ct2_1best"].clone()).unwrap();
-            assert_eq!(got.len(), n);
-            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-                assert_eq!(g, w, "{name}: sentence {i}");
+            let (ck, tk) = (out.join("model.safetensors"), out.join("tokenizer.json"));
+            // Beam 4 at float32 too. SentencePiece writes the unknown token as " ⁇ ", which our
+            // Marian tokenizer drops as a special token (as `transformers`' decode does).
+            let modes: &[(&str, usize)] =
+                if q == "float32" { &[("greedy", 1), ("beam4", 4)] } else { &[("greedy", 1)] };
+            for &(mode, beam) in modes {
+                let got = translate(&ck, &tk, &src, beam, "f32");
+                let want: Vec<String> = serde_json::from_value(c["import"][&name][mode]["ct2_1best"].clone()).unwrap();
+                assert_eq!(got.len(), n);
+                for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                    assert_eq!(*g, w.replace(" ⁇ ", ""), "{name} {mode}: sentence {i}");
+                }
             }
         }
     }
@@ -239,8 +267,10 @@ fn a_directory_ct2_transformers_converter_wrote_imports_with_its_sentencepiece_m
     }
     let out = t.path().join("ours");
     ok(&["import", "ct2", dir.to_str().unwrap(), "--output", out.to_str().unwrap()]);
-    let got = translate(&out.join("model.safetensors"), &out.join("tokenizer.json"), &src, 1, "f32");
-    let want: Vec<String> =
-        serde_json::from_value(c["import"]["opus-hf-float32"]["greedy"]["ct2_1best"].clone()).unwrap();
-    assert_eq!(got, want);
+    for (mode, beam) in [("greedy", 1), ("beam4", 4)] {
+        let got = translate(&out.join("model.safetensors"), &out.join("tokenizer.json"), &src, beam, "f32");
+        let want: Vec<String> =
+            serde_json::from_value(c["import"]["opus-hf-float32"][mode]["ct2_1best"].clone()).unwrap();
+        assert_eq!(got, want, "{mode}");
+    }
 }

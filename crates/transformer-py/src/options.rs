@@ -7,7 +7,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use std::path::Path;
 use transformer::decode::translator::DecodeOptions;
-use transformer::decode::{BeamConfig, Controls, LengthNorm, Sampling};
+use transformer::decode::{BeamConfig, Controls, LengthNorm, Sampling, Stop};
 
 /// A CTranslate2 argument this engine does not honour: refused with a `ValueError` naming it
 /// unless it has its default.
@@ -34,7 +34,9 @@ pub(crate) fn batch_limits(opts: &mut DecodeOptions, max_batch_size: usize, batc
 }
 
 /// The search settings CTranslate2's arguments ask for, or the error for one this engine cannot
-/// honour. `length_penalty` divides the log-probability by the length (EOS counted) to that power.
+/// honour: CTranslate2's beam search (the beam kept full, `beam_size · patience` hypotheses to
+/// finish; beam 1 is greedy search, where patience does not apply), `length_penalty` dividing the
+/// log-probability by the output's length (the EOS counted) to that power.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn search_options(
     beam_size: usize,
@@ -54,7 +56,6 @@ pub(crate) fn search_options(
     (sampling_topk, sampling_topp, sampling_temperature): (usize, f32, f32),
     replace_unknowns: bool,
 ) -> PyResult<DecodeOptions> {
-    refuse_unless("patience", patience, 1.0)?;
     refuse_unless("coverage_penalty", coverage_penalty, 0.0)?;
     refuse_unless("suppress_sequences", suppress_sequences.as_ref().is_some_and(|s| !s.is_empty()), false)?;
     refuse_unless("end_token", end_token.is_some(), false)?;
@@ -83,9 +84,13 @@ pub(crate) fn search_options(
             Some(Sampling { topk, topp: sampling_topp, temperature: sampling_temperature, seed: crate::random_seed() })
         }
     };
-    if sampling.is_none() && num_hypotheses > beam_size {
+    if patience.is_nan() || patience <= 0.0 {
+        return Err(PyValueError::new_err(format!("patience={patience}: the patience factor must be > 0")));
+    }
+    let candidates = if beam_size > 1 { (beam_size as f32 * patience).round() as usize } else { 1 };
+    if sampling.is_none() && num_hypotheses > candidates {
         return Err(PyValueError::new_err(format!(
-            "num_hypotheses={num_hypotheses} is more than beam_size={beam_size}: raise beam_size"
+            "num_hypotheses={num_hypotheses} is more than beam_size * patience ({candidates}): raise beam_size or patience"
         )));
     }
     let beam_size = if sampling.is_some() { num_hypotheses } else { beam_size };
@@ -95,7 +100,7 @@ pub(crate) fn search_options(
         max_len_a: 0.0,
         max_len_b: max_decoding_length,
         nbest: num_hypotheses,
-        early_exit: false,
+        stop: if beam_size > 1 && sampling.is_none() { Stop::Patience(patience) } else { Stop::Exact },
         length_norm: LengthNorm::Marian,
         suppress_unk: disable_unk,
         controls: Controls { min_len: min_decoding_length, repetition_penalty, no_repeat_ngram: no_repeat_ngram_size },
@@ -103,6 +108,15 @@ pub(crate) fn search_options(
     };
     search.validate().map_err(py_err)?;
     Ok(DecodeOptions { search, use_shortlist: use_vmap, ..DecodeOptions::default() })
+}
+
+/// Phrases each output must contain (`constraints`, an addition to CTranslate2's API) share the
+/// beam by dynamic beam allocation (fairseq's), which ends on the exact stop rather than
+/// CTranslate2's patience: the search for guides that hold phrases.
+pub(crate) fn with_phrases(opts: &mut DecodeOptions, guides: &[transformer::decode::Guide]) {
+    if guides.iter().any(|g| !g.phrases.is_empty()) {
+        opts.search.stop = Stop::Exact;
+    }
 }
 
 /// The arguments of a translation that are not search settings.

@@ -6,7 +6,7 @@ use crate::interrupt::interruptible;
 use crate::iterate::Results;
 use crate::options::{
     batch_limits, compute_type_name, device_indices, refuse_returns, refuse_same_file, refuse_unless, search_options,
-    Returns,
+    with_phrases, Returns,
 };
 use crate::py_err;
 use crate::results::{
@@ -226,6 +226,7 @@ impl Translator {
             (sampling_topk, sampling_topp, sampling_temperature),
             replace_unknowns,
         )?;
+        with_phrases(&mut opts, &guides);
         batch_limits(&mut opts, max_batch_size, batch_type)?;
         let returns = Returns { scores: return_scores, attention: return_attention };
         if asynchronous {
@@ -448,7 +449,7 @@ impl Translator {
     /// many, best first. The options are `translate_batch`'s, at its defaults; `target_prefix`
     /// (text each output starts with) and `constraints` (phrases each output contains) are one
     /// entry for a string and a list of entries, one a line, for a list.
-    #[pyo3(signature = (text, *, beam_size=2, num_hypotheses=1, length_penalty=1.0, repetition_penalty=1.0,
+    #[pyo3(signature = (text, *, beam_size=2, patience=1.0, num_hypotheses=1, length_penalty=1.0, repetition_penalty=1.0,
                         no_repeat_ngram_size=0, max_decoding_length=256, min_decoding_length=1, disable_unk=false,
                         sampling_topk=1, sampling_topp=1.0, sampling_temperature=1.0, max_batch_size=0,
                         batch_type="examples", target_prefix=None, constraints=None, use_vmap=false))]
@@ -458,6 +459,7 @@ impl Translator {
         py: Python<'_>,
         text: Bound<'_, PyAny>,
         beam_size: usize,
+        patience: f32,
         num_hypotheses: usize,
         length_penalty: f32,
         repetition_penalty: f32,
@@ -485,7 +487,7 @@ impl Translator {
         let guides = self.text_guides(lines.len(), one, target_prefix, constraints)?;
         let mut opts = search_options(
             beam_size,
-            1.0,
+            patience,
             num_hypotheses,
             length_penalty,
             0.0,
@@ -501,6 +503,7 @@ impl Translator {
             (sampling_topk, sampling_topp, sampling_temperature),
             false,
         )?;
+        with_phrases(&mut opts, &guides);
         batch_limits(&mut opts, max_batch_size, batch_type)?;
         let engine = self.engine.clone();
         let out: Vec<Vec<String>> = interruptible(py, move |events| {

@@ -43,15 +43,15 @@ def compute_types():
 
 @pytest.mark.parametrize("compute_type", compute_types())
 def test_text_and_pieces_give_exactly_the_clis_translations(model_dir, tmp_path, compute_type):
-    # CTranslate2's search (beam 2, length_penalty 1 dividing by the length, 256 tokens, at least
-    # one token) is the CLI's --beam 2 --alpha 1 --length-norm marian --max-len-a 0 --max-len-b 256
-    # --min-len 1.
+    # CTranslate2's search (beam 2, patience 1, length_penalty 1 dividing by the length, EOS
+    # counted, 256 tokens, at least one token) is the CLI's --beam 2 --alpha 1 --length-norm marian
+    # --patience 1 --max-len-a 0 --max-len-b 256 --min-len 1.
     precision = {"float32": "f32", "int8": "int8", "bfloat16": "bf16"}[compute_type]
     source = tmp_path / "source.txt"
     source.write_text("".join(s + "\n" for s in SOURCES), encoding="utf-8")
     want = run_cli("translate", "--checkpoint", model_dir / "model.safetensors", "--tokenizer",
                    model_dir / "tokenizer.json", "--precision", precision, "--beam", 2, "--alpha", 1,
-                   "--length-norm", "marian", "--max-len-a", 0, "--max-len-b", 256, "--min-len", 1,
+                   "--length-norm", "marian", "--patience", 1, "--max-len-a", 0, "--max-len-b", 256, "--min-len", 1,
                    "--workers", 1, "--input", source).splitlines()
     assert len(want) == len(SOURCES)
     t = transformer.Translator(str(model_dir), compute_type=compute_type)
@@ -68,7 +68,7 @@ def test_text_and_pieces_give_exactly_the_clis_translations(model_dir, tmp_path,
     controls = dict(repetition_penalty=1.5, no_repeat_ngram_size=2, min_decoding_length=3)
     want = run_cli("translate", "--checkpoint", model_dir / "model.safetensors", "--tokenizer",
                    model_dir / "tokenizer.json", "--precision", precision, "--beam", 2, "--alpha", 1,
-                   "--length-norm", "marian", "--max-len-a", 0, "--max-len-b", 256, "--min-len", 3,
+                   "--length-norm", "marian", "--patience", 1, "--max-len-a", 0, "--max-len-b", 256, "--min-len", 3,
                    "--repetition-penalty", 1.5, "--no-repeat-ngram-size", 2, "--workers", 1,
                    "--input", source).splitlines()
     assert t.translate(SOURCES, **controls) == want
@@ -169,7 +169,7 @@ def test_use_vmap_decodes_over_the_directorys_shortlist_as_the_cli(model_dir, tr
     source = tmp_path / "source.txt"
     source.write_text("".join(s + "\n" for s in SOURCES), encoding="utf-8")
     model = ["--checkpoint", model_dir / "model.safetensors", "--tokenizer", model_dir / "tokenizer.json"]
-    search = ["--beam", 2, "--alpha", 1, "--length-norm", "marian", "--max-len-a", 0, "--max-len-b", 256,
+    search = ["--beam", 2, "--alpha", 1, "--length-norm", "marian", "--patience", 1, "--max-len-a", 0, "--max-len-b", 256,
               "--min-len", 1, "--workers", 1]
     for name in ["every", "small"]:
         directory = tmp_path / name
@@ -207,7 +207,7 @@ def test_return_attention_is_the_clis_soft_alignment(model_dir, translator, tmp_
     sources = SOURCES[:5]
     (tmp_path / "source.txt").write_text("".join(s + "\n" for s in sources), encoding="utf-8")
     lines = run_cli("translate", "--checkpoint", model_dir / "model.safetensors", "--tokenizer",
-                    model_dir / "tokenizer.json", "--beam", 2, "--alpha", 1, "--length-norm", "marian",
+                    model_dir / "tokenizer.json", "--beam", 2, "--alpha", 1, "--length-norm", "marian", "--patience", 1,
                     "--max-len-a", 0, "--max-len-b", 256, "--min-len", 1, "--workers", 1,
                     "--input", tmp_path / "source.txt", "--alignment", "soft").splitlines()
     pieces = [translator.tokenize(s) for s in sources]
@@ -283,7 +283,7 @@ def test_errors_are_the_exceptions_python_expects(model_dir, translator, tmp_pat
     with pytest.raises(FileNotFoundError):
         translator.translate_file(str(tmp_path / "missing.txt"), str(tmp_path / "out.txt"))
     # What the search cannot honour yet is a ValueError naming the argument.
-    for kwargs in [{"coverage_penalty": 0.2}, {"patience": 2.0}, {"return_alternatives": True}]:
+    for kwargs in [{"coverage_penalty": 0.2}, {"patience": 0.0}, {"return_alternatives": True}]:
         with pytest.raises(ValueError, match=next(iter(kwargs))):
             translator.translate_batch([["▁Hallo"]], **kwargs)
     with pytest.raises(ValueError, match="compute_type \"float16\" is not supported"):

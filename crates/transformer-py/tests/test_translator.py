@@ -82,7 +82,7 @@ def test_beam_search_returns_the_n_best_by_score(translator):
     # max_decoding_length caps the output (EOS not counted).
     short = translator.translate_batch(src, max_decoding_length=3)
     assert all(len(r.hypotheses[0]) <= 3 for r in short)
-    with pytest.raises(ValueError, match="num_hypotheses=3 is more than beam_size=2"):
+    with pytest.raises(ValueError, match=r"num_hypotheses=3 is more than beam_size \* patience \(2\)"):
         translator.translate_batch(src, num_hypotheses=3)
     with pytest.raises(ValueError, match="batch_type"):
         translator.translate_batch(src, max_batch_size=2, batch_type="sentences")
@@ -93,7 +93,6 @@ def test_what_the_search_cannot_do_yet_is_refused_by_name(translator):
     for kwargs in [
         {"coverage_penalty": 0.2},
         {"return_logits_vocab": True},
-        {"patience": 2.0},
         {"end_token": "</s>"},
         {"callback": print},
     ]:

@@ -11,7 +11,7 @@ use common::scripted::{exhaustive, lp, probs, random_table, search, Scripted, Ta
 use common::translate_batch;
 use transformer::decode::{
     beam_search, BeamConfig, Controls, EnsembleScorer, Hypothesis, LengthNorm, Sampling, SearchOverrides, SearchPreset,
-    SentenceInputs,
+    SentenceInputs, Stop,
 };
 use transformer::rng::Rng;
 use transformer::{Batch, ModelConfig, Positions, Transformer, Workspace, EOS};
@@ -23,7 +23,7 @@ fn cfg(beam: usize, alpha: f64, nbest: usize) -> BeamConfig {
         max_len_a: 1.0,
         max_len_b: 50,
         nbest,
-        early_exit: false,
+        stop: Stop::Exact,
         length_norm: LengthNorm::Gnmt,
         suppress_unk: false,
         controls: Controls::default(),
@@ -99,7 +99,7 @@ fn length_penalty_decides_between_short_and_long() {
 fn early_exit_stops_when_the_best_candidate_finishes() {
     let long = 0.45f64.ln() + 2.0 * 0.99f64.ln();
     let exact = cfg(2, 2.0, 1);
-    let quick = BeamConfig { early_exit: true, ..exact };
+    let quick = BeamConfig { stop: Stop::BestEnds, ..exact };
     let mut s = Scripted::new(&short_or_long, &[0]);
     let h = beam_search(&mut s, &[2], &exact, usize::MAX).unwrap();
     assert_hyp(&h[0][0], &[A, A, A], long, long / lp(4, 2.0));
@@ -111,9 +111,67 @@ fn early_exit_stops_when_the_best_candidate_finishes() {
     assert_eq!(exact_rows, 1 + 1 + 1 + 1, "the exact search follows the long hypothesis to its EOS");
     // When the best candidate is not EOS, early exit keeps going like the exact search; with nbest 2
     // it needs two finished hypotheses before it may stop.
-    let h = search(&trap, &[0], &[3], BeamConfig { early_exit: true, ..cfg(2, 0.6, 2) });
+    let h = search(&trap, &[0], &[3], BeamConfig { stop: Stop::BestEnds, ..cfg(2, 0.6, 2) });
     assert_hyp(&h[0][0], &[B], 0.36f64.ln(), 0.36f64.ln() / lp(2, 0.6));
     assert_hyp(&h[0][1], &[A, A], 0.2f64.ln(), 0.2f64.ln() / lp(3, 0.6));
+}
+
+/// CTranslate2's beam search keeps its beam full: [A] ends at step 1 (P 0.3) and its slot goes to
+/// [B A] (0.15, the third candidate), which the shrinking beam never sees.
+fn refilled(_: usize, prefix: &[u32]) -> [f64; V] {
+    const C: u32 = 6;
+    match prefix {
+        [] => probs(&[(A, 0.6), (B, 0.3), (EOS, 0.05), (C, 0.05)]),
+        [A] => probs(&[(EOS, 0.5), (A, 0.3), (B, 0.1), (C, 0.1)]),
+        [B] => probs(&[(A, 0.5), (EOS, 0.3), (B, 0.1), (C, 0.1)]),
+        [A, A] => probs(&[(A, 0.6), (EOS, 0.2), (B, 0.1), (C, 0.1)]),
+        _ => probs(&[(EOS, 0.97), (A, 0.01), (B, 0.01), (C, 0.01)]),
+    }
+}
+
+/// `Stop::Patience` (CTranslate2's rule), worked by hand on `refilled` at beam 2, α 1, log P
+/// divided by the length with the EOS (CTranslate2's `length_penalty`, our `marian` form):
+/// - step 1 ranks [A EOS] 0.30, [A A] 0.18, [B A] 0.15, [B EOS] 0.09: [A] finishes (ln 0.3 / 2 =
+///   −0.602) and [B A] takes its slot;
+/// - step 2 ranks [B A EOS] 0.1455, [A A A] 0.108, [A A EOS] 0.036, [A A B] 0.018: [B A] finishes
+///   (ln 0.1455 / 3 = −0.642), the EOS in third place is not taken, [A A A] and [A A B] go on. At
+///   patience 1 two have finished: the search ends, [A] best.
+/// - At patience 2 step 3 finishes [A A A] (ln 0.10476 / 4 = −0.564) and [A A B] (0.01746): four.
+///
+/// The exact search (shrinking beam) follows [A A] alone to [A A A], never seeing [B A].
+#[test]
+fn patience_is_ctranslate2s_full_beam_and_its_count_of_finished_hypotheses() {
+    let c2 = |stop, nbest| BeamConfig { stop, length_norm: LengthNorm::Marian, ..cfg(2, 1.0, nbest) };
+    let (a, ba) = (0.3f64.ln(), (0.15f64 * 0.97).ln());
+    let (aaa, aab) = ((0.108f64 * 0.97).ln(), (0.018f64 * 0.97).ln());
+    let h = search(&refilled, &[0], &[3], c2(Stop::Patience(1.0), 2));
+    assert_eq!(h[0].len(), 2);
+    assert_hyp(&h[0][0], &[A], a, a / 2.0);
+    assert_hyp(&h[0][1], &[B, A], ba, ba / 3.0);
+    let h = search(&refilled, &[0], &[3], c2(Stop::Patience(2.0), 4));
+    assert_eq!(h[0].len(), 4, "nbest may exceed the beam: round(2 · 2) finish");
+    assert_hyp(&h[0][0], &[A, A, A], aaa, aaa / 4.0);
+    assert_hyp(&h[0][1], &[A], a, a / 2.0);
+    assert_hyp(&h[0][2], &[B, A], ba, ba / 3.0);
+    assert_hyp(&h[0][3], &[A, A, B], aab, aab / 4.0);
+    let h = search(&refilled, &[0], &[3], c2(Stop::Exact, 2));
+    assert_eq!(h[0].len(), 2);
+    assert_hyp(&h[0][0], &[A, A, A], aaa, aaa / 4.0);
+    assert_hyp(&h[0][1], &[A], a, a / 2.0);
+    // At α 0 CTranslate2 ends once a step's best candidate has ended ([A] at step 1): two steps,
+    // one row then two.
+    let mut s = Scripted::new(&refilled, &[0]);
+    let h = beam_search(&mut s, &[3], &BeamConfig { alpha: 0.0, ..c2(Stop::Patience(1.0), 1) }, usize::MAX).unwrap();
+    assert_eq!((h[0].len(), s.rows_fed), (1, 3));
+    assert_hyp(&h[0][0], &[A], a, a);
+    for (bad, why) in [
+        (c2(Stop::Patience(1.0), 3), "nbest must be between 1 and round(beam · patience) = 2"),
+        (c2(Stop::Patience(0.0), 1), "the patience factor must be finite"),
+        (c2(Stop::Patience(f32::NAN), 1), "the patience factor must be finite"),
+    ] {
+        let e = bad.validate().unwrap_err().to_string();
+        assert!(e.contains(why), "{e}");
+    }
 }
 
 /// A model that hardly ever wants to stop.
@@ -130,7 +188,7 @@ fn the_length_limit_forces_eos() {
         max_len_a: 1.0,
         max_len_b: 3,
         nbest: 2,
-        early_exit: false,
+        stop: Stop::Exact,
         length_norm: LengthNorm::Gnmt,
         suppress_unk: false,
         controls: Controls::default(),
@@ -149,7 +207,7 @@ fn the_length_limit_forces_eos() {
         max_len_a: 0.5,
         max_len_b: 1,
         nbest: 1,
-        early_exit: false,
+        stop: Stop::Exact,
         length_norm: LengthNorm::Gnmt,
         suppress_unk: false,
         controls: Controls::default(),
@@ -165,7 +223,7 @@ fn the_length_limit_forces_eos() {
         max_len_a: 0.0,
         max_len_b: 0,
         nbest: 1,
-        early_exit: false,
+        stop: Stop::Exact,
         length_norm: LengthNorm::Gnmt,
         suppress_unk: false,
         controls: Controls::default(),
@@ -187,7 +245,7 @@ fn a_beam_holding_everything_finds_the_exhaustive_best() {
                 max_len_a: 0.0,
                 max_len_b: 3,
                 nbest: 5,
-                early_exit: false,
+                stop: Stop::Exact,
                 length_norm: LengthNorm::Gnmt,
                 suppress_unk: false,
                 controls: Controls::default(),
@@ -207,7 +265,7 @@ fn a_beam_holding_everything_finds_the_exhaustive_best() {
                     max_len_a: 0.0,
                     max_len_b: 3,
                     nbest: 1,
-                    early_exit: false,
+                    stop: Stop::Exact,
                     length_norm: LengthNorm::Gnmt,
                     suppress_unk: false,
                     controls: Controls::default(),
@@ -335,7 +393,7 @@ fn model_beam_search_agrees_with_full_forward_search() {
         max_len_a: 0.0,
         max_len_b: 4,
         nbest: 1,
-        early_exit: false,
+        stop: Stop::Exact,
         length_norm: LengthNorm::Gnmt,
         suppress_unk: false,
         controls: Controls::default(),
@@ -369,7 +427,7 @@ fn model_beam_search_agrees_with_full_forward_search() {
         max_len_a: 0.0,
         max_len_b: 3,
         nbest: 3,
-        early_exit: false,
+        stop: Stop::Exact,
         length_norm: LengthNorm::Gnmt,
         suppress_unk: false,
         controls: Controls::default(),
@@ -652,7 +710,14 @@ fn sampling_draws_from_the_distribution_it_is_asked_for() {
             "temperature must be finite and > 0",
         ),
         (BeamConfig { sampling: Some(Sampling { topp: 0.0, ..s }), ..cfg(1, 0.6, 1) }, "top-p must lie in (0, 1]"),
-        (BeamConfig { sampling: Some(s), early_exit: true, ..cfg(1, 0.6, 1) }, "early exit does not apply"),
+        (
+            BeamConfig { sampling: Some(s), stop: Stop::BestEnds, ..cfg(1, 0.6, 1) },
+            "early exit and patience do not apply",
+        ),
+        (
+            BeamConfig { sampling: Some(s), stop: Stop::Patience(1.0), ..cfg(1, 0.6, 1) },
+            "early exit and patience do not apply",
+        ),
     ] {
         let e = bad.validate().unwrap_err().to_string();
         assert!(e.contains(why), "{e}");

@@ -10,7 +10,7 @@ mod common;
 use common::TestDir;
 use std::path::{Path, PathBuf};
 use transformer::data::tokenizer::{Side, Tokenizer};
-use transformer::decode::beam::{BeamConfig, LengthNorm};
+use transformer::decode::beam::{BeamConfig, LengthNorm, Stop};
 use transformer::decode::translator::DecodeOptions;
 use transformer::import::marian::import;
 use transformer::Translator;
@@ -237,7 +237,7 @@ fn marian_search(normalize: f64) -> DecodeOptions {
         max_len_a: 3.0,
         max_len_b: 0,
         nbest: 4,
-        early_exit: false,
+        stop: Stop::Exact,
         length_norm: LengthNorm::Marian,
         suppress_unk: true,
         controls: transformer::decode::Controls::default(),

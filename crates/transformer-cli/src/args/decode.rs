@@ -8,7 +8,7 @@ use anyhow::Result;
 use clap::Args;
 use std::path::PathBuf;
 use transformer::decode::translator::{DecodeOptions, SessionOptions, Translator};
-use transformer::decode::{BeamConfig, LengthNorm, Sampling, SearchOverrides, SearchPreset};
+use transformer::decode::{BeamConfig, LengthNorm, Sampling, SearchOverrides, SearchPreset, Stop};
 use transformer::model::DecoderKernels;
 use transformer::{Precision, Task};
 
@@ -262,14 +262,21 @@ pub struct SearchArgs {
     /// `--max-sentences` (smaller batches change scores only by float rounding).
     #[arg(long, default_value_t = 0)]
     pub workers: u32,
-    /// Stop a sentence as soon as the best candidate of a step ends in EOS (CTranslate2's default),
-    /// instead of when no live hypothesis can still win; faster, and may change the output.
-    #[arg(long)]
+    /// Stop a sentence as soon as the best candidate of a step ends in EOS (CTranslate2's rule at
+    /// length_penalty 0), instead of when no live hypothesis can still win; faster, and may change
+    /// the output.
+    #[arg(long, conflicts_with = "patience")]
     pub early_exit: bool,
+    /// CTranslate2's beam search at this patience factor (its `patience`; Kasai et al. 2022): the
+    /// beam stays full, a finished hypothesis's slot refilled from the next-best candidates, and a
+    /// sentence ends once round(beam · P) hypotheses have finished. With --length-norm marian
+    /// --alpha 1 --max-len-a 0 --max-len-b 256 --min-len 1, CTranslate2's `translate_batch`.
+    #[arg(long)]
+    pub patience: Option<f32>,
     /// The length penalty's form: gnmt, ((5 + |Y|) / 6)^α (the paper's), or marian, |Y|^α
-    /// (Marian's `--normalize α`; with --suppress-unk --beam 4 --nbest 4 --max-len-a 3
-    /// --max-len-b 0, Marian's own n-best lists).
-    #[arg(long, value_parser = library_enum(&[LengthNorm::Gnmt, LengthNorm::Marian], LengthNorm::name))]
+    /// (Marian's `--normalize α` and CTranslate2's `length_penalty`, |Y| counting the EOS; with
+    /// --suppress-unk --beam 4 --nbest 4 --max-len-a 3 --max-len-b 0, Marian's own n-best lists).
+    #[arg(long, value_parser = library_enum(&LengthNorm::ALL, LengthNorm::name))]
     pub length_norm: Option<LengthNorm>,
     /// Never write UNK (Marian's decoder does this unless given --allow-unk).
     #[arg(long)]
@@ -355,7 +362,11 @@ impl SearchArgs {
             max_len_a: self.max_len_a,
             max_len_b: self.max_len_b,
             nbest: Some(nbest),
-            early_exit: Some(self.early_exit),
+            stop: Some(match (self.early_exit, self.patience) {
+                (true, _) => Stop::BestEnds,
+                (false, Some(p)) => Stop::Patience(p),
+                (false, None) => Stop::Exact,
+            }),
             length_norm: self.length_norm,
             suppress_unk: Some(self.suppress_unk),
             min_len: Some(self.min_len),

@@ -83,9 +83,9 @@ pub fn export_inputs(
 }
 
 /// `transformer export marian`: writes the native Marian model and says how Marian decodes it.
-pub fn export_marian(checkpoint: &Path, tokenizer: &Path, output: &Path) -> Result<()> {
+pub fn export_marian(checkpoint: &Path, tokenizer: &Path, output: &Path, tool_defaults: bool) -> Result<()> {
     let (ckpt, tok) = model_and_tokenizer(checkpoint, tokenizer)?;
-    let written = transformer::import::marian::export(&ckpt, &tok, output)?;
+    let written = transformer::import::marian::export_with(&ckpt, &tok, output, tool_defaults)?;
     for p in &written {
         eprintln!("wrote {}", p.display());
     }
@@ -153,10 +153,10 @@ pub fn import_ct2(dir: &Path, spm: &[PathBuf], output: &Path) -> Result<()> {
 }
 
 /// `transformer export hf`: writes the MarianMTModel directory and says how `transformers` loads it.
-pub fn export_hf(checkpoint: &Path, tokenizer: &Path, output: &Path) -> Result<()> {
+pub fn export_hf(checkpoint: &Path, tokenizer: &Path, output: &Path, tool_defaults: bool) -> Result<()> {
     let (ckpt, tok) = model_and_tokenizer(checkpoint, tokenizer)?;
     let bytes = std::fs::read(tokenizer).map_err(|e| anyhow::anyhow!("{}: {e}", tokenizer.display()))?;
-    for p in transformer::import::hf_export::export(&ckpt, &tok, &bytes, output)? {
+    for p in transformer::import::hf_export::export_with(&ckpt, &tok, &bytes, output, tool_defaults)? {
         eprintln!("wrote {}", p.display());
     }
     eprintln!(

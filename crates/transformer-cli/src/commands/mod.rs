@@ -39,13 +39,17 @@ pub fn run(cmd: Command) -> Result<()> {
         Command::Import(ImportArgs { which: ImportCommand::Marian { dir, output } }) => {
             convert::import_marian(&dir, &output)
         }
-        Command::Export(ExportArgs { which: ExportCommand::Marian { model, checkpoint, tokenizer, output } }) => {
+        Command::Export(ExportArgs {
+            which: ExportCommand::Marian { model, checkpoint, tokenizer, output, tool_defaults },
+        }) => {
             let (checkpoint, tokenizer) = convert::export_inputs(model, checkpoint, tokenizer)?;
-            convert::export_marian(&checkpoint, &tokenizer, &output)
+            convert::export_marian(&checkpoint, &tokenizer, &output, tool_defaults)
         }
-        Command::Export(ExportArgs { which: ExportCommand::Hf { model, checkpoint, tokenizer, output } }) => {
+        Command::Export(ExportArgs {
+            which: ExportCommand::Hf { model, checkpoint, tokenizer, output, tool_defaults },
+        }) => {
             let (checkpoint, tokenizer) = convert::export_inputs(model, checkpoint, tokenizer)?;
-            convert::export_hf(&checkpoint, &tokenizer, &output)
+            convert::export_hf(&checkpoint, &tokenizer, &output, tool_defaults)
         }
         Command::Import(ImportArgs { which: ImportCommand::Ct2 { dir, spm, output } }) => {
             convert::import_ct2(&dir, &spm, &output)

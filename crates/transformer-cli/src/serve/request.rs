@@ -5,7 +5,8 @@ use serde_json::Value;
 use transformer::data::corpus::input_line;
 
 /// The fields a request may hold.
-pub const FIELDS: &str = "q, beam, alpha, nbest, attention, min_length, repetition_penalty, no_repeat_ngram_size, \
+pub const FIELDS: &str =
+    "q, beam, alpha, patience, nbest, attention, min_length, repetition_penalty, no_repeat_ngram_size, \
                           sampling_topk, sampling_topp, sampling_temperature, seed, prefix, constraints, \
                           alignment, alignment_words, use_shortlist";
 
@@ -18,6 +19,8 @@ pub struct TranslateRequest {
     pub beam: Option<usize>,
     /// Length-penalty exponent α (default: the server's).
     pub alpha: Option<f64>,
+    /// CTranslate2's beam search at this patience factor (`patience`; default: the exact stop).
+    pub patience: Option<f32>,
     /// Hypotheses per sentence, with scores; `None`: only the best, as text.
     pub nbest: Option<usize>,
     /// Return the encoder–decoder attention of each best hypothesis.
@@ -148,6 +151,13 @@ pub fn parse(body: &[u8], limits: &Limits) -> Result<TranslateRequest, String> {
             _ => return Err(format!("field `alpha` must be a number between 0 and 10 (got {v})")),
         },
     };
+    let patience = match map.get("patience") {
+        None | Some(Value::Null) => None,
+        Some(v) => match v.as_f64() {
+            Some(p) if p.is_finite() && p > 0.0 && p <= 100.0 => Some(p as f32),
+            _ => return Err(format!("field `patience` must be a number above 0, at most 100 (got {v})")),
+        },
+    };
     let nbest = match map.get("nbest") {
         None | Some(Value::Null) => None,
         Some(v) => {
@@ -190,6 +200,7 @@ pub fn parse(body: &[u8], limits: &Limits) -> Result<TranslateRequest, String> {
         q,
         beam,
         alpha,
+        patience,
         nbest,
         attention,
         controls,
@@ -322,6 +333,7 @@ mod tests {
                 q: vec!["A dog.".into()],
                 beam: None,
                 alpha: None,
+                patience: None,
                 nbest: None,
                 attention: false,
                 controls: Default::default(),
@@ -363,6 +375,10 @@ mod tests {
         assert!(err(r#"{"q": "a", "constraints": "x"}"#).contains("field `constraints` must be an array of phrases"));
         assert!(err(r#"{"q": "a", "prefix": 3}"#).contains("field `prefix` must be a string or null"));
         let r = parse(br#"{"q": ["a", ""], "beam": 5, "alpha": 0, "nbest": 5, "attention": true}"#, &LIMITS).unwrap();
+        assert_eq!(r.patience, None);
+        assert_eq!(parse(br#"{"q": "a", "patience": 1.5}"#, &LIMITS).unwrap().patience, Some(1.5));
+        let e = err(r#"{"q": "a", "patience": 0}"#);
+        assert_eq!(e, "field `patience` must be a number above 0, at most 100 (got 0)");
         assert_eq!(r.q, ["a", ""]);
         assert_eq!((r.beam, r.alpha, r.nbest, r.attention), (Some(5), Some(0.0), Some(5), true));
         let body = br#"{"q": "a", "min_length": 2, "repetition_penalty": 1.25, "no_repeat_ngram_size": 3}"#;

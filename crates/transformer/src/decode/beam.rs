@@ -13,14 +13,20 @@
 //!   best of them scores at least the best any live hypothesis could still reach. With α ≥ 0 and
 //!   log P only falling as a hypothesis grows, that bound is log P / lp(maximum |Y|). Stopping early
 //!   therefore never changes the result.
-//! - `early_exit` (off by default; CTranslate2's default rule) stops a sentence sooner: as soon as
-//!   the best candidate of a step ends in EOS and `nbest` hypotheses have finished. It saves steps,
-//!   and may return a different (lower-scoring) hypothesis than the exact search.
+//! - [`Stop::BestEnds`] (`--early-exit`, off by default) stops a sentence sooner: as soon as the
+//!   best candidate of a step ends in EOS and `nbest` hypotheses have finished. It saves steps, and
+//!   may return a different (lower-scoring) hypothesis than the exact search.
+//! - [`Stop::Patience`] (`--patience P`) is CTranslate2's beam search instead: the beam stays full,
+//!   the slot of a hypothesis that finishes going to the next-best unfinished candidate among the
+//!   step's 2·beam best, and a sentence ends once round(beam·P) hypotheses have finished (Kasai et
+//!   al. 2022's patience factor; with α 0, once the best candidate of some step has ended and
+//!   `nbest` have finished). Only an EOS among the step's `beam` best candidates finishes.
 //! - The result is the `nbest` best finished hypotheses by score.
 //!
 //! - `length_norm = marian` scores finished hypotheses log P / |Y|^α instead (Marian's
 //!   `--normalize α`); at α 0 both are the plain log-probability, and the search itself ranks by
 //!   log-probability either way, so it returns Marian's n-best lists (tests/marian_real.rs).
+//!   It is also CTranslate2's `length_penalty` (whose |Y| counts the EOS too).
 //!
 //! Ties are broken deterministically: by lower row, then lower token id.
 
@@ -43,7 +49,11 @@ pub const MAX_LEN_B: usize = 1 << 20;
 impl std::fmt::Display for BeamConfig {
     /// "beam 4, α 0.6, max length 1·src + 50" (and ", early exit" when it stops early).
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let stop = if self.early_exit { ", early exit" } else { "" };
+        let stop = match self.stop {
+            Stop::Exact => String::new(),
+            Stop::BestEnds => ", early exit".into(),
+            Stop::Patience(p) => format!(", CTranslate2's stop at patience {p}"),
+        };
         let norm = match self.length_norm {
             LengthNorm::Gnmt => "",
             LengthNorm::Marian => " (Marian's length normalisation)",
@@ -82,11 +92,15 @@ pub enum LengthNorm {
     /// lp(Y) = ((5 + |Y|) / 6)^α, the GNMT penalty the paper uses (Wu et al. 2016).
     #[default]
     Gnmt,
-    /// lp(Y) = |Y|^α: Marian's `--normalize α` (and fairseq's `--lenpen`).
+    /// lp(Y) = |Y|^α: Marian's `--normalize α`, fairseq's `--lenpen` and CTranslate2's
+    /// `length_penalty`.
     Marian,
 }
 
 impl LengthNorm {
+    /// Every form.
+    pub const ALL: [LengthNorm; 2] = [LengthNorm::Gnmt, LengthNorm::Marian];
+
     /// The name used on command lines (`gnmt`, `marian`).
     pub fn name(self) -> &'static str {
         match self {
@@ -97,11 +111,32 @@ impl LengthNorm {
 
     /// The norm of a name ([`LengthNorm::name`]).
     pub fn parse(name: &str) -> Result<Self> {
-        match name {
-            "gnmt" => Ok(LengthNorm::Gnmt),
-            "marian" => Ok(LengthNorm::Marian),
-            other => Err(Error::Config(format!("unknown length normalisation {other:?} (gnmt or marian)"))),
-        }
+        Self::ALL
+            .into_iter()
+            .find(|n| n.name() == name)
+            .ok_or_else(|| Error::Config(format!("unknown length normalisation {name:?} (gnmt or marian)")))
+    }
+}
+
+/// When a sentence's search ends (module docs).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub enum Stop {
+    /// When no live hypothesis can still enter the `nbest` best finished ones: the exact search.
+    #[default]
+    Exact,
+    /// As soon as the best candidate of a step ends in EOS and `nbest` have finished
+    /// (`--early-exit`; the `early_exit` departure).
+    BestEnds,
+    /// CTranslate2's beam search at this patience factor (`--patience`; CTranslate2's
+    /// `patience`): the beam kept full, a sentence ending once round(beam · patience) hypotheses
+    /// have finished, or with α 0 once the best candidate of a step has ended and `nbest` have.
+    Patience(f32),
+}
+
+impl Stop {
+    /// How many finished hypotheses end a sentence under [`Stop::Patience`]: round(beam · p).
+    fn patience_count(p: f32, beam: usize) -> usize {
+        (beam as f32 * p).round() as usize
     }
 }
 
@@ -153,8 +188,8 @@ pub struct SearchOverrides {
     pub max_len_b: Option<usize>,
     /// [`BeamConfig::nbest`].
     pub nbest: Option<usize>,
-    /// [`BeamConfig::early_exit`].
-    pub early_exit: Option<bool>,
+    /// [`BeamConfig::stop`].
+    pub stop: Option<Stop>,
     /// [`BeamConfig::length_norm`].
     pub length_norm: Option<LengthNorm>,
     /// [`BeamConfig::suppress_unk`].
@@ -180,11 +215,10 @@ pub struct BeamConfig {
     pub max_len_a: f64,
     /// b.
     pub max_len_b: usize,
-    /// Hypotheses returned per sentence (≤ beam).
+    /// Hypotheses returned per sentence (≤ beam; with [`Stop::Patience`], ≤ round(beam · patience)).
     pub nbest: usize,
-    /// Stop a sentence as soon as the best candidate of a step ends in EOS (and `nbest` have
-    /// finished), instead of when no live hypothesis can still win (docs/deviations.md).
-    pub early_exit: bool,
+    /// When a sentence's search ends ([`Stop`]; by default when no live hypothesis can still win).
+    pub stop: Stop,
     /// The length penalty's form ([`LengthNorm`]; the paper's GNMT form by default).
     pub length_norm: LengthNorm,
     /// Never extend a hypothesis by UNK (Marian's default, unless `--allow-unk`); off by default.
@@ -205,7 +239,7 @@ impl BeamConfig {
             max_len_a: 1.0,
             max_len_b: 50,
             nbest: 1,
-            early_exit: false,
+            stop: Stop::Exact,
             length_norm: LengthNorm::Gnmt,
             suppress_unk: false,
             controls: Controls { min_len: 0, repetition_penalty: 1.0, no_repeat_ngram: 0 },
@@ -234,7 +268,7 @@ impl BeamConfig {
         self.max_len_a = o.max_len_a.unwrap_or(self.max_len_a);
         self.max_len_b = o.max_len_b.unwrap_or(self.max_len_b);
         self.nbest = o.nbest.unwrap_or(self.nbest);
-        self.early_exit = o.early_exit.unwrap_or(self.early_exit);
+        self.stop = o.stop.unwrap_or(self.stop);
         self.length_norm = o.length_norm.unwrap_or(self.length_norm);
         self.suppress_unk = o.suppress_unk.unwrap_or(self.suppress_unk);
         let c = &mut self.controls;
@@ -259,8 +293,26 @@ impl BeamConfig {
         if self.beam == 0 || self.beam > MAX_BEAM {
             return bad(format!("the beam size must lie in [1, {MAX_BEAM}] (got {})", self.beam));
         }
-        if self.nbest == 0 || self.nbest > self.beam {
-            return bad(format!("nbest must be between 1 and the beam size {} (got {})", self.beam, self.nbest));
+        match self.stop {
+            Stop::Patience(p) => {
+                if !(p > 0.0 && p.is_finite()) || Stop::patience_count(p, self.beam) == 0 {
+                    return bad(format!(
+                        "the patience factor must be finite and at least 1 / (2 · beam) (got {p} at beam {})",
+                        self.beam
+                    ));
+                }
+                let most = Stop::patience_count(p, self.beam);
+                if self.nbest == 0 || self.nbest > most {
+                    return bad(format!(
+                        "nbest must be between 1 and round(beam · patience) = {most} (got {})",
+                        self.nbest
+                    ));
+                }
+            }
+            _ if self.nbest == 0 || self.nbest > self.beam => {
+                return bad(format!("nbest must be between 1 and the beam size {} (got {})", self.beam, self.nbest));
+            }
+            _ => {}
         }
         if !(self.alpha >= 0.0 && self.alpha.is_finite()) {
             return bad(format!("the length-penalty α must be finite and ≥ 0 (got {})", self.alpha));
@@ -273,8 +325,8 @@ impl BeamConfig {
         }
         if let Some(sampling) = &self.sampling {
             sampling.validate()?;
-            if self.early_exit {
-                return bad("sampling draws every sample to its end: early exit does not apply".into());
+            if self.stop != Stop::Exact {
+                return bad("sampling draws every sample to its end: early exit and patience do not apply".into());
             }
             if self.nbest != self.beam {
                 return bad(format!(
@@ -302,11 +354,31 @@ impl BeamConfig {
         out_len >= cap && self.max_len(src_len) > cap
     }
 
-    /// lp(Y) = ((5 + |Y|) / 6)^α, or |Y|^α with [`LengthNorm::Marian`].
-    pub fn length_penalty(&self, len: usize) -> f64 {
+    /// lp(Y) for an output of `tokens` tokens before its EOS, |Y| = tokens + 1: ((5 + |Y|) / 6)^α,
+    /// or |Y|^α with [`LengthNorm::Marian`].
+    pub fn length_penalty(&self, tokens: usize) -> f64 {
+        let len = tokens as f64 + 1.0;
         match self.length_norm {
-            LengthNorm::Gnmt => ((5.0 + len as f64) / 6.0).powf(self.alpha),
-            LengthNorm::Marian => (len as f64).powf(self.alpha),
+            LengthNorm::Gnmt => ((5.0 + len) / 6.0).powf(self.alpha),
+            LengthNorm::Marian => len.powf(self.alpha),
+        }
+    }
+
+    /// The slots a sentence with `finished` finished hypotheses fills from a step's candidates:
+    /// the beam less those, or the whole beam under [`Stop::Patience`].
+    fn slots(&self, finished: usize) -> usize {
+        match self.stop {
+            Stop::Patience(_) => self.beam,
+            _ => self.beam - finished,
+        }
+    }
+
+    /// How many candidates a row offers a step: its sentence's slots, or 2 · beam under
+    /// [`Stop::Patience`] (the spares a finished hypothesis's slot is refilled from).
+    fn row_candidates(&self, finished: usize) -> usize {
+        match self.stop {
+            Stop::Patience(_) => 2 * self.beam,
+            _ => self.beam - finished,
         }
     }
 }
@@ -465,6 +537,8 @@ pub fn beam_search_with(
     let limit: Vec<usize> = src_lens.iter().map(|&l| cfg.max_len(l).min(max_len)).collect();
     let (keys, guides) = check_inputs(inputs, &limit, v, cfg, constraint)?;
     let mut finished: Vec<Vec<Hypothesis>> = vec![Vec::new(); n];
+    // Whether a step's best candidate has ended in EOS ([`Stop::Patience`] at α 0).
+    let mut best_ended = vec![false; n];
     // Hypotheses that reached the length limit without meeting their phrases.
     let mut unmet: Vec<Vec<Hypothesis>> = vec![Vec::new(); n];
     let mut live: Vec<Live> = (0..n)
@@ -500,7 +574,8 @@ pub fn beam_search_with(
                 .collect();
             cands.sort_by(better);
             let best_finishes = cands.first().is_some_and(|c| c.token == EOS);
-            let slots = cfg.beam - finished[sent].len();
+            best_ended[sent] |= best_finishes;
+            let slots = cfg.slots(finished[sent].len());
             let first_live = next.len();
             let guide = guides.get(sent).copied().filter(|g| !g.phrases.is_empty());
             let chosen: Vec<Cand> = match guide {
@@ -513,13 +588,14 @@ pub fn beam_search_with(
                     let banks: Vec<usize> = cands.iter().map(bank).collect();
                     allocate(&banks, g.phrase_tokens() + 1, slots).into_iter().map(|i| cands[i]).collect()
                 }
+                None if matches!(cfg.stop, Stop::Patience(_)) => refill(cands, cfg.beam),
                 None => cands.into_iter().take(slots).collect(),
             };
             let prefix_len = guides.get(sent).map_or(0, |g| g.prefix.len());
             for c in chosen {
                 let h = &live[c.row];
                 if c.token == EOS {
-                    let score = c.log_prob / cfg.length_penalty(h.tokens.len() + 1);
+                    let score = c.log_prob / cfg.length_penalty(h.tokens.len());
                     let done =
                         Hypothesis { tokens: h.tokens.clone(), log_prob: c.log_prob, score, chunk_starts: Vec::new() };
                     // One the length limit ended before it met its phrases is kept aside, returned
@@ -541,8 +617,17 @@ pub fn beam_search_with(
                     keep.push(c.row);
                 }
             }
-            let exit = cfg.early_exit && best_finishes && finished[sent].len() >= cfg.nbest;
-            if exit || early_stop(&mut finished[sent], &next[first_live..], cfg, limit[sent]) {
+            let done = finished[sent].len();
+            let exit = match cfg.stop {
+                Stop::Exact => early_stop(&mut finished[sent], &next[first_live..], cfg, limit[sent]),
+                Stop::BestEnds => {
+                    (best_finishes && done >= cfg.nbest)
+                        || early_stop(&mut finished[sent], &next[first_live..], cfg, limit[sent])
+                }
+                Stop::Patience(_) if cfg.alpha == 0.0 => best_ended[sent] && done >= cfg.nbest,
+                Stop::Patience(p) => done >= Stop::patience_count(p, cfg.beam),
+            };
+            if exit || next.len() == first_live {
                 next.truncate(first_live);
                 keep.truncate(first_live);
             }
@@ -603,6 +688,13 @@ fn check_inputs<'a>(
     if constraint.is_some() && guides.iter().any(|g| !g.is_empty()) {
         return Err(Error::Config("a prefix or phrases apply to translation, not to a constrained search".into()));
     }
+    if matches!(cfg.stop, Stop::Patience(_)) && guides.iter().any(|g| !g.phrases.is_empty()) {
+        return Err(Error::Config(
+            "phrases the output must contain share the beam by dynamic allocation, not by CTranslate2's patience rule \
+             (leave patience out)"
+                .into(),
+        ));
+    }
     if cfg.sampling.is_some() && guides.iter().any(|g| !g.phrases.is_empty()) {
         return Err(Error::Config(
             "phrases the output must contain apply to beam search, not to sampling (a prefix does)".into(),
@@ -645,7 +737,7 @@ fn row_candidates(
         .zip(out.log_norms.par_iter())
         .zip(live.par_iter())
         .map(|((row, &norm), h)| {
-            let (k, at_limit) = (cfg.beam - finished[h.sent].len(), h.tokens.len() >= limit[h.sent]);
+            let (k, at_limit) = (cfg.row_candidates(finished[h.sent].len()), h.tokens.len() >= limit[h.sent]);
             let guide = guides.get(h.sent).copied();
             // The prefix is forced (the guide's check leaves room for it before the limit).
             if let Some(&t) = guide.and_then(|g| g.prefix.get(h.tokens.len())) {
@@ -725,6 +817,28 @@ thread_local! {
     static CONTROLLED: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
+/// CTranslate2's choice from a sentence's ranked candidates ([`Stop::Patience`]): an EOS among the
+/// `beam` best finishes, and the first `beam` others among the 2·beam best continue (the slot of a
+/// finished one going to the next-best unfinished candidate). An EOS below the `beam` best is
+/// dropped.
+fn refill(cands: Vec<Cand>, beam: usize) -> Vec<Cand> {
+    let mut live = 0;
+    cands
+        .into_iter()
+        .take(2 * beam)
+        .enumerate()
+        .filter(|(i, c)| {
+            if c.token == EOS {
+                *i < beam
+            } else {
+                live += 1;
+                live <= beam
+            }
+        })
+        .map(|(_, c)| c)
+        .collect()
+}
+
 /// Whether no live hypothesis of a sentence can enter its `nbest` best finished ones.
 fn early_stop(finished: &mut [Hypothesis], live: &[Live], cfg: &BeamConfig, limit: usize) -> bool {
     if live.is_empty() {
@@ -735,6 +849,6 @@ fn early_stop(finished: &mut [Hypothesis], live: &[Live], cfg: &BeamConfig, limi
     }
     finished.sort_by(|a, b| b.score.total_cmp(&a.score));
     let threshold = finished[cfg.nbest - 1].score;
-    let best_lp = cfg.length_penalty(limit + 1);
+    let best_lp = cfg.length_penalty(limit);
     live.iter().all(|h| threshold >= h.log_prob / best_lp)
 }

@@ -23,7 +23,7 @@ pub use scorer::{search_batch, search_batch_ensemble, EnsembleScorer};
 pub use alignment::{Alignment, AlignmentKind, AlignmentOptions};
 pub use beam::{
     beam_search, beam_search_with, BeamConfig, Hypothesis, LengthNorm, Scorer, SearchOverrides, SearchPreset,
-    SentenceInputs, StepScores,
+    SentenceInputs, StepScores, Stop,
 };
 pub use controls::{Controls, Sampling};
 pub use guide::Guide;

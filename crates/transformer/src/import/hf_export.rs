@@ -16,8 +16,8 @@
 //!
 //! What MarianConfig cannot state is refused by name: learned positions, Marian's own sinusoid
 //! frequencies (a native Marian import: `export marian` writes it), GELU's sigmoid form, heads
-//! narrower than d_model / heads, the parser's inputs, and (not yet written) separate
-//! vocabularies. The port's LayerNorm ε is fixed at 1e-5 (`nn.LayerNorm`'s);
+//! narrower than d_model / heads, the parser's inputs, and separate vocabularies with our BPE
+//! (an imported model's go out as `vocab.json` and `target_vocab.json`). The port's LayerNorm ε is fixed at 1e-5 (`nn.LayerNorm`'s);
 //! ours is written, as `layer_norm_eps`, where the port ignores it.
 
 use crate::checkpoint::Checkpoint;
@@ -59,9 +59,23 @@ pub fn dimension_permutation(c: &ModelConfig) -> Vec<usize> {
 /// Writes `ckpt` (with its BPE `tokenizer`, whose file holds `tokenizer_file`) as a MarianMTModel
 /// directory `out` (created; it must not hold a model already); returns the files written.
 pub fn export(ckpt: &Checkpoint, tokenizer: &Tokenizer, tokenizer_file: &[u8], out: &Path) -> Result<Vec<PathBuf>> {
+    export_with(ckpt, tokenizer, tokenizer_file, out, false)
+}
+
+/// [`export`]; with `tool_defaults` (`--tool-defaults`, the `export-tool-defaults` departure) a
+/// native Marian model goes out too, its sinusoids at Marian's frequencies becoming the port's
+/// (which `transformers`' own `convert_marian_to_pytorch` does to every OPUS-MT model): the
+/// positions change slightly, the tensors not at all.
+pub fn export_with(
+    ckpt: &Checkpoint,
+    tokenizer: &Tokenizer,
+    tokenizer_file: &[u8],
+    out: &Path,
+    tool_defaults: bool,
+) -> Result<Vec<PathBuf>> {
     let c = &ckpt.config;
     c.validate()?;
-    let activation = check_options(c)?;
+    let activation = check_options(c, tool_defaults)?;
     let layout = ParamLayout::new(c);
     if ckpt.params.len() != layout.total() || tokenizer.vocab_size() != c.vocab_size {
         return Err(Error::Mismatch(format!(
@@ -76,10 +90,18 @@ pub fn export(ckpt: &Checkpoint, tokenizer: &Tokenizer, tokenizer_file: &[u8], o
     if let Tokenizer::Marian(m) = tokenizer {
         return export_imported(ckpt, m, activation, out);
     }
+    if c.import.source_vocab_size.is_some() {
+        return Err(Error::Unsupported(
+            "export hf: separate source and target vocabularies go out with a Marian tokenizer (an imported model's); \
+             this model's tokenizer is our BPE"
+                .into(),
+        ));
+    }
     let tensors = tensors(ckpt)?;
     let model = safetensors_bytes(&tensors)?;
     let eps: f64 = c.layer_norm_eps.to_string().parse().expect("an f32 prints as a number");
-    let mut config = marian_config(c, activation, c.vocab_size, [Some(BOS), Some(PAD), Some(EOS), Some(BOS)]);
+    let mut config =
+        marian_config(c, activation, (c.vocab_size, c.vocab_size), [Some(BOS), Some(PAD), Some(EOS), Some(BOS)]);
     config["layer_norm_eps"] = serde_json::json!(eps);
     config["encoder_layerdrop"] = serde_json::json!(0.0);
     config["decoder_layerdrop"] = serde_json::json!(0.0);
@@ -116,25 +138,23 @@ pub fn export(ckpt: &Checkpoint, tokenizer: &Tokenizer, tokenizer_file: &[u8], o
 }
 
 /// Refuses, by name, what MarianConfig cannot state; returns the activation's name there.
-fn check_options(c: &ModelConfig) -> Result<&'static str> {
+fn check_options(c: &ModelConfig, tool_defaults: bool) -> Result<&'static str> {
     let refuse = |what: String| Err(Error::Unsupported(format!("export hf: MarianConfig has no {what}")));
     if c.positions != Positions::Sinusoidal {
         return refuse("learned positions (model.positions = learned)".into());
     }
-    if c.import.sinusoid_layout == SinusoidLayout::Marian {
-        return refuse("sinusoids at Marian's own frequencies (sinusoid_layout = marian)".into());
+    if c.import.sinusoid_layout == SinusoidLayout::Marian && !tool_defaults {
+        return refuse(
+            "sinusoids at Marian's own frequencies (sinusoid_layout = marian); --tool-defaults writes them as the \
+             port's, as transformers' own Marian converter does"
+                .into(),
+        );
     }
     if c.parsing.source_pointer || c.parsing.next_closer || c.parsing.char_dim > 0 {
         return refuse("parsing inputs (source_pointer, next_closer, char_dim)".into());
     }
     if c.d_k * c.n_heads != c.d_model || c.d_v != c.d_k {
         return refuse(format!("heads of d_k {} and d_v {} with d_model {}", c.d_k, c.d_v, c.d_model));
-    }
-    if c.import.source_vocab_size.is_some() {
-        return Err(Error::Unsupported(
-            "export hf: separate source and target vocabularies are not written yet (`export marian` writes them)"
-                .into(),
-        ));
     }
     Ok(match c.import.activation {
         Activation::Relu => "relu",
@@ -184,11 +204,19 @@ fn tensors(ckpt: &Checkpoint) -> Result<BTreeMap<String, Tensor>> {
         let n = e.name.as_str();
         if n == "embed.weight" {
             let t = cols(v);
-            for name in
-                ["model.shared.weight", "model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight"]
-            {
+            let names: &[&str] = match c.import.source_vocab_size {
+                Some(_) => &["model.decoder.embed_tokens.weight"],
+                None => {
+                    &["model.shared.weight", "model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight"]
+                }
+            };
+            for &name in names {
                 put(name.into(), shape.clone(), t.clone());
             }
+            continue;
+        }
+        if n == "encoder.embed.weight" {
+            put("model.encoder.embed_tokens.weight".into(), shape, cols(v));
             continue;
         }
         if n == "output.bias" {
@@ -223,9 +251,12 @@ fn tensors(ckpt: &Checkpoint) -> Result<BTreeMap<String, Tensor>> {
         put("final_logits_bias".into(), vec![1, c.vocab_size], vec![0.0; c.vocab_size]);
     }
     // The port's position tables (what it computes itself; written so any reader has them):
-    // ours renamed, which is the halves layout.
-    let table = crate::kernels::cpu::embedding::sinusoid_table(c.max_positions, d, c.import.sinusoid_layout);
-    let table = cols(&table);
+    // ours renamed, which is the halves layout (Marian's frequencies become the port's).
+    let layout = match c.import.sinusoid_layout {
+        SinusoidLayout::Marian => SinusoidLayout::Halves,
+        l => l,
+    };
+    let table = cols(&crate::kernels::cpu::embedding::sinusoid_table(c.max_positions, d, layout));
     for side in ["encoder", "decoder"] {
         put(format!("model.{side}.embed_positions.weight"), vec![c.max_positions, d], table.clone());
     }
@@ -279,12 +310,16 @@ fn export_imported(
 ) -> Result<Vec<PathBuf>> {
     let c = &ckpt.config;
     let m = tok.inner();
-    let (_, map) = tok.maps();
-    let pieces = m
-        .pieces_by_id(false)
-        .ok_or_else(|| Error::Unsupported("export hf: the vocabulary's ids are not 0..n without gaps".into()))?;
-    let size = pieces.len();
-    if (0..size as u32).any(|f| map.ours(f) as usize >= c.vocab_size) || map.len() != c.vocab_size {
+    let separate = m.separate_vocabs();
+    let (source_map, map) = tok.maps();
+    let gaps = || Error::Unsupported("export hf: the vocabulary's ids are not 0..n without gaps".into());
+    let pieces = m.pieces_by_id(separate).ok_or_else(gaps)?;
+    let source_pieces = m.pieces_by_id(false).ok_or_else(gaps)?;
+    let (size, source_size) = (pieces.len(), source_pieces.len());
+    let fits = |map: &crate::data::tokenizer::IdMap, n: usize, ours: usize| {
+        map.len() == ours && (0..n as u32).all(|f| (map.ours(f) as usize) < ours)
+    };
+    if !fits(map, size, c.vocab_size) || !fits(source_map, source_size, c.source_vocab()) {
         return Err(Error::Mismatch("export hf: the tokenizer's id map does not fit the model".into()));
     }
     let foreign = |ours: u32| map.foreign(ours).expect("the specials are the foreign model's");
@@ -292,13 +327,24 @@ fn export_imported(
     let layout = ParamLayout::new(c);
     let d = c.d_model;
     let mut all = tensors(ckpt)?;
-    // Only what the port itself stores: the shared embedding, the logits bias and the layers.
+    // Only what the port itself stores: the embeddings (one shared, or one a side), the logits
+    // bias and the layers.
     all.retain(|n, _| n.contains(".layers."));
     let bytes = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
     let param = |n: &str| &ckpt.params[layout.get(n).expect("in the layout").range()];
-    let emb = param("embed.weight");
-    let rows: Vec<f32> = (0..size as u32).flat_map(|f| emb[map.ours(f) as usize * d..][..d].iter().copied()).collect();
-    all.insert("model.shared.weight".into(), (vec![size, d], bytes(&rows)));
+    // An embedding's rows in the foreign model's id order.
+    let rows = |emb: &[f32], map: &crate::data::tokenizer::IdMap, n: usize| -> Tensor {
+        let r: Vec<f32> = (0..n as u32).flat_map(|f| emb[map.ours(f) as usize * d..][..d].iter().copied()).collect();
+        (vec![n, d], bytes(&r))
+    };
+    let target_rows = rows(param("embed.weight"), map, size);
+    if separate {
+        all.insert("model.decoder.embed_tokens.weight".into(), target_rows);
+        let source = rows(param("encoder.embed.weight"), source_map, source_size);
+        all.insert("model.encoder.embed_tokens.weight".into(), source);
+    } else {
+        all.insert("model.shared.weight".into(), target_rows);
+    }
     let bias: Vec<f32> = if c.import.output_bias {
         let b = param("output.bias");
         (0..size as u32).map(|f| b[map.ours(f) as usize]).collect()
@@ -307,7 +353,7 @@ fn export_imported(
     };
     all.insert("final_logits_bias".into(), (vec![1, size], bytes(&bias)));
     let model = safetensors_bytes(&all)?;
-    let config = json(marian_config(c, activation, size, [None, Some(pad), Some(eos), Some(pad)]));
+    let config = json(marian_config(c, activation, (source_size, size), [None, Some(pad), Some(eos), Some(pad)]));
     let generation = json(serde_json::json!({
         "decoder_start_token_id": pad,
         "eos_token_id": eos,
@@ -315,9 +361,12 @@ fn export_imported(
         "pad_token_id": pad,
         "bad_words_ids": [[pad]],
     }));
-    let vocab: serde_json::Map<String, serde_json::Value> =
-        pieces.iter().enumerate().map(|(i, p)| (p.to_string(), serde_json::json!(i))).collect();
-    let vocab = json(serde_json::Value::Object(vocab));
+    let vocab_json = |pieces: &[&str]| {
+        let v: serde_json::Map<String, serde_json::Value> =
+            pieces.iter().enumerate().map(|(i, p)| (p.to_string(), serde_json::json!(i))).collect();
+        json(serde_json::Value::Object(v))
+    };
+    let (vocab, target_vocab) = (vocab_json(&source_pieces), vocab_json(&pieces));
     let (e, u, p) = m.special_tokens();
     let tokenizer_config = json(serde_json::json!({
         "tokenizer_class": "MarianTokenizer",
@@ -325,9 +374,9 @@ fn export_imported(
         "unk_token": u,
         "pad_token": p,
         "model_max_length": c.max_positions,
-        "separate_vocabs": false,
+        "separate_vocabs": separate,
     }));
-    let files: Vec<(&str, &[u8])> = vec![
+    let mut files: Vec<(&str, &[u8])> = vec![
         ("config.json", &config),
         ("model.safetensors", &model),
         ("generation_config.json", &generation),
@@ -336,17 +385,21 @@ fn export_imported(
         ("target.spm", m.target_model().to_bytes()),
         ("tokenizer_config.json", &tokenizer_config),
     ];
+    if separate {
+        files.push(("target_vocab.json", &target_vocab));
+    }
     crate::io::publish_new(out, &files, &WRITTEN).map_err(|e| Error::Input(format!("export hf: {e}")))
 }
 
-/// MarianConfig of `c` with `size` ids, and its (bos, pad, eos, decoder start) ids.
-fn marian_config(c: &ModelConfig, activation: &str, size: usize, ids: [Option<u32>; 4]) -> serde_json::Value {
+/// MarianConfig of `c` with (source, target) vocabularies of `sizes` ids (shared when `c` has one
+/// vocabulary), and its (bos, pad, eos, decoder start) ids.
+fn marian_config(c: &ModelConfig, activation: &str, sizes: (usize, usize), ids: [Option<u32>; 4]) -> serde_json::Value {
     let [bos, pad, eos, start] = ids;
     serde_json::json!({
         "architectures": ["MarianMTModel"],
         "model_type": "marian",
-        "vocab_size": size,
-        "decoder_vocab_size": size,
+        "vocab_size": sizes.0,
+        "decoder_vocab_size": sizes.1,
         "d_model": c.d_model,
         "encoder_layers": c.n_layers,
         "decoder_layers": c.n_layers,
@@ -357,7 +410,7 @@ fn marian_config(c: &ModelConfig, activation: &str, size: usize, ids: [Option<u3
         "activation_function": activation,
         "max_position_embeddings": c.max_positions,
         "scale_embedding": c.import.scale_embedding,
-        "share_encoder_decoder_embeddings": true,
+        "share_encoder_decoder_embeddings": c.import.source_vocab_size.is_none(),
         "tie_word_embeddings": true,
         "static_position_embeddings": true,
         "dropout": c.dropout,

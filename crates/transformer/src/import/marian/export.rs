@@ -34,9 +34,17 @@ const WRITTEN_AS: &str = "v1.12.42";
 /// model already) and returns the files written. A checkpoint whose parameters do not fit its
 /// configuration, or a tokenizer of another vocabulary size, is an error.
 pub fn export(ckpt: &Checkpoint, tokenizer: &Tokenizer, out: &Path) -> Result<Vec<PathBuf>> {
+    export_with(ckpt, tokenizer, out, false)
+}
+
+/// [`export`]; with `tool_defaults` (`--tool-defaults`, the `export-tool-defaults` departure) a
+/// model imported from the Hugging Face port goes out too: Marian computes its own sinusoids
+/// (tensor2tensor's frequencies, not the port's) and its own LayerNorm ε (1e-6, not the port's
+/// 1e-5), so the function changes slightly, the tensors not at all.
+pub fn export_with(ckpt: &Checkpoint, tokenizer: &Tokenizer, out: &Path, tool_defaults: bool) -> Result<Vec<PathBuf>> {
     let c = &ckpt.config;
     c.validate()?;
-    check_options(c)?;
+    check_options(c, tool_defaults)?;
     let Tokenizer::Marian(tok) = tokenizer else {
         return Err(Error::Unsupported(
             "export marian: the model's vocabulary is a BPE model of ours, which Marian cannot read (export models \
@@ -119,13 +127,18 @@ pub fn export(ckpt: &Checkpoint, tokenizer: &Tokenizer, out: &Path) -> Result<Ve
 }
 
 /// Refuses, by name, each option of `c` that Marian's Transformer does not have.
-fn check_options(c: &ModelConfig) -> Result<()> {
+fn check_options(c: &ModelConfig, tool_defaults: bool) -> Result<()> {
     let refuse = |what: String| Err(Error::Unsupported(format!("export marian: Marian has no {what}")));
     if c.positions != Positions::Sinusoidal {
         return refuse("learned positions (model.positions = learned)".into());
     }
-    if c.import.sinusoid_layout != SinusoidLayout::Marian {
-        return refuse(format!("sinusoid layout {:?} (only its own, `marian`)", c.import.sinusoid_layout));
+    let port = tool_defaults && c.import.sinusoid_layout == SinusoidLayout::Halves;
+    if c.import.sinusoid_layout != SinusoidLayout::Marian && !port {
+        let hint = match c.import.sinusoid_layout {
+            SinusoidLayout::Halves => "; --tool-defaults writes the port's as Marian's own",
+            _ => "",
+        };
+        return refuse(format!("sinusoid layout {:?} (only its own, `marian`{hint})", c.import.sinusoid_layout));
     }
     if !c.import.scale_embedding {
         return refuse("unscaled embedding (scale_embedding = false)".into());
@@ -133,8 +146,11 @@ fn check_options(c: &ModelConfig) -> Result<()> {
     if matches!(c.import.activation, Activation::GeluTanh | Activation::GeluSigmoid) {
         return refuse(format!("activation {} (relu, swish and the exact gelu are its)", c.import.activation.name()));
     }
-    if c.layer_norm_eps != MARIAN_LAYER_NORM_EPS {
-        return refuse(format!("LayerNorm ε {} (its is {MARIAN_LAYER_NORM_EPS})", c.layer_norm_eps));
+    if c.layer_norm_eps != MARIAN_LAYER_NORM_EPS && !tool_defaults {
+        return refuse(format!(
+            "LayerNorm ε {} (its is {MARIAN_LAYER_NORM_EPS}; --tool-defaults writes the model for Marian's)",
+            c.layer_norm_eps
+        ));
     }
     if c.d_k * c.n_heads != c.d_model || c.d_v != c.d_k {
         return refuse(format!(

@@ -35,7 +35,7 @@ mod output;
 
 pub(crate) use assemble::assemble;
 pub use assemble::MASKED_LOGIT;
-pub use export::export;
+pub use export::{export, export_with};
 pub(crate) use foreign::{Architecture, ForeignModel, Names, Side, Tensors};
 pub use foreign::{Imported, TokenizerParts, Vocab};
 pub use hf_tokenizer::parse_hf_vocab;
