@@ -174,6 +174,30 @@ fn patience_is_ctranslate2s_full_beam_and_its_count_of_finished_hypotheses() {
     }
 }
 
+/// `Stop::Transformers` (`generate`'s rule) on `refilled` at beam 2, α 2 (scores ln P / |Y|², the
+/// EOS counted), worked by hand. Step 2 finishes [B A] (−1.928 / 9 = −0.214) beside [A] (−1.204 / 4
+/// = −0.301): two, so patience 1 stops there with [B A]. `generate` goes on while the best live
+/// hypothesis divided by its length so far could still win: [A A A] at ln 0.108 / 3² = −0.247
+/// beats −0.301. Step 3 finishes [A A A] (ln 0.10476 / 16 = −0.141) and [A A B] (−0.253); the two
+/// best kept are [A A A] and [B A], and the best live one, [A A A A] at ln 0.00108 / 4² = −0.427,
+/// cannot beat −0.214: it stops.
+#[test]
+fn transformers_stop_keeps_the_beam_best_finished_and_its_length_heuristic() {
+    let hf = |stop| BeamConfig { stop, length_norm: LengthNorm::Marian, ..cfg(2, 2.0, 2) };
+    let (a, ba, aaa) = (0.3f64.ln(), (0.15f64 * 0.97).ln(), (0.108f64 * 0.97).ln());
+    let mut s = Scripted::new(&refilled, &[0]);
+    let h = beam_search(&mut s, &[3], &hf(Stop::Transformers), usize::MAX).unwrap();
+    assert_eq!(h[0].len(), 2);
+    assert_hyp(&h[0][0], &[A, A, A], aaa, aaa / 16.0);
+    assert_hyp(&h[0][1], &[B, A], ba, ba / 9.0);
+    assert_eq!(s.rows_fed, 1 + 2 + 2 + 2, "four steps, the beam full after the first");
+    let h = search(&refilled, &[0], &[3], hf(Stop::Patience(1.0)));
+    assert_hyp(&h[0][0], &[B, A], ba, ba / 9.0);
+    assert_hyp(&h[0][1], &[A], a, a / 4.0);
+    let e = BeamConfig { nbest: 3, ..hf(Stop::Transformers) }.validate().unwrap_err().to_string();
+    assert!(e.contains("nbest must be between 1 and the beam size 2"), "{e}");
+}
+
 /// A model that hardly ever wants to stop.
 fn chatty(_: usize, _: &[u32]) -> [f64; V] {
     probs(&[(A, 0.9), (B, 0.0999), (EOS, 0.0001)])

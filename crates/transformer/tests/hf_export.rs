@@ -51,13 +51,16 @@ fn hf_name(n: &str) -> String {
     format!("{p}.{t}")
 }
 
+/// `generate(num_beams=beam, length_penalty=1.0, max_length=257)` as our search: its beam rule
+/// (`Stop::Transformers`), |Y| with the EOS, 255 tokens before the EOS it forces at 257.
 fn search(beam: usize) -> DecodeOptions {
     let mut s = BeamConfig::translation();
     s.beam = beam;
     s.alpha = 1.0;
     s.length_norm = transformer::decode::LengthNorm::Marian;
     s.max_len_a = 0.0;
-    s.max_len_b = 256;
+    s.max_len_b = 255;
+    s.stop = transformer::decode::Stop::Transformers;
     DecodeOptions { search: s, ..DecodeOptions::default() }
 }
 
@@ -113,6 +116,9 @@ fn the_exported_model_computes_the_original_function() {
     }
 }
 
+/// The small model (our BPE) and the OPUS-MT-shaped fixture imported and fine-tuned here
+/// (fixtures/hf/finetuned), each exported and run by `transformers`' `generate`
+/// (dev/hf/check.py): ours writes its 1-best on every sentence, greedy and beam 4.
 #[test]
 fn transformers_generated_our_translations_on_every_sentence() {
     let checks: serde_json::Value = serde_json::from_str(
@@ -120,6 +126,15 @@ fn transformers_generated_our_translations_on_every_sentence() {
     )
     .unwrap();
     let (ckpt, tok, _) = small();
+    generated_as_ours(ckpt, tok, &checks);
+    let d = repo("crates/transformer/tests/fixtures/hf/finetuned");
+    let ckpt = transformer::checkpoint::load(&d.join("model.safetensors")).unwrap();
+    let tok = Tokenizer::load(&d.join("tokenizer.json")).unwrap();
+    assert!(matches!(tok, Tokenizer::Marian(_)), "the fine-tuned import keeps its SentencePiece vocabulary");
+    generated_as_ours(ckpt, tok, &checks["finetuned"]);
+}
+
+fn generated_as_ours(ckpt: transformer::checkpoint::Checkpoint, tok: Tokenizer, checks: &serde_json::Value) {
     let t =
         Translator::new(Transformer::from_params(ckpt.config, ckpt.params).unwrap(), tok, SessionOptions::default())
             .unwrap();

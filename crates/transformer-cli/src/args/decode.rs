@@ -273,6 +273,13 @@ pub struct SearchArgs {
     /// --alpha 1 --max-len-a 0 --max-len-b 256 --min-len 1, CTranslate2's `translate_batch`.
     #[arg(long)]
     pub patience: Option<f32>,
+    /// When a sentence's search ends: exact (the default: when no live hypothesis can still win),
+    /// early-exit (--early-exit), patience (CTranslate2's, --patience, 1 unless given), or
+    /// transformers (`generate`'s with num_beams and early_stopping=False: the beam kept full, the
+    /// beam best finished kept, until the best live one divided by its length so far to the α
+    /// cannot beat them; with --length-norm marian --alpha 1, `generate(length_penalty=1)`).
+    #[arg(long, value_parser = ["exact", "early-exit", "patience", "transformers"], conflicts_with = "early_exit")]
+    pub stop: Option<String>,
     /// The length penalty's form: gnmt, ((5 + |Y|) / 6)^α (the paper's), or marian, |Y|^α
     /// (Marian's `--normalize α` and CTranslate2's `length_penalty`, |Y| counting the EOS; with
     /// --suppress-unk --beam 4 --nbest 4 --max-len-a 3 --max-len-b 0, Marian's own n-best lists).
@@ -362,10 +369,13 @@ impl SearchArgs {
             max_len_a: self.max_len_a,
             max_len_b: self.max_len_b,
             nbest: Some(nbest),
-            stop: Some(match (self.early_exit, self.patience) {
-                (true, _) => Stop::BestEnds,
-                (false, Some(p)) => Stop::Patience(p),
-                (false, None) => Stop::Exact,
+            stop: Some(match (self.stop.as_deref(), self.early_exit, self.patience) {
+                (None | Some("patience"), false, Some(p)) => Stop::Patience(p),
+                (Some("patience"), _, None) => Stop::Patience(1.0),
+                (Some(s), _, Some(_)) => usage!("--patience applies to --stop patience, not to --stop {s}"),
+                (None, true, _) | (Some("early-exit"), ..) => Stop::BestEnds,
+                (Some("transformers"), ..) => Stop::Transformers,
+                _ => Stop::Exact,
             }),
             length_norm: self.length_norm,
             suppress_unk: Some(self.suppress_unk),

@@ -21,6 +21,11 @@
 //!   step's 2·beam best, and a sentence ends once round(beam·P) hypotheses have finished (Kasai et
 //!   al. 2022's patience factor; with α 0, once the best candidate of some step has ended and
 //!   `nbest` have finished). Only an EOS among the step's `beam` best candidates finishes.
+//! - [`Stop::Transformers`] (`--stop transformers`) is `transformers`' `generate` (`num_beams`,
+//!   `early_stopping=False`): the same full beam, the `beam` best finished hypotheses kept, and a
+//!   sentence ending once it holds `beam` of them and the best live one's log P / |Y|^α (|Y| its
+//!   tokens so far) is no better than the worst of them. At the length limit the EOS it forces
+//!   adds nothing to log P, as `generate`'s forced EOS does.
 //! - The result is the `nbest` best finished hypotheses by score.
 //!
 //! - `length_norm = marian` scores finished hypotheses log P / |Y|^α instead (Marian's
@@ -53,6 +58,7 @@ impl std::fmt::Display for BeamConfig {
             Stop::Exact => String::new(),
             Stop::BestEnds => ", early exit".into(),
             Stop::Patience(p) => format!(", CTranslate2's stop at patience {p}"),
+            Stop::Transformers => ", transformers' stop".into(),
         };
         let norm = match self.length_norm {
             LengthNorm::Gnmt => "",
@@ -131,9 +137,29 @@ pub enum Stop {
     /// `patience`): the beam kept full, a sentence ending once round(beam · patience) hypotheses
     /// have finished, or with α 0 once the best candidate of a step has ended and `nbest` have.
     Patience(f32),
+    /// `transformers`' `generate` with `num_beams` (`--stop transformers`; its default
+    /// `early_stopping=False`): the beam kept full as for [`Stop::Patience`], the `beam` best
+    /// finished hypotheses kept, a sentence ending once it has `beam` and the best live log P,
+    /// divided by its length so far to the power α, does not beat the worst of them.
+    Transformers,
 }
 
 impl Stop {
+    /// Whether the beam stays full (a finished hypothesis's slot refilled from the 2·beam best).
+    pub fn full_beam(self) -> bool {
+        matches!(self, Stop::Patience(_) | Stop::Transformers)
+    }
+
+    /// The name on command lines (`exact`, `early-exit`, `patience`, `transformers`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Stop::Exact => "exact",
+            Stop::BestEnds => "early-exit",
+            Stop::Patience(_) => "patience",
+            Stop::Transformers => "transformers",
+        }
+    }
+
     /// How many finished hypotheses end a sentence under [`Stop::Patience`]: round(beam · p).
     fn patience_count(p: f32, beam: usize) -> usize {
         (beam as f32 * p).round() as usize
@@ -367,18 +393,20 @@ impl BeamConfig {
     /// The slots a sentence with `finished` finished hypotheses fills from a step's candidates:
     /// the beam less those, or the whole beam under [`Stop::Patience`].
     fn slots(&self, finished: usize) -> usize {
-        match self.stop {
-            Stop::Patience(_) => self.beam,
-            _ => self.beam - finished,
+        if self.stop.full_beam() {
+            self.beam
+        } else {
+            self.beam - finished
         }
     }
 
     /// How many candidates a row offers a step: its sentence's slots, or 2 · beam under
     /// [`Stop::Patience`] (the spares a finished hypothesis's slot is refilled from).
     fn row_candidates(&self, finished: usize) -> usize {
-        match self.stop {
-            Stop::Patience(_) => 2 * self.beam,
-            _ => self.beam - finished,
+        if self.stop.full_beam() {
+            2 * self.beam
+        } else {
+            self.beam - finished
         }
     }
 }
@@ -564,8 +592,11 @@ pub fn beam_search_with(
             let mut cands: Vec<Cand> = (r0..r1)
                 .flat_map(|r| {
                     let base = live[r].log_prob;
+                    // `generate` forces the EOS at its length limit on the log-probabilities: it
+                    // costs nothing there.
+                    let forced = cfg.stop == Stop::Transformers && live[r].tokens.len() >= limit[sent];
                     per_row[r].iter().enumerate().map(move |(draw, &(x, token))| Cand {
-                        log_prob: base + x,
+                        log_prob: base + if forced { 0.0 } else { x },
                         row: r,
                         token,
                         draw,
@@ -588,7 +619,7 @@ pub fn beam_search_with(
                     let banks: Vec<usize> = cands.iter().map(bank).collect();
                     allocate(&banks, g.phrase_tokens() + 1, slots).into_iter().map(|i| cands[i]).collect()
                 }
-                None if matches!(cfg.stop, Stop::Patience(_)) => refill(cands, cfg.beam),
+                None if cfg.stop.full_beam() => refill(cands, cfg.beam),
                 None => cands.into_iter().take(slots).collect(),
             };
             let prefix_len = guides.get(sent).map_or(0, |g| g.prefix.len());
@@ -626,6 +657,7 @@ pub fn beam_search_with(
                 }
                 Stop::Patience(_) if cfg.alpha == 0.0 => best_ended[sent] && done >= cfg.nbest,
                 Stop::Patience(p) => done >= Stop::patience_count(p, cfg.beam),
+                Stop::Transformers => transformers_stop(&mut finished[sent], &next[first_live..], cfg),
             };
             if exit || next.len() == first_live {
                 next.truncate(first_live);
@@ -688,12 +720,11 @@ fn check_inputs<'a>(
     if constraint.is_some() && guides.iter().any(|g| !g.is_empty()) {
         return Err(Error::Config("a prefix or phrases apply to translation, not to a constrained search".into()));
     }
-    if matches!(cfg.stop, Stop::Patience(_)) && guides.iter().any(|g| !g.phrases.is_empty()) {
-        return Err(Error::Config(
-            "phrases the output must contain share the beam by dynamic allocation, not by CTranslate2's patience rule \
-             (leave patience out)"
-                .into(),
-        ));
+    if cfg.stop.full_beam() && guides.iter().any(|g| !g.phrases.is_empty()) {
+        return Err(Error::Config(format!(
+            "phrases the output must contain share the beam by dynamic allocation, not by the {} stop (leave it out)",
+            cfg.stop.name()
+        )));
     }
     if cfg.sampling.is_some() && guides.iter().any(|g| !g.phrases.is_empty()) {
         return Err(Error::Config(
@@ -837,6 +868,17 @@ fn refill(cands: Vec<Cand>, beam: usize) -> Vec<Cand> {
         })
         .map(|(_, c)| c)
         .collect()
+}
+
+/// [`Stop::Transformers`]: keeps a sentence's `beam` best finished hypotheses, and whether it
+/// stops: it holds `beam` and the best live log P / |Y|^α (|Y| the live length, the EOS not yet
+/// written) is no better than the worst of them (`transformers`' `_check_early_stop_heuristic`).
+fn transformers_stop(finished: &mut Vec<Hypothesis>, live: &[Live], cfg: &BeamConfig) -> bool {
+    finished.sort_by(|a, b| b.score.total_cmp(&a.score));
+    finished.truncate(cfg.beam);
+    let (Some(worst), Some(first)) = (finished.last(), live.first()) else { return live.is_empty() };
+    let best = live.iter().map(|h| h.log_prob).fold(f64::NEG_INFINITY, f64::max);
+    finished.len() == cfg.beam && best / (first.tokens.len() as f64).powf(cfg.alpha) <= worst.score
 }
 
 /// Whether no live hypothesis of a sentence can enter its `nbest` best finished ones.
