@@ -274,3 +274,62 @@ fn a_directory_ct2_transformers_converter_wrote_imports_with_its_sentencepiece_m
         assert_eq!(got, want, "{mode}");
     }
 }
+
+/// `score` of CTranslate2's greedy 1-best on each directory its converters wrote (float32 and
+/// float16), against its own `score_batch` (checks.json's `ct2_scores`, log-probability sums with
+/// the EOS): within 1e-3 on every sentence, the interchange issue's bound. (They were 1.5–4.3e-3
+/// apart while the import took CTranslate2's LayerNorm ε for 1e-6 and float16 sinusoids for
+/// exact ones.)
+#[test]
+fn ctranslate2s_own_conversions_score_as_ctranslate2_scores_them() {
+    let t = TestDir::new("ct2-score");
+    let c = checks();
+    let n = c["sentences"].as_u64().unwrap() as usize;
+    let src = sources(t.path(), n);
+    let marian = fixtures().join("marian-real");
+    let mut dirs: Vec<(String, Vec<PathBuf>)> = Vec::new();
+    for (variant, spms) in
+        [("tied_all_relu", &["vocab.spm"][..]), ("tied_target_swish", &["vocab.en.spm", "vocab.de.spm"])]
+    {
+        for q in ["float32", "float16"] {
+            dirs.push((format!("{variant}-{q}"), spms.iter().map(|s| marian.join(variant).join(s)).collect()));
+        }
+    }
+    let hf = fixtures().join("marian/opus/hf");
+    dirs.push(("opus-hf-float32".into(), vec![hf.join("source.spm"), hf.join("target.spm")]));
+    for (name, spms) in dirs {
+        let out = t.path().join(&name);
+        let dir = fixtures().join("ct2").join(&name);
+        let mut args = vec!["import", "ct2", dir.to_str().unwrap(), "--spm"];
+        args.extend(spms.iter().map(|p| p.to_str().unwrap()));
+        args.extend(["--output", out.to_str().unwrap()]);
+        ok(&args);
+        let entry = &c["import"][&name];
+        let hyps: Vec<String> = serde_json::from_value(entry["greedy"]["ct2_1best"].clone()).unwrap();
+        let theirs: Vec<f64> = serde_json::from_value(entry["ct2_scores"].clone()).unwrap();
+        let refs = t.path().join(format!("{name}.ref"));
+        std::fs::write(&refs, hyps.iter().map(|h| format!("{h}\n")).collect::<String>()).unwrap();
+        let ours: Vec<f64> = ok(&[
+            "score",
+            "--checkpoint",
+            out.join("model.safetensors").to_str().unwrap(),
+            "--tokenizer",
+            out.join("tokenizer.json").to_str().unwrap(),
+            "--src",
+            src.to_str().unwrap(),
+            "--ref",
+            refs.to_str().unwrap(),
+            "--precision",
+            "f32",
+            "--threads",
+            "1",
+        ])
+        .split_whitespace()
+        .map(|s| s.parse().unwrap())
+        .collect();
+        assert_eq!(ours.len(), n, "{name}");
+        for (i, (o, c)) in ours.iter().zip(&theirs).enumerate() {
+            assert!((o - c).abs() <= 1e-3, "{name}, sentence {i}: ours {o}, CTranslate2's {c}");
+        }
+    }
+}

@@ -32,8 +32,10 @@ use crate::params::ParamLayout;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
-/// CTranslate2's LayerNorm ε where `config.json` gives none.
-const CT2_LAYER_NORM_EPS: f32 = 1e-6;
+/// CTranslate2's LayerNorm ε where `config.json` gives none (`layer_norm_epsilon` null): 1e-5
+/// for a LayerNorm with a bias, as every one of a Transformer's is (its src/layers/common.cc;
+/// 1e-6 is its RMSNorm's, which has none).
+const CT2_LAYER_NORM_EPS: f32 = 1e-5;
 
 fn err(path: &Path, msg: impl std::fmt::Display) -> Error {
     Error::Import(format!("{}: {msg}", path.display()))
@@ -447,10 +449,13 @@ impl Ct2Reader {
         if dec != table {
             return Err(self.err("the encoder's and the decoder's position tables differ: this engine has one"));
         }
+        // Rounded sinusoids are what CTranslate2 adds (it reads the table back to float32): they
+        // stay a table, so that scores match its to 1e-3, not to that rounding.
+        let rounded = tolerance > 1e-5;
         for layout in [SinusoidLayout::Interleaved, SinusoidLayout::Halves, SinusoidLayout::Marian] {
             let ours = crate::kernels::cpu::embedding::sinusoid_table(rows, d, layout);
             if ours.iter().zip(&table).all(|(a, b)| (a - b).abs() <= tolerance) {
-                return Ok((rows, layout, None));
+                return Ok((rows, layout, rounded.then_some(table)));
             }
         }
         Ok((rows, SinusoidLayout::default(), Some(table)))
