@@ -20,7 +20,7 @@ use super::bin::{DType, ModelBin, Variable};
 use super::export::TOKENIZER_FILE;
 use super::names::{layer_slots, ACTIVATIONS};
 use crate::checkpoint::Checkpoint;
-use crate::config::{ImportOptions, ModelConfig, Positions, SinusoidLayout};
+use crate::config::{ModelConfig, SinusoidLayout};
 use crate::data::tokenizer::{Side as TokSide, Tokenizer};
 use crate::error::{Error, Result};
 use crate::import::files::{read_json_object, read_spm, read_text};
@@ -533,30 +533,9 @@ impl Ct2Reader {
         } else {
             vec![0.0; v]
         };
-        let config = ModelConfig {
-            n_layers: a.layers,
-            d_model: d,
-            d_ff: a.d_ff,
-            n_heads: a.heads,
-            d_k: d / a.heads,
-            d_v: d / a.heads,
-            dropout: 0.0,
-            attention_dropout: 0.0,
-            label_smoothing: 0.0,
-            positions: if a.learned_positions.is_some() { Positions::Learned } else { Positions::Sinusoidal },
-            max_positions: a.max_positions,
-            vocab_size: v,
-            layer_norm_eps: a.layer_norm_eps,
-            import: ImportOptions {
-                activation: a.activation,
-                // `export ct2` writes zeros for a model without a bias on its logits.
-                output_bias: bias.iter().any(|&b| b != 0.0),
-                source_vocab_size: separate.then_some(source_tokens.len()),
-                sinusoid_layout: a.sinusoid_layout,
-                scale_embedding: a.scale_embedding,
-            },
-            ..ModelConfig::base()
-        };
+        // `export ct2` writes zeros for a model without a bias on its logits.
+        let output_bias = bias.iter().any(|&b| b != 0.0);
+        let config = a.model_config(v, separate.then_some(source_tokens.len()), output_bias);
         config.validate()?;
         if tok.vocab_size() != v || tok.source_vocab_size() != config.import.source_vocab_size {
             return Err(err(tok_path, "this tokenizer's vocabulary is not the model's token lists"));
@@ -665,15 +644,7 @@ impl Ct2Reader {
             if separate { Some(side(&source_vocab, v_src, "encoder/embeddings_0/weight", "source")?) } else { None };
         // The layer tensors by our names (split from the fused ones), the embeddings and the bias
         // by CTranslate2's; the names map is then the identity.
-        let probe = ModelConfig {
-            n_layers: arch.layers,
-            d_model: d,
-            d_ff: arch.d_ff,
-            n_heads: arch.heads,
-            d_k: d / arch.heads,
-            d_v: d / arch.heads,
-            ..ModelConfig::base()
-        };
+        let probe = arch.model_config(v_tgt, None, false);
         let mut map = self.layer_tensors(&probe)?;
         let names = Names { map: map.keys().map(|k| (k.clone(), k.clone())).collect() };
         map.insert(

@@ -63,28 +63,42 @@ pub(crate) fn assemble(model: ForeignModel) -> Result<Imported> {
 
 /// Our configuration of a Marian Transformer with these id maps.
 fn config(a: &Architecture, tgt_map: &IdMap, src_map: Option<&IdMap>) -> ModelConfig {
-    ModelConfig {
-        n_layers: a.layers,
-        d_model: a.d_model,
-        d_ff: a.d_ff,
-        n_heads: a.heads,
-        d_k: a.d_model / a.heads,
-        d_v: a.d_model / a.heads,
-        dropout: 0.0,
-        attention_dropout: 0.0,
-        label_smoothing: 0.0,
-        positions: if a.learned_positions.is_some() { Positions::Learned } else { Positions::Sinusoidal },
-        max_positions: a.max_positions,
-        vocab_size: tgt_map.len(),
-        layer_norm_eps: a.layer_norm_eps,
-        import: ImportOptions {
-            activation: a.activation,
-            output_bias: true,
-            source_vocab_size: src_map.map(IdMap::len),
-            sinusoid_layout: a.sinusoid_layout,
-            scale_embedding: a.scale_embedding,
-        },
-        ..ModelConfig::base()
+    a.model_config(tgt_map.len(), src_map.map(IdMap::len), true)
+}
+
+impl Architecture {
+    /// Our configuration of this architecture for inference and fine-tuning (no dropout or
+    /// smoothing of its own): a target vocabulary of `vocab_size`, a separate source one of
+    /// `source_vocab_size`, and whether the logits have a bias.
+    pub(crate) fn model_config(
+        &self,
+        vocab_size: usize,
+        source_vocab_size: Option<usize>,
+        output_bias: bool,
+    ) -> ModelConfig {
+        ModelConfig {
+            n_layers: self.layers,
+            d_model: self.d_model,
+            d_ff: self.d_ff,
+            n_heads: self.heads,
+            d_k: self.d_model / self.heads,
+            d_v: self.d_model / self.heads,
+            dropout: 0.0,
+            attention_dropout: 0.0,
+            label_smoothing: 0.0,
+            positions: if self.learned_positions.is_some() { Positions::Learned } else { Positions::Sinusoidal },
+            max_positions: self.max_positions,
+            vocab_size,
+            layer_norm_eps: self.layer_norm_eps,
+            import: ImportOptions {
+                activation: self.activation,
+                output_bias,
+                source_vocab_size,
+                sinusoid_layout: self.sinusoid_layout,
+                scale_embedding: self.scale_embedding,
+            },
+            ..ModelConfig::base()
+        }
     }
 }
 
