@@ -333,3 +333,24 @@ fn ctranslate2s_own_conversions_score_as_ctranslate2_scores_them() {
         }
     }
 }
+
+/// `--stop patience` alone is `--patience 1`; a patience beside another stop, or an unknown stop,
+/// is a usage error that names it.
+#[test]
+fn stop_names_the_search_rule() {
+    let t = TestDir::new("ct2-stop");
+    let (ckpt, bpe) = small();
+    let src = sources(t.path(), 20);
+    let want = translate(&ckpt, &bpe, &src, 4, "f32");
+    let (c, b, s) = (ckpt.to_str().unwrap(), bpe.to_str().unwrap(), src.to_str().unwrap());
+    let base = ["translate", "--checkpoint", c, "--tokenizer", b, "--input", s, "--beam", "4", "--alpha", "1"];
+    let rest =
+        ["--length-norm", "marian", "--min-len", "1", "--max-len-a", "0", "--max-len-b", "256", "--threads", "1"];
+    let got: Vec<String> =
+        ok(&[&base[..], &["--stop", "patience"], &rest[..]].concat()).lines().map(String::from).collect();
+    assert_eq!(got, want);
+    let (fine, _, err) = transformer(&[&base[..], &["--stop", "exact", "--patience", "2"]].concat());
+    assert!(!fine && err.contains("a patience applies to the patience stop, not to the exact stop"), "{err}");
+    let (fine, _, err) = transformer(&[&base[..], &["--stop", "soon"]].concat());
+    assert!(!fine && err.contains("transformers"), "{err}");
+}

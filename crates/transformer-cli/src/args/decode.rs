@@ -278,7 +278,7 @@ pub struct SearchArgs {
     /// transformers (`generate`'s with num_beams and early_stopping=False: the beam kept full, the
     /// beam best finished kept, until the best live one divided by its length so far to the α
     /// cannot beat them; with --length-norm marian --alpha 1, `generate(length_penalty=1)`).
-    #[arg(long, value_parser = ["exact", "early-exit", "patience", "transformers"], conflicts_with = "early_exit")]
+    #[arg(long, value_parser = Stop::NAMES, conflicts_with = "early_exit")]
     pub stop: Option<String>,
     /// The length penalty's form: gnmt, ((5 + |Y|) / 6)^α (the paper's), or marian, |Y|^α
     /// (Marian's `--normalize α` and CTranslate2's `length_penalty`, |Y| counting the EOS; with
@@ -363,20 +363,17 @@ impl SearchArgs {
             Some(p) => p.config(),
             None => BeamConfig::for_task(task),
         };
+        let stop = match Stop::parse(self.stop.as_deref().or(self.early_exit.then_some("early-exit")), self.patience) {
+            Ok(stop) => stop,
+            Err(e) => usage!("{e}"),
+        };
         let overrides = SearchOverrides {
             beam: self.beam.map(|b| b as usize),
             alpha: self.alpha,
             max_len_a: self.max_len_a,
             max_len_b: self.max_len_b,
             nbest: Some(nbest),
-            stop: Some(match (self.stop.as_deref(), self.early_exit, self.patience) {
-                (None | Some("patience"), false, Some(p)) => Stop::Patience(p),
-                (Some("patience"), _, None) => Stop::Patience(1.0),
-                (Some(s), _, Some(_)) => usage!("--patience applies to --stop patience, not to --stop {s}"),
-                (None, true, _) | (Some("early-exit"), ..) => Stop::BestEnds,
-                (Some("transformers"), ..) => Stop::Transformers,
-                _ => Stop::Exact,
-            }),
+            stop: Some(stop.unwrap_or(Stop::Exact)),
             length_norm: self.length_norm,
             suppress_unk: Some(self.suppress_unk),
             min_len: Some(self.min_len),

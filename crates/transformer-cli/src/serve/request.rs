@@ -3,10 +3,11 @@
 
 use serde_json::Value;
 use transformer::data::corpus::input_line;
+use transformer::decode::Stop;
 
 /// The fields a request may hold.
 pub const FIELDS: &str =
-    "q, beam, alpha, patience, nbest, attention, min_length, repetition_penalty, no_repeat_ngram_size, \
+    "q, beam, alpha, patience, stop, nbest, attention, min_length, repetition_penalty, no_repeat_ngram_size, \
                           sampling_topk, sampling_topp, sampling_temperature, seed, prefix, constraints, \
                           alignment, alignment_words, use_shortlist";
 
@@ -19,8 +20,9 @@ pub struct TranslateRequest {
     pub beam: Option<usize>,
     /// Length-penalty exponent α (default: the server's).
     pub alpha: Option<f64>,
-    /// CTranslate2's beam search at this patience factor (`patience`; default: the exact stop).
-    pub patience: Option<f32>,
+    /// When a sentence's search ends (`stop`: a name of [`transformer::decode::Stop::NAMES`],
+    /// and `patience`, CTranslate2's patience factor; default: the exact stop).
+    pub stop: Option<transformer::decode::Stop>,
     /// Hypotheses per sentence, with scores; `None`: only the best, as text.
     pub nbest: Option<usize>,
     /// Return the encoder–decoder attention of each best hypothesis.
@@ -158,6 +160,14 @@ pub fn parse(body: &[u8], limits: &Limits) -> Result<TranslateRequest, String> {
             _ => return Err(format!("field `patience` must be a number above 0, at most 100 (got {v})")),
         },
     };
+    let stop = match map.get("stop") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(s.as_str()),
+        Some(v) => {
+            return Err(format!("field `stop` must be a string, one of {} (got {})", Stop::NAMES.join(", "), kind(v)))
+        }
+    };
+    let stop = Stop::parse(stop, patience).map_err(|e| format!("field `stop`: {e}"))?;
     let nbest = match map.get("nbest") {
         None | Some(Value::Null) => None,
         Some(v) => {
@@ -200,7 +210,7 @@ pub fn parse(body: &[u8], limits: &Limits) -> Result<TranslateRequest, String> {
         q,
         beam,
         alpha,
-        patience,
+        stop,
         nbest,
         attention,
         controls,
@@ -333,7 +343,7 @@ mod tests {
                 q: vec!["A dog.".into()],
                 beam: None,
                 alpha: None,
-                patience: None,
+                stop: None,
                 nbest: None,
                 attention: false,
                 controls: Default::default(),
@@ -375,8 +385,20 @@ mod tests {
         assert!(err(r#"{"q": "a", "constraints": "x"}"#).contains("field `constraints` must be an array of phrases"));
         assert!(err(r#"{"q": "a", "prefix": 3}"#).contains("field `prefix` must be a string or null"));
         let r = parse(br#"{"q": ["a", ""], "beam": 5, "alpha": 0, "nbest": 5, "attention": true}"#, &LIMITS).unwrap();
-        assert_eq!(r.patience, None);
-        assert_eq!(parse(br#"{"q": "a", "patience": 1.5}"#, &LIMITS).unwrap().patience, Some(1.5));
+        assert_eq!(r.stop, None);
+        assert_eq!(parse(br#"{"q": "a", "patience": 1.5}"#, &LIMITS).unwrap().stop, Some(Stop::Patience(1.5)));
+        let stop = |body: &str| parse(body.as_bytes(), &LIMITS).unwrap().stop;
+        assert_eq!(stop(r#"{"q": "a", "stop": "patience"}"#), Some(Stop::Patience(1.0)));
+        assert_eq!(stop(r#"{"q": "a", "stop": "patience", "patience": 2}"#), Some(Stop::Patience(2.0)));
+        assert_eq!(stop(r#"{"q": "a", "stop": "transformers"}"#), Some(Stop::Transformers));
+        assert_eq!(stop(r#"{"q": "a", "stop": "early-exit"}"#), Some(Stop::BestEnds));
+        assert_eq!(stop(r#"{"q": "a", "stop": "exact"}"#), Some(Stop::Exact));
+        let e = err(r#"{"q": "a", "stop": "soon"}"#);
+        assert_eq!(e, "field `stop`: no stop \"soon\": one of exact, early-exit, patience, transformers");
+        let e = err(r#"{"q": "a", "stop": "exact", "patience": 2}"#);
+        assert_eq!(e, "field `stop`: a patience applies to the patience stop, not to the exact stop");
+        let e = err(r#"{"q": "a", "stop": 3}"#);
+        assert!(e.starts_with("field `stop` must be a string, one of exact, early-exit"), "{e}");
         let e = err(r#"{"q": "a", "patience": 0}"#);
         assert_eq!(e, "field `patience` must be a number above 0, at most 100 (got 0)");
         assert_eq!(r.q, ["a", ""]);

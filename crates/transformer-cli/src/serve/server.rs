@@ -22,7 +22,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 use tokio::sync::{oneshot, Notify};
 use transformer::decode::translator::{SessionOptions, Translator};
-use transformer::decode::{BeamConfig, Guide, SearchOverrides, Stop};
+use transformer::decode::{BeamConfig, Guide, SearchOverrides};
 use transformer::Task;
 
 const INDEX_HTML: &str = include_str!("page/index.html");
@@ -302,7 +302,7 @@ fn search_of(t: &Translator, req: &request::TranslateRequest) -> Result<BeamConf
     let overrides = SearchOverrides {
         beam,
         alpha: req.alpha,
-        stop: req.patience.map(Stop::Patience),
+        stop: req.stop,
         nbest: req.nbest.or(Some(1)),
         min_len: Some(c.min_len),
         repetition_penalty: Some(c.repetition_penalty),

@@ -150,6 +150,28 @@ impl Stop {
         matches!(self, Stop::Patience(_) | Stop::Transformers)
     }
 
+    /// The names [`Stop::name`] gives, in order.
+    pub const NAMES: [&'static str; 4] = ["exact", "early-exit", "patience", "transformers"];
+
+    /// The stop a front end asks for by name (`--stop`, serve's `stop`) and patience factor
+    /// (`--patience`, `patience`): a patience alone is [`Stop::Patience`], the name `patience`
+    /// alone is patience 1; neither is `None` (the search's default). An unknown name, or a
+    /// patience beside another stop, is an error that says what to send.
+    pub fn parse(name: Option<&str>, patience: Option<f32>) -> std::result::Result<Option<Stop>, String> {
+        Ok(Some(match (name, patience) {
+            (None, None) => return Ok(None),
+            (None | Some("patience"), Some(p)) => Stop::Patience(p),
+            (Some("patience"), None) => Stop::Patience(1.0),
+            (Some(s), Some(_)) if Self::NAMES.contains(&s) => {
+                return Err(format!("a patience applies to the patience stop, not to the {s} stop"))
+            }
+            (Some("exact"), None) => Stop::Exact,
+            (Some("early-exit"), None) => Stop::BestEnds,
+            (Some("transformers"), None) => Stop::Transformers,
+            (Some(s), _) => return Err(format!("no stop {s:?}: one of {}", Self::NAMES.join(", "))),
+        }))
+    }
+
     /// The name on command lines (`exact`, `early-exit`, `patience`, `transformers`).
     pub fn name(self) -> &'static str {
         match self {
