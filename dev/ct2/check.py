@@ -2,7 +2,10 @@
 """`export ct2` and `import ct2` against the real CTranslate2 (the Python package), and the
 fixtures the tests read offline (crates/transformer/tests/fixtures/ct2/).
 
-    python dev/ct2/check.py [--bin target/release/transformer] [--sentences 100]
+    python dev/ct2/check.py [--bin target/release/transformer] [--sentences 100] [--model QUICKSTART_DIR]
+
+--model runs the export half only, on a `transformer quickstart` output directory (its
+model.safetensors and run/bpe.json) instead of the tests' fixture, and writes no fixtures.
 
 Export: the tests' small Multi30k model (fixtures/m30k-small) goes out with `export ct2` at float32
 and int8; CTranslate2's own converter (its model-spec API, bench/decode/to_ctranslate2.py) writes
@@ -79,6 +82,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--bin", type=Path, default=ROOT / "target/release/transformer")
     ap.add_argument("--sentences", type=int, default=100)
+    ap.add_argument("--model", type=Path, help="a quickstart output directory: the export half only, nothing written")
     a = ap.parse_args()
     b = a.bin
     n = a.sentences
@@ -91,8 +95,10 @@ def main():
     report = {"ctranslate2": ctranslate2.__version__, "sentences": n, "export": {}, "import": {}}
 
     # Export: ours against CTranslate2's converter, then CTranslate2 decoding ours.
-    small = FIX / "m30k-small"
-    ckpt, bpe = small / "model.safetensors", small / "bpe.json"
+    if a.model:
+        ckpt, bpe = a.model / "model.safetensors", a.model / "run/bpe.json"
+    else:
+        ckpt, bpe = FIX / "m30k-small/model.safetensors", FIX / "m30k-small/bpe.json"
     pieces = [l.split() for l in run(b, "bpe", "apply", "--model", bpe, "--input", src).splitlines()]
     for q, precision in [("float32", "f32"), ("int8", "int8")]:
         ours_dir, conv_dir = work / f"ours-{q}", work / f"conv-{q}"
@@ -112,6 +118,9 @@ def main():
             entry[mode] = {"same_1best": same, "ct2_1best": text}
             print(f"export {q} {mode}: same 1-best as ours {same}/{n}")
         print(f"export {q}: model.bin identical to CTranslate2's converter: {entry['identical_to_converter']}")
+    if a.model:
+        shutil.rmtree(work)
+        return
 
     # Import: CTranslate2's Marian converter, then `import ct2`.
     for variant, vocabs in [("tied_all_relu", ["vocab.spm"]), ("tied_target_swish", ["vocab.en.spm", "vocab.de.spm"])]:

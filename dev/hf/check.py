@@ -8,6 +8,11 @@ the first N test sentences: the tokenizer's ids, greedy and beam-4 `generate` ag
 `score`.
 
     python dev/hf/check.py [--bin target/release/transformer] [--sentences 100] [--steps 300] [--write]
+                           [--model QUICKSTART_DIR]
+
+--model takes the first model from a `transformer quickstart` output directory (its
+model.safetensors and run/bpe.json) instead of the tests' fixture; with it, --write is refused
+(the tests read the fixture's outputs).
 
 --write stores what the tests compare with offline (crates/transformer/tests/fixtures/hf/:
 checks.json, and the fine-tuned checkpoint with its tokenizer in finetuned/).
@@ -125,7 +130,10 @@ def main():
     ap.add_argument("--sentences", type=int, default=100)
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--write", action="store_true")
+    ap.add_argument("--model", type=Path, help="a quickstart output directory instead of fixtures/m30k-small")
     a = ap.parse_args()
+    if a.model and a.write:
+        ap.error("--write stores the fixture's outputs: leave out --model")
     torch.set_num_threads(1)
     n = a.sentences
     src = gzip.open(DATA / "test_2016_flickr.en.gz", "rt").read().splitlines()[:n]
@@ -133,9 +141,12 @@ def main():
     work = Path(tempfile.mkdtemp(prefix="hf-check-"))
     (work / "src.txt").write_text("".join(s + "\n" for s in src))
     (work / "ref.txt").write_text("".join(s + "\n" for s in ref))
-    small = FIX / "m30k-small"
-    print("m30k-small (our BPE):")
-    report = compare(a.bin, small / "model.safetensors", small / "bpe.json", work / "hf", src, ref, work, False)
+    if a.model:
+        ckpt, bpe = a.model / "model.safetensors", a.model / "run/bpe.json"
+    else:
+        ckpt, bpe = FIX / "m30k-small/model.safetensors", FIX / "m30k-small/bpe.json"
+    print(f"{ckpt} (our BPE):")
+    report = compare(a.bin, ckpt, bpe, work / "hf", src, ref, work, False)
     ckpt, tok = finetune(a.bin, work, a.steps)
     print(f"the OPUS-MT-shaped fixture, imported and fine-tuned for {a.steps} updates (MarianTokenizer):")
     report["finetuned"] = compare(a.bin, ckpt, tok, work / "hf-finetuned", src, ref, work, True)
