@@ -45,7 +45,7 @@ def run(*args, stdin=None):
 
 def ours_translate(b, ckpt, tok, src: Path, precision, beam):
     out = run(b, "translate", "--checkpoint", ckpt, "--tokenizer", tok, "--input", src, "--beam", beam, "--alpha", 1,
-              "--length-norm", "marian", "--patience", 1, "--max-len-a", 0, "--max-len-b", 256, "--min-len", 1,
+              "--length-norm", "marian", "--patience", 1, "--max-len-a", 0, "--max-len-b", 256, "--min-len", 1, "--end-at-limit",
               "--precision", precision,
               "--threads", 1)
     return out.splitlines()

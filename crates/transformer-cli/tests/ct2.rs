@@ -38,7 +38,8 @@ fn sources(dir: &Path, n: usize) -> PathBuf {
 }
 
 /// `translate` as dev/ct2/check.py runs it: CTranslate2's search and defaults (`--patience 1`,
-/// `length_penalty` 1 as `--length-norm marian --alpha 1`, 256 tokens, at least one), but the beam.
+/// `length_penalty` 1 as `--length-norm marian --alpha 1`, 256 steps as `--end-at-limit` counts
+/// them, at least one token), but the beam.
 fn translate(ckpt: &Path, tok: &Path, src: &Path, beam: usize, precision: &str) -> Vec<String> {
     let beam = beam.to_string();
     ok(&[
@@ -63,6 +64,7 @@ fn translate(ckpt: &Path, tok: &Path, src: &Path, beam: usize, precision: &str) 
         "0",
         "--max-len-b",
         "256",
+        "--end-at-limit",
         "--precision",
         precision,
         "--threads",
@@ -344,8 +346,19 @@ fn stop_names_the_search_rule() {
     let want = translate(&ckpt, &bpe, &src, 4, "f32");
     let (c, b, s) = (ckpt.to_str().unwrap(), bpe.to_str().unwrap(), src.to_str().unwrap());
     let base = ["translate", "--checkpoint", c, "--tokenizer", b, "--input", s, "--beam", "4", "--alpha", "1"];
-    let rest =
-        ["--length-norm", "marian", "--min-len", "1", "--max-len-a", "0", "--max-len-b", "256", "--threads", "1"];
+    let rest = [
+        "--length-norm",
+        "marian",
+        "--min-len",
+        "1",
+        "--max-len-a",
+        "0",
+        "--max-len-b",
+        "256",
+        "--end-at-limit",
+        "--threads",
+        "1",
+    ];
     let got: Vec<String> =
         ok(&[&base[..], &["--stop", "patience"], &rest[..]].concat()).lines().map(String::from).collect();
     assert_eq!(got, want);

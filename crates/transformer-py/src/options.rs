@@ -105,6 +105,8 @@ pub(crate) fn search_options(
         suppress_unk: disable_unk,
         controls: Controls { min_len: min_decoding_length, repetition_penalty, no_repeat_ngram: no_repeat_ngram_size },
         sampling,
+        // `max_decoding_length` counts steps, and the last one ends every hypothesis as it stands.
+        end_at_limit: true,
     };
     search.validate().map_err(py_err)?;
     Ok(DecodeOptions { search, use_shortlist: use_vmap, ..DecodeOptions::default() })

@@ -28,6 +28,7 @@ fn cfg(beam: usize, alpha: f64, nbest: usize) -> BeamConfig {
         suppress_unk: false,
         controls: Controls::default(),
         sampling: None,
+        end_at_limit: false,
     }
 }
 
@@ -217,6 +218,7 @@ fn the_length_limit_forces_eos() {
         suppress_unk: false,
         controls: Controls::default(),
         sampling: None,
+        end_at_limit: false,
     };
     let h = search(&chatty, &[0], &[2], c);
     let lpa = 5.0 * 0.9f64.ln() + 0.0001f64.ln();
@@ -236,6 +238,7 @@ fn the_length_limit_forces_eos() {
         suppress_unk: false,
         controls: Controls::default(),
         sampling: None,
+        end_at_limit: false,
     };
     assert_eq!(search(&chatty, &[0], &[5], c)[0][0].tokens, vec![A; 3]);
     let mut s = Scripted::new(&chatty, &[0]);
@@ -252,6 +255,7 @@ fn the_length_limit_forces_eos() {
         suppress_unk: false,
         controls: Controls::default(),
         sampling: None,
+        end_at_limit: false,
     };
     assert_hyp(&search(&chatty, &[0], &[5], c)[0][0], &[], 0.0001f64.ln(), 0.0001f64.ln());
 }
@@ -274,6 +278,7 @@ fn a_beam_holding_everything_finds_the_exhaustive_best() {
                 suppress_unk: false,
                 controls: Controls::default(),
                 sampling: None,
+                end_at_limit: false,
             };
             let got = search(&random_table, &[sent], &[7], c);
             for (k, (h, (tokens, score))) in got[0].iter().zip(&want).enumerate() {
@@ -294,6 +299,7 @@ fn a_beam_holding_everything_finds_the_exhaustive_best() {
                     suppress_unk: false,
                     controls: Controls::default(),
                     sampling: None,
+                    end_at_limit: false,
                 };
                 let h = &search(&random_table, &[sent], &[7], c)[0][0];
                 assert!(h.score <= want[0].1 + 1e-12);
@@ -422,6 +428,7 @@ fn model_beam_search_agrees_with_full_forward_search() {
         suppress_unk: false,
         controls: Controls::default(),
         sampling: None,
+        end_at_limit: false,
     };
     let got = translate_batch(&m, &refs, &c, &mut ws).unwrap();
     for i in 0..srcs.len() {
@@ -456,6 +463,7 @@ fn model_beam_search_agrees_with_full_forward_search() {
         suppress_unk: false,
         controls: Controls::default(),
         sampling: None,
+        end_at_limit: false,
     };
     let got = translate_batch(&m, &refs, &c, &mut ws).unwrap();
     for i in 0..srcs.len() {
@@ -746,4 +754,47 @@ fn sampling_draws_from_the_distribution_it_is_asked_for() {
         let e = bad.validate().unwrap_err().to_string();
         assert!(e.contains(why), "{e}");
     }
+}
+
+/// A model that never wants to stop: a (0.7), b (0.2), EOS (0.1) after every prefix but b's
+/// (a 0.5, b 0.3, EOS 0.2).
+fn never_stops(_: usize, prefix: &[u32]) -> [f64; V] {
+    match prefix.last() {
+        Some(&B) => probs(&[(A, 0.5), (B, 0.3), (EOS, 0.2)]),
+        _ => probs(&[(A, 0.7), (B, 0.2), (EOS, 0.1)]),
+    }
+}
+
+/// At a limit of 2: by default two a's and a forced EOS, scored (0.7 · 0.7 · 0.1, three tokens
+/// for the penalty); with `end_at_limit` (CTranslate2's and Marian's limit) two steps and no
+/// EOS: 0.7 · 0.7 over two. At beam 2 the last step ends the beam's two best as they stand: a a
+/// (0.49) and a b (0.14), not b a (0.2 · 0.5 = 0.10).
+#[test]
+fn end_at_limit_ends_the_last_step_as_it_stands() {
+    let limited = |beam: usize, nbest: usize, end_at_limit: bool| BeamConfig {
+        max_len_a: 0.0,
+        max_len_b: 2,
+        end_at_limit,
+        ..cfg(beam, 0.6, nbest)
+    };
+    let forced = search(&never_stops, &[0], &[3], limited(1, 1, false));
+    let p = 0.7f64.ln() * 2.0 + 0.1f64.ln();
+    assert_hyp(&forced[0][0], &[A, A], p, p / lp(3, 0.6));
+    let cut = search(&never_stops, &[0], &[3], limited(1, 1, true));
+    let p = 0.7f64.ln() * 2.0;
+    assert_hyp(&cut[0][0], &[A, A], p, p / lp(2, 0.6));
+    let b = search(&never_stops, &[0], &[3], limited(2, 2, true));
+    assert_eq!(b[0].len(), 2);
+    assert_hyp(&b[0][0], &[A, A], 0.49f64.ln(), 0.49f64.ln() / lp(2, 0.6));
+    assert_hyp(&b[0][1], &[A, B], 0.14f64.ln(), 0.14f64.ln() / lp(2, 0.6));
+    // CTranslate2's full beam ends the same two.
+    let p = search(&never_stops, &[0], &[3], BeamConfig { stop: Stop::Patience(1.0), ..limited(2, 2, true) });
+    assert_eq!(p[0].iter().map(|h| h.tokens.clone()).collect::<Vec<_>>(), vec![vec![A, A], vec![A, B]]);
+    // An EOS at the last step ends as usual: a then EOS, one token.
+    let eos_last = |_: usize, prefix: &[u32]| match prefix {
+        [] => probs(&[(A, 0.9), (EOS, 0.1)]),
+        _ => probs(&[(EOS, 0.8), (A, 0.2)]),
+    };
+    let e = search(&eos_last, &[0], &[3], limited(1, 1, true));
+    assert_hyp(&e[0][0], &[A], 0.72f64.ln(), 0.72f64.ln() / lp(2, 0.6));
 }

@@ -242,6 +242,7 @@ fn marian_search(normalize: f64) -> DecodeOptions {
         suppress_unk: true,
         controls: transformer::decode::Controls::default(),
         sampling: None,
+        end_at_limit: false,
     };
     DecodeOptions { search, ..Default::default() }
 }
@@ -287,6 +288,42 @@ fn beam_4_nbest_lists_equal_marian_decode() {
         }
     }
     assert!(compared >= 20 * at_limit, "{compared} hypotheses compared, {at_limit} at the length limit");
+}
+
+/// With `end_at_limit` (the limit counting steps, the last ending each hypothesis as it stands)
+/// ours stops at the limit as Marian does: every hypothesis of every n-best list, those at the
+/// limit included, has Marian's text and score.
+#[test]
+fn with_end_at_limit_every_nbest_hypothesis_equals_marian_decode() {
+    let (mut compared, mut long) = (0, 0);
+    for variant in DECODED {
+        let t = session(variant);
+        let r = reference(variant);
+        let srcs = strings(&r, "sources");
+        for (key, normalize) in [("nbest", 0.0), ("nbest_normalize1", 1.0)] {
+            let mut opts = marian_search(normalize);
+            opts.search.end_at_limit = true;
+            let (out, _) = t.translate(&srcs, &opts, &mut NoWarnings).unwrap();
+            for (i, (ours, want)) in out.iter().zip(r[key].as_array().unwrap()).enumerate() {
+                let want = want.as_array().unwrap();
+                let limit = 3 * t.encode_source(&srcs[i]).unwrap().len();
+                assert_eq!(ours.len(), want.len(), "{variant} {key} sentence {i}");
+                for (j, (o, w)) in ours.iter().zip(want).enumerate() {
+                    let (text, score) = (w[0].as_str().unwrap(), w[1].as_f64().unwrap());
+                    assert_eq!(o.text, text, "{variant} {key} sentence {i}, hypothesis {j}");
+                    assert!(
+                        (o.hypothesis.score - score).abs() < 1e-3,
+                        "{variant} {key} sentence {i}, hypothesis {j}: score {} vs Marian {score}",
+                        o.hypothesis.score
+                    );
+                    long += usize::from(o.hypothesis.tokens.len() >= limit);
+                    compared += 1;
+                }
+            }
+        }
+    }
+    assert!(long > 0, "no hypothesis reached the limit: the test would not test the cut");
+    eprintln!("{compared} hypotheses, {long} cut at the limit");
 }
 
 #[test]

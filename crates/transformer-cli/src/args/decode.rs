@@ -288,6 +288,11 @@ pub struct SearchArgs {
     /// Never write UNK (Marian's decoder does this unless given --allow-unk).
     #[arg(long)]
     pub suppress_unk: bool,
+    /// The length limit as CTranslate2 (its `max_decoding_length`) and Marian count it: in
+    /// decoding steps, the EOS's among them, the last step ending each hypothesis as it stands (no
+    /// EOS forced, none scored). Without it, up to the limit's tokens, then a forced EOS.
+    #[arg(long)]
+    pub end_at_limit: bool,
     /// No EOS before this many output tokens (CTranslate2's min_decoding_length; fairseq's
     /// --min-len). Default 0: none.
     #[arg(long, default_value_t = 0)]
@@ -376,6 +381,7 @@ impl SearchArgs {
             stop: Some(stop.unwrap_or(Stop::Exact)),
             length_norm: self.length_norm,
             suppress_unk: Some(self.suppress_unk),
+            end_at_limit: self.end_at_limit.then_some(true),
             min_len: Some(self.min_len),
             repetition_penalty: Some(self.repetition_penalty),
             no_repeat_ngram: Some(self.no_repeat_ngram_size),

@@ -9,7 +9,7 @@ use transformer::decode::Stop;
 pub const FIELDS: &str =
     "q, beam, alpha, patience, stop, nbest, attention, min_length, repetition_penalty, no_repeat_ngram_size, \
                           sampling_topk, sampling_topp, sampling_temperature, seed, prefix, constraints, \
-                          alignment, alignment_words, use_shortlist";
+                          alignment, alignment_words, use_shortlist, end_at_limit";
 
 /// A checked translation request.
 #[derive(Debug, Clone, PartialEq)]
@@ -44,6 +44,9 @@ pub struct TranslateRequest {
     pub alignment: Option<transformer::decode::AlignmentOptions>,
     /// Decode over the server's vocabulary shortlist (`use_shortlist`; default: whether it has one).
     pub use_shortlist: Option<bool>,
+    /// The length limit counted in steps, the last ending each hypothesis as it stands
+    /// (`end_at_limit`, as `translate --end-at-limit`; default: off).
+    pub end_at_limit: bool,
 }
 
 /// The request limits that do not need the model.
@@ -201,6 +204,11 @@ pub fn parse(body: &[u8], limits: &Limits) -> Result<TranslateRequest, String> {
     let single = matches!(map.get("q"), Some(Value::String(_)));
     let (prefix, constraints) = guides(&map, single, q.len())?;
     let alignment = alignment(&map)?;
+    let end_at_limit = match map.get("end_at_limit") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(v) => return Err(format!("field `end_at_limit` must be true or false (got {})", kind(v))),
+    };
     let use_shortlist = match map.get("use_shortlist") {
         None | Some(Value::Null) => None,
         Some(Value::Bool(b)) => Some(*b),
@@ -219,6 +227,7 @@ pub fn parse(body: &[u8], limits: &Limits) -> Result<TranslateRequest, String> {
         constraints,
         alignment,
         use_shortlist,
+        end_at_limit,
     })
 }
 
@@ -352,6 +361,7 @@ mod tests {
                 constraints: vec![],
                 alignment: None,
                 use_shortlist: None,
+                end_at_limit: false,
             }
         );
         let r = parse(br#"{"q": "a", "use_shortlist": false}"#, &LIMITS).unwrap();
@@ -397,6 +407,11 @@ mod tests {
         assert_eq!(e, "field `stop`: no stop \"soon\": one of exact, early-exit, patience, transformers");
         let e = err(r#"{"q": "a", "stop": "exact", "patience": 2}"#);
         assert_eq!(e, "field `stop`: a patience applies to the patience stop, not to the exact stop");
+        assert!(parse(br#"{"q": "a", "end_at_limit": true}"#, &LIMITS).unwrap().end_at_limit);
+        assert_eq!(
+            err(r#"{"q": "a", "end_at_limit": 1}"#),
+            "field `end_at_limit` must be true or false (got a number)"
+        );
         let e = err(r#"{"q": "a", "stop": 3}"#);
         assert!(e.starts_with("field `stop` must be a string, one of exact, early-exit"), "{e}");
         let e = err(r#"{"q": "a", "patience": 0}"#);

@@ -308,6 +308,7 @@ fn search_of(t: &Translator, req: &request::TranslateRequest) -> Result<BeamConf
         repetition_penalty: Some(c.repetition_penalty),
         no_repeat_ngram: Some(c.no_repeat_ngram),
         sampling: req.sampling,
+        end_at_limit: Some(req.end_at_limit),
         ..Default::default()
     };
     defaults.with(&overrides).map_err(|e| {

@@ -250,6 +250,8 @@ pub struct SearchOverrides {
     pub no_repeat_ngram: Option<usize>,
     /// [`BeamConfig::sampling`]: `Some` samples (its beam the number of samples).
     pub sampling: Option<Sampling>,
+    /// [`BeamConfig::end_at_limit`].
+    pub end_at_limit: Option<bool>,
 }
 
 /// Search settings.
@@ -276,6 +278,11 @@ pub struct BeamConfig {
     pub controls: Controls,
     /// Random sampling instead of the beam's best ([`Sampling`]); `None`, the paper's search.
     pub sampling: Option<Sampling>,
+    /// CTranslate2's length limit (`--end-at-limit`; its `max_decoding_length`): the limit
+    /// counts decoding steps, the EOS's among them, and its last step ends every hypothesis as it
+    /// stands, so one cut there has `limit` tokens and no EOS. Off (the default): up to `limit`
+    /// tokens, then an EOS is forced.
+    pub end_at_limit: bool,
 }
 
 impl BeamConfig {
@@ -292,6 +299,7 @@ impl BeamConfig {
             suppress_unk: false,
             controls: Controls { min_len: 0, repetition_penalty: 1.0, no_repeat_ngram: 0 },
             sampling: None,
+            end_at_limit: false,
         }
     }
 
@@ -319,6 +327,7 @@ impl BeamConfig {
         self.stop = o.stop.unwrap_or(self.stop);
         self.length_norm = o.length_norm.unwrap_or(self.length_norm);
         self.suppress_unk = o.suppress_unk.unwrap_or(self.suppress_unk);
+        self.end_at_limit = o.end_at_limit.unwrap_or(self.end_at_limit);
         let c = &mut self.controls;
         c.min_len = o.min_len.unwrap_or(c.min_len);
         c.repetition_penalty = o.repetition_penalty.unwrap_or(c.repetition_penalty);
@@ -398,7 +407,8 @@ impl BeamConfig {
     /// lay beyond. Translation reports such outputs (a warning on the CLI, `capped` in the server)
     /// instead of cutting them silently.
     pub fn stopped_by_positions(&self, src_len: usize, out_len: usize, max_positions: usize) -> bool {
-        let cap = max_positions.saturating_sub(1);
+        // Under `end_at_limit` the last position writes a token too.
+        let cap = if self.end_at_limit { max_positions } else { max_positions.saturating_sub(1) };
         out_len >= cap && self.max_len(src_len) > cap
     }
 
@@ -584,7 +594,10 @@ pub fn beam_search_with(
     let v = scorer.vocab();
     let n = src_lens.len();
     check_search(v, n, constraint)?;
-    let limit: Vec<usize> = src_lens.iter().map(|&l| cfg.max_len(l).min(max_len)).collect();
+    // Under `end_at_limit` the limit counts steps, the last one's token included: the decoder's
+    // positions allow one more than the tokens they allow before an EOS.
+    let cap = if cfg.end_at_limit { max_len.saturating_add(1) } else { max_len };
+    let limit: Vec<usize> = src_lens.iter().map(|&l| cfg.max_len(l).min(cap)).collect();
     let (keys, guides) = check_inputs(inputs, &limit, v, cfg, constraint)?;
     let mut finished: Vec<Vec<Hypothesis>> = vec![Vec::new(); n];
     // Whether a step's best candidate has ended in EOS ([`Stop::Patience`] at α 0).
@@ -641,6 +654,10 @@ pub fn beam_search_with(
                     let banks: Vec<usize> = cands.iter().map(bank).collect();
                     allocate(&banks, g.phrase_tokens() + 1, slots).into_iter().map(|i| cands[i]).collect()
                 }
+                // The last step under `end_at_limit` ends the beam's best as they stand.
+                None if cfg.end_at_limit && live[r0].tokens.len() + 1 >= limit[sent] => {
+                    cands.into_iter().take(if cfg.stop.full_beam() { cfg.beam } else { slots }).collect()
+                }
                 None if cfg.stop.full_beam() => refill(cands, cfg.beam),
                 None => cands.into_iter().take(slots).collect(),
             };
@@ -653,6 +670,17 @@ pub fn beam_search_with(
                         Hypothesis { tokens: h.tokens.clone(), log_prob: c.log_prob, score, chunk_starts: Vec::new() };
                     // One the length limit ended before it met its phrases is kept aside, returned
                     // only if too few others finish.
+                    match guide {
+                        Some(_) if !h.progress.all_met() => unmet[sent].push(done),
+                        _ => finished[sent].push(done),
+                    }
+                } else if cfg.end_at_limit && h.tokens.len() + 1 >= limit[sent] {
+                    // Cut by the limit: its last token kept, no EOS, the length penalty counting
+                    // it where an EOS would stand.
+                    let mut tokens = h.tokens.clone();
+                    tokens.push(c.token);
+                    let score = c.log_prob / cfg.length_penalty(h.tokens.len());
+                    let done = Hypothesis { tokens, log_prob: c.log_prob, score, chunk_starts: Vec::new() };
                     match guide {
                         Some(_) if !h.progress.all_met() => unmet[sent].push(done),
                         _ => finished[sent].push(done),
@@ -741,6 +769,13 @@ fn check_inputs<'a>(
     }
     if constraint.is_some() && guides.iter().any(|g| !g.is_empty()) {
         return Err(Error::Config("a prefix or phrases apply to translation, not to a constrained search".into()));
+    }
+    if constraint.is_some() && cfg.end_at_limit {
+        return Err(Error::Config(
+            "a constrained search (parsing) ends its trees by its constraint, not by a cut at the limit (leave \
+             end_at_limit out)"
+                .into(),
+        ));
     }
     if cfg.stop.full_beam() && guides.iter().any(|g| !g.phrases.is_empty()) {
         return Err(Error::Config(format!(
