@@ -44,14 +44,14 @@ def compute_types():
 @pytest.mark.parametrize("compute_type", compute_types())
 def test_text_and_pieces_give_exactly_the_clis_translations(model_dir, tmp_path, compute_type):
     # CTranslate2's search (beam 2, patience 1, length_penalty 1 dividing by the length, EOS
-    # counted, 256 tokens, at least one token) is the CLI's --beam 2 --alpha 1 --length-norm marian
-    # --patience 1 --max-len-a 0 --max-len-b 256 --min-len 1.
+    # counted, 256 steps, at least one token) is the CLI's --beam 2 --alpha 1 --length-norm marian
+    # --patience 1 --max-len-a 0 --max-len-b 256 --min-len 1 --end-at-limit.
     precision = {"float32": "f32", "int8": "int8", "bfloat16": "bf16"}[compute_type]
     source = tmp_path / "source.txt"
     source.write_text("".join(s + "\n" for s in SOURCES), encoding="utf-8")
     want = run_cli("translate", "--checkpoint", model_dir / "model.safetensors", "--tokenizer",
                    model_dir / "tokenizer.json", "--precision", precision, "--beam", 2, "--alpha", 1,
-                   "--length-norm", "marian", "--patience", 1, "--max-len-a", 0, "--max-len-b", 256, "--min-len", 1,
+                   "--length-norm", "marian", "--patience", 1, "--max-len-a", 0, "--max-len-b", 256, "--end-at-limit", "--min-len", 1,
                    "--workers", 1, "--input", source).splitlines()
     assert len(want) == len(SOURCES)
     t = transformer.Translator(str(model_dir), compute_type=compute_type)
@@ -68,7 +68,7 @@ def test_text_and_pieces_give_exactly_the_clis_translations(model_dir, tmp_path,
     controls = dict(repetition_penalty=1.5, no_repeat_ngram_size=2, min_decoding_length=3)
     want = run_cli("translate", "--checkpoint", model_dir / "model.safetensors", "--tokenizer",
                    model_dir / "tokenizer.json", "--precision", precision, "--beam", 2, "--alpha", 1,
-                   "--length-norm", "marian", "--patience", 1, "--max-len-a", 0, "--max-len-b", 256, "--min-len", 3,
+                   "--length-norm", "marian", "--patience", 1, "--max-len-a", 0, "--max-len-b", 256, "--end-at-limit", "--min-len", 3,
                    "--repetition-penalty", 1.5, "--no-repeat-ngram-size", 2, "--workers", 1,
                    "--input", source).splitlines()
     assert t.translate(SOURCES, **controls) == want
@@ -102,7 +102,7 @@ def test_sampling_is_seeded_and_equals_the_clis(model_dir, tmp_path):
     # The CLI's --sampling with the same seed writes the same samples.
     lines = run_cli("translate", "--checkpoint", model_dir / "model.safetensors", "--tokenizer",
                     model_dir / "tokenizer.json", "--sampling", "--temperature", 1.5, "--seed", 5, "--nbest", 3,
-                    "--alpha", 1, "--length-norm", "marian", "--max-len-a", 0, "--max-len-b", 256, "--min-len", 1,
+                    "--alpha", 1, "--length-norm", "marian", "--max-len-a", 0, "--max-len-b", 256, "--end-at-limit", "--min-len", 1,
                     "--input", source).splitlines()
     by_sentence = {}
     for line in lines:
@@ -128,7 +128,7 @@ def test_prefixes_and_constraints_equal_the_clis(model_dir, translator, tmp_path
         (tmp_path / name).write_text("".join(line + "\n" for line in lines), encoding="utf-8")
     want = run_cli("translate", "--checkpoint", model_dir / "model.safetensors", "--tokenizer",
                    model_dir / "tokenizer.json", "--beam", 4, "--alpha", 1, "--length-norm", "marian",
-                   "--max-len-a", 0, "--max-len-b", 256, "--min-len", 1, "--workers", 1,
+                   "--max-len-a", 0, "--max-len-b", 256, "--end-at-limit", "--min-len", 1, "--workers", 1,
                    "--input", tmp_path / "source.txt", "--prefix", tmp_path / "prefix.txt",
                    "--constraints", tmp_path / "constraints.tsv").splitlines()
     got = translator.translate(sources, beam_size=4, target_prefix=prefixes, constraints=phrases)
@@ -169,7 +169,7 @@ def test_use_vmap_decodes_over_the_directorys_shortlist_as_the_cli(model_dir, tr
     source = tmp_path / "source.txt"
     source.write_text("".join(s + "\n" for s in SOURCES), encoding="utf-8")
     model = ["--checkpoint", model_dir / "model.safetensors", "--tokenizer", model_dir / "tokenizer.json"]
-    search = ["--beam", 2, "--alpha", 1, "--length-norm", "marian", "--patience", 1, "--max-len-a", 0, "--max-len-b", 256,
+    search = ["--beam", 2, "--alpha", 1, "--length-norm", "marian", "--patience", 1, "--max-len-a", 0, "--max-len-b", 256, "--end-at-limit",
               "--min-len", 1, "--workers", 1]
     for name in ["every", "small"]:
         directory = tmp_path / name
@@ -208,7 +208,7 @@ def test_return_attention_is_the_clis_soft_alignment(model_dir, translator, tmp_
     (tmp_path / "source.txt").write_text("".join(s + "\n" for s in sources), encoding="utf-8")
     lines = run_cli("translate", "--checkpoint", model_dir / "model.safetensors", "--tokenizer",
                     model_dir / "tokenizer.json", "--beam", 2, "--alpha", 1, "--length-norm", "marian", "--patience", 1,
-                    "--max-len-a", 0, "--max-len-b", 256, "--min-len", 1, "--workers", 1,
+                    "--max-len-a", 0, "--max-len-b", 256, "--end-at-limit", "--min-len", 1, "--workers", 1,
                     "--input", tmp_path / "source.txt", "--alignment", "soft").splitlines()
     pieces = [translator.tokenize(s) for s in sources]
     results = translator.translate_batch(pieces, return_attention=True)
