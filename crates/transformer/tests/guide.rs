@@ -207,3 +207,15 @@ fn guides_that_cannot_be_met_are_refused_by_name() {
         .to_string();
     assert!(e.contains("1 prefixes and phrase lists for 2 sentences"), "{e}");
 }
+
+/// Under `end_at_limit` a phrase met by the token of the last step counts as met: at a limit of
+/// one step, beam 2, phrase [c], the cut c (0.05) has its phrase and comes before a (0.55),
+/// which has not.
+#[test]
+fn a_phrase_met_on_the_cut_step_is_met() {
+    let cfg = BeamConfig { nbest: 2, end_at_limit: true, ..beam(2, 0.0, 1) };
+    let h = guided(&chain, &[5], &[phrases(&[&[C]])], cfg).unwrap();
+    assert_eq!(h[0].len(), 2);
+    assert_hyp(&h[0][0], &[C], ln(0.05));
+    assert_hyp(&h[0][1], &[A], ln(0.55));
+}

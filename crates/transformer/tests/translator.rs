@@ -271,6 +271,48 @@ fn outputs_stopped_by_the_models_positions_are_reported() {
     assert!(!b.stopped_by_positions(200, 255, 256 + 200));
 }
 
+/// With `end_at_limit` an output may use the model's last position: the untrained model runs to
+/// 64 tokens (not 63) without an EOS, counted as stopped by the positions, and its attention and
+/// alignment still come out, the EOS step it never took as zeros.
+#[test]
+fn with_end_at_limit_an_output_takes_the_last_position_and_still_aligns() {
+    use transformer::decode::{AlignmentKind, AlignmentOptions};
+    use transformer::eval::attention::Kind;
+    let t = translator(Precision::F32);
+    let input: Vec<String> = lines().into_iter().take(24).collect();
+    let positions = t.model().config.max_positions;
+    let mut opts = options();
+    opts.search.nbest = 1;
+    opts.search.max_len_b = 100;
+    opts.search.end_at_limit = true;
+    let mut warnings = Vec::new();
+    let (out, stats) = t.translate(&input, &opts, &mut warnings).unwrap();
+    let full: Vec<usize> = (0..out.len()).filter(|&i| out[i][0].hypothesis.tokens.len() == positions).collect();
+    assert!(!full.is_empty(), "the untrained model should run to the last position at least once");
+    assert!(out.iter().all(|o| o[0].hypothesis.tokens.len() <= positions));
+    assert_eq!(stats.capped, full.len(), "{warnings:?}");
+    let i = full[0];
+    let (src, tgt) = (t.encode_source(&input[i]).unwrap(), &out[i][0].hypothesis.tokens);
+    let w = t.attention(&src, tgt).unwrap();
+    assert_eq!(w.t, positions + 1);
+    for layer in 0..t.model().config.n_layers {
+        let (m, rows, cols) = w.get(Kind::EncoderDecoder, layer, 0).unwrap();
+        assert_eq!(rows, positions + 1);
+        assert!(m[(rows - 1) * cols..].iter().all(|&x| x == 0.0), "the untaken EOS step is zeros");
+        for r in 0..rows - 1 {
+            let sum: f32 = m[r * cols..(r + 1) * cols].iter().sum();
+            assert!((sum - 1.0).abs() < 1e-4, "layer {layer}, row {r}: a taken step's weights sum to {sum}");
+        }
+        // The same rows as a pass over the output's first 63 tokens gives (the decoder is causal).
+        let shorter = t.attention(&src, &tgt[..positions - 1]).unwrap();
+        let (m2, rows2, _) = shorter.get(Kind::EncoderDecoder, layer, 0).unwrap();
+        assert_eq!(rows2, positions);
+        assert_eq!(&m[..rows2 * cols], m2);
+    }
+    let a = t.align_hypothesis(&src, &out[i][0].hypothesis, &AlignmentOptions::new(AlignmentKind::Hard)).unwrap();
+    assert_eq!(a.target, positions);
+}
+
 /// A blank line (white space, zero-width marks, a byte-order mark) is translated as an empty line,
 /// never into text the model invents, and its n-best list has as many entries as asked for.
 #[test]

@@ -681,8 +681,9 @@ pub fn beam_search_with(
                     tokens.push(c.token);
                     let score = c.log_prob / cfg.length_penalty(h.tokens.len());
                     let done = Hypothesis { tokens, log_prob: c.log_prob, score, chunk_starts: Vec::new() };
+                    // Its last token may be the one that meets its phrases.
                     match guide {
-                        Some(_) if !h.progress.all_met() => unmet[sent].push(done),
+                        Some(g) if !h.progress.advance(g, c.token).all_met() => unmet[sent].push(done),
                         _ => finished[sent].push(done),
                     }
                 } else {

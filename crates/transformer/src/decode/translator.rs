@@ -558,11 +558,19 @@ impl Translator {
         if src.is_empty() {
             return Err(Error::Input("the source sentence is empty: give a sentence to look at".into()));
         }
-        if src.len() > c.max_positions || tgt.len() + 1 > c.max_positions {
+        if src.len() > c.max_positions || tgt.len() > c.max_positions {
             return Err(Error::Input(format!(
                 "the sentence is longer than the model's max_positions = {}",
                 c.max_positions
             )));
+        }
+        // An output `end_at_limit` cut at the last position: every token's step was taken, the
+        // EOS step never was (its weights are zeros).
+        if tgt.len() == c.max_positions {
+            let fed = &tgt[..tgt.len() - 1];
+            return self
+                .with_buffers(|b| attention_weights(&self.model, src, fed, &mut b.mine.0))
+                .map(AttentionWeights::with_untaken_last_step);
         }
         self.with_buffers(|b| attention_weights(&self.model, src, tgt, &mut b.mine.0))
     }

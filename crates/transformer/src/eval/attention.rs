@@ -58,6 +58,31 @@ pub struct AttentionWeights {
 }
 
 impl AttentionWeights {
+    /// These weights with one more decoder position, all zeros: the EOS step of an output the
+    /// length limit cut at the model's last position (`end_at_limit`), which the decoder never
+    /// took. Its rows and columns are as [`attention_weights`] gives them for one token more.
+    pub fn with_untaken_last_step(mut self) -> Self {
+        let (t, s, h) = (self.t, self.s, self.heads);
+        let grow = |maps: &mut Vec<f32>, cols: usize, new_cols: usize| {
+            let mut out = vec![0f32; h * (t + 1) * new_cols];
+            for (head, m) in maps.chunks(t * cols).enumerate() {
+                for (r, row) in m.chunks(cols).enumerate() {
+                    let at = (head * (t + 1) + r) * new_cols;
+                    out[at..at + cols].copy_from_slice(row);
+                }
+            }
+            *maps = out;
+        };
+        for m in &mut self.decoder_self {
+            grow(m, t, t + 1);
+        }
+        for m in &mut self.encoder_decoder {
+            grow(m, s, s);
+        }
+        self.t = t + 1;
+        self
+    }
+
     /// The (rows, cols) weights of one layer and head (both counted from 0), row-major, with the
     /// matrix's shape. A layer or head the model does not have is an [`Error::Input`].
     pub fn get(&self, kind: Kind, layer: usize, head: usize) -> Result<(&[f32], usize, usize)> {
