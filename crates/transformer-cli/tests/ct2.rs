@@ -367,3 +367,55 @@ fn stop_names_the_search_rule() {
     let (fine, _, err) = transformer(&[&base[..], &["--stop", "soon"]].concat());
     assert!(!fine && err.contains("transformers"), "{err}");
 }
+
+/// A float16 CTranslate2 directory imports with its rounded position table (so that it scores as
+/// CTranslate2 does) and still goes out to Hugging Face, as computed sinusoids: the export's
+/// tensors are the float32 import's rounded to float16.
+#[test]
+fn a_float16_import_goes_out_to_hugging_face() {
+    let t = TestDir::new("ct2-f16-hf");
+    let spm = fixtures().join("marian-real/tied_all_relu/vocab.spm");
+    let mut tensors = Vec::new();
+    for q in ["float32", "float16"] {
+        let (imp, hf) = (t.path().join(format!("imp-{q}")), t.path().join(format!("hf-{q}")));
+        let dir = fixtures().join(format!("ct2/tied_all_relu-{q}"));
+        ok(&[
+            "import",
+            "ct2",
+            dir.to_str().unwrap(),
+            "--spm",
+            spm.to_str().unwrap(),
+            "--output",
+            imp.to_str().unwrap(),
+        ]);
+        let (ck, tk) = (imp.join("model.safetensors"), imp.join("tokenizer.json"));
+        ok(&[
+            "export",
+            "hf",
+            ck.to_str().unwrap(),
+            "--tokenizer",
+            tk.to_str().unwrap(),
+            "--output",
+            hf.to_str().unwrap(),
+        ]);
+        let bytes = std::fs::read(hf.join("model.safetensors")).unwrap();
+        let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+        let mut named: Vec<(String, Vec<f32>)> = st
+            .tensors()
+            .into_iter()
+            .map(|(n, v)| (n, v.data().chunks(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect()))
+            .collect();
+        named.sort_by(|a, b| a.0.cmp(&b.0));
+        tensors.push(named);
+    }
+    let (f, h) = (&tensors[0], &tensors[1]);
+    assert_eq!(f.iter().map(|x| &x.0).collect::<Vec<_>>(), h.iter().map(|x| &x.0).collect::<Vec<_>>());
+    for ((name, a), (_, b)) in f.iter().zip(h) {
+        for (x, y) in a.iter().zip(b) {
+            assert!(
+                half::f16::from_f32(*x).to_f32() == *y || *x == *y,
+                "{name}: {x} went out as {y}, not as its float16 rounding"
+            );
+        }
+    }
+}

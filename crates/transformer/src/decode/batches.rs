@@ -185,7 +185,7 @@ pub(super) fn join_chunks(
                  ending, and stops there: the length limit of this search (source × {} + {}) lies beyond what the \
                  model can write",
                 i + 1,
-                max_src - 1,
+                if opts.search.end_at_limit { max_src } else { max_src - 1 },
                 opts.search.max_len_a,
                 opts.search.max_len_b
             ));

@@ -73,6 +73,7 @@ pub fn export_with(
     out: &Path,
     tool_defaults: bool,
 ) -> Result<Vec<PathBuf>> {
+    let ckpt = &*super::rounded_sinusoids_as_computed(ckpt);
     let c = &ckpt.config;
     c.validate()?;
     let activation = check_options(c, tool_defaults)?;

@@ -42,6 +42,7 @@ pub fn export(ckpt: &Checkpoint, tokenizer: &Tokenizer, out: &Path) -> Result<Ve
 /// (tensor2tensor's frequencies, not the port's) and its own LayerNorm ε (1e-6, not the port's
 /// 1e-5), so the function changes slightly, the tensors not at all.
 pub fn export_with(ckpt: &Checkpoint, tokenizer: &Tokenizer, out: &Path, tool_defaults: bool) -> Result<Vec<PathBuf>> {
+    let ckpt = &*crate::import::rounded_sinusoids_as_computed(ckpt);
     let c = &ckpt.config;
     c.validate()?;
     check_options(c, tool_defaults)?;
