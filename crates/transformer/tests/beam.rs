@@ -744,11 +744,15 @@ fn sampling_draws_from_the_distribution_it_is_asked_for() {
         (BeamConfig { sampling: Some(Sampling { topp: 0.0, ..s }), ..cfg(1, 0.6, 1) }, "top-p must lie in (0, 1]"),
         (
             BeamConfig { sampling: Some(s), stop: Stop::BestEnds, ..cfg(1, 0.6, 1) },
-            "early exit and patience do not apply",
+            "a stop other than the exact one (early exit, patience, transformers) does not apply",
         ),
         (
             BeamConfig { sampling: Some(s), stop: Stop::Patience(1.0), ..cfg(1, 0.6, 1) },
-            "early exit and patience do not apply",
+            "a stop other than the exact one (early exit, patience, transformers) does not apply",
+        ),
+        (
+            BeamConfig { sampling: Some(s), stop: Stop::Transformers, ..cfg(1, 0.6, 1) },
+            "a stop other than the exact one (early exit, patience, transformers) does not apply",
         ),
     ] {
         let e = bad.validate().unwrap_err().to_string();

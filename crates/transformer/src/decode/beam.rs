@@ -383,7 +383,7 @@ impl BeamConfig {
         if let Some(sampling) = &self.sampling {
             sampling.validate()?;
             if self.stop != Stop::Exact {
-                return bad("sampling draws every sample to its end: early exit and patience do not apply".into());
+                return bad("sampling draws every sample to its end: a stop other than the exact one (early exit, patience, transformers) does not apply".into());
             }
             if self.nbest != self.beam {
                 return bad(format!(
@@ -774,7 +774,7 @@ fn check_inputs<'a>(
     if constraint.is_some() && cfg.end_at_limit {
         return Err(Error::Config(
             "a constrained search (parsing) ends its trees by its constraint, not by a cut at the limit (leave \
-             end_at_limit out)"
+             --end-at-limit, or end_at_limit, out)"
                 .into(),
         ));
     }
