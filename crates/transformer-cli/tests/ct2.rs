@@ -37,6 +37,27 @@ fn sources(dir: &Path, n: usize) -> PathBuf {
     p
 }
 
+/// The SentencePiece models of a model of fixtures/marian-real (one shared, or source and target).
+fn marian_spms(variant: &str) -> Vec<PathBuf> {
+    let names: &[&str] = match variant {
+        "tied_all_relu" => &["vocab.spm"],
+        _ => &["vocab.en.spm", "vocab.de.spm"],
+    };
+    names.iter().map(|n| fixtures().join("marian-real").join(variant).join(n)).collect()
+}
+
+/// `import ct2` of the fixture directory fixtures/ct2/`name`, cut with `spms`, into `out`: its
+/// report (stderr).
+fn import_fixture(name: &str, spms: &[PathBuf], out: &Path) -> String {
+    let dir = fixtures().join("ct2").join(name);
+    let mut args = vec!["import", "ct2", dir.to_str().unwrap(), "--spm"];
+    args.extend(spms.iter().map(|p| p.to_str().unwrap()));
+    args.extend(["--output", out.to_str().unwrap()]);
+    let (fine, _, err) = transformer(&args);
+    assert!(fine, "transformer {args:?} failed: {err}");
+    err
+}
+
 /// `translate` as dev/ct2/check.py runs it: CTranslate2's search and defaults (`--patience 1`,
 /// `length_penalty` 1 as `--length-norm marian --alpha 1`, 256 steps as `--end-at-limit` counts
 /// them, at least one token), but the beam.
@@ -158,22 +179,12 @@ fn directories_ctranslate2s_marian_converter_wrote_decode_as_ctranslate2_decodes
     let c = checks();
     let n = c["sentences"].as_u64().unwrap() as usize;
     let src = sources(t.path(), n);
-    let marian = fixtures().join("marian-real");
-    for (variant, spms) in
-        [("tied_all_relu", vec!["vocab.spm"]), ("tied_target_swish", vec!["vocab.en.spm", "vocab.de.spm"])]
-    {
+    for variant in ["tied_all_relu", "tied_target_swish"] {
         // float16 weights are read as f32: CTranslate2 on a CPU also computes them in float32.
         for q in ["float32", "float16"] {
             let name = format!("{variant}-{q}");
             let out = t.path().join(&name);
-            let spm: Vec<String> = spms.iter().map(|s| marian.join(variant).join(s).display().to_string()).collect();
-            let mut args = vec!["import", "ct2"];
-            let dir = fixtures().join("ct2").join(&name);
-            args.push(dir.to_str().unwrap());
-            args.push("--spm");
-            args.extend(spm.iter().map(String::as_str));
-            args.extend(["--output", out.to_str().unwrap()]);
-            let err = transformer(&args).2;
+            let err = import_fixture(&name, &marian_spms(variant), &out);
             assert!(err.contains(&format!("{q} weights")), "{err}");
             let (ck, tk) = (out.join("model.safetensors"), out.join("tokenizer.json"));
             // Beam 4 at float32 too. SentencePiece writes the unknown token as " ⁇ ", which our
@@ -288,24 +299,17 @@ fn ctranslate2s_own_conversions_score_as_ctranslate2_scores_them() {
     let c = checks();
     let n = c["sentences"].as_u64().unwrap() as usize;
     let src = sources(t.path(), n);
-    let marian = fixtures().join("marian-real");
     let mut dirs: Vec<(String, Vec<PathBuf>)> = Vec::new();
-    for (variant, spms) in
-        [("tied_all_relu", &["vocab.spm"][..]), ("tied_target_swish", &["vocab.en.spm", "vocab.de.spm"])]
-    {
+    for variant in ["tied_all_relu", "tied_target_swish"] {
         for q in ["float32", "float16"] {
-            dirs.push((format!("{variant}-{q}"), spms.iter().map(|s| marian.join(variant).join(s)).collect()));
+            dirs.push((format!("{variant}-{q}"), marian_spms(variant)));
         }
     }
     let hf = fixtures().join("marian/opus/hf");
     dirs.push(("opus-hf-float32".into(), vec![hf.join("source.spm"), hf.join("target.spm")]));
     for (name, spms) in dirs {
         let out = t.path().join(&name);
-        let dir = fixtures().join("ct2").join(&name);
-        let mut args = vec!["import", "ct2", dir.to_str().unwrap(), "--spm"];
-        args.extend(spms.iter().map(|p| p.to_str().unwrap()));
-        args.extend(["--output", out.to_str().unwrap()]);
-        ok(&args);
+        import_fixture(&name, &spms, &out);
         let entry = &c["import"][&name];
         let hyps: Vec<String> = serde_json::from_value(entry["greedy"]["ct2_1best"].clone()).unwrap();
         let theirs: Vec<f64> = serde_json::from_value(entry["ct2_scores"].clone()).unwrap();
@@ -374,20 +378,10 @@ fn stop_names_the_search_rule() {
 #[test]
 fn a_float16_import_goes_out_to_hugging_face() {
     let t = TestDir::new("ct2-f16-hf");
-    let spm = fixtures().join("marian-real/tied_all_relu/vocab.spm");
     let mut tensors = Vec::new();
     for q in ["float32", "float16"] {
         let (imp, hf) = (t.path().join(format!("imp-{q}")), t.path().join(format!("hf-{q}")));
-        let dir = fixtures().join(format!("ct2/tied_all_relu-{q}"));
-        ok(&[
-            "import",
-            "ct2",
-            dir.to_str().unwrap(),
-            "--spm",
-            spm.to_str().unwrap(),
-            "--output",
-            imp.to_str().unwrap(),
-        ]);
+        import_fixture(&format!("tied_all_relu-{q}"), &marian_spms("tied_all_relu"), &imp);
         let (ck, tk) = (imp.join("model.safetensors"), imp.join("tokenizer.json"));
         ok(&[
             "export",

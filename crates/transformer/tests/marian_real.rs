@@ -247,6 +247,14 @@ fn marian_search(normalize: f64) -> DecodeOptions {
     DecodeOptions { search, ..Default::default() }
 }
 
+/// One hypothesis of ours against Marian's entry for it (`[text, score]`): the same text, the
+/// score within 1e-3.
+fn same_as_marian(o: &transformer::decode::translator::Translation, w: &serde_json::Value, at: &str) {
+    let (text, score) = (w[0].as_str().unwrap(), w[1].as_f64().unwrap());
+    assert_eq!(o.text, text, "{at}");
+    assert!((o.hypothesis.score - score).abs() < 1e-3, "{at}: score {} vs Marian {score}", o.hypothesis.score);
+}
+
 /// Marian's n-best lists, hypothesis by hypothesis: same text, same score. One difference is
 /// named, not hidden: at the length limit Marian stops a hypothesis without an EOS and scores it
 /// without one, where ours writes EOS and counts its log-probability; so hypotheses that reach the
@@ -275,13 +283,7 @@ fn beam_4_nbest_lists_equal_marian_decode() {
                 at_limit += 4 - ours.len();
                 assert_eq!(ours.len(), want.len(), "{variant} {key} sentence {i}: hypotheses at the limit");
                 for (j, (o, w)) in ours.iter().zip(want).enumerate() {
-                    let (text, score) = (w[0].as_str().unwrap(), w[1].as_f64().unwrap());
-                    assert_eq!(o.text, text, "{variant} {key} sentence {i}, hypothesis {j}");
-                    assert!(
-                        (o.hypothesis.score - score).abs() < 1e-3,
-                        "{variant} {key} sentence {i}, hypothesis {j}: score {} vs Marian {score}",
-                        o.hypothesis.score
-                    );
+                    same_as_marian(o, w, &format!("{variant} {key} sentence {i}, hypothesis {j}"));
                     compared += 1;
                 }
             }
@@ -309,13 +311,7 @@ fn with_end_at_limit_every_nbest_hypothesis_equals_marian_decode() {
                 let limit = 3 * t.encode_source(&srcs[i]).unwrap().len();
                 assert_eq!(ours.len(), want.len(), "{variant} {key} sentence {i}");
                 for (j, (o, w)) in ours.iter().zip(want).enumerate() {
-                    let (text, score) = (w[0].as_str().unwrap(), w[1].as_f64().unwrap());
-                    assert_eq!(o.text, text, "{variant} {key} sentence {i}, hypothesis {j}");
-                    assert!(
-                        (o.hypothesis.score - score).abs() < 1e-3,
-                        "{variant} {key} sentence {i}, hypothesis {j}: score {} vs Marian {score}",
-                        o.hypothesis.score
-                    );
+                    same_as_marian(o, w, &format!("{variant} {key} sentence {i}, hypothesis {j}"));
                     long += usize::from(o.hypothesis.tokens.len() >= limit);
                     compared += 1;
                 }

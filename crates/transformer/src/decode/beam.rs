@@ -664,26 +664,26 @@ pub fn beam_search_with(
             let prefix_len = guides.get(sent).map_or(0, |g| g.prefix.len());
             for c in chosen {
                 let h = &live[c.row];
-                if c.token == EOS {
+                // Cut by the limit under `end_at_limit`: it finishes with its last token kept and
+                // no EOS.
+                let cut = c.token != EOS && cfg.end_at_limit && h.tokens.len() + 1 >= limit[sent];
+                if c.token == EOS || cut {
+                    let mut tokens = h.tokens.clone();
+                    // A cut one's last token may be the one that meets its phrases.
+                    let met = match guide {
+                        Some(g) if cut => h.progress.advance(g, c.token).all_met(),
+                        _ => h.progress.all_met(),
+                    };
+                    if cut {
+                        tokens.push(c.token);
+                    }
+                    // The length penalty counts an EOS, or the cut token in its place.
                     let score = c.log_prob / cfg.length_penalty(h.tokens.len());
-                    let done =
-                        Hypothesis { tokens: h.tokens.clone(), log_prob: c.log_prob, score, chunk_starts: Vec::new() };
+                    let done = Hypothesis { tokens, log_prob: c.log_prob, score, chunk_starts: Vec::new() };
                     // One the length limit ended before it met its phrases is kept aside, returned
                     // only if too few others finish.
                     match guide {
-                        Some(_) if !h.progress.all_met() => unmet[sent].push(done),
-                        _ => finished[sent].push(done),
-                    }
-                } else if cfg.end_at_limit && h.tokens.len() + 1 >= limit[sent] {
-                    // Cut by the limit: its last token kept, no EOS, the length penalty counting
-                    // it where an EOS would stand.
-                    let mut tokens = h.tokens.clone();
-                    tokens.push(c.token);
-                    let score = c.log_prob / cfg.length_penalty(h.tokens.len());
-                    let done = Hypothesis { tokens, log_prob: c.log_prob, score, chunk_starts: Vec::new() };
-                    // Its last token may be the one that meets its phrases.
-                    match guide {
-                        Some(g) if !h.progress.advance(g, c.token).all_met() => unmet[sent].push(done),
+                        Some(_) if !met => unmet[sent].push(done),
                         _ => finished[sent].push(done),
                     }
                 } else {
